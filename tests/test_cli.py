@@ -1,0 +1,97 @@
+import json
+
+import pytest
+
+from xdscheduler.cli import main
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_catalog_json_lists_required_accelerators_and_models(capsys):
+    code, out, _ = run(capsys, "catalog", "--json")
+    data = json.loads(out)
+    names = {a["name"] for a in data["accelerators"]}
+    assert code == 0 and {"H100-SXM", "A100-80GB", "H20", "MI300X", "Ascend-910B"} <= names
+    assert {"gpt3-175b", "llama2-70b", "llama3.1-405b"} <= {m["name"] for m in data["models"]}
+
+
+ESTIMATE = ["estimate", "--gpu", "a100-80gb", "--model", "gpt3-175b", "--seq", "2048",
+            "--gpus", "1024", "--tp", "8", "--pp", "16", "--global-batch", "1536",
+            "--micro-batch", "1", "--recompute", "full", "--json"]
+
+
+def test_estimate_json_contract(capsys):
+    code, out, _ = run(capsys, *ESTIMATE)
+    data = json.loads(out)
+    assert code == 0
+    for key in ("step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu",
+                "memory_gib_per_gpu", "fits", "breakdown_s"):
+        assert key in data
+    assert data["plan"]["dp"] == 8 and data["fits"] is True
+    assert 0.2 < data["mfu"] < 0.7
+    assert sum(data["breakdown_s"].values()) == pytest.approx(data["step_time_s"])
+
+
+def test_estimate_explicit_architecture(capsys):
+    code, out, _ = run(capsys, "estimate", "--gpu", "H100-SXM", "--layers", "32", "--hidden",
+                       "4096", "--ffn-hidden", "11008", "--heads", "32", "--vocab", "32000",
+                       "--seq", "4096", "--gpus", "8", "--global-batch", "128", "--json")
+    assert code == 0 and json.loads(out)["params_b"] == pytest.approx(6.74, rel=0.01)
+
+
+@pytest.mark.parametrize("change,message", [
+    (["--tp", "3"], "not divisible by TP×PP×CP"),
+    (["--gpus", "960", "--tp", "5", "--pp", "2"], "TP 5 does not divide the 96"),
+    (["--pp", "7", "--gpus", "1120"], "does not divide the 96 layers"),
+    (["--global-batch", "1001"], "not divisible by DP×micro-batch"),
+    (["--dtype", "fp8"], "no FP8"),
+    (["--gpu", "TPU9"], "unknown accelerator"),
+])
+def test_estimate_rejects_invalid_plans_with_status_2(capsys, change, message):
+    argv = list(ESTIMATE)
+    for flag, value in zip(change[::2], change[1::2], strict=True):
+        if flag in argv:
+            argv[argv.index(flag) + 1] = value
+        else:
+            argv += [flag, value]
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "" and message in err
+
+
+def test_estimate_that_does_not_fit_says_why(capsys):
+    code, out, _ = run(capsys, "estimate", "--gpu", "A100-40GB", "--model", "llama2-70b",
+                       "--gpus", "8", "--tp", "8", "--global-batch", "64", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["fits"] is False and "GiB" in data["reason"]
+
+
+def test_plan_json_contract(capsys, default_scenario_path):
+    code, out, _ = run(capsys, "plan", str(default_scenario_path), "--top", "2", "--json")
+    data = json.loads(out)
+    assert code == 0
+    for key in ("dp", "tp", "pp", "cp", "micro_batch", "zero", "recompute", "stage_to_domain",
+                "gpus_per_domain"):
+        assert key in data["plan"]
+    for key in ("predicted_step_time_s", "cross_domain_gb_per_step", "decision_ms",
+                "alternatives", "explanation"):
+        assert key in data
+    assert len(data["alternatives"]) == 2 and data["decision_ms"] < 5000
+
+
+def test_plan_rejects_bad_weights_and_jobs(capsys, default_scenario_path):
+    code, _, err = run(capsys, "plan", str(default_scenario_path), "--weights", "1,2")
+    assert code == 2 and "--weights takes 3" in err
+    code, _, err = run(capsys, "plan", str(default_scenario_path), "--job", "nope")
+    assert code == 2 and "no job 'nope'" in err
+
+
+def test_index_json(capsys):
+    code, out, _ = run(capsys, "index", "--model", "llama2-13b", "--gpu", "H100,A100",
+                       "--json")
+    data = json.loads(out)
+    assert code == 0 and data["accelerators"]["H100-SXM"]["index"] == pytest.approx(1.0)
+    assert 0.25 < data["accelerators"]["A100-80GB"]["index"] < 0.5

@@ -1,0 +1,75 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from xdscheduler.errors import UserError
+from xdscheduler.network.geography import fibre_rtt_ms
+from xdscheduler.scenario import load_scenario, parse_scenario
+
+from .conftest import SCENARIOS
+
+
+def _doc(default_scenario_path: Path) -> dict:
+    return yaml.safe_load(default_scenario_path.read_text())
+
+
+def test_default_scenario_has_five_hubs_and_sane_links(default_scenario_path):
+    scn = load_scenario(default_scenario_path)
+    assert len(scn.domains) == 5 and len(scn.jobs) >= 5
+    assert all(1 <= link.bandwidth_gbps <= 10 for link in scn.links)
+    assert all(100 <= d.intra_domain_gbps <= 400 for d in scn.domains)
+
+
+def test_default_rtts_follow_fibre_distance(default_scenario_path):
+    scn = load_scenario(default_scenario_path)
+    where = {d.name: d.location for d in scn.domains}
+    for link in scn.links:
+        a, b = where[link.a], where[link.b]
+        assert link.rtt_ms == pytest.approx(fibre_rtt_ms(a.lat, a.lon, b.lat, b.lon), rel=0.05)
+
+
+@pytest.mark.parametrize("path", sorted(SCENARIOS.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_scenario_is_valid(path):
+    assert load_scenario(path).domains
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda d: d.update(colour="blue"), r"colour: unknown field"),
+    (lambda d: d["domains"][1]["nodes"][0].update(accelerator="H1000"),
+     r"domains\[1\]\.nodes\[0\]\.accelerator: unknown accelerator 'H1000'"),
+    (lambda d: d["links"][0].update(a="mars"), r"links\[0\] names unknown domain 'mars'"),
+    (lambda d: d["links"][0].update(bandwidth_gbps=-1), r"links\[0\]\.bandwidth_gbps"),
+    (lambda d: d["links"][0].update(fluctuation=0.5), r"links\[0\]\.fluctuation"),
+    (lambda d: d["jobs"][0].update(model="gpt5"), r"jobs\[0\].*unknown model 'gpt5'"),
+    (lambda d: d["jobs"][0].update(gpus={"min": 64, "max": 8}), r"min 64 is larger than max 8"),
+    (lambda d: d["domains"].append(dict(d["domains"][0])), r"repeated: jjj"),
+])
+def test_bad_scenarios_name_the_field(default_scenario_path, mutate, message):
+    doc = _doc(default_scenario_path)
+    mutate(doc)
+    with pytest.raises(UserError, match=message):
+        parse_scenario(doc, "s.yaml")
+
+
+def test_unreadable_and_malformed_files(tmp_path):
+    with pytest.raises(UserError, match="cannot read scenario"):
+        load_scenario(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("domains: [unclosed\n")
+    with pytest.raises(UserError, match="not valid YAML"):
+        load_scenario(bad)
+
+
+def test_cli_reports_a_bad_file_with_status_2_and_no_traceback(tmp_path, default_scenario_path):
+    doc = _doc(default_scenario_path)
+    doc["domains"][0]["nodes"][0]["count"] = 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    run = subprocess.run([sys.executable, "-m", "xdscheduler.cli", "plan", str(bad)],
+                         capture_output=True, text=True)
+    assert run.returncode == 2
+    assert "domains[0].nodes[0].count" in run.stderr and "Traceback" not in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1

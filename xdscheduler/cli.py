@@ -1,0 +1,291 @@
+"""The `xds` command: catalog, estimate, plan, index and scenario tools."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+
+import numpy as np
+
+from xdscheduler import catalog
+from xdscheduler.errors import UserError
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(obj, indent=2, default=_json_default))
+
+
+def _json_default(x):
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+def _csv_floats(text: str, n: int, what: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != n or any(v < 0 for v in values):
+        raise UserError(f"{what} takes {n} non-negative numbers separated by commas, got {text!r}")
+    return values
+
+
+# ---------------------------------------------------------------- catalog
+
+
+def cmd_catalog(args) -> None:
+    accs = [
+        {"name": a.name, "vendor": a.vendor, "bf16_tflops": a.bf16_tflops,
+         "fp8_tflops": a.fp8_tflops, "memory_gib": a.memory_gib, "memory_gbs": a.memory_gbs,
+         "scaleup_gbs": a.scaleup_gbs, "scaleout_gbps": a.scaleout_gbps,
+         "gpus_per_node": a.gpus_per_node, "power_w": a.power_w, "aliases": list(a.aliases)}
+        for a in catalog.ACCELERATORS.values()
+    ]
+    models = [
+        {"name": m.name, "params_b": round(m.params / 1e9, 2), "layers": m.layers,
+         "hidden": m.hidden, "ffn_hidden": m.ffn_hidden, "heads": m.heads,
+         "kv_heads": m.kv_heads, "vocab": m.vocab, "seq_len": m.seq_len,
+         "gated_mlp": m.gated_mlp}
+        for m in catalog.MODELS.values()
+    ]
+    if args.json:
+        _print_json({"accelerators": accs, "models": models})
+        return
+    print(f"{'accelerator':<13}{'BF16 TF':>9}{'FP8 TF':>9}{'GiB':>6}{'HBM GB/s':>10}"
+          f"{'link GB/s':>10}")
+    for a in accs:
+        fp8 = f"{a['fp8_tflops']:.0f}" if a["fp8_tflops"] else "-"
+        print(f"{a['name']:<13}{a['bf16_tflops']:>9.0f}{fp8:>9}{a['memory_gib']:>6.0f}"
+              f"{a['memory_gbs']:>10.0f}{a['scaleup_gbs']:>10.0f}")
+    print(f"\n{'model':<15}{'params':>8}{'layers':>8}{'hidden':>8}{'heads':>7}{'kv':>5}{'seq':>7}")
+    for m in models:
+        print(f"{m['name']:<15}{m['params_b']:>7.1f}B{m['layers']:>8}{m['hidden']:>8}"
+              f"{m['heads']:>7}{m['kv_heads']:>5}{m['seq_len']:>7}")
+
+
+# ---------------------------------------------------------------- estimate
+
+
+def _arch_from_args(args) -> catalog.ModelArch:
+    explicit = [args.layers, args.hidden, args.ffn_hidden, args.heads, args.vocab]
+    if args.model and any(v is not None for v in explicit):
+        raise UserError("give --model or an explicit architecture (--layers ...), not both")
+    if args.model:
+        base = catalog.model(args.model)
+        return catalog.ModelArch(**{**base.__dict__, "seq_len": args.seq or base.seq_len})
+    missing = [f"--{n}" for n, v in zip(("layers", "hidden", "ffn-hidden", "heads", "vocab"),
+                                         explicit, strict=True) if v is None]
+    if missing:
+        raise UserError("without --model, give the architecture: missing " + ", ".join(missing))
+    gated = args.mlp == "swiglu" or (args.mlp == "auto" and args.ffn_hidden != 4 * args.hidden)
+    arch = catalog.ModelArch(
+        "custom", args.layers, args.hidden, args.ffn_hidden, args.heads,
+        args.kv_heads or args.heads, args.vocab, args.seq or 2048, gated, not gated)
+    arch.validate()
+    return arch
+
+
+def cmd_estimate(args) -> None:
+    from xdscheduler.costmodel.estimate import estimate_one
+
+    arch = _arch_from_args(args)
+    result = estimate_one(
+        gpu=args.gpu, arch=arch, gpus=args.gpus, tp=args.tp, pp=args.pp, cp=args.cp, vp=args.vp,
+        global_batch=args.global_batch, micro_batch=args.micro_batch, recompute=args.recompute,
+        dtype=args.dtype, zero=args.zero, stack=args.stack,
+    )
+    if args.json:
+        _print_json(result)
+        return
+    print(f"{result['model']} on {result['gpus']} × {result['gpu']}  "
+          f"(DP {result['plan']['dp']} × TP {args.tp} × PP {args.pp} × CP {args.cp})")
+    print(f"  step time        {result['step_time_s']:.3f} s")
+    print(f"  tokens/s per GPU {result['tokens_per_s_per_gpu']:.0f}")
+    print(f"  model TFLOP/s    {result['model_tflops_per_gpu']:.1f} per GPU (MFU "
+          f"{result['mfu']:.1%})")
+    print(f"  memory           {result['memory_gib_per_gpu']:.1f} GiB per GPU, "
+          f"{'fits' if result['fits'] else 'does NOT fit: ' + result['reason']}")
+    for key, value in result["breakdown_s"].items():
+        print(f"    {key:<10} {value:9.3f} s")
+
+
+# ---------------------------------------------------------------- plan
+
+
+def cmd_plan(args) -> None:
+    from xdscheduler.planner.search import JobSpec, search
+    from xdscheduler.planner.space import SearchOptions
+    from xdscheduler.planner.view import ClusterView
+    from xdscheduler.scenario import Weights, default_scenario_path, load_scenario
+
+    scn = load_scenario(args.scenario or default_scenario_path())
+    weights = scn.weights
+    if args.weights:
+        w = _csv_floats(args.weights, 3, "--weights")
+        weights = Weights(efficiency=w[0], utilization=w[1], cost=w[2])
+    job = scn.job(args.job)
+    opts = SearchOptions(diloco_h=(0, args.diloco) if args.diloco else (0,), dtype=args.dtype)
+    decision = search(JobSpec.of(job), ClusterView.from_scenario(scn), weights, opts, args.top)
+    best = decision.best.to_json()
+    out = {
+        "scenario": scn.name, "job": job.name, **best,
+        "decision_ms": decision.decision_ms, "plans_evaluated": decision.evaluated,
+        "explanation": decision.explanation,
+        "alternatives": [c.to_json() for c in decision.alternatives],
+        "pareto": [c.to_json() for c in decision.pareto],
+    }
+    if args.json:
+        _print_json(out)
+        return
+    from xdscheduler.planner.search import describe
+
+    print(f"{job.name} ({job.arch.params / 1e9:.0f}B) in {scn.name}: decided in "
+          f"{decision.decision_ms:.0f} ms over {decision.evaluated} plans")
+    print(f"  plan   {describe(decision.best)}")
+    print(f"  step   {decision.best.step_time_s:.2f} s, "
+          f"{decision.best.tokens_per_s:,.0f} tokens/s, "
+          f"{decision.best.cross_domain_gb_per_step:.2f} GB over the WAN per step")
+    print(f"  why    {decision.explanation['summary']}")
+    for i, alt in enumerate(decision.alternatives, 1):
+        print(f"  alt {i}  R={alt.objective.objective:.3f}  {alt.step_time_s:.2f} s  "
+              f"{describe(alt)}")
+
+
+# ---------------------------------------------------------------- index
+
+
+def cmd_index(args) -> None:
+    from xdscheduler.perception.compute_index import compute_index
+
+    arch = catalog.model(args.model)
+    gpus = [catalog.accelerator(g).name for g in args.gpu.split(",")] if args.gpu else None
+    result = compute_index(arch, accelerators=gpus, reference=args.reference, gpus=args.gpus)
+    if args.json:
+        _print_json(result)
+        return
+    print(f"compute index for {arch.name} (reference {result['reference']} = 1.00)")
+    print("  sensitivity: " + ", ".join(f"{k} {v:.2f}" for k, v in result["sensitivity"].items()))
+    for name, row in result["accelerators"].items():
+        print(f"  {name:<13} {row['index']:6.2f}")
+
+
+# ---------------------------------------------------------------- scenario
+
+
+def cmd_scenario_check(args) -> None:
+    from xdscheduler.scenario import load_scenario
+
+    scn = load_scenario(args.file)
+    gpus = sum(d.gpus for d in scn.domains)
+    print(f"{args.file}: valid; {len(scn.domains)} domains, {gpus} accelerators, "
+          f"{len(scn.links)} links, {len(scn.jobs)} jobs")
+
+
+def cmd_scenario_from_measurements(args) -> None:
+    from pathlib import Path
+
+    from xdscheduler.network import measurements as m
+
+    regions = [r.strip() for r in args.regions.split(",") if r.strip()]
+    data_dir = Path(args.data) if args.data else m.default_data_dir()
+    doc = m.scenario_from_measurements(
+        regions, data_dir, accelerator=catalog.accelerator(args.accelerator).name,
+        nodes_per_domain=args.nodes, name=args.name)
+    m.write_scenario(doc, Path(args.out), overwrite=args.force)
+    print(f"wrote {args.out}: {len(doc['domains'])} domains, {len(doc['links'])} links "
+          f"from {data_dir}")
+
+
+# ---------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="xds", description="Schedule large-model training across compute domains.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, fn: Callable, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.set_defaults(fn=fn)
+        return p
+
+    p = command("catalog", cmd_catalog, "list accelerators and model architectures")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+    p = command("estimate", cmd_estimate, "step time, throughput and memory of one plan")
+    p.add_argument("--gpu", required=True, help="accelerator name, e.g. H100-SXM or A100-80GB")
+    p.add_argument("--model", help="catalog model name (see `xds catalog`)")
+    for flag in ("layers", "hidden", "ffn-hidden", "heads", "kv-heads", "vocab"):
+        p.add_argument(f"--{flag}", type=int, help="explicit architecture")
+    p.add_argument("--mlp", choices=("auto", "gelu", "swiglu"), default="auto",
+                   help="MLP type of an explicit architecture (auto: GeLU when ffn = 4·hidden)")
+    p.add_argument("--seq", type=int, help="sequence length (default: the model's)")
+    p.add_argument("--gpus", type=int, required=True)
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--pp", type=int, default=1)
+    p.add_argument("--cp", type=int, default=1)
+    p.add_argument("--vp", type=int, default=1, help="virtual pipeline stages per rank")
+    p.add_argument("--global-batch", type=int, required=True, help="sequences per step")
+    p.add_argument("--micro-batch", type=int, default=1)
+    p.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
+    p.add_argument("--dtype", choices=("bf16", "fp8"), default="bf16")
+    p.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=1)
+    p.add_argument("--stack", default="megatron-core",
+                   help="software stack preset: megatron-core, megatron-core-tp-overlap, "
+                        "megatron-2022, megatron-2021")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+    p = command("plan", cmd_plan, "best placement and parallel plan for a job of a scenario")
+    p.add_argument("scenario", nargs="?", help="scenario YAML (default: five_domains)")
+    p.add_argument("--job", help="job name (default: the scenario's first job)")
+    p.add_argument("--weights", help="w1,w2,w3 for efficiency, utilisation, cost")
+    p.add_argument("--top", type=int, default=5, help="alternatives to list")
+    p.add_argument("--diloco", type=int, default=0,
+                   help="also consider DiLoCo-style outer sync every H steps across domains")
+    p.add_argument("--dtype", choices=("bf16", "fp8"), default="bf16")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+    p = command("index", cmd_index, "compute index of accelerators for a model's training")
+    p.add_argument("--model", required=True)
+    p.add_argument("--gpu", help="comma-separated accelerators (default: all)")
+    p.add_argument("--reference", default="H100-SXM")
+    p.add_argument("--gpus", type=int, default=64, help="accelerators the task runs on")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+    p = command("scenario", None, "scenario files: check, build from measurements")
+    ssub = p.add_subparsers(dest="scenario_command", required=True, metavar="ACTION")
+    q = ssub.add_parser("check", help="validate a scenario file")
+    q.add_argument("file")
+    q.set_defaults(fn=cmd_scenario_check)
+    q = ssub.add_parser("from-measurements",
+                        help="a scenario from measured inter-region bandwidth and RTT")
+    q.add_argument("--regions", required=True, help="comma-separated, e.g. aws:us-east-1,...")
+    q.add_argument("--out", required=True, help="YAML file to write")
+    q.add_argument("--data", help="folder with the Skyplane CSVs (default: shared data)")
+    q.add_argument("--accelerator", default="H100-SXM")
+    q.add_argument("--nodes", type=int, default=16, help="nodes per domain")
+    q.add_argument("--name", help="scenario name")
+    q.add_argument("--force", action="store_true", help="overwrite an existing file")
+    q.set_defaults(fn=cmd_scenario_from_measurements)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.fn(args)
+    except UserError as err:
+        print(f"xds: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

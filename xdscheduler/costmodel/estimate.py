@@ -1,0 +1,85 @@
+"""One plan from a person's input: validated, estimated, and reported with units in the keys."""
+
+from __future__ import annotations
+
+from xdscheduler import catalog
+from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch, Stack
+from xdscheduler.costmodel.steptime import estimate
+from xdscheduler.errors import UserError
+
+
+def check_plan(arch: catalog.ModelArch, acc: catalog.Accelerator, gpus: int, plan_args: dict,
+               global_batch: int) -> Plan:
+    """The plan these numbers describe, or a UserError naming what does not divide."""
+    tp, pp, cp, vp, mb = (plan_args[k] for k in ("tp", "pp", "cp", "vp", "micro_batch"))
+    for name, value in (("--gpus", gpus), ("--tp", tp), ("--pp", pp), ("--cp", cp), ("--vp", vp),
+                        ("--micro-batch", mb), ("--global-batch", global_batch)):
+        if value < 1:
+            raise UserError(f"{name} must be at least 1, got {value}")
+    if gpus % (tp * pp * cp):
+        raise UserError(f"--gpus {gpus} is not divisible by TP×PP×CP = {tp * pp * cp}")
+    dp = gpus // (tp * pp * cp)
+    if arch.heads % tp:
+        raise UserError(f"TP {tp} does not divide the {arch.heads} attention heads of {arch.name}")
+    if arch.kv_heads % tp and tp % arch.kv_heads:
+        raise UserError(f"TP {tp} and the {arch.kv_heads} KV heads of {arch.name} do not divide")
+    if arch.layers % (pp * vp):
+        raise UserError(f"PP×VP = {pp * vp} does not divide the {arch.layers} layers of "
+                        f"{arch.name}")
+    if vp > 1 and pp == 1:
+        raise UserError("--vp (interleaved stages) needs --pp of at least 2")
+    if global_batch % (dp * mb):
+        raise UserError(f"--global-batch {global_batch} is not divisible by DP×micro-batch = "
+                        f"{dp}×{mb}")
+    if vp > 1 and (global_batch // (dp * mb)) % pp:
+        raise UserError(f"interleaving needs the {global_batch // (dp * mb)} micro-batches per "
+                        f"step to be a multiple of PP {pp}")
+    if arch.seq_len % cp:
+        raise UserError(f"CP {cp} does not divide the sequence length {arch.seq_len}")
+    if plan_args["dtype"] == "fp8":
+        acc.peak_tflops("fp8")  # raises for accelerators without FP8
+    return Plan(dp=dp, **plan_args)
+
+
+def estimate_one(gpu: str, arch: catalog.ModelArch, gpus: int, tp: int, pp: int, cp: int,
+                 vp: int, global_batch: int, micro_batch: int, recompute: str, dtype: str,
+                 zero: int, stack: str = "megatron-core") -> dict:
+    acc = catalog.accelerator(gpu)
+    try:
+        software = Stack.preset(stack)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    plan = check_plan(arch, acc, gpus, dict(tp=tp, pp=pp, cp=cp, vp=vp, micro_batch=micro_batch,
+                                            zero=zero, recompute=recompute, dtype=dtype),
+                      global_batch)
+    est = estimate(arch, global_batch, PlanBatch.of([plan]), Hardware.of(acc), stack=software)
+    step = float(est.step_time_s[0])
+    memory = {k: float(v[0]) for k, v in est.memory_parts_gib.items()}
+    need = float(est.memory_gib[0])
+    fits = bool(est.fits[0])
+    warnings = []
+    if tp > acc.gpus_per_node:
+        warnings.append(f"TP {tp} spans nodes of {acc.gpus_per_node} GPUs: its all-reduces "
+                        "run over the scale-out network")
+    reason = "" if fits else (
+        f"needs {need:.1f} GiB per GPU, {acc.name} has {acc.memory_gib:.0f} GiB; largest: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in sorted(memory.items(), key=lambda kv: -kv[1])[:3])
+        + "; try more TP/PP, a higher --zero, or --recompute full")
+    model_tflops = est.model_flops / step / gpus / 1e12
+    return {
+        "gpu": acc.name, "model": arch.name, "params_b": arch.params / 1e9, "gpus": gpus,
+        "plan": {**plan.as_dict(), "micro_batches": global_batch // (plan.dp * micro_batch)},
+        "stack": stack,
+        "step_time_s": step,
+        "tokens_per_s_per_gpu": est.tokens / step / gpus,
+        "model_tflops_per_gpu": model_tflops,
+        "hardware_tflops_per_gpu": float(est.hardware_flops[0]) / step / gpus / 1e12,
+        "mfu": model_tflops / acc.bf16_tflops,
+        "memory_gib_per_gpu": need,
+        "memory_breakdown_gib": memory,
+        "fits": fits,
+        "reason": reason,
+        "breakdown_s": {k: float(v[0]) for k, v in est.breakdown_s.items()},
+        "overlapped_s": {k: float(v[0]) for k, v in est.overlapped_s.items()},
+        "warnings": warnings,
+    }

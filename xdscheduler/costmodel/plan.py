@@ -1,0 +1,149 @@
+"""Parallel plans and placements, one plan or many as arrays of equal length."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+
+RECOMPUTE = ("none", "selective", "full")
+DTYPES = ("bf16", "fp8")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one job is split: data, tensor, pipeline and context parallelism and the rest."""
+
+    dp: int
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    vp: int = 1  # virtual (interleaved) stages per pipeline rank
+    micro_batch: int = 1
+    zero: int = 1  # 0 none, 1 distributed optimizer, 2 + gradients, 3 + parameters
+    recompute: str = "none"
+    dtype: str = "bf16"
+    diloco_h: int = 0  # outer synchronisation every H steps across domains; 0 = every step
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class PlanBatch:
+    """Many plans as parallel integer arrays, for vectorised evaluation."""
+
+    dp: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    cp: np.ndarray
+    vp: np.ndarray
+    micro_batch: np.ndarray
+    zero: np.ndarray
+    recompute: np.ndarray  # index into RECOMPUTE
+    fp8: np.ndarray  # bool
+    diloco_h: np.ndarray
+
+    @classmethod
+    def of(cls, plans: list[Plan]) -> PlanBatch:
+        cols = {f.name: [getattr(p, f.name) for p in plans] for f in fields(Plan)}
+        return cls(
+            dp=np.array(cols["dp"]), tp=np.array(cols["tp"]), pp=np.array(cols["pp"]),
+            cp=np.array(cols["cp"]), vp=np.array(cols["vp"]),
+            micro_batch=np.array(cols["micro_batch"]), zero=np.array(cols["zero"]),
+            recompute=np.array([RECOMPUTE.index(r) for r in cols["recompute"]]),
+            fp8=np.array([d == "fp8" for d in cols["dtype"]]),
+            diloco_h=np.array(cols["diloco_h"]),
+        )
+
+    def __len__(self) -> int:
+        return int(np.size(self.dp))
+
+    @property
+    def gpus(self) -> np.ndarray:
+        return self.dp * self.tp * self.pp * self.cp
+
+    def plan(self, i: int) -> Plan:
+        return Plan(
+            dp=int(self.dp[i]), tp=int(self.tp[i]), pp=int(self.pp[i]), cp=int(self.cp[i]),
+            vp=int(self.vp[i]), micro_batch=int(self.micro_batch[i]), zero=int(self.zero[i]),
+            recompute=RECOMPUTE[int(self.recompute[i])],
+            dtype="fp8" if self.fp8[i] else "bf16", diloco_h=int(self.diloco_h[i]),
+        )
+
+    def take(self, index: np.ndarray) -> PlanBatch:
+        return PlanBatch(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The accelerators a plan runs on; scalars or arrays broadcast against a PlanBatch."""
+
+    peak_tflops: np.ndarray | float  # bf16 dense
+    peak_fp8_tflops: np.ndarray | float  # 0 where there is no FP8
+    memory_gib: np.ndarray | float
+    memory_gbs: np.ndarray | float
+    scaleup_gbs: np.ndarray | float  # per direction
+    scaleout_gbps: np.ndarray | float  # per accelerator, Gbit/s
+    gpus_per_node: np.ndarray | float
+
+    @classmethod
+    def of(cls, acc, scaleup_gbs: float | None = None, scaleout_gbps: float | None = None):
+        return cls(
+            peak_tflops=acc.bf16_tflops, peak_fp8_tflops=acc.fp8_tflops or 0.0,
+            memory_gib=acc.memory_gib, memory_gbs=acc.memory_gbs,
+            scaleup_gbs=scaleup_gbs or acc.scaleup_gbs,
+            scaleout_gbps=scaleout_gbps or acc.scaleout_gbps,
+            gpus_per_node=acc.gpus_per_node,
+        )
+
+
+@dataclass(frozen=True)
+class WanUse:
+    """What a placement asks of the WAN; scalars or arrays. Zeros: the job stays in one domain."""
+
+    pp_crossings: np.ndarray | float = 0.0  # pipeline boundaries that cross a WAN link
+    pp_gbps: np.ndarray | float = np.inf  # narrowest of those links, per direction
+    pp_latency_s: np.ndarray | float = 0.0  # sum of one-way latencies over those boundaries
+    dp_domains: np.ndarray | float = 1.0  # domains each data-parallel group spans
+    dp_gbps: np.ndarray | float = np.inf  # narrowest link of the cross-domain ring
+    dp_rtt_s: np.ndarray | float = 0.0  # largest RTT on that ring
+
+    def with_(self, **changes) -> WanUse:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Stack:
+    """What the training software does: the features that change speed, not the math."""
+
+    flash_attention: bool = True
+    sequence_parallel: bool = True
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    tp_comm_overlap: bool = False
+    grad_reduce_bytes: int = 2  # bf16 gradient reduction (Megatron-Core default)
+
+    @classmethod
+    def preset(cls, name: str) -> Stack:
+        if name == "megatron-2021":
+            # Narayanan et al. 2021: fused softmax but no flash attention, no sequence
+            # parallelism, gradient all-reduce after the backward pass.
+            return cls(flash_attention=False, sequence_parallel=False,
+                       overlap_grad_reduce=False, overlap_param_gather=False)
+        if name == "megatron-2022":
+            # Korthikanti et al. 2022: sequence parallelism added, still no flash attention.
+            return cls(flash_attention=False, sequence_parallel=True,
+                       overlap_grad_reduce=False, overlap_param_gather=False)
+        if name == "megatron-core":
+            return cls()
+        if name == "megatron-core-tp-overlap":
+            return cls(tp_comm_overlap=True)
+        raise ValueError(f"unknown software stack {name!r}; known: {', '.join(STACKS)}")
+
+
+STACKS = ("megatron-core", "megatron-core-tp-overlap", "megatron-2022", "megatron-2021")

@@ -1,0 +1,57 @@
+"""The objective R = w1·efficiency + w2·utilisation − w3·cost, and its Pareto front.
+
+efficiency:  the job's throughput over the best throughput any candidate reaches now (0-1);
+utilisation: model FLOP/s over the rated peak of the accelerators the plan holds (MFU, 0-1);
+cost:        WAN traffic cost per hour over the hourly price of those accelerators.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from xdscheduler.scenario import Weights
+
+__all__ = ["Objective", "Weights", "pareto_mask", "score"]
+
+
+@dataclass(frozen=True)
+class Objective:
+    tokens_per_s: float
+    efficiency: float
+    utilization: float
+    cost: float
+    wan_cost_per_hour: float
+    objective: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def score(job, est, gpus: np.ndarray, slots: np.ndarray, view, wan_price_per_gb: np.ndarray,
+          weights: Weights) -> dict[str, np.ndarray]:
+    """Objective terms for every candidate; `gpus` and `slots` are (N, k) per domain slot."""
+    used = slots >= 0
+    safe = np.where(used, slots, 0)
+    peak = np.array([d.accelerator.bf16_tflops for d in view.domains])[safe] * 1e12
+    price = np.array([d.price_per_gpu_hour for d in view.domains])[safe]
+    step = est.step_time_s
+    tokens_per_s = job.global_batch * job.seq / step
+    efficiency = tokens_per_s / tokens_per_s.max()
+    utilization = est.model_flops / step / (np.where(used, gpus * peak, 0).sum(axis=1))
+    gpu_cost = np.where(used, gpus * price, 0).sum(axis=1)
+    wan_cost = est.cross_domain_bytes / 1e9 * wan_price_per_gb * 3600 / step
+    cost = wan_cost / np.maximum(gpu_cost, 1e-9)
+    objective = (weights.efficiency * efficiency + weights.utilization * utilization
+                 - weights.cost * cost)
+    return {"tokens_per_s": tokens_per_s, "efficiency": efficiency, "utilization": utilization,
+            "cost": cost, "wan_cost_per_hour": wan_cost, "objective": objective}
+
+
+def pareto_mask(throughput: np.ndarray, utilization: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    """True where no other point is at least as good on all three and better on one."""
+    t, u, c = (np.asarray(x, dtype=float)[:, None] for x in (throughput, utilization, cost))
+    ge = (t <= t.T) & (u <= u.T) & (c >= c.T)
+    gt = (t < t.T) | (u < u.T) | (c > c.T)
+    return ~(ge & gt).any(axis=1)

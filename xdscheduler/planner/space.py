@@ -1,0 +1,223 @@
+"""The plan space: placements onto domains × parallel plans, enumerated as arrays.
+
+A placement puts a job in one domain, splits its pipeline stages over a chain of domains
+(the WAN carries activations at stage boundaries), or splits its data-parallel replicas
+over a set of domains (the WAN carries gradients, every step or every H steps with
+DiLoCo). Stages and replicas are shared out in proportion to free accelerators, so every
+placement has exactly one split and the space stays small enough to search exhaustively.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from xdscheduler.catalog import ModelArch
+from xdscheduler.costmodel.plan import Hardware, PlanBatch, Stack, WanUse
+from xdscheduler.costmodel.steptime import memory_gib
+from xdscheduler.planner.view import ClusterView
+
+SINGLE, PIPELINE, DATA = "single", "pipeline", "data"
+# Cheapest first: the first rung whose memory fits is the one a plan uses.
+MEMORY_LADDER = ((1, 0), (1, 1), (1, 2), (3, 2))  # (zero stage, recompute index)
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Which plans the search considers."""
+
+    max_domains: int = 3
+    """Most domains one job may span."""
+    combo_domains: int = 5
+    """Multi-domain placements are built from the this many largest domains (exact below it)."""
+    tensor: tuple[int, ...] = (1, 2, 4, 8)
+    max_pipeline: int = 32
+    context: tuple[int, ...] = (1, 2, 4)
+    """Context-parallel sizes, used for sequences of 8k tokens and longer."""
+    virtual: tuple[int, ...] = (1, 2)
+    micro_batch: tuple[int, ...] = (1, 2, 4)
+    diloco_h: tuple[int, ...] = (0,)
+    """Outer-sync intervals for cross-domain data parallelism; 0 = synchronous every step."""
+    dtype: str = "bf16"
+    stack: Stack = field(default_factory=Stack)
+
+
+@dataclass(frozen=True)
+class Placements:
+    """P placements as arrays; domain slots padded with -1."""
+
+    kind: np.ndarray  # str, (P,)
+    domains: np.ndarray  # int, (P, k_max)
+    hardware: Hardware  # arrays of (P,): the slowest member of each placement
+    wan: WanUse  # arrays of (P,)
+    wan_price_per_gb: np.ndarray  # mean price over the links the placement's traffic uses
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+
+def _divisors(n: int, limit: int) -> list[int]:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def placements(view: ClusterView, opts: SearchOptions, gpus_min: int) -> Placements:
+    """Every single-domain placement, and multi-domain ones over the largest domains."""
+    k = len(view.domains)
+    free = np.array([d.free_gpus for d in view.domains])
+    singles = [(SINGLE, (i,)) for i in range(k) if free[i] > 0]
+    big = sorted(np.flatnonzero(free > 0), key=lambda i: -free[i])[: opts.combo_domains]
+    combos = []
+    for size in range(2, opts.max_domains + 1):
+        for members in itertools.combinations(sorted(big), size):
+            if free[list(members)].sum() < gpus_min or not _connected(view, members):
+                continue
+            combos.append((DATA, members))
+            for chain in _chains(members):
+                if all(view.bandwidth_gbps[a, b] > 0 for a, b in itertools.pairwise(chain)):
+                    combos.append((PIPELINE, chain))
+    rows = singles + combos
+    width = max((len(m) for _, m in rows), default=1)
+    doms = np.full((len(rows), width), -1)
+    for r, (_, members) in enumerate(rows):
+        doms[r, : len(members)] = members
+    return _describe(view, np.array([kind for kind, _ in rows], dtype=object), doms)
+
+
+def _connected(view: ClusterView, members) -> bool:
+    return all(view.bandwidth_gbps[a, b] > 0 and view.bandwidth_gbps[b, a] > 0
+               for a, b in itertools.combinations(members, 2))
+
+
+def _chains(members: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Stage orders that differ: a chain and its reverse carry the same traffic."""
+    return [p for p in itertools.permutations(members) if p[0] < p[-1]]
+
+
+def _describe(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -> Placements:
+    accs = [d.accelerator for d in view.domains]
+    valid = doms >= 0
+    safe = np.where(valid, doms, 0)
+
+    def slowest(values, fill=np.inf):
+        arr = np.asarray(values, dtype=float)[safe]
+        return np.where(valid, arr, fill).min(axis=1)
+
+    hw = Hardware(
+        peak_tflops=slowest([a.bf16_tflops for a in accs]),
+        peak_fp8_tflops=slowest([a.fp8_tflops or 0.0 for a in accs]),
+        memory_gib=slowest([a.memory_gib for a in accs]),
+        memory_gbs=slowest([a.memory_gbs for a in accs]),
+        scaleup_gbs=slowest([d.scaleup_gbs for d in view.domains]),
+        scaleout_gbps=slowest([d.scaleout_gbps for d in view.domains]),
+        gpus_per_node=slowest([a.gpus_per_node for a in accs]),
+    )
+    n_dom = valid.sum(axis=1)
+    bw, rtt, price = view.bandwidth_gbps, view.rtt_ms / 1000.0, view.price_per_gb
+    # Pipeline: consecutive stage domains; activations go one way, gradients the other.
+    a, b = safe[:, :-1], safe[:, 1:]
+    hop = valid[:, 1:]
+    hop_bw = np.where(hop, np.minimum(bw[a, b], bw[b, a]), np.inf)
+    is_pp = kind == PIPELINE
+    is_dp = kind == DATA
+    # Data: a ring over all members; its narrowest link and largest RTT bound the all-reduce.
+    pair_bw = np.full(len(kind), np.inf)
+    pair_rtt = np.zeros(len(kind))
+    pair_price = np.zeros(len(kind))
+    for i, j in itertools.combinations(range(doms.shape[1]), 2):
+        both = valid[:, i] & valid[:, j]
+        x, y = safe[:, i], safe[:, j]
+        pair_bw = np.where(both, np.minimum(pair_bw, np.minimum(bw[x, y], bw[y, x])), pair_bw)
+        pair_rtt = np.where(both, np.maximum(pair_rtt, rtt[x, y]), pair_rtt)
+        pair_price = pair_price + np.where(both, price[x, y], 0.0)
+    pairs = np.maximum(n_dom * (n_dom - 1) / 2, 1)
+    wan = WanUse(
+        pp_crossings=np.where(is_pp, n_dom - 1, 0.0),
+        pp_gbps=np.where(is_pp, hop_bw.min(axis=1, initial=np.inf), np.inf),
+        pp_latency_s=np.where(is_pp, np.where(hop, rtt[a, b] / 2, 0.0).sum(axis=1), 0.0),
+        dp_domains=np.where(is_dp, n_dom, 1.0),
+        dp_gbps=np.where(is_dp, pair_bw, np.inf),
+        dp_rtt_s=np.where(is_dp, pair_rtt, 0.0),
+    )
+    hop_price = np.where(hop, price[a, b], 0.0).sum(axis=1) / np.maximum(n_dom - 1, 1)
+    wan_price = np.where(is_pp, hop_price, np.where(is_dp, pair_price / pairs, 0.0))
+    return Placements(kind, doms, hw, wan, wan_price)
+
+
+@dataclass(frozen=True)
+class ParallelGrid:
+    """Parallel plans of one job, independent of where it runs, with their memory ladder."""
+
+    plans: PlanBatch  # zero and recompute set to the first rung; see memory
+    memory_gib: np.ndarray  # (C, len(MEMORY_LADDER))
+
+
+def parallel_grid(arch: ModelArch, global_batch: int, seq: int, gpus_max: int,
+                  opts: SearchOptions) -> ParallelGrid:
+    tp = [t for t in opts.tensor if arch.heads % t == 0 and arch.kv_heads % t == 0]
+    pp = _divisors(arch.layers, opts.max_pipeline)
+    cp = [c for c in opts.context if seq % (2 * c) == 0] if seq >= 8192 else [1]
+    grid = np.array(list(itertools.product(
+        tp, pp, cp, opts.virtual, opts.micro_batch, _divisors(global_batch, gpus_max),
+        opts.diloco_h)), dtype=np.int64)
+    t, p, c, v, mb, d, h = grid.T
+    ok = (global_batch % (d * mb) == 0) & (d * t * p * c <= gpus_max)
+    micro = global_batch // np.maximum(d * mb, 1)
+    # Interleaving needs more than one stage, whole chunks and micro-batches in multiples of pp.
+    ok &= (v == 1) | ((p > 1) & ((arch.layers // p) % v == 0) & (micro % p == 0))
+    t, p, c, v, mb, d, h = (x[ok] for x in (t, p, c, v, mb, d, h))
+    one = np.ones_like(t)
+    plans = PlanBatch(dp=d, tp=t, pp=p, cp=c, vp=v, micro_batch=mb, zero=one,
+                      recompute=0 * one, fp8=np.full(t.shape, opts.dtype == "fp8"), diloco_h=h)
+    mem = np.stack([
+        sum(memory_gib(arch, global_batch, _with(plans, zero=z, recompute=r), opts.stack,
+                       seq).values())
+        for z, r in MEMORY_LADDER
+    ], axis=1)
+    return ParallelGrid(plans, mem)
+
+
+def _with(plans: PlanBatch, **scalars) -> PlanBatch:
+    cols = {k: np.full(len(plans), v) for k, v in scalars.items()}
+    return PlanBatch(**{**plans.__dict__, **cols})
+
+
+def split(total: int, caps: list[int]) -> list[int] | None:
+    """Scalar reference of `share`: `total` units over slots in proportion to `caps`.
+
+    Each slot gets floor(total·cap/Σcap), at least 1 and at most its cap; then, up to
+    len(caps)+1 times, the whole remaining gap goes to the slot with the most room (the
+    first on ties). None when no split fits.
+    """
+    cap_sum = max(sum(caps), 1)
+    parts = [min(max(total * c // cap_sum, 1), c) for c in caps]
+    for _ in range(len(caps) + 1):
+        gap = total - sum(parts)
+        room = [(c - p) if gap > 0 else (p - 1) for p, c in zip(parts, caps, strict=True)]
+        best = max(range(len(caps)), key=lambda i: (room[i], -i))
+        if room[best] > 0 and gap:
+            parts[best] += min(abs(gap), room[best]) * (1 if gap > 0 else -1)
+    return parts if sum(parts) == total and all(p >= 1 for p in parts) else None
+
+
+def share(total: np.ndarray, caps: np.ndarray) -> np.ndarray:
+    """Split `total` units over slots in proportion to `caps`, at least one each, within caps.
+
+    total: (N,), caps: (N, k) with 0 for unused slots. Returns (N, k); rows that cannot be
+    split have a sum different from `total`.
+    """
+    used = caps > 0
+    n_used = used.sum(axis=1)
+    cap_sum = np.maximum(caps.sum(axis=1), 1)
+    want = np.where(used, np.floor(total[:, None] * caps / cap_sum[:, None]), 0)
+    parts = np.where(used, np.clip(want, 1, caps), 0)
+    # Hand out what rounding left over (or take back an excess) one slot at a time.
+    for _ in range(caps.shape[1] + 1):
+        gap = total - parts.sum(axis=1)
+        room = np.where(used, np.where(gap[:, None] > 0, caps - parts, parts - 1), -1)
+        slot = room.argmax(axis=1)
+        step = np.where(room.max(axis=1) > 0, np.sign(gap), 0)
+        amount = np.minimum(np.abs(gap), room.max(axis=1).clip(min=0)) * step
+        parts[np.arange(len(total)), slot] += amount
+    return np.where(n_used[:, None] > 0, parts, 0).astype(np.int64)

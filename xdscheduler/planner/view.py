@@ -1,0 +1,75 @@
+"""What the planner sees: free accelerators per domain and the state of the links between them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from xdscheduler.catalog import Accelerator
+from xdscheduler.errors import UserError
+from xdscheduler.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class DomainView:
+    """One domain as the planner sees it now."""
+
+    name: str
+    accelerator: Accelerator
+    free_gpus: int
+    scaleup_gbs: float  # per GPU per direction
+    scaleout_gbps: float  # per GPU
+    price_per_gpu_hour: float
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """Domains and K×K link matrices (bandwidth per direction; 0 where no link)."""
+
+    domains: tuple[DomainView, ...]
+    bandwidth_gbps: np.ndarray
+    rtt_ms: np.ndarray
+    price_per_gb: np.ndarray
+
+    @classmethod
+    def from_scenario(cls, scn: Scenario, free_gpus: dict[str, int] | None = None) -> ClusterView:
+        free_gpus = free_gpus or {}
+        unknown = set(free_gpus) - {d.name for d in scn.domains}
+        if unknown:
+            raise UserError(f"free GPUs given for unknown domains: {', '.join(sorted(unknown))}")
+        domains = []
+        for d in scn.domains:
+            # A domain with several node types is planned on its most common one.
+            group = max(d.nodes, key=lambda g: g.count * g.gpus_each)
+            acc = group.spec
+            domains.append(DomainView(
+                name=d.name, accelerator=acc, free_gpus=free_gpus.get(d.name, d.gpus),
+                scaleup_gbs=(d.intra_node_gbps / 8 if d.intra_node_gbps else acc.scaleup_gbs),
+                scaleout_gbps=d.intra_domain_gbps, price_per_gpu_hour=d.price_per_gpu_hour,
+            ))
+        k = len(domains)
+        index = {d.name: i for i, d in enumerate(domains)}
+        bw, rtt, price = np.zeros((k, k)), np.zeros((k, k)), np.zeros((k, k))
+        for link in scn.links:
+            i, j = index[link.a], index[link.b]
+            bw[i, j] = link.bandwidth_gbps
+            bw[j, i] = link.bandwidth_gbps_ba or link.bandwidth_gbps
+            rtt[i, j] = rtt[j, i] = link.rtt_ms
+            price[i, j] = price[j, i] = link.price_per_gb
+        return cls(tuple(domains), bw, rtt, price)
+
+    def with_free(self, free_gpus: dict[str, int]) -> ClusterView:
+        domains = tuple(
+            DomainView(**{**d.__dict__, "free_gpus": free_gpus.get(d.name, d.free_gpus)})
+            for d in self.domains
+        )
+        return ClusterView(domains, self.bandwidth_gbps, self.rtt_ms, self.price_per_gb)
+
+    def with_bandwidth(self, bandwidth_gbps: np.ndarray) -> ClusterView:
+        return ClusterView(self.domains, np.asarray(bandwidth_gbps, dtype=float), self.rtt_ms,
+                           self.price_per_gb)
+
+    @property
+    def names(self) -> list[str]:
+        return [d.name for d in self.domains]

@@ -1,0 +1,265 @@
+"""Scenario files: the domains, links and jobs of a study, validated at the boundary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from xdscheduler import catalog
+from xdscheduler.errors import UserError
+
+Positive = Annotated[float, Field(gt=0)]
+NonNegative = Annotated[float, Field(ge=0)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Location(Strict):
+    """Where a domain is: a city and coordinates, or a cloud region."""
+
+    city: str | None = None
+    region: str | None = None
+    lat: float | None = Field(default=None, ge=-90, le=90)
+    lon: float | None = Field(default=None, ge=-180, le=180)
+
+    @model_validator(mode="after")
+    def _named(self) -> Location:
+        if self.city is None and self.region is None:
+            raise ValueError("give a 'city' or a cloud 'region'")
+        return self
+
+
+class NodeGroup(Strict):
+    """Identical nodes of one accelerator type."""
+
+    accelerator: str
+    count: int = Field(gt=0)
+    gpus_per_node: int | None = Field(default=None, gt=0)
+
+    @field_validator("accelerator")
+    @classmethod
+    def _known_accelerator(cls, name: str) -> str:
+        try:
+            return catalog.accelerator(name).name
+        except UserError as err:
+            raise ValueError(str(err)) from None
+
+    @property
+    def spec(self) -> catalog.Accelerator:
+        return catalog.accelerator(self.accelerator)
+
+    @property
+    def gpus_each(self) -> int:
+        return self.gpus_per_node or self.spec.gpus_per_node
+
+
+class Storage(Strict):
+    capacity_tb: Positive = 1000.0
+    io_gbps: Positive = 200.0
+
+
+class Domain(Strict):
+    """One data centre: nodes joined by a fast fabric."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    location: Location
+    nodes: list[NodeGroup] = Field(min_length=1)
+    intra_node_gbps: Positive | None = None  # scale-up per GPU per direction; None: catalog
+    intra_domain_gbps: Positive = Field(default=200.0, le=3200)  # scale-out per GPU
+    storage: Storage = Storage()
+    price_per_gpu_hour: NonNegative = 2.0
+
+    @property
+    def gpus(self) -> int:
+        return sum(g.count * g.gpus_each for g in self.nodes)
+
+
+class Link(Strict):
+    """A WAN link between two domains; bandwidth per direction."""
+
+    a: str
+    b: str
+    bandwidth_gbps: Positive = Field(le=10_000)
+    bandwidth_gbps_ba: Positive | None = Field(default=None, le=10_000)  # b->a if it differs
+    rtt_ms: NonNegative = Field(le=2000)
+    price_per_gb: NonNegative = 0.0
+    fluctuation: float = Field(default=0.2, ge=0, le=0.3)  # bound on |epsilon(t)|
+    source: str | None = None
+
+    @model_validator(mode="after")
+    def _two_ends(self) -> Link:
+        if self.a == self.b:
+            raise ValueError(f"a link needs two different domains, got {self.a!r} twice")
+        return self
+
+
+class Architecture(Strict):
+    """An explicit transformer, for models not in the catalog."""
+
+    layers: int = Field(gt=0)
+    hidden: int = Field(gt=0)
+    ffn_hidden: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    kv_heads: int | None = Field(default=None, gt=0)
+    vocab: int = Field(gt=0)
+    gated_mlp: bool = True
+    tied_embeddings: bool = False
+
+
+class GpuRequest(Strict):
+    min: int = Field(default=8, gt=0)
+    max: int = Field(default=1024, gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> GpuRequest:
+        if self.min > self.max:
+            raise ValueError(f"min {self.min} is larger than max {self.max}")
+        return self
+
+
+class Job(Strict):
+    """A training job: what it trains, how much, and who asks."""
+
+    name: str
+    model: str | None = None
+    architecture: Architecture | None = None
+    global_batch: int = Field(gt=0)  # sequences per step
+    seq_len: int | None = Field(default=None, gt=0)
+    tokens: Positive  # tokens to train
+    tenant: str = "default"
+    priority: int = Field(default=1, ge=0)
+    arrival_s: NonNegative = 0.0
+    gpus: GpuRequest = GpuRequest()
+
+    @model_validator(mode="after")
+    def _one_model(self) -> Job:
+        if (self.model is None) == (self.architecture is None):
+            raise ValueError("give exactly one of 'model' (a catalog name) or 'architecture'")
+        if self.model is not None:
+            try:
+                catalog.model(self.model)
+            except UserError as err:
+                raise ValueError(str(err)) from None
+        self.arch.validate()
+        return self
+
+    @property
+    def arch(self) -> catalog.ModelArch:
+        if self.model is not None:
+            base = catalog.model(self.model)
+            if self.seq_len is None:
+                return base
+            return catalog.ModelArch(**{**base.__dict__, "seq_len": self.seq_len})
+        a = self.architecture
+        assert a is not None
+        return catalog.ModelArch(
+            self.name, a.layers, a.hidden, a.ffn_hidden, a.heads, a.kv_heads or a.heads,
+            a.vocab, self.seq_len or 2048, a.gated_mlp, a.tied_embeddings,
+        )
+
+
+class Weights(Strict):
+    """R = efficiency·w1 + utilisation·w2 − cost·w3."""
+
+    efficiency: NonNegative = 1.0
+    utilization: NonNegative = 0.3
+    cost: NonNegative = 0.3
+
+
+class Scenario(Strict):
+    name: str
+    description: str = ""
+    seed: int = 0
+    weights: Weights = Weights()
+    domains: list[Domain] = Field(min_length=1)
+    links: list[Link] = []
+    jobs: list[Job] = []
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Scenario:
+        names = [d.name for d in self.domains]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"domain names must be unique; repeated: {', '.join(dupes)}")
+        seen = set()
+        for i, link in enumerate(self.links):
+            for end in (link.a, link.b):
+                if end not in names:
+                    raise ValueError(
+                        f"links[{i}] names unknown domain {end!r}; domains: {', '.join(names)}"
+                    )
+            pair = frozenset((link.a, link.b))
+            if pair in seen:
+                raise ValueError(f"links[{i}]: a second link between {link.a} and {link.b}")
+            seen.add(pair)
+        jobs = [j.name for j in self.jobs]
+        if len(set(jobs)) != len(jobs):
+            raise ValueError("job names must be unique")
+        return self
+
+    def job(self, name: str | None = None) -> Job:
+        if not self.jobs:
+            raise UserError(f"scenario {self.name!r} has no jobs")
+        if name is None:
+            return self.jobs[0]
+        for job in self.jobs:
+            if job.name == name:
+                return job
+        known = ", ".join(j.name for j in self.jobs)
+        raise UserError(f"no job {name!r} in scenario {self.name!r}; jobs: {known}")
+
+
+def _where(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def parse_scenario(data: object, source: str = "scenario") -> Scenario:
+    """Validate a parsed YAML document; raise UserError naming the first bad field."""
+    if not isinstance(data, dict):
+        raise UserError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = _where(tuple(p for p in first["loc"] if p not in ("function-after",)))
+        msg = first["msg"].removeprefix("Value error, ")
+        if first["type"] == "extra_forbidden":
+            msg = "unknown field (not part of the scenario schema)"
+        more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+        raise UserError(f"{source}: {where}: {msg}{more}") from None
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario YAML file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise UserError(f"cannot read scenario {path}: {err.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        problem = getattr(err, "problem", err)
+        raise UserError(f"{path}:{where} is not valid YAML: {problem}") from None
+    return parse_scenario(data, str(path))
+
+
+def default_scenario_path() -> Path:
+    """The scenario `xds` uses when none is given: five domains at national computing hubs."""
+    here = Path("scenarios") / "five_domains.yaml"
+    if here.is_file():
+        return here
+    repo = Path(__file__).resolve().parents[1] / "scenarios" / "five_domains.yaml"
+    if repo.is_file():
+        return repo
+    raise UserError("no scenario given and scenarios/five_domains.yaml not found; pass a path")
