@@ -22,20 +22,19 @@ def test_gpt_flops_match_megatron_formula():
     m = catalog.model("gpt3-175b")
     B, s, L, h, V = 1536, m.seq_len, m.layers, m.hidden, m.vocab
     megatron = 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
-    # Megatron's formula counts 12h² per layer; ours adds the biases-free exact shapes only.
     assert model_flops_per_step(m, B) == pytest.approx(megatron, rel=1e-9)
 
 
 def test_large_compute_bound_step_is_flops_over_sustained_peak():
     # Huge matrices, one GPU, no parallelism: the step is GEMM FLOPs at the sustained rate
     # plus what a hand calculation bounds: weight reads (intensity ~5000 FLOP/byte against a
-    # ridge of 295: ~6%), the Adam update (6.4e9 params × 30 B / 3.35 TB/s: 57 ms, ~4%) and
-    # element-wise kernels (~2%).
+    # ridge of 295: ~5%), causal flash attention (~3%), element-wise kernels (34·h bytes a
+    # token and layer, three passes each way: ~7%) and the Adam update (~3%).
     arch = catalog.ModelArch("wide", 2, 16384, 65536, 128, 128, 256, 2048, False, True)
     est, t = one(arch, 16, Plan(dp=1, micro_batch=4))
     gemm_flops = est.model_flops - 16 * 3 * 4 * 2048**2 * 16384 * 2  # minus attention
     floor = gemm_flops / (H100.peak_tflops * 1e12 * DEFAULT.gemm_efficiency)
-    assert floor * 1.05 < t < floor * 1.15
+    assert floor * 1.10 < t < floor * 1.25
 
 
 def test_breakdown_sums_to_step_time_for_many_plans():

@@ -1,7 +1,7 @@
 """The few fitted constants of the step-time model, each a physical quantity.
 
-Fitted by `benchmarks/calibrate.py` on a subset of published runs and checked on the rest;
-`benchmarks/calibration.md` shows the comparison.
+Fitted by `python -m benchmarks.calibrate --fit` on every other published Megatron-LM/NeMo
+configuration and checked on the rest; `benchmarks/calibration.md` shows the comparison.
 """
 
 from dataclasses import dataclass
@@ -9,13 +9,16 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Calibration:
-    gemm_efficiency: float = 0.80
+    gemm_efficiency: float = 0.766
     """Fraction of rated BF16 peak that a large, compute-bound GEMM sustains."""
 
-    fp8_gemm_efficiency: float = 0.60
+    fp8_gemm_efficiency: float = 0.773
     """Fraction of rated FP8 peak that a large FP8 GEMM sustains (scaling and casts included)."""
 
-    memory_passes: float = 1.0
+    attention_efficiency: float = 0.325
+    """Fraction of rated BF16 peak that fused (flash) attention sustains, forward and backward."""
+
+    memory_passes: float = 3.56
     """Bytes moved by element-wise kernels per byte of stored activation, forward pass."""
 
     collective_efficiency: float = 0.80
@@ -25,7 +28,7 @@ class Calibration:
     wan_efficiency: float = 0.90
     """Goodput over nominal bandwidth on a WAN link with many parallel streams."""
 
-    kernel_overhead_s: float = 0.0
+    kernel_overhead_s: float = 7.8e-5
     """Fixed time per transformer layer and micro-batch (launches, synchronisation)."""
 
 

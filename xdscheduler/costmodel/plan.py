@@ -143,7 +143,10 @@ class Stack:
             return cls()
         if name == "megatron-core-tp-overlap":
             return cls(tp_comm_overlap=True)
+        if name == "fsdp":
+            # PyTorch FSDP (ZeRO-3) with flash attention, no tensor parallelism to split by.
+            return cls(sequence_parallel=False)
         raise ValueError(f"unknown software stack {name!r}; known: {', '.join(STACKS)}")
 
 
-STACKS = ("megatron-core", "megatron-core-tp-overlap", "megatron-2022", "megatron-2021")
+STACKS = ("megatron-core", "megatron-core-tp-overlap", "megatron-2022", "megatron-2021", "fsdp")

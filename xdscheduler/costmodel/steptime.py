@@ -156,8 +156,9 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     if stack.flash_attention:
         attn_flops = 4 * mb * (s / cp) * s * h / tp * 0.5  # causal blocks are skipped
         attn_io = 4 * tok * h / tp * 2 / mem_bw
-        attn_fwd = attn_flops / bf16_eff_peak + attn_io
-        attn_bwd = FLASH_BACKWARD_FACTOR * attn_flops / bf16_eff_peak + 2 * attn_io
+        attn_peak = bf16_peak * calib.attention_efficiency
+        attn_fwd = attn_flops / attn_peak + attn_io
+        attn_bwd = FLASH_BACKWARD_FACTOR * attn_flops / attn_peak + 2 * attn_io
         s2_bytes_per_token = 0.0
     else:
         d_head = h / heads
@@ -168,8 +169,10 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
         s2_bytes_per_token = _score_bytes_per_token(arch, tp, s, stack)
 
     act_bytes_per_token = _activation_bytes_per_token(arch, tp, stack)
-    elem_fwd = calib.memory_passes * tok * (act_bytes_per_token + s2_bytes_per_token) / mem_bw
-    elem_s2_fwd = calib.memory_passes * tok * s2_bytes_per_token / mem_bw
+    # The fused softmax reads and writes each attention score once; the other element-wise
+    # kernels (norms, activations, dropout, residuals) move their bytes `memory_passes` times.
+    elem_s2_fwd = tok * s2_bytes_per_token / mem_bw
+    elem_fwd = calib.memory_passes * tok * act_bytes_per_token / mem_bw + elem_s2_fwd
 
     # Tensor-parallel all-reduce (or reduce-scatter + all-gather): two per layer each way.
     gpn = _f(hw.gpus_per_node)
@@ -183,15 +186,24 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     else:
         tp_fwd_exposed = tp_bwd_exposed = tp_fwd
 
-    layer_fwd = gemm_fwd + attn_fwd + elem_fwd + calib.kernel_overhead_s
-    layer_bwd = 2 * gemm_fwd + attn_bwd + 2 * elem_fwd + 2 * calib.kernel_overhead_s
+    # Context parallelism passes K and V blocks round a ring of CP ranks while attention runs
+    # (and dK, dV back in the backward pass): only what attention cannot cover is exposed.
+    cp_link = np.where(tp * cp <= gpn, _f(hw.scaleup_gbs) * 1e9, _f(hw.scaleout_gbps) * 1e9 / 8)
+    kv_ring = (cp - 1) * 2 * tok * h * kv_frac / tp * 2 / (calib.collective_efficiency * cp_link)
+    cp_fwd = np.maximum(0.0, kv_ring - attn_fwd)
+    cp_bwd = np.maximum(0.0, 2 * kv_ring - attn_bwd)
+
+    layer_fwd = gemm_fwd + attn_fwd + elem_fwd + cp_fwd + calib.kernel_overhead_s
+    layer_bwd = 2 * gemm_fwd + attn_bwd + 2 * elem_fwd + cp_bwd + 2 * calib.kernel_overhead_s
     recompute = _f(plans.recompute)
     layer_rec = np.where(recompute == 2, layer_fwd + tp_fwd_exposed,
                          np.where(recompute == 1, attn_fwd + elem_s2_fwd, 0.0))
     if stack.flash_attention:
         layer_rec = np.where(recompute == 1, 0.0, layer_rec)  # flash already recomputes
 
-    logits = 3 * gemm(tok, h, vocab / tp) + 3 * calib.memory_passes * tok * vocab / tp * 4 / mem_bw
+    # FP8 recipes keep the output layer in BF16 (Transformer Engine casts only the blocks).
+    logits = (3 * gemm(tok, h, vocab / tp, bf16_eff_peak, 2.0)
+              + 3 * calib.memory_passes * tok * vocab / tp * 4 / mem_bw)
     stage_compute = layers_per_stage * (layer_fwd + layer_bwd) + logits
     stage_rec = layers_per_stage * layer_rec
     stage_tp = layers_per_stage * (tp_fwd_exposed + tp_bwd_exposed)
@@ -215,8 +227,8 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     grad_bytes = gpu_params * stack.grad_reduce_bytes
     domains = _f(wan.dp_domains)
     local = np.maximum(dp / domains, 1.0)
-    dp_link = np.where((tp * cp * dp <= gpn) & (pp == 1), _f(hw.scaleup_gbs) * 1e9, scaleout)
-    dp_intra = 2 * (local - 1) / local * grad_bytes / (calib.collective_efficiency * dp_link)
+    dp_intra = _allreduce_s(grad_bytes, local, tp * cp, gpn, _f(hw.scaleup_gbs) * 1e9, scaleout,
+                            calib.collective_efficiency)
     diloco_h = _f(plans.diloco_h)
     spans = (domains > 1)
     model_grad_bytes = arch.params * stack.grad_reduce_bytes
@@ -224,13 +236,21 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     ring = 2 * (domains - 1) / domains * model_grad_bytes / dp_wan_bps + (domains - 1) * _f(
         wan.dp_rtt_s)
     dp_wan = np.where(spans & (diloco_h == 0), ring, 0.0)
-    window = layers_per_stage * layer_bwd if stack.overlap_grad_reduce else 0.0
-    zero3 = _f(plans.zero) >= 3
-    # ZeRO-3 gathers parameters for forward and backward and scatters gradients per micro-batch:
-    # 1.5x an all-reduce each time, prefetched behind compute.
-    dp_intra = np.where(zero3, 1.5 * micro_batches * dp_intra, dp_intra)
-    dp_total = dp_intra + dp_wan
-    dp_exposed = np.maximum(0.0, dp_total - window - np.where(zero3, micro_batches * t_mb, 0.0))
+    zero = _f(plans.zero)
+    zero3 = zero >= 3
+    # DDP all-reduces after the last backward; the distributed optimizer reduce-scatters there
+    # and all-gathers parameters during the next step's first forward. ZeRO-3 gathers
+    # parameters for forward and backward and scatters gradients every micro-batch (1.5x an
+    # all-reduce each time), prefetched behind that micro-batch's compute.
+    sharded = (zero >= 1) & ~zero3
+    reduce = np.where(sharded, dp_intra / 2, dp_intra) + dp_wan
+    gather = np.where(sharded, dp_intra / 2, 0.0)
+    bwd_window = layers_per_stage * layer_bwd if stack.overlap_grad_reduce else 0.0
+    fwd_window = layers_per_stage * layer_fwd if stack.overlap_param_gather else 0.0
+    dp_total = np.where(zero3, 1.5 * micro_batches * dp_intra + dp_wan, reduce + gather)
+    dp_exposed = np.where(
+        zero3, np.maximum(0.0, dp_total - micro_batches * t_mb),
+        np.maximum(0.0, reduce - bwd_window) + np.maximum(0.0, gather - fwd_window))
     dp_hidden = dp_total - dp_exposed
 
     compute_part = micro_batches * stage_compute
@@ -283,6 +303,20 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
         hardware_flops=full(hflops), tokens=tokens,
         cross_domain_bytes=full(pp_bytes + dp_bytes),
     )
+
+
+def _allreduce_s(size, ranks, inner, gpn, scaleup, scaleout, efficiency):
+    """Hierarchical all-reduce of `size` bytes over `ranks` ranks placed `inner` apart.
+
+    Megatron orders ranks TP, CP, DP, PP, so r = gpn / (TP·CP) ranks of a data-parallel group
+    share a node: they reduce-scatter over the scale-up links, the node's r NICs carry the
+    cross-node all-reduce of 1/r of the data each, and an all-gather over scale-up ends it.
+    """
+    per_node = np.clip(gpn / inner, 1.0, ranks)
+    nodes = ranks / per_node
+    inside = 2 * (per_node - 1) / per_node * size / scaleup
+    across = 2 * (nodes - 1) / nodes * size / (per_node * scaleout)
+    return (inside + across) / efficiency
 
 
 def _activation_bytes_per_token(arch: ModelArch, tp, stack: Stack):
