@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from xdscheduler.catalog import ModelArch
-from xdscheduler.costmodel.plan import RECOMPUTE, Hardware, Plan, PlanBatch, WanUse
+from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch, WanUse
 from xdscheduler.costmodel.steptime import estimate
 from xdscheduler.errors import UserError
 from xdscheduler.planner.objective import Objective, Weights, pareto_mask, score
@@ -295,7 +295,3 @@ def explain(job: JobSpec, best: Candidate, runner: Candidate | None, weights: We
                        f"mostly on {lead} (step {best.step_time_s:.2f} s vs "
                        f"{runner.step_time_s:.2f} s).")
     return out
-
-
-def recompute_name(index: int) -> str:
-    return RECOMPUTE[index]
