@@ -31,3 +31,39 @@ def data_dir() -> Path:
     if found is None:
         pytest.skip("shared measurement data not present (set XDS_DATA_DIR to its folder)")
     return found
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray cluster for every test that needs actors."""
+    ray = pytest.importorskip("ray")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if not ray.is_initialized():
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 object_store_memory=256 * 2**20)
+    yield ray
+    ray.shutdown()
+
+
+def small_scenario(hours_of_jobs: bool = True):
+    """Three domains, fast links between two, a slow one to the third, a light workload."""
+    from xdscheduler.scenario import parse_scenario
+
+    doc = {
+        "name": "three_domains", "seed": 3,
+        "domains": [
+            {"name": n, "location": {"city": n}, "nodes": [{"accelerator": a, "count": c}],
+             "intra_domain_gbps": 400}
+            for n, a, c in (("east", "H100-SXM", 16), ("west", "H100-SXM", 16),
+                            ("north", "A100-80GB", 8))],
+        "links": [
+            {"a": "east", "b": "west", "bandwidth_gbps": 10, "rtt_ms": 20, "price_per_gb": 0.02},
+            {"a": "east", "b": "north", "bandwidth_gbps": 2, "rtt_ms": 40, "price_per_gb": 0.05},
+            {"a": "west", "b": "north", "bandwidth_gbps": 2, "rtt_ms": 45, "price_per_gb": 0.05},
+        ],
+        "jobs": [{"name": "big", "model": "llama2-13b", "global_batch": 256, "tokens": 2e9,
+                  "gpus": {"min": 32, "max": 256}}],
+    }
+    if hours_of_jobs:
+        doc["workload"] = {"load": 0.8}
+    return parse_scenario(doc)

@@ -171,6 +171,14 @@ class Weights(Strict):
     cost: NonNegative = 0.3
 
 
+class Workload(Strict):
+    """Jobs generated on top of the listed ones, from published LLM-cluster statistics."""
+
+    load: float = Field(default=0.9, gt=0, le=3)  # offered accelerator-time over capacity
+    cluster: str = Field(default="kalos", pattern="^(kalos|seren)$")
+    min_gpus: int = Field(default=8, gt=0)
+
+
 class Scenario(Strict):
     name: str
     description: str = ""
@@ -179,6 +187,7 @@ class Scenario(Strict):
     domains: list[Domain] = Field(min_length=1)
     links: list[Link] = []
     jobs: list[Job] = []
+    workload: Workload | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:

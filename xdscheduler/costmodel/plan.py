@@ -112,6 +112,7 @@ class WanUse:
     dp_domains: np.ndarray | float = 1.0  # domains each data-parallel group spans
     dp_gbps: np.ndarray | float = np.inf  # narrowest link of the cross-domain ring
     dp_rtt_s: np.ndarray | float = 0.0  # largest RTT on that ring
+    dp_flat: np.ndarray | float = 0.0  # 1: one flat ring over every rank, no reduction inside
 
     def with_(self, **changes) -> WanUse:
         return replace(self, **changes)

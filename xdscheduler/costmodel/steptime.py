@@ -233,8 +233,11 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     spans = (domains > 1)
     model_grad_bytes = arch.params * stack.grad_reduce_bytes
     dp_wan_bps = _f(wan.dp_gbps) * 1e9 / 8 * calib.wan_efficiency
-    ring = 2 * (domains - 1) / domains * model_grad_bytes / dp_wan_bps + (domains - 1) * _f(
-        wan.dp_rtt_s)
+    # Hierarchical: only 1/local of the gradients leaves each domain. A flat ring over every
+    # rank sends all of them over each WAN link it crosses.
+    flat = _f(wan.dp_flat) > 0
+    wan_share = np.where(flat, 2.0, 2 * (domains - 1) / domains)
+    ring = wan_share * model_grad_bytes / dp_wan_bps + (domains - 1) * _f(wan.dp_rtt_s)
     dp_wan = np.where(spans & (diloco_h == 0), ring, 0.0)
     zero = _f(plans.zero)
     zero3 = zero >= 3
@@ -290,7 +293,7 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     hflops = mflops + rec_flops * tokens
 
     pp_bytes = 2 * crossings * batch * s * h * 2 * vp
-    dp_bytes = np.where(spans, 2 * (domains - 1) * model_grad_bytes
+    dp_bytes = np.where(spans, np.where(flat, 2 * domains, 2 * (domains - 1)) * model_grad_bytes
                         / np.where(diloco_h > 0, diloco_h, 1.0), 0.0)
     def full(x):
         return np.broadcast_to(np.asarray(x, dtype=np.float64), step.shape)

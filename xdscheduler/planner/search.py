@@ -148,7 +148,7 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights,
     c_idx, p_idx, fits, kind = c_idx[ok], p_idx[ok], fits[ok], kind[ok]
     rung = fits.argmax(axis=1)
 
-    free = np.array([d.free_gpus for d in view.domains])
+    free = np.array([d.available for d in view.domains])
     slots = pl.domains[p_idx]
     caps = np.where(slots >= 0, free[np.where(slots >= 0, slots, 0)], 0)
     is_pp = kind == PIPELINE
@@ -175,12 +175,16 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights,
                       {k: v[keep] for k, v in terms.items()})
 
 
+def _pick(x, idx: np.ndarray):
+    return np.asarray(x)[idx] if np.ndim(x) else x
+
+
 def _take_hw(hw: Hardware, idx: np.ndarray) -> Hardware:
-    return Hardware(**{k: np.asarray(v)[idx] for k, v in hw.__dict__.items()})
+    return Hardware(**{k: _pick(v, idx) for k, v in hw.__dict__.items()})
 
 
 def _take_wan(wan: WanUse, idx: np.ndarray) -> WanUse:
-    return WanUse(**{k: np.asarray(v)[idx] for k, v in wan.__dict__.items()})
+    return WanUse(**{k: _pick(v, idx) for k, v in wan.__dict__.items()})
 
 
 def _take_est(est, keep):

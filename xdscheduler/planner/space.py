@@ -65,7 +65,7 @@ def _divisors(n: int, limit: int) -> list[int]:
 def placements(view: ClusterView, opts: SearchOptions, gpus_min: int) -> Placements:
     """Every single-domain placement, and multi-domain ones over the largest domains."""
     k = len(view.domains)
-    free = np.array([d.free_gpus for d in view.domains])
+    free = np.array([d.available for d in view.domains])
     singles = [(SINGLE, (i,)) for i in range(k) if free[i] > 0]
     big = sorted(np.flatnonzero(free > 0), key=lambda i: -free[i])[: opts.combo_domains]
     combos = []
@@ -82,7 +82,7 @@ def placements(view: ClusterView, opts: SearchOptions, gpus_min: int) -> Placeme
     doms = np.full((len(rows), width), -1)
     for r, (_, members) in enumerate(rows):
         doms[r, : len(members)] = members
-    return _describe(view, np.array([kind for kind, _ in rows], dtype=object), doms)
+    return describe_placements(view, np.array([kind for kind, _ in rows], dtype=object), doms)
 
 
 def _connected(view: ClusterView, members) -> bool:
@@ -95,7 +95,7 @@ def _chains(members: tuple[int, ...]) -> list[tuple[int, ...]]:
     return [p for p in itertools.permutations(members) if p[0] < p[-1]]
 
 
-def _describe(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -> Placements:
+def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -> Placements:
     accs = [d.accelerator for d in view.domains]
     valid = doms >= 0
     safe = np.where(valid, doms, 0)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -17,10 +17,23 @@ class DomainView:
 
     name: str
     accelerator: Accelerator
-    free_gpus: int
+    free_gpus: int  # negative when other tenants grew into what this scheduler holds
     scaleup_gbs: float  # per GPU per direction
     scaleout_gbps: float  # per GPU
     price_per_gpu_hour: float
+    total_gpus: int = 0  # the domain's size; 0 where unknown
+    reserved_gpus: int = 0  # held by tenants this scheduler does not place
+    up: bool = True
+
+    @property
+    def available(self) -> int:
+        """Accelerators a new placement can take now."""
+        return max(self.free_gpus, 0) if self.up else 0
+
+    @property
+    def schedulable(self) -> int:
+        """The most this scheduler could hold here if its own jobs all finished."""
+        return self.total_gpus - self.reserved_gpus
 
 
 @dataclass(frozen=True)
@@ -47,6 +60,7 @@ class ClusterView:
                 name=d.name, accelerator=acc, free_gpus=free_gpus.get(d.name, d.gpus),
                 scaleup_gbs=(d.intra_node_gbps / 8 if d.intra_node_gbps else acc.scaleup_gbs),
                 scaleout_gbps=d.intra_domain_gbps, price_per_gpu_hour=d.price_per_gpu_hour,
+                total_gpus=d.gpus,
             ))
         k = len(domains)
         index = {d.name: i for i, d in enumerate(domains)}
@@ -59,16 +73,27 @@ class ClusterView:
             price[i, j] = price[j, i] = link.price_per_gb
         return cls(tuple(domains), bw, rtt, price)
 
-    def with_free(self, free_gpus: dict[str, int]) -> ClusterView:
-        domains = tuple(
-            DomainView(**{**d.__dict__, "free_gpus": free_gpus.get(d.name, d.free_gpus)})
-            for d in self.domains
-        )
+    def with_free(self, free_gpus: dict[str, int],
+                  reserved: dict[str, int] | None = None) -> ClusterView:
+        reserved = reserved or {}
+        domains = tuple(replace(d, free_gpus=free_gpus.get(d.name, d.free_gpus),
+                                reserved_gpus=reserved.get(d.name, d.reserved_gpus))
+                        for d in self.domains)
         return ClusterView(domains, self.bandwidth_gbps, self.rtt_ms, self.price_per_gb)
 
-    def with_bandwidth(self, bandwidth_gbps: np.ndarray) -> ClusterView:
-        return ClusterView(self.domains, np.asarray(bandwidth_gbps, dtype=float), self.rtt_ms,
-                           self.price_per_gb)
+    def with_links(self, bandwidth_gbps: np.ndarray, rtt_ms: np.ndarray) -> ClusterView:
+        return ClusterView(self.domains, np.asarray(bandwidth_gbps, dtype=float),
+                           np.asarray(rtt_ms, dtype=float), self.price_per_gb)
+
+    def with_down(self, down: set[str]) -> ClusterView:
+        """Domains that stopped answering: nothing is free there and no link reaches them."""
+        idx = [i for i, d in enumerate(self.domains) if d.name in down]
+        bw = self.bandwidth_gbps.copy()
+        bw[idx, :] = 0.0
+        bw[:, idx] = 0.0
+        domains = tuple(replace(d, free_gpus=0, up=False) if d.name in down else d
+                        for d in self.domains)
+        return ClusterView(domains, bw, self.rtt_ms, self.price_per_gb)
 
     @property
     def names(self) -> list[str]:

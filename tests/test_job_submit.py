@@ -1,0 +1,63 @@
+"""`xds run` submitted as a Ray job to a cluster started with `ray start --head`."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def head(tmp_path):
+    """A head node of our own, in its own process group so that we stop exactly it."""
+    gcs, dash = _free_port(), _free_port()
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    ray_bin = Path(sys.executable).with_name("ray")
+    proc = subprocess.Popen(
+        [str(ray_bin), "start", "--head", "--block", f"--port={gcs}", "--num-cpus=2",
+         "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
+         "--disable-usage-stats"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    address = f"http://127.0.0.1:{dash}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ok = subprocess.run([str(ray_bin), "job", "list", "--address", address], env=env,
+                            capture_output=True).returncode == 0
+        if ok:
+            break
+        time.sleep(1)
+    else:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("the Ray head did not come up within 60 s")
+    yield address, env, ray_bin
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_xds_run_through_ray_job_submit(head, tmp_path):
+    address, env, ray_bin = head
+    out = tmp_path / "study"
+    run = subprocess.run(
+        [str(ray_bin), "job", "submit", "--address", address, "--",
+         "xds", "run", "--hours", "1", "--policies", "single-domain,planner", "--out", str(out)],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["runtime"] == "ray"
+    assert set(report["policies"]) == {"single-domain", "planner"}

@@ -1,0 +1,52 @@
+"""The control plane on Ray: controller and domain actors, and what happens when one dies."""
+
+import time
+
+import pytest
+
+from xdscheduler.runtime.study import run_study, study_dynamics, study_jobs
+
+from .conftest import small_scenario
+
+HOURS = 3.0
+
+
+def test_study_on_ray_equals_the_study_without_it(ray_session, tmp_path):
+    scn = small_scenario()
+    on_ray = run_study(scn, ["planner"], HOURS, 5, tmp_path / "ray", show_progress=False)
+    local = run_study(scn, ["planner"], HOURS, 5, tmp_path / "local", local=True)
+    a, b = on_ray["policies"]["planner"], local["policies"]["planner"]
+    for key in ("mean_jct_s", "avg_utilization", "jobs_completed", "cross_domain_gb"):
+        assert a[key] == pytest.approx(b[key], rel=1e-9), key
+    for name in ("report.json", "metrics.parquet", "report.html", "decisions.jsonl"):
+        assert (tmp_path / "ray" / name).stat().st_size > 0
+
+
+def test_a_killed_domain_actor_is_seen_within_3_s_and_its_jobs_resume(ray_session):
+    ray = ray_session
+    from xdscheduler.runtime.controller import Controller
+
+    scn = small_scenario()
+    jobs = study_jobs(scn, HOURS, 2)
+    controller = Controller.remote(scn.model_dump(), [j.model_dump() for j in jobs], "planner",
+                                   study_dynamics(scn, 2, HOURS), HOURS * 3600)
+    ray.get(controller.advance.remote(3600))
+    actors = ray.get(controller.domain_actors.remote())
+    held = ray.get([a.allocations.remote() for a in actors])
+    victim = max(range(len(actors)), key=lambda i: sum(held[i].values()))
+    assert held[victim], "the test needs a domain that holds jobs"
+    ray.kill(actors[victim])
+    start = time.monotonic()
+    status = ray.get(controller.advance.remote(3600 + 300))
+    assert time.monotonic() - start <= 3.0
+    name = scn.domains[victim].name
+    assert name in status["down"]
+    status = ray.get(controller.advance.remote(HOURS * 3600 * 4))
+    res = ray.get(controller.results.remote())
+    moved = [r for r in res.jobs if r.requeues]
+    assert {r.spec.name for r in moved} >= set(held[victim])
+    assert all(r.checkpoint <= r.tokens for r in moved)
+    assert len(res.jobs) == len(jobs)
+    assert all(name not in d.domains for d in res.decisions
+               if d.action == "place" and d.time_s > res.down[name])
+    ray.kill(controller)

@@ -1,0 +1,52 @@
+"""The 12 indicators a domain reports, in 4 dimensions, each sample checked before it counts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# name -> (dimension, unit, lowest, highest): physical ranges outside which a sample is wrong.
+INDICATORS: dict[str, tuple[str, str, float, float]] = {
+    "compute_index": ("compute", "H100-equivalents", 0.0, 1e6),
+    "free_accelerators": ("compute", "count", 0.0, 1e6),
+    "utilization": ("compute", "fraction", 0.0, 1.0),
+    "free_accelerator_memory": ("storage", "GiB", 0.0, 1e9),
+    "storage_io": ("storage", "Gbit/s", 0.0, 1e6),
+    "free_storage": ("storage", "TB", 0.0, 1e7),
+    "intra_domain_bandwidth": ("network", "Gbit/s", 0.0, 3200.0),
+    "inter_domain_bandwidth": ("network", "Gbit/s", 0.0, 1e4),
+    "latency": ("network", "ms", 0.0, 2000.0),
+    "health": ("state", "fraction", 0.0, 1.0),
+    "load": ("state", "fraction", 0.0, 1.0),
+    "power": ("state", "kW", 0.0, 1e6),
+}
+STALE_AFTER_S = 120.0  # two report intervals: older samples describe a state that has moved on
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measured value with where it came from and when."""
+
+    name: str
+    value: float
+    unit: str
+    source: str
+    time_s: float
+
+
+def sample(name: str, value: float, source: str, time_s: float) -> Sample:
+    return Sample(name, float(value), INDICATORS[name][1], source, time_s)
+
+
+def rejection(s: Sample, now_s: float) -> str | None:
+    """Why a sample must not be used, or None when it is sound."""
+    spec = INDICATORS.get(s.name)
+    if spec is None:
+        return f"unknown indicator {s.name!r}"
+    _, unit, low, high = spec
+    if s.unit != unit:
+        return f"{s.name} in {s.unit!r}, expected {unit!r}"
+    if not low <= s.value <= high:
+        return f"{s.name} = {s.value:g} {unit} outside [{low:g}, {high:g}]"
+    if now_s - s.time_s > STALE_AFTER_S:
+        return f"{s.name} from {s.source} is {now_s - s.time_s:.0f} s old"
+    return None

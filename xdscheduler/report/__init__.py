@@ -1,0 +1,1 @@
+"""Reports people read: tables, plots and a page."""

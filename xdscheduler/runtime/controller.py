@@ -1,0 +1,65 @@
+"""The controller as a Ray actor: it owns the domain actors and runs the engine over them."""
+
+from __future__ import annotations
+
+import time
+
+import ray
+
+from xdscheduler.planner.policies import make_policy
+from xdscheduler.runtime.gateway import ActorDomains
+from xdscheduler.scenario import Job, parse_scenario
+from xdscheduler.sim.engine import Engine, Results
+
+
+class RealTimeClock:
+    """Holds each event back until its time has come on the wall clock (1 s per second)."""
+
+    def __init__(self):
+        self.start = time.monotonic()
+
+    def __call__(self, t: float) -> None:
+        delay = self.start + t - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class Controller:
+    """One policy's controller: the queue, the view, the decisions, the domain actors."""
+
+    def __init__(self, scenario: dict, jobs: list[dict], policy: str, dynamics,
+                 horizon_s: float, realtime: bool = False):
+        scn = parse_scenario(scenario)
+        self.domains = ActorDomains(scn, dynamics)
+        self.engine = Engine(
+            scn, [Job.model_validate(j) for j in jobs], make_policy(policy, scn.weights),
+            dynamics, self.domains, horizon_s, clock=RealTimeClock() if realtime else None,
+            tick_s=1.0 if realtime else None)
+        self.started = time.perf_counter()
+
+    def advance(self, until_s: float) -> dict:
+        """Run the study up to simulated time `until_s`; say where it stands."""
+        if not self.finished():
+            self.engine.run(until_s=until_s)
+        return self.status()
+
+    def finished(self) -> bool:
+        e = self.engine
+        idle = not e.pending and not e.queue and not any(r.running for r in e.runs)
+        return idle or e.now >= e.end_limit_s
+
+    def status(self) -> dict:
+        e = self.engine
+        return {"now_s": e.now, "queued": len(e.queue), "pending": len(e.pending),
+                "running": sum(r.running for r in e.runs),
+                "completed": sum(r.end_s is not None for r in e.runs),
+                "down": sorted(e.down), "finished": self.finished()}
+
+    def results(self) -> Results:
+        res = self.engine.results()
+        res.wall_s = time.perf_counter() - self.started
+        return res
+
+    def domain_actors(self) -> list:
+        return list(self.domains.actors)

@@ -1,0 +1,51 @@
+"""The engine's way to the domain actors: gather reports, apply and release allocations, and
+notice the domains that stop answering."""
+
+from __future__ import annotations
+
+import contextlib
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from xdscheduler.runtime.domain_actor import DomainActor
+from xdscheduler.scenario import Scenario
+from xdscheduler.sim.domain import DomainReport
+
+PING_TIMEOUT_S = 3.0  # a domain that has not answered in 3 s is down
+
+
+class ActorDomains:
+    """Creates and owns one DomainActor per domain (the supervisor of them all)."""
+
+    def __init__(self, scn: Scenario, dynamics, timeout_s: float = PING_TIMEOUT_S):
+        names = [d.name for d in scn.domains]
+        shared = ray.put(dynamics)  # one copy in the object store, read by every actor
+        self.actors = [DomainActor.remote(d.model_dump(), i, names, shared)
+                       for i, d in enumerate(scn.domains)]
+        self.alive = [True] * len(self.actors)
+        self.timeout_s = timeout_s
+
+    def reports(self, now_s: float) -> list[DomainReport | None]:
+        refs = {i: a.report.remote(now_s) for i, a in enumerate(self.actors) if self.alive[i]}
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.timeout_s)
+        ready = set(ready)
+        out: list[DomainReport | None] = [None] * len(self.actors)
+        for i, ref in refs.items():
+            try:
+                if ref not in ready:
+                    raise GetTimeoutError(f"domain {i} did not answer in {self.timeout_s} s")
+                out[i] = ray.get(ref)
+            except (RayActorError, GetTimeoutError):
+                self.alive[i] = False
+        return out
+
+    def apply(self, job: str, gpus: dict[int, int], now_s: float) -> None:
+        ray.get([self.actors[i].apply.remote(job, n, now_s) for i, n in gpus.items()
+                 if self.alive[i]])
+
+    def release(self, job: str) -> None:
+        refs = [a.release.remote(job) for a, up in zip(self.actors, self.alive, strict=True) if up]
+        for ref in refs:
+            with contextlib.suppress(RayActorError, GetTimeoutError):
+                ray.get(ref, timeout=self.timeout_s)  # a dead domain holds nothing any more

@@ -1,0 +1,162 @@
+"""A study: every policy over the same workload and the same realisation of the network,
+on Ray (a controller actor per policy, owning its domain actors) or in this process."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from xdscheduler.network.dynamics import Dynamics
+from xdscheduler.planner.policies import POLICIES, make_policy
+from xdscheduler.planner.search import JobSpec
+from xdscheduler.planner.view import ClusterView
+from xdscheduler.scenario import Job, Scenario
+from xdscheduler.sim.engine import Results, run_local
+from xdscheduler.sim.metrics import domain_table, ideal_rates, job_table, link_table, summarise
+from xdscheduler.workload import generate_jobs
+
+DRAIN_FACTOR = 10.0  # after arrivals stop, queued jobs may drain for up to 9x as long
+CHUNK_S = 3600.0  # the driver advances each controller an hour at a time (progress, control)
+
+
+def study_jobs(scn: Scenario, hours: float, seed: int) -> list[Job]:
+    """The scenario's own jobs that arrive within the study, plus its generated workload."""
+    jobs = [j for j in scn.jobs if j.arrival_s < hours * 3600]
+    if scn.workload is not None:
+        gpus = sum(d.gpus for d in scn.domains)
+        peak = sum(d.gpus * d.nodes[0].spec.bf16_tflops for d in scn.domains) / gpus
+        generated = generate_jobs(hours, gpus, seed, load=scn.workload.load,
+                                  cluster=scn.workload.cluster, min_gpus=scn.workload.min_gpus,
+                                  peak_tflops=peak)
+        taken = {j.name for j in jobs}
+        jobs += [g for g in generated if g.name not in taken]
+    return jobs
+
+
+def study_dynamics(scn: Scenario, seed: int, hours: float) -> Dynamics:
+    return Dynamics.generate(scn, seed, hours * 3600 * DRAIN_FACTOR)
+
+
+def connect(address: str | None) -> None:
+    """Use the Ray cluster at `address`, the one a `ray job submit` runs in, or a local one."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if address:
+        ray.init(address=address, log_to_driver=False)
+    elif os.environ.get("RAY_ADDRESS"):
+        ray.init(log_to_driver=False)
+    else:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+
+
+def _bar(total_s: float, label: str, show: bool):
+    if not show:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=round(total_s / 3600, 1), desc=label, unit="h", file=sys.stderr,
+                leave=True, bar_format="{desc:>20} {bar} {n:.0f}/{total:.0f} sim-h {elapsed}")
+
+
+def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, hours: float,
+               realtime: bool = False, show: bool = False) -> Results:
+    import ray
+
+    from xdscheduler.runtime.controller import Controller
+
+    horizon_s = hours * 3600
+    controller = Controller.remote(scn.model_dump(), [j.model_dump() for j in jobs], policy,
+                                   dynamics, horizon_s, realtime)
+    bar = _bar(horizon_s * DRAIN_FACTOR, policy, show)
+    t = 0.0
+    while True:
+        t += CHUNK_S
+        status = ray.get(controller.advance.remote(t))
+        if bar is not None:
+            bar.n = round(min(status["now_s"], horizon_s * DRAIN_FACTOR) / 3600, 1)
+            bar.set_postfix_str(f"{status['completed']}/{len(jobs)} done")
+            bar.refresh()
+        if status["finished"]:
+            break
+    if bar is not None:
+        bar.close()
+    results = ray.get(controller.results.remote())
+    ray.kill(controller)  # its domain actors go with it
+    return results
+
+
+def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: Path,
+              address: str | None = None, local: bool = False, realtime: bool = False,
+              show_progress: bool | None = None) -> dict:
+    """Run every policy, write the report to `out`, and return report.json's content."""
+    from xdscheduler.report.writer import write_report
+
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        from xdscheduler.errors import UserError
+
+        raise UserError(f"unknown policies {', '.join(unknown)}; known: {', '.join(POLICIES)}")
+    show = sys.stderr.isatty() if show_progress is None else show_progress
+    jobs = study_jobs(scn, hours, seed)
+    dynamics = study_dynamics(scn, seed, hours)
+    view = ClusterView.from_scenario(scn)
+    ideal = ideal_rates([JobSpec.of(j) for j in jobs], view)
+    price = float(np.average([d.price_per_gpu_hour for d in scn.domains],
+                             weights=[d.gpus for d in scn.domains]))
+    if not local:
+        connect(address)
+    runs: dict[str, Results] = {}
+    for name in policies:
+        if local:
+            runs[name] = run_local(scn, jobs, make_policy(name, scn.weights), dynamics,
+                                   hours * 3600)
+        else:
+            runs[name] = run_on_ray(scn, jobs, name, dynamics, hours, realtime, show)
+    summary = {
+        "scenario": scn.name, "seed": seed, "hours": hours, "jobs": len(jobs),
+        "runtime": "local" if local else "ray",
+        "weights": scn.weights.model_dump(),
+        "policies": {n: summarise(r, scn.weights, ideal, price, hours * 3600)
+                     for n, r in runs.items()},
+    }
+    summary["comparison"] = compare(summary["policies"])
+    write_report(out, summary,
+                 pd.concat([domain_table(r) for r in runs.values()], ignore_index=True),
+                 pd.concat([job_table(r) for r in runs.values()], ignore_index=True),
+                 link_table(dynamics, [d.name for d in scn.domains]))
+    _write_decisions(out, runs)
+    return summary
+
+
+def compare(policies: dict) -> dict:
+    """The planner against each baseline, as relative changes (negative: lower)."""
+    out = {}
+    base = policies.get("planner")
+    if base is None:
+        return out
+    for name, other in policies.items():
+        if name == "planner":
+            continue
+        out[f"planner_vs_{name}"] = {
+            key: (base[key] - other[key]) / other[key] if other[key] else None
+            for key in ("mean_jct_s", "avg_utilization", "cross_domain_cost", "objective")
+        }
+    return out
+
+
+def _write_decisions(out: Path, runs: dict[str, Results]) -> None:
+    """The append-only decision log of each controller, one JSON object a line."""
+    import json
+    from dataclasses import asdict
+
+    with (Path(out) / "decisions.jsonl").open("w") as f:
+        for name, res in runs.items():
+            for d in res.decisions:
+                f.write(json.dumps({"policy": name, **asdict(d)}) + "\n")

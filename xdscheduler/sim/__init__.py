@@ -1,0 +1,1 @@
+"""The simulation core: domains, jobs and time, with no Ray in it."""

@@ -1,0 +1,352 @@
+"""The study engine: jobs arrive, a policy places them, they train at the speed the cost model
+gives under the links of the moment, and every decision and sample is recorded.
+
+Time is discrete-event: the clock jumps to the next arrival, completion, restart or change of
+the network, so days of workload run in seconds. The domains are reached through a gateway:
+plain objects here (LocalDomains), Ray actors in `xdscheduler.runtime`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from xdscheduler.planner.policies import Placement, Policy, evaluate
+from xdscheduler.planner.search import JobSpec
+from xdscheduler.planner.space import DATA, PIPELINE
+from xdscheduler.planner.view import ClusterView
+from xdscheduler.scenario import Job, Scenario
+
+CHECKPOINT_S = 1800.0  # jobs save a checkpoint every 30 minutes of training
+RESTART_S = 300.0  # moving a job: save, reschedule, load and warm up again
+LINK_DROP = 0.30  # re-plan when a link a job uses loses 30% of its bandwidth at placement,
+RTT_RISE = 0.50  # or its RTT rises by half,
+LOAD_SWING = 0.20  # or a domain it uses sees its background load swing by a fifth
+
+
+@dataclass
+class JobRun:
+    """One job's life in one study."""
+
+    spec: JobSpec
+    tokens: float
+    arrival_s: float
+    priority: int
+    start_s: float | None = None
+    end_s: float | None = None
+    done: float = 0.0  # tokens trained
+    checkpoint: float = 0.0  # tokens safe in the last checkpoint
+    next_checkpoint_s: float = math.inf
+    placement: Placement | None = None
+    rate: float = 0.0  # tokens per second now
+    bytes_per_token: float = 0.0  # over the WAN
+    price_per_gb: float = 0.0
+    paused_until: float = 0.0
+    replans: int = 0
+    requeues: int = 0
+    wan_gb: float = 0.0
+    wan_cost: float = 0.0
+    reference: tuple = ()  # links and loads when placed, for the re-plan triggers
+
+    @property
+    def running(self) -> bool:
+        return self.placement is not None and self.end_s is None
+
+    def status(self) -> str:
+        if self.end_s is not None:
+            return "completed"
+        return "running" if self.placement is not None else "queued"
+
+
+@dataclass
+class Decision:
+    time_s: float
+    job: str
+    action: str  # place | replan | requeue
+    domains: dict[str, int]
+    plan: dict
+    explanation: str
+    decision_ms: float
+    free_before: dict[str, int]
+
+
+@dataclass
+class Results:
+    policy: str
+    jobs: list[JobRun]
+    decisions: list[Decision]
+    samples: list[dict]  # per domain per sample time
+    rejected_samples: int
+    end_s: float
+    busy_gpu_s: float
+    capacity_gpu_s: float
+    down: dict[str, float] = field(default_factory=dict)  # domain -> time it was seen down
+    wall_s: float = 0.0
+    names: list[str] = field(default_factory=list)
+
+
+class Engine:
+    """Runs one policy over one workload in one realisation of the network."""
+
+    def __init__(self, scn: Scenario, jobs: list[Job], policy: Policy, dynamics, domains,
+                 horizon_s: float, drain_factor: float = 4.0, clock: Callable | None = None,
+                 tick_s: float | None = None):
+        self.scn, self.policy, self.dynamics, self.domains = scn, policy, dynamics, domains
+        self.base_view = ClusterView.from_scenario(scn)
+        self.names = self.base_view.names
+        self.runs = sorted((JobRun(JobSpec.of(j), j.tokens, j.arrival_s, j.priority)
+                            for j in jobs), key=lambda r: (r.arrival_s, r.spec.name))
+        self.horizon_s = horizon_s
+        self.end_limit_s = horizon_s * drain_factor  # stop draining the queue after this
+        self.clock = clock  # called with each event time (real-time mode sleeps there)
+        self.tick_s = tick_s  # real-time mode: an event every tick even when nothing happens
+        self.now = 0.0
+        self.queue: list[JobRun] = []
+        self.pending = list(self.runs)  # not yet arrived, by arrival time
+        self.decisions: list[Decision] = []
+        self.samples: list[dict] = []
+        self.rejected = 0
+        self.busy_gpu_s = 0.0
+        self.down: dict[str, float] = {}
+        self.next_sample_s = 0.0
+        self.last_step_s: float | None = None
+        self.view = self.base_view
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self, until_s: float | None = None, progress: Callable | None = None) -> Results:
+        stop = self.end_limit_s if until_s is None else min(until_s, self.end_limit_s)
+        while True:
+            t = self._next_event()
+            if t > stop or t == math.inf:
+                break
+            if self.clock:
+                self.clock(t)
+            self.step(t)
+            if progress:
+                progress(t)
+            if not self.pending and not self.queue and not any(r.running for r in self.runs):
+                break
+        return self.results()
+
+    def step(self, t: float) -> None:
+        """Everything that happens at time t, in order."""
+        self._advance(t)
+        self.last_step_s = t
+        self._complete(t)
+        while self.pending and self.pending[0].arrival_s <= t:
+            self.queue.append(self.pending.pop(0))
+        self._observe(t)
+        if t >= self.next_sample_s:
+            self._retrigger(t)
+        self._schedule(t)
+        if t >= self.next_sample_s:  # links and loads change on the dynamics' grid
+            self._refresh_rates()
+            self._sample(t)
+            self.next_sample_s = t + self.dynamics.step_s
+
+    def _next_event(self) -> float:
+        times = [self.next_sample_s]
+        if self.tick_s:
+            times.append(self.now + self.tick_s)
+        if self.pending:
+            times.append(self.pending[0].arrival_s)
+        for r in self.runs:
+            if r.running:
+                start = max(self.now, r.paused_until)
+                if r.rate > 0:
+                    times.append(start + (r.tokens - r.done) / r.rate)
+                if r.paused_until > self.now:
+                    times.append(r.paused_until)
+        fresh = self.last_step_s != self.now  # nothing has happened at `now` yet
+        later = [x for x in times if x > self.now or (fresh and x == self.now)]
+        return min(later) if later else math.inf
+
+    # ------------------------------------------------------------------ progress
+
+    def _advance(self, t: float) -> None:
+        dt_total = t - self.now
+        for r in self.runs:
+            if not r.running or dt_total <= 0:
+                continue
+            self.busy_gpu_s += r.placement.total_gpus * dt_total
+            dt = max(t - max(self.now, r.paused_until), 0.0)
+            gained = min(r.rate * dt, r.tokens - r.done)
+            r.done += gained
+            r.wan_gb += gained * r.bytes_per_token / 1e9
+            r.wan_cost += gained * r.bytes_per_token / 1e9 * r.price_per_gb
+            while r.next_checkpoint_s <= t:
+                r.checkpoint = r.done
+                r.next_checkpoint_s += CHECKPOINT_S
+        self.now = t
+
+    def _complete(self, t: float) -> None:
+        for r in self.runs:
+            if r.running and r.done >= r.tokens * (1 - 1e-9):
+                r.end_s = t
+                self.domains.release(r.spec.name)
+
+    # ------------------------------------------------------------------ perception
+
+    def _observe(self, t: float) -> None:
+        """Gather the domains' reports; a domain that does not answer is down."""
+        from xdscheduler.sim.domain import accepted
+
+        reports = self.domains.reports(t)
+        free, reserved = {}, {}
+        for name, report in zip(self.names, reports, strict=True):
+            if report is None:
+                if name not in self.down:
+                    self.down[name] = t
+                    self._evacuate(name, t)
+                continue
+            self.rejected += len(accepted(report, t)[1])
+            free[name], reserved[name] = report.free_gpus, report.reserved_gpus
+        view = self.base_view.with_free(free, reserved).with_links(self.dynamics.bandwidth(t),
+                                                          self.dynamics.rtt(t))
+        self.view = view.with_down(set(self.down))
+
+    def _evacuate(self, name: str, t: float) -> None:
+        """Jobs on a lost domain go back to the queue from their last checkpoint."""
+        index = self.names.index(name)
+        for r in self.runs:
+            if r.running and index in r.placement.domains:
+                self.domains.release(r.spec.name)
+                self._log(t, r, "requeue", r.placement, f"domain {name} is down; resume from "
+                          f"the checkpoint at {r.checkpoint / r.tokens:.0%}", 0.0)
+                r.done, r.placement, r.rate, r.requeues = r.checkpoint, None, 0.0, r.requeues + 1
+                r.next_checkpoint_s = math.inf
+                self.queue.append(r)
+        self.queue.sort(key=lambda r: (r.arrival_s, r.spec.name))
+
+    # ------------------------------------------------------------------ decisions
+
+    def _schedule(self, t: float) -> None:
+        if not self.queue:
+            return
+        order = sorted(self.queue, key=lambda r: (-r.priority, r.arrival_s, r.spec.name))
+        by_name = {r.spec.name: r for r in order}
+        placements = self.policy.decide([r.spec for r in order], self.view, t)
+        for p in placements:
+            r = by_name[p.job]
+            self._start(r, p, t, "place")
+            self.queue.remove(r)
+
+    def _start(self, r: JobRun, p: Placement, t: float, action: str) -> None:
+        before = {d.name: d.free_gpus for d in self.view.domains}
+        self.domains.apply(r.spec.name, dict(zip(p.domains, p.gpus, strict=True)), t)
+        r.placement = p
+        if r.start_s is None:
+            r.start_s = t
+        r.next_checkpoint_s = t + CHECKPOINT_S
+        r.reference = self._reference(p, t)
+        self._rate(r)
+        self._log(t, r, action, p, p.explanation, p.decision_ms, before)
+        taken = dict(zip(p.domains, p.gpus, strict=True))
+        self.view = self.view.with_free({d.name: d.free_gpus - taken.get(i, 0)
+                                         for i, d in enumerate(self.view.domains)})
+
+    def _retrigger(self, t: float) -> None:
+        """Re-plan running jobs whose links or domains changed enough, when it pays."""
+        for r in self.runs:
+            if not r.running or r.paused_until > t or not self._triggered(r, t):
+                continue
+            new = self.policy.replan(r.spec, r.placement, self.view)
+            if new is None or (new.domains, new.gpus, new.plan) == (
+                    r.placement.domains, r.placement.gpus, r.placement.plan):
+                r.reference = self._reference(r.placement, t)
+                continue
+            est, _ = evaluate(new, r.spec, self.view)
+            new_rate = r.spec.global_batch * r.spec.seq / float(est.step_time_s[0])
+            left = r.tokens - r.done
+            if left / new_rate + RESTART_S >= left / max(r.rate, 1e-9):
+                r.reference = self._reference(r.placement, t)
+                continue  # moving would not pay for the restart
+            self.domains.release(r.spec.name)
+            self._return_gpus(r.placement)
+            r.checkpoint, r.replans, r.paused_until = r.done, r.replans + 1, t + RESTART_S
+            self._start(r, new, t, "replan")
+
+    def _return_gpus(self, p: Placement) -> None:
+        own = dict(zip(p.domains, p.gpus, strict=True))
+        self.view = self.view.with_free({d.name: d.free_gpus + own.get(i, 0)
+                                         for i, d in enumerate(self.view.domains)})
+
+    def _links_of(self, p: Placement) -> list[tuple[int, int]]:
+        d = p.domains
+        if p.kind == PIPELINE:
+            return list(itertools.pairwise(d))
+        if p.kind == DATA:
+            return [(a, b) for i, a in enumerate(d) for b in d[i + 1:]]
+        return []
+
+    def _reference(self, p: Placement, t: float) -> tuple:
+        bw, rtt, load = self.dynamics.bandwidth(t), self.dynamics.rtt(t), self.dynamics.load(t)
+        links = self._links_of(p)
+        return (np.array([min(bw[a, b], bw[b, a]) for a, b in links]),
+                np.array([rtt[a, b] for a, b in links]), load[list(p.domains)].copy())
+
+    def _triggered(self, r: JobRun, t: float) -> bool:
+        bw_ref, rtt_ref, load_ref = r.reference
+        bw_now, rtt_now, load_now = self._reference(r.placement, t)
+        return bool(np.any(bw_now <= (1 - LINK_DROP) * bw_ref)
+                    or np.any(rtt_now >= (1 + RTT_RISE) * rtt_ref)
+                    or np.any(np.abs(load_now - load_ref) >= LOAD_SWING * load_ref))
+
+    # ------------------------------------------------------------------ speed
+
+    def _refresh_rates(self) -> None:
+        """Links change the speed of jobs that span domains; the rest keep theirs."""
+        for r in self.runs:
+            if r.running and len(r.placement.domains) > 1:
+                self._rate(r)
+
+    def _rate(self, r: JobRun) -> None:
+        est, price = evaluate(r.placement, r.spec, self.view)
+        step = float(est.step_time_s[0])
+        tokens = r.spec.global_batch * r.spec.seq
+        r.rate = tokens / step
+        r.bytes_per_token = float(est.cross_domain_bytes[0]) / tokens
+        r.price_per_gb = price
+
+    # ------------------------------------------------------------------ records
+
+    def _log(self, t, r, action, p, why, ms, before=None) -> None:
+        names = {self.names[i]: g for i, g in zip(p.domains, p.gpus, strict=True)}
+        self.decisions.append(Decision(t, r.spec.name, action, names, p.plan.as_dict(), why,
+                                       ms, before or {}))
+
+    def _sample(self, t: float) -> None:
+        queue_len = len(self.queue)
+        load = self.dynamics.load(t)
+        for i, d in enumerate(self.view.domains):
+            total = d.total_gpus
+            busy = sum(g for r in self.runs if r.running
+                       for j, g in zip(r.placement.domains, r.placement.gpus, strict=True)
+                       if j == i)
+            self.samples.append({"time_s": t, "domain": d.name, "gpus_total": total,
+                                 "gpus_busy": busy, "utilization": busy / max(total, 1),
+                                 "queue_len": queue_len, "background_load": float(load[i])})
+
+    def results(self) -> Results:
+        capacity = sum(d.total_gpus for d in self.base_view.domains)
+        return Results(self.policy.name, self.runs, self.decisions, self.samples, self.rejected,
+                       self.now, self.busy_gpu_s, capacity * self.now, dict(self.down),
+                       names=list(self.names))
+
+
+def run_local(scn: Scenario, jobs: list[Job], policy: Policy, dynamics, horizon_s: float,
+              progress: Callable | None = None) -> Results:
+    """A whole study in this process, domains as plain objects."""
+    from xdscheduler.sim.domain import LocalDomains
+
+    start = time.perf_counter()
+    engine = Engine(scn, jobs, policy, dynamics, LocalDomains(scn.domains, dynamics), horizon_s)
+    results = engine.run(progress=progress)
+    results.wall_s = time.perf_counter() - start
+    return results

@@ -1,0 +1,122 @@
+"""What a study measured: the summary per policy and the tables behind the plots."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from xdscheduler.planner.search import JobSpec, search
+from xdscheduler.planner.view import ClusterView
+from xdscheduler.scenario import Weights
+from xdscheduler.sim.engine import Results
+
+THROUGHPUT_ONLY = Weights(efficiency=1.0, utilization=0.0, cost=0.0)
+
+
+def ideal_rates(specs: list[JobSpec], view: ClusterView) -> dict[str, float]:
+    """Tokens/s of each job's best plan on the empty cluster: its speed with no one else."""
+    cache: dict[tuple, float] = {}
+    out = {}
+    for spec in specs:
+        key = (spec.arch, spec.global_batch, spec.seq, spec.gpus_min, spec.gpus_max)
+        if key not in cache:
+            cache[key] = search(spec, view, THROUGHPUT_ONLY, top_k=0).best.tokens_per_s
+        out[spec.name] = cache[key]
+    return out
+
+
+def _pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def utilization_while_arriving(res: Results, horizon_s: float) -> float:
+    """Busy accelerator-time over available while jobs arrive: the same window for every
+    policy, before the queue drains."""
+    frame = pd.DataFrame(res.samples)
+    if frame.empty:
+        return 0.0
+    window = frame[frame["time_s"] < horizon_s]
+    return float(window["gpus_busy"].sum() / max(window["gpus_total"].sum(), 1))
+
+
+def summarise(res: Results, weights: Weights, ideal: dict[str, float],
+              gpu_price_per_hour: float, horizon_s: float) -> dict:
+    done = [r for r in res.jobs if r.end_s is not None]
+    # A job still unfinished when the study stops counts with the time it has waited so far.
+    jct = [(r.end_s if r.end_s is not None else res.end_s) - r.arrival_s for r in res.jobs]
+    queue = [(r.start_s if r.start_s is not None else res.end_s) - r.arrival_s
+             for r in res.jobs]
+    wan_gb = sum(r.wan_gb for r in res.jobs)
+    wan_cost = sum(r.wan_cost for r in res.jobs)
+    utilization = utilization_while_arriving(res, horizon_s)
+    # R per the scenario's weights: efficiency is the ideal time over the time a job took,
+    # cost the WAN bill over the bill for the accelerators the jobs held.
+    efficiency = [min(r.tokens / ideal[r.spec.name] / (r.end_s - r.arrival_s), 1.0)
+                  for r in done]
+    gpu_bill = res.busy_gpu_s / 3600 * gpu_price_per_hour
+    cost = wan_cost / gpu_bill if gpu_bill else 0.0
+    objective = (weights.efficiency * (float(np.mean(efficiency)) if efficiency else 0.0)
+                 + weights.utilization * utilization - weights.cost * cost)
+    ms = [d.decision_ms for d in res.decisions if d.action != "requeue"]
+    return {
+        "mean_jct_s": float(np.mean(jct)) if jct else float("nan"),
+        "p95_jct_s": _pct(jct, 95),
+        "makespan_s": max((r.end_s for r in done), default=float("nan"))
+        if len(done) == len(res.jobs) else res.end_s,
+        "avg_utilization": utilization,
+        "mean_queue_s": float(np.mean(queue)) if queue else float("nan"),
+        "jobs_completed": len(done),
+        "jobs_total": len(res.jobs),
+        "jobs_unfinished": len(res.jobs) - len(done),
+        "cross_domain_gb": wan_gb,
+        "cross_domain_cost": wan_cost,
+        "decision_ms_p50": _pct(ms, 50),
+        "decision_ms_p99": _pct(ms, 99),
+        "decisions": len(res.decisions),
+        "replans": sum(r.replans for r in res.jobs),
+        "requeues": sum(r.requeues for r in res.jobs),
+        "rejected_samples": res.rejected_samples,
+        "domains_down": sorted(res.down),
+        "mean_efficiency": float(np.mean(efficiency)) if efficiency else 0.0,
+        "wan_cost_over_gpu_cost": cost,
+        "objective": objective,
+        "wall_s": res.wall_s,
+    }
+
+
+def job_table(res: Results) -> pd.DataFrame:
+    rows = []
+    for r in res.jobs:
+        p = r.placement
+        rows.append({
+            "policy": res.policy, "job": r.spec.name, "arrival_s": r.arrival_s,
+            "start_s": r.start_s if r.start_s is not None else np.nan,
+            "end_s": r.end_s if r.end_s is not None else np.nan,
+            "jct_s": r.end_s - r.arrival_s if r.end_s is not None else np.nan,
+            "queue_s": r.start_s - r.arrival_s if r.start_s is not None else np.nan,
+            "gpus": p.total_gpus if p else 0,
+            "domains": "+".join(res.names[d] for d in (p.domains if p else ())),
+            "placement": p.kind if p else "", "cross_domain_gb": r.wan_gb,
+            "replans": r.replans, "status": r.status(),
+        })
+    return pd.DataFrame(rows)
+
+
+def domain_table(res: Results) -> pd.DataFrame:
+    frame = pd.DataFrame(res.samples)
+    frame.insert(0, "policy", res.policy)
+    return frame
+
+
+def link_table(dynamics, names: list[str]) -> pd.DataFrame:
+    """Bandwidth and RTT of every linked pair over time: the environment all policies share."""
+    bw, rtt, times = dynamics.bandwidth_gbps, dynamics.rtt_ms, dynamics.times_s
+    rows = []
+    for a in range(len(names)):
+        for b in range(a + 1, len(names)):
+            if bw[0, a, b] > 0:
+                rows.append(pd.DataFrame({"time_s": times, "link": f"{names[a]}-{names[b]}",
+                                          "bandwidth_gbps": bw[:, a, b],
+                                          "rtt_ms": rtt[:, a, b]}))
+    cols = ["time_s", "link", "bandwidth_gbps", "rtt_ms"]
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=cols)

@@ -1,0 +1,109 @@
+"""A generated stream of LLM training jobs whose sizes and run times follow published statistics.
+
+Source: the Acme trace of Shanghai AI Lab's LLM clusters, Seren and Kalos (Hu et al.,
+"Characterization of Large Language Model Development in the Datacenter", NSDI 2024; trace
+summary CC BY 4.0). Per GPU job: mean and median GPUs, run and queue time, and the share of
+jobs that complete, are cancelled or fail.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+import numpy as np
+
+from xdscheduler.catalog import MODELS
+from xdscheduler.errors import UserError
+from xdscheduler.scenario import GpuRequest, Job
+
+ACME = {
+    "seren": {"mean_gpus": 5.68, "median_gpus": 1.0, "mean_run_s": 1414.335,
+              "median_run_s": 122.0, "mean_queue_s": 445.984, "median_queue_s": 1.0,
+              "max_gpus": 1024, "complete": 0.497, "cancel": 0.075, "fail": 0.429},
+    "kalos": {"mean_gpus": 26.77, "median_gpus": 1.0, "mean_run_s": 1259.689,
+              "median_run_s": 124.0, "mean_queue_s": 214.179, "median_queue_s": 17.0,
+              "max_gpus": 1024, "complete": 0.541, "cancel": 0.062, "fail": 0.397},
+}
+SIZE_EXPONENT = 0.3  # assumption: run time grows as (gpus/8)^0.3 (bigger runs train longer)
+RUN_LIMITS_S = (600.0, 3 * 86400.0)  # a training job runs 10 minutes to 3 days here
+MFU = 0.40  # the model FLOP utilisation a run time is translated into tokens with
+PEAK_TFLOPS = 989.4  # an H100-class accelerator, unless the cluster's mean is given
+TENANTS = ("lab-a", "lab-b", "lab-c", "lab-d")
+
+
+def _lognormal(median: float, mean: float) -> tuple[float, float]:
+    """(mu, sigma) of the lognormal with this median and mean."""
+    return math.log(median), math.sqrt(2 * math.log(mean / median))
+
+
+def _model_for(gpus: int, rng: np.random.Generator) -> str:
+    if gpus <= 32:
+        return str(rng.choice(["llama2-7b", "llama3-8b"]))
+    if gpus <= 128:
+        return "llama2-13b"
+    if gpus <= 512:
+        return str(rng.choice(["llama2-70b", "llama3-70b"]))
+    return "gpt3-175b"
+
+
+def _sizes_and_runs(rng: np.random.Generator, n: int, stats: dict, low: int,
+                    high: int) -> tuple[np.ndarray, np.ndarray]:
+    """GPU requests (powers of two in [low, high]) and run times for n jobs.
+
+    The lognormal of all GPU jobs is truncated to multi-node sizes: this study schedules
+    distributed training, the many single-GPU debugging jobs of the trace are left out.
+    """
+    norm = NormalDist()
+    mu, sigma = _lognormal(stats["median_gpus"], stats["mean_gpus"])
+    lo, hi = norm.cdf((math.log(low) - mu) / sigma), norm.cdf((math.log(high) - mu) / sigma)
+    quantiles = np.array([norm.inv_cdf(u) for u in rng.uniform(lo, hi, n)])
+    gpus = np.exp(mu + sigma * quantiles)
+    gpus = np.clip(2 ** np.round(np.log2(gpus)), low, high).astype(int)
+    mu_t, sigma_t = _lognormal(stats["median_run_s"], stats["mean_run_s"])
+    runs = rng.lognormal(mu_t, sigma_t, n) * (gpus / 8) ** SIZE_EXPONENT
+    return gpus, np.clip(runs, *RUN_LIMITS_S)
+
+
+def generate_jobs(hours: float, total_gpus: int, seed: int, load: float = 0.9,
+                  cluster: str = "kalos", min_gpus: int = 8,
+                  peak_tflops: float = PEAK_TFLOPS) -> list[Job]:
+    """Jobs arriving over `hours`, offering `load` × the cluster's accelerator-time.
+
+    A job's tokens are what its accelerators would train in its run time at 40% of
+    `peak_tflops` (the cluster's mean accelerator), so a run time means the same work
+    whatever accelerators the cluster has.
+    """
+    stats = ACME.get(cluster)
+    if stats is None:
+        raise UserError(f"unknown cluster {cluster!r}; known: {', '.join(ACME)}")
+    high = min(stats["max_gpus"], 2 ** int(math.log2(max(total_gpus, 1))))
+    if high < min_gpus:
+        raise UserError(f"a cluster of {total_gpus} accelerators cannot hold jobs of "
+                        f"{min_gpus}")
+    rng = np.random.default_rng(seed)
+    probe_g, probe_t = _sizes_and_runs(np.random.default_rng(seed + 1), 20000, stats,
+                                       min_gpus, high)
+    per_job = float(np.mean(probe_g * probe_t))  # expected accelerator-seconds of one job
+    horizon_s = hours * 3600
+    n = rng.poisson(load * total_gpus * horizon_s / per_job)
+    arrivals = np.sort(rng.uniform(0, horizon_s, n))
+    gpus, runs = _sizes_and_runs(rng, n, stats, min_gpus, high)
+    jobs = []
+    for i in range(n):
+        model = _model_for(int(gpus[i]), rng)
+        params = MODELS[model].params
+        tokens_per_gpu_s = MFU * peak_tflops * 1e12 / (6 * params)
+        batch = 512 if params < 10e9 else (1024 if params < 100e9 else 1536)
+        jobs.append(Job(
+            name=f"gen-{i:04d}", model=model, global_batch=batch,
+            tokens=float(runs[i] * gpus[i] * tokens_per_gpu_s),
+            tenant=TENANTS[int(rng.integers(len(TENANTS)))],
+            priority=int(rng.integers(0, 3)), arrival_s=float(arrivals[i]),
+            gpus=GpuRequest(min=max(min_gpus, int(gpus[i]) // 4), max=int(gpus[i]))))
+    return jobs
+
+
+def failure_probability(cluster: str = "kalos") -> float:
+    """Share of GPU jobs that end in failure in the trace."""
+    return ACME[cluster]["fail"]
