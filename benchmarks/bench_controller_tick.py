@@ -39,17 +39,22 @@ def scenario(domains: int, nodes: int, queued: int, seed: int = 0):
     return parse_scenario(doc)
 
 
-def tick_time(engine: Engine, t: float) -> float:
-    start = time.perf_counter()
-    engine.step(t)
-    return time.perf_counter() - start
+def tick_times(engine: Engine, ticks: int = 3) -> list[float]:
+    """Seconds of each of the first ticks, five minutes of simulated time apart."""
+    out = []
+    for k in range(ticks):
+        start = time.perf_counter()
+        engine.step(300.0 * k)
+        out.append(time.perf_counter() - start)
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--domains", type=int, default=64)
     parser.add_argument("--nodes", type=int, default=128)
-    parser.add_argument("--queued", type=int, default=16)
+    parser.add_argument("--queued", type=int, default=24,
+                        help="queued jobs (the planner decides for 8 of them per tick)")
     args = parser.parse_args()
     scn = scenario(args.domains, args.nodes, args.queued)
     dyn = Dynamics.generate(scn, 0, 3600.0)
@@ -60,7 +65,7 @@ def main() -> None:
         return e
 
     local = engine(LocalDomains(scn.domains, dyn))
-    local_s = tick_time(local, 0.0)
+    local_s = float(np.median(tick_times(local)))
 
     import ray
 
@@ -72,19 +77,21 @@ def main() -> None:
     ray.get([a.ping.remote() for a in actors.actors])
     startup_s = time.perf_counter() - start
     on_ray = engine(actors)
-    first_s = tick_time(on_ray, 0.0)
+    ticks = tick_times(on_ray)
+    tick_s = float(np.median(ticks))
     reports_s = min(_reports_time(actors, 300.0 * k) for k in range(1, 4))
     gpus = args.domains * args.nodes * 8
     print_table(
         f"Controller tick, {args.domains} domains x {args.nodes} nodes x 8 ({gpus:,} "
         f"accelerators), {args.queued} queued jobs",
         ["what", "seconds", "vs local"],
-        [["tick, domains as plain objects (baseline)", local_s, 1.0],
-         ["tick, domains as Ray actors", first_s, first_s / local_s],
-         ["  of which: gather all reports", reports_s, reports_s / local_s],
+        [["tick, domains as plain objects (baseline), median of 3", local_s, 1.0],
+         ["tick, domains as Ray actors, median of 3", tick_s, tick_s / local_s],
+         ["  slowest of the 3 ticks on Ray", max(ticks), max(ticks) / local_s],
+         ["  gather all 64 reports", reports_s, reports_s / local_s],
          ["actor start-up (once)", startup_s, startup_s / local_s]],
         note=f"placed {sum(r.placement is not None for r in on_ray.runs)} of {args.queued} "
-             f"jobs; target: tick <= 1 s -> {'met' if first_s <= 1.0 else 'NOT met'}")
+             f"jobs in 3 ticks; target: tick <= 1 s -> {'met' if tick_s <= 1.0 else 'NOT met'}")
     ray.shutdown()
 
 

@@ -45,7 +45,7 @@ def head(tmp_path):
     yield address, env, ray_bin
     os.killpg(proc.pid, signal.SIGTERM)
     try:
-        proc.wait(timeout=30)
+        proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
 

@@ -50,3 +50,21 @@ def test_a_killed_domain_actor_is_seen_within_3_s_and_its_jobs_resume(ray_sessio
     assert all(name not in d.domains for d in res.decisions
                if d.action == "place" and d.time_s > res.down[name])
     ray.kill(controller)
+
+
+def test_real_time_mode_runs_one_simulated_second_per_second(ray_session):
+    ray = ray_session
+    from xdscheduler.runtime.controller import Controller
+
+    scn = small_scenario()
+    jobs = study_jobs(scn, HOURS, 4)
+    controller = Controller.remote(scn.model_dump(), [j.model_dump() for j in jobs], "planner",
+                                   study_dynamics(scn, 4, HOURS), HOURS * 3600, True)
+    ray.get(controller.status.remote())  # constructed
+    start = time.monotonic()
+    status = ray.get(controller.advance.remote(3.0))
+    elapsed = time.monotonic() - start
+    assert 2.0 <= elapsed <= 6.0
+    assert status["now_s"] == pytest.approx(3.0)
+    assert status["running"] >= 1  # jobs that arrived at once were placed on the first tick
+    ray.kill(controller)

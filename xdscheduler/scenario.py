@@ -78,6 +78,11 @@ class Domain(Strict):
     def gpus(self) -> int:
         return sum(g.count * g.gpus_each for g in self.nodes)
 
+    @property
+    def accelerator(self) -> catalog.Accelerator:
+        """The accelerator most of the domain has: the one a mixed domain is planned on."""
+        return max(self.nodes, key=lambda g: g.count * g.gpus_each).spec
+
 
 class Link(Strict):
     """A WAN link between two domains; bandwidth per direction."""

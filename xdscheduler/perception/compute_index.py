@@ -47,7 +47,7 @@ def _search(job: JobSpec, acc: catalog.Accelerator, top_k: int) -> list[Candidat
         (DomainView("domain", acc, job.gpus_max, acc.scaleup_gbs, acc.scaleout_gbps, 1.0),),
         np.zeros((1, 1)), np.zeros((1, 1)), np.zeros((1, 1)))
     try:
-        decision = search(job, view, THROUGHPUT_ONLY, top_k=top_k)
+        decision = search(job, view, THROUGHPUT_ONLY, top_k=top_k, pareto=False)
     except UserError:
         return []
     return [decision.best, *decision.alternatives]

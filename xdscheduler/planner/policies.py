@@ -185,7 +185,9 @@ class PlannerPolicy:
 
     weights: Weights
     name: str = "planner"
-    options: SearchOptions | None = None
+    # Online decisions search a leaner grid than `xds plan`: micro-batches of 1-2 cover
+    # nearly all of the best plans and halve the candidates.
+    options: SearchOptions = field(default_factory=lambda: SearchOptions(micro_batch=(1, 2)))
     lookahead: int = 8  # queued jobs considered per decision; the rest wait their turn
     _no_fit: dict = field(default_factory=dict)  # job -> free accelerators it did not fit
 
@@ -215,7 +217,7 @@ class PlannerPolicy:
         if sum(d.available for d in view.domains) < job.gpus_min:
             return None
         try:
-            decision = search(job, view, self.weights, self.options, top_k=1)
+            decision = search(job, view, self.weights, self.options, top_k=1, pareto=False)
         except UserError:
             return None
         best = decision.best

@@ -101,8 +101,12 @@ class _Evaluated:
 
 
 def search(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchOptions | None = None,
-           top_k: int = 5) -> Decision:
-    """Best plan for `job` on the free accelerators of `view`, with alternatives and reasons."""
+           top_k: int = 5, pareto: bool = True) -> Decision:
+    """Best plan for `job` on the free accelerators of `view`, with alternatives and reasons.
+
+    `pareto=False` skips the Pareto front (quadratic in the candidates kept) when only the
+    decision is wanted, as in a running study.
+    """
     opts = opts or SearchOptions()
     start = time.perf_counter()
     ev = evaluate_space(job, view, weights, opts)
@@ -116,16 +120,18 @@ def search(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchOption
     order = np.argsort(-ev.terms["objective"], kind="stable")
     picked = _distinct(ev, order, top_k + 1)
     cands = [_candidate(ev, i, pl, view, job) for i in picked]
-    front = order[: min(len(order), 4000)]
-    mask = pareto_mask(ev.terms["tokens_per_s"][front], ev.terms["utilization"][front],
-                       ev.terms["cost"][front])
-    pareto_idx = _distinct(ev, front[mask], 20)
-    pareto = [_candidate(ev, i, pl, view, job) for i in pareto_idx]
+    front_idx = []
+    if pareto:
+        front = order[: min(len(order), 4000)]
+        mask = pareto_mask(ev.terms["tokens_per_s"][front], ev.terms["utilization"][front],
+                           ev.terms["cost"][front])
+        front_idx = _distinct(ev, front[mask], 20)
+    front_cands = [_candidate(ev, i, pl, view, job) for i in front_idx]
     best = cands[0]
     runner = next((c for c in cands[1:] if _shape(c) != _shape(best)), None)
     explanation = explain(job, best, runner, weights)
     ms = (time.perf_counter() - start) * 1000
-    return Decision(job.name, best, cands[1:], pareto, explanation, ms, len(ev.place))
+    return Decision(job.name, best, cands[1:], front_cands, explanation, ms, len(ev.place))
 
 
 def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights,
@@ -135,29 +141,37 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights,
     pl = placements(view, opts, job.gpus_min)
     if len(pl) == 0 or len(grid.plans) == 0:
         return None
-    c_idx, p_idx = (x.ravel() for x in np.meshgrid(np.arange(len(grid.plans)),
-                                                    np.arange(len(pl)), indexing="ij"))
-    g = grid.plans
-    n = (g.dp * g.tp * g.pp * g.cp)[c_idx]
-    hw = pl.hardware
-    ok = (n >= job.gpus_min) & (g.tp[c_idx] <= np.asarray(hw.gpus_per_node)[p_idx])
-    kind = pl.kind[p_idx]
-    ok &= (g.diloco_h[c_idx] == 0) | (kind == DATA)
-    fits = grid.memory_gib[c_idx] <= np.asarray(hw.memory_gib)[p_idx][:, None]
-    ok &= fits.any(axis=1)
-    c_idx, p_idx, fits, kind = c_idx[ok], p_idx[ok], fits[ok], kind[ok]
-    rung = fits.argmax(axis=1)
-
+    g, hw = grid.plans, pl.hardware
     free = np.array([d.available for d in view.domains])
-    slots = pl.domains[p_idx]
+    slots_all = pl.domains
+    room = np.where(slots_all >= 0, free[np.where(slots_all >= 0, slots_all, 0)], 0).sum(axis=1)
+    # The first memory rung each plan fits under each distinct accelerator memory (-1: none).
+    limits, limit_of = np.unique(np.asarray(hw.memory_gib), return_inverse=True)
+    fits = grid.memory_gib[:, :, None] <= limits[None, None, :]
+    first = np.where(fits.any(axis=1), fits.argmax(axis=1), -1)  # (C, L)
+    c_idx, p_idx = (x.ravel() for x in np.meshgrid(np.arange(len(g)), np.arange(len(pl)),
+                                                    indexing="ij"))
+    n = (g.dp * g.tp * g.pp * g.cp)[c_idx]
+    kind = pl.kind[p_idx]
+    rung = first[c_idx, limit_of[p_idx]]
+    ok = ((n >= job.gpus_min) & (n <= room[p_idx]) & (rung >= 0)
+          & (g.tp[c_idx] <= np.asarray(hw.gpus_per_node)[p_idx])
+          & ((g.diloco_h[c_idx] == 0) | (kind == DATA)))
+    c_idx, p_idx, rung, kind = c_idx[ok], p_idx[ok], rung[ok], kind[ok]
+
+    slots = slots_all[p_idx]
     caps = np.where(slots >= 0, free[np.where(slots >= 0, slots, 0)], 0)
-    is_pp = kind == PIPELINE
+    is_pp, single = kind == PIPELINE, kind == SINGLE
     dp, tp, pp, cp = g.dp[c_idx], g.tp[c_idx], g.pp[c_idx], g.cp[c_idx]
-    unit = np.where(is_pp, dp * tp * cp, np.where(kind == DATA, tp * pp * cp, dp * tp * pp * cp))
-    total = np.where(is_pp, pp, np.where(kind == DATA, dp, 1))
-    parts = share(total, caps // unit[:, None])
-    ok = parts.sum(axis=1) == total
-    ok &= np.where(kind == SINGLE, True, (parts > 0).sum(axis=1) == (slots >= 0).sum(axis=1))
+    unit = np.where(is_pp, dp * tp * cp, np.where(single, dp * tp * pp * cp, tp * pp * cp))
+    total = np.where(is_pp, pp, np.where(single, 1, dp))
+    parts = np.zeros_like(caps)
+    parts[single, 0] = 1  # fits: n <= room was checked above
+    multi = ~single
+    if multi.any():
+        parts[multi] = share(total[multi], caps[multi] // unit[multi, None])
+    ok = (parts.sum(axis=1) == total) & np.where(
+        single, True, (parts > 0).sum(axis=1) == (slots >= 0).sum(axis=1))
     if not ok.any():
         return None
     c_idx, p_idx, rung, parts, unit = c_idx[ok], p_idx[ok], rung[ok], parts[ok], unit[ok]

@@ -64,9 +64,14 @@ def _divisors(n: int, limit: int) -> list[int]:
 
 def placements(view: ClusterView, opts: SearchOptions, gpus_min: int) -> Placements:
     """Every single-domain placement, and multi-domain ones over the largest domains."""
-    k = len(view.domains)
     free = np.array([d.available for d in view.domains])
-    singles = [(SINGLE, (i,)) for i in range(k) if free[i] > 0]
+    # Domains alike in every way the objective sees give the same single-domain plans: keep
+    # one of each kind (the first), so 64 domains of 8 types search like 8.
+    alike = {}
+    for i, d in enumerate(view.domains):
+        key = (d.accelerator.name, free[i], d.scaleup_gbs, d.scaleout_gbps, d.price_per_gpu_hour)
+        alike.setdefault(key, i)
+    singles = [(SINGLE, (i,)) for i in sorted(alike.values()) if free[i] > 0]
     big = sorted(np.flatnonzero(free > 0), key=lambda i: -free[i])[: opts.combo_domains]
     combos = []
     for size in range(2, opts.max_domains + 1):

@@ -53,9 +53,7 @@ class ClusterView:
             raise UserError(f"free GPUs given for unknown domains: {', '.join(sorted(unknown))}")
         domains = []
         for d in scn.domains:
-            # A domain with several node types is planned on its most common one.
-            group = max(d.nodes, key=lambda g: g.count * g.gpus_each)
-            acc = group.spec
+            acc = d.accelerator
             domains.append(DomainView(
                 name=d.name, accelerator=acc, free_gpus=free_gpus.get(d.name, d.gpus),
                 scaleup_gbs=(d.intra_node_gbps / 8 if d.intra_node_gbps else acc.scaleup_gbs),

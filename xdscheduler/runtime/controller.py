@@ -16,9 +16,11 @@ class RealTimeClock:
     """Holds each event back until its time has come on the wall clock (1 s per second)."""
 
     def __init__(self):
-        self.start = time.monotonic()
+        self.start: float | None = None  # wall time of simulated 0, set by the first event
 
     def __call__(self, t: float) -> None:
+        if self.start is None:
+            self.start = time.monotonic() - t
         delay = self.start + t - time.monotonic()
         if delay > 0:
             time.sleep(delay)

@@ -28,7 +28,7 @@ def study_jobs(scn: Scenario, hours: float, seed: int) -> list[Job]:
     jobs = [j for j in scn.jobs if j.arrival_s < hours * 3600]
     if scn.workload is not None:
         gpus = sum(d.gpus for d in scn.domains)
-        peak = sum(d.gpus * d.nodes[0].spec.bf16_tflops for d in scn.domains) / gpus
+        peak = sum(d.gpus * d.accelerator.bf16_tflops for d in scn.domains) / gpus
         generated = generate_jobs(hours, gpus, seed, load=scn.workload.load,
                                   cluster=scn.workload.cluster, min_gpus=scn.workload.min_gpus,
                                   peak_tflops=peak)

@@ -56,7 +56,7 @@ class DomainState:
 
     def report(self, now_s: float, load: float, bandwidth_row: np.ndarray,
                rtt_row: np.ndarray, names: list[str]) -> DomainReport:
-        spec, acc = self.spec, self.spec.nodes[0].spec
+        spec, acc = self.spec, self.spec.accelerator
         busy = sum(self.allocations.values())
         linked = [j for j in range(len(names)) if j != self.index and bandwidth_row[j] > 0]
         src = f"domain:{spec.name}"

@@ -21,6 +21,7 @@ from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.space import DATA, PIPELINE
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Job, Scenario
+from xdscheduler.sim.domain import LocalDomains, accepted
 
 CHECKPOINT_S = 1800.0  # jobs save a checkpoint every 30 minutes of training
 RESTART_S = 300.0  # moving a job: save, reschedule, load and warm up again
@@ -195,8 +196,6 @@ class Engine:
 
     def _observe(self, t: float) -> None:
         """Gather the domains' reports; a domain that does not answer is down."""
-        from xdscheduler.sim.domain import accepted
-
         reports = self.domains.reports(t)
         free, reserved = {}, {}
         for name, report in zip(self.names, reports, strict=True):
@@ -343,8 +342,6 @@ class Engine:
 def run_local(scn: Scenario, jobs: list[Job], policy: Policy, dynamics, horizon_s: float,
               progress: Callable | None = None) -> Results:
     """A whole study in this process, domains as plain objects."""
-    from xdscheduler.sim.domain import LocalDomains
-
     start = time.perf_counter()
     engine = Engine(scn, jobs, policy, dynamics, LocalDomains(scn.domains, dynamics), horizon_s)
     results = engine.run(progress=progress)

@@ -20,7 +20,8 @@ def ideal_rates(specs: list[JobSpec], view: ClusterView) -> dict[str, float]:
     for spec in specs:
         key = (spec.arch, spec.global_batch, spec.seq, spec.gpus_min, spec.gpus_max)
         if key not in cache:
-            cache[key] = search(spec, view, THROUGHPUT_ONLY, top_k=0).best.tokens_per_s
+            best = search(spec, view, THROUGHPUT_ONLY, top_k=0, pareto=False).best
+            cache[key] = best.tokens_per_s
         out[spec.name] = cache[key]
     return out
 
