@@ -198,7 +198,10 @@ class Engine:
         """Gather the domains' reports; a domain that does not answer is down."""
         reports = self.domains.reports(t)
         free, reserved = {}, {}
-        for name, report in zip(self.names, reports, strict=True):
+        k = len(self.names)
+        bw, rtt = np.zeros((k, k)), np.zeros((k, k))
+        index = {n: i for i, n in enumerate(self.names)}
+        for i, (name, report) in enumerate(zip(self.names, reports, strict=True)):
             if report is None:
                 if name not in self.down:
                     self.down[name] = t
@@ -206,8 +209,9 @@ class Engine:
                 continue
             self.rejected += len(accepted(report, t)[1])
             free[name], reserved[name] = report.free_gpus, report.reserved_gpus
-        view = self.base_view.with_free(free, reserved).with_links(self.dynamics.bandwidth(t),
-                                                          self.dynamics.rtt(t))
+            for other, (gbps, ms) in report.links.items():  # each end reports its outbound
+                bw[i, index[other]], rtt[i, index[other]] = gbps, ms
+        view = self.base_view.with_free(free, reserved).with_links(bw, np.maximum(rtt, rtt.T))
         self.view = view.with_down(set(self.down))
 
     def _evacuate(self, name: str, t: float) -> None:
@@ -285,10 +289,12 @@ class Engine:
         return []
 
     def _reference(self, p: Placement, t: float) -> tuple:
-        bw, rtt, load = self.dynamics.bandwidth(t), self.dynamics.rtt(t), self.dynamics.load(t)
+        """What the triggers compare against: the links and loads a placement sees now."""
+        bw, rtt = self.view.bandwidth_gbps, self.view.rtt_ms
+        load = np.array([d.reserved_gpus / max(d.total_gpus, 1) for d in self.view.domains])
         links = self._links_of(p)
         return (np.array([min(bw[a, b], bw[b, a]) for a, b in links]),
-                np.array([rtt[a, b] for a, b in links]), load[list(p.domains)].copy())
+                np.array([rtt[a, b] for a, b in links]), load[list(p.domains)])
 
     def _triggered(self, r: JobRun, t: float) -> bool:
         bw_ref, rtt_ref, load_ref = r.reference
