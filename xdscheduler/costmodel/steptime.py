@@ -261,7 +261,7 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     # DiLoCo: outer sync every H steps, overlapped with the next H inner steps.
     sync_total = np.where(spans & (diloco_h > 0), ring / np.maximum(diloco_h, 1), 0.0)
     sync_exposed = np.maximum(0.0, sync_total - inner)
-    opt_params = gpu_params / np.where(_f(plans.zero) >= 1, dp, 1.0)
+    opt_params = gpu_params / np.where(zero >= 1, dp, 1.0)
     optimizer = opt_params * ADAM_BYTES_PER_PARAM / mem_bw
 
     breakdown = {
@@ -295,6 +295,7 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     pp_bytes = 2 * crossings * batch * s * h * 2 * vp
     dp_bytes = np.where(spans, np.where(flat, 2 * domains, 2 * (domains - 1)) * model_grad_bytes
                         / np.where(diloco_h > 0, diloco_h, 1.0), 0.0)
+
     def full(x):
         return np.broadcast_to(np.asarray(x, dtype=np.float64), step.shape)
 
