@@ -3,8 +3,7 @@
 import pytest
 
 from xdscheduler.planner.policies import GreedyCrossDomain, PlannerPolicy, SingleDomain
-from xdscheduler.runtime.study import study_dynamics, study_jobs
-from xdscheduler.sim.engine import run_local
+from xdscheduler.runtime.study import run_here, study_dynamics, study_jobs
 
 from .conftest import small_scenario
 
@@ -21,7 +20,7 @@ def study():
 @pytest.fixture(scope="module")
 def outcomes(study):
     scn, jobs, dyn = study
-    return {p.name: run_local(scn, jobs, p, dyn, HOURS * 3600)
+    return {p.name: run_here(scn, jobs, p, dyn, HOURS * 3600)
             for p in (SingleDomain(), GreedyCrossDomain(), PlannerPolicy(scn.weights))}
 
 
@@ -50,7 +49,7 @@ def test_single_domain_never_crosses_the_wan(outcomes):
 
 def test_the_same_inputs_give_the_same_study(study, outcomes):
     scn, jobs, dyn = study
-    again = run_local(scn, jobs, PlannerPolicy(scn.weights), dyn, HOURS * 3600)
+    again = run_here(scn, jobs, PlannerPolicy(scn.weights), dyn, HOURS * 3600)
     first = outcomes["planner"]
     assert [(r.start_s, r.end_s) for r in again.jobs] == [(r.start_s, r.end_s)
                                                           for r in first.jobs]

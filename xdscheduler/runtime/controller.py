@@ -42,21 +42,12 @@ class Controller:
 
     def advance(self, until_s: float) -> dict:
         """Run the study up to simulated time `until_s`; say where it stands."""
-        if not self.finished():
+        if not self.engine.finished:
             self.engine.run(until_s=until_s)
-        return self.status()
-
-    def finished(self) -> bool:
-        e = self.engine
-        idle = not e.pending and not e.queue and not any(r.running for r in e.runs)
-        return idle or e.now >= e.end_limit_s
+        return self.engine.status()
 
     def status(self) -> dict:
-        e = self.engine
-        return {"now_s": e.now, "queued": len(e.queue), "pending": len(e.pending),
-                "running": sum(r.running for r in e.runs),
-                "completed": sum(r.end_s is not None for r in e.runs),
-                "down": sorted(e.down), "finished": self.finished()}
+        return self.engine.status()
 
     def results(self) -> Results:
         res = self.engine.results()

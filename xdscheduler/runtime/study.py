@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from xdscheduler.network.dynamics import Dynamics
-from xdscheduler.planner.policies import POLICIES, make_policy
+from xdscheduler.planner.policies import POLICIES, Policy, make_policy
 from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Job, Scenario
-from xdscheduler.sim.engine import Results, run_local
+from xdscheduler.sim.domain import LocalDomains
+from xdscheduler.sim.engine import Engine, Results
 from xdscheduler.sim.metrics import domain_table, ideal_rates, job_table, link_table, summarise
 from xdscheduler.workload import generate_jobs
 
@@ -56,13 +58,29 @@ def connect(address: str | None) -> None:
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
 
 
-def _bar(total_s: float, label: str, show: bool):
+def _bar(jobs: int, label: str, show: bool):
     if not show:
         return None
     from tqdm import tqdm
 
-    return tqdm(total=round(total_s / 3600, 1), desc=label, unit="h", file=sys.stderr,
-                leave=True, bar_format="{desc:>20} {bar} {n:.0f}/{total:.0f} sim-h {elapsed}")
+    return tqdm(total=jobs, desc=f"{label:>20}", unit="job", file=sys.stderr, leave=True)
+
+
+def _follow(advance, jobs: int, label: str, show: bool) -> None:
+    """Advance a study an hour of simulated time at a time, showing jobs done."""
+    bar = _bar(jobs, label, show)
+    t = 0.0
+    while True:
+        t += CHUNK_S
+        status = advance(t)
+        if bar is not None:
+            bar.n = status["completed"]
+            bar.set_postfix_str(f"{status['now_s'] / 3600:.0f} sim-h")
+            bar.refresh()
+        if status["finished"]:
+            break
+    if bar is not None:
+        bar.close()
 
 
 def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, hours: float,
@@ -71,24 +89,28 @@ def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, 
 
     from xdscheduler.runtime.controller import Controller
 
-    horizon_s = hours * 3600
     controller = Controller.remote(scn.model_dump(), [j.model_dump() for j in jobs], policy,
-                                   dynamics, horizon_s, realtime)
-    bar = _bar(horizon_s * DRAIN_FACTOR, policy, show)
-    t = 0.0
-    while True:
-        t += CHUNK_S
-        status = ray.get(controller.advance.remote(t))
-        if bar is not None:
-            bar.n = round(min(status["now_s"], horizon_s * DRAIN_FACTOR) / 3600, 1)
-            bar.set_postfix_str(f"{status['completed']}/{len(jobs)} done")
-            bar.refresh()
-        if status["finished"]:
-            break
-    if bar is not None:
-        bar.close()
+                                   dynamics, hours * 3600, realtime)
+    _follow(lambda t: ray.get(controller.advance.remote(t)), len(jobs), policy, show)
     results = ray.get(controller.results.remote())
     ray.kill(controller)  # its domain actors go with it
+    return results
+
+
+def run_here(scn: Scenario, jobs: list[Job], policy: Policy, dynamics: Dynamics, hours: float,
+             show: bool = False) -> Results:
+    """The same study in this process, the domains as plain objects."""
+    start = time.perf_counter()
+    engine = Engine(scn, jobs, policy, dynamics, LocalDomains(scn.domains, dynamics),
+                    hours * 3600)
+
+    def advance(t: float) -> dict:
+        engine.run(until_s=t)
+        return engine.status()
+
+    _follow(advance, len(jobs), policy.name, show)
+    results = engine.results()
+    results.wall_s = time.perf_counter() - start
     return results
 
 
@@ -115,10 +137,14 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
     runs: dict[str, Results] = {}
     for name in policies:
         if local:
-            runs[name] = run_local(scn, jobs, make_policy(name, scn.weights), dynamics,
-                                   hours * 3600)
+            runs[name] = run_here(scn, jobs, make_policy(name, scn.weights), dynamics, hours,
+                                  show)
         else:
             runs[name] = run_on_ray(scn, jobs, name, dynamics, hours, realtime, show)
+        done = sum(r.end_s is not None for r in runs[name].jobs)
+        if not show:  # logs (e.g. of a Ray job) still get a line per policy
+            print(f"{name}: {done}/{len(jobs)} jobs done, {runs[name].wall_s:.0f} s",
+                  file=sys.stderr)
     summary = {
         "scenario": scn.name, "seed": seed, "hours": hours, "jobs": len(jobs),
         "runtime": "local" if local else "ray",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,7 +20,7 @@ from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.space import DATA, PIPELINE
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Job, Scenario
-from xdscheduler.sim.domain import LocalDomains, accepted
+from xdscheduler.sim.domain import accepted
 
 CHECKPOINT_S = 1800.0  # jobs save a checkpoint every 30 minutes of training
 RESTART_S = 300.0  # moving a job: save, reschedule, load and warm up again
@@ -53,6 +52,7 @@ class JobRun:
     wan_gb: float = 0.0
     wan_cost: float = 0.0
     reference: tuple = ()  # links and loads when placed, for the re-plan triggers
+    grow_tried: tuple = ()  # free accelerators when growing it last did not pay
 
     @property
     def running(self) -> bool:
@@ -131,7 +131,7 @@ class Engine:
             self.step(t)
             if progress:
                 progress(t)
-            if not self.pending and not self.queue and not any(r.running for r in self.runs):
+            if self.finished:
                 break
         return self.results()
 
@@ -255,10 +255,17 @@ class Engine:
                                          for i, d in enumerate(self.view.domains)})
 
     def _retrigger(self, t: float) -> None:
-        """Re-plan running jobs whose links or domains changed enough, when it pays."""
+        """Re-plan running jobs whose links or domains changed enough, or that started smaller
+        than they asked while accelerators have since come free, when moving pays."""
+        free = tuple(d.available for d in self.view.domains)
         for r in self.runs:
-            if not r.running or r.paused_until > t or not self._triggered(r, t):
+            if not r.running or r.paused_until > t:
                 continue
+            grow = (not self.queue and r.placement.total_gpus < r.spec.gpus_max
+                    and sum(free) >= r.placement.total_gpus and r.grow_tried != free)
+            if not (grow or self._triggered(r, t)):
+                continue
+            r.grow_tried = free
             new = self.policy.replan(r.spec, r.placement, self.view)
             if new is None or (new.domains, new.gpus, new.plan) == (
                     r.placement.domains, r.placement.gpus, r.placement.plan):
@@ -338,18 +345,19 @@ class Engine:
                                  "gpus_busy": busy, "utilization": busy / max(total, 1),
                                  "queue_len": queue_len, "background_load": float(load[i])})
 
+    @property
+    def finished(self) -> bool:
+        idle = not self.pending and not self.queue and not any(r.running for r in self.runs)
+        return idle or self.now >= self.end_limit_s
+
+    def status(self) -> dict:
+        return {"now_s": self.now, "queued": len(self.queue), "pending": len(self.pending),
+                "running": sum(r.running for r in self.runs),
+                "completed": sum(r.end_s is not None for r in self.runs),
+                "down": sorted(self.down), "finished": self.finished}
+
     def results(self) -> Results:
         capacity = sum(d.total_gpus for d in self.base_view.domains)
         return Results(self.policy.name, self.runs, self.decisions, self.samples, self.rejected,
                        self.now, self.busy_gpu_s, capacity * self.now, dict(self.down),
                        names=list(self.names))
-
-
-def run_local(scn: Scenario, jobs: list[Job], policy: Policy, dynamics, horizon_s: float,
-              progress: Callable | None = None) -> Results:
-    """A whole study in this process, domains as plain objects."""
-    start = time.perf_counter()
-    engine = Engine(scn, jobs, policy, dynamics, LocalDomains(scn.domains, dynamics), horizon_s)
-    results = engine.run(progress=progress)
-    results.wall_s = time.perf_counter() - start
-    return results
