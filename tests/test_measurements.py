@@ -2,80 +2,147 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from xdscheduler.errors import UserError
 from xdscheduler.network import measurements as m
 from xdscheduler.scenario import parse_scenario
 
 REGIONS = ["aws:a", "gcp:b", "azure:c"]
+REAL = ["aws:us-east-1", "gcp:europe-west1-b", "azure:japaneast"]
+# The real files' columns (2022-11 spells 'throughput_recieved').
+THROUGHPUT_COLUMNS = ("src_region,src_tier,src_instance_class,dst_region,dst_tier,"
+                      "dst_instance_class,iperf3_connections,iperf3_runtime,tag,stdout_path,"
+                      "stderr_path,throughput_sent,throughput_received,cpu_utilization,success")
+LATENCY_COLUMNS = ("src_region,src_tier,src_instance_class,dst_region,dst_tier,"
+                   "dst_instance_class,min_rtt,avg_rtt,max_rtt,mdev_rtt")
 
 
-def _throughput(rows, column="throughput_received"):
-    return pd.DataFrame([
-        {"src_region": s, "src_tier": t, "dst_region": d, "dst_tier": t, column: gbps * 1e9,
-         "success": ok} for s, d, gbps, t, ok in rows])
+def _write(path: Path, columns: str, rows: list[dict]) -> None:
+    frame = pd.DataFrame(rows).reindex(columns=columns.split(","))
+    frame.fillna({"iperf3_connections": 64, "iperf3_runtime": 5}).to_csv(path, index=False)
+
+
+def _throughput(path: Path, rows: list[tuple], later: bool = False) -> None:
+    received = "throughput_recieved" if later else "throughput_received"
+    _write(path, THROUGHPUT_COLUMNS.replace("throughput_received", received), [
+        {"src_region": s, "dst_region": d, "src_tier": t, "dst_tier": t, received: gbps * 1e9,
+         "throughput_sent": gbps * 1.05e9, "success": ok} for s, d, gbps, t, ok in rows])
+
+
+FIRST = [("aws:a", "gcp:b", 4.0, "PREMIUM", True), ("aws:a", "gcp:b", 6.0, "PREMIUM", True),
+         ("aws:a", "gcp:b", 50.0, "STANDARD", True),  # ignored: the pair has PREMIUM rows
+         ("gcp:b", "aws:a", 3.0, "STANDARD", True),  # only STANDARD rows: used
+         ("aws:a", "azure:c", 2.0, "PREMIUM", True),
+         ("aws:a", "azure:c", 99.0, "PREMIUM", False),  # failed run: dropped
+         ("azure:c", "aws:a", 2.0, "PREMIUM", True),  # same both ways: no bandwidth_gbps_ba
+         ("azure:c", "gcp:b", 1.5, "PREMIUM", True)]  # b->a only: used for the link
+LATER = [("aws:a", "gcp:b", 6.0, "PREMIUM", True), ("gcp:b", "aws:a", 3.3, "PREMIUM", True),
+         ("aws:a", "azure:c", 2.02, "PREMIUM", True)]
+PING = [("aws:a", "gcp:b", "PREMIUM", 79.0, 80.0), ("gcp:b", "aws:a", "PREMIUM", 83.0, 84.0),
+        ("aws:a", "azure:c", "PREMIUM", 149.0, 150.0),
+        ("aws:a", "azure:c", "STANDARD", 9.0, 10.0),  # ignored: PREMIUM exists
+        ("azure:c", "gcp:b", "PREMIUM", 190.0, 200.0)]
 
 
 @pytest.fixture
 def grid(tmp_path: Path) -> Path:
-    first = [("aws:a", "gcp:b", 4.0, "PREMIUM", True), ("aws:a", "gcp:b", 6.0, "PREMIUM", True),
-             ("aws:a", "gcp:b", 50.0, "STANDARD", True),  # ignored: PREMIUM rows exist
-             ("gcp:b", "aws:a", 3.0, "STANDARD", True),  # only STANDARD: used
-             ("aws:a", "azure:c", 2.0, "PREMIUM", True), ("aws:a", "azure:c", 99, "PREMIUM", False),
-             ("gcp:b", "azure:c", 1.0, "PREMIUM", True)]
-    later = [("aws:a", "gcp:b", 6.0, "PREMIUM", True), ("aws:a", "azure:c", 2.1, "PREMIUM", True)]
-    _throughput(first).to_csv(tmp_path / m.THROUGHPUT, index=False)
-    _throughput(later, "throughput_recieved").to_csv(tmp_path / m.THROUGHPUT_LATER, index=False)
-    pd.DataFrame([
-        {"src_region": s, "src_tier": "PREMIUM", "dst_region": d, "dst_tier": "PREMIUM",
-         "avg_rtt": r} for s, d, r in [("aws:a", "gcp:b", 80.0), ("gcp:b", "aws:a", 84.0),
-                                       ("aws:a", "azure:c", 150.0), ("gcp:b", "azure:c", 200.0)]
-    ]).to_csv(tmp_path / m.LATENCY, index=False)
-    return tmp_path
+    folder = tmp_path / "wan"
+    folder.mkdir()
+    _throughput(folder / m.THROUGHPUT, FIRST)
+    _throughput(folder / m.THROUGHPUT_LATER, LATER, later=True)
+    _write(folder / m.LATENCY, LATENCY_COLUMNS, [
+        {"src_region": s, "dst_region": d, "src_tier": t, "dst_tier": t, "min_rtt": lo,
+         "avg_rtt": avg} for s, d, t, lo, avg in PING])
+    return folder
 
 
-def test_links_take_medians_per_direction_and_prefer_premium(grid):
-    doc = m.scenario_from_measurements(REGIONS, grid)
+def test_load_wan_takes_medians_of_successful_premium_runs(grid):
+    w = m.load_wan(grid)
+    assert w.regions == sorted(REGIONS)
+    assert w.gbps[("aws:a", "gcp:b")] == pytest.approx(5.0)
+    assert w.gbps[("gcp:b", "aws:a")] == pytest.approx(3.0)
+    assert w.gbps[("aws:a", "azure:c")] == pytest.approx(2.0)
+    assert w.gbps_later[("gcp:b", "aws:a")] == pytest.approx(3.3)
+    assert w.rtt_ms[("aws:a", "azure:c")] == 150.0 and w.min_rtt_ms[("aws:a", "azure:c")] == 149
+    assert w.drift[("aws:a", "gcp:b")] == pytest.approx(0.2)
+
+
+def test_links_per_pair_with_directions_rtt_and_drift(grid):
+    doc = m.scenario_from_measurements(REGIONS, grid, nodes_per_domain=4, name="tiny")
     links = {(x["a"], x["b"]): x for x in doc["links"]}
+    assert list(links) == [("aws-a", "gcp-b"), ("aws-a", "azure-c"), ("gcp-b", "azure-c")]
     ab = links[("aws-a", "gcp-b")]
-    assert ab["bandwidth_gbps"] == 5.0 and ab["bandwidth_gbps_ba"] == 3.0
-    assert ab["rtt_ms"] == 82.0
-    assert ab["fluctuation"] == pytest.approx(0.2)  # 5 -> 6 Gbit/s between the two dates
-    assert links[("aws-a", "azure-c")]["bandwidth_gbps"] == 2.0  # the failed run is dropped
-    assert links[("aws-a", "azure-c")]["fluctuation"] == m.MIN_FLUCTUATION
-    assert links[("gcp-b", "azure-c")]["fluctuation"] == m.MAX_FLUCTUATION  # no later data
+    assert (ab["bandwidth_gbps"], ab["bandwidth_gbps_ba"], ab["rtt_ms"]) == (5.0, 3.0, 82.0)
+    assert ab["fluctuation"] == pytest.approx(0.2)  # max of 5->6 (20%) and 3->3.3 (10%)
+    ac = links[("aws-a", "azure-c")]
+    assert ac["bandwidth_gbps"] == 2.0 and "bandwidth_gbps_ba" not in ac
+    assert ac["fluctuation"] == m.MIN_FLUCTUATION  # 1% drift, clipped up
+    bc = links[("gcp-b", "azure-c")]
+    assert bc["bandwidth_gbps"] == 1.5 and "bandwidth_gbps_ba" not in bc  # only c->b measured
+    assert bc["rtt_ms"] == 200.0 and bc["fluctuation"] == m.MAX_FLUCTUATION  # no 2022-11 run
+    assert all("Skyplane" in x["source"] and "2022-01" in x["source"] for x in links.values())
+    assert "Apache-2.0" in doc["description"] and "64 connections" in doc["description"]
     scn = parse_scenario(doc)
-    assert [d.location.region for d in scn.domains] == REGIONS
+    assert scn.name == "tiny" and [d.name for d in scn.domains] == ["aws-a", "gcp-b", "azure-c"]
+    assert [d.location.region for d in scn.domains] == REGIONS and scn.domains[0].gpus == 32
+    assert scn.job().model == "llama2-70b"
 
 
 @pytest.mark.parametrize("regions,message", [
-    (["aws:a"], "at least 2 regions"),
-    (["aws:a", "gcp:bb"], "'gcp:bb' was not measured; did you mean gcp:b"),
+    (["aws:a"], "at least 2 regions, got 1"),
     (["aws:a", "aws:a"], "regions repeat"),
+    (["aws:a", "gcp:bb", "azure:cc"], r"'gcp:bb': did you mean gcp:b\?; 'azure:cc': did you "
+                                      r"mean azure:c\?"),
 ])
 def test_bad_region_lists_are_explained(grid, regions, message):
     with pytest.raises(UserError, match=message):
         m.scenario_from_measurements(regions, grid)
 
 
+def test_unmeasured_pair_is_named(grid):
+    _throughput(grid / m.THROUGHPUT, [r for r in FIRST if r[0] != "azure:c" or r[1] != "gcp:b"])
+    with pytest.raises(UserError, match="no throughput measured between gcp:b and azure:c"):
+        m.scenario_from_measurements(REGIONS, grid)
+
+
 def test_missing_file_is_named(grid):
     (grid / m.LATENCY).unlink()
-    with pytest.raises(UserError, match=r"skyplane_latency_2022-01\.csv is missing"):
+    with pytest.raises(UserError, match=rf"{m.LATENCY} is missing: the folder must hold the "
+                                        "Skyplane CSVs"):
         m.load_wan(grid)
 
 
-def test_existing_output_is_not_overwritten(grid, tmp_path):
+def test_written_scenario_round_trips_and_is_not_overwritten(grid, tmp_path):
+    doc = m.scenario_from_measurements(REGIONS, grid)
     out = tmp_path / "s.yaml"
-    out.write_text("keep me")
+    m.write_scenario(doc, out)
+    text = out.read_text()
+    assert text.startswith("# Generated") and "Skyplane" in text.splitlines()[0]
+    assert parse_scenario(yaml.safe_load(text)) == parse_scenario(doc)
     with pytest.raises(UserError, match="exists"):
-        m.write_scenario(m.scenario_from_measurements(REGIONS, grid), out)
-    assert out.read_text() == "keep me"
+        m.write_scenario({"name": "other"}, out)
+    assert out.read_text() == text
+    m.write_scenario({"name": "other"}, out, overwrite=True)
+    assert "other" in out.read_text()
 
 
-def test_real_measurements(data_dir):
-    doc = m.scenario_from_measurements(["aws:us-east-1", "gcp:europe-west1-b",
-                                        "azure:japaneast"], data_dir / "wan")
-    scn = parse_scenario(doc)
-    assert len(scn.links) == 3
+def test_data_dir_from_environment(grid, monkeypatch):
+    monkeypatch.setenv("XDS_DATA_DIR", str(grid.parent))
+    assert m.default_data_dir() == grid
+    monkeypatch.setenv("XDS_DATA_DIR", str(grid))  # no wan/ inside
+    with pytest.raises(UserError, match="no wan/ folder"):
+        m.default_data_dir()
+
+
+def test_real_measurements():
+    try:
+        folder = m.default_data_dir()
+    except UserError as err:
+        pytest.skip(f"Skyplane data (shared/data/wan) not present: {err}")
+    scn = parse_scenario(m.scenario_from_measurements(REAL, folder))
+    assert [d.location.region for d in scn.domains] == REAL and len(scn.links) == 3
     for link in scn.links:
-        assert 0.05 <= link.bandwidth_gbps <= 30 and 1 <= link.rtt_ms <= 400
+        for gbps in (link.bandwidth_gbps, link.bandwidth_gbps_ba or link.bandwidth_gbps):
+            assert 0.05 <= gbps <= 30
+        assert 1 <= link.rtt_ms <= 400 and 0.05 <= link.fluctuation <= 0.3

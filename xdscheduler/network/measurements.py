@@ -21,18 +21,25 @@ from xdscheduler.errors import UserError
 THROUGHPUT = "skyplane_throughput_2022-01.csv"
 THROUGHPUT_LATER = "skyplane_throughput_2022-11.csv"
 LATENCY = "skyplane_latency_2022-01.csv"
-SOURCE = ("Skyplane inter-region measurements (Apache-2.0): iperf3, 64 connections, 5 s; "
-          "throughput 2022-01 and 2022-11, ping RTT 2022-01")
+SOURCE = ("Skyplane inter-region measurements (github.com/skyplane-project/skyplane, "
+          "Apache-2.0): iperf3, 64 connections, 5 s; throughput 2022-01 and 2022-11, "
+          "ping RTT 2022-01")
 MIN_FLUCTUATION, MAX_FLUCTUATION = 0.05, 0.3  # the scenario schema's bound on |epsilon|
+PAIR = ["src_region", "dst_region"]
+COLUMNS = {*PAIR, "src_tier", "dst_tier", "success", "throughput_received",
+           "throughput_recieved", "min_rtt", "avg_rtt"}  # 'recieved': sic in the 2022-11 file
+
+Pair = tuple[str, str]
 
 
 @dataclass(frozen=True)
 class WanMeasurements:
-    """Per directed region pair: Gbit/s (two dates) and RTT in ms."""
+    """Medians per directed (src_region, dst_region) pair: Gbit/s at two dates, RTT in ms."""
 
-    gbps: pd.Series
-    gbps_later: pd.Series
-    rtt_ms: pd.Series
+    gbps: pd.Series  # 2022-01
+    gbps_later: pd.Series  # 2022-11, the same grid ten months on
+    rtt_ms: pd.Series  # ping avg RTT
+    min_rtt_ms: pd.Series  # ping min RTT
     source_dir: Path
 
     @property
@@ -40,47 +47,53 @@ class WanMeasurements:
         pairs = self.gbps.index
         return sorted(set(pairs.get_level_values(0)) | set(pairs.get_level_values(1)))
 
+    @property
+    def drift(self) -> pd.Series:
+        """|relative change| of throughput 2022-01 -> 2022-11, for pairs measured both times."""
+        return (self.gbps_later / self.gbps - 1).abs().dropna()
+
 
 def default_data_dir() -> Path:
-    """The Skyplane folder: $XDS_DATA_DIR/wan, or shared/data/wan beside the repository."""
+    """The Skyplane folder: $XDS_DATA_DIR/wan, else shared/data/wan beside cwd or the repo."""
     env = os.environ.get("XDS_DATA_DIR")
-    candidates = [Path(env) / "wan"] if env else []
-    candidates += [Path("../shared/data/wan"),
-                   Path(__file__).resolve().parents[2].parent / "shared" / "data" / "wan"]
-    for path in candidates:
+    if env:
+        if not (Path(env) / "wan").is_dir():
+            raise UserError(f"XDS_DATA_DIR={env} has no wan/ folder with the Skyplane CSVs")
+        return Path(env) / "wan"
+    for path in (Path("../shared/data/wan"),
+                 Path(__file__).resolve().parents[2].parent / "shared" / "data" / "wan"):
         if path.is_dir():
             return path
     raise UserError("no measurement folder found: pass --data DIR (the folder holding the "
-                    "Skyplane CSVs) or set XDS_DATA_DIR")
+                    "Skyplane CSVs) or set XDS_DATA_DIR to the folder holding wan/")
 
 
 def _read(path: Path) -> pd.DataFrame:
     if not path.is_file():
         raise UserError(f"{path} is missing: the folder must hold the Skyplane CSVs "
                         f"{THROUGHPUT}, {THROUGHPUT_LATER} and {LATENCY}")
-    return pd.read_csv(path)
+    frame = pd.read_csv(path, usecols=lambda c: c in COLUMNS)
+    return frame.rename(columns={"throughput_recieved": "throughput_received"})
 
 
 def _per_pair(frame: pd.DataFrame, value: str) -> pd.Series:
-    """Median per directed pair, from PREMIUM-tier rows where a pair has them."""
-    frame = frame[frame["success"].astype(str).str.lower() == "true"] if "success" in frame \
-        else frame
+    """Median per directed pair over successful runs, PREMIUM-tier only where a pair has some."""
+    if "success" in frame:
+        frame = frame[frame["success"].astype(str).str.lower() == "true"]
     premium = (frame["src_tier"] == "PREMIUM") & (frame["dst_tier"] == "PREMIUM")
-    pairs = ["src_region", "dst_region"]
-    has_premium = premium.groupby([frame[p] for p in pairs]).transform("any")
-    return frame[premium | ~has_premium].groupby(pairs)[value].median()
+    has_premium = premium.groupby([frame[p] for p in PAIR]).transform("any")
+    return frame[premium | ~has_premium].groupby(PAIR)[value].median()
 
 
 def load_wan(data_dir: Path) -> WanMeasurements:
+    """Read the three Skyplane CSVs in `data_dir` into per-pair medians."""
     data_dir = Path(data_dir)
-    first = _read(data_dir / THROUGHPUT)
-    later = _read(data_dir / THROUGHPUT_LATER).rename(
-        columns={"throughput_recieved": "throughput_received"})  # sic in the 2022-11 file
-    rtt = _read(data_dir / LATENCY)
+    first, later, ping = (_read(data_dir / f) for f in (THROUGHPUT, THROUGHPUT_LATER, LATENCY))
     return WanMeasurements(
         gbps=_per_pair(first, "throughput_received") / 1e9,
         gbps_later=_per_pair(later, "throughput_received") / 1e9,
-        rtt_ms=_per_pair(rtt.assign(success=True), "avg_rtt"),
+        rtt_ms=_per_pair(ping, "avg_rtt"),
+        min_rtt_ms=_per_pair(ping, "min_rtt"),
         source_dir=data_dir,
     )
 
@@ -89,39 +102,47 @@ def _domain_name(region: str) -> str:
     return region.replace(":", "-").replace("_", "-")
 
 
+def _close(name: str, known: list[str]) -> str:
+    return ", ".join(difflib.get_close_matches(name, known, n=3, cutoff=0.5)) or "none close"
+
+
 def _check_regions(regions: list[str], known: list[str]) -> None:
     if len(regions) < 2:
         raise UserError(f"a scenario needs at least 2 regions, got {len(regions)}")
     if len(set(regions)) != len(regions):
         raise UserError(f"regions repeat: {', '.join(regions)}")
-    for region in regions:
-        if region not in known:
-            close = difflib.get_close_matches(region, known, n=3, cutoff=0.5)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise UserError(f"region {region!r} was not measured{hint} "
-                            f"({len(known)} regions known, e.g. {', '.join(known[:3])})")
+    unknown = [r for r in regions if r not in known]
+    if unknown:
+        hints = "; ".join(f"{r!r}: did you mean {_close(r, known)}?" for r in unknown)
+        raise UserError(f"region(s) not measured in {THROUGHPUT}: {hints} "
+                        f"({len(known)} regions known, written like 'aws:us-east-1')")
 
 
-def _pair(w: WanMeasurements, a: str, b: str) -> tuple[float, float | None, float, float]:
-    """Bandwidth a->b and b->a, RTT, and the relative drift between the two dates."""
-    ab, ba = w.gbps.get((a, b)), w.gbps.get((b, a))
-    if ab is None and ba is None:
-        raise UserError(f"no throughput measured between {a} and {b}")
-    ab = ab if ab is not None else ba
-    rtts = [w.rtt_ms.get(p) for p in ((a, b), (b, a)) if w.rtt_ms.get(p) is not None]
-    if not rtts:
-        raise UserError(f"no RTT measured between {a} and {b}")
-    drift = [abs(w.gbps_later[p] / w.gbps[p] - 1) for p in ((a, b), (b, a))
-             if p in w.gbps.index and p in w.gbps_later.index]
-    change = max(drift) if drift else MAX_FLUCTUATION
-    return (float(ab), None if ba is None else float(ba), float(sum(rtts) / len(rtts)),
-            float(change))
+def _get(series: pd.Series, pair: Pair) -> float | None:
+    return float(series[pair]) if pair in series.index else None
+
+
+def _pair(w: WanMeasurements, a: str, b: str) -> tuple[float, float | None, float, float | None]:
+    """Bandwidth a->b and b->a (None if unmeasured), mean RTT, and the drift (None if unknown)."""
+    ab, ba = _get(w.gbps, (a, b)), _get(w.gbps, (b, a))
+    rtts = [r for r in (_get(w.rtt_ms, (a, b)), _get(w.rtt_ms, (b, a))) if r is not None]
+    for what, series, missing in (("throughput", w.gbps, ab is None and ba is None),
+                                  ("RTT", w.rtt_ms, not rtts)):
+        if missing:
+            partners = sorted({d for s, d in series.index if s == a}
+                              | {s for s, d in series.index if d == a})
+            raise UserError(f"no {what} measured between {a} and {b} (either direction); "
+                            f"regions measured with {a} close to {b!r}: {_close(b, partners)}")
+    drift = w.drift
+    change = [float(drift[p]) for p in ((a, b), (b, a)) if p in drift.index]
+    bandwidth = next(x for x in (ab, ba) if x is not None)
+    return bandwidth, ba, sum(rtts) / len(rtts), max(change, default=None)
 
 
 def scenario_from_measurements(regions: list[str], data_dir: Path,
                                accelerator: str = "H100-SXM", nodes_per_domain: int = 16,
                                price_per_gb: float = 0.02, name: str | None = None) -> dict:
-    """A scenario document (valid for `parse_scenario`) with one domain per region."""
+    """A scenario document (plain dict, valid for `parse_scenario`), one domain per region."""
     w = load_wan(data_dir)
     _check_regions(regions, w.regions)
     domains = [{"name": _domain_name(r), "location": {"region": r},
@@ -130,13 +151,16 @@ def scenario_from_measurements(regions: list[str], data_dir: Path,
     links = []
     for i, a in enumerate(regions):
         for b in regions[i + 1:]:
-            ab, ba, rtt, change = _pair(w, a, b)
-            link = {"a": _domain_name(a), "b": _domain_name(b), "bandwidth_gbps": round(ab, 3),
-                    "rtt_ms": round(rtt, 2), "price_per_gb": price_per_gb,
-                    "fluctuation": round(min(max(change, MIN_FLUCTUATION), MAX_FLUCTUATION), 3),
-                    "source": f"Skyplane {THROUGHPUT} / {LATENCY}; drift vs {THROUGHPUT_LATER}"}
-            if ba is not None and abs(ba - ab) > 1e-9:
+            ab, ba, rtt, drift = _pair(w, a, b)
+            # Not re-measured in 2022-11: assume the bound (a quarter of the grid drifted >30%).
+            change = MAX_FLUCTUATION if drift is None else drift
+            note = "2022-11 drift" if drift is not None else "no 2022-11 run: bound"
+            link = {"a": _domain_name(a), "b": _domain_name(b), "bandwidth_gbps": round(ab, 3)}
+            if ba is not None and round(ba, 3) != link["bandwidth_gbps"]:
                 link["bandwidth_gbps_ba"] = round(ba, 3)
+            link |= {"rtt_ms": round(rtt, 2), "price_per_gb": price_per_gb,
+                     "fluctuation": round(min(max(change, MIN_FLUCTUATION), MAX_FLUCTUATION), 3),
+                     "source": f"Skyplane iperf3+ping 2022-01 ({THROUGHPUT}, {LATENCY}); {note}"}
             links.append(link)
     return {
         "name": name or "measured_" + "_".join(_domain_name(r) for r in regions),
@@ -150,8 +174,9 @@ def scenario_from_measurements(regions: list[str], data_dir: Path,
 
 
 def write_scenario(doc: dict, out: Path, overwrite: bool = False) -> None:
+    """Write `doc` as YAML under a header naming the source; keep an existing file unless told."""
     out = Path(out)
     if out.exists() and not overwrite:
-        raise UserError(f"{out} exists; pass --force to overwrite it")
+        raise UserError(f"{out} exists; pass --force (overwrite=True) to replace it")
     header = f"# Generated by `xds scenario from-measurements` from {SOURCE}.\n"
     out.write_text(header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
