@@ -64,7 +64,7 @@ def test_real_time_mode_runs_one_simulated_second_per_second(ray_session):
     start = time.monotonic()
     status = ray.get(controller.advance.remote(3.0))
     elapsed = time.monotonic() - start
-    assert 2.0 <= elapsed <= 6.0
+    assert 2.5 <= elapsed <= 15.0  # one simulated second per second, with slack for load
     assert status["now_s"] == pytest.approx(3.0)
     assert status["running"] >= 1  # jobs that arrived at once were placed on the first tick
     ray.kill(controller)

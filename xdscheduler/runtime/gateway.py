@@ -12,7 +12,8 @@ from xdscheduler.runtime.domain_actor import DomainActor
 from xdscheduler.scenario import Scenario
 from xdscheduler.sim.domain import DomainReport
 
-PING_TIMEOUT_S = 3.0  # a domain that has not answered in 3 s is down
+PING_TIMEOUT_S = 3.0  # a report not back within 3 s is a missed report
+MISSES_TO_DOWN = 3  # a live actor that misses 3 reports in a row is down; a dead one at once
 
 
 class ActorDomains:
@@ -24,21 +25,30 @@ class ActorDomains:
         self.actors = [DomainActor.remote(d.model_dump(), i, names, shared)
                        for i, d in enumerate(scn.domains)]
         self.alive = [True] * len(self.actors)
+        self.misses = [0] * len(self.actors)
+        self.last: list[DomainReport | None] = [None] * len(self.actors)
         self.timeout_s = timeout_s
 
     def reports(self, now_s: float) -> list[DomainReport | None]:
+        """Each domain's report; the last one while it is late, None once it is down.
+
+        A killed actor is down as soon as its call fails. A slow one (an overloaded machine)
+        is only down after MISSES_TO_DOWN late reports in a row: one late answer is not a
+        failure.
+        """
         refs = {i: a.report.remote(now_s) for i, a in enumerate(self.actors) if self.alive[i]}
         ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.timeout_s)
         ready = set(ready)
-        out: list[DomainReport | None] = [None] * len(self.actors)
         for i, ref in refs.items():
+            if ref not in ready:
+                self.misses[i] += 1
+                self.alive[i] = self.misses[i] < MISSES_TO_DOWN
+                continue
             try:
-                if ref not in ready:
-                    raise GetTimeoutError(f"domain {i} did not answer in {self.timeout_s} s")
-                out[i] = ray.get(ref)
-            except (RayActorError, GetTimeoutError):
+                self.last[i], self.misses[i] = ray.get(ref), 0
+            except RayActorError:
                 self.alive[i] = False
-        return out
+        return [report if up else None for report, up in zip(self.last, self.alive, strict=True)]
 
     def apply(self, job: str, gpus: dict[int, int], now_s: float) -> None:
         ray.get([self.actors[i].apply.remote(job, n, now_s) for i, n in gpus.items()
