@@ -1,4 +1,5 @@
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -7,46 +8,66 @@ import pytest
 from xdscheduler.errors import UserError
 from xdscheduler.report.writer import write_report
 
+POLICIES = ("planner", "single-<domain>")  # "<" checks that the page escapes names
+FILES = {"report.json", "metrics.parquet", "utilization.png", "jct.png", "bandwidth.png",
+         "queue.png", "report.html"}
+
 
 def frames():
-    times = np.arange(0, 7200, 600.0)
+    times = [0.0, 1800.0, 3600.0, 5400.0]
     domains = pd.DataFrame([
-        {"policy": p, "time_s": t, "domain": d, "gpus_total": 64, "gpus_busy": 32,
-         "utilization": 0.5, "queue_len": 2, "background_load": 0.1}
-        for p in ("planner", "single-domain") for t in times for d in ("a", "b", "c")])
+        {"policy": p, "time_s": t, "domain": d, "gpus_total": 64, "gpus_busy": 16 * (k + 1),
+         "utilization": 0.25 * (k + 1), "queue_len": int(t // 1800), "background_load": 0.1}
+        for p in POLICIES for t in times for k, d in enumerate(("jjj", "imn", "ohio"))])
     jobs = pd.DataFrame([
-        {"policy": p, "job": f"j{i}", "arrival_s": 0.0, "start_s": 10.0 * i,
-         "end_s": 3600.0 + i, "jct_s": 3600.0 + i, "queue_s": 10.0 * i, "gpus": 8,
-         "domains": "a", "placement": "single", "cross_domain_gb": 0.0, "replans": 0,
-         "status": "completed"} for p in ("planner", "single-domain") for i in range(5)])
-    links = pd.DataFrame([{"time_s": t, "link": link, "bandwidth_gbps": 5.0, "rtt_ms": 20.0}
-                          for t in times for link in ("a-b", "b-c")])
-    summary = {"scenario": "s", "seed": 1, "hours": 2.0, "policies": {
-        "planner": {"mean_jct_s": 3602.0, "avg_utilization": 0.5, "objective": float("nan")},
-        "single-domain": {"mean_jct_s": 4000.0, "avg_utilization": 0.4, "objective": 0.2}}}
+        {"policy": p, "job": f"j{i}", "arrival_s": 0.0, "start_s": 60.0 * i,
+         "end_s": 3600.0 * (i + 1) if i < 4 else np.nan,
+         "jct_s": 3600.0 * (i + 1) if i < 4 else np.nan, "queue_s": 60.0 * i, "gpus": 8,
+         "domains": "jjj+imn", "placement": "pipeline", "cross_domain_gb": 1.5, "replans": 0,
+         "status": "completed" if i < 4 else "running"} for p in POLICIES for i in range(5)])
+    links = pd.DataFrame([{"time_s": t, "link": link, "bandwidth_gbps": 5.0 + k, "rtt_ms": 20.0}
+                          for t in times for k, link in enumerate(("jjj-imn", "imn-ohio"))])
+    summary = {"scenario": "s", "seed": np.int64(1), "hours": 2.0, "policies": {
+        POLICIES[0]: {"mean_jct_s": np.float64(3602.5), "avg_utilization": 0.5,
+                      "jobs_completed": 4, "jobs_total": 5, "objective": float("nan")},
+        POLICIES[1]: {"mean_jct_s": 4000.0, "avg_utilization": 0.4, "jobs_completed": 3,
+                      "jobs_total": 5, "objective": 0.2}}}
     return summary, domains, jobs, links
 
 
 def test_every_file_is_written_and_reads_back(tmp_path):
     summary, domains, jobs, links = frames()
+    (tmp_path / "notes.txt").write_text("mine")
     paths = write_report(tmp_path, summary, domains, jobs, links)
-    assert all(p.stat().st_size > 0 for p in paths.values())
+    assert set(paths) == FILES and all(p.stat().st_size > 0 for p in paths.values())
+    assert (tmp_path / "notes.txt").read_text() == "mine"  # other files are left alone
     back = json.loads((tmp_path / "report.json").read_text())
-    assert back["policies"]["planner"]["mean_jct_s"] == 3602.0
-    assert back["policies"]["planner"]["objective"] is None  # NaN is not JSON
+    assert back["seed"] == 1 and back["hours"] == 2.0
+    for name, row in summary["policies"].items():
+        for key, value in row.items():
+            assert back["policies"][name][key] == (None if math.isnan(value) else value)
     tidy = pd.read_parquet(tmp_path / "metrics.parquet")
-    assert (tidy["table"] == "jobs").sum() == 10 and (tidy["table"] == "links").sum() == 24
+    assert tidy["table"].value_counts().to_dict() == {"domains": 24, "jobs": 10, "links": 8}
+    got = tidy[tidy["table"] == "jobs"].reset_index(drop=True)[jobs.columns]
+    pd.testing.assert_frame_equal(got, jobs, check_dtype=False)
     page = (tmp_path / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 4 and "single-domain" in page
+    assert page.count('<img alt="') == 4 and page.count("data:image/png;base64,") == 4
+    assert "planner" in page and "single-&lt;domain&gt;" in page and "<domain>" not in page
 
 
 def test_empty_tables_still_give_a_report(tmp_path):
     summary, domains, jobs, links = frames()
-    write_report(tmp_path, summary, domains.iloc[:0], jobs.iloc[:0], links.iloc[:0])
-    assert (tmp_path / "jct.png").stat().st_size > 0
+    paths = write_report(tmp_path / "new", summary, domains.iloc[:0], jobs.iloc[:0],
+                         links.iloc[:0])
+    assert set(paths) == FILES and all(p.stat().st_size > 0 for p in paths.values())
+    assert pd.read_parquet(paths["metrics.parquet"]).empty
 
 
-def test_a_missing_column_is_named(tmp_path):
+@pytest.mark.parametrize("frame", ["domains", "jobs", "links"])
+def test_a_missing_column_is_named(tmp_path, frame):
     summary, domains, jobs, links = frames()
-    with pytest.raises(UserError, match="jobs table lacks columns jct_s"):
-        write_report(tmp_path, summary, domains, jobs.drop(columns="jct_s"), links)
+    tables = {"domains": domains, "jobs": jobs, "links": links}
+    tables[frame] = tables[frame].drop(columns=["time_s" if frame != "jobs" else "jct_s"])
+    with pytest.raises(UserError, match=f"{frame} table lacks columns (time_s|jct_s)"):
+        write_report(tmp_path, summary, **tables)
+    assert not any(tmp_path.iterdir())  # checked before anything is written

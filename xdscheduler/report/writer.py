@@ -1,8 +1,19 @@
 """A study's files: report.json, metrics.parquet, four PNG plots and a self-contained report.html.
 
-metrics.parquet is one tidy table: a `table` column says which rows are which ("domains":
-time series per domain and policy, "jobs": one row per job and policy, "links": bandwidth and
-RTT per link over time); the other columns are those of that table, empty elsewhere.
+Contract of `write_report(out_dir, summary, domains, jobs, links, progress=False)`:
+
+- summary: report.json's content, {"scenario", "seed", "hours", "policies": {name: metrics}, ...};
+  written as is (indent 2) with numpy values made plain and NaN/inf as null.
+- domains: policy, time_s, domain, gpus_total, gpus_busy, utilization (0–1), queue_len (the
+  policy's queue at that time, repeated on each domain row), background_load.
+- jobs: policy, job, arrival_s, start_s, end_s (NaN if unfinished), jct_s, queue_s, gpus,
+  domains ("a+b"), placement, cross_domain_gb, replans, status.
+- links: time_s, link ("a-b"), bandwidth_gbps, rtt_ms (the environment, shared by all policies).
+
+metrics.parquet is one tidy table: a first column `table` says which rows are which ("domains",
+"jobs" or "links"); the other columns are the union of the three tables' columns, null where a
+table has no such column. `pd.read_parquet(p).query("table == 'jobs'").dropna(axis=1, how="all")`
+gives one table back. Extra columns of the inputs are kept.
 """
 
 from __future__ import annotations
@@ -19,6 +30,9 @@ matplotlib.use("Agg")  # no screen: render to files
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, SymmetricalLogLocator
+from tqdm import tqdm
 
 from xdscheduler.errors import UserError
 
@@ -34,34 +48,68 @@ SUMMARY = [
     ("mean_jct_s", "mean JCT (h)", 1 / 3600, "{:.2f}", True),
     ("p95_jct_s", "p95 JCT (h)", 1 / 3600, "{:.2f}", True),
     ("makespan_s", "makespan (h)", 1 / 3600, "{:.1f}", True),
-    ("avg_utilization", "utilisation", 1, "{:.1%}", False),
+    ("avg_utilization", "utilisation (%)", 100, "{:.1f}", False),
     ("mean_queue_s", "mean queue (h)", 1 / 3600, "{:.2f}", True),
     ("jobs_completed", "jobs done", 1, "{:.0f}", False),
     ("cross_domain_gb", "WAN traffic (GB)", 1, "{:,.0f}", True),
-    ("cross_domain_cost", "WAN cost ($)", 1, "{:,.0f}", True),
-    ("decision_ms_p50", "decision p50 (ms)", 1, "{:.1f}", True),
-    ("decision_ms_p99", "decision p99 (ms)", 1, "{:.1f}", True),
+    ("cross_domain_cost", "WAN cost ($)", 1, "{:,.2f}", True),
+    ("decision_ms_p50", "decision p50 (ms)", 1, "{:.2f}", True),
+    ("decision_ms_p99", "decision p99 (ms)", 1, "{:.2f}", True),
     ("objective", "objective R", 1, "{:.3f}", False),
 ]
 PLOTS = {
-    "utilization.png": "Accelerators busy in each domain over time, per policy.",
-    "jct.png": "Job completion times: the share of jobs done within a given time.",
+    "utilization.png": "Share of each domain's accelerators busy over time, one panel per policy.",
+    "jct.png": "Job completion times: share of all jobs finished within a given time (CDF).",
     "bandwidth.png": "Bandwidth of every WAN link over time (the same for every policy).",
     "queue.png": "Jobs waiting in the queue over time, per policy.",
 }
+HOURS = 1 / 3600
 
 
-def _check(name: str, frame: pd.DataFrame) -> None:
+def write_report(out_dir: Path, summary: dict, domains: pd.DataFrame, jobs: pd.DataFrame,
+                 links: pd.DataFrame, progress: bool = False) -> dict[str, Path]:
+    """Write every file of the report into `out_dir`; return {file name: path}."""
+    frames = {"domains": domains, "jobs": jobs, "links": links}
+    for name, frame in frames.items():
+        _check(name, frame)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    writers = {
+        # allow_nan=False: fail here rather than write JSON that strict readers reject.
+        "report.json": lambda p: p.write_text(
+            json.dumps(_clean(summary), indent=2, allow_nan=False) + "\n"),
+        "metrics.parquet": lambda p: _tidy(frames).to_parquet(p, index=False),
+        "utilization.png": lambda p: _save(_utilization(domains), p),
+        "jct.png": lambda p: _save(_jct(jobs), p),
+        "bandwidth.png": lambda p: _save(_bandwidth(links), p),
+        "queue.png": lambda p: _save(_queue(domains), p),
+        # Last: the page embeds the PNGs written above.
+        "report.html": lambda p: p.write_text(_html(summary, paths), encoding="utf-8"),
+    }
+    paths: dict[str, Path] = {}
+    for name, write in tqdm(writers.items(), desc="report", unit="file", disable=not progress):
+        paths[name] = out / name
+        write(paths[name])
+    return paths
+
+
+def _check(name: str, frame) -> None:
+    if not isinstance(frame, pd.DataFrame):
+        raise UserError(f"the {name} table must be a pandas DataFrame, not "
+                        f"{type(frame).__name__}")
     missing = [c for c in COLUMNS[name] if c not in frame.columns]
     if missing:
-        raise UserError(f"the {name} table lacks columns {', '.join(missing)}")
+        raise UserError(f"the {name} table lacks columns {', '.join(missing)}; "
+                        f"expected {', '.join(COLUMNS[name])}")
 
 
 def _clean(x):
-    """JSON-safe: numpy scalars to Python, NaN and infinities to null."""
+    """JSON-safe: numpy values to Python, NaN and infinities to null, keys to str."""
     if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, np.ndarray):
+        x = x.tolist()
+    if isinstance(x, list | tuple | set):
         return [_clean(v) for v in x]
     if isinstance(x, np.generic):
         x = x.item()
@@ -70,65 +118,71 @@ def _clean(x):
     return x
 
 
-def write_report(out_dir: Path, summary: dict, domains: pd.DataFrame, jobs: pd.DataFrame,
-                 links: pd.DataFrame, progress: bool = False) -> dict[str, Path]:
-    """Write every file of the report into `out_dir`; return {name: path}."""
-    for name, frame in (("domains", domains), ("jobs", jobs), ("links", links)):
-        _check(name, frame)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"report.json": out / "report.json", "metrics.parquet": out / "metrics.parquet"}
-    paths["report.json"].write_text(json.dumps(_clean(summary), indent=2) + "\n")
-    tidy = pd.concat([f.assign(table=n) for n, f in (("domains", domains), ("jobs", jobs),
-                                                      ("links", links)) if not f.empty],
-                     ignore_index=True) if len(domains) + len(jobs) + len(links) else \
-        pd.DataFrame(columns=["table"])
-    tidy.to_parquet(paths["metrics.parquet"], index=False)
-    figures = {"utilization.png": _utilization(domains), "jct.png": _jct(jobs),
-               "bandwidth.png": _bandwidth(links), "queue.png": _queue(domains)}
-    for name, fig in figures.items():
-        paths[name] = out / name
-        fig.savefig(paths[name], dpi=110, bbox_inches="tight")
-        plt.close(fig)
-    paths["report.html"] = out / "report.html"
-    paths["report.html"].write_text(_html(summary, paths))
-    return paths
+def _tidy(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """The three tables stacked, `table` first; an empty table still contributes its columns."""
+    columns = list(dict.fromkeys(c for f in frames.values() for c in f.columns if c != "table"))
+    # Empty frames are left out of concat (pandas warns on them) but keep their columns.
+    parts = [f.drop(columns="table", errors="ignore").assign(table=n)
+             for n, f in frames.items() if not f.empty]
+    tidy = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({"table": []})
+    return tidy.reindex(columns=["table", *columns]).astype({"table": str})
 
 
-def _empty(ax, what: str) -> None:
-    ax.text(0.5, 0.5, f"no {what}", ha="center", va="center", transform=ax.transAxes)
+def _save(fig, path: Path) -> None:
+    fig.savefig(path, dpi=110)
+    plt.close(fig)  # figures stay alive in pyplot until closed: a long study would leak them
+
+
+def _empty(ax) -> None:
+    ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes,
+            fontsize=14, color="0.4")
+
+
+def _legend(ax) -> None:
+    # Outside the axes, so that no curve is hidden however many lines there are.
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8, frameon=False)
 
 
 def _utilization(domains: pd.DataFrame):
     policies = list(dict.fromkeys(domains["policy"])) or [""]
-    fig, axes = plt.subplots(len(policies), 1, figsize=(9, 2.4 * len(policies)), sharex=True,
-                             sharey=True, squeeze=False)
+    fig, axes = plt.subplots(len(policies), 1, figsize=(9, 1.2 + 2.2 * len(policies)),
+                             sharex=True, sharey=True, squeeze=False, layout="constrained")
+    # One colour per domain in every panel, so panels compare at a glance.
+    colors = {d: f"C{i % 10}" for i, d in enumerate(dict.fromkeys(domains["domain"]))}
     for ax, policy in zip(axes[:, 0], policies, strict=True):
-        rows = domains[domains["policy"] == policy]
+        rows = domains[domains["policy"] == policy].sort_values("time_s", kind="stable")
         for name, d in rows.groupby("domain", sort=False):
-            ax.plot(d["time_s"] / 3600, d["utilization"], label=name, linewidth=1.2)
+            ax.plot(d["time_s"] * HOURS, d["utilization"], label=str(name), color=colors[name],
+                    linewidth=1.2)
         if rows.empty:
-            _empty(ax, "samples")
-        ax.set(title=policy, ylabel="busy share", ylim=(0, 1.02))
+            _empty(ax)
+        ax.set(title=str(policy), ylabel="utilisation (0–1)", ylim=(0, 1.02))
         ax.grid(alpha=0.3)
-    if not domains.empty:
-        axes[0, 0].legend(ncol=6, fontsize=8, loc="lower right")
+    if colors:  # every domain once, even one that a policy's panel lacks
+        fig.legend(handles=[Line2D([], [], color=c, label=str(d)) for d, c in colors.items()],
+                   loc="outside right upper", fontsize=8, frameon=False, title="domain")
     axes[-1, 0].set_xlabel("time (h)")
     fig.suptitle("Utilisation per domain")
     return fig
 
 
 def _jct(jobs: pd.DataFrame):
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = plt.subplots(figsize=(8, 4), layout="constrained")
+    shown = False
     for policy, rows in jobs.groupby("policy", sort=False):
-        hours = np.sort(rows["jct_s"].dropna().to_numpy() / 3600)
+        # Only finished jobs have a completion time; the curve tops out at their share.
+        hours = np.sort(rows.loc[rows["end_s"].notna(), "jct_s"].dropna().to_numpy() * HOURS)
         if len(hours):
-            ax.step(hours, np.arange(1, len(hours) + 1) / len(rows), where="post", label=policy)
-    if jobs["jct_s"].dropna().empty:
-        _empty(ax, "completed jobs")
+            ax.step(np.r_[0, hours], np.arange(len(hours) + 1) / len(rows), where="post",
+                    label=f"{policy} ({len(hours)}/{len(rows)} done)")
+            shown = True
+    if shown:
+        ax.set_xscale("symlog", linthresh=0.1)  # minutes to weeks; symlog keeps 0 in view
+        ax.xaxis.set_major_locator(SymmetricalLogLocator(base=10, linthresh=0.1, subs=[1, 2, 5]))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        _legend(ax)
     else:
-        ax.set_xscale("log")
-        ax.legend()
+        _empty(ax)
     ax.set(title="Job completion time (CDF over all jobs)", xlabel="completion time (h)",
            ylabel="share of jobs done", ylim=(0, 1.02))
     ax.grid(alpha=0.3, which="both")
@@ -136,66 +190,76 @@ def _jct(jobs: pd.DataFrame):
 
 
 def _bandwidth(links: pd.DataFrame):
-    fig, ax = plt.subplots(figsize=(9, 4))
-    for name, rows in links.groupby("link", sort=False):
-        ax.plot(rows["time_s"] / 3600, rows["bandwidth_gbps"], label=name, linewidth=1)
+    fig, ax = plt.subplots(figsize=(9, 4), layout="constrained")
+    for name, rows in links.sort_values("time_s", kind="stable").groupby("link", sort=False):
+        ax.plot(rows["time_s"] * HOURS, rows["bandwidth_gbps"], label=str(name), linewidth=1)
     if links.empty:
-        _empty(ax, "links")
+        _empty(ax)
     else:
-        ax.legend(ncol=5, fontsize=8)
-    ax.set(title="WAN bandwidth over time", xlabel="time (h)", ylabel="bandwidth (Gbit/s)")
+        ax.set_ylim(bottom=0)  # from zero, so a dip reads as its true share of the link
+        _legend(ax)
+    ax.set(title="WAN bandwidth per link", xlabel="time (h)", ylabel="bandwidth (Gbit/s)")
     ax.grid(alpha=0.3)
     return fig
 
 
 def _queue(domains: pd.DataFrame):
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    per_time = domains.drop_duplicates(["policy", "time_s"])
+    fig, ax = plt.subplots(figsize=(9, 3.5), layout="constrained")
+    # queue_len repeats on every domain row of a time: one row per policy and time is enough.
+    per_time = domains.drop_duplicates(["policy", "time_s"]).sort_values("time_s", kind="stable")
     for policy, rows in per_time.groupby("policy", sort=False):
-        ax.step(rows["time_s"] / 3600, rows["queue_len"], where="post", label=policy)
+        ax.step(rows["time_s"] * HOURS, rows["queue_len"], where="post", label=str(policy))
     if per_time.empty:
-        _empty(ax, "samples")
+        _empty(ax)
     else:
-        ax.legend()
+        ax.set_ylim(bottom=0)
+        _legend(ax)
     ax.set(title="Queue length", xlabel="time (h)", ylabel="jobs waiting")
     ax.grid(alpha=0.3)
     return fig
+
+
+def _number(value) -> float | None:
+    value = _clean(value)
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if ok and math.isfinite(value) else None
 
 
 def _summary_table(policies: dict) -> str:
     head = "".join(f"<th>{html.escape(label)}</th>" for _, label, *_ in SUMMARY)
     best = {}
     for key, _, _, _, lower in SUMMARY:
-        values = [v[key] for v in policies.values()
-                  if isinstance(v.get(key), int | float) and math.isfinite(v[key])]
-        best[key] = (min if lower else max)(values) if values else None
+        values = [v for row in policies.values() if (v := _number(row.get(key))) is not None]
+        # A column where all agree has no winner worth marking.
+        best[key] = (min if lower else max)(values) if len(set(values)) > 1 else None
     rows = []
     for name, row in policies.items():
         cells = []
         for key, _, scale, fmt, _ in SUMMARY:
-            value = row.get(key)
-            ok = isinstance(value, int | float) and math.isfinite(value)
-            text = fmt.format(value * scale) if ok else "–"
-            mark = ' class="best"' if ok and value == best[key] and len(policies) > 1 else ""
+            value = _number(row.get(key))
+            text = "–" if value is None else fmt.format(value * scale)
+            if key == "jobs_completed" and value is not None and "jobs_total" in row:
+                text += f" / {row['jobs_total']}"
+            mark = ' class="best"' if value is not None and value == best[key] else ""
             cells.append(f"<td{mark}>{html.escape(text)}</td>")
-        rows.append(f"<tr><th>{html.escape(name)}</th>{''.join(cells)}</tr>")
+        rows.append(f"<tr><th>{html.escape(str(name))}</th>{''.join(cells)}</tr>")
     return f"<table><tr><th>policy</th>{head}</tr>{''.join(rows)}</table>"
 
 
 def _html(summary: dict, paths: dict[str, Path]) -> str:
-    title = (f"xdscheduler study: {summary.get('scenario', '')}, seed {summary.get('seed', '')},"
-             f" {summary.get('hours', '')} h of arrivals")
+    title = (f"xdscheduler study: {summary.get('scenario', '?')}, seed {summary.get('seed', '?')},"
+             f" {summary.get('hours', '?')} h")
     images = "".join(
         f"<figure><img alt=\"{html.escape(name)}\" src=\"data:image/png;base64,"
         f"{base64.b64encode(paths[name].read_bytes()).decode()}\">"
         f"<figcaption>{html.escape(caption)}</figcaption></figure>"
         for name, caption in PLOTS.items())
-    style = ("body{font-family:sans-serif;margin:2em;max-width:1100px}"
+    style = ("body{font-family:sans-serif;margin:2em;max-width:1200px}"
              "table{border-collapse:collapse;font-size:14px}th,td{border:1px solid #ccc;"
              "padding:4px 8px;text-align:right}td.best{background:#d9f2d9;font-weight:bold}"
              "img{max-width:100%}figure{margin:1.5em 0}figcaption{color:#555}")
-    jobs = summary.get("jobs", "")
+    jobs = f"{summary['jobs']} jobs; " if "jobs" in summary else ""
     return (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{html.escape(title)}"
             f"</title><style>{style}</style></head><body><h1>{html.escape(title)}</h1>"
-            f"<p>{html.escape(str(jobs))} jobs; best value per column in green.</p>"
-            f"{_summary_table(summary.get('policies', {}))}{images}</body></html>\n")
+            f"<p>{html.escape(jobs)}best value per column in bold green.</p>"
+            f"{_summary_table(summary.get('policies') or {})}{images}</body></html>\n")

@@ -14,6 +14,7 @@ from xdscheduler.sim.domain import DomainReport
 
 PING_TIMEOUT_S = 3.0  # a report not back within 3 s is a missed report
 MISSES_TO_DOWN = 3  # a live actor that misses 3 reports in a row is down; a dead one at once
+STARTUP_TIMEOUT_S = 300.0
 
 
 class ActorDomains:
@@ -26,8 +27,11 @@ class ActorDomains:
                        for i, d in enumerate(scn.domains)]
         self.alive = [True] * len(self.actors)
         self.misses = [0] * len(self.actors)
-        self.last: list[DomainReport | None] = [None] * len(self.actors)
         self.timeout_s = timeout_s
+        # Starting a process per actor can take long on a busy machine: that is not a failure,
+        # so wait for every first report before the study begins.
+        self.last: list[DomainReport | None] = ray.get(
+            [a.report.remote(0.0) for a in self.actors], timeout=STARTUP_TIMEOUT_S)
 
     def reports(self, now_s: float) -> list[DomainReport | None]:
         """Each domain's report; the last one while it is late, None once it is down.
