@@ -139,10 +139,10 @@ class Engine:
         """Everything that happens at time t, in order."""
         self._advance(t)
         self.last_step_s = t
+        self._observe(t)  # first: a job on a domain found dead now did not finish there
         self._complete(t)
         while self.pending and self.pending[0].arrival_s <= t:
             self.queue.append(self.pending.pop(0))
-        self._observe(t)
         if t >= self.next_sample_s:
             self._retrigger(t)
         self._schedule(t)
@@ -191,6 +191,7 @@ class Engine:
             if r.running and r.done >= r.tokens * (1 - 1e-9):
                 r.end_s = t
                 self.domains.release(r.spec.name)
+                self._return_gpus(r.placement)
 
     # ------------------------------------------------------------------ perception
 
