@@ -7,9 +7,6 @@ from dataclasses import dataclass
 
 from xdscheduler.errors import UserError
 
-TFLOPS = 1e12
-GBPS_BYTES = 1e9  # GB/s, bytes
-
 
 @dataclass(frozen=True)
 class Accelerator:

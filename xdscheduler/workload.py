@@ -102,8 +102,3 @@ def generate_jobs(hours: float, total_gpus: int, seed: int, load: float = 0.9,
             priority=int(rng.integers(0, 3)), arrival_s=float(arrivals[i]),
             gpus=GpuRequest(min=max(min_gpus, int(gpus[i]) // 4), max=int(gpus[i]))))
     return jobs
-
-
-def failure_probability(cluster: str = "kalos") -> float:
-    """Share of GPU jobs that end in failure in the trace."""
-    return ACME[cluster]["fail"]

@@ -26,7 +26,6 @@ RUNTIME_OVERHEAD_GIB = 3.0  # CUDA context, NCCL buffers, allocator fragmentatio
 BREAKDOWN_KEYS = (
     "compute", "recompute", "tp_comm", "pp_comm", "dp_comm", "bubble", "sync", "optimizer",
 )
-OVERLAPPED_KEYS = ("tp_comm", "pp_comm", "dp_comm", "sync")
 
 
 @dataclass(frozen=True)

@@ -101,9 +101,6 @@ class Dynamics:
     def load(self, t: float) -> np.ndarray:
         return self.background_load[self.at(t)]
 
-    def change_times(self) -> np.ndarray:
-        return self.times_s
-
 
 def _ar1(rng: np.random.Generator, steps: int, links: int, bound: np.ndarray) -> np.ndarray:
     """Mean-reverting fluctuation with stationary sd bound/2, clipped to ±bound."""
