@@ -38,6 +38,11 @@ class Placement:
     def total_gpus(self) -> int:
         return sum(self.gpus)
 
+    @property
+    def taken(self) -> dict[int, int]:
+        """Accelerators held, by domain index."""
+        return dict(zip(self.domains, self.gpus, strict=True))
+
 
 def evaluate(placement: Placement, job: JobSpec, view: ClusterView,
              stack: Stack | None = None) -> tuple[StepEstimate, float]:
@@ -202,16 +207,11 @@ class PlannerPolicy:
                 self._no_fit[job.name] = free
                 continue  # backfill: a later job may fit where this one does not
             out.append(placement)
-            taken = dict(zip(placement.domains, placement.gpus, strict=True))
-            view = view.with_free({d.name: d.free_gpus - taken.get(i, 0)
-                                   for i, d in enumerate(view.domains)})
+            view = view.adjust_free({i: -n for i, n in placement.taken.items()})
         return out
 
     def replan(self, job: JobSpec, current: Placement, view: ClusterView) -> Placement | None:
-        own = dict(zip(current.domains, current.gpus, strict=True))
-        mine = view.with_free({d.name: d.free_gpus + own.get(i, 0)
-                               for i, d in enumerate(view.domains)})
-        return self._best(job, mine)
+        return self._best(job, view.adjust_free(current.taken))
 
     def _best(self, job: JobSpec, view: ClusterView) -> Placement | None:
         if sum(d.available for d in view.domains) < job.gpus_min:

@@ -79,6 +79,12 @@ class ClusterView:
                         for d in self.domains)
         return ClusterView(domains, self.bandwidth_gbps, self.rtt_ms, self.price_per_gb)
 
+    def adjust_free(self, delta: dict[int, int]) -> ClusterView:
+        """Free accelerators changed by `delta` (domain index -> +given back / -taken)."""
+        domains = tuple(replace(d, free_gpus=d.free_gpus + delta.get(i, 0))
+                        for i, d in enumerate(self.domains))
+        return ClusterView(domains, self.bandwidth_gbps, self.rtt_ms, self.price_per_gb)
+
     def with_links(self, bandwidth_gbps: np.ndarray, rtt_ms: np.ndarray) -> ClusterView:
         return ClusterView(self.domains, np.asarray(bandwidth_gbps, dtype=float),
                            np.asarray(rtt_ms, dtype=float), self.price_per_gb)

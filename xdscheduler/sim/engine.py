@@ -243,7 +243,7 @@ class Engine:
 
     def _start(self, r: JobRun, p: Placement, t: float, action: str) -> None:
         before = {d.name: d.free_gpus for d in self.view.domains}
-        self.domains.apply(r.spec.name, dict(zip(p.domains, p.gpus, strict=True)), t)
+        self.domains.apply(r.spec.name, p.taken, t)
         r.placement = p
         if r.start_s is None:
             r.start_s = t
@@ -251,9 +251,7 @@ class Engine:
         r.reference = self._reference(p, t)
         self._rate(r)
         self._log(t, r, action, p, p.explanation, p.decision_ms, before)
-        taken = dict(zip(p.domains, p.gpus, strict=True))
-        self.view = self.view.with_free({d.name: d.free_gpus - taken.get(i, 0)
-                                         for i, d in enumerate(self.view.domains)})
+        self.view = self.view.adjust_free({i: -n for i, n in p.taken.items()})
 
     def _retrigger(self, t: float) -> None:
         """Re-plan running jobs whose links or domains changed enough, or that started smaller
@@ -284,9 +282,7 @@ class Engine:
             self._start(r, new, t, "replan")
 
     def _return_gpus(self, p: Placement) -> None:
-        own = dict(zip(p.domains, p.gpus, strict=True))
-        self.view = self.view.with_free({d.name: d.free_gpus + own.get(i, 0)
-                                         for i, d in enumerate(self.view.domains)})
+        self.view = self.view.adjust_free(p.taken)
 
     def _links_of(self, p: Placement) -> list[tuple[int, int]]:
         d = p.domains
@@ -330,21 +326,23 @@ class Engine:
     # ------------------------------------------------------------------ records
 
     def _log(self, t, r, action, p, why, ms, before=None) -> None:
-        names = {self.names[i]: g for i, g in zip(p.domains, p.gpus, strict=True)}
+        names = {self.names[i]: g for i, g in p.taken.items()}
         self.decisions.append(Decision(t, r.spec.name, action, names, p.plan.as_dict(), why,
                                        ms, before or {}))
 
     def _sample(self, t: float) -> None:
-        queue_len = len(self.queue)
+        busy = [0] * len(self.names)  # one pass over the jobs, not one per domain
+        for r in self.runs:
+            if r.running:
+                for i, n in r.placement.taken.items():
+                    busy[i] += n
         load = self.dynamics.load(t)
         for i, d in enumerate(self.view.domains):
             total = d.total_gpus
-            busy = sum(g for r in self.runs if r.running
-                       for j, g in zip(r.placement.domains, r.placement.gpus, strict=True)
-                       if j == i)
             self.samples.append({"time_s": t, "domain": d.name, "gpus_total": total,
-                                 "gpus_busy": busy, "utilization": busy / max(total, 1),
-                                 "queue_len": queue_len, "background_load": float(load[i])})
+                                 "gpus_busy": busy[i], "utilization": busy[i] / max(total, 1),
+                                 "queue_len": len(self.queue),
+                                 "background_load": float(load[i])})
 
     @property
     def finished(self) -> bool:
