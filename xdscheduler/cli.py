@@ -11,6 +11,8 @@ import numpy as np
 
 from xdscheduler import catalog
 from xdscheduler.errors import UserError
+from xdscheduler.forecast import cli as forecast_cli
+from xdscheduler.rl import cli as rl_cli
 
 
 def _print_json(obj) -> None:
@@ -162,19 +164,26 @@ def cmd_plan(args) -> None:
 def cmd_run(args) -> None:
     from pathlib import Path
 
-    from xdscheduler.planner.policies import POLICIES
+    from xdscheduler.planner.policies import DEFAULT_POLICIES
     from xdscheduler.runtime.study import run_study
     from xdscheduler.scenario import default_scenario_path, load_scenario
 
     scn = load_scenario(args.scenario or default_scenario_path())
     policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies \
-        else list(POLICIES)
+        else list(DEFAULT_POLICIES)
     if args.hours <= 0:
         raise UserError(f"--hours must be positive, got {args.hours}")
     seed = scn.seed if args.seed is None else args.seed
     out = Path(args.out)
+    options = {"policy_path": args.policy_path, "serve_url": args.serve_url}
+    if args.serve and not args.serve_url:
+        if args.local:
+            raise UserError("--serve needs Ray; leave out --local")
+        from xdscheduler.serving.app import start
+
+        options["serve_url"] = start(args.address, args.policy_path, scn)
     summary = run_study(scn, policies, args.hours, seed, out, address=args.address,
-                        local=args.local, realtime=args.realtime)
+                        local=args.local, realtime=args.realtime, policy_options=options)
     if args.json:
         _print_json(summary)
         return
@@ -287,7 +296,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("run", cmd_run, "run a study: every policy over days of jobs, with a report")
     p.add_argument("scenario", nargs="?", help="scenario YAML (default: five_domains)")
     p.add_argument("--policies", help="comma-separated (default: all): single-domain, "
-                   "greedy-cross-domain, planner")
+                   "greedy-cross-domain, planner, ppo (the trained agents)")
+    p.add_argument("--policy-path", help="trained policy for ppo (default: the shipped one)")
+    p.add_argument("--serve", action="store_true",
+                   help="ppo decides through the Serve endpoint (started here if needed)")
+    p.add_argument("--serve-url", help="an endpoint already running, e.g. "
+                   "http://127.0.0.1:8000 (implies --serve)")
     p.add_argument("--hours", type=float, default=24.0, help="hours of job arrivals")
     p.add_argument("--seed", type=int, help="seed (default: the scenario's)")
     p.add_argument("--out", default="xds-run", help="folder for the report (default xds-run)")
@@ -319,6 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--name", help="scenario name")
     q.add_argument("--force", action="store_true", help="overwrite an existing file")
     q.set_defaults(fn=cmd_scenario_from_measurements)
+    forecast_cli.register(sub)
+    rl_cli.register(sub)
     return parser
 
 

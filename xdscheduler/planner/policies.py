@@ -15,7 +15,7 @@ import numpy as np
 from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch, Stack
 from xdscheduler.costmodel.steptime import StepEstimate, estimate, memory_gib
 from xdscheduler.errors import UserError
-from xdscheduler.planner.search import JobSpec, search
+from xdscheduler.planner.search import Candidate, JobSpec, search
 from xdscheduler.planner.space import DATA, PIPELINE, SINGLE, SearchOptions, describe_placements
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Weights
@@ -220,27 +220,41 @@ class PlannerPolicy:
             decision = search(job, view, self.weights, self.options, top_k=1, pareto=False)
         except UserError:
             return None
-        best = decision.best
-        names = [d.name for d in view.domains]
-        if best.kind == PIPELINE:
-            order = list(dict.fromkeys(best.stage_to_domain))
-        else:
-            order = list(best.gpus_per_domain)
-        domains = tuple(names.index(n) for n in order)
-        return Placement(job.name, best.kind, domains,
-                         tuple(best.gpus_per_domain[n] for n in order), best.plan,
-                         explanation=decision.explanation["summary"],
-                         decision_ms=decision.decision_ms)
+        return placement_of(job.name, decision.best, view, decision.explanation["summary"],
+                            decision.decision_ms)
 
 
-POLICIES = ("single-domain", "greedy-cross-domain", "planner")
+def placement_of(job: str, c: Candidate, view: ClusterView, explanation: str = "",
+                 decision_ms: float = 0.0) -> Placement:
+    """A searched candidate as a placement on the view's domain indices, stages in order."""
+    names = [d.name for d in view.domains]
+    order = list(dict.fromkeys(c.stage_to_domain)) if c.kind == PIPELINE else list(
+        c.gpus_per_domain)
+    return Placement(job, c.kind, tuple(names.index(n) for n in order),
+                     tuple(c.gpus_per_domain[n] for n in order), c.plan,
+                     explanation=explanation, decision_ms=decision_ms)
 
 
-def make_policy(name: str, weights: Weights) -> Policy:
+POLICIES = ("single-domain", "greedy-cross-domain", "planner", "ppo")
+DEFAULT_POLICIES = POLICIES
+
+
+def make_policy(name: str, weights: Weights, options: dict | None = None) -> Policy:
+    """options (ppo only): `policy_path` (trained modules; default: the shipped ones) and
+    `serve_url` (decide through that endpoint instead of in this process)."""
+    options = options or {}
     if name == "single-domain":
         return SingleDomain()
     if name == "greedy-cross-domain":
         return GreedyCrossDomain()
     if name == "planner":
         return PlannerPolicy(weights)
+    if name == "ppo":
+        if options.get("serve_url"):
+            from xdscheduler.serving.client import served_policy
+
+            return served_policy(weights, options["serve_url"])
+        from xdscheduler.rl.agents import local_policy
+
+        return local_policy(weights, options.get("policy_path"))
     raise UserError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")

@@ -44,6 +44,8 @@ class ClusterView:
     bandwidth_gbps: np.ndarray
     rtt_ms: np.ndarray
     price_per_gb: np.ndarray
+    base_bandwidth_gbps: np.ndarray | None = None  # as leased, before fluctuation
+    indicators: np.ndarray | None = None  # K × 12 accepted indicator values, where reported
 
     @classmethod
     def from_scenario(cls, scn: Scenario, free_gpus: dict[str, int] | None = None) -> ClusterView:
@@ -69,7 +71,7 @@ class ClusterView:
             bw[j, i] = link.bandwidth_gbps_ba or link.bandwidth_gbps
             rtt[i, j] = rtt[j, i] = link.rtt_ms
             price[i, j] = price[j, i] = link.price_per_gb
-        return cls(tuple(domains), bw, rtt, price)
+        return cls(tuple(domains), bw, rtt, price, bw.copy())
 
     def with_free(self, free_gpus: dict[str, int],
                   reserved: dict[str, int] | None = None) -> ClusterView:
@@ -77,17 +79,20 @@ class ClusterView:
         domains = tuple(replace(d, free_gpus=free_gpus.get(d.name, d.free_gpus),
                                 reserved_gpus=reserved.get(d.name, d.reserved_gpus))
                         for d in self.domains)
-        return ClusterView(domains, self.bandwidth_gbps, self.rtt_ms, self.price_per_gb)
+        return replace(self, domains=domains)
 
     def adjust_free(self, delta: dict[int, int]) -> ClusterView:
         """Free accelerators changed by `delta` (domain index -> +given back / -taken)."""
         domains = tuple(replace(d, free_gpus=d.free_gpus + delta.get(i, 0))
                         for i, d in enumerate(self.domains))
-        return ClusterView(domains, self.bandwidth_gbps, self.rtt_ms, self.price_per_gb)
+        return replace(self, domains=domains)
 
     def with_links(self, bandwidth_gbps: np.ndarray, rtt_ms: np.ndarray) -> ClusterView:
-        return ClusterView(self.domains, np.asarray(bandwidth_gbps, dtype=float),
-                           np.asarray(rtt_ms, dtype=float), self.price_per_gb)
+        return replace(self, bandwidth_gbps=np.asarray(bandwidth_gbps, dtype=float),
+                       rtt_ms=np.asarray(rtt_ms, dtype=float))
+
+    def with_indicators(self, indicators: np.ndarray) -> ClusterView:
+        return replace(self, indicators=np.asarray(indicators, dtype=float))
 
     def with_down(self, down: set[str]) -> ClusterView:
         """Domains that stopped answering: nothing is free there and no link reaches them."""
@@ -97,7 +102,7 @@ class ClusterView:
         bw[:, idx] = 0.0
         domains = tuple(replace(d, free_gpus=0, up=False) if d.name in down else d
                         for d in self.domains)
-        return ClusterView(domains, bw, self.rtt_ms, self.price_per_gb)
+        return replace(self, domains=domains, bandwidth_gbps=bw)
 
     @property
     def names(self) -> list[str]:

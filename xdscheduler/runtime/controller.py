@@ -31,12 +31,13 @@ class Controller:
     """One policy's controller: the queue, the view, the decisions, the domain actors."""
 
     def __init__(self, scenario: dict, jobs: list[dict], policy: str, dynamics,
-                 horizon_s: float, realtime: bool = False):
+                 horizon_s: float, realtime: bool = False, policy_options: dict | None = None):
         scn = parse_scenario(scenario)
         self.domains = ActorDomains(scn, dynamics)
         self.engine = Engine(
-            scn, [Job.model_validate(j) for j in jobs], make_policy(policy, scn.weights),
-            dynamics, self.domains, horizon_s, clock=RealTimeClock() if realtime else None,
+            scn, [Job.model_validate(j) for j in jobs],
+            make_policy(policy, scn.weights, policy_options), dynamics, self.domains, horizon_s,
+            clock=RealTimeClock() if realtime else None,
             tick_s=1.0 if realtime else None)
         self.started = time.perf_counter()
 

@@ -84,13 +84,14 @@ def _follow(advance, jobs: int, label: str, show: bool) -> None:
 
 
 def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, hours: float,
-               realtime: bool = False, show: bool = False) -> Results:
+               realtime: bool = False, show: bool = False,
+               policy_options: dict | None = None) -> Results:
     import ray
 
     from xdscheduler.runtime.controller import Controller
 
     controller = Controller.remote(scn.model_dump(), [j.model_dump() for j in jobs], policy,
-                                   dynamics, hours * 3600, realtime)
+                                   dynamics, hours * 3600, realtime, policy_options)
     _follow(lambda t: ray.get(controller.advance.remote(t)), len(jobs), policy, show)
     results = ray.get(controller.results.remote())
     ray.kill(controller)  # its domain actors go with it
@@ -116,7 +117,7 @@ def run_here(scn: Scenario, jobs: list[Job], policy: Policy, dynamics: Dynamics,
 
 def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: Path,
               address: str | None = None, local: bool = False, realtime: bool = False,
-              show_progress: bool | None = None) -> dict:
+              show_progress: bool | None = None, policy_options: dict | None = None) -> dict:
     """Run every policy, write the report to `out`, and return report.json's content."""
     from xdscheduler.report.writer import write_report
 
@@ -137,10 +138,11 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
     runs: dict[str, Results] = {}
     for name in policies:
         if local:
-            runs[name] = run_here(scn, jobs, make_policy(name, scn.weights), dynamics, hours,
-                                  show)
+            runs[name] = run_here(scn, jobs, make_policy(name, scn.weights, policy_options),
+                                  dynamics, hours, show)
         else:
-            runs[name] = run_on_ray(scn, jobs, name, dynamics, hours, realtime, show)
+            runs[name] = run_on_ray(scn, jobs, name, dynamics, hours, realtime, show,
+                                    policy_options)
         done = sum(r.end_s is not None for r in runs[name].jobs)
         if not show:  # logs (e.g. of a Ray job) still get a line per policy
             print(f"{name}: {done}/{len(jobs)} jobs done, {runs[name].wall_s:.0f} s",
@@ -162,18 +164,20 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
 
 
 def compare(policies: dict) -> dict:
-    """The planner against each baseline, as relative changes (negative: lower)."""
+    """The planner and the trained agents against every other policy, as relative changes
+    (negative: lower)."""
     out = {}
-    base = policies.get("planner")
-    if base is None:
-        return out
-    for name, other in policies.items():
-        if name == "planner":
+    for base_name in ("planner", "ppo"):
+        base = policies.get(base_name)
+        if base is None:
             continue
-        out[f"planner_vs_{name}"] = {
-            key: (base[key] - other[key]) / other[key] if other[key] else None
-            for key in ("mean_jct_s", "avg_utilization", "cross_domain_cost", "objective")
-        }
+        for name, other in policies.items():
+            if name == base_name:
+                continue
+            out[f"{base_name}_vs_{name}"] = {
+                key: (base[key] - other[key]) / abs(other[key]) if other[key] else None
+                for key in ("mean_jct_s", "avg_utilization", "cross_domain_cost", "objective")
+            }
     return out
 
 

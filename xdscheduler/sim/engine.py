@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from xdscheduler.perception.graph import ResourceGraph
 from xdscheduler.planner.policies import Placement, Policy, evaluate
 from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.space import DATA, PIPELINE
@@ -117,13 +118,14 @@ class Engine:
         self.next_sample_s = 0.0
         self.last_step_s: float | None = None
         self.view = self.base_view
+        self.graph = ResourceGraph(self.names)  # what the domains' reports say, kept current
 
     # ------------------------------------------------------------------ the loop
 
     def run(self, until_s: float | None = None, progress: Callable | None = None) -> Results:
         stop = self.end_limit_s if until_s is None else min(until_s, self.end_limit_s)
         while True:
-            t = self._next_event()
+            t = self.next_event()
             if t > stop or t == math.inf:
                 break
             if self.clock:
@@ -151,7 +153,7 @@ class Engine:
             self._sample(t)
             self.next_sample_s = t + self.dynamics.step_s
 
-    def _next_event(self) -> float:
+    def next_event(self) -> float:
         times = [self.next_sample_s]
         if self.tick_s:
             times.append(self.now + self.tick_s)
@@ -204,16 +206,19 @@ class Engine:
         index = {n: i for i, n in enumerate(self.names)}
         for i, (name, report) in enumerate(zip(self.names, reports, strict=True)):
             if report is None:
+                self.graph.mark_down(name, t)
                 if name not in self.down:
                     self.down[name] = t
                     self._evacuate(name, t)
                 continue
-            self.rejected += len(accepted(report, t)[1])
+            good, rejected = accepted(report, t)
+            self.rejected += len(rejected)
+            self.graph.update(report, good)
             free[name], reserved[name] = report.free_gpus, report.reserved_gpus
             for other, (gbps, ms) in report.links.items():  # each end reports its outbound
                 bw[i, index[other]], rtt[i, index[other]] = gbps, ms
         view = self.base_view.with_free(free, reserved).with_links(bw, np.maximum(rtt, rtt.T))
-        self.view = view.with_down(set(self.down))
+        self.view = view.with_down(set(self.down)).with_indicators(self.graph.values)
 
     def _evacuate(self, name: str, t: float) -> None:
         """Jobs on a lost domain go back to the queue from their last checkpoint."""
@@ -233,13 +238,19 @@ class Engine:
     def _schedule(self, t: float) -> None:
         if not self.queue:
             return
-        order = sorted(self.queue, key=lambda r: (-r.priority, r.arrival_s, r.spec.name))
+        order = self.ordered_queue()
         by_name = {r.spec.name: r for r in order}
-        placements = self.policy.decide([r.spec for r in order], self.view, t)
-        for p in placements:
-            r = by_name[p.job]
-            self._start(r, p, t, "place")
-            self.queue.remove(r)
+        for p in self.policy.decide([r.spec for r in order], self.view, t):
+            self.place(by_name[p.job], p)
+
+    def ordered_queue(self) -> list[JobRun]:
+        """The queue in the order decisions take it: priority, then arrival."""
+        return sorted(self.queue, key=lambda r: (-r.priority, r.arrival_s, r.spec.name))
+
+    def place(self, r: JobRun, p: Placement) -> None:
+        """Start a queued job now; decisions taken outside `step` (the RL agents) come here."""
+        self._start(r, p, self.now, "place")
+        self.queue.remove(r)
 
     def _start(self, r: JobRun, p: Placement, t: float, action: str) -> None:
         before = {d.name: d.free_gpus for d in self.view.domains}

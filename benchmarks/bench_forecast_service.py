@@ -1,0 +1,108 @@
+"""POST /forecast latency over real HTTP with Ray Serve running on 2 CPUs.
+
+The deployment holds history models fitted on a Helios cluster's occupancy (vc6YE from the
+shared data when present, else a synthetic series); each request carries the last day of
+demand per minute and three known jobs. Run: python -m benchmarks.bench_forecast_service
+The baseline is the same pure `forecast` function called in-process (no HTTP, no Serve).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from benchmarks._table import print_table
+from xdscheduler.forecast import series
+from xdscheduler.forecast.hybrid import Forecaster
+from xdscheduler.forecast.service import ForecastRequest, forecast
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "demand" / "helios_earth"
+
+
+def demand() -> tuple[str, np.ndarray, pd.DatetimeIndex]:
+    path = DATA / "vc6YE.csv"
+    if path.is_file():
+        s = series.load(path, "occupancy")
+        return "Helios vc6YE", s.values, s.index
+    rng = np.random.default_rng(0)
+    y = np.clip(200 + np.cumsum(rng.choice([-8, 0, 8], 20 * 1440, p=[0.03, 0.94, 0.03])), 0, 400)
+    return "synthetic", y.astype(float), pd.date_range("2024-01-01", periods=len(y), freq="min")
+
+
+def body(y: np.ndarray, idx: pd.DatetimeIndex, k: int) -> ForecastRequest:
+    end = len(y) - 1 - k
+    jobs = [{"name": f"j{i}", "gpus": 8 * (i + 1), "finish_min": 15.0 * (i + 1)} for i in range(3)]
+    return ForecastRequest(
+        history=y[end - 1439 : end + 1].tolist(), end_time=idx[end].to_pydatetime(), known_jobs=jobs
+    )
+
+
+def percentiles(times: list[float]) -> tuple[float, float]:
+    ms = np.array(times) * 1e3
+    return float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=500)
+    args = parser.parse_args()
+    name, y, idx = demand()
+    fc = Forecaster.fit(y, idx, 1, "occupancy", horizons_min=(10, 60))
+    reqs = [body(y, idx, k) for k in range(args.requests)]
+
+    local = []
+    for r in reqs:
+        start = time.perf_counter()
+        forecast(r, fc)
+        local.append(time.perf_counter() - start)
+
+    import ray
+    from ray import serve
+
+    from xdscheduler.forecast.service import ForecastDeployment
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    serve.run(
+        ForecastDeployment.bind(fc), name="forecast", route_prefix="/forecast", blocking=False
+    )
+    payloads = [r.model_dump_json().encode() for r in reqs]
+    conn = http.client.HTTPConnection("127.0.0.1", 8000, timeout=30)
+    headers = {"Content-Type": "application/json"}
+    for p in payloads[:20]:  # warm-up: first requests pay for routing and imports
+        conn.request("POST", "/forecast", p, headers)
+        conn.getresponse().read()
+    remote, status = [], set()
+    for p in payloads:
+        start = time.perf_counter()
+        conn.request("POST", "/forecast", p, headers)
+        resp = conn.getresponse()
+        json.loads(resp.read())
+        remote.append(time.perf_counter() - start)
+        status.add(resp.status)
+    serve.shutdown()
+    ray.shutdown()
+
+    (l50, l99), (r50, r99) = percentiles(local), percentiles(remote)
+    print_table(
+        f"POST /forecast, {name}, a day of history + 3 known jobs, {args.requests} requests, "
+        "Ray on 2 CPUs",
+        ["what", "p50 ms", "p99 ms", "p99 vs in-process"],
+        [
+            ["pure forecast() in-process (baseline)", l50, l99, 1.0],
+            ["POST /forecast over HTTP (Serve, 1 replica)", r50, r99, r99 / l99],
+        ],
+        note=f"HTTP status codes: {sorted(status)}; target: p99 <= 50 ms -> "
+        f"{'met' if r99 <= 50 else 'NOT met'}",
+    )
+
+
+if __name__ == "__main__":
+    main()

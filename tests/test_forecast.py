@@ -1,0 +1,200 @@
+"""Demand forecasting: series loading, the history model (no look-ahead), known jobs, the
+hybrid's intervals, the backtest and its CLI. Real traces only where the shared data exists."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from xdscheduler.cli import main
+from xdscheduler.errors import UserError
+from xdscheduler.forecast import backtest, series
+from xdscheduler.forecast.history import HistoryModel, features, features_last, future_mean
+from xdscheduler.forecast.hybrid import Forecaster, combine
+from xdscheduler.forecast.structure import KnownJob, known_job, structural_demand
+from xdscheduler.scenario import Job
+
+
+def synthetic(days: int = 16, seed: int = 0, step_min: int = 1) -> pd.DataFrame:
+    """Helios-like occupancy: jobs of 8–64 GPUs arriving more by day, holding for hours."""
+    rng = np.random.default_rng(seed)
+    n = days * 1440 // step_min
+    t = np.arange(n) * step_min
+    day_rate = 0.004 * (1 + 0.8 * np.sin((t % 1440) / 1440 * 2 * np.pi))
+    starts = np.flatnonzero(rng.random(n) < day_rate * step_min)
+    held = np.zeros(n + 1)
+    for s in starts:
+        dur = int(rng.exponential(300 / step_min)) + 1
+        held[s : min(s + dur, n)] += rng.choice([8, 16, 32, 64])
+    pending = np.zeros(n)
+    return pd.DataFrame(
+        {
+            "time": pd.date_range("2020-05-01", periods=n, freq=f"{step_min}min"),
+            "running_gpu_num": held[:n],
+            "pending_gpu_num": pending,
+        }
+    )
+
+
+def test_series_formats_and_errors(tmp_path):
+    df = synthetic(days=3)
+    s = series.from_frame(df, "occupancy")
+    assert s.step_min == 1 and np.allclose(s.values, df.running_gpu_num)
+    philly = pd.DataFrame({"time": df.time, "active": df.running_gpu_num + 1})
+    assert series.from_frame(philly, "occupancy").values[0] == df.running_gpu_num[0] + 1
+    gappy = df.drop(index=[5, 6, 7])  # gaps: occupancy holds its last value
+    assert series.from_frame(gappy, "occupancy").values[5] == df.running_gpu_num[4]
+    venus = pd.DataFrame({"time": df.time[:100], "submit_gpu_num": np.arange(100)})
+    assert series.from_frame(venus.drop(index=[3]), "arrivals").values[3] == 0
+    with pytest.raises(UserError, match="needs columns"):
+        series.from_frame(philly, "arrivals")
+    with pytest.raises(UserError, match="unknown target"):
+        series.from_frame(df, "load")
+    with pytest.raises(UserError, match="no such file"):
+        series.load(tmp_path / "missing.csv", "occupancy")
+    with pytest.raises(UserError, match="unknown horizon"):
+        s.steps("2h")
+
+
+def test_future_mean_and_last_row_features_agree():
+    y = np.arange(10.0)
+    assert future_mean(y, 3)[0] == pytest.approx(2.0) and np.isnan(future_mean(y, 3)[-1])
+    s = series.from_frame(synthetic(days=9), "occupancy")
+    for h in (10, 60):
+        full = features(s.values, s.index, 1, h).iloc[[-1]].reset_index(drop=True)
+        pd.testing.assert_frame_equal(
+            full, features_last(s.values, s.index[-1], 1, h), check_dtype=False
+        )
+
+
+def test_history_model_never_sees_past_its_end():
+    s = series.from_frame(synthetic(days=12), "occupancy")
+    end = 9 * 1440
+    a = HistoryModel(h=60, step_min=1).fit(s.values, s.index, end=end)
+    tampered = s.values.copy()
+    tampered[end:] = 10_000.0  # the future: must not change what was learnt
+    b = HistoryModel(h=60, step_min=1).fit(tampered, s.index, end=end)
+    origins = np.arange(3 * 1440, end - 61, 97)
+    pa, _ = a.predict(s.values, s.index, origins)
+    pb, _ = b.predict(tampered, s.index, origins)
+    assert np.array_equal(pa, pb) and a.weight == b.weight
+
+
+def test_known_jobs_hold_and_free():
+    job = Job(name="j", model="llama2-7b", global_batch=256, tokens=256 * 4096 * 100)
+    k = known_job(job, gpus=64, step_time_s=6.0, tokens_done=256 * 4096 * 50)
+    assert k.finish_s == pytest.approx(50 * 6.0 * 4096 / job.arch.seq_len)
+    jobs = [KnownJob("a", 16, finish_s=30 * 60), KnownJob("b", 8, 3 * 3600, start_s=10 * 60)]
+    d = structural_demand(jobs, horizon_min=60)
+    assert d.held[0] == 16 and d.held[15] == 24 and d.held[45] == 8
+    assert d.frees == {"a": 30.0, "b": float("inf")}
+    assert d.mean(60) == pytest.approx((16 * 29 + 8 * 51) / 60)  # minutes 1..60
+
+
+def test_hybrid_uses_known_ends_and_orders_intervals():
+    q = {0.025: -0.2, 0.1: -0.1, 0.9: 0.1, 0.975: 0.2}
+    f = combine(history_mean=100, scale=100, rel_q=q, known_now=40, known_mean=10, horizon_min=60)
+    assert f.mean == pytest.approx(70)  # the 40 known GPUs fall to 10 on average
+    assert f.lo95 <= f.lo80 <= f.mean <= f.hi80 <= f.hi95 and f.lo95 >= 10
+
+
+def test_forecaster_intervals_cover_on_synthetic_data():
+    s = series.from_frame(synthetic(days=14, seed=1), "occupancy")
+    end = 11 * 1440
+    fc = Forecaster.fit(s.values[:end], s.index[:end], 1, "occupancy", horizons_min=(60,))
+    model = fc.models[60]
+    origins = np.arange(end, len(s.values) - 61, 30)
+    point, scale = model.predict(s.values, s.index, origins)
+    actual = future_mean(s.values, 60)[origins]
+    lo = point + model.rel_quantiles[0.025] * scale
+    hi = point + model.rel_quantiles[0.975] * scale
+    assert np.mean((actual >= lo) & (actual <= hi)) >= 0.8
+
+
+def test_metrics():
+    m = backtest.metrics(np.array([10.0, 10.0]), np.array([9.0, 12.0]))
+    assert m["wape"] == pytest.approx(0.15) and m["accuracy"] == pytest.approx(0.85)
+    assert m["origins"] == 2
+
+
+def test_backtest_cli_on_synthetic_csv(tmp_path, capsys):
+    path = tmp_path / "vcSyn.csv"
+    synthetic(days=16, seed=2).to_csv(path, index=False)
+    assert main(["forecast", "backtest", str(path), "--horizon", "1h", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["baselines"]) == {"persistence", "seasonal_naive", "auto_ets"}
+    assert out["origins"] == len(backtest.window(series.load(path, "occupancy"), 60).origins)
+    assert out["wape"] <= out["baselines"]["persistence"]["wape"] * 1.02
+    assert out["accuracy"] == pytest.approx(1 - out["wape"])
+
+
+def test_pooled_siblings_are_cut_at_the_test_start(tmp_path, capsys):
+    target = series.from_frame(synthetic(days=14, seed=4), "occupancy", name="vcA")
+    sib_df = synthetic(days=14, seed=5)
+    sib = series.from_frame(sib_df, "occupancy", name="vcB")
+    first = backtest.run(target, "1h", pool=[sib])
+    start = sib.index.searchsorted(pd.Timestamp(first["test_start"]))
+    tampered = sib.values.copy()
+    tampered[start:] = 5_000.0  # sibling data from the test window must not be used
+    again = backtest.run(
+        target, "1h", pool=[series.Series("vcB", "occupancy", tampered, sib.index, 1)]
+    )
+    assert first["pooled_with"] == ["vcB"] and first["wape"] == again["wape"]
+    # The CLI pools CSVs of the same format found beside the one it backtests.
+    synthetic(days=14, seed=4).to_csv(tmp_path / "vcA.csv", index=False)
+    sib_df.to_csv(tmp_path / "vcB.csv", index=False)
+    (tmp_path / "notes.csv").write_text("a,b\n1,2\n")
+    assert main(["forecast", "backtest", str(tmp_path / "vcA.csv"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["pooled_with"] == ["vcB"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["forecast", "backtest", "nope.csv"], "no such file"),
+        (["forecast", "backtest", "{csv}", "--horizon", "3h"], "unknown horizon"),
+        (["forecast", "backtest", "{csv}", "--target", "arrivals"], "submit_gpu_num"),
+        (["forecast", "backtest", "{csv}"], "too short for a backtest"),
+    ],
+)
+def test_backtest_cli_bad_input(tmp_path, capsys, argv, message):
+    path = tmp_path / "s.csv"
+    synthetic(days=2).to_csv(path, index=False)
+    assert main([a.format(csv=path) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_plot_writes_png(tmp_path):
+    from xdscheduler.forecast import plot
+
+    path = tmp_path / "s.csv"
+    synthetic(days=10, seed=3, step_min=10).to_csv(path, index=False)
+    out = tmp_path / "wave.png"
+    assert main(["forecast", "plot", str(path), "--out", str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    w = plot.waveform(series.load(path, "occupancy"), plot.LEADS_1H)
+    assert list(w["horizon_min"]) == [10, 20, 30, 60]
+
+
+# --- real traces (skipped without ../shared/data) ---
+
+
+def test_helios_occupancy_meets_accuracy(data_dir):
+    s = series.load(data_dir / "demand" / "helios_earth" / "vcJLV.csv", "occupancy")
+    r = backtest.run(s, "1h")
+    assert r["accuracy"] >= 0.88
+    assert r["wape"] <= r["baselines"]["persistence"]["wape"]
+    assert r["wape"] < r["baselines"]["auto_ets"]["wape"]
+
+
+def test_venus_arrivals_beat_persistence_and_lucid(data_dir):
+    venus = data_dir / "demand" / "venus"
+    s = series.load(venus / "venus_cluster_throughput_10min.csv", "arrivals")
+    r = backtest.run(s, "10m", series.load_lucid(venus / "lucid_venus_prediction_2020-09.csv"))
+    assert r["test_start"].startswith("2020-09-01")
+    assert r["wape"] < r["baselines"]["persistence"]["wape"]
+    assert r["wape"] < r["baselines"]["lucid"]["wape"]

@@ -1,0 +1,91 @@
+"""POST /forecast: the pure function, the schemas, and the Serve deployment over HTTP."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from xdscheduler.forecast.hybrid import Forecaster
+from xdscheduler.forecast.service import ForecastRequest, forecast
+
+URL = "http://127.0.0.1:8000/forecast"
+
+
+def demand(days: int = 12, seed: int = 0) -> tuple[np.ndarray, pd.DatetimeIndex]:
+    rng = np.random.default_rng(seed)
+    n = days * 1440
+    steps = rng.choice([-16, -8, 0, 8, 16], n, p=[0.01, 0.02, 0.94, 0.02, 0.01])
+    y = np.clip(200 + np.cumsum(steps), 0, 400).astype(float)
+    return y, pd.date_range("2024-03-01", periods=n, freq="min")
+
+
+@pytest.fixture(scope="module")
+def fitted() -> tuple[Forecaster, np.ndarray, pd.DatetimeIndex]:
+    y, idx = demand()
+    return Forecaster.fit(y, idx, 1, "occupancy", horizons_min=(10, 60)), y, idx
+
+
+def request(y, idx, **kw) -> ForecastRequest:
+    return ForecastRequest(history=y[-1440:].tolist(), end_time=idx[-1].to_pydatetime(), **kw)
+
+
+def test_pure_forecast_with_known_jobs(fitted):
+    f, y, idx = fitted
+    free = forecast(request(y, idx), f)
+    jobs = [{"name": "big", "gpus": 64, "finish_min": 5}]
+    ending = forecast(request(y, idx, known_jobs=jobs), f)
+    assert [h.horizon_min for h in free.horizons] == [10, 60]
+    for a, b in zip(free.horizons, ending.horizons, strict=True):
+        assert b.mean < a.mean  # a known job frees 64 GPUs in 5 minutes
+        assert b.lo95 <= b.lo80 <= b.mean <= b.hi80 <= b.hi95
+    assert ending.frees_min == {"big": 5.0}
+    assert free.backup_pool_gpus >= 0 and free.current == y[-1]
+
+
+def test_persistence_fallback_without_a_model():
+    out = forecast(ForecastRequest(history=[5.0, 6.0, 7.0]), None)
+    assert out.horizons[0].mean == 7.0 and out.preallocate_gpus == 0
+
+
+def test_request_validation():
+    with pytest.raises(ValueError):
+        ForecastRequest(history=[])
+    with pytest.raises(ValueError):
+        ForecastRequest(history=[1.0], known_jobs=[{"name": "x", "gpus": 0, "finish_min": 1}])
+
+
+def _post(body: dict) -> tuple[int, dict]:
+    req = urllib.request.Request(
+        URL,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as err:
+        return err.code, {}
+
+
+def test_serve_deployment_over_http(ray_session, fitted):
+    serve = pytest.importorskip("ray.serve")
+    from xdscheduler.forecast.service import ForecastDeployment
+
+    f, y, idx = fitted
+    serve.run(ForecastDeployment.bind(f), name="forecast", route_prefix="/forecast", blocking=False)
+    try:
+        with urllib.request.urlopen(URL + "/healthz", timeout=30) as r:
+            assert json.loads(r.read()) == {"ok": True, "fitted": True}
+        body = json.loads(request(y, idx).model_dump_json())
+        status, out = _post(body)
+        assert status == 200
+        assert out == json.loads(forecast(request(y, idx), f).model_dump_json())
+        assert _post({"history": []})[0] == 422
+    finally:
+        serve.delete("forecast")  # only ours: other tests' Serve apps may share the cluster

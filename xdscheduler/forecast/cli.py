@@ -1,0 +1,132 @@
+"""`xds forecast backtest|plot` and `xds phases`: argparse wiring over the forecast package."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from xdscheduler.errors import UserError
+from xdscheduler.forecast import HORIZONS, TARGETS
+
+LUCID_NAME = "lucid_venus_prediction_2020-09.csv"
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "forecast",
+        help="demand forecasts: backtests and plots",
+        description="demand forecasts: backtests and plots",
+    )
+    fsub = p.add_subparsers(dest="forecast_command", required=True, metavar="ACTION")
+    q = fsub.add_parser("backtest", help="rolling-origin backtest against baselines")
+    q.add_argument(
+        "csv",
+        help="Helios (time, running_gpu_num, pending_gpu_num | "
+        "submit_gpu_num) or Philly (time, active) CSV",
+    )
+    q.add_argument("--target", choices=TARGETS, default="occupancy")
+    q.add_argument("--horizon", default="1h", help=f"one of {', '.join(HORIZONS)}")
+    q.add_argument(
+        "--lucid",
+        help="published prediction CSV (pred_gpu_num); arrivals only. "
+        f"Default: {LUCID_NAME} beside CSV when present",
+    )
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument(
+        "--no-pool",
+        action="store_true",
+        help="occupancy: do not pool the other CSVs of the same folder (same format) into "
+        "training (they are cut at the test window's start time)",
+    )
+    q.add_argument("--json", action="store_true", help="print one JSON object")
+    q.set_defaults(fn=cmd_backtest)
+    q = fsub.add_parser("plot", help="demand waveform with intervals for the next 1 h and 24 h")
+    q.add_argument("csv")
+    q.add_argument("--target", choices=TARGETS, default="occupancy")
+    q.add_argument("--out", required=True, help="PNG file to write")
+    q.add_argument("--seed", type=int, default=0)
+    q.set_defaults(fn=cmd_plot)
+    p = subparsers.add_parser(
+        "phases",
+        help="label a loss curve's training phases",
+        description="label each step of a loss curve as warm-up, fast "
+        "convergence or stable convergence",
+    )
+    p.add_argument("csv", help="CSV with a 'loss' column (optional 'step', 'utilization')")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(fn=cmd_phases)
+
+
+def _lucid(args):
+    from xdscheduler.forecast.series import load_lucid
+
+    if args.target != "arrivals":
+        if args.lucid:
+            raise UserError("--lucid applies to --target arrivals only")
+        return None
+    path = args.lucid or Path(args.csv).with_name(LUCID_NAME)
+    return load_lucid(path) if args.lucid or Path(path).is_file() else None
+
+
+def cmd_backtest(args) -> None:
+    from xdscheduler.forecast import backtest
+    from xdscheduler.forecast.series import load, parse_horizon
+
+    series = load(args.csv, args.target)
+    parse_horizon(args.horizon, series.step_min)
+    pool = [] if args.no_pool or args.target != "occupancy" else siblings(Path(args.csv), series)
+    result = backtest.run(series, args.horizon, _lucid(args), seed=args.seed, pool=pool)
+    if args.json:
+        json.dump(result, sys.stdout, indent=2)
+        print()
+        return
+    if result["pooled_with"]:
+        print(f"history model pooled with: {', '.join(result['pooled_with'])}")
+    print(
+        f"{result['series']} {result['target']} {result['horizon']}: "
+        f"{result['origins']} origins from {result['test_start']}"
+    )
+    print(f"  {'method':<15} {'accuracy':>8} {'wape':>8} {'smape':>8}")
+    rows = [("hybrid", result), *list(result["baselines"].items())]
+    for name, m in rows:
+        print(f"  {name:<15} {m['accuracy']:8.4f} {m['wape']:8.4f} {m['smape']:8.4f}")
+    tie = f" (ties {', '.join(result['tied_with'])})" if result["tied_with"] else ""
+    print(f"  hybrid has the lowest wape: {'yes' if result['lowest_wape'] else 'no'}{tie}")
+
+
+def siblings(path: Path, series) -> list:
+    """Other series of the same trace: CSVs beside `path` that read as the same target."""
+    from xdscheduler.forecast.series import load
+
+    out = []
+    for other in sorted(path.resolve().parent.glob("*.csv")):
+        if other == path.resolve():
+            continue
+        try:
+            sib = load(other, series.target)
+        except UserError:
+            continue  # another format (or not demand at all): not part of the pool
+        if sib.step_min == series.step_min:
+            out.append(sib)
+    return out
+
+
+def cmd_plot(args) -> None:
+    from xdscheduler.forecast.plot import plot_waveform
+    from xdscheduler.forecast.series import load
+
+    out = plot_waveform(load(args.csv, args.target), args.out, seed=args.seed)
+    print(f"wrote {out}")
+
+
+def cmd_phases(args) -> None:
+    from xdscheduler.forecast.phases import label_csv
+
+    result = label_csv(args.csv)
+    if args.json:
+        json.dump(result, sys.stdout)
+        print()
+        return
+    for seg in result["segments"]:
+        print(f"{seg['phase']:<18} steps {seg['start']}–{seg['end']}")

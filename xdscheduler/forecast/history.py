@@ -1,0 +1,302 @@
+"""History-driven demand: a LightGBM model of the change from the last value.
+
+Occupancy is persistent, so a direct model of the level loses to "the last value". This one
+predicts the change over the horizon (scaled by the trailing day's level), and its output is
+shrunk toward persistence by a weight chosen on the last part of the training data only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import lightgbm as lgb
+import numpy as np
+import pandas as pd
+
+from xdscheduler.errors import UserError
+
+WINDOWS_MIN = (10, 30, 60, 180, 360, 1440)  # trailing means, minutes
+LAGS_MIN = (1, 10, 60, 360)  # differences, minutes
+SHRINK_GRID = np.linspace(0.0, 1.0, 11)
+QUANTILES = (0.025, 0.1, 0.9, 0.975)  # of validation residuals: 80% and 95% intervals
+# Small, heavily regularised trees: three weeks of one cluster is little data, and a model
+# that overfits the training weeks loses to persistence (seen on Helios at 1 h and 6 h).
+LGB_PARAMS = dict(
+    objective="l1",
+    learning_rate=0.05,
+    num_leaves=7,
+    min_data_in_leaf=200,
+    bagging_fraction=0.8,
+    bagging_freq=1,
+    feature_fraction=0.8,
+    lambda_l2=1.0,
+    num_threads=1,
+    verbosity=-1,
+    deterministic=True,
+)
+ROUNDS = 100
+
+
+def future_mean(y: np.ndarray, h: int) -> np.ndarray:
+    """out[t] = mean(y[t+1 .. t+h]); NaN where the window runs past the end."""
+    c = np.concatenate([[0.0], np.cumsum(y)])
+    out = np.full(len(y), np.nan)
+    t = np.arange(len(y) - h)
+    out[t] = (c[t + h + 1] - c[t + 1]) / h
+    return out
+
+
+def trailing_mean(y: np.ndarray, w: int) -> np.ndarray:
+    return pd.Series(y).rolling(w, min_periods=1).mean().to_numpy()
+
+
+def scale_of(y: np.ndarray, per_day: int) -> np.ndarray:
+    """The trailing day's level (+1 so idle series do not divide by zero)."""
+    return trailing_mean(y, per_day) + 1.0
+
+
+def features(y: np.ndarray, index: pd.DatetimeIndex, step_min: int, h: int) -> pd.DataFrame:
+    """Features at every origin t, using y[: t + 1] only, relative to the last value."""
+    per_day = 1440 // step_min
+    last, scale = y, scale_of(y, per_day)
+    cols = {}  # no level or weekday features: they let the trees memorise the training weeks
+    for w in sorted({max(m // step_min, 1) for m in WINDOWS_MIN}):
+        cols[f"d_mean{w}"] = (last - trailing_mean(y, w)) / scale
+    for k in sorted({max(m // step_min, 1) for m in LAGS_MIN}):
+        cols[f"d_lag{k}"] = (last - _shift(y, k)) / scale
+    for w in sorted({max(m // step_min, 2) for m in (60, 360)}):
+        cols[f"std{w}"] = pd.Series(y).rolling(w, min_periods=2).std().to_numpy() / scale
+    fut = future_mean(y, h)
+    for name, lag in (("day", per_day), ("week", 7 * per_day)):
+        # The same window one day / week earlier, relative to now: seasonality as a change.
+        # (only when that window ended by now: no peeking past the origin)
+        cols[f"{name}_ahead"] = (_shift(fut, lag) - last) / scale if lag >= h else np.nan
+        cols[f"{name}_now"] = (_shift(y, lag) - last) / scale
+    hours = index.hour + index.minute / 60.0
+    angle = hours / 24 * 2 * np.pi
+    cols["hour_sin"], cols["hour_cos"] = np.sin(angle), np.cos(angle)
+    cols.update(_activity(y, per_day))
+    return pd.DataFrame(cols)
+
+
+def features_last(y: np.ndarray, end: pd.Timestamp, step_min: int, h: int) -> pd.DataFrame:
+    """`features(...)` at the last origin only, in plain numpy: the online service's path."""
+    per_day, n, last = 1440 // step_min, len(y), float(y[-1])
+    scale = float(y[-per_day:].mean()) + 1.0
+    cols = {}
+    for w in sorted({max(m // step_min, 1) for m in WINDOWS_MIN}):
+        cols[f"d_mean{w}"] = (last - y[-w:].mean()) / scale
+    for k in sorted({max(m // step_min, 1) for m in LAGS_MIN}):
+        cols[f"d_lag{k}"] = (last - y[-1 - k]) / scale if n > k else np.nan
+    for w in sorted({max(m // step_min, 2) for m in (60, 360)}):
+        cols[f"std{w}"] = y[-w:].std(ddof=1) / scale if n >= 2 else np.nan
+    for name, lag in (("day", per_day), ("week", 7 * per_day)):
+        o = n - 1 - lag  # the origin one day / week ago; its window must be observed
+        ok = o >= 0 and lag >= h
+        cols[f"{name}_ahead"] = (y[o + 1 : o + h + 1].mean() - last) / scale if ok else np.nan
+        cols[f"{name}_now"] = (y[o] - last) / scale if o >= 0 else np.nan
+    hours = end.hour + end.minute / 60.0
+    angle = hours / 24 * 2 * np.pi
+    cols["hour_sin"], cols["hour_cos"] = np.sin(angle), np.cos(angle)
+    tail = y[-(per_day + 1) :]  # enough for the activity features at the last step
+    cols.update({k: v[-1] for k, v in _activity(tail, per_day).items()})
+    return pd.DataFrame({k: [float(v)] for k, v in cols.items()})
+
+
+def _activity(y: np.ndarray, per_day: int) -> dict[str, np.ndarray]:
+    """How lively the series is: steps since it last changed, changes over 6 h and a day.
+    Occupancy moves when jobs start or end; a quiet cluster tends to stay quiet."""
+    step = np.r_[0.0, np.diff(y)]
+    idx = np.arange(len(y))
+    count = pd.Series((step != 0).astype(float))
+    out = {
+        "changes_6h": count.rolling(max(per_day // 4, 1), min_periods=1).sum().to_numpy(),
+        "changes_day": count.rolling(per_day, min_periods=1).sum().to_numpy(),
+    }
+    scale = scale_of(y, per_day)
+    # A job that just started often ends within the hour (failed or debug runs): the size
+    # and age of the last rise and fall let the trees expect part of it to revert.
+    for name, hit in (("change", step != 0), ("up", step > 0), ("down", step < 0)):
+        last = np.maximum.accumulate(np.where(hit, idx, 0))
+        age = np.minimum(idx - last, per_day)
+        out[f"since_{name}"] = np.log1p(age)
+        if name != "change":
+            out[f"size_{name}"] = np.where(age < per_day, step[last], 0.0) / scale
+    return out
+
+
+def _shift(x: np.ndarray, k: int) -> np.ndarray:
+    out = np.full(len(x), np.nan)
+    out[k:] = x[:-k]
+    return out
+
+
+@dataclass
+class HistoryModel:
+    """Mean demand over the next `h` steps = last value + w · (predicted change)."""
+
+    h: int
+    step_min: int
+    anchor: int = 1  # steps averaged for the value the change is predicted from (1: last)
+    seed: int = 0
+    max_samples: int = 20_000
+    weight: float = 1.0
+    val_wape: float = float("nan")  # on the last 20% of the training data
+    rel_quantiles: dict[float, float] = field(default_factory=dict)
+    model: lgb.Booster | None = None
+
+    @property
+    def per_day(self) -> int:
+        return 1440 // self.step_min
+
+    def fit(
+        self, y: np.ndarray, index: pd.DatetimeIndex, end: int | None = None, others=()
+    ) -> HistoryModel:
+        """Train on origins whose whole target window lies before `end` (nothing after it),
+        pooled with `others` ((y, index, end) of sibling series, each cut the same way);
+        choose the shrink weight on two later folds of that training data."""
+        parts = [(y, index, len(y) if end is None else end), *others]
+        per_part = max(self.max_samples // len(parts), 2000)
+        tables = [
+            (*self._table(py, pi), future_mean(py, self.h), pe - self.h - 1) for py, pi, pe in parts
+        ]
+
+        def rows(lo: float, hi: float, shift: int = 0):
+            out = [
+                (tab, self._origins(int(lo * tab[4]), int(hi * tab[4]) - shift, per_part))
+                for tab in tables
+            ]
+            return [(tab, o) for tab, o in out if len(o)]
+
+        actual, pred, unit, level = [], [], [], []
+        for lo, hi in ((0.6, 0.8), (0.8, 1.0)):  # train before each fold, validate on it
+            model = self._train_on(rows(0.0, lo, shift=self.h))
+            for (X, target, scale, fut, _), fold in rows(lo, hi):
+                pred.append(model.predict(X.iloc[fold]))
+                actual.append(target[fold])
+                unit.append(scale[fold])
+                level.append(fut[fold])
+        actual, pred, unit, level = map(np.concatenate, (actual, pred, unit, level))
+        self.weight = _shrink_weight(actual, pred, unit, self.h)
+        err = np.abs(actual - self.weight * pred) * unit
+        self.val_wape = float(err.sum() / max(np.abs(level).sum(), 1e-9))
+        resid = actual - self.weight * pred  # in units of the day's level
+        self.rel_quantiles = {q: float(np.quantile(resid, q)) for q in QUANTILES}
+        self.model = self._train_on(rows(0.0, 1.0))
+        return self
+
+    def _train_on(self, parts) -> lgb.Booster:
+        if not parts:
+            raise UserError("too little history to train a forecaster (no origins)")
+        X = pd.concat([tab[0].iloc[o] for tab, o in parts])
+        return self._train(X, np.concatenate([tab[1][o] for tab, o in parts]))
+
+    def predict(
+        self, y: np.ndarray, index: pd.DatetimeIndex, origins: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(point, scale) at each origin: the mean over the next h steps, and the level unit."""
+        X = features(y, index, self.step_min, self.h).iloc[origins]
+        scale = scale_of(y, self.per_day)[origins]
+        delta = self.weight * self.model.predict(X) if self.weight > 0 else 0.0
+        return np.maximum(self.base(y)[origins] + delta * scale, 0.0), scale
+
+    def predict_last(self, y: np.ndarray, end: pd.Timestamp) -> tuple[float, float]:
+        """(point, scale) from the end of `y` (its last value observed at `end`)."""
+        scale = float(y[-self.per_day :].mean()) + 1.0
+        base = float(y[-self.anchor :].mean())
+        if self.weight <= 0:
+            return max(base, 0.0), scale
+        X = features_last(y, end, self.step_min, self.h)
+        delta = self.weight * float(self.model.predict(X.to_numpy())[0])
+        return max(base + delta * scale, 0.0), scale
+
+    def base(self, y: np.ndarray) -> np.ndarray:
+        """What the model corrects: the last value (persistence) or a short trailing mean."""
+        return trailing_mean(y, self.anchor) if self.anchor > 1 else y
+
+    def _table(self, y, index):
+        X = features(y, index, self.step_min, self.h)
+        scale = scale_of(y, self.per_day)
+        return X, (future_mean(y, self.h) - self.base(y)) / scale, scale
+
+    def _origins(self, lo: int, hi: int, max_samples: int | None = None) -> np.ndarray:
+        lo = max(lo, self.per_day)  # a full day of history behind every training origin
+        stride = max(1, (hi - lo) // (max_samples or self.max_samples))
+        return np.arange(lo, max(hi, lo), stride)
+
+    def _train(self, X: pd.DataFrame, target: np.ndarray) -> lgb.Booster:
+        if len(X) < 50:
+            raise UserError(f"too little history to train a forecaster ({len(X)} origins)")
+        data = lgb.Dataset(X, target, free_raw_data=True)
+        return lgb.train({**LGB_PARAMS, "seed": self.seed}, data, num_boost_round=ROUNDS)
+
+
+def _shrink_weight(actual, pred, unit, h: int) -> float:
+    """The weight on the model's change that validates best, or a smaller one within one
+    standard error of it: shrink toward persistence unless the gain is clear."""
+    errs = np.abs(actual[None, :] - SHRINK_GRID[:, None] * pred[None, :]) * unit[None, :]
+    best = int(np.argmin(errs.sum(axis=1)))
+    # Standard error of the difference from the best, over blocks of h origins (overlapping
+    # windows are correlated, so single origins would overstate the evidence).
+    n_blocks = max(errs.shape[1] // h, 2)
+    blocks = np.array_split(errs - errs[best], n_blocks, axis=1)
+    per_block = np.stack([b.sum(axis=1) for b in blocks], axis=1)
+    se = per_block.std(axis=1, ddof=1) * np.sqrt(n_blocks)
+    within = np.flatnonzero(errs.sum(axis=1) - errs[best].sum() <= se)
+    return float(SHRINK_GRID[within.min()])
+
+
+@dataclass
+class AnchorEnsemble:
+    """Mean of history models that correct different anchors (forecast combination)."""
+
+    members: list[HistoryModel]
+
+    @property
+    def h(self) -> int:
+        return self.members[0].h
+
+    @property
+    def weight(self) -> float:
+        return float(np.mean([m.weight for m in self.members]))
+
+    @property
+    def anchor(self) -> list[int]:
+        return [m.anchor for m in self.members]
+
+    @property
+    def rel_quantiles(self) -> dict[float, float]:
+        return {q: float(np.mean([m.rel_quantiles[q] for m in self.members])) for q in QUANTILES}
+
+    def predict(self, y, index, origins):
+        out = [m.predict(y, index, origins) for m in self.members]
+        return np.mean([p for p, _ in out], axis=0), out[0][1]
+
+    def predict_last(self, y, end):
+        out = [m.predict_last(y, end) for m in self.members]
+        return float(np.mean([p for p, _ in out])), out[0][1]
+
+
+def fit_history(
+    y: np.ndarray,
+    index: pd.DatetimeIndex,
+    step_min: int,
+    h: int,
+    target: str,
+    end: int | None = None,
+    seed: int = 0,
+    others=(),
+) -> HistoryModel | AnchorEnsemble:
+    """Occupancy: corrections to persistence. Arrivals (bursty: the last value is a poor
+    anchor, and which anchor validates best shifts from month to month): the mean of models
+    anchored on the last value, the horizon's mean and the day's mean. `others`: sibling
+    series to pool into training, as (y, index, end) cut before the test window."""
+    if target == "occupancy":
+        return HistoryModel(h=h, step_min=step_min, seed=seed).fit(y, index, end, others)
+    per_day = 1440 // step_min
+    return AnchorEnsemble(
+        [
+            HistoryModel(h=h, step_min=step_min, anchor=a, seed=seed).fit(y, index, end, others)
+            for a in sorted({1, h, per_day})
+        ]
+    )

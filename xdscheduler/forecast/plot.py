@@ -1,0 +1,58 @@
+"""Demand waveform: the last day, and the forecast mean demand over the next k minutes with
+80% and 95% intervals, for leads up to 1 h and up to 24 h."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from xdscheduler.errors import UserError
+from xdscheduler.forecast.hybrid import Forecaster
+from xdscheduler.forecast.series import Series
+
+LEADS_1H = (10, 20, 30, 60)  # minutes
+LEADS_24H = (60, 180, 360, 720, 1440)
+
+
+def waveform(series: Series, leads_min, seed: int = 0) -> pd.DataFrame:
+    """One row per lead: the hybrid forecast of mean demand over the next `lead` minutes."""
+    leads = [m for m in leads_min if m % series.step_min == 0]
+    if not leads:
+        raise UserError(f"no lead in {leads_min} is a multiple of {series.step_min} min")
+    f = Forecaster.fit(
+        series.values, series.index, series.step_min, series.target, leads, seed=seed
+    )
+    rows = [fc.__dict__ for fc in f.forecast(series.values, series.index)]
+    return pd.DataFrame(rows)
+
+
+def plot_waveform(series: Series, out: str | Path, seed: int = 0) -> Path:
+    out = Path(out)
+    if out.suffix.lower() != ".png":
+        raise UserError(f"--out must be a .png file, got {out}")
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
+    hist = series.values[-series.per_day :]
+    t_hist = (pd.RangeIndex(-len(hist) + 1, 1) * series.step_min).to_numpy()
+    for ax, leads, title in ((axes[0], LEADS_1H, "next 1 h"), (axes[1], LEADS_24H, "next 24 h")):
+        w = waveform(series, leads, seed)
+        span = max(leads)
+        keep = t_hist >= -span
+        ax.plot(t_hist[keep], hist[keep], color="k", lw=1, label="observed")
+        x = w["horizon_min"].to_numpy()
+        ax.fill_between(x, w["lo95"], w["hi95"], alpha=0.2, color="C0", label="95%")
+        ax.fill_between(x, w["lo80"], w["hi80"], alpha=0.35, color="C0", label="80%")
+        ax.plot(x, w["mean"], "o-", color="C0", label="mean over next k min")
+        ax.set_title(f"{series.name} {series.target}: {title}")
+        ax.set_xlabel("minutes from now")
+    axes[0].set_ylabel("GPUs")
+    axes[0].legend(loc="best", fontsize=8)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

@@ -1,0 +1,1 @@
+"""Hierarchical multi-agent reinforcement learning of placements (RLlib, torch_geometric)."""

@@ -1,0 +1,165 @@
+"""What the agents choose among, built from one evaluation of the plan space.
+
+Upper agent (inter-domain): allocations, i.e. accelerators per domain, the best few by the
+objective, plus "wait". Lower agent (intra-domain): parallel plans and stage orders inside the
+chosen allocation. Every choice comes with its objective terms as features, and the resource
+graph as context, so one policy serves every weighting of the objective.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from xdscheduler.perception.graph import MAX_NODES, padded
+from xdscheduler.planner.policies import Placement, placement_of
+from xdscheduler.planner.search import (
+    Candidate,
+    JobSpec,
+    _candidate,
+    _distinct,
+    evaluate_space,
+)
+from xdscheduler.planner.space import DATA, PIPELINE, SINGLE, SearchOptions, placements
+from xdscheduler.planner.view import ClusterView
+from xdscheduler.scenario import Weights
+
+UPPER_CHOICES = 8  # seven allocations and "wait" (the last)
+LOWER_CHOICES = 8
+CHOICE_FEATURES = 12
+CONTEXT_FEATURES = 8
+WAIT = UPPER_CHOICES - 1
+OPTIONS = SearchOptions(micro_batch=(1, 2))  # the planner policy's online grid
+_ROW_HASH = np.random.default_rng(0).integers(1, 2**62, MAX_NODES, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Choices:
+    """The allocations open to one job now, and the plans inside each (best first)."""
+
+    job: JobSpec
+    view: ClusterView
+    weights: Weights
+    ev: object  # the evaluated plan space
+    pl: object  # its placements
+    alloc: np.ndarray  # (N, K) accelerators per domain of every evaluated candidate
+    groups: list[np.ndarray]  # per allocation: candidate indices, distinct shapes
+
+    def best(self, group: int) -> int:
+        return int(self.groups[group][0])
+
+    def objective(self, i: int) -> float:
+        return float(self.ev.terms["objective"][i])
+
+    def candidate(self, i: int) -> Candidate:
+        return _candidate(self.ev, i, self.pl, self.view, self.job)
+
+    def placement(self, i: int, explanation: str = "", decision_ms: float = 0.0) -> Placement:
+        return placement_of(self.job.name, self.candidate(i), self.view, explanation,
+                            decision_ms)
+
+
+@dataclass
+class DecisionQueue:
+    """Which queued jobs get a decision now: the first few, skipping those that did not fit
+    (or were held back) and have seen nothing freed since: the planner's backfill rule."""
+
+    lookahead: int = 8
+    no_fit: dict = field(default_factory=dict)
+
+    def worth_trying(self, job: JobSpec, view: ClusterView) -> bool:
+        return self.no_fit.get(job.name) != tuple(d.available for d in view.domains)
+
+    def did_not_fit(self, job: JobSpec, view: ClusterView) -> None:
+        self.no_fit[job.name] = tuple(d.available for d in view.domains)
+
+
+def choices(job: JobSpec, view: ClusterView, weights: Weights,
+            opts: SearchOptions = OPTIONS) -> Choices | None:
+    """None when nothing fits on the free accelerators."""
+    if sum(d.available for d in view.domains) < job.gpus_min:
+        return None
+    ev = evaluate_space(job, view, weights, opts)
+    if ev is None:
+        return None
+    pl = placements(view, opts, job.gpus_min)
+    slots = pl.domains[ev.place]
+    alloc = np.zeros((len(ev.place), len(view.domains)), dtype=np.int64)
+    rows = np.repeat(np.arange(len(ev.place)), slots.shape[1])
+    used = slots.ravel() >= 0
+    np.add.at(alloc, (rows[used], slots.ravel()[used]), ev.gpus.ravel()[used])
+    # Rows hashed to one integer: a 1-D unique is ten times faster than unique over rows.
+    _, group_of = np.unique(alloc @ _ROW_HASH[: alloc.shape[1]], return_inverse=True)
+    score = ev.terms["objective"]
+    best = np.full(group_of.max() + 1, -np.inf)
+    np.maximum.at(best, group_of, score)
+    groups = []
+    for g in np.argsort(-best, kind="stable")[:WAIT]:
+        members = np.nonzero(group_of == g)[0]
+        order = members[np.argsort(-score[members], kind="stable")]
+        groups.append(np.array(_distinct(ev, order, LOWER_CHOICES)))
+    return Choices(job, view, weights, ev, pl, alloc, groups)
+
+
+def _terms(ch: Choices, idx: np.ndarray) -> np.ndarray:
+    t, step = ch.ev.terms, ch.ev.est.step_time_s
+    return np.stack([t["efficiency"][idx], t["utilization"][idx], np.log1p(t["cost"][idx]),
+                     t["objective"][idx], step.min() / step[idx]], axis=1)
+
+
+def _shares(ch: Choices, idx: np.ndarray) -> np.ndarray:
+    out = np.zeros((len(idx), MAX_NODES), np.float32)
+    a = ch.alloc[idx]
+    out[:, : a.shape[1]] = a / np.maximum(a.sum(axis=1, keepdims=True), 1)
+    return out
+
+
+def _context(ch: Choices, queue_len: int) -> np.ndarray:
+    w, job, doms = ch.weights, ch.job, ch.view.domains
+    free = sum(d.available for d in doms) / max(sum(d.total_gpus for d in doms), 1)
+    return np.array([w.efficiency, w.utilization, w.cost, job.gpus_min / 512,
+                     job.gpus_max / 512, np.log10(job.arch.params) / 12, queue_len / 20, free],
+                    np.float32)
+
+
+def upper_observation(ch: Choices, queue_len: int) -> dict[str, np.ndarray]:
+    idx = np.array([g[0] for g in ch.groups])
+    kind = np.asarray(ch.pl.kind)[ch.ev.place[idx]]
+    feats = np.concatenate([
+        _terms(ch, idx),
+        np.stack([ch.alloc[idx].sum(axis=1) / ch.job.gpus_max,
+                  (ch.alloc[idx] > 0).sum(axis=1) / 3, kind == SINGLE, kind == PIPELINE,
+                  kind == DATA, np.log1p(ch.ev.est.cross_domain_bytes[idx] / 1e9),
+                  np.zeros(len(idx))], axis=1)], axis=1)
+    return _observation(ch, feats, _shares(ch, idx), UPPER_CHOICES, queue_len, wait=True)
+
+
+def lower_observation(ch: Choices, group: int, queue_len: int) -> dict[str, np.ndarray]:
+    idx = ch.groups[group]
+    p = ch.ev.plans
+    mem = np.array([d.accelerator.memory_gib for d in ch.view.domains]).min()
+    feats = np.concatenate([
+        _terms(ch, idx),
+        np.stack([np.log2(p.dp[idx]) / 8, np.log2(p.tp[idx]) / 3, np.log2(p.pp[idx]) / 5,
+                  np.log2(p.micro_batch[idx]) / 2, p.zero[idx] / 3,
+                  p.recompute[idx] > 0, ch.ev.est.memory_gib[idx] / mem], axis=1)],
+        axis=1)
+    return _observation(ch, feats, _shares(ch, idx), LOWER_CHOICES, queue_len, wait=False)
+
+
+def _observation(ch: Choices, feats: np.ndarray, shares: np.ndarray, size: int,
+                 queue_len: int, wait: bool) -> dict[str, np.ndarray]:
+    n = len(feats)
+    obs = padded(ch.view)
+    obs["choices"] = np.zeros((size, CHOICE_FEATURES), np.float32)
+    obs["choices"][:n] = feats
+    obs["choice_nodes"] = np.zeros((size, MAX_NODES), np.float32)
+    obs["choice_nodes"][:n] = shares
+    obs["action_mask"] = np.zeros(size, np.float32)
+    obs["action_mask"][:n] = 1
+    if wait:
+        obs["choices"][WAIT, -1] = 1
+        obs["action_mask"][WAIT] = 1
+    obs["context"] = _context(ch, queue_len)
+    return obs

@@ -1,0 +1,84 @@
+"""`xds train` and `xds serve`: the trained agents' commands."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from xdscheduler.errors import UserError
+
+
+def cmd_train(args) -> None:
+    from xdscheduler.rl.train import load_config, sweep_weights, train
+    from xdscheduler.runtime.study import connect
+
+    cfg = load_config(args.config)
+    if args.samples < 1:
+        raise UserError(f"--samples must be at least 1, got {args.samples}")
+    sweep_weights(cfg, args.samples)  # refuses more samples than the config's sweep lists
+    if args.iterations is not None and args.iterations < 1:
+        raise UserError(f"--iterations must be at least 1, got {args.iterations}")
+    connect(args.address)
+    out = Path(args.out)
+    trials = train(cfg, out, samples=args.samples, iterations=args.iterations, init=args.init,
+                   verbose=0 if args.json else 1)
+    summary = {"trials": trials}
+    if args.samples > 1:
+        from xdscheduler.rl.pareto import sweep_report
+
+        summary["pareto"] = sweep_report(trials, out, states=args.states)
+    (out / "train_summary.json").write_text(json.dumps(summary, indent=2))
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return
+    for t in trials:
+        print(f"{t['weights'] or 'scenario weights'}: {t['iterations']} iterations, "
+              f"episode return {t['episode_return_mean']:.3f}; modules in {t['module']}")
+    if "pareto" in summary:
+        p = summary["pareto"]
+        print(f"Pareto coverage {p['coverage']:.1%} of {p['pareto_choices']} Pareto-optimal "
+              f"choices over {p['states']} states; front plot {p['plot']}")
+
+
+def cmd_serve(args) -> None:
+    from xdscheduler.scenario import default_scenario_path, load_scenario
+    from xdscheduler.serving.app import start
+
+    scn = load_scenario(args.scenario or default_scenario_path())
+    url = start(args.address, args.policy_path, scn, port=args.port)
+    print(f"serving POST {url}/policy/act, POST {url}/forecast, GET {url}/healthz "
+          f"(scenario {scn.name}); `serve shutdown` or Ctrl-C ends it")
+    if args.block:
+        import time
+
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+
+
+def register(sub) -> None:
+    p = sub.add_parser("train", help="train the hierarchical PPO agents under Tune",
+                       description="train the hierarchical PPO agents under Tune")
+    p.add_argument("--config", help="training config (default: rllib_configs/hppo.yaml)")
+    p.add_argument("--samples", type=int, default=1,
+                   help="trials: 1 trains on the scenario's weights; N > 1 sweeps the first N "
+                        "weightings of the config and draws their Pareto front")
+    p.add_argument("--iterations", type=int, help="training iterations per trial")
+    p.add_argument("--init", help="start from these trained modules (e.g. the shipped policy, "
+                                  "xdscheduler/rl/trained)")
+    p.add_argument("--states", type=int, default=40, help="fixed states for the Pareto check")
+    p.add_argument("--out", default="xds-train", help="output folder (default xds-train)")
+    p.add_argument("--address", help="Ray cluster address (default: an embedded local Ray)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(fn=cmd_train)
+
+    p = sub.add_parser("serve", help="serve the policy and the forecaster over HTTP",
+                       description="serve the policy and the forecaster over HTTP")
+    p.add_argument("scenario", nargs="?", help="scenario YAML (default: five_domains)")
+    p.add_argument("--policy-path", help="trained policy (default: the shipped one)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--address", help="Ray cluster address (default: an embedded local Ray)")
+    p.add_argument("--block", action="store_true", help="keep serving until Ctrl-C")
+    p.set_defaults(fn=cmd_serve)

@@ -1,0 +1,103 @@
+"""The Serve application: `POST /policy/act`, `POST /forecast`, `GET /healthz` behind FastAPI.
+
+One ingress deployment holds the trained agents for one scenario (their inference is a few
+milliseconds; a hop to a second deployment would cost more than it saves on 2 cores).
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the route annotations as classes.
+import time
+import urllib.request
+from pathlib import Path
+
+from fastapi import FastAPI, HTTPException
+from pydantic import ValidationError
+from ray import serve
+
+from xdscheduler.errors import UserError
+from xdscheduler.forecast.service import ForecastRequest, ForecastResponse, forecast
+from xdscheduler.planner.view import ClusterView
+from xdscheduler.scenario import Scenario, parse_scenario
+from xdscheduler.serving.schemas import (
+    ActRequest,
+    ActResponse,
+    job_spec,
+    placement_json,
+    view_of,
+)
+
+APP_NAME = "xds"
+app = FastAPI(title="xdscheduler", description="Placement policy and demand forecast.")
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0.5}, max_ongoing_requests=16)
+@serve.ingress(app)
+class XdsService:
+    def __init__(self, scenario: dict, policy_path: str | None = None):
+        from xdscheduler.rl.agents import Agents
+
+        scn = parse_scenario(scenario)
+        self.scenario = scn.name
+        self.base = ClusterView.from_scenario(scn)
+        self.agents = Agents(scn.weights, policy_path)
+
+    @app.post("/policy/act")
+    def act(self, request: ActRequest) -> ActResponse:
+        start = time.perf_counter()
+        try:
+            view = view_of(self.base, request.domains, request.links)
+            spec = job_spec(request.job)
+        except (UserError, ValidationError, ValueError) as err:
+            raise HTTPException(status_code=422, detail=str(err)) from None
+        verdict = self.agents.decide(spec, view, request.queue_len)
+        ms = (time.perf_counter() - start) * 1000
+        if verdict is None:
+            return ActResponse(job=spec.name, action="none", decision=None, alternatives=[],
+                               explanation={"summary": f"{spec.name}: nothing fits on the "
+                                                       f"free accelerators now"},
+                               decision_ms=ms)
+        p = verdict.placement
+        return ActResponse(job=spec.name, action="wait" if p is None else "place",
+                           decision=None if p is None else placement_json(p, view),
+                           alternatives=verdict.alternatives, explanation=verdict.explanation,
+                           decision_ms=ms)
+
+    @app.post("/forecast")
+    def forecast(self, request: ForecastRequest) -> ForecastResponse:
+        return forecast(request, None)
+
+    @app.get("/healthz")
+    def healthz(self) -> dict:
+        return {"ok": True, "scenario": self.scenario, "policy": str(self.agents.path)}
+
+
+def application(scn: Scenario, policy_path: str | Path | None = None):
+    return XdsService.bind(scn.model_dump(), str(policy_path) if policy_path else None)
+
+
+def build(args: dict):
+    """Application builder for Serve config files (serve_apps/xds.yaml): args `scenario`
+    (a YAML path, default the default scenario) and `policy_path`."""
+    from xdscheduler.scenario import default_scenario_path, load_scenario
+
+    scn = load_scenario(args.get("scenario") or default_scenario_path())
+    return application(scn, args.get("policy_path"))
+
+
+def start(address: str | None, policy_path: str | Path | None, scn: Scenario,
+          port: int = 8000) -> str:
+    """Deploy on the Ray cluster (connecting first) and return the base URL once healthy."""
+    from xdscheduler.runtime.study import connect
+
+    connect(address)
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.run(application(scn, policy_path), name=APP_NAME, route_prefix="/", blocking=False)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=2) as r:
+                if r.status == 200:
+                    return url
+        except OSError:
+            time.sleep(0.5)
+    raise UserError(f"the Serve application did not become healthy at {url} within 60 s")

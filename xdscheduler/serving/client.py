@@ -1,0 +1,61 @@
+"""The controller's side of `POST /policy/act`: one keep-alive HTTP connection per controller."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from urllib.parse import urlparse
+
+from xdscheduler.errors import UserError
+from xdscheduler.planner.search import JobSpec
+from xdscheduler.planner.view import ClusterView
+from xdscheduler.scenario import Weights
+from xdscheduler.serving.schemas import ActRequest, job_in, placement_from, state_of
+
+
+class PolicyClient:
+    def __init__(self, url: str, timeout_s: float = 10.0):
+        u = urlparse(url)
+        if u.scheme != "http" or not u.hostname:
+            raise UserError(f"--serve-url must look like http://HOST:PORT, got {url!r}")
+        self.host, self.port, self.timeout_s = u.hostname, u.port or 80, timeout_s
+        self.conn: http.client.HTTPConnection | None = None
+
+    def post(self, path: str, body: str) -> dict:
+        for attempt in range(2):  # one reconnect: keep-alive connections get closed
+            if self.conn is None:
+                self.conn = http.client.HTTPConnection(self.host, self.port,
+                                                       timeout=self.timeout_s)
+            try:
+                self.conn.request("POST", path, body, {"Content-Type": "application/json"})
+                resp = self.conn.getresponse()
+                data = resp.read()
+            except (OSError, http.client.HTTPException):
+                self.conn.close()
+                self.conn = None
+                if attempt:
+                    raise
+                continue
+            if resp.status != 200:
+                raise UserError(f"POST {path} answered {resp.status}: {data[:300]!r}")
+            return json.loads(data)
+        raise AssertionError("unreachable")
+
+    def act(self, job: JobSpec, view: ClusterView, queue_len: int):
+        from xdscheduler.rl.agents import Verdict
+
+        domains, links = state_of(view)
+        req = ActRequest(job=job_in(job), domains=domains, links=links, queue_len=queue_len)
+        out = self.post("/policy/act", req.model_dump_json())
+        if out["action"] == "none":
+            return None
+        placement = None if out["decision"] is None else placement_from(
+            job.name, out["decision"], view, out["explanation"]["summary"], out["decision_ms"])
+        return Verdict(job.name, placement, out["alternatives"], out["explanation"],
+                       out["decision_ms"])
+
+
+def served_policy(weights: Weights, url: str):
+    from xdscheduler.rl.agents import PPOPolicy
+
+    return PPOPolicy(weights, PolicyClient(url).act)

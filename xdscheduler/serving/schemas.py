@@ -1,0 +1,140 @@
+"""What `POST /policy/act` accepts and returns, and how a cluster state travels as JSON.
+
+The endpoint serves one scenario (its domains' hardware, link prices and leased bandwidth are
+fixed); a request carries what changes: free and reserved accelerators, health, the reported
+indicators, the links as measured now, and the job to place.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from xdscheduler.catalog import ModelArch
+from xdscheduler.costmodel.plan import Plan
+from xdscheduler.errors import UserError
+from xdscheduler.perception.graph import INDICATOR_NAMES
+from xdscheduler.planner.policies import Placement
+from xdscheduler.planner.search import JobSpec
+from xdscheduler.planner.view import ClusterView
+from xdscheduler.scenario import Architecture, GpuRequest, Job
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class JobIn(Strict):
+    name: str
+    model: str | None = None
+    architecture: Architecture | None = None
+    global_batch: int = Field(gt=0)
+    seq_len: int | None = Field(default=None, gt=0)
+    gpus: GpuRequest = GpuRequest()
+
+
+class DomainIn(Strict):
+    name: str
+    free_gpus: int
+    reserved_gpus: int = Field(default=0, ge=0)
+    up: bool = True
+    indicators: dict[str, float] = Field(default_factory=dict)
+
+
+class LinkIn(Strict):
+    a: str
+    b: str
+    bandwidth_gbps: float = Field(ge=0)  # a → b now
+    rtt_ms: float = Field(ge=0)
+
+
+class ActRequest(Strict):
+    job: JobIn
+    domains: list[DomainIn]
+    links: list[LinkIn] = Field(default_factory=list)
+    queue_len: int = Field(default=1, ge=0)
+
+
+class ActResponse(Strict):
+    job: str
+    action: Literal["place", "wait", "none"]  # none: nothing fits on the free accelerators
+    decision: dict | None
+    alternatives: list[dict]
+    explanation: dict
+    decision_ms: float
+
+
+def job_in(spec: JobSpec) -> JobIn:
+    a = spec.arch
+    arch = Architecture(layers=a.layers, hidden=a.hidden, ffn_hidden=a.ffn_hidden,
+                        heads=a.heads, kv_heads=a.kv_heads, vocab=a.vocab,
+                        gated_mlp=a.gated_mlp, tied_embeddings=a.tied_embeddings)
+    return JobIn(name=spec.name, architecture=arch, global_batch=spec.global_batch,
+                 seq_len=spec.seq, gpus=GpuRequest(min=spec.gpus_min, max=spec.gpus_max))
+
+
+def job_spec(job: JobIn) -> JobSpec:
+    """Validated like a scenario's job (exactly one of model or architecture)."""
+    j = Job(name=job.name, model=job.model, architecture=job.architecture,
+            global_batch=job.global_batch, seq_len=job.seq_len, tokens=1.0, gpus=job.gpus)
+    spec = JobSpec.of(j)
+    if job.architecture is not None:  # keep the caller's name for the architecture
+        spec = JobSpec(spec.name, ModelArch(**{**spec.arch.__dict__, "name": job.name}),
+                       spec.global_batch, spec.seq, spec.gpus_min, spec.gpus_max)
+    return spec
+
+
+def state_of(view: ClusterView) -> tuple[list[DomainIn], list[LinkIn]]:
+    names = view.names
+    ind = view.indicators
+    domains = [DomainIn(name=d.name, free_gpus=d.free_gpus, reserved_gpus=d.reserved_gpus,
+                        up=d.up, indicators={} if ind is None else dict(
+                            zip(INDICATOR_NAMES, map(float, ind[i]), strict=True)))
+               for i, d in enumerate(view.domains)]
+    src, dst = np.nonzero(view.bandwidth_gbps > 0)
+    links = [LinkIn(a=names[i], b=names[j], bandwidth_gbps=float(view.bandwidth_gbps[i, j]),
+                    rtt_ms=float(view.rtt_ms[i, j])) for i, j in zip(src, dst, strict=True)]
+    return domains, links
+
+
+def view_of(base: ClusterView, domains: list[DomainIn], links: list[LinkIn]) -> ClusterView:
+    """The served scenario's view under the request's state; unknown names are refused."""
+    index = {n: i for i, n in enumerate(base.names)}
+    given = [d.name for d in domains]
+    if sorted(given) != sorted(index):
+        raise UserError(f"domains must be exactly {sorted(index)}, got {sorted(given)}")
+    bad = [k for d in domains for k in d.indicators if k not in INDICATOR_NAMES]
+    if bad:
+        raise UserError(f"unknown indicators {sorted(set(bad))}; known: {list(INDICATOR_NAMES)}")
+    k = len(index)
+    bw, rtt = np.zeros((k, k)), np.zeros((k, k))
+    for link in links:
+        if link.a not in index or link.b not in index or link.a == link.b:
+            raise UserError(f"link {link.a}-{link.b}: both ends must be distinct served domains")
+        i, j = index[link.a], index[link.b]
+        bw[i, j], rtt[i, j] = link.bandwidth_gbps, link.rtt_ms
+        if bw[j, i] == 0:  # one direction given: the link is taken as symmetric
+            bw[j, i], rtt[j, i] = link.bandwidth_gbps, link.rtt_ms
+    ind = np.zeros((k, len(INDICATOR_NAMES)))
+    for d in domains:
+        for name, value in d.indicators.items():
+            ind[index[d.name], INDICATOR_NAMES.index(name)] = value
+    view = base.with_free({d.name: d.free_gpus for d in domains},
+                          {d.name: d.reserved_gpus for d in domains})
+    view = view.with_links(bw, np.maximum(rtt, rtt.T)).with_indicators(ind)
+    return view.with_down({d.name for d in domains if not d.up})
+
+
+def placement_json(p: Placement, view: ClusterView) -> dict:
+    return {"kind": p.kind, "domains": [view.names[i] for i in p.domains], "gpus": list(p.gpus),
+            "plan": p.plan.as_dict(), "flat_dp": p.flat_dp}
+
+
+def placement_from(job: str, decision: dict, view: ClusterView, explanation: str,
+                   decision_ms: float) -> Placement:
+    return Placement(job, decision["kind"], tuple(view.names.index(n) for n in decision["domains"]),
+                     tuple(decision["gpus"]), Plan(**decision["plan"]),
+                     flat_dp=decision["flat_dp"], explanation=explanation,
+                     decision_ms=decision_ms)
