@@ -89,3 +89,11 @@ def test_serve_deployment_over_http(ray_session, fitted):
         assert _post({"history": []})[0] == 422
     finally:
         serve.delete("forecast")  # only ours: other tests' Serve apps may share the cluster
+
+
+def test_job_in_from_a_known_job():
+    from xdscheduler.forecast.service import JobIn
+    from xdscheduler.forecast.structure import KnownJob
+
+    j = JobIn.from_known(KnownJob("a", 32, finish_s=1800, start_s=600))
+    assert (j.gpus, j.finish_min, j.start_min) == (32, 30.0, 10.0)

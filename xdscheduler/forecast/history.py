@@ -2,7 +2,9 @@
 
 Occupancy is persistent, so a direct model of the level loses to "the last value". This one
 predicts the change over the horizon (scaled by the trailing day's level), and its output is
-shrunk toward persistence by a weight chosen on the last part of the training data only.
+shrunk toward persistence by a weight chosen on two later folds of the training data only
+(one-standard-error rule: no clear gain, no change). Sibling series of the same trace can be
+pooled into training, each cut at the same moment.
 """
 
 from __future__ import annotations
@@ -141,7 +143,7 @@ class HistoryModel:
     seed: int = 0
     max_samples: int = 20_000
     weight: float = 1.0
-    val_wape: float = float("nan")  # on the last 20% of the training data
+    val_wape: float = float("nan")  # on the validation folds (60% → 100% of training)
     rel_quantiles: dict[float, float] = field(default_factory=dict)
     model: lgb.Booster | None = None
 

@@ -25,6 +25,13 @@ class JobIn(BaseModel):
     finish_min: float = Field(ge=0)  # predicted minutes from now until it frees its GPUs
     start_min: float = Field(default=0.0, ge=0)  # when a planned job starts holding them
 
+    @classmethod
+    def from_known(cls, job: KnownJob) -> "JobIn":
+        """From `structure.known_job(...)` (a scenario job, its plan, its step time)."""
+        return cls(
+            name=job.name, gpus=job.gpus, finish_min=job.finish_s / 60, start_min=job.start_s / 60
+        )
+
 
 class ForecastRequest(BaseModel):
     history: list[float] = Field(min_length=1)  # demand per step, oldest first (≥ a day helps)
