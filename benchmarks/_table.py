@@ -2,6 +2,20 @@
 
 from __future__ import annotations
 
+import time
+
+import numpy as np
+
+
+def time_calls(fn, repeats: int, unit_s: float = 1e-3) -> np.ndarray:
+    """Wall time of each of `repeats` calls of fn(), in `unit_s` (default milliseconds)."""
+    out = np.empty(repeats)
+    for i in range(repeats):
+        start = time.perf_counter()
+        fn()
+        out[i] = (time.perf_counter() - start) / unit_s
+    return out
+
 
 def print_table(title: str, header: list[str], rows: list[list], note: str = "") -> None:
     cells = [header] + [[_fmt(c) for c in row] for row in rows]

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import ray
 
-from benchmarks._table import print_table
+from benchmarks._table import print_table, time_calls
 from benchmarks.bench_controller_tick import scenario
 from xdscheduler.network.dynamics import Dynamics
 from xdscheduler.perception.graph import ResourceGraph, padded, to_data
@@ -23,15 +23,6 @@ from xdscheduler.runtime.gateway import ActorDomains
 from xdscheduler.runtime.study import connect
 from xdscheduler.scenario import default_scenario_path, load_scenario
 from xdscheduler.sim.domain import LocalDomains, accepted
-
-
-def per_call_us(fn, repeats: int) -> np.ndarray:
-    out = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - start) * 1e6)
-    return np.array(out)
 
 
 def graph_rows(scn, label: str, repeats: int) -> list[list]:
@@ -50,17 +41,17 @@ def graph_rows(scn, label: str, repeats: int) -> list[list]:
             fresh.update(r, accepted(r, 0.0)[0])
 
     view = ClusterView.from_scenario(scn).with_indicators(graph.values)
-    base_x = per_call_us(rebuild_all, repeats)
+    base_x = time_calls(rebuild_all, repeats, unit_s=1e-6)
     base = np.median(base_x)
     rows = []
     for name, fn in (("rebuild from all reports (baseline)", None),
                      ("update from one report", update_one),
                      ("to torch_geometric Data", lambda: to_data(view))):
-        x = base_x if fn is None else per_call_us(fn, repeats)
+        x = base_x if fn is None else time_calls(fn, repeats, unit_s=1e-6)
         rows.append([label, name, float(np.median(x)), float(np.percentile(x, 99)),
                      float(np.median(x) / base)])
     if len(names) <= 8:
-        x = per_call_us(lambda: padded(view), repeats)
+        x = time_calls(lambda: padded(view), repeats, unit_s=1e-6)
         rows.append([label, "padded arrays (RLlib observation)", float(np.median(x)),
                      float(np.percentile(x, 99)), float(np.median(x) / base)])
     return rows

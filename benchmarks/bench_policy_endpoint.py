@@ -9,26 +9,16 @@ run, so the ratio is what Serve and HTTP add. Run: python -m benchmarks.bench_po
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
-from benchmarks._table import print_table
+from benchmarks._table import print_table, time_calls
 from xdscheduler.rl.agents import Agents
 from xdscheduler.rl.candidates import choices, lower_observation, upper_observation
 from xdscheduler.rl.pareto import fixed_states
 from xdscheduler.scenario import default_scenario_path, load_scenario
 from xdscheduler.serving.client import PolicyClient
 from xdscheduler.serving.schemas import ActRequest, job_in, state_of
-
-
-def timed(fn, repeats: int) -> np.ndarray:
-    out = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - start) * 1000)
-    return np.array(out)
 
 
 def main() -> None:
@@ -56,13 +46,13 @@ def main() -> None:
 
     local, http, search, infer = [], [], [], []
     for (job, view), body in zip(states, bodies, strict=True):
-        local.append(timed(lambda j=job, v=view: agents.decide(j, v), args.repeats))
-        http.append(timed(lambda b=body: client.post("/policy/act", b), args.repeats))
-        search.append(timed(lambda j=job, v=view: choices(j, v, scn.weights), args.repeats))
+        local.append(time_calls(lambda j=job, v=view: agents.decide(j, v), args.repeats))
+        http.append(time_calls(lambda b=body: client.post("/policy/act", b), args.repeats))
+        search.append(time_calls(lambda j=job, v=view: choices(j, v, scn.weights), args.repeats))
         ch = choices(job, view, scn.weights)
         if ch is not None:
             up, low = upper_observation(ch, 1), lower_observation(ch, 0, 1)
-            infer.append(timed(lambda u=up, lo=low: (agents.act(agents.upper, u),
+            infer.append(time_calls(lambda u=up, lo=low: (agents.act(agents.upper, u),
                                                      agents.act(agents.lower, lo)),
                                args.repeats))
     serve.delete("xds")

@@ -40,20 +40,9 @@ class ForecastRequest(BaseModel):
     known_jobs: list[JobIn] = []
 
 
-class HorizonOut(BaseModel):
-    horizon_min: int
-    mean: float
-    lo80: float
-    hi80: float
-    lo95: float
-    hi95: float
-    history_mean: float
-    known_mean: float
-
-
 class ForecastResponse(BaseModel):
     current: float
-    horizons: list[HorizonOut]
+    horizons: list[HorizonForecast]  # a dataclass: pydantic validates and dumps it
     backup_pool_gpus: int  # headroom above the expected demand to the 97.5% quantile
     preallocate_gpus: int  # expected growth over the longest horizon: reserve ahead
     frees_min: dict[str, float]  # known job → minute it frees its GPUs (inf: not in horizon)
@@ -81,7 +70,7 @@ def forecast(
 def _response(current: float, out: list[HorizonForecast], known) -> ForecastResponse:
     return ForecastResponse(
         current=current,
-        horizons=[HorizonOut(**f.__dict__) for f in out],
+        horizons=list(out),
         backup_pool_gpus=math.ceil(max(max(f.hi95 - f.mean for f in out), 0.0)),
         preallocate_gpus=math.ceil(max(out[-1].mean - current, 0.0)),
         frees_min=known.frees if known is not None else {},
