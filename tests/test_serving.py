@@ -13,7 +13,7 @@ from xdscheduler.planner.view import ClusterView
 from xdscheduler.rl.agents import local_policy
 from xdscheduler.runtime.study import run_here, run_study, study_dynamics, study_jobs
 from xdscheduler.scenario import default_scenario_path, load_scenario
-from xdscheduler.serving.schemas import ActRequest, job_in, state_of
+from xdscheduler.serving.schemas import DecideRequest, job_in, state_of
 
 PORT = 8000
 
@@ -41,13 +41,14 @@ def call(method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
 def request_for(scn, job_index: int = 1) -> dict:
     view = ClusterView.from_scenario(scn)
     domains, links = state_of(view)
-    req = ActRequest(job=job_in(JobSpec.of(scn.jobs[job_index])), domains=domains, links=links)
+    req = DecideRequest(job=job_in(JobSpec.of(scn.jobs[job_index])), domains=domains,
+                        links=links)
     return json.loads(req.model_dump_json())
 
 
-def test_act_returns_a_decision_alternatives_and_an_explanation(served):
+def test_decide_returns_a_decision_alternatives_and_an_explanation(served):
     scn, _ = served
-    status, out = call("POST", "/policy/act", request_for(scn))
+    status, out = call("POST", "/policy/decide", request_for(scn))
     assert status == 200, out
     assert out["action"] == "place"
     assert sum(out["decision"]["gpus"]) >= 16
@@ -69,9 +70,51 @@ def test_bad_requests_get_422_with_the_reason(served, change, reason):
     scn, _ = served
     body = request_for(scn)
     change(body)
-    status, out = call("POST", "/policy/act", body)
+    status, out = call("POST", "/policy/decide", body)
     assert status == 422
     assert reason in json.dumps(out)
+
+
+def act_body(scn, agent: str = "upper") -> tuple[dict, int]:
+    """An agent step's request as the controller sends it, and the local agents' pick."""
+    from xdscheduler.rl.agents import Agents, lower_options, upper_options
+    from xdscheduler.rl.candidates import choices, lower_observation, upper_observation
+
+    ch = choices(JobSpec.of(scn.jobs[0]), ClusterView.from_scenario(scn), scn.weights)
+    obs, options = ((upper_observation(ch, 1), upper_options(ch)) if agent == "upper"
+                    else (lower_observation(ch, 0, 1), lower_options(ch, 0)))
+    local = Agents(scn.weights).step(agent, obs, options)
+    body = {"agent": agent, "job": scn.jobs[0].name,
+            "observation": {k: v.tolist() for k, v in obs.items()},
+            "choices": [{"index": i, **o} for i, o in options.items()]}
+    return body, local.choice
+
+
+@pytest.mark.parametrize("agent", ["upper", "lower"])
+def test_act_is_one_agent_step_matching_the_agents_in_process(served, agent):
+    scn, _ = served
+    body, local_choice = act_body(scn, agent)
+    status, out = call("POST", "/policy/act", body)
+    assert status == 200, out
+    assert out["choice"] == local_choice == out["ranking"][0]["index"]
+    assert abs(sum(out["probabilities"]) - 1) < 1e-5
+    assert out["explanation"]["summary"].startswith(out["ranking"][0]["summary"])
+    if len(out["ranking"]) > 1:
+        assert set(out["explanation"]["contributions"]) == {"efficiency", "utilization", "cost"}
+
+
+@pytest.mark.parametrize("change, reason", [
+    (lambda b: b["observation"].pop("edges"), "observation keys must be"),
+    (lambda b: b["observation"]["choices"].pop(), "has shape"),
+    (lambda b: b.update(agent="middle"), "upper"),
+    (lambda b: b["observation"]["context"].__setitem__(0, "x"), "not an array of numbers"),
+])
+def test_bad_agent_steps_get_422_with_the_reason(served, change, reason):
+    scn, _ = served
+    body, _ = act_body(scn)
+    change(body)
+    status, out = call("POST", "/policy/act", body)
+    assert status == 422 and reason in json.dumps(out)
 
 
 def test_nothing_fits_is_an_answer_not_an_error(served):
@@ -79,7 +122,7 @@ def test_nothing_fits_is_an_answer_not_an_error(served):
     body = request_for(scn, job_index=0)
     for d in body["domains"]:
         d["free_gpus"] = 0
-    status, out = call("POST", "/policy/act", body)
+    status, out = call("POST", "/policy/decide", body)
     assert status == 200 and out["action"] == "none" and out["decision"] is None
 
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from xdscheduler import catalog
 from xdscheduler.errors import UserError
+from xdscheduler.faults import cli as faults_cli
 from xdscheduler.forecast import cli as forecast_cli
 from xdscheduler.rl import cli as rl_cli
 
@@ -334,6 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--force", action="store_true", help="overwrite an existing file")
     q.set_defaults(fn=cmd_scenario_from_measurements)
     forecast_cli.register(sub)
+    faults_cli.register(sub)
     rl_cli.register(sub)
     return parser
 

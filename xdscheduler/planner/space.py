@@ -9,6 +9,7 @@ placement has exactly one split and the space stays small enough to search exhau
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field
 
@@ -158,6 +159,7 @@ class ParallelGrid:
     memory_gib: np.ndarray  # (C, len(MEMORY_LADDER))
 
 
+@functools.lru_cache(maxsize=256)  # every decision for a job asks again; read-only arrays
 def parallel_grid(arch: ModelArch, global_batch: int, seq: int, gpus_max: int,
                   opts: SearchOptions) -> ParallelGrid:
     tp = [t for t in opts.tensor if arch.heads % t == 0 and arch.kv_heads % t == 0]
@@ -180,6 +182,8 @@ def parallel_grid(arch: ModelArch, global_batch: int, seq: int, gpus_max: int,
                        seq).values())
         for z, r in MEMORY_LADDER
     ], axis=1)
+    for a in (*plans.__dict__.values(), mem):
+        a.flags.writeable = False  # shared by every caller through the cache
     return ParallelGrid(plans, mem)
 
 

@@ -10,9 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from xdscheduler.errors import UserError
 from xdscheduler.planner.policies import Placement, PlannerPolicy
-from xdscheduler.planner.search import JobSpec, describe
+from xdscheduler.planner.search import Candidate, JobSpec, describe
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.rl.candidates import (
     WAIT,
@@ -25,6 +27,7 @@ from xdscheduler.rl.candidates import (
 from xdscheduler.scenario import Weights
 
 SHIPPED = Path(__file__).resolve().parent / "trained"  # see TRAINED.md there: how it was made
+TERMS = ("efficiency", "utilization", "cost", "objective")
 
 
 @dataclass
@@ -48,6 +51,17 @@ def _restore(path: Path):
         str(path / "lower"))
 
 
+@dataclass
+class Step:
+    """One agent's act: its pick, the others open in the order it ranks them, and why."""
+
+    agent: str
+    choice: int
+    probabilities: list[float]
+    ranking: list[int]
+    explanation: dict
+
+
 class Agents:
     """The upper and lower modules, restored for inference without the trainer."""
 
@@ -57,41 +71,66 @@ class Agents:
         torch.set_num_threads(1)  # one decision at a time; threads only add latency here
         self.weights = weights
         self.path = Path(path) if path else SHIPPED
-        self.upper, self.lower = _restore(self.path)
+        self.modules = dict(zip(("upper", "lower"), _restore(self.path), strict=True))
 
-    def act(self, module, obs: dict) -> int:
+    def logits(self, agent: str, obs: dict) -> np.ndarray:
         import torch
         from ray.rllib.core.columns import Columns
 
         batch = {k: torch.from_numpy(v).unsqueeze(0) for k, v in obs.items()}
-        with torch.no_grad():
-            logits = module.forward_inference({Columns.OBS: batch})[Columns.ACTION_DIST_INPUTS]
-        return int(torch.argmax(logits[0]))
+        with torch.inference_mode():
+            out = self.modules[agent].forward_inference({Columns.OBS: batch})
+        return out[Columns.ACTION_DIST_INPUTS][0].numpy()
+
+    def step(self, agent: str, obs: dict, options: dict[int, dict]) -> Step:
+        """The agent's greedy act on `obs`, explained against its own runner-up."""
+        logits = self.logits(agent, obs)
+        open_ = np.flatnonzero(obs["action_mask"] > 0.5)
+        probs = np.zeros_like(logits)
+        z = np.exp(logits[open_] - logits[open_].max())
+        probs[open_] = z / z.sum()
+        ranking = [int(i) for i in open_[np.argsort(-probs[open_], kind="stable")]]
+        runner = ranking[1] if len(ranking) > 1 else None
+        return Step(agent, ranking[0], probs.tolist(), ranking,
+                    contrast(options, ranking[0], runner, self.weights))
 
     def choose(self, ch: Choices, queue_len: int = 1) -> int | None:
         """The evaluated candidate the agents pick (upper, then lower), or None to wait."""
-        a = self.act(self.upper, upper_observation(ch, queue_len))
+        a = int(np.argmax(self.logits("upper", upper_observation(ch, queue_len))))
         if a == WAIT or a >= len(ch.groups):
             return None
         members = ch.groups[a]
-        b = self.act(self.lower, lower_observation(ch, a, queue_len))
+        b = int(np.argmax(self.logits("lower", lower_observation(ch, a, queue_len))))
         return int(members[b if b < len(members) else 0])
 
     def decide(self, job: JobSpec, view: ClusterView, queue_len: int = 1) -> Verdict | None:
-        """None when nothing fits now; a verdict with placement None when the agent waits."""
-        start = time.perf_counter()
-        ch = choices(job, view, self.weights)
-        if ch is None:
-            return None
-        chosen = self.choose(ch, queue_len)
-        if chosen is None:
-            ms = (time.perf_counter() - start) * 1000
-            return Verdict(job.name, None, _alternatives(ch, -1),
-                           {"summary": f"{job.name}: wait; the agent holds it for later"}, ms)
+        return decide(self, self.weights, job, view, queue_len)
+
+
+def decide(stepper, weights: Weights, job: JobSpec, view: ClusterView,
+           queue_len: int = 1) -> Verdict | None:
+    """Search the candidates here, let the upper then the lower agent pick (in this process or
+    behind the endpoint: `stepper.step`). None when nothing fits now; a verdict with placement
+    None when the upper agent waits."""
+    start = time.perf_counter()
+    ch = choices(job, view, weights)
+    if ch is None:
+        return None
+    up = stepper.step("upper", upper_observation(ch, queue_len), upper_options(ch))
+    if up.choice == WAIT or up.choice >= len(ch.groups):
         ms = (time.perf_counter() - start) * 1000
-        why = explanation(ch, chosen)
-        return Verdict(job.name, ch.placement(chosen, why["summary"], ms),
-                       _alternatives(ch, chosen), why, ms)
+        return Verdict(job.name, None, _alternatives(ch, -1),
+                       {"summary": f"{job.name}: {up.explanation['summary']}",
+                        "steps": [up.explanation]}, ms)
+    members = ch.groups[up.choice]
+    low = stepper.step("lower", lower_observation(ch, up.choice, queue_len),
+                       lower_options(ch, up.choice))
+    chosen = int(members[low.choice if low.choice < len(members) else 0])
+    ms = (time.perf_counter() - start) * 1000
+    why = explanation(ch, chosen)
+    why["steps"] = [up.explanation, low.explanation]
+    return Verdict(job.name, ch.placement(chosen, why["summary"], ms),
+                   _alternatives(ch, chosen), why, ms)
 
 
 def _alternatives(ch: Choices, chosen: int) -> list[dict]:
@@ -107,38 +146,65 @@ def _alternatives(ch: Choices, chosen: int) -> list[dict]:
     return out
 
 
-def _where(c) -> str:
+def explanation(ch: Choices, chosen: int) -> dict:
+    """The decision's objective terms against the runner-up (the best other choice open)."""
+    c = ch.candidate(chosen)
+    others = [int(i) for g in ch.groups for i in g if int(i) != chosen]
+    if not others:
+        return {"summary": f"{ch.job.name}: {describe(c)}; the only choice open.",
+                "contributions": {}}
+    r = ch.candidate(max(others, key=ch.objective))
+    out = contrast({0: option(c), 1: option(r)}, 0, 1, ch.weights)
+    out["summary"] = f"{ch.job.name}: {out['summary']}."
+    out["contributions"]["step_time_s"] = {"chosen": c.step_time_s, "runner_up": r.step_time_s}
+    return out
+
+
+def _where(c: Candidate) -> str:
     return "+".join(f"{n}×{g}" for n, g in c.gpus_per_domain.items())
 
 
-def explanation(ch: Choices, chosen: int) -> dict:
-    """The objective terms of the choice against the runner-up (the best other choice open),
-    weighted, and one line a person can read."""
-    c = ch.candidate(chosen)
-    others = [int(i) for g in ch.groups for i in g if int(i) != chosen]
-    out = {"chosen": describe(c), "contributions": {}}
-    if not others:
-        out["summary"] = f"{ch.job.name}: {describe(c)}; the only choice open."
-        return out
-    r = ch.candidate(max(others, key=ch.objective))
-    w = ch.weights
-    for term, weight in (("efficiency", w.efficiency), ("utilization", w.utilization),
-                         ("cost", -w.cost)):
-        a, b = getattr(c.objective, term), getattr(r.objective, term)
-        out["contributions"][term] = {"chosen": a, "runner_up": b,
-                                      "weighted_delta": weight * (a - b)}
-    out["contributions"]["step_time_s"] = {"chosen": c.step_time_s, "runner_up": r.step_time_s}
-    deltas = {k: v["weighted_delta"] for k, v in out["contributions"].items()
-              if "weighted_delta" in v}
+def option(c: Candidate) -> dict:
+    """A choice as an agent's explanation names it: one line and its objective terms."""
+    p = c.plan
+    return {"summary": f"{c.kind} on {_where(c)} (TP {p.tp} PP {p.pp} DP {p.dp})",
+            "terms": {**{k: getattr(c.objective, k) for k in TERMS},
+                      "step_time_s": c.step_time_s}}
+
+
+WAIT_OPTION = {"summary": "wait for accelerators to free",
+               "terms": {**dict.fromkeys(TERMS, 0.0), "step_time_s": None}}
+
+
+def upper_options(ch: Choices) -> dict[int, dict]:
+    out = {g: option(ch.candidate(ch.best(g))) for g in range(len(ch.groups))}
+    return {**out, WAIT: WAIT_OPTION}
+
+
+def lower_options(ch: Choices, group: int) -> dict[int, dict]:
+    return {k: option(ch.candidate(int(i))) for k, i in enumerate(ch.groups[group])}
+
+
+def contrast(options: dict[int, dict], chosen: int, runner: int | None,
+             weights: Weights) -> dict:
+    """The weighted objective terms of one agent's pick against its runner-up, and a line."""
+    a = options.get(chosen)
+    if a is None:
+        return {"summary": f"choice {chosen}", "contributions": {}}
+    b = options.get(runner) if runner is not None else None
+    if b is None:
+        return {"summary": f"{a['summary']}; the only choice open", "contributions": {}}
+    contributions = {
+        term: {"chosen": a["terms"][term], "runner_up": b["terms"][term],
+               "weighted_delta": w * (a["terms"][term] - b["terms"][term])}
+        for term, w in (("efficiency", weights.efficiency),
+                        ("utilization", weights.utilization), ("cost", -weights.cost))}
+    deltas = {k: v["weighted_delta"] for k, v in contributions.items()}
     lead = max(deltas, key=lambda k: abs(deltas[k]))
     verb = "gains" if deltas[lead] >= 0 else "gives up"
-    parts = ", ".join(f"{k} {v:+.3f}" for k, v in deltas.items())
-    out["runner_up"] = describe(r)
-    out["summary"] = (f"{ch.job.name}: {c.kind} on {_where(c)} (TP {c.plan.tp} PP {c.plan.pp} "
-                      f"DP {c.plan.dp}) over {r.kind} on {_where(r)} (TP {r.plan.tp} PP "
-                      f"{r.plan.pp} DP {r.plan.dp}); it {verb} most on {lead} "
-                      f"(weighted: {parts}; R {sum(deltas.values()):+.3f}).")
-    return out
+    return {"summary": f"{a['summary']} over {b['summary']}: {verb} most on {lead} (R "
+                       f"{sum(deltas.values()):+.3f})",
+            "chosen": a["summary"], "runner_up": b["summary"], "contributions": contributions}
 
 
 @dataclass
@@ -174,3 +240,4 @@ class PPOPolicy:
 
 def local_policy(weights: Weights, path: str | Path | None = None) -> PPOPolicy:
     return PPOPolicy(weights, Agents(weights, path).decide)
+

@@ -1,4 +1,5 @@
-"""The Serve application: `POST /policy/act`, `POST /forecast`, `GET /healthz` behind FastAPI.
+"""The Serve application behind FastAPI: `POST /policy/act` (one agent's step),
+`POST /policy/decide` (a whole decision), `POST /forecast`, `GET /healthz`.
 
 One ingress deployment holds the trained agents for one scenario (their inference is a few
 milliseconds; a hop to a second deployment would cost more than it saves on 2 cores).
@@ -20,7 +21,11 @@ from xdscheduler.scenario import Scenario, parse_scenario
 from xdscheduler.serving.schemas import (
     ActRequest,
     ActResponse,
+    DecideRequest,
+    DecideResponse,
+    RankedChoice,
     job_spec,
+    observation_arrays,
     placement_json,
     view_of,
 )
@@ -42,6 +47,27 @@ class XdsService:
 
     @app.post("/policy/act")
     def act(self, request: ActRequest) -> ActResponse:
+        from xdscheduler.rl.candidates import WAIT
+
+        start = time.perf_counter()
+        space = self.agents.modules[request.agent].observation_space
+        try:
+            obs = observation_arrays(request.observation, space)
+        except UserError as err:
+            raise HTTPException(status_code=422, detail=str(err)) from None
+        options = {c.index: c.model_dump() for c in request.choices}
+        step = self.agents.step(request.agent, obs, options)
+        wait = request.agent == "upper" and step.choice == WAIT
+        ranking = [RankedChoice(index=i, probability=step.probabilities[i],
+                                summary=options.get(i, {}).get("summary"))
+                   for i in step.ranking]
+        return ActResponse(agent=request.agent, job=request.job, choice=step.choice,
+                           action="wait" if wait else "choose", ranking=ranking,
+                           probabilities=step.probabilities, explanation=step.explanation,
+                           inference_ms=(time.perf_counter() - start) * 1000)
+
+    @app.post("/policy/decide")
+    def decide(self, request: DecideRequest) -> DecideResponse:
         start = time.perf_counter()
         try:
             view = view_of(self.base, request.domains, request.links)
@@ -51,15 +77,15 @@ class XdsService:
         verdict = self.agents.decide(spec, view, request.queue_len)
         ms = (time.perf_counter() - start) * 1000
         if verdict is None:
-            return ActResponse(job=spec.name, action="none", decision=None, alternatives=[],
-                               explanation={"summary": f"{spec.name}: nothing fits on the "
-                                                       f"free accelerators now"},
-                               decision_ms=ms)
+            return DecideResponse(job=spec.name, action="none", decision=None, alternatives=[],
+                                  explanation={"summary": f"{spec.name}: nothing fits on the "
+                                                          f"free accelerators now"},
+                                  decision_ms=ms)
         p = verdict.placement
-        return ActResponse(job=spec.name, action="wait" if p is None else "place",
-                           decision=None if p is None else placement_json(p, view),
-                           alternatives=verdict.alternatives, explanation=verdict.explanation,
-                           decision_ms=ms)
+        return DecideResponse(job=spec.name, action="wait" if p is None else "place",
+                              decision=None if p is None else placement_json(p, view),
+                              alternatives=verdict.alternatives,
+                              explanation=verdict.explanation, decision_ms=ms)
 
     @app.post("/forecast")
     def forecast(self, request: ForecastRequest) -> ForecastResponse:

@@ -1,4 +1,5 @@
-"""The controller's side of `POST /policy/act`: one keep-alive HTTP connection per controller."""
+"""The controller's side of `POST /policy/act`: it searches the candidates itself and asks the
+endpoint for each agent's step, over one keep-alive HTTP connection per controller."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from xdscheduler.errors import UserError
 from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Weights
-from xdscheduler.serving.schemas import ActRequest, job_in, placement_from, state_of
+from xdscheduler.serving.schemas import DecideRequest, job_in, placement_from, state_of
 
 
 class PolicyClient:
@@ -41,12 +42,23 @@ class PolicyClient:
             return json.loads(data)
         raise AssertionError("unreachable")
 
-    def act(self, job: JobSpec, view: ClusterView, queue_len: int):
+    def step(self, agent: str, obs: dict, options: dict[int, dict]):
+        """One agent's step by the endpoint (the same contract as `Agents.step`)."""
+        from xdscheduler.rl.agents import Step
+
+        body = {"agent": agent, "observation": {k: v.tolist() for k, v in obs.items()},
+                "choices": [{"index": i, **o} for i, o in options.items()]}
+        out = self.post("/policy/act", json.dumps(body))
+        return Step(agent, out["choice"], out["probabilities"],
+                    [r["index"] for r in out["ranking"]], out["explanation"])
+
+    def decide(self, job: JobSpec, view: ClusterView, queue_len: int):
+        """A whole decision by `POST /policy/decide` (the search runs in the endpoint)."""
         from xdscheduler.rl.agents import Verdict
 
         domains, links = state_of(view)
-        req = ActRequest(job=job_in(job), domains=domains, links=links, queue_len=queue_len)
-        out = self.post("/policy/act", req.model_dump_json())
+        req = DecideRequest(job=job_in(job), domains=domains, links=links, queue_len=queue_len)
+        out = self.post("/policy/decide", req.model_dump_json())
         if out["action"] == "none":
             return None
         placement = None if out["decision"] is None else placement_from(
@@ -56,6 +68,8 @@ class PolicyClient:
 
 
 def served_policy(weights: Weights, url: str):
-    from xdscheduler.rl.agents import PPOPolicy
+    """The `ppo` policy with the agents' steps taken by the endpoint at `url`."""
+    from xdscheduler.rl.agents import PPOPolicy, decide
 
-    return PPOPolicy(weights, PolicyClient(url).act)
+    client = PolicyClient(url)
+    return PPOPolicy(weights, lambda job, view, q: decide(client, weights, job, view, q))

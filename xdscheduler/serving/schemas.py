@@ -1,8 +1,13 @@
-"""What `POST /policy/act` accepts and returns, and how a cluster state travels as JSON.
+"""What the policy endpoints accept and return, and how a cluster state travels as JSON.
 
-The endpoint serves one scenario (its domains' hardware, link prices and leased bandwidth are
-fixed); a request carries what changes: free and reserved accelerators, health, the reported
-indicators, the links as measured now, and the job to place.
+`POST /policy/act` is one agent's step: its observation (the resource graph and the choices
+open, as the environment builds them) and what each choice stands for in; the pick, the
+ranking of the others and the explanation out. The controller searches the candidates
+itself and calls it twice per decision (upper, then lower).
+
+`POST /policy/decide` is a whole decision for people and scripts: the cluster state and the
+job in (the endpoint serves one scenario, so only what changes travels: free and reserved
+accelerators, health, indicators, links now), the placement out.
 """
 
 from __future__ import annotations
@@ -50,20 +55,69 @@ class LinkIn(Strict):
     rtt_ms: float = Field(ge=0)
 
 
+class ChoiceIn(Strict):
+    index: int = Field(ge=0)
+    summary: str
+    terms: dict[str, float | None]  # efficiency, utilization, cost, objective, step_time_s
+
+
 class ActRequest(Strict):
+    agent: Literal["upper", "lower"]
+    job: str = ""
+    observation: dict[str, list]
+    choices: list[ChoiceIn] = Field(default_factory=list)
+
+
+class RankedChoice(Strict):
+    index: int
+    probability: float
+    summary: str | None
+
+
+class ActResponse(Strict):
+    agent: str
+    job: str
+    choice: int
+    action: Literal["choose", "wait"]
+    ranking: list[RankedChoice]
+    probabilities: list[float]
+    explanation: dict
+    inference_ms: float
+
+
+class DecideRequest(Strict):
     job: JobIn
     domains: list[DomainIn]
     links: list[LinkIn] = Field(default_factory=list)
     queue_len: int = Field(default=1, ge=0)
 
 
-class ActResponse(Strict):
+class DecideResponse(Strict):
     job: str
     action: Literal["place", "wait", "none"]  # none: nothing fits on the free accelerators
     decision: dict | None
     alternatives: list[dict]
     explanation: dict
     decision_ms: float
+
+
+def observation_arrays(observation: dict[str, list], space) -> dict[str, np.ndarray]:
+    """The JSON observation as the arrays the module takes; refused unless it fits `space`."""
+    if set(observation) != set(space.spaces):
+        raise UserError(f"observation keys must be {sorted(space.spaces)}, "
+                        f"got {sorted(observation)}")
+    out = {}
+    for key, sub in space.spaces.items():
+        try:
+            arr = np.asarray(observation[key], dtype=np.float32)
+        except (TypeError, ValueError):
+            raise UserError(f"observation[{key!r}] is not an array of numbers") from None
+        if arr.shape != sub.shape:
+            raise UserError(f"observation[{key!r}] has shape {arr.shape}, expected {sub.shape}")
+        if not np.isfinite(arr).all():
+            raise UserError(f"observation[{key!r}] holds a value that is not finite")
+        out[key] = arr
+    return out
 
 
 def job_in(spec: JobSpec) -> JobIn:
