@@ -58,6 +58,11 @@ def test_each_fault_kind_is_detected_within_3_s(model, kind):
     assert verdicts[0].evidence
 
 
+def test_detection_delay_for_a_study(model):
+    delay = fb.detection_delay_s("node_crash", seed=3, model=model)
+    assert delay is not None and 0 < delay <= 3.0
+
+
 def test_benign_burst_not_flagged_but_error_burst_is(model):
     logs = LogAnomalyDetector(model)
     burst = [LogRecord(10 + i * 0.05, "east/n0", "WARNING", "nccl_retry", {"recovered": True})

@@ -9,7 +9,8 @@ FIXED: shard size fixed, prefetch depth 1 (double buffering), transfers eager: t
 collective too and share the link with it equally, slowing it.
 ADAPTIVE: from a forecast of the link (recent mean and spread), per step it picks the shard size
 (about one compute window of transfer), the prefetch depth (a buffer of `buffer_s` seconds of
-input, within `buffer_gb`), pauses transfers during the collective, and when the forecast cannot
+input, within `buffer_gb`), pauses transfers during the collective (unless fewer than
+`low_water` steps of input are ready), and when the forecast cannot
 carry the input it moves that share of the samples to accelerators in the data's domain, whose
 extra compute time is charged to the step.
 

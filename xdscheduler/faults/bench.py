@@ -113,6 +113,19 @@ def run_trial(rng, fault, model, config, loss: float = 0.0) -> list:
     return det.verdicts
 
 
+def detection_delay_s(kind: str, seed: int, model: TemplateModel | None = None) -> float | None:
+    """Seconds from a fault of `kind` to its verdict in one simulated trial (None if missed or
+    misjudged): for a coarse-clocked study that wants a detection delay per injected fault."""
+    if kind not in MIX:
+        raise ValueError(f"unknown fault kind {kind!r}; one of {', '.join(MIX)}")
+    rng = np.random.default_rng(seed)
+    fault = draw_fault(rng, kind)
+    verdicts = run_trial(rng, fault, model or fit_log_model(0), DetectorConfig())
+    hits = [v.time_s - fault.time_s for v in verdicts
+            if (v.target, v.kind) == (fault.target, kind) and v.time_s >= fault.time_s]
+    return hits[0] if hits else None
+
+
 def bench(n: int = 1000, seed: int = 0, config: DetectorConfig | None = None,
           loss: float = 0.0) -> dict:
     """n faults (an even mix of kinds) plus n·CLEAN_SHARE fault-free trials."""

@@ -213,6 +213,12 @@ class PlannerPolicy:
     def replan(self, job: JobSpec, current: Placement, view: ClusterView) -> Placement | None:
         return self._best(job, view.adjust_free(current.taken))
 
+    def state(self) -> dict:
+        return dict(self._no_fit)
+
+    def restore(self, state: dict) -> None:
+        self._no_fit = dict(state)
+
     def _best(self, job: JobSpec, view: ClusterView) -> Placement | None:
         if sum(d.available for d in view.domains) < job.gpus_min:
             return None

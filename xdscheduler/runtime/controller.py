@@ -8,6 +8,7 @@ import ray
 
 from xdscheduler.planner.policies import make_policy
 from xdscheduler.runtime.gateway import ActorDomains
+from xdscheduler.runtime.journal import Journal
 from xdscheduler.scenario import Job, parse_scenario
 from xdscheduler.sim.engine import Engine, Results
 
@@ -31,7 +32,8 @@ class Controller:
     """One policy's controller: the queue, the view, the decisions, the domain actors."""
 
     def __init__(self, scenario: dict, jobs: list[dict], policy: str, dynamics,
-                 horizon_s: float, realtime: bool = False, policy_options: dict | None = None):
+                 horizon_s: float, realtime: bool = False, policy_options: dict | None = None,
+                 journal: str | None = None):
         scn = parse_scenario(scenario)
         self.domains = ActorDomains(scn, dynamics)
         self.engine = Engine(
@@ -39,12 +41,20 @@ class Controller:
             make_policy(policy, scn.weights, policy_options), dynamics, self.domains, horizon_s,
             clock=RealTimeClock() if realtime else None,
             tick_s=1.0 if realtime else None)
+        self.journal = Journal(journal, policy) if journal else None
+        if self.journal:
+            snapshot = self.journal.latest()
+            if snapshot is not None:  # a controller before this one died: go on from there
+                self.engine.restore(snapshot)
+            self.engine.on_decision = self.journal.record
         self.started = time.perf_counter()
 
     def advance(self, until_s: float) -> dict:
         """Run the study up to simulated time `until_s`; say where it stands."""
         if not self.engine.finished:
             self.engine.run(until_s=until_s)
+            if self.journal:
+                self.journal.checkpoint(self.engine)
         return self.engine.status()
 
     def status(self) -> dict:

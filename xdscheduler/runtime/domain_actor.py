@@ -31,5 +31,8 @@ class DomainActor:
     def release(self, job: str) -> None:
         self.state.release(job)
 
+    def restore(self, job: str, gpus: int) -> None:
+        self.state.restore(job, gpus)
+
     def allocations(self) -> dict[str, int]:
         return dict(self.state.allocations)

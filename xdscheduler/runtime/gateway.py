@@ -58,6 +58,10 @@ class ActorDomains:
         ray.get([self.actors[i].apply.remote(job, n, now_s) for i, n in gpus.items()
                  if self.alive[i]])
 
+    def restore(self, job: str, gpus: dict[int, int]) -> None:
+        ray.get([self.actors[i].restore.remote(job, n) for i, n in gpus.items()
+                 if self.alive[i]])
+
     def release(self, job: str) -> None:
         refs = [a.release.remote(job) for a, up in zip(self.actors, self.alive, strict=True) if up]
         for ref in refs:

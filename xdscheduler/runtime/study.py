@@ -85,14 +85,33 @@ def _follow(advance, jobs: int, label: str, show: bool) -> None:
 
 def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, hours: float,
                realtime: bool = False, show: bool = False,
-               policy_options: dict | None = None) -> Results:
+               policy_options: dict | None = None, journal: str | None = None) -> Results:
+    """One policy's study under a controller actor. With a journal, a controller that dies is
+    replaced by one that resumes from the journal, and the study goes on."""
     import ray
+    from ray.exceptions import RayActorError
 
     from xdscheduler.runtime.controller import Controller
 
-    controller = Controller.remote(scn.model_dump(), [j.model_dump() for j in jobs], policy,
-                                   dynamics, hours * 3600, realtime, policy_options)
-    _follow(lambda t: ray.get(controller.advance.remote(t)), len(jobs), policy, show)
+    def start():
+        return Controller.remote(scn.model_dump(), [j.model_dump() for j in jobs], policy,
+                                 dynamics, hours * 3600, realtime, policy_options, journal)
+
+    controller = start()
+
+    def advance(t: float) -> dict:
+        nonlocal controller
+        try:
+            return ray.get(controller.advance.remote(t))
+        except RayActorError:
+            if not journal:
+                raise
+            print(f"{policy}: the controller died; a new one resumes from {journal}",
+                  file=sys.stderr)
+            controller = start()
+            return ray.get(controller.advance.remote(t))
+
+    _follow(advance, len(jobs), policy, show)
     results = ray.get(controller.results.remote())
     ray.kill(controller)  # its domain actors go with it
     return results
@@ -117,7 +136,8 @@ def run_here(scn: Scenario, jobs: list[Job], policy: Policy, dynamics: Dynamics,
 
 def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: Path,
               address: str | None = None, local: bool = False, realtime: bool = False,
-              show_progress: bool | None = None, policy_options: dict | None = None) -> dict:
+              show_progress: bool | None = None, policy_options: dict | None = None,
+              journal: bool = True) -> dict:
     """Run every policy, write the report to `out`, and return report.json's content."""
     from xdscheduler.report.writer import write_report
 
@@ -136,13 +156,14 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
     if not local:
         connect(address)
     runs: dict[str, Results] = {}
+    journal_path = _journal(out) if journal and not local else None
     for name in policies:
         if local:
             runs[name] = run_here(scn, jobs, make_policy(name, scn.weights, policy_options),
                                   dynamics, hours, show)
         else:
             runs[name] = run_on_ray(scn, jobs, name, dynamics, hours, realtime, show,
-                                    policy_options)
+                                    policy_options, journal_path)
         done = sum(r.end_s is not None for r in runs[name].jobs)
         if not show:  # logs (e.g. of a Ray job) still get a line per policy
             print(f"{name}: {done}/{len(jobs)} jobs done, {runs[name].wall_s:.0f} s",
@@ -161,6 +182,15 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
                  link_table(dynamics, [d.name for d in scn.domains]))
     _write_decisions(out, runs)
     return summary
+
+
+def _journal(out: Path) -> str:
+    """A fresh journal per study: the decision log and job table of every controller."""
+    path = Path(out).resolve() / "journal.sqlite"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        stale.unlink(missing_ok=True)
+    return str(path)
 
 
 def compare(policies: dict) -> dict:

@@ -54,6 +54,11 @@ class DomainState:
     def release(self, job: str) -> None:
         self.allocations.pop(job, None)
 
+    def restore(self, job: str, gpus: int) -> None:
+        """Re-establish an allocation the job already held (a controller resuming): no
+        capacity check, other tenants may have grown into it meanwhile."""
+        self.allocations[job] = gpus
+
     def report(self, now_s: float, load: float, bandwidth_row: np.ndarray,
                rtt_row: np.ndarray, names: list[str]) -> DomainReport:
         spec, acc = self.spec, self.spec.accelerator
@@ -114,3 +119,7 @@ class LocalDomains:
     def release(self, job: str) -> None:
         for s in self.states:
             s.release(job)
+
+    def restore(self, job: str, gpus: dict[int, int]) -> None:
+        for i, n in gpus.items():
+            self.states[i].restore(job, n)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -28,6 +29,10 @@ RESTART_S = 300.0  # moving a job: save, reschedule, load and warm up again
 LINK_DROP = 0.30  # re-plan when a link a job uses loses 30% of its bandwidth at placement,
 RTT_RISE = 0.50  # or its RTT rises by half,
 LOAD_SWING = 0.20  # or a domain it uses sees its background load swing by a fifth
+# What a snapshot holds: everything the engine has done. The domains keep nothing else than
+# the allocations, which the running jobs' placements restate.
+SNAPSHOT = ("runs", "queue", "pending", "decisions", "samples", "rejected", "busy_gpu_s",
+            "down", "next_sample_s", "last_step_s", "view", "graph", "now")
 
 
 @dataclass
@@ -119,6 +124,7 @@ class Engine:
         self.last_step_s: float | None = None
         self.view = self.base_view
         self.graph = ResourceGraph(self.names)  # what the domains' reports say, kept current
+        self.on_decision: Callable | None = None  # called with (index, Decision) as logged
 
     # ------------------------------------------------------------------ the loop
 
@@ -340,6 +346,28 @@ class Engine:
         names = {self.names[i]: g for i, g in p.taken.items()}
         self.decisions.append(Decision(t, r.spec.name, action, names, p.plan.as_dict(), why,
                                        ms, before or {}))
+        if self.on_decision:
+            self.on_decision(len(self.decisions) - 1, self.decisions[-1])
+
+    # ------------------------------------------------------------------ persistence
+
+    def snapshot(self) -> bytes:
+        """The engine's state and the policy's memory, to resume from after a crash."""
+        state = {k: getattr(self, k) for k in SNAPSHOT}
+        state["policy"] = self.policy.state() if hasattr(self.policy, "state") else None
+        return pickle.dumps(state)
+
+    def restore(self, blob: bytes) -> None:
+        """Continue from a snapshot: the domains get the running jobs' allocations back."""
+        state = pickle.loads(blob)
+        memory = state.pop("policy")
+        for k, v in state.items():
+            setattr(self, k, v)
+        if memory is not None:
+            self.policy.restore(memory)
+        for r in self.runs:
+            if r.running:
+                self.domains.restore(r.spec.name, r.placement.taken)
 
     def _sample(self, t: float) -> None:
         busy = [0] * len(self.names)  # one pass over the jobs, not one per domain
