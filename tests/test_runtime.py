@@ -22,7 +22,7 @@ def test_study_on_ray_equals_the_study_without_it(ray_session, tmp_path):
         assert (tmp_path / "ray" / name).stat().st_size > 0
 
 
-def test_a_killed_domain_actor_is_seen_within_3_s_and_its_jobs_resume(ray_session):
+def test_a_killed_domain_actor_is_replaced_and_its_jobs_re_placed_within_10_s(ray_session):
     ray = ray_session
     from xdscheduler.runtime.controller import Controller
 
@@ -35,20 +35,25 @@ def test_a_killed_domain_actor_is_seen_within_3_s_and_its_jobs_resume(ray_sessio
     held = ray.get([a.allocations.remote() for a in actors])
     victim = max(range(len(actors)), key=lambda i: sum(held[i].values()))
     assert held[victim], "the test needs a domain that holds jobs"
+    name = scn.domains[victim].name
     ray.kill(actors[victim])
     start = time.monotonic()
-    status = ray.get(controller.advance.remote(3600 + 300))
-    assert time.monotonic() - start <= 3.0
-    name = scn.domains[victim].name
-    assert name in status["down"]
-    status = ray.get(controller.advance.remote(HOURS * 3600 * 4))
+    status = ray.get(controller.advance.remote(3600 + 600))  # two report rounds
+    elapsed = time.monotonic() - start
     res = ray.get(controller.results.remote())
-    moved = [r for r in res.jobs if r.requeues]
-    assert {r.spec.name for r in moved} >= set(held[victim])
-    assert all(r.checkpoint <= r.tokens for r in moved)
-    assert len(res.jobs) == len(jobs)
-    assert all(name not in d.domains for d in res.decisions
-               if d.action == "place" and d.time_s > res.down[name])
+    assert 3600 < res.down[name] <= 3600 + 300  # seen down at the first round after the kill
+    assert name not in status["down"]  # the replacement reports
+    runs = {r.spec.name: r for r in res.jobs}
+    for job in held[victim]:
+        r = runs[job]
+        assert r.requeues == 1 and (r.running or r.end_s is not None), job  # re-placed
+    assert elapsed <= 10.0
+    new = ray.get(controller.domain_actors.remote())[victim]
+    assert new != actors[victim] and ray.get(new.ping.remote())
+    ray.get(controller.advance.remote(HOURS * 3600 * 4))
+    res = ray.get(controller.results.remote())
+    assert all(r.end_s is not None for r in res.jobs) and len(res.jobs) == len(jobs)
+    assert all(r.checkpoint <= r.tokens for r in res.jobs)
     ray.kill(controller)
 
 

@@ -183,8 +183,12 @@ def cmd_run(args) -> None:
         from xdscheduler.serving.app import start
 
         options["serve_url"] = start(args.address, args.policy_path, scn)
+    if args.faults is not None and args.faults <= 0:
+        raise UserError(f"--faults takes a positive multiple of the published failure rates, "
+                        f"got {args.faults}")
     summary = run_study(scn, policies, args.hours, seed, out, address=args.address,
-                        local=args.local, realtime=args.realtime, policy_options=options)
+                        local=args.local, realtime=args.realtime, policy_options=options,
+                        faults=args.faults)
     if args.json:
         _print_json(summary)
         return
@@ -310,6 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--local", action="store_true", help="no Ray: domains as plain objects")
     p.add_argument("--realtime", action="store_true",
                    help="live service: one simulated second per wall-clock second")
+    p.add_argument("--faults", type=float, metavar="SCALE",
+                   help="inject node, GPU, domain, link and straggler faults at the published "
+                        "rates times SCALE (1: as published; 50: a stress test)")
     p.add_argument("--json", action="store_true", help="print report.json's content")
 
     p = command("index", cmd_index, "compute index of accelerators for a model's training")

@@ -91,15 +91,39 @@ def choices(job: JobSpec, view: ClusterView, weights: Weights,
     np.add.at(alloc, (rows[used], slots.ravel()[used]), ev.gpus.ravel()[used])
     # Rows hashed to one integer: a 1-D unique is ten times faster than unique over rows.
     _, group_of = np.unique(alloc @ _ROW_HASH[: alloc.shape[1]], return_inverse=True)
-    score = ev.terms["objective"]
-    best = np.full(group_of.max() + 1, -np.inf)
-    np.maximum.at(best, group_of, score)
-    groups = []
-    for g in np.argsort(-best, kind="stable")[:WAIT]:
-        members = np.nonzero(group_of == g)[0]
-        order = members[np.argsort(-score[members], kind="stable")]
-        groups.append(np.array(_distinct(ev, order, LOWER_CHOICES)))
+    # Allocations in the planner's order (best first, the search's own order on ties), so the
+    # first choice is the planner's; of choices equal on every objective term only the first
+    # is offered: they are the same to the objective, and an arbitrary pick among them is noise.
+    order = np.argsort(-ev.terms["objective"], kind="stable")
+    seen_groups, seen_terms, groups = set(), set(), []
+    for i in order:
+        g = int(group_of[i])
+        if g in seen_groups:
+            continue
+        seen_groups.add(g)
+        if _terms_key(ev, i) in seen_terms:
+            continue
+        seen_terms.add(_terms_key(ev, i))
+        members = order[group_of[order] == g]
+        groups.append(np.array(_first_of_ties(ev, _distinct(ev, members, 4 * LOWER_CHOICES))))
+        if len(groups) == WAIT:
+            break
     return Choices(job, view, weights, ev, pl, alloc, groups)
+
+
+def _terms_key(ev, i: int) -> tuple:
+    t = ev.terms
+    return tuple(round(float(t[k][i]), 9) for k in ("objective", "efficiency", "utilization",
+                                                     "cost"))
+
+
+def _first_of_ties(ev, idx: list[int]) -> list[int]:
+    seen, out = set(), []
+    for i in idx:
+        if _terms_key(ev, i) not in seen:
+            seen.add(_terms_key(ev, i))
+            out.append(i)
+    return out[:LOWER_CHOICES]
 
 
 def _terms(ch: Choices, idx: np.ndarray) -> np.ndarray:

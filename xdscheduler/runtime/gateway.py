@@ -23,9 +23,11 @@ class ActorDomains:
     def __init__(self, scn: Scenario, dynamics, timeout_s: float = PING_TIMEOUT_S):
         names = [d.name for d in scn.domains]
         shared = ray.put(dynamics)  # one copy in the object store, read by every actor
-        self.actors = [DomainActor.remote(d.model_dump(), i, names, shared)
-                       for i, d in enumerate(scn.domains)]
+        self.spawn = lambda i: DomainActor.remote(scn.domains[i].model_dump(), i, names, shared)
+        self.actors = [self.spawn(i) for i in range(len(scn.domains))]
+        self.replaced = [0] * len(self.actors)
         self.alive = [True] * len(self.actors)
+        self.outage: set[int] = set()  # injected outages: the actor lives, the site is dark
         self.misses = [0] * len(self.actors)
         self.timeout_s = timeout_s
         # Starting a process per actor can take long on a busy machine: that is not a failure,
@@ -40,6 +42,9 @@ class ActorDomains:
         is only down after MISSES_TO_DOWN late reports in a row: one late answer is not a
         failure.
         """
+        revived = [i for i, up in enumerate(self.alive) if not up and self.replaced[i]]
+        for i in revived:
+            self.alive[i], self.misses[i] = True, 0
         refs = {i: a.report.remote(now_s) for i, a in enumerate(self.actors) if self.alive[i]}
         ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.timeout_s)
         ready = set(ready)
@@ -51,8 +56,16 @@ class ActorDomains:
             try:
                 self.last[i], self.misses[i] = ray.get(ref), 0
             except RayActorError:
+                # The actor died, not the site: a new one takes over at once. This round the
+                # domain is down (its jobs' allocations went with the old actor and they
+                # resume from their checkpoints); the next round it reports again.
                 self.alive[i] = False
-        return [report if up else None for report, up in zip(self.last, self.alive, strict=True)]
+                self.actors[i], self.replaced[i] = self.spawn(i), self.replaced[i] + 1
+        return [report if up and i not in self.outage else None
+                for i, (report, up) in enumerate(zip(self.last, self.alive, strict=True))]
+
+    def set_health(self, index: int, healthy: bool) -> None:
+        (self.outage.discard if healthy else self.outage.add)(index)
 
     def apply(self, job: str, gpus: dict[int, int], now_s: float) -> None:
         ray.get([self.actors[i].apply.remote(job, n, now_s) for i, n in gpus.items()

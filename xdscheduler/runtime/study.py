@@ -3,6 +3,7 @@ on Ray (a controller actor per policy, owning its domain actors) or in this proc
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 import time
@@ -19,6 +20,7 @@ from xdscheduler.scenario import Job, Scenario
 from xdscheduler.sim.domain import LocalDomains
 from xdscheduler.sim.engine import Engine, Results
 from xdscheduler.sim.metrics import domain_table, ideal_rates, job_table, link_table, summarise
+from xdscheduler.sim.recovery import study_faults
 from xdscheduler.workload import generate_jobs
 
 DRAIN_FACTOR = 10.0  # after arrivals stop, queued jobs may drain for up to 9x as long
@@ -85,7 +87,8 @@ def _follow(advance, jobs: int, label: str, show: bool) -> None:
 
 def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, hours: float,
                realtime: bool = False, show: bool = False,
-               policy_options: dict | None = None, journal: str | None = None) -> Results:
+               policy_options: dict | None = None, journal: str | None = None,
+               faults=None) -> Results:
     """One policy's study under a controller actor. With a journal, a controller that dies is
     replaced by one that resumes from the journal, and the study goes on."""
     import ray
@@ -95,7 +98,8 @@ def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, 
 
     def start():
         return Controller.remote(scn.model_dump(), [j.model_dump() for j in jobs], policy,
-                                 dynamics, hours * 3600, realtime, policy_options, journal)
+                                 dynamics, hours * 3600, realtime, policy_options, journal,
+                                 faults)
 
     controller = start()
 
@@ -118,11 +122,11 @@ def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, 
 
 
 def run_here(scn: Scenario, jobs: list[Job], policy: Policy, dynamics: Dynamics, hours: float,
-             show: bool = False) -> Results:
+             show: bool = False, faults=None) -> Results:
     """The same study in this process, the domains as plain objects."""
     start = time.perf_counter()
     engine = Engine(scn, jobs, policy, dynamics, LocalDomains(scn.domains, dynamics),
-                    hours * 3600)
+                    hours * 3600, faults=faults)
 
     def advance(t: float) -> dict:
         engine.run(until_s=t)
@@ -137,7 +141,8 @@ def run_here(scn: Scenario, jobs: list[Job], policy: Policy, dynamics: Dynamics,
 def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: Path,
               address: str | None = None, local: bool = False, realtime: bool = False,
               show_progress: bool | None = None, policy_options: dict | None = None,
-              journal: bool = True) -> dict:
+              journal: bool = True, faults: float | None = None) -> dict:
+    """`faults`: inject faults at the published rates times this factor (None: none)."""
     """Run every policy, write the report to `out`, and return report.json's content."""
     from xdscheduler.report.writer import write_report
 
@@ -157,13 +162,15 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
         connect(address)
     runs: dict[str, Results] = {}
     journal_path = _journal(out) if journal and not local else None
+    injected = None if faults is None else study_faults(scn, seed, hours, faults)
     for name in policies:
+        mine = copy.deepcopy(injected)  # every policy meets the same faults
         if local:
             runs[name] = run_here(scn, jobs, make_policy(name, scn.weights, policy_options),
-                                  dynamics, hours, show)
+                                  dynamics, hours, show, mine)
         else:
             runs[name] = run_on_ray(scn, jobs, name, dynamics, hours, realtime, show,
-                                    policy_options, journal_path)
+                                    policy_options, journal_path, mine)
         done = sum(r.end_s is not None for r in runs[name].jobs)
         if not show:  # logs (e.g. of a Ray job) still get a line per policy
             print(f"{name}: {done}/{len(jobs)} jobs done, {runs[name].wall_s:.0f} s",
@@ -176,12 +183,37 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
                      for n, r in runs.items()},
     }
     summary["comparison"] = compare(summary["policies"])
+    if injected is not None:
+        summary["faults"] = fault_report(injected, runs, faults, seed)
     write_report(out, summary,
                  pd.concat([domain_table(r) for r in runs.values()], ignore_index=True),
                  pd.concat([job_table(r) for r in runs.values()], ignore_index=True),
                  link_table(dynamics, [d.name for d in scn.domains]))
     _write_decisions(out, runs)
     return summary
+
+
+def fault_report(injected, runs: dict[str, Results], scale: float, seed: int) -> dict:
+    """The report's `faults` block: the detectors on this run's faults and on as many
+    fault-free windows, data movement under the run's ±30% swings, recovery per policy."""
+    from xdscheduler.datamove import DataJob
+    from xdscheduler.datamove import compare as data_movement
+    from xdscheduler.sim.recovery import false_alarms
+
+    base = injected.summary([])
+    moves = data_movement(DataJob(), seed)
+    return {
+        "rates": f"published × {scale:g}",
+        **{k: base[k] for k in ("injected", "injected_by_kind", "detected", "detection_s_p50",
+                                "detection_s_p99", "backup_pool_gpus")},
+        "false_alarms": false_alarms(max(base["injected"], 20), seed),
+        "idle_wait_fraction": moves["adaptive"]["idle_wait_fraction"],
+        "blocking_rate": moves["adaptive"]["blocking_rate"],
+        "fixed_shards": {k: moves["fixed"][k] for k in ("idle_wait_fraction", "blocking_rate")},
+        "policies": {name: {k: r.faults[k] for k in (
+            "jobs_hit", "unrecovered", "recovery_s_p50", "recovery_s_max", "interrupted_s_max",
+            "lost_work_gpu_h")} for name, r in runs.items()},
+    }
 
 
 def _journal(out: Path) -> str:

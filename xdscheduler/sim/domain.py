@@ -123,3 +123,7 @@ class LocalDomains:
     def restore(self, job: str, gpus: dict[int, int]) -> None:
         for i, n in gpus.items():
             self.states[i].restore(job, n)
+
+    def set_health(self, index: int, healthy: bool) -> None:
+        """A domain outage (injected) begins or ends: it stops or resumes reporting."""
+        self.states[index].healthy = healthy

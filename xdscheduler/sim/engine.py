@@ -32,7 +32,7 @@ LOAD_SWING = 0.20  # or a domain it uses sees its background load swing by a fif
 # What a snapshot holds: everything the engine has done. The domains keep nothing else than
 # the allocations, which the running jobs' placements restate.
 SNAPSHOT = ("runs", "queue", "pending", "decisions", "samples", "rejected", "busy_gpu_s",
-            "down", "next_sample_s", "last_step_s", "view", "graph", "now")
+            "down", "outages", "next_sample_s", "last_step_s", "view", "graph", "now", "faults")
 
 
 @dataclass
@@ -59,6 +59,10 @@ class JobRun:
     wan_cost: float = 0.0
     reference: tuple = ()  # links and loads when placed, for the re-plan triggers
     grow_tried: tuple = ()  # free accelerators when growing it last did not pay
+    checkpoint_every_s: float = CHECKPOINT_S
+    slowdown: float = 1.0  # a straggler in its placement stretches every step
+    recovering: bool = False  # lost its accelerators to a fault; first call on the pools
+    lost_gpu_s: float = 0.0  # work redone after faults, in accelerator-seconds
 
     @property
     def running(self) -> bool:
@@ -95,6 +99,7 @@ class Results:
     down: dict[str, float] = field(default_factory=dict)  # domain -> time it was seen down
     wall_s: float = 0.0
     names: list[str] = field(default_factory=list)
+    faults: dict | None = None  # what faults did and how the jobs recovered
 
 
 class Engine:
@@ -102,7 +107,7 @@ class Engine:
 
     def __init__(self, scn: Scenario, jobs: list[Job], policy: Policy, dynamics, domains,
                  horizon_s: float, drain_factor: float = 4.0, clock: Callable | None = None,
-                 tick_s: float | None = None):
+                 tick_s: float | None = None, faults=None):
         self.scn, self.policy, self.dynamics, self.domains = scn, policy, dynamics, domains
         self.base_view = ClusterView.from_scenario(scn)
         self.names = self.base_view.names
@@ -119,12 +124,14 @@ class Engine:
         self.samples: list[dict] = []
         self.rejected = 0
         self.busy_gpu_s = 0.0
-        self.down: dict[str, float] = {}
+        self.down: dict[str, float] = {}  # domains down now, since when
+        self.outages: list[tuple[str, float, float | None]] = []  # every loss, and its return
         self.next_sample_s = 0.0
         self.last_step_s: float | None = None
         self.view = self.base_view
         self.graph = ResourceGraph(self.names)  # what the domains' reports say, kept current
         self.on_decision: Callable | None = None  # called with (index, Decision) as logged
+        self.faults = faults  # a sim.recovery.Faults, or None
 
     # ------------------------------------------------------------------ the loop
 
@@ -147,6 +154,8 @@ class Engine:
         """Everything that happens at time t, in order."""
         self._advance(t)
         self.last_step_s = t
+        if self.faults:
+            self.faults.apply(self, t)
         self._observe(t)  # first: a job on a domain found dead now did not finish there
         self._complete(t)
         while self.pending and self.pending[0].arrival_s <= t:
@@ -161,6 +170,8 @@ class Engine:
 
     def next_event(self) -> float:
         times = [self.next_sample_s]
+        if self.faults:
+            times.append(self.faults.next_time())
         if self.tick_s:
             times.append(self.now + self.tick_s)
         if self.pending:
@@ -191,7 +202,7 @@ class Engine:
             r.wan_cost += gained * r.bytes_per_token / 1e9 * r.price_per_gb
             while r.next_checkpoint_s <= t:
                 r.checkpoint = r.done
-                r.next_checkpoint_s += CHECKPOINT_S
+                r.next_checkpoint_s += r.checkpoint_every_s
         self.now = t
 
     def _complete(self, t: float) -> None:
@@ -215,14 +226,23 @@ class Engine:
                 self.graph.mark_down(name, t)
                 if name not in self.down:
                     self.down[name] = t
+                    self.outages.append((name, t, None))
                     self._evacuate(name, t)
                 continue
+            if name in self.down:  # back (an outage ended, or its actor was replaced)
+                self.outages = [(n, a, t if n == name and b is None else b)
+                                for n, a, b in self.outages]
+                del self.down[name]
             good, rejected = accepted(report, t)
             self.rejected += len(rejected)
             self.graph.update(report, good)
             free[name], reserved[name] = report.free_gpus, report.reserved_gpus
             for other, (gbps, ms) in report.links.items():  # each end reports its outbound
                 bw[i, index[other]], rtt[i, index[other]] = gbps, ms
+        if self.faults:
+            for a, b in self.faults.cut:
+                bw[a, b] = bw[b, a] = 0.0
+            free = {n: f - self.faults.pool.get(n, 0) for n, f in free.items()}  # held back
         view = self.base_view.with_free(free, reserved).with_links(bw, np.maximum(rtt, rtt.T))
         self.view = view.with_down(set(self.down)).with_indicators(self.graph.values)
 
@@ -234,8 +254,10 @@ class Engine:
                 self.domains.release(r.spec.name)
                 self._log(t, r, "requeue", r.placement, f"domain {name} is down; resume from "
                           f"the checkpoint at {r.checkpoint / r.tokens:.0%}", 0.0)
-                r.done, r.placement, r.rate, r.requeues = r.checkpoint, None, 0.0, r.requeues + 1
-                r.next_checkpoint_s = math.inf
+                self._lose_work(r)
+                r.placement, r.rate, r.requeues = None, 0.0, r.requeues + 1
+                r.next_checkpoint_s, r.paused_until = math.inf, 0.0
+                r.recovering = self.faults is not None
                 self.queue.append(r)
         self.queue.sort(key=lambda r: (r.arrival_s, r.spec.name))
 
@@ -246,6 +268,11 @@ class Engine:
             return
         order = self.ordered_queue()
         by_name = {r.spec.name: r for r in order}
+        urgent = [r for r in order if r.recovering]
+        if urgent and self.faults:  # jobs that lost their accelerators may use the pools
+            for p in self.policy.decide([r.spec for r in urgent], self._with_pools(), t):
+                self.place(by_name[p.job], p)
+            order = [r for r in order if r in self.queue]
         for p in self.policy.decide([r.spec for r in order], self.view, t):
             self.place(by_name[p.job], p)
 
@@ -264,7 +291,12 @@ class Engine:
         r.placement = p
         if r.start_s is None:
             r.start_s = t
-        r.next_checkpoint_s = t + CHECKPOINT_S
+        if self.faults:
+            r.checkpoint_every_s = self._checkpoint_every(r)
+        r.next_checkpoint_s = t + r.checkpoint_every_s
+        if r.recovering:  # back from a fault: load the checkpoint, then train
+            r.recovering, r.paused_until = False, t + self._restore_s(r)
+            self.faults.resumed(r.spec.name, r.paused_until)
         r.reference = self._reference(p, t)
         self._rate(r)
         self._log(t, r, action, p, p.explanation, p.decision_ms, before)
@@ -332,13 +364,70 @@ class Engine:
             if r.running and len(r.placement.domains) > 1:
                 self._rate(r)
 
+    def refresh_rate(self, r: JobRun) -> None:
+        self._rate(r)
+
     def _rate(self, r: JobRun) -> None:
         est, price = evaluate(r.placement, r.spec, self.view)
-        step = float(est.step_time_s[0])
+        step = float(est.step_time_s[0]) * r.slowdown
         tokens = r.spec.global_batch * r.spec.seq
         r.rate = tokens / step
         r.bytes_per_token = float(est.cross_domain_bytes[0]) / tokens
         r.price_per_gb = price
+
+    # ------------------------------------------------------------------ faults
+
+    def recover(self, r: JobRun, t: float, replace: bool, save: bool = False) -> None:
+        """A job hit by a detected fault: back to its last checkpoint (or to now, when it is
+        alive and can `save` first), on the same placement with the failed node replaced from
+        the pool, or re-planned on what is free (pools included), or queued first in line."""
+        if save:
+            r.checkpoint = r.done
+        self._lose_work(r)
+        if replace:
+            r.paused_until = t + self._restore_s(r) * (2 if save else 1)  # write, then read
+            self.faults.resumed(r.spec.name, r.paused_until)
+            return
+        self.domains.release(r.spec.name)
+        self._return_gpus(r.placement)
+        new = self.policy.replan(r.spec, r.placement, self._with_pools().adjust_free(
+            {i: -n for i, n in r.placement.taken.items()}))
+        r.recovering, r.replans = True, r.replans + 1
+        if new is None:
+            r.placement, r.rate, r.requeues = None, 0.0, r.requeues + 1
+            self.queue.append(r)
+            return
+        self._start(r, new, t, "recover")
+
+    def _lose_work(self, r: JobRun) -> None:
+        lost = r.done - r.checkpoint
+        if lost > 0 and r.rate > 0:
+            r.lost_gpu_s += lost / r.rate * r.placement.total_gpus
+        r.done = r.checkpoint
+
+    def _with_pools(self) -> ClusterView:
+        names = {n: i for i, n in enumerate(self.names)}
+        return self.view.adjust_free({names[n]: k for n, k in self.faults.pool.items()
+                                      if n not in self.down})
+
+    def _restore_s(self, r: JobRun) -> float:
+        from xdscheduler.sim.recovery import restore_s
+
+        first = r.placement.domains[0]
+        return restore_s(r.spec.arch.params, r.placement.total_gpus,
+                         self.scn.domains[first].storage.io_gbps)
+
+    def _checkpoint_every(self, r: JobRun) -> float:
+        """Young/Daly: the interval that balances writing checkpoints against redoing work."""
+        from xdscheduler.faults.checkpointing import checkpoint_cost_s, plan_checkpoints
+        from xdscheduler.faults.failure_model import GPUS_PER_NODE
+
+        p = r.placement
+        write = checkpoint_cost_s(r.spec.arch.params,
+                                  self.scn.domains[p.domains[0]].storage.io_gbps / 8)
+        nodes = max(1, -(-p.total_gpus // GPUS_PER_NODE))
+        return plan_checkpoints(nodes, write, self._restore_s(r),
+                                self.faults.node_rate_per_hour).interval_s
 
     # ------------------------------------------------------------------ records
 
@@ -383,6 +472,12 @@ class Engine:
                                  "queue_len": len(self.queue),
                                  "background_load": float(load[i])})
 
+    def _first_down(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, start, _ in self.outages:
+            out.setdefault(name, start)
+        return out
+
     @property
     def finished(self) -> bool:
         idle = not self.pending and not self.queue and not any(r.running for r in self.runs)
@@ -397,5 +492,6 @@ class Engine:
     def results(self) -> Results:
         capacity = sum(d.total_gpus for d in self.base_view.domains)
         return Results(self.policy.name, self.runs, self.decisions, self.samples, self.rejected,
-                       self.now, self.busy_gpu_s, capacity * self.now, dict(self.down),
-                       names=list(self.names))
+                       self.now, self.busy_gpu_s, capacity * self.now, self._first_down(),
+                       names=list(self.names),
+                       faults=self.faults.summary(self.runs) if self.faults else None)
