@@ -155,3 +155,15 @@ def test_serve_config_file_builds_the_application():
     module, attr = app_cfg["import_path"].split(":")
     assert module == "xdscheduler.serving.app" and attr == "build"
     assert isinstance(build(app_cfg["args"]), Application)
+
+
+def test_forecast_is_served_beside_the_policy(served):
+    history = [100.0 + (i % 60) / 10 for i in range(24 * 60)]
+    status, out = call("POST", "/forecast", {"history": history, "step_min": 1,
+                                              "known_jobs": [{"name": "a", "gpus": 16,
+                                                              "finish_min": 30}]})
+    assert status == 200, out
+    assert [h["horizon_min"] for h in out["horizons"]] == [10, 60]
+    assert out["frees_min"]["a"] == 30 and out["backup_pool_gpus"] >= 0
+    status, out = call("POST", "/forecast", {"history": []})
+    assert status == 422
