@@ -23,13 +23,16 @@ def _free_port() -> int:
 @pytest.fixture
 def head(tmp_path):
     """A head node of our own, in its own process group so that we stop exactly it."""
-    gcs, dash = _free_port(), _free_port()
+    gcs, dash, agent, agent_grpc, runtime_env = (_free_port() for _ in range(5))
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
     ray_bin = Path(sys.executable).with_name("ray")
     proc = subprocess.Popen(
         [str(ray_bin), "start", "--head", "--block", f"--port={gcs}", "--num-cpus=2",
          "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
-         "--disable-usage-stats"],
+         # Ports of our own: another local cluster (the test session's, with Serve) may hold
+         # the default agent ports, and then no job agent would ever start here.
+         f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
+         f"--runtime-env-agent-port={runtime_env}", "--disable-usage-stats"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     address = f"http://127.0.0.1:{dash}"
     deadline = time.monotonic() + 60
@@ -53,10 +56,14 @@ def head(tmp_path):
 def test_xds_run_through_ray_job_submit(head, tmp_path):
     address, env, ray_bin = head
     out = tmp_path / "study"
-    run = subprocess.run(
-        [str(ray_bin), "job", "submit", "--address", address, "--",
-         "xds", "run", "--hours", "1", "--policies", "single-domain,planner", "--out", str(out)],
-        env=env, capture_output=True, text=True, timeout=300)
+    for _ in range(6):  # the head's job agent may still be starting on a busy machine
+        run = subprocess.run(
+            [str(ray_bin), "job", "submit", "--address", address, "--", "xds", "run",
+             "--hours", "1", "--policies", "single-domain,planner", "--out", str(out)],
+            env=env, capture_output=True, text=True, timeout=300)
+        if "No available agent" not in run.stderr + run.stdout:
+            break
+        time.sleep(5)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     assert report["runtime"] == "ray"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from pathlib import Path
 
 from xdscheduler.errors import UserError
@@ -20,8 +22,11 @@ def cmd_train(args) -> None:
         raise UserError(f"--iterations must be at least 1, got {args.iterations}")
     connect(args.address)
     out = Path(args.out)
-    trials = train(cfg, out, samples=args.samples, iterations=args.iterations, init=args.init,
-                   verbose=0 if args.json else 1)
+    # With --json, standard output carries one JSON object: Tune's chatter goes to stderr.
+    quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    with quiet:
+        trials = train(cfg, out, samples=args.samples, iterations=args.iterations,
+                       init=args.init, verbose=0 if args.json else 1)
     summary = {"trials": trials}
     if args.samples > 1:
         from xdscheduler.rl.pareto import sweep_report
