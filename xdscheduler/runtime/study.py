@@ -20,6 +20,7 @@ from xdscheduler.scenario import Job, Scenario
 from xdscheduler.sim.domain import LocalDomains
 from xdscheduler.sim.engine import Engine, Results
 from xdscheduler.sim.metrics import domain_table, ideal_rates, job_table, link_table, summarise
+from xdscheduler.sim.reconfig import MAKE_BEFORE_BREAK
 from xdscheduler.sim.recovery import study_faults
 from xdscheduler.workload import generate_jobs
 
@@ -122,11 +123,12 @@ def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, 
 
 
 def run_here(scn: Scenario, jobs: list[Job], policy: Policy, dynamics: Dynamics, hours: float,
-             show: bool = False, faults=None) -> Results:
-    """The same study in this process, the domains as plain objects."""
+             show: bool = False, faults=None, replan: str = MAKE_BEFORE_BREAK) -> Results:
+    """The same study in this process, the domains as plain objects; `replan`: how running
+    jobs move (make-before-break, or the old checkpoint-and-restart)."""
     start = time.perf_counter()
     engine = Engine(scn, jobs, policy, dynamics, LocalDomains(scn.domains, dynamics),
-                    hours * 3600, faults=faults)
+                    hours * 3600, faults=faults, replan=replan)
 
     def advance(t: float) -> dict:
         engine.run(until_s=t)

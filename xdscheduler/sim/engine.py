@@ -22,17 +22,20 @@ from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.space import DATA, PIPELINE
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Job, Scenario
+from xdscheduler.sim import reconfig
 from xdscheduler.sim.domain import accepted
+from xdscheduler.sim.reconfig import MAKE_BEFORE_BREAK, RESTART, RESTART_S, Swing
 
 CHECKPOINT_S = 1800.0  # jobs save a checkpoint every 30 minutes of training
-RESTART_S = 300.0  # moving a job: save, reschedule, load and warm up again
+PREPARING = "#next"  # suffix of the allocation a job holds for its next plan while preparing
 LINK_DROP = 0.30  # re-plan when a link a job uses loses 30% of its bandwidth at placement,
 RTT_RISE = 0.50  # or its RTT rises by half,
 LOAD_SWING = 0.20  # or a domain it uses sees its background load swing by a fifth
 # What a snapshot holds: everything the engine has done. The domains keep nothing else than
 # the allocations, which the running jobs' placements restate.
 SNAPSHOT = ("runs", "queue", "pending", "decisions", "samples", "rejected", "busy_gpu_s",
-            "down", "outages", "next_sample_s", "last_step_s", "view", "graph", "now", "faults")
+            "down", "outages", "next_sample_s", "last_step_s", "view", "graph", "now", "faults",
+            "swings")
 
 
 @dataclass
@@ -63,6 +66,16 @@ class JobRun:
     slowdown: float = 1.0  # a straggler in its placement stretches every step
     recovering: bool = False  # lost its accelerators to a fault; first call on the pools
     lost_gpu_s: float = 0.0  # work redone after faults, in accelerator-seconds
+    next: Placement | None = None  # the plan being prepared alongside (make-before-break)
+    switch_at: float = math.inf  # when it is ready and the job switches to it
+    switch_pause_s: float = 0.0  # how long the switch stops training
+
+    @property
+    def preparing(self) -> dict[int, int]:
+        """Accelerators taken for the next plan beyond those the job holds, by domain."""
+        if self.next is None:
+            return {}
+        return reconfig.new_accelerators(self.placement, self.next)
 
     @property
     def running(self) -> bool:
@@ -100,6 +113,7 @@ class Results:
     wall_s: float = 0.0
     names: list[str] = field(default_factory=list)
     faults: dict | None = None  # what faults did and how the jobs recovered
+    swings: list[Swing] = field(default_factory=list)  # every triggered re-plan, measured
 
 
 class Engine:
@@ -107,7 +121,7 @@ class Engine:
 
     def __init__(self, scn: Scenario, jobs: list[Job], policy: Policy, dynamics, domains,
                  horizon_s: float, drain_factor: float = 4.0, clock: Callable | None = None,
-                 tick_s: float | None = None, faults=None):
+                 tick_s: float | None = None, faults=None, replan: str = MAKE_BEFORE_BREAK):
         self.scn, self.policy, self.dynamics, self.domains = scn, policy, dynamics, domains
         self.base_view = ClusterView.from_scenario(scn)
         self.names = self.base_view.names
@@ -132,6 +146,8 @@ class Engine:
         self.graph = ResourceGraph(self.names)  # what the domains' reports say, kept current
         self.on_decision: Callable | None = None  # called with (index, Decision) as logged
         self.faults = faults  # a sim.recovery.Faults, or None
+        self.replan = replan  # how running jobs move: make-before-break, or the old restart
+        self.swings: list[Swing] = []
 
     # ------------------------------------------------------------------ the loop
 
@@ -158,6 +174,7 @@ class Engine:
             self.faults.apply(self, t)
         self._observe(t)  # first: a job on a domain found dead now did not finish there
         self._complete(t)
+        self._switch_due(t)
         while self.pending and self.pending[0].arrival_s <= t:
             self.queue.append(self.pending.pop(0))
         if t >= self.next_sample_s:
@@ -167,6 +184,7 @@ class Engine:
             self._refresh_rates()
             self._sample(t)
             self.next_sample_s = t + self.dynamics.step_s
+        self._close_swings(t)
 
     def next_event(self) -> float:
         times = [self.next_sample_s]
@@ -183,6 +201,8 @@ class Engine:
                     times.append(start + (r.tokens - r.done) / r.rate)
                 if r.paused_until > self.now:
                     times.append(r.paused_until)
+                if r.next is not None:
+                    times.append(r.switch_at)
         fresh = self.last_step_s != self.now  # nothing has happened at `now` yet
         later = [x for x in times if x > self.now or (fresh and x == self.now)]
         return min(later) if later else math.inf
@@ -194,7 +214,7 @@ class Engine:
         for r in self.runs:
             if not r.running or dt_total <= 0:
                 continue
-            self.busy_gpu_s += r.placement.total_gpus * dt_total
+            self.busy_gpu_s += (r.placement.total_gpus + sum(r.preparing.values())) * dt_total
             dt = max(t - max(self.now, r.paused_until), 0.0)
             gained = min(r.rate * dt, r.tokens - r.done)
             r.done += gained
@@ -208,6 +228,7 @@ class Engine:
     def _complete(self, t: float) -> None:
         for r in self.runs:
             if r.running and r.done >= r.tokens * (1 - 1e-9):
+                self._cancel_switch(r)
                 r.end_s = t
                 self.domains.release(r.spec.name)
                 self._return_gpus(r.placement)
@@ -251,6 +272,7 @@ class Engine:
         index = self.names.index(name)
         for r in self.runs:
             if r.running and index in r.placement.domains:
+                self._cancel_switch(r)
                 self.domains.release(r.spec.name)
                 self._log(t, r, "requeue", r.placement, f"domain {name} is down; resume from "
                           f"the checkpoint at {r.checkpoint / r.tokens:.0%}", 0.0)
@@ -307,28 +329,141 @@ class Engine:
         than they asked while accelerators have since come free, when moving pays."""
         free = tuple(d.available for d in self.view.domains)
         for r in self.runs:
-            if not r.running or r.paused_until > t:
+            if not r.running or r.paused_until > t or r.next is not None:
                 continue
             grow = (not self.queue and r.placement.total_gpus < r.spec.gpus_max
                     and sum(free) >= r.placement.total_gpus and r.grow_tried != free)
-            if not (grow or self._triggered(r, t)):
+            cause = self._triggered(r, t) or ("grow" if grow else "")
+            if not cause:
                 continue
             r.grow_tried = free
             new = self.policy.replan(r.spec, r.placement, self.view)
             if new is None or (new.domains, new.gpus, new.plan) == (
                     r.placement.domains, r.placement.gpus, r.placement.plan):
-                r.reference = self._reference(r.placement, t)
+                self._kept(r, t, cause)
                 continue
-            est, _ = evaluate(new, r.spec, self.view)
-            new_rate = r.spec.global_batch * r.spec.seq / float(est.step_time_s[0])
-            left = r.tokens - r.done
-            if left / new_rate + RESTART_S >= left / max(r.rate, 1e-9):
-                r.reference = self._reference(r.placement, t)
-                continue  # moving would not pay for the restart
+            if self.replan == RESTART:
+                self._restart(r, new, t, cause)
+            else:
+                self._make_before_break(r, new, t, cause)
+
+    def _kept(self, r: JobRun, t: float, cause: str, rate: float | None = None) -> None:
+        """A trigger that left the plan as it was: new reference, and a record of it."""
+        r.reference = self._reference(r.placement, t)
+        rate = self._rate_of(r, r.placement) if rate is None else rate
+        self.swings.append(Swing(r.spec.name, cause, "kept", t, r.rate, rate, rate, r.done,
+                                 end_s=t))
+
+    def _restart(self, r: JobRun, new: Placement, t: float, cause: str) -> None:
+        """The old move: save, stop, and start the new plan RESTART_S later."""
+        new_rate = self._rate_of(r, new)
+        left = r.tokens - r.done
+        if left / new_rate + RESTART_S >= left / max(r.rate, 1e-9):
+            self._kept(r, t, cause)
+            return  # moving would not pay for the restart
+        self.swings.append(Swing(r.spec.name, cause, RESTART, t, r.rate,
+                                 self._rate_of(r, r.placement), new_rate, r.done,
+                                 pause_s=RESTART_S))
+        self.domains.release(r.spec.name)
+        self._return_gpus(r.placement)
+        r.checkpoint, r.replans, r.paused_until = r.done, r.replans + 1, t + RESTART_S
+        self._start(r, new, t, "replan")
+
+    def _make_before_break(self, r: JobRun, new: Placement, t: float, cause: str) -> None:
+        """Prepare the new plan while the old one trains, then switch with one short pause;
+        restart only when the new accelerators cannot be taken alongside. When the best plan
+        needs state sent across the WAN, the best plan on the domains the job already holds
+        (a switch over the fabric alone) is weighed against it: the sooner finish wins."""
+        now_rate = self._rate_of(r, r.placement)
+        left = r.tokens - r.done
+        options = [new]
+        cost = reconfig.switch_cost(r.placement, new, r.spec.arch.params, self.view)
+        if cost.wan_gb > 0 and len(r.placement.domains) < len(self.names):
+            here = self.policy.replan(r.spec, r.placement, self.view.with_down(
+                {n for i, n in enumerate(self.names) if i not in r.placement.domains}))
+            if here is not None and (here.domains, here.gpus, here.plan) != (
+                    r.placement.domains, r.placement.gpus, r.placement.plan):
+                options.append(here)
+        best = min((self._move_plan(r, p, now_rate, left) for p in options),
+                   key=lambda m: m[0])
+        finish, new, new_rate, how, prepare, pause, wan_gb = best
+        if finish >= left / max(now_rate, 1e-9):
+            self._kept(r, t, cause, now_rate)
+            return  # moving would not pay for itself
+        self.swings.append(Swing(r.spec.name, cause, how, t, r.rate, now_rate, new_rate, r.done,
+                                 prepare, pause, wan_gb=wan_gb))
+        r.replans += 1
+        if how == "fallback":
             self.domains.release(r.spec.name)
             self._return_gpus(r.placement)
-            r.checkpoint, r.replans, r.paused_until = r.done, r.replans + 1, t + RESTART_S
+            r.checkpoint, r.paused_until = r.done, t + pause
             self._start(r, new, t, "replan")
+            return
+        before = {d.name: d.free_gpus for d in self.view.domains}
+        r.next, r.switch_at, r.switch_pause_s = new, t + prepare, pause
+        self.domains.apply(r.spec.name + PREPARING, r.preparing, t)
+        self.view = self.view.adjust_free({i: -n for i, n in r.preparing.items()})
+        self._log(t, r, "replan", new, f"{cause}: prepared alongside for {prepare:.0f} s, then "
+                  f"a {pause:.1f} s switch; {new.explanation}", new.decision_ms, before)
+
+    def _move_plan(self, r: JobRun, p: Placement, now_rate: float, left: float) -> tuple:
+        """(seconds to finish if moved to p, p, its rate, how, preparation, pause, WAN GB)."""
+        new_rate = self._rate_of(r, p)
+        cost = reconfig.switch_cost(r.placement, p, r.spec.arch.params, self.view)
+        if cost.alongside:
+            how, prepare, pause = MAKE_BEFORE_BREAK, cost.prepare_s, cost.pause_s
+        else:  # a restart moves the same state across domains, and more slowly
+            how, prepare, pause = "fallback", 0.0, RESTART_S + cost.pause_s
+        trained = min(now_rate * prepare, left)
+        return (prepare + pause + (left - trained) / new_rate, p, new_rate, how, prepare, pause,
+                cost.wan_gb)
+
+    def _switch_due(self, t: float) -> None:
+        """Jobs whose next plan is ready switch to it now (or drop it if a domain of it fell)."""
+        for r in self.runs:
+            if r.next is None or r.switch_at > t or not r.running:
+                continue
+            if any(self.names[d] in self.down for d in r.next.domains):
+                self._cancel_switch(r)
+                continue
+            new, pause, extra = r.next, r.switch_pause_s, r.preparing
+            self.domains.release(r.spec.name + PREPARING)
+            self.domains.release(r.spec.name)
+            self.view = self.view.adjust_free(extra)
+            self._return_gpus(r.placement)
+            r.next, r.switch_at = None, math.inf
+            # The job's accelerators stay its own: re-established, not asked for anew.
+            self.domains.restore(r.spec.name, new.taken)
+            r.placement, r.paused_until = new, t + pause
+            if self.faults:
+                r.checkpoint_every_s = self._checkpoint_every(r)
+            r.reference = self._reference(new, t)
+            self._rate(r)
+            self.view = self.view.adjust_free({i: -n for i, n in new.taken.items()})
+
+    def _cancel_switch(self, r: JobRun) -> None:
+        """Give back what was taken for a next plan that will not happen."""
+        if r.next is None:
+            return
+        self.domains.release(r.spec.name + PREPARING)
+        self.view = self.view.adjust_free(r.preparing)
+        r.next, r.switch_at = None, math.inf
+        for s in self.swings:
+            if s.job == r.spec.name and s.end_s is None:
+                s.aborted = True
+
+    def _close_swings(self, t: float) -> None:
+        """A re-plan's record closes once its job trains at the target rate with nothing
+        pending; a job that ended, or that a fault took, closes it unrecovered."""
+        runs = {r.spec.name: r for r in self.runs}
+        for s in self.swings:
+            if s.end_s is not None or s.aborted:
+                continue
+            r = runs[s.job]
+            if not r.running or r.recovering:
+                s.aborted = True
+            elif r.next is None and r.paused_until <= t and r.rate >= s.target * (1 - 1e-9):
+                s.end_s, s.tokens = t, r.done - s.done0
 
     def _return_gpus(self, p: Placement) -> None:
         self.view = self.view.adjust_free(p.taken)
@@ -349,12 +484,14 @@ class Engine:
         return (np.array([min(bw[a, b], bw[b, a]) for a, b in links]),
                 np.array([rtt[a, b] for a, b in links]), load[list(p.domains)])
 
-    def _triggered(self, r: JobRun, t: float) -> bool:
+    def _triggered(self, r: JobRun, t: float) -> str:
+        """What fired a re-plan ("" for nothing): an RTT rise, a load swing, a bandwidth drop."""
         bw_ref, rtt_ref, load_ref = r.reference
         bw_now, rtt_now, load_now = self._reference(r.placement, t)
-        return bool(np.any(bw_now <= (1 - LINK_DROP) * bw_ref)
-                    or np.any(rtt_now >= (1 + RTT_RISE) * rtt_ref)
-                    or np.any(np.abs(load_now - load_ref) >= LOAD_SWING * load_ref))
+        fired = {"rtt": np.any(rtt_now >= (1 + RTT_RISE) * rtt_ref),
+                 "load": np.any(np.abs(load_now - load_ref) >= LOAD_SWING * load_ref),
+                 "bandwidth": np.any(bw_now <= (1 - LINK_DROP) * bw_ref)}
+        return next((k for k, v in fired.items() if v), "")
 
     # ------------------------------------------------------------------ speed
 
@@ -366,6 +503,11 @@ class Engine:
 
     def refresh_rate(self, r: JobRun) -> None:
         self._rate(r)
+
+    def _rate_of(self, r: JobRun, p: Placement) -> float:
+        """Tokens/s the job would train at on placement p under the links now."""
+        est, _ = evaluate(p, r.spec, self.view)
+        return r.spec.global_batch * r.spec.seq / (float(est.step_time_s[0]) * r.slowdown)
 
     def _rate(self, r: JobRun) -> None:
         est, price = evaluate(r.placement, r.spec, self.view)
@@ -381,6 +523,7 @@ class Engine:
         """A job hit by a detected fault: back to its last checkpoint (or to now, when it is
         alive and can `save` first), on the same placement with the failed node replaced from
         the pool, or re-planned on what is free (pools included), or queued first in line."""
+        self._cancel_switch(r)
         if save:
             r.checkpoint = r.done
         self._lose_work(r)
@@ -457,12 +600,14 @@ class Engine:
         for r in self.runs:
             if r.running:
                 self.domains.restore(r.spec.name, r.placement.taken)
+                if r.preparing:
+                    self.domains.restore(r.spec.name + PREPARING, r.preparing)
 
     def _sample(self, t: float) -> None:
         busy = [0] * len(self.names)  # one pass over the jobs, not one per domain
         for r in self.runs:
             if r.running:
-                for i, n in r.placement.taken.items():
+                for i, n in itertools.chain(r.placement.taken.items(), r.preparing.items()):
                     busy[i] += n
         load = self.dynamics.load(t)
         for i, d in enumerate(self.view.domains):
@@ -494,4 +639,5 @@ class Engine:
         return Results(self.policy.name, self.runs, self.decisions, self.samples, self.rejected,
                        self.now, self.busy_gpu_s, capacity * self.now, self._first_down(),
                        names=list(self.names),
-                       faults=self.faults.summary(self.runs) if self.faults else None)
+                       faults=self.faults.summary(self.runs) if self.faults else None,
+                       swings=list(self.swings))
