@@ -71,3 +71,22 @@ def test_a_missing_column_is_named(tmp_path, frame):
     with pytest.raises(UserError, match=f"{frame} table lacks columns (time_s|jct_s)"):
         write_report(tmp_path, summary, **tables)
     assert not any(tmp_path.iterdir())  # checked before anything is written
+
+
+def test_the_swings_block_gets_its_own_table(tmp_path):
+    from xdscheduler.sim.reconfig import Swing
+    from xdscheduler.sim.reconfig import summary as swing_summary
+
+    summary, domains, jobs, links = frames()
+    # reference 100 tok/s; 5 s at 100, then 1 s paused: dip 1 - 500 / 600, recovery 6 s
+    s = Swing("j0", "load", "make-before-break", 0.0, 100.0, 100.0, 150.0, 0.0, 5.0, 1.0,
+              end_s=6.0, tokens=500.0)
+    block = swing_summary([s, Swing("j1", "grow", "restart", 0.0, 1.0, 1.0, 2.0, 0.0)])
+    assert block["count"] == 1 and block["dip_p50"] == pytest.approx(1 / 6)
+    assert block["recovery_s_max"] == 6.0 and block["in_place"]["count"] == 1
+    summary["policies"]["planner"]["swings"] = block
+    write_report(tmp_path, summary, domains, jobs, links)
+    page = (tmp_path / "report.html").read_text()
+    assert "Re-plans on load swings and RTT rises" in page and "16.7%" in page
+    assert json.loads((tmp_path / "report.json").read_text())["policies"]["planner"][
+        "swings"]["fallbacks_to_restart"] == 0

@@ -64,6 +64,12 @@ PLOTS = {
     "queue.png": "Jobs waiting in the queue over time, per policy.",
 }
 HOURS = 1 / 3600
+# The swings table: key of a policy's `swings` block, heading, format.
+SWINGS = [("count", "re-plans", "{:.0f}"), ("fallbacks_to_restart", "restarts", "{:.0f}"),
+          ("dip_p50", "dip p50", "{:.1%}"), ("dip_max", "dip max", "{:.1%}"),
+          ("swing_dip_p50", "of it the swing, p50", "{:.1%}"),
+          ("recovery_s_p50", "recovery p50 (s)", "{:.1f}"),
+          ("recovery_s_max", "recovery max (s)", "{:.1f}")]
 
 
 def write_report(out_dir: Path, summary: dict, domains: pd.DataFrame, jobs: pd.DataFrame,
@@ -246,6 +252,29 @@ def _summary_table(policies: dict) -> str:
     return f"<table><tr><th>policy</th>{head}</tr>{''.join(rows)}</table>"
 
 
+def _swings_table(policies: dict) -> str:
+    """Re-plans fired by load swings and RTT rises: their throughput dip and recovery."""
+    rows = []
+    for name, row in policies.items():
+        block = row.get("swings")
+        if not block:
+            continue
+        for part, label in (("", "all"), ("in_place", "in place"),
+                            ("across_domains", "across domains")):
+            stats = block.get(part, {}) if part else block
+            cells = "".join(
+                f"<td>{'–' if (v := _number(stats.get(k))) is None else fmt.format(v)}</td>"
+                for k, _, fmt in SWINGS)
+            rows.append(f"<tr><th>{html.escape(f'{name}, {label}')}</th>{cells}</tr>")
+    if not rows:
+        return ""
+    head = "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in SWINGS)
+    return ("<h2>Re-plans on load swings and RTT rises</h2><p>dip: 1 − tokens trained from the"
+            " trigger until recovery over what the rate before the swing would have trained; "
+            "recovery: until the job trains at min(new plan's rate, 90% of that rate).</p>"
+            f"<table><tr><th>policy</th>{head}</tr>{''.join(rows)}</table>")
+
+
 def _html(summary: dict, paths: dict[str, Path]) -> str:
     title = (f"xdscheduler study: {summary.get('scenario', '?')}, seed {summary.get('seed', '?')},"
              f" {summary.get('hours', '?')} h")
@@ -262,4 +291,5 @@ def _html(summary: dict, paths: dict[str, Path]) -> str:
     return (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{html.escape(title)}"
             f"</title><style>{style}</style></head><body><h1>{html.escape(title)}</h1>"
             f"<p>{html.escape(jobs)}best value per column in bold green.</p>"
-            f"{_summary_table(summary.get('policies') or {})}{images}</body></html>\n")
+            f"{_summary_table(summary.get('policies') or {})}"
+            f"{_swings_table(summary.get('policies') or {})}{images}</body></html>\n")

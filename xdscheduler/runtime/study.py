@@ -21,6 +21,7 @@ from xdscheduler.sim.domain import LocalDomains
 from xdscheduler.sim.engine import Engine, Results
 from xdscheduler.sim.metrics import domain_table, ideal_rates, job_table, link_table, summarise
 from xdscheduler.sim.reconfig import MAKE_BEFORE_BREAK
+from xdscheduler.sim.reconfig import summary as swing_summary
 from xdscheduler.sim.recovery import study_faults
 from xdscheduler.workload import generate_jobs
 
@@ -184,6 +185,8 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
         "policies": {n: summarise(r, scn.weights, ideal, price, hours * 3600)
                      for n, r in runs.items()},
     }
+    for name, res in runs.items():
+        summary["policies"][name]["swings"] = swing_summary(res.swings)
     summary["comparison"] = compare(summary["policies"])
     if injected is not None:
         summary["faults"] = fault_report(injected, runs, faults, seed)

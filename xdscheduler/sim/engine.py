@@ -361,9 +361,10 @@ class Engine:
         if left / new_rate + RESTART_S >= left / max(r.rate, 1e-9):
             self._kept(r, t, cause)
             return  # moving would not pay for the restart
+        moved = reconfig.switch_cost(r.placement, new, r.spec.arch.params, self.view).wan_gb
         self.swings.append(Swing(r.spec.name, cause, RESTART, t, r.rate,
                                  self._rate_of(r, r.placement), new_rate, r.done,
-                                 pause_s=RESTART_S))
+                                 pause_s=RESTART_S, wan_gb=moved))
         self.domains.release(r.spec.name)
         self._return_gpus(r.placement)
         r.checkpoint, r.replans, r.paused_until = r.done, r.replans + 1, t + RESTART_S
