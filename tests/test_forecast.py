@@ -198,3 +198,36 @@ def test_venus_arrivals_beat_persistence_and_lucid(data_dir):
     assert r["test_start"].startswith("2020-09-01")
     assert r["wape"] < r["baselines"]["persistence"]["wape"]
     assert r["wape"] < r["baselines"]["lucid"]["wape"]
+
+
+def test_change_distribution_median_moves_only_on_a_clear_majority():
+    from xdscheduler.forecast.history import ChangeDistribution
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, 6000)
+    # x > 0.5: a rise 80% of the time; elsewhere no change 80% of the time, else ±.
+    rise = (x > 0.5) & (rng.uniform(size=x.size) < 0.8)
+    noise = ~rise & (rng.uniform(size=x.size) < 0.2)
+    change = np.where(rise, rng.uniform(0.1, 0.3, x.size), 0.0)
+    change[noise] = rng.choice([-0.2, 0.2], noise.sum())
+    X = pd.DataFrame({"x": x})
+    dist = ChangeDistribution(seed=0).fit(X, change)
+    probe = np.array([[0.9], [-0.5]])
+    up, flat = dist.median(probe)
+    assert 0.1 <= up <= 0.3 and flat == 0.0
+    # Doubt puts mass on "no change": at one half no distribution can move any more.
+    assert dist.median(probe, doubt=0.2)[0] <= up
+    assert np.all(dist.median(probe, doubt=0.5) == 0.0)
+
+
+def test_shrink_weights_keep_persistence_without_a_clear_gain():
+    from xdscheduler.forecast.history import DOUBT_GRID, _shrink_weights
+
+    rng = np.random.default_rng(1)
+    actual = rng.normal(0, 1, 4000)
+    noise = rng.normal(0, 1, (4000, 1 + len(DOUBT_GRID)))  # correctors with no skill
+    noise[:, -1] = 0.0  # the last doubt level is persistence itself
+    assert _shrink_weights(actual, noise, np.ones(4000), h=10) == (0.0, 1.0)
+    skilled = noise.copy()
+    skilled[:, 1] = actual  # the undoubted median knows the answer
+    assert _shrink_weights(actual, skilled, np.ones(4000), h=10) == (0.0, 0.0)

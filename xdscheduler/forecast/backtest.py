@@ -143,6 +143,7 @@ def run(
         **metrics(actual, point * total),
         **coverage(win.actual, point, scale, model.rel_quantiles),
         "shrink_weight": model.weight,
+        "median_doubt": getattr(model, "doubt", 1.0),
         "anchor_steps": model.anchor,
         "pooled_with": [p.name for p in pool],
         "baselines": {k: metrics(actual, v * total) for k, v in base.items()},

@@ -5,6 +5,12 @@ predicts the change over the horizon (scaled by the trailing day's level), and i
 shrunk toward persistence by a weight chosen on two later folds of the training data only
 (one-standard-error rule: no clear gain, no change). Sibling series of the same trace can be
 pooled into training, each cut at the same moment.
+
+For occupancy a second corrector adds the median of a predicted distribution of the change:
+under absolute error (WAPE) the best forecast is a median, and at 1 h most windows see no
+change at all, so the last value is that median except where one direction is clearly more
+likely. How much of the distribution to move onto "no change" first (its doubt) is chosen on
+the same validation folds.
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ from xdscheduler.errors import UserError
 WINDOWS_MIN = (10, 30, 60, 180, 360, 1440)  # trailing means, minutes
 LAGS_MIN = (1, 10, 60, 360)  # differences, minutes
 SHRINK_GRID = np.linspace(0.0, 1.0, 11)
+# Doubt levels for the change distribution's median; 1.0 puts all mass on "no change"
+# (persistence), so a series where the distribution does not validate keeps the last value.
+DOUBT_GRID = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 1.0)
 QUANTILES = (0.025, 0.1, 0.9, 0.975)  # of validation residuals: 80% and 95% intervals
 # Small, heavily regularised trees: three weeks of one cluster is little data, and a model
 # that overfits the training weeks loses to persistence (seen on Helios at 1 h and 6 h).
@@ -142,10 +151,13 @@ class HistoryModel:
     anchor: int = 1  # steps averaged for the value the change is predicted from (1: last)
     seed: int = 0
     max_samples: int = 20_000
-    weight: float = 1.0
+    weight: float = 1.0  # on the regression's change
+    doubt: float = 1.0  # share moved onto "no change" before the median is read (1: none)
+    use_median: bool = False  # fit the change distribution as a second corrector
     val_wape: float = float("nan")  # on the validation folds (60% → 100% of training)
     rel_quantiles: dict[float, float] = field(default_factory=dict)
     model: lgb.Booster | None = None
+    dist: ChangeDistribution | None = None
 
     @property
     def per_day(self) -> int:
@@ -172,26 +184,43 @@ class HistoryModel:
 
         actual, pred, unit, level = [], [], [], []
         for lo, hi in ((0.6, 0.8), (0.8, 1.0)):  # train before each fold, validate on it
-            model = self._train_on(rows(0.0, lo, shift=self.h))
+            model, dist = self._train_on(rows(0.0, lo, shift=self.h))
             for (X, target, scale, fut, _), fold in rows(lo, hi):
-                pred.append(model.predict(X.iloc[fold]))
+                pred.append(self._changes(model, dist, X.iloc[fold]))
                 actual.append(target[fold])
                 unit.append(scale[fold])
                 level.append(fut[fold])
         actual, pred, unit, level = map(np.concatenate, (actual, pred, unit, level))
-        self.weight = _shrink_weight(actual, pred, unit, self.h)
-        err = np.abs(actual - self.weight * pred) * unit
-        self.val_wape = float(err.sum() / max(np.abs(level).sum(), 1e-9))
-        resid = actual - self.weight * pred  # in units of the day's level
+        self.weight, self.doubt = _shrink_weights(actual, pred, unit, self.h)
+        resid = actual - self.weight * pred[:, 0] - pred[:, 1 + DOUBT_GRID.index(self.doubt)]
+        self.val_wape = float((np.abs(resid) * unit).sum() / max(np.abs(level).sum(), 1e-9))
         self.rel_quantiles = {q: float(np.quantile(resid, q)) for q in QUANTILES}
-        self.model = self._train_on(rows(0.0, 1.0))
+        self.model, self.dist = self._train_on(rows(0.0, 1.0))
         return self
+
+    def _changes(self, model, dist, X) -> np.ndarray:
+        """(n, 1 + len(DOUBT_GRID)): the regression's change, then the change distribution's
+        median at each level of doubt (zeros without a distribution)."""
+        X = np.asarray(X, float)
+        meds = [dist.median(X, d) if dist is not None else np.zeros(len(X)) for d in DOUBT_GRID]
+        return np.column_stack([model.predict(X), *meds])
+
+    def _delta(self, X) -> np.ndarray:
+        """The weighted change; nothing to compute where both weights shrank to zero."""
+        out, X = np.zeros(len(X)), np.asarray(X, float)
+        if self.weight > 0:
+            out += self.weight * self.model.predict(X)
+        if self.doubt < 0.5 and self.dist is not None:  # from one half on, no median moves
+            out += self.dist.median(X, self.doubt)
+        return out
 
     def _train_on(self, parts) -> lgb.Booster:
         if not parts:
             raise UserError("too little history to train a forecaster (no origins)")
         X = pd.concat([tab[0].iloc[o] for tab, o in parts])
-        return self._train(X, np.concatenate([tab[1][o] for tab, o in parts]))
+        target = np.concatenate([tab[1][o] for tab, o in parts])
+        dist = ChangeDistribution(seed=self.seed).fit(X, target) if self.use_median else None
+        return self._train(X, target), dist
 
     def predict(
         self, y: np.ndarray, index: pd.DatetimeIndex, origins: np.ndarray
@@ -199,17 +228,15 @@ class HistoryModel:
         """(point, scale) at each origin: the mean over the next h steps, and the level unit."""
         X = features(y, index, self.step_min, self.h).iloc[origins]
         scale = scale_of(y, self.per_day)[origins]
-        delta = self.weight * self.model.predict(X) if self.weight > 0 else 0.0
-        return np.maximum(self.base(y)[origins] + delta * scale, 0.0), scale
+        return np.maximum(self.base(y)[origins] + self._delta(X) * scale, 0.0), scale
 
     def predict_last(self, y: np.ndarray, end: pd.Timestamp) -> tuple[float, float]:
         """(point, scale) from the end of `y` (its last value observed at `end`)."""
         scale = float(y[-self.per_day :].mean()) + 1.0
         base = float(y[-self.anchor :].mean())
-        if self.weight <= 0:
+        if self.weight <= 0 and self.doubt >= 0.5:
             return max(base, 0.0), scale
-        X = features_last(y, end, self.step_min, self.h)
-        delta = self.weight * float(self.model.predict(X.to_numpy())[0])
+        delta = float(self._delta(features_last(y, end, self.step_min, self.h))[0])
         return max(base + delta * scale, 0.0), scale
 
     def base(self, y: np.ndarray) -> np.ndarray:
@@ -233,10 +260,72 @@ class HistoryModel:
         return lgb.train({**LGB_PARAMS, "seed": self.seed}, data, num_boost_round=ROUNDS)
 
 
-def _shrink_weight(actual, pred, unit, h: int) -> float:
-    """The weight on the model's change that validates best, or a smaller one within one
-    standard error of it: shrink toward persistence unless the gain is clear."""
-    errs = np.abs(actual[None, :] - SHRINK_GRID[:, None] * pred[None, :]) * unit[None, :]
+@dataclass
+class ChangeDistribution:
+    """The change over the horizon as a distribution: LightGBM classes over bins of the
+    (level-scaled) change, with "no change" a class of its own, since most hours of a cluster
+    see no job start or end. The forecast is the distribution's median, the point that
+    minimises absolute error: it leaves the last value only where the trees find one
+    direction more likely than no change plus the other (L1 regression from zero rarely does,
+    since its leaf medians sit on the zero mass)."""
+
+    bins: int = 3  # per direction, at quantiles of the training changes' sizes
+    seed: int = 0
+    model: lgb.Booster | None = None
+    values: list[np.ndarray] = field(default_factory=list)  # sorted changes in each class
+    edges: tuple[np.ndarray, np.ndarray] = ()  # inner bin edges: falls, rises
+
+    def fit(self, X: pd.DataFrame, change: np.ndarray) -> ChangeDistribution:
+        q = np.linspace(0, 1, self.bins + 1)[1:-1]
+        up, down = change[change > 0], -change[change < 0]
+        self.edges = (
+            -np.quantile(down, q)[::-1] if len(down) else np.zeros(len(q)),
+            np.quantile(up, q) if len(up) else np.zeros(len(q)),
+        )
+        label = self._label(change)
+        self.values = [np.sort(change[label == k]) for k in range(2 * self.bins + 1)]
+        params = {**LGB_PARAMS, "objective": "multiclass", "num_class": 2 * self.bins + 1}
+        data = lgb.Dataset(X, label, free_raw_data=True)
+        self.model = lgb.train({**params, "seed": self.seed}, data, num_boost_round=ROUNDS)
+        return self
+
+    def _label(self, change: np.ndarray) -> np.ndarray:
+        """Classes from the largest fall (0) through no change (bins) to the largest rise."""
+        down_edges, up_edges = self.edges
+        label = np.full(len(change), self.bins)
+        neg, pos = change < 0, change > 0
+        label[neg] = np.searchsorted(down_edges, change[neg], side="right")
+        label[pos] = self.bins + 1 + np.searchsorted(up_edges, change[pos], side="left")
+        return label
+
+    def median(self, X, doubt: float = 0.0) -> np.ndarray:
+        """The median of each predicted distribution, read inside the class where the
+        cumulative probability crosses one half from that class's training changes. `doubt`
+        moves that share of every distribution onto "no change" first: a move then needs a
+        clearer majority than one the trees found on their own training data."""
+        p = (1.0 - doubt) * self.model.predict(X)
+        p[:, self.bins] += doubt
+        cum = np.cumsum(p, axis=1)
+        k = np.minimum((cum < 0.5).sum(axis=1), p.shape[1] - 1)
+        rows = np.arange(len(k))
+        before = np.where(k > 0, cum[rows, np.maximum(k - 1, 0)], 0.0)
+        frac = np.clip((0.5 - before) / np.maximum(p[rows, k], 1e-12), 0.0, 1.0)
+        out = np.zeros(len(k))
+        for c in np.unique(k):  # one quantile call per class (at most 2 * bins + 1)
+            hit, vals = k == c, self.values[c]
+            out[hit] = np.quantile(vals, frac[hit]) if len(vals) else 0.0
+        return out
+
+
+def _shrink_weights(actual, pred, unit, h: int) -> tuple[float, float]:
+    """(regression weight, doubt): each candidate is the last value + a · the regression's
+    change (column 0 of `pred`) + the change distribution's median at one level of doubt
+    (columns 1..). Among those within one standard error of the best on validation, the
+    smallest a (shrink toward persistence unless its gain is clear), then the lowest error:
+    the doubt is the distribution's calibration, chosen by error alone."""
+    grid = [(a, j) for a in SHRINK_GRID for j in range(len(DOUBT_GRID))]
+    fc = np.stack([a * pred[:, 0] + pred[:, 1 + j] for a, j in grid])
+    errs = np.abs(actual[None, :] - fc) * unit[None, :]
     best = int(np.argmin(errs.sum(axis=1)))
     # Standard error of the difference from the best, over blocks of h origins (overlapping
     # windows are correlated, so single origins would overstate the evidence).
@@ -244,8 +333,10 @@ def _shrink_weight(actual, pred, unit, h: int) -> float:
     blocks = np.array_split(errs - errs[best], n_blocks, axis=1)
     per_block = np.stack([b.sum(axis=1) for b in blocks], axis=1)
     se = per_block.std(axis=1, ddof=1) * np.sqrt(n_blocks)
-    within = np.flatnonzero(errs.sum(axis=1) - errs[best].sum() <= se)
-    return float(SHRINK_GRID[within.min()])
+    total = errs.sum(axis=1)
+    within = np.flatnonzero(total - total[best] <= se)
+    a, j = grid[within[np.lexsort((total[within], [grid[k][0] for k in within]))[0]]]
+    return float(a), DOUBT_GRID[j]
 
 
 @dataclass
@@ -294,7 +385,8 @@ def fit_history(
     anchored on the last value, the horizon's mean and the day's mean. `others`: sibling
     series to pool into training, as (y, index, end) cut before the test window."""
     if target == "occupancy":
-        return HistoryModel(h=h, step_min=step_min, seed=seed).fit(y, index, end, others)
+        model = HistoryModel(h=h, step_min=step_min, seed=seed, use_median=True)
+        return model.fit(y, index, end, others)
     per_day = 1440 // step_min
     return AnchorEnsemble(
         [
