@@ -165,7 +165,8 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
         connect(address)
     runs: dict[str, Results] = {}
     journal_path = _journal(out) if journal and not local else None
-    injected = None if faults is None else study_faults(scn, seed, hours, faults)
+    injected = None if faults is None else study_faults(
+        scn, seed, hours, faults, forecast_url=(policy_options or {}).get("serve_url"))
     for name in policies:
         mine = copy.deepcopy(injected)  # every policy meets the same faults
         if local:
@@ -217,7 +218,8 @@ def fault_report(injected, runs: dict[str, Results], scale: float, seed: int) ->
         "fixed_shards": {k: moves["fixed"][k] for k in ("idle_wait_fraction", "blocking_rate")},
         "policies": {name: {k: r.faults[k] for k in (
             "jobs_hit", "unrecovered", "recovery_s_p50", "recovery_s_max", "interrupted_s_max",
-            "lost_work_gpu_h")} for name, r in runs.items()},
+            "lost_work_gpu_h", "backup_pool_gpus", "forecast") if k in r.faults}
+            for name, r in runs.items()},
     }
 
 

@@ -56,8 +56,10 @@ class Faults:
         self.incidents = [Incident(e, detected_s=None if d is None else e.time_s + d,
                                    noticed_s=e.time_s + (MISSED_S if d is None else d))
                           for e, d in zip(events, delays, strict=True)]
-        self.pool = dict(pool)
+        self.spare = dict(pool)  # whole nodes in the pools now (less those out for repair)
         self.reserve = dict(pool)  # what the pools hold when every node is whole
+        self.floor = dict(pool)  # from failure rates: forecast-sized pools never go below
+        self.planner = None  # a forecast.planning.DemandPlanner: pools and holds by forecast
         self.rng = np.random.default_rng(seed)
         self.todo = [(i.event.time_s, 0, k) for k, i in enumerate(self.incidents)]
         self.todo += [(i.noticed_s, 1, k) for k, i in enumerate(self.incidents)]
@@ -66,10 +68,20 @@ class Faults:
         self.todo.sort()
         self.cut: set[tuple[int, int]] = set()
 
+    @property
+    def pool(self) -> dict[str, int]:
+        """What the engine holds back from placements: spare nodes and known-job holds."""
+        held = self.planner.held if self.planner else {}
+        return {d: n + held.get(d, 0) for d, n in {**held, **self.spare}.items()}
+
     def next_time(self) -> float:
         return self.todo[0][0] if self.todo else math.inf
 
     def apply(self, eng, t: float) -> None:
+        if self.planner:
+            targets = self.planner.step(eng, t)
+            if targets:
+                self._resize(targets)
         while self.todo and self.todo[0][0] <= t:
             _, phase, k = self.todo.pop(0)
             inc = self.incidents[k]
@@ -122,8 +134,8 @@ class Faults:
             return
         d = e.target.split("/")[0]
         slow = e.kind == "straggler"  # alive, only slow: save first, lose nothing
-        if self.pool.get(d, 0) >= GPUS_PER_NODE:
-            self.pool[d] -= GPUS_PER_NODE  # back when the node is repaired
+        if self.spare.get(d, 0) >= GPUS_PER_NODE:
+            self.spare[d] -= GPUS_PER_NODE  # back when the node is repaired
             inc.how = (f"node replaced from {d}'s backup pool, "
                        + ("checkpoint saved and reloaded" if slow else "restored from checkpoint"))
             r.slowdown = 1.0
@@ -139,7 +151,7 @@ class Faults:
         e = inc.event
         if e.kind in NODE_KINDS and inc.how.startswith("node replaced"):
             d = e.target.split("/")[0]
-            self.pool[d] = min(self.pool[d] + GPUS_PER_NODE, self.reserve[d])
+            self.spare[d] = min(self.spare[d] + GPUS_PER_NODE, self.reserve[d])
         elif e.kind == "straggler":
             for r in eng.runs:
                 if r.spec.name == inc.job and r.slowdown != 1.0:
@@ -151,6 +163,12 @@ class Faults:
         elif e.kind == "link_cut":
             a, b = (eng.names.index(n) for n in e.target.split("|"))
             self.cut.discard((a, b))
+
+    def _resize(self, targets: dict[str, int]) -> None:
+        """New pool sizes: nodes out for repair stay owed, so a shrink may leave none spare."""
+        for d, n in targets.items():
+            self.spare[d] = max(self.spare.get(d, 0) + n - self.reserve.get(d, 0), 0)
+            self.reserve[d] = n
 
     def _victim(self, eng, domain: str):
         """The job on the failed node: each accelerator of the domain equally likely."""
@@ -190,6 +208,8 @@ class Faults:
             "interrupted_s_max": max(interrupted) if interrupted else 0.0,
             "lost_work_gpu_h": sum(r.lost_gpu_s for r in runs) / 3600,
             "backup_pool_gpus": self.reserve,
+            "backup_pool_floor_gpus": self.floor,
+            **({"forecast": self.planner.summary()} if self.planner else {}),
         }
 
 
@@ -217,11 +237,16 @@ def backup_pool(scn, node_rate_per_hour: float, repair_h: float, quantile: float
     return out
 
 
-def study_faults(scn, seed: int, hours: float, scale: float) -> Faults:
+def study_faults(scn, seed: int, hours: float, scale: float, forecast_url: str | None = None,
+                 forecast: bool = True) -> Faults:
     """The study's faults: published rates × scale, each fault's detection delay measured by
-    running the detectors on its simulated heartbeat and log streams, and the backup pools."""
+    running the detectors on its simulated heartbeat and log streams, and the backup pools:
+    sized from failure rates, then (with `forecast`) resized every hour from the demand
+    forecast, which also pre-allocates for the scenario's announced jobs (`forecast_url`: ask
+    a running Serve app's POST /forecast rather than the forecaster in process)."""
     from xdscheduler.faults.bench import detection_delay_s, fit_log_model
     from xdscheduler.faults.failure_model import NODE_REPAIR_S, Cluster, FailureModel
+    from xdscheduler.forecast.planning import DemandPlanner
 
     model = FailureModel(scale=scale)
     events = model.generate(Cluster.of_scenario(scn), hours * 3600, seed)
@@ -231,7 +256,11 @@ def study_faults(scn, seed: int, hours: float, scale: float) -> Faults:
     rate = model.node_per_hour * scale
     repair_h = float(np.mean(NODE_REPAIR_S)) / 3600
     replaced = (model.node_per_hour + model.straggler_per_node_hour) * scale
-    return Faults(events, delays, backup_pool(scn, replaced, repair_h), rate, seed)
+    out = Faults(events, delays, backup_pool(scn, replaced, repair_h), rate, seed)
+    if forecast:
+        out.planner = DemandPlanner(dict(out.floor), {j.name for j in scn.jobs}, forecast_url,
+                                    seed)
+    return out
 
 
 def false_alarms(trials: int, seed: int) -> int:

@@ -1,0 +1,119 @@
+"""The controller's use of the demand forecast: hourly consultations, backup pools sized from
+it above the failure-rate floor, holds for announced jobs, and POST /forecast over HTTP."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from xdscheduler.faults.failure_model import FaultEvent
+from xdscheduler.forecast import planning
+from xdscheduler.forecast.service import ForecastRequest, forecast
+from xdscheduler.planner.policies import make_policy
+from xdscheduler.planner.view import ClusterView
+from xdscheduler.runtime.study import run_here, study_dynamics, study_jobs
+from xdscheduler.scenario import parse_scenario
+from xdscheduler.sim.recovery import Faults
+
+from .conftest import small_scenario
+
+HOURS, SEED = 4.0, 2
+LATER_S = 5400.0  # an announced job arriving mid-study
+
+
+def scenario():
+    doc = small_scenario().model_dump()
+    doc["jobs"].append({**doc["jobs"][0], "name": "later", "arrival_s": LATER_S})
+    return parse_scenario(doc)
+
+
+def study(url: str | None = None):
+    scn = scenario()
+    floor = {d.name: 8 for d in scn.domains}
+    faults = Faults([FaultEvent(3600.0, "node_crash", "east/n0", 1800.0)], [2.0], floor, 1e-3)
+    faults.planner = planning.DemandPlanner(dict(floor), {j.name for j in scn.jobs}, url, SEED)
+    res = run_here(scn, study_jobs(scn, HOURS, SEED), make_policy("planner", scn.weights),
+                   study_dynamics(scn, SEED, HOURS), HOURS, faults=faults)
+    return res, faults
+
+
+@pytest.fixture(scope="module")
+def planned():
+    return study()
+
+
+def test_the_forecast_is_consulted_every_hour_and_reported(planned):
+    res, faults = planned
+    block = res.faults["forecast"]
+    times = [e["time_s"] for e in block["timeline"]]
+    assert times[0] == 0.0
+    assert all(b - a >= planning.CONSULT_S for a, b in itertools.pairwise(times))
+    assert block["consults"] == len(times) >= HOURS
+    assert block["source"] == ["persistence"]  # hours of history: too little to fit a model
+    for e in block["timeline"]:
+        assert e["hi95_1h_gpus"] >= e["mean_1h_gpus"] >= 0
+        assert all(e["pools_gpus"][d] >= n for d, n in faults.floor.items())
+    assert res.faults["backup_pool_floor_gpus"] == faults.floor
+
+
+def test_an_announced_job_is_held_for_and_starts_on_arrival(planned):
+    res, faults = planned
+    held = res.faults["forecast"]["preallocated"]["later"]
+    assert held["released_s"] == LATER_S
+    assert LATER_S - planning.PREALLOC_LEAD_S <= held["held_from_s"] < LATER_S
+    assert 0 < held["held_gpus"] <= held["wanted_gpus"] == 32
+    later = next(r for r in res.jobs if r.spec.name == "later")
+    if held["held_gpus"] == held["wanted_gpus"]:
+        assert later.start_s == LATER_S  # no queueing behind jobs placed just before it
+    assert faults.planner.held == {}  # every hold given back
+
+
+def test_pools_grow_only_from_idle_capacity_and_stay_in_bounds():
+    class Eng:
+        base_view = ClusterView.from_scenario(small_scenario())
+
+    floor = {d.name: 8 for d in Eng.base_view.domains}
+    assert planning.pool_targets(Eng, floor, 0.0) == floor
+    grown = planning.pool_targets(Eng, floor, 64.0)
+    assert sum(grown.values()) > sum(floor.values())
+    assert all(v % 8 == 0 for v in grown.values())
+    huge = planning.pool_targets(Eng, floor, 1e6)
+    assert all(huge[d.name] <= max(floor[d.name], d.total_gpus // 8)
+               for d in Eng.base_view.domains)
+
+
+class _ForecastHandler(BaseHTTPRequestHandler):
+    calls = 0
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        out = forecast(ForecastRequest.model_validate_json(body), None).model_dump_json()
+        type(self).calls += self.path == "/forecast"
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out.encode())
+
+    def log_message(self, *args):
+        pass
+
+
+def test_with_a_serve_url_the_controller_asks_over_http(planned):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ForecastHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        res, _ = study(f"http://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+    block = res.faults["forecast"]
+    assert block["source"] == ["http"] and _ForecastHandler.calls == block["consults"]
+    # The endpoint runs the same forecast: the same pools and holds as in process.
+    local = planned[0].faults["forecast"]
+    strip = [{k: v for k, v in e.items() if k != "source"} for e in block["timeline"]]
+    assert strip == [{k: v for k, v in e.items() if k != "source"} for e in local["timeline"]]
+    assert json.dumps(block["preallocated"]) == json.dumps(local["preallocated"])

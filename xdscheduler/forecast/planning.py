@@ -1,0 +1,214 @@
+"""The controller's use of the demand forecast: backup pools and pre-allocation for known jobs.
+
+Once per simulated hour the controller forecasts its own demand (GPUs held by running jobs plus
+GPUs asked for by queued ones, recorded every STEP_MIN minutes) with the jobs it knows:
+running jobs free their accelerators when their remaining tokens are trained at today's rate,
+and the scenario's own jobs (listed with announced arrival times, unlike the generated
+workload) hold their minimum from their arrival. From the answer it:
+
+- sizes each domain's backup pool: the failure-rate pool is the floor; above it, the forecast's
+  headroom (97.5% quantile less the expected demand over the next hour) is held as spare nodes,
+  but only out of accelerators the forecast expects to stand idle even at that quantile, so
+  pools grow when the cluster is quiet and fall back to the floor when it is full;
+- pre-allocates for known jobs the forecast sees arriving within the hour: from PREALLOC_LEAD_S
+  before a job's arrival its minimum is held back from other jobs (largest free domains first)
+  and given back the moment it arrives, so it does not queue behind jobs placed just before.
+
+The forecaster is the in-process `forecast.service.forecast` (a fitted history model once
+FIT_DAYS of history exist, persistence with the day's spread before), or `POST /forecast` of
+the Serve application when the study runs with `--serve`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from xdscheduler.errors import UserError
+
+STEP_MIN = 10  # demand history resolution: the forecaster's shortest horizon
+CONSULT_S = 3600.0  # the controller consults the forecast once per simulated hour
+HORIZONS_MIN = (10, 60)
+PREALLOC_LEAD_S = 600.0  # hold for a known job from 10 minutes before it arrives
+FIT_DAYS = 4  # history needed before a history model is fitted (else persistence)
+REFIT_S = 86_400.0  # refit the history model once per simulated day
+
+
+@dataclass
+class DemandPlanner:
+    """Forecast-driven pools and holds for one study's controller."""
+
+    floor: dict[str, int]  # failure-rate pools: never below these
+    known: set[str]  # jobs announced in the scenario (arrival times known)
+    url: str | None = None  # POST /forecast of a running Serve app; None: in process
+    seed: int = 0
+    history: list[float] = field(default_factory=list)  # demand, GPUs, every STEP_MIN
+    next_record_s: float = 0.0
+    next_consult_s: float = 0.0
+    fitted_at_s: float = -math.inf
+    forecaster: object | None = None  # forecast.hybrid.Forecaster once fitted
+    coming: dict[str, float] = field(default_factory=dict)  # known job -> arrival time (s)
+    holds: dict[str, dict[str, int]] = field(default_factory=dict)  # job -> domain -> GPUs
+    log: list[dict] = field(default_factory=list)  # every consultation
+    preallocated: dict[str, dict] = field(default_factory=dict)  # job -> what was held, when
+
+    @property
+    def held(self) -> dict[str, int]:
+        """Accelerators held for coming known jobs, by domain."""
+        out: dict[str, int] = {}
+        for by_domain in self.holds.values():
+            for d, n in by_domain.items():
+                out[d] = out.get(d, 0) + n
+        return out
+
+    # ------------------------------------------------------------------ each step
+
+    def step(self, eng, t: float) -> dict[str, int] | None:
+        """Record demand, release holds of jobs that arrived, take holds for jobs about to;
+        once an hour consult the forecast. Returns new pool targets when it consulted."""
+        while t >= self.next_record_s:
+            self.history.append(demand_gpus(eng))
+            self.next_record_s += STEP_MIN * 60
+        for name in [n for n in self.holds if _arrived(eng, n, t)]:
+            self.preallocated[name]["released_s"] = t
+            del self.holds[name]
+        self._hold(eng, t)
+        if t < self.next_consult_s:
+            return None
+        self.next_consult_s = t + CONSULT_S
+        return self._consult(eng, t)
+
+    def _consult(self, eng, t: float) -> dict[str, int]:
+        from xdscheduler.forecast.service import ForecastRequest, JobIn
+
+        jobs = known_jobs(eng, self.known, t, max(HORIZONS_MIN))
+        req = ForecastRequest(history=self.history[-(1440 // STEP_MIN) * 7 :], step_min=STEP_MIN,
+                              end_time=pd.Timestamp("2024-01-01") + pd.Timedelta(seconds=t),
+                              known_jobs=[JobIn.from_known(j) for j in jobs])
+        out, source = self._ask(req, t)
+        self.coming = {j.name: t + j.start_s for j in jobs if j.start_s > 0}
+        hour = out["horizons"][-1]
+        capacity = sum(d.total_gpus for d in eng.base_view.domains
+                       if d.name not in getattr(eng, "down", {}))
+        idle95 = max(capacity - hour["hi95"] - sum(self.held.values()), 0.0)
+        pools = pool_targets(eng, self.floor, min(out["backup_pool_gpus"], idle95))
+        self.log.append({
+            "time_s": t, "source": source, "demand_gpus": req.history[-1],
+            "mean_10m_gpus": out["horizons"][0]["mean"], "mean_1h_gpus": hour["mean"],
+            "hi95_1h_gpus": hour["hi95"], "known_jobs": len(jobs),
+            "backup_pool_gpus": out["backup_pool_gpus"],
+            "preallocate_gpus": out["preallocate_gpus"], "coming": sorted(self.coming),
+            "pools_gpus": dict(pools),
+        })
+        return pools
+
+    def _ask(self, req, t: float) -> tuple[dict, str]:
+        """The forecast, over HTTP when a Serve app runs, else in process."""
+        if self.url:
+            from xdscheduler.serving.client import PolicyClient
+
+            return PolicyClient(self.url).post("/forecast", req.model_dump_json()), "http"
+        from xdscheduler.forecast.service import forecast
+
+        self._refit(t)
+        res = json.loads(forecast(req, self.forecaster, HORIZONS_MIN).model_dump_json())
+        return res, "history model" if self.forecaster is not None else "persistence"
+
+    def _refit(self, t: float) -> None:
+        per_day = 1440 // STEP_MIN
+        if len(self.history) < FIT_DAYS * per_day or t - self.fitted_at_s < REFIT_S:
+            return
+        from xdscheduler.forecast.hybrid import Forecaster
+
+        y = np.asarray(self.history, float)
+        idx = pd.date_range(end=pd.Timestamp("2024-01-01") + pd.Timedelta(seconds=t),
+                            periods=len(y), freq=f"{STEP_MIN}min")
+        try:
+            self.forecaster = Forecaster.fit(y, idx, STEP_MIN, "occupancy", HORIZONS_MIN,
+                                             seed=self.seed)
+        except UserError:  # too little variety to train on: stay with persistence
+            self.forecaster = None
+        self.fitted_at_s = t
+
+    def _hold(self, eng, t: float) -> None:
+        """Hold a coming known job's minimum from PREALLOC_LEAD_S before it arrives."""
+        for name, arrival in self.coming.items():
+            if name in self.holds or arrival - t > PREALLOC_LEAD_S or arrival <= t:
+                continue
+            run = next((r for r in eng.pending if r.spec.name == name), None)
+            if run is None:
+                continue
+            free = {d.name: d.free_gpus for d in eng.view.domains if d.name not in eng.down}
+            take, need = {}, run.spec.gpus_min
+            for d, n in sorted(free.items(), key=lambda kv: -kv[1]):
+                if need <= 0:
+                    break
+                k = min(n, need)
+                if k > 0:
+                    take[d], need = k, need - k
+            self.holds[name] = take
+            self.preallocated[name] = {"arrival_s": arrival, "held_from_s": t,
+                                       "held_gpus": sum(take.values()), "wanted_gpus":
+                                       run.spec.gpus_min, "released_s": None}
+
+    def summary(self) -> dict:
+        pools = [sum(e["pools_gpus"].values()) for e in self.log]
+        return {
+            "consults": len(self.log),
+            "source": sorted({e["source"] for e in self.log}),
+            "pool_gpus_min": min(pools, default=0), "pool_gpus_max": max(pools, default=0),
+            "preallocated": self.preallocated,
+            "timeline": self.log,
+        }
+
+
+def demand_gpus(eng) -> float:
+    """Running + pending, as in the public traces: accelerators held by running jobs (and
+    by plans being prepared) plus the minimum each queued job asks for."""
+    held = sum(r.placement.total_gpus + sum(r.preparing.values()) for r in eng.runs if r.running)
+    return float(held + sum(r.spec.gpus_min for r in eng.queue))
+
+
+def _arrived(eng, name: str, t: float) -> bool:
+    return not any(r.spec.name == name and r.arrival_s > t for r in eng.pending)
+
+
+def known_jobs(eng, known: set[str], t: float, horizon_min: float) -> list:
+    """Running jobs free their accelerators when their tokens are trained at today's rate;
+    announced jobs arriving within the horizon hold their minimum from arrival on (training
+    jobs outlast the hour)."""
+    from xdscheduler.forecast.structure import KnownJob
+
+    out = []
+    for r in eng.runs:
+        if r.running:
+            left = (r.tokens - r.done) / r.rate if r.rate > 0 else math.inf
+            finish = max(r.paused_until - t, 0.0) + left
+            out.append(KnownJob(r.spec.name, r.placement.total_gpus, min(finish, 1e9)))
+    for r in eng.pending:
+        if r.spec.name in known and 0 < r.arrival_s - t <= horizon_min * 60:
+            start = r.arrival_s - t
+            out.append(KnownJob(r.spec.name, r.spec.gpus_min, start + 1e6, start))
+    return out
+
+
+def pool_targets(eng, floor: dict[str, int], extra_gpus: float) -> dict[str, int]:
+    """The failure-rate floor plus the forecast's spare, split over the domains up by size in
+    whole nodes, capped at MAX_POOL_SHARE of each domain (and never below the floor)."""
+    from xdscheduler.faults.failure_model import GPUS_PER_NODE
+    from xdscheduler.sim.recovery import MAX_POOL_SHARE
+
+    domains = [d for d in eng.base_view.domains if d.name in floor]
+    total = sum(d.total_gpus for d in domains) or 1
+    out = {}
+    for d in domains:
+        share = extra_gpus * d.total_gpus / total
+        nodes = int(share // GPUS_PER_NODE)  # whole nodes only: round down, stay inside idle
+        cap = max(floor[d.name], GPUS_PER_NODE * int(d.total_gpus * MAX_POOL_SHARE
+                                                      // GPUS_PER_NODE))
+        out[d.name] = max(floor[d.name], min(floor[d.name] + nodes * GPUS_PER_NODE, cap))
+    return out
