@@ -74,19 +74,33 @@ def test_a_missing_column_is_named(tmp_path, frame):
 
 
 def test_the_swings_block_gets_its_own_table(tmp_path):
-    from xdscheduler.sim.reconfig import Swing
+    from xdscheduler.costmodel.plan import Plan
+    from xdscheduler.planner.policies import Placement
+    from xdscheduler.planner.space import SINGLE
+    from xdscheduler.sim.reconfig import Relocation, Swing
     from xdscheduler.sim.reconfig import summary as swing_summary
 
     summary, domains, jobs, links = frames()
     # reference 100 tok/s; 5 s at 100, then 1 s paused: dip 1 - 500 / 600, recovery 6 s
     s = Swing("j0", "load", "make-before-break", 0.0, 100.0, 100.0, 150.0, 0.0, 5.0, 1.0,
               end_s=6.0, tokens=500.0)
-    block = swing_summary([s, Swing("j1", "grow", "restart", 0.0, 1.0, 1.0, 2.0, 0.0)])
+    p = Placement("j2", SINGLE, (1,), (8,), Plan(dp=8))
+    moves = [Relocation("j2", "rtt", "checkpoint", 0.0, p, 900.0, 700.0, 65.0, 0.0, 112.0, 2.2,
+                        2e3, 3e3, phase="done", lost_s=765.0, lost_gpu_s=7200.0),
+             Relocation("j3", "grow", "transfer", 0.0, p, 0.0, 90.0, 5.0, 90.0, 112.0, 2.2,
+                        2e3, 3e3, phase="done")]
+    block = swing_summary([s, Swing("j1", "grow", "restart", 0.0, 1.0, 1.0, 2.0, 0.0)],
+                          moves=moves)
     assert block["count"] == 1 and block["dip_p50"] == pytest.approx(1 / 6)
-    assert block["recovery_s_max"] == 6.0 and block["in_place"]["count"] == 1
+    assert block["recovery_s_max"] == 6.0
+    assert block["relocations"] == {  # the grow-fired one is not a swing's
+        "count": 1, "switched": 1, "cancelled": 0, "by_checkpoint": 1, "by_transfer": 0,
+        "transfer_s_p50": 700.0, "transfer_s_max": 700.0, "lost_s_p50": 765.0,
+        "lost_s_max": 765.0, "lost_gpu_h": 2.0, "wan_gb": 112.0, "wan_cost": 2.2}
     summary["policies"]["planner"]["swings"] = block
     write_report(tmp_path, summary, domains, jobs, links)
     page = (tmp_path / "report.html").read_text()
-    assert "Re-plans on load swings and RTT rises" in page and "16.7%" in page
+    assert "Adjustments on load swings and RTT rises" in page and "16.7%" in page
+    assert "Relocations to other domains" in page and "765" in page
     assert json.loads((tmp_path / "report.json").read_text())["policies"]["planner"][
         "swings"]["fallbacks_to_restart"] == 0

@@ -65,11 +65,16 @@ PLOTS = {
 }
 HOURS = 1 / 3600
 # The swings table: key of a policy's `swings` block, heading, format.
-SWINGS = [("count", "re-plans", "{:.0f}"), ("fallbacks_to_restart", "restarts", "{:.0f}"),
+SWINGS = [("count", "adjustments", "{:.0f}"), ("fallbacks_to_restart", "restarts", "{:.0f}"),
           ("dip_p50", "dip p50", "{:.1%}"), ("dip_max", "dip max", "{:.1%}"),
           ("swing_dip_p50", "of it the swing, p50", "{:.1%}"),
           ("recovery_s_p50", "recovery p50 (s)", "{:.1f}"),
           ("recovery_s_max", "recovery max (s)", "{:.1f}")]
+RELOCATIONS = [("count", "decided", "{:.0f}"), ("switched", "switched", "{:.0f}"),
+               ("by_checkpoint", "by checkpoint", "{:.0f}"),
+               ("transfer_s_p50", "WAN p50 (s)", "{:.0f}"), ("lost_s_max", "lost max (s)",
+                                                              "{:.0f}"),
+               ("lost_gpu_h", "lost GPU-h", "{:.1f}"), ("wan_gb", "WAN GB", "{:.0f}")]
 
 
 def write_report(out_dir: Path, summary: dict, domains: pd.DataFrame, jobs: pd.DataFrame,
@@ -253,26 +258,35 @@ def _summary_table(policies: dict) -> str:
 
 
 def _swings_table(policies: dict) -> str:
-    """Re-plans fired by load swings and RTT rises: their throughput dip and recovery."""
-    rows = []
+    """Adjustments fired by load swings and RTT rises (dip, recovery), and apart from them the
+    relocations those led to (what crossed the WAN, what was lost)."""
+    rows, moves = [], []
     for name, row in policies.items():
         block = row.get("swings")
         if not block:
             continue
-        for part, label in (("", "all"), ("in_place", "in place"),
-                            ("across_domains", "across domains")):
-            stats = block.get(part, {}) if part else block
-            cells = "".join(
-                f"<td>{'–' if (v := _number(stats.get(k))) is None else fmt.format(v)}</td>"
-                for k, _, fmt in SWINGS)
-            rows.append(f"<tr><th>{html.escape(f'{name}, {label}')}</th>{cells}</tr>")
+        cells = "".join(
+            f"<td>{'–' if (v := _number(block.get(k))) is None else fmt.format(v)}</td>"
+            for k, _, fmt in SWINGS)
+        rows.append(f"<tr><th>{html.escape(str(name))}</th>{cells}</tr>")
+        moved = block.get("relocations") or {}
+        cells = "".join(
+            f"<td>{'–' if (v := _number(moved.get(k))) is None else fmt.format(v)}</td>"
+            for k, _, fmt in RELOCATIONS)
+        moves.append(f"<tr><th>{html.escape(str(name))}</th>{cells}</tr>")
     if not rows:
         return ""
     head = "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in SWINGS)
-    return ("<h2>Re-plans on load swings and RTT rises</h2><p>dip: 1 − tokens trained from the"
-            " trigger until recovery over what the rate before the swing would have trained; "
-            "recovery: until the job trains at min(new plan's rate, 90% of that rate).</p>"
-            f"<table><tr><th>policy</th>{head}</tr>{''.join(rows)}</table>")
+    head_moves = "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in RELOCATIONS)
+    return ("<h2>Adjustments on load swings and RTT rises</h2><p>The job re-planned on the "
+            "domains it holds. dip: 1 − tokens trained from the trigger until recovery over "
+            "what the rate before the swing would have trained; recovery: until the job trains "
+            "at min(new plan's rate, 90% of that rate) with nothing pending.</p>"
+            f"<table><tr><th>policy</th>{head}</tr>{''.join(rows)}</table>"
+            "<h3>Relocations to other domains</h3><p>Decided apart, when they pay for the job's "
+            "time and the accelerator-seconds held idle or redoing work; lost: seconds of "
+            "training paused or redone.</p>"
+            f"<table><tr><th>policy</th>{head_moves}</tr>{''.join(moves)}</table>")
 
 
 def _html(summary: dict, paths: dict[str, Path]) -> str:

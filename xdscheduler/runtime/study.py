@@ -187,7 +187,7 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
                      for n, r in runs.items()},
     }
     for name, res in runs.items():
-        summary["policies"][name]["swings"] = swing_summary(res.swings)
+        summary["policies"][name]["swings"] = swing_summary(res.swings, moves=res.relocations)
     summary["comparison"] = compare(summary["policies"])
     if injected is not None:
         summary["faults"] = fault_report(injected, runs, faults, seed)

@@ -13,6 +13,7 @@ import math
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -24,7 +25,16 @@ from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Job, Scenario
 from xdscheduler.sim import reconfig
 from xdscheduler.sim.domain import accepted
-from xdscheduler.sim.reconfig import MAKE_BEFORE_BREAK, RESTART, RESTART_S, Swing
+from xdscheduler.sim.reconfig import (
+    CHECKPOINT,
+    COMM_INIT_S,
+    MAKE_BEFORE_BREAK,
+    RESTART,
+    RESTART_S,
+    TRANSFER,
+    Relocation,
+    Swing,
+)
 
 CHECKPOINT_S = 1800.0  # jobs save a checkpoint every 30 minutes of training
 PREPARING = "#next"  # suffix of the allocation a job holds for its next plan while preparing
@@ -35,7 +45,23 @@ LOAD_SWING = 0.20  # or a domain it uses sees its background load swing by a fif
 # the allocations, which the running jobs' placements restate.
 SNAPSHOT = ("runs", "queue", "pending", "decisions", "samples", "rejected", "busy_gpu_s",
             "down", "outages", "next_sample_s", "last_step_s", "view", "graph", "now", "faults",
-            "swings")
+            "swings", "relocations")
+
+
+class _Option(NamedTuple):
+    """A make-before-break switch weighed for a trigger."""
+
+    placement: Placement
+    how: str  # make-before-break, or fallback (no room alongside: restart)
+    rate: float  # tokens/s on it
+    cost: reconfig.SwitchCost
+    prepare_s: float
+    pause_s: float
+    charge_s: float  # reconfig.charge_s of it
+
+
+def _same(a: Placement, b: Placement) -> bool:
+    return (a.domains, a.gpus, a.plan) == (b.domains, b.gpus, b.plan)
 
 
 @dataclass
@@ -69,6 +95,7 @@ class JobRun:
     next: Placement | None = None  # the plan being prepared alongside (make-before-break)
     switch_at: float = math.inf  # when it is ready and the job switches to it
     switch_pause_s: float = 0.0  # how long the switch stops training
+    move: Relocation | None = None  # a relocation to other domains under way
 
     @property
     def preparing(self) -> dict[int, int]:
@@ -114,6 +141,7 @@ class Results:
     names: list[str] = field(default_factory=list)
     faults: dict | None = None  # what faults did and how the jobs recovered
     swings: list[Swing] = field(default_factory=list)  # every triggered re-plan, measured
+    relocations: list[Relocation] = field(default_factory=list)  # moves to other domains
 
 
 class Engine:
@@ -148,6 +176,7 @@ class Engine:
         self.faults = faults  # a sim.recovery.Faults, or None
         self.replan = replan  # how running jobs move: make-before-break, or the old restart
         self.swings: list[Swing] = []
+        self.relocations: list[Relocation] = []
 
     # ------------------------------------------------------------------ the loop
 
@@ -175,10 +204,12 @@ class Engine:
         self._observe(t)  # first: a job on a domain found dead now did not finish there
         self._complete(t)
         self._switch_due(t)
+        self._relocations_due(t)
         while self.pending and self.pending[0].arrival_s <= t:
             self.queue.append(self.pending.pop(0))
         if t >= self.next_sample_s:
             self._retrigger(t)
+            self._relocations_due(t)  # a transfer decided now, with nothing before it, starts
         self._schedule(t)
         if t >= self.next_sample_s:  # links and loads change on the dynamics' grid
             self._refresh_rates()
@@ -203,6 +234,8 @@ class Engine:
                     times.append(r.paused_until)
                 if r.next is not None:
                     times.append(r.switch_at)
+                if r.move is not None and r.move.phase in ("wait", "copy"):
+                    times.append(r.move.at_s)
         fresh = self.last_step_s != self.now  # nothing has happened at `now` yet
         later = [x for x in times if x > self.now or (fresh and x == self.now)]
         return min(later) if later else math.inf
@@ -329,7 +362,7 @@ class Engine:
         than they asked while accelerators have since come free, when moving pays."""
         free = tuple(d.available for d in self.view.domains)
         for r in self.runs:
-            if not r.running or r.paused_until > t or r.next is not None:
+            if not r.running or r.paused_until > t or r.next is not None or r.move is not None:
                 continue
             grow = (not self.queue and r.placement.total_gpus < r.spec.gpus_max
                     and sum(free) >= r.placement.total_gpus and r.grow_tried != free)
@@ -337,15 +370,14 @@ class Engine:
             if not cause:
                 continue
             r.grow_tried = free
+            if self.replan != RESTART:
+                self._respond(r, t, cause)
+                continue
             new = self.policy.replan(r.spec, r.placement, self.view)
-            if new is None or (new.domains, new.gpus, new.plan) == (
-                    r.placement.domains, r.placement.gpus, r.placement.plan):
+            if new is None or _same(new, r.placement):
                 self._kept(r, t, cause)
                 continue
-            if self.replan == RESTART:
-                self._restart(r, new, t, cause)
-            else:
-                self._make_before_break(r, new, t, cause)
+            self._restart(r, new, t, cause)
 
     def _kept(self, r: JobRun, t: float, cause: str, rate: float | None = None) -> None:
         """A trigger that left the plan as it was: new reference, and a record of it."""
@@ -370,54 +402,152 @@ class Engine:
         r.checkpoint, r.replans, r.paused_until = r.done, r.replans + 1, t + RESTART_S
         self._start(r, new, t, "replan")
 
-    def _make_before_break(self, r: JobRun, new: Placement, t: float, cause: str) -> None:
-        """Prepare the new plan while the old one trains, then switch with one short pause;
-        restart only when the new accelerators cannot be taken alongside. When the best plan
-        needs state sent across the WAN, the best plan on the domains the job already holds
-        (a switch over the fabric alone) is weighed against it: the sooner finish wins."""
-        now_rate = self._rate_of(r, r.placement)
+    def _respond(self, r: JobRun, t: float, cause: str) -> None:
+        """A trigger's response: at once, the best plan on the domains the job holds (state
+        re-laid over their fabric only), when that pays; then, as a separate decision, a
+        relocation to other domains, only when it pays for all it costs (`reconfig.charge_s`:
+        the job's time and the accelerator-seconds it holds idle or redoing work)."""
         left = r.tokens - r.done
-        options = [new]
-        cost = reconfig.switch_cost(r.placement, new, r.spec.arch.params, self.view)
-        if cost.wan_gb > 0 and len(r.placement.domains) < len(self.names):
-            here = self.policy.replan(r.spec, r.placement, self.view.with_down(
-                {n for i, n in enumerate(self.names) if i not in r.placement.domains}))
-            if here is not None and (here.domains, here.gpus, here.plan) != (
-                    r.placement.domains, r.placement.gpus, r.placement.plan):
-                options.append(here)
-        best = min((self._move_plan(r, p, now_rate, left) for p in options),
-                   key=lambda m: m[0])
-        finish, new, new_rate, how, prepare, pause, wan_gb = best
-        if finish >= left / max(now_rate, 1e-9):
+        now_rate = self._rate_of(r, r.placement)
+        held = self.view.with_down({n for i, n in enumerate(self.names)
+                                    if i not in r.placement.domains})
+        here = self.policy.replan(r.spec, r.placement, held)
+        far = [p for p in (here, self.policy.replan(r.spec, r.placement, self.view))
+               if p is not None and not _same(p, r.placement)]
+        adjust = self._switch_option(r, r.placement, far[0], now_rate, left, self.view) if (
+            here is not None and far and far[0] is here) else None
+        if adjust is None or adjust.cost.wan_gb > 0 or adjust.charge_s >= left / now_rate:
+            adjust = None  # what needs the WAN is a relocation, weighed below
             self._kept(r, t, cause, now_rate)
-            return  # moving would not pay for itself
-        self.swings.append(Swing(r.spec.name, cause, how, t, r.rate, now_rate, new_rate, r.done,
-                                 prepare, pause, wan_gb=wan_gb))
+        else:
+            self._adjust(r, adjust, t, cause, now_rate)
+        # Relocations are weighed from where the adjustment leaves the job.
+        base, rate = (adjust.placement, adjust.rate) if adjust else (r.placement, now_rate)
+        moves = [m for p in far if reconfig.switch_cost(base, p, r.spec.arch.params,
+                                                        self.view).wan_gb > 0
+                 for m in self._relocations(r, base, p, rate, left, self.view, cause, t)]
+        best = min(moves, key=lambda m: m.charge_s, default=None)
+        if best is not None and best.charge_s < best.stay_s:
+            self._plan_relocation(r, best, t)
+
+    def _switch_option(self, r: JobRun, base: Placement, p: Placement, base_rate: float,
+                       left: float, view: ClusterView) -> _Option:
+        """A make-before-break switch from `base` to p: its pause, and its charge."""
+        rate, window = self._speed(r, p)
+        cost = reconfig.switch_cost(base, p, r.spec.arch.params, view, window)
+        extra = sum(reconfig.new_accelerators(base, p).values())
+        if cost.alongside:
+            finish, idle = reconfig.switch_charge(left, base_rate, rate, base.total_gpus, extra,
+                                                  cost.prepare_s, cost.pause_s)
+            return _Option(p, MAKE_BEFORE_BREAK, rate, cost, cost.prepare_s, cost.pause_s,
+                           reconfig.charge_s(finish, idle, p.total_gpus))
+        pause = RESTART_S + cost.pause_s  # a restart moves the same state, and more slowly
+        return _Option(p, "fallback", rate, cost, 0.0, pause, reconfig.charge_s(
+            pause + left / rate, p.total_gpus * pause, p.total_gpus))
+
+    def _relocations(self, r: JobRun, base: Placement, p: Placement, base_rate: float,
+                     left: float, view: ClusterView, cause: str, t: float) -> list[Relocation]:
+        """The two ways to move from `base` to p across the WAN, each with its charge."""
+        rate, window = self._speed(r, p)
+        params = r.spec.arch.params
+        cost = reconfig.switch_cost(base, p, params, view, window)
+        if not cost.alongside:
+            return []
+        extra = sum(reconfig.new_accelerators(base, p).values())
+        stay = left / base_rate
+        finish, idle = reconfig.switch_charge(left, base_rate, rate, base.total_gpus, extra,
+                                              cost.prepare_s, cost.pause_s)
+        transfer = Relocation(r.spec.name, cause, TRANSFER, t, p, t, cost.pause_s,
+                              cost.prepare_s, cost.pause_s, cost.wan_gb, cost.wan_cost,
+                              reconfig.charge_s(finish, idle, p.total_gpus), stay)
+        wait = max(r.next_checkpoint_s - t, 0.0)
+        hold = max(self._load_s(r, p), COMM_INIT_S)
+        finish, idle = reconfig.checkpoint_charge(left, base_rate, rate, base.total_gpus, extra,
+                                                  wait, cost.wan_s, hold)
+        copy = Relocation(r.spec.name, cause, CHECKPOINT, t, p, t + wait, cost.wan_s, hold, 0.0,
+                          cost.wan_gb, cost.wan_cost,
+                          reconfig.charge_s(finish, idle, p.total_gpus), stay)
+        return [transfer, copy]
+
+    def _load_s(self, r: JobRun, p: Placement) -> float:
+        from xdscheduler.sim.recovery import restore_s
+
+        return restore_s(r.spec.arch.params, p.total_gpus,
+                         self.scn.domains[p.domains[0]].storage.io_gbps)
+
+    def _adjust(self, r: JobRun, m: _Option, t: float, cause: str, now_rate: float) -> None:
+        """Start a switch on the job's own domains: prepared alongside, or (no room) restarted."""
+        self.swings.append(Swing(r.spec.name, cause, m.how, t, r.rate, now_rate, m.rate, r.done,
+                                 m.prepare_s, m.pause_s))
         r.replans += 1
-        if how == "fallback":
+        new = m.placement
+        if m.how == "fallback":
             self.domains.release(r.spec.name)
             self._return_gpus(r.placement)
-            r.checkpoint, r.paused_until = r.done, t + pause
+            r.checkpoint, r.paused_until = r.done, t + m.pause_s
             self._start(r, new, t, "replan")
             return
         before = {d.name: d.free_gpus for d in self.view.domains}
-        r.next, r.switch_at, r.switch_pause_s = new, t + prepare, pause
+        r.next, r.switch_at, r.switch_pause_s = new, t + m.prepare_s, m.pause_s
         self.domains.apply(r.spec.name + PREPARING, r.preparing, t)
         self.view = self.view.adjust_free({i: -n for i, n in r.preparing.items()})
-        self._log(t, r, "replan", new, f"{cause}: prepared alongside for {prepare:.0f} s, then "
-                  f"a {pause:.1f} s switch; {new.explanation}", new.decision_ms, before)
+        self._log(t, r, "replan", new, f"{cause}: prepared alongside for {m.prepare_s:.0f} s, "
+                  f"then a {m.pause_s:.2f} s switch; {new.explanation}", new.decision_ms, before)
 
-    def _move_plan(self, r: JobRun, p: Placement, now_rate: float, left: float) -> tuple:
-        """(seconds to finish if moved to p, p, its rate, how, preparation, pause, WAN GB)."""
-        new_rate = self._rate_of(r, p)
-        cost = reconfig.switch_cost(r.placement, p, r.spec.arch.params, self.view)
-        if cost.alongside:
-            how, prepare, pause = MAKE_BEFORE_BREAK, cost.prepare_s, cost.pause_s
-        else:  # a restart moves the same state across domains, and more slowly
-            how, prepare, pause = "fallback", 0.0, RESTART_S + cost.pause_s
-        trained = min(now_rate * prepare, left)
-        return (prepare + pause + (left - trained) / new_rate, p, new_rate, how, prepare, pause,
-                cost.wan_gb)
+    def _plan_relocation(self, r: JobRun, m: Relocation, t: float) -> None:
+        self.relocations.append(m)
+        r.move = m
+        how = ("a paused transfer" if m.how == TRANSFER else
+               f"its checkpoint at {m.at_s:.0f} s, copied")
+        self._log(t, r, "relocate", m.target, f"{m.cause}: relocate by {how} "
+                  f"({m.wan_gb:.0f} GB, {m.transfer_s:.0f} s over the WAN); charged "
+                  f"{m.charge_s:.0f} s against {m.stay_s:.0f} s staying; "
+                  f"{m.target.explanation}", m.target.decision_ms)
+
+    def _relocations_due(self, t: float) -> None:
+        """Relocations move on: a checkpoint written starts its copy; a copy done, or the
+        adjustment before a transfer done, takes the target's accelerators alongside."""
+        for r in self.runs:
+            m = r.move
+            if m is None or not r.running or m.phase not in ("wait", "copy") or m.at_s > t:
+                continue
+            if m.phase == "wait" and m.how == CHECKPOINT:
+                m.checkpoint, m.phase, m.at_s = r.checkpoint, "copy", t + m.transfer_s
+                self._charge_wan(r, m)
+                continue
+            if r.next is not None or r.paused_until > t:
+                continue  # a switch still under way; its end is an event
+            extra = reconfig.new_accelerators(r.placement, m.target)
+            if any(self.names[d] in self.down for d in m.target.domains) or any(
+                    n > self.view.domains[d].available for d, n in extra.items()):
+                m.phase, r.move = "cancelled", None  # the target is no longer there
+                continue
+            if m.how == TRANSFER:
+                self._charge_wan(r, m)
+            m.phase = "held"
+            r.next, r.switch_at, r.switch_pause_s = m.target, t + m.hold_s, m.pause_s
+            self.domains.apply(r.spec.name + PREPARING, r.preparing, t)
+            self.view = self.view.adjust_free({i: -n for i, n in r.preparing.items()})
+
+    def _charge_wan(self, r: JobRun, m: Relocation) -> None:
+        """The state a relocation sends across domains goes on the job's WAN bill."""
+        r.wan_gb += m.wan_gb
+        r.wan_cost += m.wan_cost
+
+    def _relocated(self, r: JobRun, m: Relocation, old: Placement, t: float) -> None:
+        """A relocation's switch: through a checkpoint, the job goes back to it (redoing what
+        the old plan trained since), and what was lost is recorded."""
+        extra = sum(reconfig.new_accelerators(old, m.target).values())
+        if m.how == CHECKPOINT:
+            m.redone = r.done - m.checkpoint
+            since = t - (m.at_s - m.transfer_s)  # from the checkpoint to the switch
+            r.done = r.checkpoint = m.checkpoint
+            m.lost_s, m.lost_gpu_s = since, old.total_gpus * since + extra * m.hold_s
+        else:
+            m.lost_s = m.pause_s
+            m.lost_gpu_s = (old.total_gpus + extra) * m.pause_s + extra * m.hold_s
+        m.phase, m.switch_s, r.move = "done", t, None
+        r.replans += 1
 
     def _switch_due(self, t: float) -> None:
         """Jobs whose next plan is ready switch to it now (or drop it if a domain of it fell)."""
@@ -427,7 +557,7 @@ class Engine:
             if any(self.names[d] in self.down for d in r.next.domains):
                 self._cancel_switch(r)
                 continue
-            new, pause, extra = r.next, r.switch_pause_s, r.preparing
+            new, pause, extra, old = r.next, r.switch_pause_s, r.preparing, r.placement
             self.domains.release(r.spec.name + PREPARING)
             self.domains.release(r.spec.name)
             self.view = self.view.adjust_free(extra)
@@ -441,9 +571,14 @@ class Engine:
             r.reference = self._reference(new, t)
             self._rate(r)
             self.view = self.view.adjust_free({i: -n for i, n in new.taken.items()})
+            if r.move is not None and r.move.phase == "held":
+                self._relocated(r, r.move, old, t)
 
     def _cancel_switch(self, r: JobRun) -> None:
-        """Give back what was taken for a next plan that will not happen."""
+        """Give back what was taken for a next plan that will not happen; a relocation under
+        way stops with it."""
+        if r.move is not None:
+            r.move.phase, r.move = "cancelled", None
         if r.next is None:
             return
         self.domains.release(r.spec.name + PREPARING)
@@ -455,7 +590,8 @@ class Engine:
 
     def _close_swings(self, t: float) -> None:
         """A re-plan's record closes once its job trains at the target rate with nothing
-        pending; a job that ended, or that a fault took, closes it unrecovered."""
+        pending (a relocation preparing after it is a decision of its own); a job that ended,
+        or that a fault took, closes it unrecovered."""
         runs = {r.spec.name: r for r in self.runs}
         for s in self.swings:
             if s.end_s is not None or s.aborted:
@@ -463,7 +599,8 @@ class Engine:
             r = runs[s.job]
             if not r.running or r.recovering:
                 s.aborted = True
-            elif r.next is None and r.paused_until <= t and r.rate >= s.target * (1 - 1e-9):
+            elif (r.next is None or (r.move is not None and r.move.phase == "held")) and (
+                    r.paused_until <= t and r.rate >= s.target * (1 - 1e-9)):
                 s.end_s, s.tokens = t, r.done - s.done0
 
     def _return_gpus(self, p: Placement) -> None:
@@ -507,8 +644,14 @@ class Engine:
 
     def _rate_of(self, r: JobRun, p: Placement) -> float:
         """Tokens/s the job would train at on placement p under the links now."""
+        return self._speed(r, p)[0]
+
+    def _speed(self, r: JobRun, p: Placement) -> tuple[float, float]:
+        """Tokens/s on placement p under the links now, and the seconds of each step in which
+        optimizer state could stream (`reconfig.stream_window_s`)."""
         est, _ = evaluate(p, r.spec, self.view)
-        return r.spec.global_batch * r.spec.seq / (float(est.step_time_s[0]) * r.slowdown)
+        window = reconfig.stream_window_s(est) * r.slowdown
+        return r.spec.global_batch * r.spec.seq / (float(est.step_time_s[0]) * r.slowdown), window
 
     def _rate(self, r: JobRun) -> None:
         est, price = evaluate(r.placement, r.spec, self.view)
@@ -641,4 +784,4 @@ class Engine:
                        self.now, self.busy_gpu_s, capacity * self.now, self._first_down(),
                        names=list(self.names),
                        faults=self.faults.summary(self.runs) if self.faults else None,
-                       swings=list(self.swings))
+                       swings=list(self.swings), relocations=list(self.relocations))

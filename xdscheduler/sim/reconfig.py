@@ -3,26 +3,43 @@
 Make-before-break (the engine's default): when a trigger fires the job keeps training on its
 current plan while the new one is prepared alongside — accelerators it does not hold yet are
 taken, and the communicators of the new plan are built on every accelerator it will use.
-Then, at a step boundary, it pauses once: the training state is re-laid onto the new plan
-(over the domain's fabric where the domain keeps part of the job, over the WAN for layers a
-domain did not hold), and training resumes. Only when the new accelerators cannot be taken
-alongside does it fall back to checkpoint-and-restart.
+Then, at a step boundary, it pauses once while the weights are re-laid onto the new plan, and
+training resumes while the optimizer state follows. Only when the new accelerators cannot be
+taken alongside does it fall back to checkpoint-and-restart.
 
 Where the costs come from:
 
 - Training state: 14 bytes per parameter (bf16 weights, fp32 master weights and two Adam
   moments; ZeRO, Rajbhandari et al. SC'20 §3), `CHECKPOINT_BYTES_PER_PARAM`. Gradients are
   rebuilt by the next step and are not moved.
-- The state cannot be streamed ahead of the switch: every step rewrites all of it, and over
-  a 1-10 Gbit/s link the per-step change (the whole gradient) cannot be forwarded in time
-  either, so it moves while the job is paused (stop-and-copy). Inside a domain it is an
-  all-to-all over the scale-out fabric in which each accelerator sends its old slice and
-  receives its new one (weights split by TP×PP, optimizer state also by DP×CP under ZeRO),
-  at its NIC's bus bandwidth under NCCL (`collective_efficiency`, nccl-tests), as in
-  Oobleck's (Jang et al. SOSP'23) copy of missing layers from other replicas and Tenplex's
-  (Wagenländer et al. SOSP'24) re-partition of the state tensors; across domains at the
-  link's goodput (`wan_efficiency`), one copy of the layers a domain lacks from the
-  fastest-linked domain that holds the layers.
+- Only the bf16 weights (2 B/param, `WEIGHT_BYTES_PER_PARAM`) must be in the new layout before
+  the first forward pass: forward and backward read nothing else. The fp32 master weights and
+  the moments (12 B/param) are read only by the optimizer step at the end of the first step on
+  the new plan, so they stream while that step computes, as ZeRO-Offload (Ren et al. ATC'21
+  §4) and ZeRO-Infinity (Rajbhandari et al. SC'21 §6) overlap optimizer-state movement with
+  forward and backward. The stream gets the seconds of that step in which its accelerators'
+  NICs carry none of the step's own traffic (`stream_window_s`: the step less its optimizer
+  and its DP, PP and outer-sync communication, hidden or not); what does not arrive by then
+  delays the optimizer step, and counts as pause.
+- None of it can be streamed ahead of the switch: every step rewrites all of it, and over a
+  1-10 Gbit/s link the per-step change (the whole gradient) cannot be forwarded in time
+  either, so it moves at the switch (stop-and-copy, less the overlap above).
+- Inside a domain the job keeps, the re-layout runs node by node (`relayout_s`). What a node's
+  accelerators hold, under Megatron's rank order (TP innermost, then CP and DP, PP outermost),
+  is sent or received once per node, striped over all of the node's NICs (NCCL's channels, one
+  per NIC, and PXN, which sends through another GPU's NIC over NVLink: NCCL 2.12 release
+  notes); where the node's accelerators hold copies of it (DP or CP replicas of the weights)
+  each accelerator then takes its slice from the node over the scale-up fabric (NVLink, HCCS:
+  the view's `scaleup_gbs`), as NCCL's broadcast and hierarchical collectives do. Optimizer
+  state sharded by ZeRO is one distinct shard per accelerator, over its own NIC. Both at bus
+  bandwidth under NCCL (`collective_efficiency`, nccl-tests), the larger of the old and the
+  new layout (each node sends what it held and receives what it will hold); charged as if no
+  node kept any of its part (an upper bound). This is the re-partition of Oobleck (Jang et al.
+  SOSP'23, copy of missing layers from other replicas) and Tenplex (Wagenländer et al. SOSP'24,
+  re-partition of the state tensors).
+- Across domains: the link's goodput (`wan_efficiency`), one copy of the layers a domain lacks
+  from the fastest-linked domain that holds them. Such a move is a relocation, decided apart
+  from the adjustment (below).
 - The switch happens at an iteration boundary, where 1F1B pipelines drain anyway (ReCycle,
   Gandhi et al. SOSP'24, and Oobleck re-route at iteration boundaries), so no step is lost to
   draining; a barrier over the new placement costs a round trip of its slowest link.
@@ -33,6 +50,26 @@ Where the costs come from:
   actors keep them), so taking them costs only the communicator build above.
 - The fallback is the old restart (`RESTART_S`: save, reschedule, load, warm up) plus the
   WAN transfer a move across domains needs as well.
+
+Adjustments and relocations. When a trigger fires, the job adjusts at once to the best plan on
+the domains it holds (a make-before-break switch, no state over the WAN). Moving to other
+domains is a separate decision, a `Relocation`, that must pay for all it costs: its `charge_s`
+is the job's finish time plus the accelerator-seconds it holds that train nothing it keeps
+(idle while state crosses, loading, or redoing work), converted to seconds of the job at the
+new plan's rate per accelerator; it happens only when that is less than staying (the adjusted
+plan's own charge). Two ways are weighed:
+
+- transfer: make-before-break across the WAN (the target's accelerators taken, communicators
+  built, then a pause while the state crosses, old and new accelerators idle);
+- checkpoint: the checkpoint the job writes anyway (its next one) is copied to the target's
+  domains in the background while the job trains on; then the target's accelerators are
+  taken, load it (`restore_s`: read at the storage's bandwidth and warm up) while the old plan
+  trains on, and the job switches with no pause, redoing the steps trained since that
+  checkpoint (the old accelerators' work from the checkpoint to the switch is lost, and so
+  charged). Checkpoints are independent of the layout (Megatron-Core's distributed
+  checkpointing and PyTorch DCP re-shard on load), so the target may use another plan.
+
+Whatever crosses the WAN is charged to the job's WAN traffic and bill.
 
 A swing record follows each triggered re-plan from the trigger until the job is back at the
 target rate for good. Definitions (rates in tokens/s, times in simulated seconds):
@@ -67,15 +104,22 @@ SWING_CAUSES = ("load", "rtt")  # load swings ≥ 20% and RTT rises ≥ 50%
 Spans = dict[int, list[tuple[float, float]]]  # domain -> shares of the layers it holds
 
 
+WEIGHT_BYTES_PER_PARAM = 2.0  # bf16 weights: all that forward and backward read
+OPTIMIZER_BYTES_PER_PARAM = CHECKPOINT_BYTES_PER_PARAM - WEIGHT_BYTES_PER_PARAM  # fp32 + Adam
+TRANSFER, CHECKPOINT = "transfer", "checkpoint"  # the two ways to relocate
+
+
 @dataclass(frozen=True)
 class SwitchCost:
     """Seconds and bytes of moving one job from one placement to another."""
 
     prepare_s: float  # the job trains on its old plan meanwhile
-    pause_s: float  # nothing trains
+    pause_s: float  # nothing trains (weights re-laid, and any optimizer state still late)
     wan_gb: float  # state sent across domains
     fabric_gb: float  # state re-laid inside domains
     alongside: bool  # the new accelerators could be taken next to the old ones
+    wan_s: float = 0.0  # seconds the whole state takes over the WAN (a checkpoint's copy)
+    wan_cost: float = 0.0  # its bill at the links' prices
 
 
 @dataclass
@@ -115,6 +159,58 @@ class Swing:
     @property
     def swing_dip(self) -> float:
         return 1.0 - self.swing_rate / self.reference if self.reference > 0 else 0.0
+
+
+@dataclass
+class Relocation:
+    """A move to other domains (state over the WAN), decided apart from the adjustment, from
+    the decision until the job trains on the target."""
+
+    job: str
+    cause: str
+    how: str  # transfer | checkpoint
+    start_s: float  # decided
+    target: Placement
+    at_s: float  # when its next phase begins
+    transfer_s: float  # seconds its state spends on the WAN (paused for, or copied meanwhile)
+    hold_s: float  # the target's accelerators held before the switch (communicators, or load)
+    pause_s: float  # training stopped at the switch
+    wan_gb: float
+    wan_cost: float
+    charge_s: float  # its charge when decided (`charge_s`), against staying's
+    stay_s: float
+    phase: str = "wait"  # wait -> copy (checkpoint) -> held -> done, or cancelled
+    checkpoint: float = 0.0  # tokens the copied checkpoint holds
+    switch_s: float | None = None
+    redone: float = 0.0  # tokens trained after that checkpoint, lost at the switch
+    lost_s: float = 0.0  # seconds of the job's training lost: paused, or redone
+    lost_gpu_s: float = 0.0  # accelerator-seconds held that trained nothing kept
+
+
+def charge_s(finish_s: float, idle_gpu_s: float, gpus: int) -> float:
+    """What a move costs: the job's finish time plus the accelerator-seconds it holds that train
+    nothing it keeps, converted to seconds of the job at its plan's rate per accelerator (the
+    tokens they would have trained, at the job's rate)."""
+    return finish_s + idle_gpu_s / max(gpus, 1)
+
+
+def switch_charge(left: float, now_rate: float, new_rate: float, held: int, extra: int,
+                  prepare_s: float, pause_s: float) -> tuple[float, float]:
+    """(finish s, idle accelerator-s) of a make-before-break move: the old plan trains while
+    `extra` new accelerators are prepared, then all `held + extra` stop for the pause."""
+    trained = min(now_rate * prepare_s, left)
+    return (prepare_s + pause_s + (left - trained) / new_rate,
+            extra * prepare_s + (held + extra) * pause_s)
+
+
+def checkpoint_charge(left: float, stay_rate: float, new_rate: float, held: int, gpus: int,
+                      wait_s: float, copy_s: float, load_s: float) -> tuple[float, float]:
+    """(finish s, idle accelerator-s) of a relocation through the checkpoint written `wait_s`
+    from now: copied for `copy_s`, loaded by the target's `gpus` for `load_s` while the `held`
+    accelerators train on; what they trained after the checkpoint is redone."""
+    kept = min(stay_rate * wait_s, left)
+    return (wait_s + copy_s + load_s + (left - kept) / new_rate,
+            held * (copy_s + load_s) + gpus * load_s)
 
 
 def layer_spans(p: Placement) -> Spans:
@@ -161,35 +257,110 @@ def wan_bytes(old: Placement, new: Placement, view: ClusterView) -> dict[tuple[i
     return flows
 
 
-def switch_cost(old: Placement, new: Placement, params: float, view: ClusterView) -> SwitchCost:
-    """Preparation and pause of moving a job from `old` to `new` under the view's links."""
-    state = params * CHECKPOINT_BYTES_PER_PARAM
+def switch_cost(old: Placement, new: Placement, params: float, view: ClusterView,
+                window_s: float = 0.0) -> SwitchCost:
+    """Preparation and pause of moving a job from `old` to `new` under the view's links;
+    `window_s`: seconds of the new plan's first step the optimizer state may stream in."""
     flows = wan_bytes(old, new, view)
-    wan_s = max((share * state / (view.bandwidth_gbps[s, d] * 1e9 / 8 * CALIB.wan_efficiency)
-                 if s >= 0 else math.inf for (s, d), share in flows.items()), default=0.0)
-    # Re-laid inside a domain the job keeps: an all-to-all in which every accelerator sends
-    # its old slice and receives its new one, at its NIC's bus bandwidth.
+    paths = [_wan_path(view, s, d, share, params) for (s, d), share in flows.items()]
     kept = [d for d in new.domains if d in old.taken]
-    per_gpu = max(slice_bytes(old, params), slice_bytes(new, params))
-    fabric_s = max((per_gpu / (view.domains[d].scaleout_gbps * 1e9 / 8
-                               * CALIB.collective_efficiency) for d in kept), default=0.0)
-    fabric = sum(per_gpu * new.taken[d] for d in kept)
+    paths += [np.maximum(relayout_s(old, d, params, view), relayout_s(new, d, params, view))
+              for d in kept]
+    weights_s = max((w for w, _ in paths), default=0.0)
+    state_s = max((w + o for w, o in paths), default=0.0)  # each path: weights first
+    stall = max(0.0, state_s - weights_s - window_s)  # the optimizer step waits for the rest
     rtt = max((view.rtt_ms[a, b] for a in new.domains for b in new.domains if a != b),
               default=0.0)
     extra = new_accelerators(old, new)
     alongside = all(n <= view.domains[d].available for d, n in extra.items())
-    return SwitchCost(COMM_INIT_S, max(wan_s, fabric_s) + rtt / 1e3,
-                      sum(flows.values()) * state / 1e9, fabric / 1e9, alongside)
+    state_gb = params * CHECKPOINT_BYTES_PER_PARAM / 1e9
+    price = sum(share * state_gb * view.price_per_gb[s, d] if s >= 0 else 0.0
+                for (s, d), share in flows.items())
+    fabric = sum(node_bytes(new, d, params, view) * -(-new.taken[d] // _per_node(view, d))
+                 for d in kept)
+    return SwitchCost(COMM_INIT_S, weights_s + stall + rtt / 1e3,
+                      sum(flows.values()) * state_gb, fabric / 1e9, alongside,
+                      max((w + o for w, o in paths[:len(flows)]), default=0.0), price)
 
 
-def slice_bytes(p: Placement, params: float) -> float:
-    """Training state one accelerator holds: weights split by TP and PP (and by DP×CP under
-    ZeRO-3), Adam's fp32 state split by TP and PP and by DP×CP under ZeRO ≥ 1."""
+def _wan_path(view: ClusterView, s: int, d: int, share: float, params: float) -> np.ndarray:
+    """(weights, optimizer state) seconds over one link for `share` of one model copy."""
+    if s < 0:
+        return np.array([math.inf, math.inf])
+    rate = view.bandwidth_gbps[s, d] * 1e9 / 8 * CALIB.wan_efficiency
+    return share * params * np.array([WEIGHT_BYTES_PER_PARAM, OPTIMIZER_BYTES_PER_PARAM]) / rate
+
+
+def _per_node(view: ClusterView, d: int) -> int:
+    return view.domains[d].accelerator.gpus_per_node
+
+
+def node_share(p: Placement, gpus: int) -> float:
+    """Share of one model's weights that `gpus` accelerators of one node hold, in Megatron's
+    rank order (TP innermost, then CP and DP, PP outermost; ZeRO-3 also splits over DP×CP)."""
     plan = p.plan
-    shard = plan.dp * plan.cp
-    weights = 2.0 / (shard if plan.zero >= 3 else 1)
-    optimizer = (CHECKPOINT_BYTES_PER_PARAM - 2.0) / (shard if plan.zero >= 1 else 1)
-    return params / (plan.tp * plan.pp) * (weights + optimizer)
+    if plan.zero >= 3:
+        return min(1.0, gpus / (plan.tp * plan.pp * plan.dp * plan.cp))
+    stages = max(1.0, gpus / (plan.tp * plan.cp * plan.dp))  # a node may span stages
+    return min(1.0, min(gpus, plan.tp) / plan.tp * stages / plan.pp)
+
+
+def _node_gpus(p: Placement, d: int, view: ClusterView) -> int:
+    return min(_per_node(view, d), p.taken[d])
+
+
+def node_bytes(p: Placement, d: int, params: float, view: ClusterView) -> float:
+    """Bytes of training state one node of domain d holds under p (its weights once, and the
+    optimizer state of each accelerator): what it sends, or receives, in a re-layout."""
+    g = _node_gpus(p, d, view)
+    opt = node_share(p, g) * OPTIMIZER_BYTES_PER_PARAM * params if p.plan.zero < 1 else (
+        g * optimizer_slice(p, params))
+    return node_share(p, g) * WEIGHT_BYTES_PER_PARAM * params + opt
+
+
+def optimizer_slice(p: Placement, params: float) -> float:
+    """fp32 master weights and Adam moments one accelerator holds: split by TP and PP, and by
+    DP×CP under ZeRO ≥ 1."""
+    plan = p.plan
+    shard = plan.dp * plan.cp if plan.zero >= 1 else 1
+    return OPTIMIZER_BYTES_PER_PARAM * params / (plan.tp * plan.pp * shard)
+
+
+def weight_slice(p: Placement, params: float) -> float:
+    """bf16 weights one accelerator holds: split by TP and PP, and by DP×CP under ZeRO-3."""
+    plan = p.plan
+    shard = plan.dp * plan.cp if plan.zero >= 3 else 1
+    return WEIGHT_BYTES_PER_PARAM * params / (plan.tp * plan.pp * shard)
+
+
+def relayout_s(p: Placement, d: int, params: float, view: ClusterView) -> np.ndarray:
+    """(weights, optimizer state) seconds for a node of domain d to send, or receive, what its
+    accelerators hold under p: the node's weights once, striped over all its NICs, then fanned
+    out over the scale-up fabric where its accelerators hold copies; each optimizer shard over
+    its accelerator's own NIC (ZeRO ≥ 1) or, replicated, like the weights."""
+    dom, g = view.domains[d], _node_gpus(p, d, view)
+    nic = dom.scaleout_gbps * 1e9 / 8 * CALIB.collective_efficiency
+    up = dom.scaleup_gbs * 1e9 * CALIB.collective_efficiency
+    node_w = node_share(p, g) * WEIGHT_BYTES_PER_PARAM * params
+    gpu_w = weight_slice(p, params)
+    weights = node_w / (g * nic) + (gpu_w / up if g * gpu_w > node_w * (1 + 1e-9) else 0.0)
+    gpu_o = optimizer_slice(p, params)
+    if p.plan.zero >= 1:
+        optimizer = gpu_o / nic
+    else:
+        node_o = node_share(p, g) * OPTIMIZER_BYTES_PER_PARAM * params
+        optimizer = node_o / (g * nic) + (gpu_o / up if g * gpu_o > node_o * (1 + 1e-9)
+                                          else 0.0)
+    return np.array([weights, optimizer])
+
+
+def stream_window_s(est) -> float:
+    """Seconds of a plan's step (a one-plan StepEstimate) in which its NICs carry none of the
+    step's own traffic and the optimizer step has not begun: when optimizer state can stream."""
+    busy = sum(float(np.asarray(est.breakdown_s[k])[0] + np.asarray(est.overlapped_s.get(
+        k, 0.0))[0]) for k in ("dp_comm", "pp_comm", "sync"))
+    step = float(est.step_time_s[0])
+    return max(0.0, step - float(np.asarray(est.breakdown_s["optimizer"])[0]) - busy)
 
 
 def new_accelerators(old: Placement, new: Placement) -> dict[int, int]:
@@ -198,31 +369,48 @@ def new_accelerators(old: Placement, new: Placement) -> dict[int, int]:
     return {d: n - held.get(d, 0) for d, n in new.taken.items() if n > held.get(d, 0)}
 
 
+def _pct(x, q: float) -> float | None:
+    x = np.asarray(x, dtype=float)
+    return float(np.percentile(x, q)) if x.size else None
+
+
 def _stats(moved: list[Swing]) -> dict:
     closed = [s for s in moved if s.end_s is not None and s.dip is not None]
-    dip = np.array([s.dip for s in closed])
-    rec = np.array([s.recovery_s for s in closed])
-
-    def pct(x: np.ndarray, q: float) -> float | None:
-        return float(np.percentile(x, q)) if x.size else None
-
+    dip = [s.dip for s in closed]
+    rec = [s.recovery_s for s in closed]
     return {"count": len(moved), "recovered": len(closed),
-            "dip_p50": pct(dip, 50), "dip_p99": pct(dip, 99), "dip_max": pct(dip, 100),
+            "dip_p50": _pct(dip, 50), "dip_p99": _pct(dip, 99), "dip_max": _pct(dip, 100),
             # what the swing alone costs over the same windows; the rest is the adjustment
-            "swing_dip_p50": pct(np.array([s.swing_dip for s in closed]), 50),
-            "recovery_s_p50": pct(rec, 50), "recovery_s_p99": pct(rec, 99),
-            "recovery_s_max": pct(rec, 100)}
+            "swing_dip_p50": _pct([s.swing_dip for s in closed], 50),
+            "recovery_s_p50": _pct(rec, 50), "recovery_s_p99": _pct(rec, 99),
+            "recovery_s_max": _pct(rec, 100)}
 
 
-def summary(records: list[Swing], causes: tuple[str, ...] = SWING_CAUSES) -> dict:
-    """The report's `swings` block: the re-plans the given causes fired that moved the job,
-    overall and split by whether state crossed the WAN at the switch."""
+def relocation_stats(moves: list[Relocation]) -> dict:
+    """Relocations: how many, how, what crossed the WAN, and what each lost."""
+    done = [m for m in moves if m.phase == "done"]
+    lost = [m.lost_s for m in done]
+    return {"count": len(moves), "switched": len(done),
+            "cancelled": sum(m.phase == "cancelled" for m in moves),
+            "by_checkpoint": sum(m.how == CHECKPOINT for m in done),
+            "by_transfer": sum(m.how == TRANSFER for m in done),
+            "transfer_s_p50": _pct([m.transfer_s for m in done], 50),
+            "transfer_s_max": _pct([m.transfer_s for m in done], 100),
+            "lost_s_p50": _pct(lost, 50), "lost_s_max": _pct(lost, 100),
+            "lost_gpu_h": sum(m.lost_gpu_s for m in done) / 3600,
+            "wan_gb": sum(m.wan_gb for m in moves if m.phase != "wait"),
+            "wan_cost": sum(m.wan_cost for m in moves if m.phase != "wait")}
+
+
+def summary(records: list[Swing], causes: tuple[str, ...] = SWING_CAUSES,
+            moves: list[Relocation] = ()) -> dict:
+    """The report's `swings` block: the adjustments the given causes fired (re-plans that kept
+    the job on its domains), and apart from them the relocations those causes led to."""
     moved = [s for s in records if s.cause in causes and s.how != "kept"]
     return {
         "causes": list(causes),
         **_stats(moved),
         "kept_plan": sum(s.cause in causes and s.how == "kept" for s in records),
         "fallbacks_to_restart": sum(s.how in ("fallback", RESTART) for s in moved),
-        "in_place": _stats([s for s in moved if s.wan_gb == 0]),
-        "across_domains": _stats([s for s in moved if s.wan_gb > 0]),
+        "relocations": relocation_stats([m for m in moves if m.cause in causes]),
     }
