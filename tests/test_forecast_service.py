@@ -97,3 +97,55 @@ def test_job_in_from_a_known_job():
 
     j = JobIn.from_known(KnownJob("a", 32, finish_s=1800, start_s=600))
     assert (j.gpus, j.finish_min, j.start_min) == (32, 30.0, 10.0)
+
+
+def _consultations(days: float = 6.0, every_min: int = 60) -> list[ForecastRequest]:
+    """Hourly requests as the controller sends them: its whole 10-minute history so far."""
+    y, idx = demand(days=int(np.ceil(days)), seed=3)
+    y10, idx10 = y[::10], idx[::10]
+    return [
+        ForecastRequest(
+            history=y10[:k].tolist(),
+            step_min=10,
+            end_time=idx10[k - 1].to_pydatetime(),
+            series="study-a",
+            seed=1,
+        )
+        for k in range(3 * 144, int(days * 144), every_min // 10)
+    ]
+
+
+def test_served_forecast_fits_the_model_the_controller_fits_in_process():
+    from types import SimpleNamespace
+
+    from xdscheduler.forecast.service import FIT_DAYS, FittedOnHistory
+    from xdscheduler.serving.app import XdsService
+
+    route = XdsService.func_or_class.forecast  # the route itself, without Serve
+    served, local = SimpleNamespace(), FittedOnHistory((10, 60))
+    fitted = 0
+    for req in _consultations():
+        a, b = route(served, req), local.answer(req)
+        assert a.model_dump_json() == b.model_dump_json()
+        plain = forecast(req, None)
+        if len(req.history) < FIT_DAYS * 144:
+            assert a == plain  # too little history: persistence
+        else:
+            fitted += a.horizons[-1].mean != plain.horizons[-1].mean
+    assert fitted > 0 and local.forecaster is not None
+    # Another series sent to the same app gets a model of its own.
+    other = req.model_copy(update={"series": "study-b", "history": req.history[: 3 * 144]})
+    assert route(served, other) == forecast(other, None)
+
+
+def test_online_model_refits_daily_and_when_time_goes_back():
+    from xdscheduler.forecast.service import FittedOnHistory
+
+    reqs = [r for r in _consultations(days=6.0, every_min=120) if len(r.history) >= 4 * 144]
+    model, fits = FittedOnHistory((10, 60)), []
+    for r in reqs:
+        model.answer(r)
+        fits.append(model.fitted_at)
+    assert len(set(fits)) == 2  # days 4 and 5: once a day
+    model.answer(reqs[0])  # a resumed client: back before the last fit
+    assert model.fitted_at == pd.Timestamp(reqs[0].end_time).floor("min")

@@ -14,28 +14,26 @@ workload) hold their minimum from their arrival. From the answer it:
   before a job's arrival its minimum is held back from other jobs (largest free domains first)
   and given back the moment it arrives, so it does not queue behind jobs placed just before.
 
-The forecaster is the in-process `forecast.service.forecast` (a fitted history model once
-FIT_DAYS of history exist, persistence with the day's spread before), or `POST /forecast` of
-the Serve application when the study runs with `--serve`.
+The forecaster is `forecast.service.FittedOnHistory` in process, or `POST /forecast` of the
+Serve application when the study runs with `--serve`; both fit the same history model on the
+history each request carries (once FIT_DAYS of it exist, again each simulated day;
+persistence with the day's spread before), so both answer alike.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import uuid
 from dataclasses import dataclass, field
 
-import numpy as np
 import pandas as pd
-
-from xdscheduler.errors import UserError
 
 STEP_MIN = 10  # demand history resolution: the forecaster's shortest horizon
 CONSULT_S = 3600.0  # the controller consults the forecast once per simulated hour
 HORIZONS_MIN = (10, 60)
 PREALLOC_LEAD_S = 600.0  # hold for a known job from 10 minutes before it arrives
-FIT_DAYS = 4  # history needed before a history model is fitted (else persistence)
-REFIT_S = 86_400.0  # refit the history model once per simulated day
+HISTORY_DAYS = 28  # demand history sent with each consultation: what the model is fitted on
 
 
 @dataclass
@@ -49,8 +47,10 @@ class DemandPlanner:
     history: list[float] = field(default_factory=list)  # demand, GPUs, every STEP_MIN
     next_record_s: float = 0.0
     next_consult_s: float = 0.0
-    fitted_at_s: float = -math.inf
-    forecaster: object | None = None  # forecast.hybrid.Forecaster once fitted
+    # In process: the model fitted on the history sent (forecast.service.FittedOnHistory);
+    # over HTTP the Serve app keeps one per `series`.
+    model: object | None = None
+    series: str = field(default_factory=lambda: uuid.uuid4().hex)
     coming: dict[str, float] = field(default_factory=dict)  # known job -> arrival time (s)
     holds: dict[str, dict[str, int]] = field(default_factory=dict)  # job -> domain -> GPUs
     log: list[dict] = field(default_factory=list)  # every consultation
@@ -86,9 +86,11 @@ class DemandPlanner:
         from xdscheduler.forecast.service import ForecastRequest, JobIn
 
         jobs = known_jobs(eng, self.known, t, max(HORIZONS_MIN))
-        req = ForecastRequest(history=self.history[-(1440 // STEP_MIN) * 7 :], step_min=STEP_MIN,
+        req = ForecastRequest(history=self.history[-(1440 // STEP_MIN) * HISTORY_DAYS :],
+                              step_min=STEP_MIN,
                               end_time=pd.Timestamp("2024-01-01") + pd.Timedelta(seconds=t),
-                              known_jobs=[JobIn.from_known(j) for j in jobs])
+                              known_jobs=[JobIn.from_known(j) for j in jobs],
+                              series=self.series, seed=self.seed)
         out, source = self._ask(req, t)
         self.coming = {j.name: t + j.start_s for j in jobs if j.start_s > 0}
         hour = out["horizons"][-1]
@@ -112,27 +114,12 @@ class DemandPlanner:
             from xdscheduler.serving.client import PolicyClient
 
             return PolicyClient(self.url).post("/forecast", req.model_dump_json()), "http"
-        from xdscheduler.forecast.service import forecast
+        from xdscheduler.forecast.service import FittedOnHistory
 
-        self._refit(t)
-        res = json.loads(forecast(req, self.forecaster, HORIZONS_MIN).model_dump_json())
-        return res, "history model" if self.forecaster is not None else "persistence"
-
-    def _refit(self, t: float) -> None:
-        per_day = 1440 // STEP_MIN
-        if len(self.history) < FIT_DAYS * per_day or t - self.fitted_at_s < REFIT_S:
-            return
-        from xdscheduler.forecast.hybrid import Forecaster
-
-        y = np.asarray(self.history, float)
-        idx = pd.date_range(end=pd.Timestamp("2024-01-01") + pd.Timedelta(seconds=t),
-                            periods=len(y), freq=f"{STEP_MIN}min")
-        try:
-            self.forecaster = Forecaster.fit(y, idx, STEP_MIN, "occupancy", HORIZONS_MIN,
-                                             seed=self.seed)
-        except UserError:  # too little variety to train on: stay with persistence
-            self.forecaster = None
-        self.fitted_at_s = t
+        if self.model is None:
+            self.model = FittedOnHistory(HORIZONS_MIN)
+        res = json.loads(self.model.answer(req).model_dump_json())
+        return res, "history model" if self.model.forecaster is not None else "persistence"
 
     def _hold(self, eng, t: float) -> None:
         """Hold a coming known job's minimum from PREALLOC_LEAD_S before it arrives."""

@@ -1,5 +1,6 @@
-"""`POST /forecast`: request/response schemas, a pure `forecast` function, and a thin Ray
-Serve deployment (FastAPI ingress) that holds the fitted history models.
+"""`POST /forecast`: request/response schemas, a pure `forecast` function, the models fitted on
+the requests' own history (`OnlineModels`, what the controller's planner and both Serve routes
+use), and a thin Ray Serve deployment (FastAPI ingress).
 
 Run: serve.run(ForecastDeployment.bind(forecaster), name="forecast", route_prefix="/forecast")
 then POST /forecast and GET /forecast/healthz.
@@ -7,6 +8,9 @@ then POST /forecast and GET /forecast/healthz.
 
 # No `from __future__ import annotations` here: FastAPI reads the handler's real types.
 import math
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
@@ -15,6 +19,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel, Field
 from ray import serve
 
+from xdscheduler.errors import UserError
 from xdscheduler.forecast.hybrid import Forecaster, HorizonForecast
 from xdscheduler.forecast.structure import KnownJob, structural_demand
 
@@ -38,6 +43,10 @@ class ForecastRequest(BaseModel):
     step_min: int = Field(default=1, gt=0)
     end_time: datetime | None = None  # time of the last value (default: now)
     known_jobs: list[JobIn] = []
+    # Which demand series the history is (one per controller): a model is fitted per series
+    # on the history it sends, once FIT_DAYS of it exist; `seed` seeds that fit.
+    series: str = "default"
+    seed: int = 0
 
 
 class ForecastResponse(BaseModel):
@@ -52,9 +61,7 @@ def forecast(
     request: ForecastRequest, forecaster: Forecaster | None, horizons_min=(10, 60)
 ) -> ForecastResponse:
     """Pure: a fitted `Forecaster` (or None: persistence) and a request → the forecast."""
-    values = np.asarray(request.history, float)
-    end = pd.Timestamp(request.end_time or datetime.now()).tz_localize(None)
-    index = pd.date_range(end=end.floor("min"), periods=len(values), freq=f"{request.step_min}min")
+    values, index = request_series(request)
     jobs = [
         KnownJob(j.name, j.gpus, j.finish_min * 60, j.start_min * 60) for j in request.known_jobs
     ]
@@ -65,6 +72,78 @@ def forecast(
     else:
         out = Forecaster(request.step_min).persistence(values, horizons_min, known)
     return _response(float(values[-1]), out, known)
+
+
+def request_series(request: ForecastRequest) -> tuple[np.ndarray, pd.DatetimeIndex]:
+    """The request's history as values on a time grid ending at its `end_time`."""
+    values = np.asarray(request.history, float)
+    end = pd.Timestamp(request.end_time or datetime.now()).tz_localize(None)
+    index = pd.date_range(end=end.floor("min"), periods=len(values), freq=f"{request.step_min}min")
+    return values, index
+
+
+FIT_DAYS = 4  # history needed before a model is fitted (else persistence with the day's spread)
+REFIT = pd.Timedelta(days=1)  # refit once per day of the series' own time
+
+
+@dataclass
+class FittedOnHistory:
+    """One demand series' forecaster, fitted on the history its requests carry: first once
+    FIT_DAYS of it exist, then again a day later (series time), so a request answers from a
+    model that saw nothing after it. The same requests give the same answers wherever this
+    runs: in the controller's process or behind POST /forecast."""
+
+    horizons_min: tuple[int, ...] = (10, 60)
+    forecaster: Forecaster | None = None
+    fitted_at: pd.Timestamp | None = None
+
+    def answer(self, request: ForecastRequest) -> ForecastResponse:
+        return forecast(request, self.fitted(request), self.horizons_min)
+
+    def fitted(self, request: ForecastRequest) -> Forecaster | None:
+        """The model to answer `request` with, refitted first when it is due."""
+        self._refit(request)
+        return self.forecaster
+
+    def _refit(self, request: ForecastRequest) -> None:
+        values, index = request_series(request)
+        if len(values) < FIT_DAYS * 1440 // request.step_min:
+            return
+        end = index[-1]
+        # A client resumed from an earlier snapshot sends an older end: refit, never answer
+        # from a model that saw its future.
+        if self.fitted_at is not None and self.fitted_at <= end < self.fitted_at + REFIT:
+            return
+        try:
+            self.forecaster = Forecaster.fit(
+                values, index, request.step_min, "occupancy", self.horizons_min, request.seed
+            )
+        except UserError:  # too little variety to train on: persistence
+            self.forecaster = None
+        self.fitted_at = end
+
+
+@dataclass
+class OnlineModels:
+    """`FittedOnHistory` per demand series (a request's `series`), the most recently used
+    `limit` kept. Refits take the lock; forecasts run outside it (a refit replaces the
+    series' Forecaster, it never changes one in place)."""
+
+    horizons_min: tuple[int, ...] = (10, 60)
+    limit: int = 64
+    models: OrderedDict = field(default_factory=OrderedDict)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def fitted(self, request: ForecastRequest) -> Forecaster | None:
+        with self.lock:
+            model = self.models.pop(request.series, None) or FittedOnHistory(self.horizons_min)
+            self.models[request.series] = model
+            while len(self.models) > self.limit:
+                self.models.popitem(last=False)
+            return model.fitted(request)
+
+    def answer(self, request: ForecastRequest) -> ForecastResponse:
+        return forecast(request, self.fitted(request), self.horizons_min)
 
 
 def _response(current: float, out: list[HorizonForecast], known) -> ForecastResponse:
@@ -97,14 +176,17 @@ app.add_middleware(_PrefixRoot)
 @serve.deployment(ray_actor_options={"num_cpus": 0.25})
 @serve.ingress(app)
 class ForecastDeployment:
-    """Holds a Forecaster fitted on the controller's demand history (or none: persistence)."""
+    """Holds a Forecaster fitted by the caller; without one, models fitted per series on the
+    requests' own history (persistence until FIT_DAYS of it arrive)."""
 
     def __init__(self, forecaster: Forecaster | None = None):
-        # Fitted by the caller (on the controller's demand history): no training per request.
         self.forecaster = forecaster
+        self.online = OnlineModels()
 
     @app.post("/")
     def post_forecast(self, request: ForecastRequest) -> ForecastResponse:
+        if self.forecaster is None:
+            return self.online.answer(request)
         return forecast(request, self.forecaster)
 
     @app.get("/healthz")

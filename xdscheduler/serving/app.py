@@ -89,7 +89,12 @@ class XdsService:
 
     @app.post("/forecast")
     def forecast(self, request: ForecastRequest) -> ForecastResponse:
-        return forecast(request, None)
+        # The model the controller would fit in process, fitted here per demand series on the
+        # history it sends (persistence until FIT_DAYS of it arrive; a refit once a day).
+        from xdscheduler.forecast.service import OnlineModels
+
+        models = vars(self).setdefault("_forecasts", OnlineModels())
+        return forecast(request, models.fitted(request))
 
     @app.get("/healthz")
     def healthz(self) -> dict:
