@@ -231,3 +231,18 @@ def test_shrink_weights_keep_persistence_without_a_clear_gain():
     skilled = noise.copy()
     skilled[:, 1] = actual  # the undoubted median knows the answer
     assert _shrink_weights(actual, skilled, np.ones(4000), h=10) == (0.0, 0.0)
+
+
+def test_shifted_phases_diagnostic_reuses_the_model_and_moves_the_windows():
+    s = series.from_frame(synthetic(days=14, seed=6), "occupancy", name="vcS")
+    r = backtest.run(s, "1h", phases=3)
+    shifts = [p["shift_steps"] for p in r["phases"]]
+    assert shifts == [0, 20, 40]
+    first = r["phases"][0]
+    # The unshifted window is the backtest itself: the same WAPEs.
+    assert first["wape"]["hybrid"] == pytest.approx(r["wape"])
+    for name, m in r["baselines"].items():
+        assert first["wape"][name] == pytest.approx(m["wape"])
+    assert first["lowest_wape"] == r["lowest_wape"]
+    assert len({p["wape"]["persistence"] for p in r["phases"]}) == 3  # other windows
+    assert "phases" not in backtest.run(s, "1h")

@@ -115,18 +115,7 @@ def lucid_forecast(series: Series, win: Window, h: int, lucid: pd.Series) -> np.
     return future_mean(np.nan_to_num(pred), h)[win.origins]
 
 
-def run(
-    series: Series, horizon: str, lucid: pd.Series | None = None, seed: int = 0, pool=()
-) -> dict:
-    """Backtest at one horizon. `pool`: sibling series of the same trace to pool into the
-    history model's training (cut at this test window's start time)."""
-    h = series.steps(horizon)
-    test_start = None
-    if lucid is not None:
-        test_start = int(series.index.searchsorted(lucid.index[0]))
-    win = window(series, h, test_start)
-    total = h if series.target == "arrivals" else 1  # arrivals: totals over the horizon
-    point, scale, model = history_forecast(series, win, h, seed, pool)
+def baselines(series: Series, win: Window, h: int, lucid: pd.Series | None = None) -> dict:
     base = {
         "persistence": persistence(series, win),
         "seasonal_naive": seasonal_naive(series, win, h),
@@ -134,6 +123,44 @@ def run(
     }
     if lucid is not None:
         base["lucid"] = lucid_forecast(series, win, h, lucid)
+    return base
+
+
+def shifted_phases(series: Series, h: int, win: Window, model, n: int) -> list[dict]:
+    """Diagnostic only, nothing is chosen on it: the fitted model and every baseline on test
+    windows whose first origin moves on by k·h/n steps (k = 0..n-1), so the origins fall on
+    other phases of the horizon. The model was trained before the unshifted start."""
+    out = []
+    for k in range(n):
+        shift = k * h // n
+        w = window(series, h, int(win.origins[0]) + 1 + shift)
+        point, _ = model.predict(series.values, series.index, w.origins)
+        fc = {"hybrid": point, **baselines(series, w, h)}
+        wape = {name: metrics(w.actual, v)["wape"] for name, v in fc.items()}
+        best = min(v for name, v in wape.items() if name != "hybrid")
+        out.append({"shift_steps": shift, "wape": wape, "lowest_wape": wape["hybrid"] < best})
+    return out
+
+
+def run(
+    series: Series,
+    horizon: str,
+    lucid: pd.Series | None = None,
+    seed: int = 0,
+    pool=(),
+    phases: int = 0,
+) -> dict:
+    """Backtest at one horizon. `pool`: sibling series of the same trace to pool into the
+    history model's training (cut at this test window's start time). `phases` > 0 adds the
+    shifted-window diagnostic (`shifted_phases`) for occupancy."""
+    h = series.steps(horizon)
+    test_start = None
+    if lucid is not None:
+        test_start = int(series.index.searchsorted(lucid.index[0]))
+    win = window(series, h, test_start)
+    total = h if series.target == "arrivals" else 1  # arrivals: totals over the horizon
+    point, scale, model = history_forecast(series, win, h, seed, pool)
+    base = baselines(series, win, h, lucid)
     actual = win.actual * total
     out = {
         "series": series.name,
@@ -151,4 +178,6 @@ def run(
     lowest = min(v["wape"] for v in out["baselines"].values())
     out["lowest_wape"] = bool(out["wape"] < lowest)  # strictly: a tie is not a win
     out["tied_with"] = [k for k, v in out["baselines"].items() if v["wape"] == out["wape"]]
+    if phases and series.target == "occupancy":
+        out["phases"] = shifted_phases(series, h, win, model, phases)
     return out
