@@ -86,9 +86,9 @@ def test_the_swings_block_gets_its_own_table(tmp_path):
               end_s=6.0, tokens=500.0)
     p = Placement("j2", SINGLE, (1,), (8,), Plan(dp=8))
     moves = [Relocation("j2", "rtt", "checkpoint", 0.0, p, 900.0, 700.0, 65.0, 0.0, 112.0, 2.2,
-                        2e3, 3e3, phase="done", lost_s=765.0, lost_gpu_s=7200.0),
+                        2e3, 3e3, 1e4, 2e4, phase="done", lost_s=765.0, lost_gpu_s=7200.0),
              Relocation("j3", "grow", "transfer", 0.0, p, 0.0, 90.0, 5.0, 90.0, 112.0, 2.2,
-                        2e3, 3e3, phase="done")]
+                        2e3, 3e3, 1e4, 2e4, phase="done")]
     block = swing_summary([s, Swing("j1", "grow", "restart", 0.0, 1.0, 1.0, 2.0, 0.0)],
                           moves=moves)
     assert block["count"] == 1 and block["dip_p50"] == pytest.approx(1 / 6)

@@ -45,11 +45,11 @@ class Scripted:
 
     name = "scripted"
 
-    def __init__(self, then: Placement):
-        self.then = then
+    def __init__(self, then: Placement, start: Placement | None = None):
+        self.then, self.start = then, start or plan_on(0, 16)
 
     def decide(self, queue, view, now_s):
-        return [plan_on(0, 16)] if queue else []
+        return [self.start] if queue else []
 
     def replan(self, job, current, view):
         return self.then if view.domains[0].reserved_gpus > 2 else None
@@ -64,11 +64,12 @@ def swing_dynamics(scn, hours: float = 2.0) -> Dynamics:
                     np.repeat(rtt[None], steps, 0), load, 300.0)
 
 
-def run(then: Placement, replan: str = reconfig.MAKE_BEFORE_BREAK, until_s: float = 1800.0):
+def run(then: Placement, replan: str = reconfig.MAKE_BEFORE_BREAK, until_s: float = 1800.0,
+        start: Placement | None = None):
     scn = two_domains()
     dyn = swing_dynamics(scn)
-    eng = Engine(scn, scn.jobs, Scripted(then), dyn, LocalDomains(scn.domains, dyn), 3600.0,
-                 replan=replan)
+    eng = Engine(scn, scn.jobs, Scripted(then, start), dyn, LocalDomains(scn.domains, dyn),
+                 3600.0, replan=replan)
     eng.run(until_s=until_s)
     return eng
 
@@ -140,10 +141,25 @@ def test_the_charges_of_moving_worked_by_hand():
     # plan trains after the checkpoint are redone, and held against the move
     finish, idle = reconfig.checkpoint_charge(1000, 1.0, 4.0, 10, 20, 60.0, 90.0, 30.0)
     assert (finish, idle) == (60 + 90 + 30 + 940 / 4, 10 * 120 + 20 * 30)
+    # its accelerator-seconds: 10 held for the 180 s to the switch, 20 loading for 30 s of
+    # them, then 20 to the end
+    assert reconfig.gpu_seconds(finish, 180.0, 10, 20, 30.0, 20) == 1800 + 600 + 20 * 235
+
+
+def test_a_move_to_more_accelerators_no_faster_each_is_not_made():
+    # west's 32 accelerators train no faster each than east's 16: the job would finish sooner,
+    # but take more accelerator-seconds (the pause's idle ones) than staying
+    eng = run(plan_on(1, 32))
+    assert not eng.relocations and eng.runs[0].placement == plan_on(0, 16)
+
+
+# TP 8 × PP 2 on 16 of east's accelerators trains at 2/3 of the per-accelerator rate of DP on
+# west: moving there pays the job and takes fewer accelerator-seconds to finish.
+SLOW = Placement("j", SINGLE, (0,), (16,), Plan(dp=1, tp=8, pp=2))
 
 
 def test_a_move_across_the_wan_is_a_relocation_charged_for_its_pause_and_idle_accelerators():
-    eng = run(plan_on(1, 32))
+    eng = run(plan_on(1, 32), start=SLOW)
     (s,) = [s for s in eng.swings if s.cause == "load"]
     assert s.how == "kept"  # no adjustment on east: the swing block has nothing to measure
     (m,) = eng.relocations
@@ -158,7 +174,8 @@ def test_a_move_across_the_wan_is_a_relocation_charged_for_its_pause_and_idle_ac
     assert m.switch_s == SWING_S + 5.0 and m.lost_s == m.pause_s
     # 32 new accelerators prepare for 5 s, then they and the 16 held idle for the pause
     assert m.lost_gpu_s == pytest.approx(32 * 5 + 48 * m.pause_s)
-    assert m.charge_s < m.stay_s
+    assert m.charge_s < m.stay_s and m.gpu_s < m.stay_gpu_s
+    assert m.stay_gpu_s == pytest.approx(16 * m.stay_s)  # 16 accelerators until the end
     assert r.wan_gb == pytest.approx(state_gb)  # billed to the job
     block = reconfig.summary(eng.swings, moves=eng.relocations)
     assert block["count"] == 0 and block["relocations"]["switched"] == 1
@@ -169,7 +186,7 @@ def test_a_relocation_through_the_checkpoint_redoes_what_was_trained_since(monke
     real = reconfig.switch_charge
     monkeypatch.setattr(reconfig, "switch_charge",  # make the paused transfer never pay
                         lambda *a: (float("inf"), 0.0) if a[4] else real(*a))
-    eng = run(plan_on(1, 32), until_s=3000.0)
+    eng = run(plan_on(1, 32), until_s=3000.0, start=SLOW)
     (m,) = eng.relocations
     params = catalog.model("llama3-8b").params
     assert (m.how, m.phase) == ("checkpoint", "done")
@@ -181,7 +198,8 @@ def test_a_relocation_through_the_checkpoint_redoes_what_was_trained_since(monke
     assert m.hold_s == pytest.approx(params * 14 / 25e9 + 60.0)
     assert m.switch_s == pytest.approx(1800.0 + copy + m.hold_s)
     # the old plan trained on meanwhile; all of it is redone on the new one
-    assert m.redone == pytest.approx(eng.runs[0].rate / 2 * (m.switch_s - 1800.0), rel=1e-6)
+    old_rate = eng._speed(eng.runs[0], SLOW)[0]
+    assert m.redone == pytest.approx(old_rate * (m.switch_s - 1800.0), rel=1e-6)
     assert m.lost_s == pytest.approx(m.switch_s - 1800.0)
     assert m.lost_gpu_s == pytest.approx(16 * m.lost_s + 32 * m.hold_s)  # + 32 loading
 

@@ -209,7 +209,6 @@ class Engine:
             self.queue.append(self.pending.pop(0))
         if t >= self.next_sample_s:
             self._retrigger(t)
-            self._relocations_due(t)  # a transfer decided now, with nothing before it, starts
         self._schedule(t)
         if t >= self.next_sample_s:  # links and loads change on the dynamics' grid
             self._refresh_rates()
@@ -426,7 +425,10 @@ class Engine:
         moves = [m for p in far if reconfig.switch_cost(base, p, r.spec.arch.params,
                                                         self.view).wan_gb > 0
                  for m in self._relocations(r, base, p, rate, left, self.view, cause, t)]
-        best = min(moves, key=lambda m: m.charge_s, default=None)
+        # It must pay the job (its charge) and the cluster: no more accelerator-seconds to
+        # finish than staying takes.
+        best = min((m for m in moves if m.gpu_s <= m.stay_gpu_s), key=lambda m: m.charge_s,
+                   default=None)
         if best is not None and best.charge_s < best.stay_s:
             self._plan_relocation(r, best, t)
 
@@ -453,20 +455,26 @@ class Engine:
         cost = reconfig.switch_cost(base, p, params, view, window)
         if not cost.alongside:
             return []
-        extra = sum(reconfig.new_accelerators(base, p).values())
-        stay = left / base_rate
-        finish, idle = reconfig.switch_charge(left, base_rate, rate, base.total_gpus, extra,
+        extra, held = sum(reconfig.new_accelerators(base, p).values()), base.total_gpus
+        stay = (left / base_rate, held * left / base_rate)
+        before = cost.prepare_s + cost.pause_s
+        finish, idle = reconfig.switch_charge(left, base_rate, rate, held, extra,
                                               cost.prepare_s, cost.pause_s)
         transfer = Relocation(r.spec.name, cause, TRANSFER, t, p, t, cost.pause_s,
                               cost.prepare_s, cost.pause_s, cost.wan_gb, cost.wan_cost,
-                              reconfig.charge_s(finish, idle, p.total_gpus), stay)
+                              reconfig.charge_s(finish, idle, p.total_gpus), stay[0],
+                              reconfig.gpu_seconds(finish, before, held, extra, before,
+                                                   p.total_gpus), stay[1])
         wait = max(r.next_checkpoint_s - t, 0.0)
         hold = max(self._load_s(r, p), COMM_INIT_S)
-        finish, idle = reconfig.checkpoint_charge(left, base_rate, rate, base.total_gpus, extra,
-                                                  wait, cost.wan_s, hold)
+        before = wait + cost.wan_s + hold
+        finish, idle = reconfig.checkpoint_charge(left, base_rate, rate, held, extra, wait,
+                                                  cost.wan_s, hold)
         copy = Relocation(r.spec.name, cause, CHECKPOINT, t, p, t + wait, cost.wan_s, hold, 0.0,
                           cost.wan_gb, cost.wan_cost,
-                          reconfig.charge_s(finish, idle, p.total_gpus), stay)
+                          reconfig.charge_s(finish, idle, p.total_gpus), stay[0],
+                          reconfig.gpu_seconds(finish, before, held, extra, hold, p.total_gpus),
+                          stay[1])
         return [transfer, copy]
 
     def _load_s(self, r: JobRun, p: Placement) -> float:
@@ -497,6 +505,8 @@ class Engine:
     def _plan_relocation(self, r: JobRun, m: Relocation, t: float) -> None:
         self.relocations.append(m)
         r.move = m
+        if m.how == TRANSFER and r.next is None:  # nothing before it: the target taken now,
+            self._take(r, m, t)                   # before another job's decision counts it
         how = ("a paused transfer" if m.how == TRANSFER else
                f"its checkpoint at {m.at_s:.0f} s, copied")
         self._log(t, r, "relocate", m.target, f"{m.cause}: relocate by {how} "
@@ -515,19 +525,27 @@ class Engine:
                 m.checkpoint, m.phase, m.at_s = r.checkpoint, "copy", t + m.transfer_s
                 self._charge_wan(r, m)
                 continue
-            if r.next is not None or r.paused_until > t:
-                continue  # a switch still under way; its end is an event
-            extra = reconfig.new_accelerators(r.placement, m.target)
-            if any(self.names[d] in self.down for d in m.target.domains) or any(
-                    n > self.view.domains[d].available for d, n in extra.items()):
-                m.phase, r.move = "cancelled", None  # the target is no longer there
-                continue
-            if m.how == TRANSFER:
-                self._charge_wan(r, m)
-            m.phase = "held"
-            r.next, r.switch_at, r.switch_pause_s = m.target, t + m.hold_s, m.pause_s
-            self.domains.apply(r.spec.name + PREPARING, r.preparing, t)
-            self.view = self.view.adjust_free({i: -n for i, n in r.preparing.items()})
+            if r.next is None and r.paused_until <= t:  # else a switch is under way: its
+                self._take(r, m, t)                      # end is an event
+
+    def _take(self, r: JobRun, m: Relocation, t: float) -> None:
+        """The target's accelerators taken alongside the job's, until the switch; a target
+        no longer there cancels the relocation."""
+        if not self._target_free(r, m):
+            m.phase, r.move = "cancelled", None
+            return
+        if m.how == TRANSFER:
+            self._charge_wan(r, m)
+        m.phase = "held"
+        r.next, r.switch_at, r.switch_pause_s = m.target, t + m.hold_s, m.pause_s
+        self.domains.apply(r.spec.name + PREPARING, r.preparing, t)
+        self.view = self.view.adjust_free({i: -n for i, n in r.preparing.items()})
+
+    def _target_free(self, r: JobRun, m: Relocation) -> bool:
+        """The relocation's target is up and its accelerators free beside the job's."""
+        extra = reconfig.new_accelerators(r.placement, m.target)
+        return not any(self.names[d] in self.down for d in m.target.domains) and all(
+            n <= self.view.domains[d].available for d, n in extra.items())
 
     def _charge_wan(self, r: JobRun, m: Relocation) -> None:
         """The state a relocation sends across domains goes on the job's WAN bill."""

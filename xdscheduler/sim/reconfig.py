@@ -56,8 +56,10 @@ the domains it holds (a make-before-break switch, no state over the WAN). Moving
 domains is a separate decision, a `Relocation`, that must pay for all it costs: its `charge_s`
 is the job's finish time plus the accelerator-seconds it holds that train nothing it keeps
 (idle while state crosses, loading, or redoing work), converted to seconds of the job at the
-new plan's rate per accelerator; it happens only when that is less than staying (the adjusted
-plan's own charge). Two ways are weighed:
+new plan's rate per accelerator; it happens only when that is less than staying on the
+adjusted plan, and when it takes no more accelerator-seconds until the job finishes
+(`gpu_seconds`) than staying does: a move must pay the job and the cluster both. Two ways are
+weighed:
 
 - transfer: make-before-break across the WAN (the target's accelerators taken, communicators
   built, then a pause while the state crosses, old and new accelerators idle);
@@ -179,6 +181,8 @@ class Relocation:
     wan_cost: float
     charge_s: float  # its charge when decided (`charge_s`), against staying's
     stay_s: float
+    gpu_s: float  # accelerator-seconds until the job finishes if moved (`gpu_seconds`),
+    stay_gpu_s: float  # and if it stays
     phase: str = "wait"  # wait -> copy (checkpoint) -> held -> done, or cancelled
     checkpoint: float = 0.0  # tokens the copied checkpoint holds
     switch_s: float | None = None
@@ -192,6 +196,14 @@ def charge_s(finish_s: float, idle_gpu_s: float, gpus: int) -> float:
     nothing it keeps, converted to seconds of the job at its plan's rate per accelerator (the
     tokens they would have trained, at the job's rate)."""
     return finish_s + idle_gpu_s / max(gpus, 1)
+
+
+def gpu_seconds(finish_s: float, before_s: float, held: int, extra: int, extra_s: float,
+                gpus: int) -> float:
+    """Accelerator-seconds a move takes until the job finishes `finish_s` from now: the `held`
+    ones until the switch `before_s` from now, the `extra` ones for `extra_s` before it, the
+    new plan's `gpus` after it."""
+    return held * before_s + extra * extra_s + gpus * (finish_s - before_s)
 
 
 def switch_charge(left: float, now_rate: float, new_rate: float, held: int, extra: int,
