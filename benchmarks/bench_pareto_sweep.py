@@ -1,9 +1,10 @@
 """The reward-weight sweep against exhaustive evaluation of the candidates on fixed states.
 
-Trains one trial per weighting of rllib_configs/hppo.yaml under Tune (each fine-tuned from the
-shipped policy), then counts the Pareto-optimal choices (supported by the sweep's weightings,
-found exhaustively) that the trained agents pick. Baseline, measured in the same run: the
-shipped policy, untouched, told each weighting only through its inputs.
+Trains one trial per weighting of rllib_configs/hppo_sweep.yaml under Tune (each fine-tuned
+from the shipped per-decision policy, trained under weightings drawn at random), then counts
+the Pareto-optimal choices (supported by the sweep's weightings, found exhaustively) that the
+trained agents pick. Baselines, measured in the same run: the shipped per-decision policy,
+untouched, told each weighting only through its inputs; and the study policy the same way.
 Run: python -m benchmarks.bench_pareto_sweep [--samples 6] [--iterations 3] [--states 40]
 """
 
@@ -14,9 +15,9 @@ import tempfile
 from pathlib import Path
 
 from benchmarks._table import print_table
-from xdscheduler.rl.agents import SHIPPED, Agents
+from xdscheduler.rl.agents import SHIPPED, SHIPPED_DECISION, Agents
 from xdscheduler.rl.pareto import coverage, fixed_states, plot_front
-from xdscheduler.rl.train import load_config, train
+from xdscheduler.rl.train import SWEEP_CONFIG, load_config, train
 from xdscheduler.runtime.study import connect
 from xdscheduler.scenario import Weights
 
@@ -31,16 +32,18 @@ def main() -> None:
 
     out = Path(args.out or tempfile.mkdtemp(prefix="xds-sweep-"))
     connect(None)
-    trials = train(load_config(), out, samples=args.samples, iterations=args.iterations,
-                   init=SHIPPED, verbose=0)
+    trials = train(load_config(SWEEP_CONFIG), out, samples=args.samples,
+                   iterations=args.iterations, init=SHIPPED_DECISION, verbose=0)
     weights = [Weights(**t["weights"]) for t in trials]
     states = fixed_states(args.states)
-    base = coverage(states, [(w, Agents(w, SHIPPED)) for w in weights])
+    study = coverage(states, [(w, Agents(w, SHIPPED)) for w in weights])
+    base = coverage(states, [(w, Agents(w, SHIPPED_DECISION)) for w in weights])
     swept = coverage(states, [(w, Agents(w, t["module"]))
                               for w, t in zip(weights, trials, strict=True)])
     plot = plot_front(swept, weights, out)
     rows = []
-    for name, r in (("shipped policy, weights as input only (baseline)", base),
+    for name, r in (("study policy, weights as input only", study),
+                    ("per-decision policy, weights as input only (baseline)", base),
                     (f"sweep: {len(trials)} trials × {args.iterations} iterations", swept)):
         rows.append([name, r["states"], r["pareto_choices"], r["coverage"],
                      r["picks_on_front"], r["coverage"] / max(base["coverage"], 1e-9)])

@@ -39,13 +39,13 @@ def main() -> None:
     agents = Agents(w, args.policy_path)
     client = PolicyClient(start(None, args.policy_path, scn, port=8000))
     steps = []  # (agent, observation, options) of every agent step met
-    for job, view in states:
-        ch = choices(job, view, w)
+    for job, view, now in states:
+        ch = choices(job, view, w, now)
         if ch is not None:
             steps.append(("upper", upper_observation(ch, 1), upper_options(ch)))
             steps.append(("lower", lower_observation(ch, 0, 1), lower_options(ch, 0)))
-    bodies = [DecideRequest(job=job_in(j), domains=state_of(v)[0], links=state_of(v)[1])
-              .model_dump_json() for j, v in states]
+    bodies = [DecideRequest(job=job_in(j), domains=state_of(v)[0], links=state_of(v)[1],
+                            now_s=now).model_dump_json() for j, v, now in states]
     for s in steps[:6]:  # warm the replica
         client.step(*s)
 
@@ -55,11 +55,13 @@ def main() -> None:
                                              for s in steps],
         "POST /policy/act over HTTP": [time_calls(lambda s=s: client.step(*s), r) for s in steps],
         "whole decision in process (baseline)": [
-            time_calls(lambda j=j, v=v: decide(agents, w, j, v), r) for j, v in states],
+            time_calls(lambda j=j, v=v, t=t: decide(agents, w, j, v, 1, t), r)
+            for j, v, t in states],
         "whole decision via the endpoint": [
-            time_calls(lambda j=j, v=v: decide(client, w, j, v), r) for j, v in states],
-        "  of which: candidate search": [time_calls(lambda j=j, v=v: choices(j, v, w), r)
-                                         for j, v in states],
+            time_calls(lambda j=j, v=v, t=t: decide(client, w, j, v, 1, t), r)
+            for j, v, t in states],
+        "  of which: candidate search": [time_calls(lambda j=j, v=v, t=t: choices(j, v, w, t), r)
+                                         for j, v, t in states],
         "POST /policy/decide over HTTP": [
             time_calls(lambda b=b: client.post("/policy/decide", b), r) for b in bodies],
     }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -15,22 +17,25 @@ from xdscheduler.perception.graph import (
     padded,
     to_data,
 )
+from xdscheduler.planner.policies import PlannerPolicy
 from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.view import ClusterView
-from xdscheduler.rl.agents import Agents, local_policy
+from xdscheduler.rl.agents import SHIPPED, Agents, local_policy
 from xdscheduler.rl.candidates import LOWER_CHOICES, UPPER_CHOICES, WAIT, choices
 from xdscheduler.rl.env import UPPER, PlacementEnv
 from xdscheduler.rl.module import GraphChoiceModule
+from xdscheduler.rl.rollout import advantage, rollout
 from xdscheduler.runtime.study import run_here, study_dynamics, study_jobs
 from xdscheduler.scenario import Weights, default_scenario_path, load_scenario
 from xdscheduler.sim.domain import LocalDomains, accepted
+from xdscheduler.sim.metrics import ideal_rates
 
 from .conftest import small_scenario
 
 
 @pytest.fixture(scope="module")
 def env_and_obs():
-    env = PlacementEnv({"seed": 5, "hours": 1.0, "max_decisions": 4})
+    env = PlacementEnv({"seed": 5, "hours": 1.0, "max_decisions": 4, "reward": "decision"})
     obs, _ = env.reset(seed=5)
     return env, obs
 
@@ -58,23 +63,59 @@ def test_graph_follows_reports_and_views():
     assert np.allclose(feats[:, 2], -0.3, atol=1e-6)
 
 
-def test_choices_group_allocations_and_rank_by_objective():
+def test_choices_offer_the_planners_pick_and_ways_to_leave_faster_accelerators_free():
     scn = load_scenario(default_scenario_path())
     view = ClusterView.from_scenario(scn)
     job = JobSpec.of(scn.jobs[0])
     ch = choices(job, view, scn.weights)
     bests = [ch.objective(ch.best(g)) for g in range(len(ch.groups))]
-    assert 1 < len(ch.groups) <= WAIT and bests == sorted(bests, reverse=True)
-    for g in ch.groups:  # one allocation per group, plans best first
-        rows = ch.alloc[g]
-        assert (rows == rows[0]).all()
-        assert len(g) <= LOWER_CHOICES
-        assert np.all(np.diff([ch.objective(i) for i in g]) <= 1e-12)
+    assert 1 < len(ch.groups) <= WAIT and bests[0] == max(bests) and ch.held[0] == ()
+    peak = np.array([d.accelerator.bf16_tflops for d in view.domains])
+    tiers = len(np.unique(peak)) - 1  # one per class of accelerators but the slowest
+    assert len(ch.groups) == 1 + tiers and all(ch.held[1:])
+    for g, held in enumerate(ch.held):
+        rows = ch.alloc[ch.groups[g]]
+        assert (rows == rows[0]).all() and len(ch.groups[g]) <= LOWER_CHOICES
+        assert np.all(np.diff([ch.objective(i) for i in ch.groups[g]]) <= 1e-12)
+        if held:  # off every domain at least as fast as the slowest one it holds back
+            used = np.flatnonzero(rows[0])
+            assert not set(used) & set(held) and peak[used].max() < peak[list(held)].min()
+            placement = ch.placement(ch.best(g), g)
+            assert placement.held == held and not set(placement.domains) & set(held)
+
+
+def test_job_efficiency_is_its_ideal_time_over_its_time_since_arrival():
+    scn = load_scenario(default_scenario_path())
+    view = ClusterView.from_scenario(scn)
+    job = replace(JobSpec.of(scn.jobs[1]), arrival_s=100.0)
+    ch = choices(job, view, scn.weights, now_s=400.0)
+    i = ch.best(0)
+    ideal = ideal_rates([job], view)[job.name]
+    run = job.tokens / ch.ev.terms["tokens_per_s"][i]
+    assert ch.ideal == pytest.approx(ideal)
+    assert ch.job_efficiency(i) == pytest.approx(min(job.tokens / ideal / (300.0 + run), 1.0))
+
+
+def test_replans_keep_off_the_domains_a_placement_holds_back():
+    scn = load_scenario(default_scenario_path())
+    view = ClusterView.from_scenario(scn)
+    job = JobSpec.of(scn.jobs[0])
+    planner = PlannerPolicy(scn.weights)
+    first = planner.decide([job], view, 0.0)[0]
+    elsewhere = [i for i in range(len(view.domains)) if i not in first.domains]
+    held = tuple(i for i in first.domains)  # hold back every domain it chose
+    moved = planner.replan(job, replace(first, held=held), view.adjust_free(
+        {i: -n for i, n in first.taken.items()}))
+    assert elsewhere and moved is not None and moved.held == held
+    assert not set(moved.domains) & set(held)
+    assert planner.replan(job, first, view.adjust_free(
+        {i: -n for i, n in first.taken.items()})).held == ()
 
 
 def test_environment_episode_rewards_and_final_observations(env_and_obs):
     env, obs = env_and_obs
-    assert set(obs) == {UPPER} and env.observation_spaces[UPPER].contains(obs[UPPER])
+    (first,) = obs  # the upper agent, or a lower one when one allocation is all there is
+    assert env.observation_spaces[first].contains(obs[first])
     acted, rewards, steps = set(), [], 0
     while True:
         action = {a: int(np.flatnonzero(o["action_mask"])[0]) for a, o in obs.items()}
@@ -89,15 +130,60 @@ def test_environment_episode_rewards_and_final_observations(env_and_obs):
     # Always taking the best allocation and its best plan: zero regret every time.
     assert rewards and np.allclose(rewards, 0.0)
     assert set(obs) == acted and all(a in rew for a in acted)
-    assert env.decisions == 4 and steps == 8
+    # One lower step a decision, and an upper one where there was an allocation to choose.
+    assert env.decisions == 4 and 4 <= steps <= 8
 
 
-def test_waiting_costs_the_best_objective():
-    env = PlacementEnv({"seed": 9, "hours": 1.0, "max_decisions": 2})
+def test_waiting_costs_the_best_objective_per_decision():
+    env = PlacementEnv({"seed": 9, "hours": 1.0, "max_decisions": 2, "reward": "decision"})
     env.reset(seed=9)
     best = env.current.objective(env.current.best(0))
     _, rew, _, _, _ = env.step({UPPER: WAIT})
     assert rew[UPPER] == pytest.approx(-10 * best)
+
+
+def big_job_decision(seed: int = 2) -> PlacementEnv:
+    """An environment on the study reward, stopped at a decision its upper agent is asked."""
+    env = PlacementEnv({"seed": seed, "hours": 7.0, "warmup_hours": 5.0, "window_hours": 2.0,
+                        "max_decisions": 100, "rollout_hours": 0.5})
+    obs, _ = env.reset(seed=seed)
+    while UPPER not in obs:
+        obs, _, term, trunc, _ = env.step({a: 0 for a in obs})
+        assert not (term["__all__"] or trunc["__all__"]), "no decision with a choice met"
+    return env
+
+
+def test_study_reward_is_the_decisions_advantage_over_the_planners_in_a_rollout():
+    env = big_job_decision()
+    ch, eng = env.current, env.engine
+    before = (eng.now, len(eng.decisions), [r.spec.name for r in eng.queue], eng.busy_gpu_s)
+    held = next(g for g in range(len(ch.groups)) if ch.held[g])
+    planners = ch.placement(ch.best(0))
+    expected = (rollout(eng, ch.job.name, ch.placement(ch.best(held), held), env.weights, 0.5)
+                - rollout(eng, ch.job.name, planners, env.weights, 0.5))
+    # The rollouts leave the engine as it was, and give the same figure every time.
+    assert before == (eng.now, len(eng.decisions), [r.spec.name for r in eng.queue],
+                      eng.busy_gpu_s)
+    assert advantage(eng, ch.job.name, planners, planners, env.weights, 0.5) == 0.0
+    obs, rew, _, _, _ = env.step({UPPER: held})
+    (lower,) = obs
+    _, rew, _, _, _ = env.step({lower: 0})
+    assert rew[UPPER] == pytest.approx(expected) and rew[lower] == 0.0  # best plan: no regret
+
+
+def test_study_episodes_are_windows_of_time_cut_short_not_ended():
+    env = PlacementEnv({"seed": 4, "hours": 2.0, "warmup_hours": 0.5, "window_hours": 0.5,
+                        "max_decisions": 500})
+    obs, _ = env.reset(seed=4)
+    rewards = []
+    while True:
+        obs, rew, term, trunc, _ = env.step({a: 0 for a in obs})
+        rewards += list(rew.values())
+        if term["__all__"] or trunc["__all__"]:
+            break
+    assert trunc["__all__"] and not term["__all__"]  # the window ended, the world did not
+    assert env.engine.now <= env.until_s and 2 < env.decisions < 500
+    assert np.allclose(rewards, 0.0)  # the planner's own picks: no advantage, no regret
 
 
 def test_module_masks_choices_and_values(env_and_obs):
@@ -105,7 +191,7 @@ def test_module_masks_choices_and_values(env_and_obs):
     module = GraphChoiceModule(observation_space=env.observation_spaces[UPPER],
                                action_space=env.action_spaces[UPPER],
                                model_config={"hidden": 16})
-    o = obs[UPPER]
+    o = next(iter(obs.values()))
     batch = {k: torch.from_numpy(np.stack([v, v])) for k, v in o.items()}
     batch["action_mask"][1, 0] = 0  # close the first choice in the second sample
     out = module.forward_train({Columns.OBS: batch})
@@ -151,3 +237,9 @@ def test_weights_change_the_choice_the_way_they_should():
     frugal = Agents(Weights(efficiency=0.2, utilization=0.0, cost=20.0)).decide(job, view)
     cost = [v.explanation["contributions"]["cost"]["chosen"] for v in (default, frugal)]
     assert cost[1] <= cost[0] + 1e-12
+
+
+def test_a_policy_path_may_be_relative(tmp_path, monkeypatch):
+    monkeypatch.chdir(SHIPPED.parent)
+    agents = Agents(Weights(efficiency=1.0, utilization=0.3, cost=0.3), SHIPPED.name)
+    assert agents.path == SHIPPED and set(agents.modules) == {"upper", "lower"}

@@ -17,7 +17,7 @@ from xdscheduler.scenario import default_scenario_path, load_scenario
 
 def tiny_config(tmp_path):
     cfg = yaml.safe_load(DEFAULT_CONFIG.read_text())
-    cfg["env"].update(hours=1.0, max_decisions=3)
+    cfg["env"].update(hours=1.0, warmup_hours=0.5, window_hours=0.5, max_decisions=3)
     cfg["ppo"].update(train_batch_size_per_learner=32, minibatch_size=16, num_epochs=1)
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(cfg))

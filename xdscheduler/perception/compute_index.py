@@ -21,9 +21,8 @@ from xdscheduler import catalog
 from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch
 from xdscheduler.costmodel.steptime import estimate
 from xdscheduler.errors import UserError
-from xdscheduler.planner.search import Candidate, JobSpec, search
+from xdscheduler.planner.search import THROUGHPUT_ONLY, Candidate, JobSpec, search
 from xdscheduler.planner.view import ClusterView, DomainView
-from xdscheduler.scenario import Weights
 
 # The capabilities a task can be sensitive to: Hardware field -> accelerator attribute.
 CAPABILITIES = {
@@ -33,7 +32,6 @@ CAPABILITIES = {
     "scaleout_bandwidth": ("scaleout_gbps", "scaleout_gbps"),
 }
 STEP = 1.01  # 1% perturbation for the elasticities
-THROUGHPUT_ONLY = Weights(efficiency=1.0, utilization=0.0, cost=0.0)
 
 
 def task(arch: catalog.ModelArch, gpus: int) -> JobSpec:

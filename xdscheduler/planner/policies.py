@@ -31,6 +31,7 @@ class Placement:
     gpus: tuple[int, ...]  # accelerators taken in each of those domains
     plan: Plan
     flat_dp: bool = False  # one flat data-parallel ring over the WAN (the greedy baseline)
+    held: tuple[int, ...] = ()  # domains the job keeps off, now and when re-planned
     explanation: str = ""
     decision_ms: float = 0.0
 
@@ -211,7 +212,12 @@ class PlannerPolicy:
         return out
 
     def replan(self, job: JobSpec, current: Placement, view: ClusterView) -> Placement | None:
-        return self._best(job, view.adjust_free(current.taken))
+        """The best placement on what is free with the job's own accelerators counted free,
+        off the domains it was placed to keep off."""
+        view = view.adjust_free(current.taken)
+        off = {view.names[i]: 0 for i in current.held}
+        best = self._best(job, view.with_free(off) if off else view)
+        return replace(best, held=current.held) if best is not None else None
 
     def state(self) -> dict:
         return dict(self._no_fit)

@@ -36,11 +36,19 @@ class JobSpec:
     seq: int
     gpus_min: int
     gpus_max: int
+    tokens: float = 0.0  # to train in all; 0 where unknown
+    arrival_s: float = 0.0  # when it was submitted
 
     @classmethod
     def of(cls, job) -> JobSpec:
         arch = job.arch
-        return cls(job.name, arch, job.global_batch, arch.seq_len, job.gpus.min, job.gpus.max)
+        return cls(job.name, arch, job.global_batch, arch.seq_len, job.gpus.min, job.gpus.max,
+                   float(job.tokens), float(job.arrival_s))
+
+    @property
+    def shape_key(self) -> tuple:
+        """What plans depend on: jobs equal here have the same plan space."""
+        return (self.arch, self.global_batch, self.seq, self.gpus_min, self.gpus_max)
 
 
 @dataclass(frozen=True)
@@ -132,6 +140,22 @@ def search(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchOption
     explanation = explain(job, best, runner, weights)
     ms = (time.perf_counter() - start) * 1000
     return Decision(job.name, best, cands[1:], front_cands, explanation, ms, len(ev.place))
+
+
+THROUGHPUT_ONLY = Weights(efficiency=1.0, utilization=0.0, cost=0.0)
+_IDEAL: dict[tuple, float] = {}
+
+
+def ideal_tokens_per_s(job: JobSpec, view: ClusterView) -> float:
+    """The job's best speed with the whole cluster, as leased, to itself: the yardstick its
+    efficiency is measured against (the same for every policy, whatever the load)."""
+    empty = view.empty()
+    key = (job.shape_key, tuple((d.name, d.accelerator.name, d.total_gpus, d.scaleup_gbs,
+                                 d.scaleout_gbps) for d in empty.domains),
+           empty.bandwidth_gbps.tobytes(), empty.rtt_ms.tobytes())
+    if key not in _IDEAL:
+        _IDEAL[key] = search(job, empty, THROUGHPUT_ONLY, top_k=0, pareto=False).best.tokens_per_s
+    return _IDEAL[key]
 
 
 def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights,

@@ -45,6 +45,7 @@ class ClusterView:
     rtt_ms: np.ndarray
     price_per_gb: np.ndarray
     base_bandwidth_gbps: np.ndarray | None = None  # as leased, before fluctuation
+    base_rtt_ms: np.ndarray | None = None  # as leased, before spikes
     indicators: np.ndarray | None = None  # K × 12 accepted indicator values, where reported
 
     @classmethod
@@ -71,7 +72,7 @@ class ClusterView:
             bw[j, i] = link.bandwidth_gbps_ba or link.bandwidth_gbps
             rtt[i, j] = rtt[j, i] = link.rtt_ms
             price[i, j] = price[j, i] = link.price_per_gb
-        return cls(tuple(domains), bw, rtt, price, bw.copy())
+        return cls(tuple(domains), bw, rtt, price, bw.copy(), rtt.copy())
 
     def with_free(self, free_gpus: dict[str, int],
                   reserved: dict[str, int] | None = None) -> ClusterView:
@@ -103,6 +104,15 @@ class ClusterView:
         domains = tuple(replace(d, free_gpus=0, up=False) if d.name in down else d
                         for d in self.domains)
         return replace(self, domains=domains, bandwidth_gbps=bw)
+
+    def empty(self) -> ClusterView:
+        """The same domains and links as leased, every accelerator free and every domain up."""
+        bw = self.base_bandwidth_gbps if self.base_bandwidth_gbps is not None else (
+            self.bandwidth_gbps)
+        rtt = self.base_rtt_ms if self.base_rtt_ms is not None else self.rtt_ms
+        domains = tuple(replace(d, free_gpus=d.total_gpus, reserved_gpus=0, up=True)
+                        for d in self.domains)
+        return replace(self, domains=domains, bandwidth_gbps=bw, rtt_ms=rtt, indicators=None)
 
     @property
     def names(self) -> list[str]:

@@ -17,6 +17,7 @@ from xdscheduler.planner.policies import Placement, PlannerPolicy
 from xdscheduler.planner.search import Candidate, JobSpec, describe
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.rl.candidates import (
+    LOWER_CHOICES,
     WAIT,
     Choices,
     DecisionQueue,
@@ -26,7 +27,9 @@ from xdscheduler.rl.candidates import (
 )
 from xdscheduler.scenario import Weights
 
-SHIPPED = Path(__file__).resolve().parent / "trained"  # see TRAINED.md there: how it was made
+TRAINED = Path(__file__).resolve().parent / "trained"  # see TRAINED.md there: how they were made
+SHIPPED = TRAINED / "study"  # `xds run --policies ppo`: trained on the study reward
+SHIPPED_DECISION = TRAINED / "decision"  # any weighting, per decision: the sweep starts here
 TERMS = ("efficiency", "utilization", "cost", "objective")
 
 
@@ -70,7 +73,7 @@ class Agents:
 
         torch.set_num_threads(1)  # one decision at a time; threads only add latency here
         self.weights = weights
-        self.path = Path(path) if path else SHIPPED
+        self.path = Path(path).resolve() if path else SHIPPED  # RLlib reads absolute paths
         self.modules = dict(zip(("upper", "lower"), _restore(self.path), strict=True))
 
     def logits(self, agent: str, obs: dict) -> np.ndarray:
@@ -96,27 +99,33 @@ class Agents:
 
     def choose(self, ch: Choices, queue_len: int = 1) -> int | None:
         """The evaluated candidate the agents pick (upper, then lower), or None to wait."""
-        a = int(np.argmax(self.logits("upper", upper_observation(ch, queue_len))))
+        a = 0 if len(ch.groups) == 1 else int(np.argmax(self.logits(
+            "upper", upper_observation(ch, queue_len))))
         if a == WAIT or a >= len(ch.groups):
             return None
         members = ch.groups[a]
         b = int(np.argmax(self.logits("lower", lower_observation(ch, a, queue_len))))
         return int(members[b if b < len(members) else 0])
 
-    def decide(self, job: JobSpec, view: ClusterView, queue_len: int = 1) -> Verdict | None:
-        return decide(self, self.weights, job, view, queue_len)
+    def decide(self, job: JobSpec, view: ClusterView, queue_len: int = 1,
+               now_s: float = 0.0) -> Verdict | None:
+        return decide(self, self.weights, job, view, queue_len, now_s)
 
 
 def decide(stepper, weights: Weights, job: JobSpec, view: ClusterView,
-           queue_len: int = 1) -> Verdict | None:
+           queue_len: int = 1, now_s: float = 0.0) -> Verdict | None:
     """Search the candidates here, let the upper then the lower agent pick (in this process or
     behind the endpoint: `stepper.step`). None when nothing fits now; a verdict with placement
     None when the upper agent waits."""
     start = time.perf_counter()
-    ch = choices(job, view, weights)
+    ch = choices(job, view, weights, now_s)
     if ch is None:
         return None
-    up = stepper.step("upper", upper_observation(ch, queue_len), upper_options(ch))
+    if len(ch.groups) == 1:  # one allocation open: nothing for the upper agent to weigh
+        up = Step("upper", 0, [1.0], [0], {"summary": "the only allocation offered",
+                                           "contributions": {}})
+    else:
+        up = stepper.step("upper", upper_observation(ch, queue_len), upper_options(ch))
     if up.choice == WAIT or up.choice >= len(ch.groups):
         ms = (time.perf_counter() - start) * 1000
         return Verdict(job.name, None, _alternatives(ch, -1),
@@ -127,36 +136,38 @@ def decide(stepper, weights: Weights, job: JobSpec, view: ClusterView,
                        lower_options(ch, up.choice))
     chosen = int(members[low.choice if low.choice < len(members) else 0])
     ms = (time.perf_counter() - start) * 1000
-    why = explanation(ch, chosen)
+    why = explanation(ch, chosen, up.choice)
     why["steps"] = [up.explanation, low.explanation]
-    return Verdict(job.name, ch.placement(chosen, why["summary"], ms),
+    return Verdict(job.name, ch.placement(chosen, up.choice, why["summary"], ms),
                    _alternatives(ch, chosen), why, ms)
 
 
 def _alternatives(ch: Choices, chosen: int) -> list[dict]:
-    """The best plan of every other allocation open to the job, with its objective terms."""
+    """What else was open: the best plan of every other allocation, then the next plans of the
+    chosen allocation, each with its objective terms."""
+    mine = next((g for g in ch.groups if chosen in g), ())
+    others = [ch.best(g) for g in range(len(ch.groups)) if chosen not in ch.groups[g]]
     out = []
-    for g in range(len(ch.groups)):
-        i = ch.best(g)
-        if i != chosen:
-            c = ch.candidate(i)
-            out.append({"summary": describe(c), "gpus_per_domain": c.gpus_per_domain,
-                        "predicted_step_time_s": c.step_time_s,
-                        "objective": c.objective.as_dict()})
+    for i in [*others, *(int(i) for i in mine if i != chosen)][:LOWER_CHOICES]:
+        c = ch.candidate(i)
+        out.append({"summary": describe(c), "gpus_per_domain": c.gpus_per_domain,
+                    "predicted_step_time_s": c.step_time_s,
+                    "objective": c.objective.as_dict()})
     return out
 
 
-def explanation(ch: Choices, chosen: int) -> dict:
+def explanation(ch: Choices, chosen: int, group: int) -> dict:
     """The decision's objective terms against the runner-up (the best other choice open)."""
     c = ch.candidate(chosen)
     others = [int(i) for g in ch.groups for i in g if int(i) != chosen]
     if not others:
         return {"summary": f"{ch.job.name}: {describe(c)}; the only choice open.",
                 "contributions": {}}
-    r = ch.candidate(max(others, key=ch.objective))
-    out = contrast({0: option(c), 1: option(r)}, 0, 1, ch.weights)
+    runner = max(others, key=ch.objective)
+    out = contrast({0: option(ch, chosen, group), 1: option(ch, runner)}, 0, 1, ch.weights)
     out["summary"] = f"{ch.job.name}: {out['summary']}."
-    out["contributions"]["step_time_s"] = {"chosen": c.step_time_s, "runner_up": r.step_time_s}
+    out["contributions"]["step_time_s"] = {"chosen": c.step_time_s,
+                                           "runner_up": ch.candidate(runner).step_time_s}
     return out
 
 
@@ -164,11 +175,16 @@ def _where(c: Candidate) -> str:
     return "+".join(f"{n}×{g}" for n, g in c.gpus_per_domain.items())
 
 
-def option(c: Candidate) -> dict:
-    """A choice as an agent's explanation names it: one line and its objective terms."""
-    p = c.plan
-    return {"summary": f"{c.kind} on {_where(c)} (TP {p.tp} PP {p.pp} DP {p.dp})",
+def option(ch: Choices, i: int, group: int | None = None) -> dict:
+    """Candidate i (of allocation `group`, whose held-back domains it names) as an agent's
+    explanation names it: one line, its objective terms and the job's own efficiency."""
+    c, p = ch.candidate(i), ch.candidate(i).plan
+    held = ch.held[group] if group is not None else ()
+    keep = (f", keeping off {'+'.join(ch.view.names[d] for d in held)} for the jobs behind"
+            if held else "")
+    return {"summary": f"{c.kind} on {_where(c)} (TP {p.tp} PP {p.pp} DP {p.dp}){keep}",
             "terms": {**{k: getattr(c.objective, k) for k in TERMS},
+                      "job_efficiency": float(ch.job_efficiency(i)),
                       "step_time_s": c.step_time_s}}
 
 
@@ -177,12 +193,12 @@ WAIT_OPTION = {"summary": "wait for accelerators to free",
 
 
 def upper_options(ch: Choices) -> dict[int, dict]:
-    out = {g: option(ch.candidate(ch.best(g))) for g in range(len(ch.groups))}
+    out = {g: option(ch, ch.best(g), g) for g in range(len(ch.groups))}
     return {**out, WAIT: WAIT_OPTION}
 
 
 def lower_options(ch: Choices, group: int) -> dict[int, dict]:
-    return {k: option(ch.candidate(int(i))) for k, i in enumerate(ch.groups[group])}
+    return {k: option(ch, int(i), group) for k, i in enumerate(ch.groups[group])}
 
 
 def contrast(options: dict[int, dict], chosen: int, runner: int | None,
@@ -214,7 +230,7 @@ class PPOPolicy:
     the planner's search."""
 
     weights: Weights
-    decide_one: Callable[[JobSpec, ClusterView, int], Verdict | None]
+    decide_one: Callable[[JobSpec, ClusterView, int, float], Verdict | None]
     name: str = "ppo"
 
     def __post_init__(self):
@@ -226,7 +242,7 @@ class PPOPolicy:
         for job in queue[: self.queue.lookahead]:
             if not self.queue.worth_trying(job, view):
                 continue
-            verdict = self.decide_one(job, view, len(queue))
+            verdict = self.decide_one(job, view, len(queue), now_s)
             if verdict is None or verdict.placement is None:
                 self.queue.did_not_fit(job, view)
                 continue

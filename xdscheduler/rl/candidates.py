@@ -8,7 +8,7 @@ graph as context, so one policy serves every weighting of the objective.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from xdscheduler.planner.search import (
     _candidate,
     _distinct,
     evaluate_space,
+    ideal_tokens_per_s,
 )
 from xdscheduler.planner.space import DATA, PIPELINE, SINGLE, SearchOptions, placements
 from xdscheduler.planner.view import ClusterView
@@ -27,9 +28,13 @@ from xdscheduler.scenario import Weights
 
 UPPER_CHOICES = 8  # seven allocations and "wait" (the last)
 LOWER_CHOICES = 8
-CHOICE_FEATURES = 12
-CONTEXT_FEATURES = 8
+CHOICE_FEATURES = 16
+CONTEXT_FEATURES = 10
 WAIT = UPPER_CHOICES - 1
+# Jobs that may ask for this share of the cluster's accelerators or more are offered to be held
+# off the faster classes: below it, the other jobs hardly notice which class one took (the
+# effect of one such choice on a day's study is lost in the chaos of what follows it).
+HOLD_SHARE = 1 / 16
 OPTIONS = SearchOptions(micro_batch=(1, 2))  # the planner policy's online grid
 _ROW_HASH = np.random.default_rng(0).integers(1, 2**62, MAX_NODES, dtype=np.int64)
 
@@ -44,10 +49,25 @@ class Choices:
     ev: object  # the evaluated plan space
     pl: object  # its placements
     alloc: np.ndarray  # (N, K) accelerators per domain of every evaluated candidate
-    groups: list[np.ndarray]  # per allocation: candidate indices, distinct shapes
+    groups: list[np.ndarray]  # per allocation offered: candidate indices, distinct shapes
+    held: list[tuple[int, ...]]  # per allocation offered: domains its job keeps off for good
+    ideal: float  # the job's tokens/s with the whole cluster to itself
+    now_s: float
 
     def best(self, group: int) -> int:
         return int(self.groups[group][0])
+
+    @property
+    def ideal_s(self) -> float:
+        """How long the job would take with the whole cluster to itself."""
+        return self.job.tokens / self.ideal
+
+    def job_efficiency(self, idx) -> np.ndarray:
+        """The job's efficiency if placed now on candidates idx: its ideal time over the time
+        it will have taken since it arrived (the per-job term a study's objective averages)."""
+        run = self.job.tokens / self.ev.terms["tokens_per_s"][idx]
+        return np.minimum(self.ideal_s / np.maximum(self.now_s - self.job.arrival_s + run,
+                                                    1e-9), 1.0)
 
     def objective(self, i: int) -> float:
         return float(self.ev.terms["objective"][i])
@@ -55,9 +75,12 @@ class Choices:
     def candidate(self, i: int) -> Candidate:
         return _candidate(self.ev, i, self.pl, self.view, self.job)
 
-    def placement(self, i: int, explanation: str = "", decision_ms: float = 0.0) -> Placement:
-        return placement_of(self.job.name, self.candidate(i), self.view, explanation,
-                            decision_ms)
+    def placement(self, i: int, group: int = 0, explanation: str = "",
+                  decision_ms: float = 0.0) -> Placement:
+        """Candidate i of allocation `group` as a placement, with the domains that group holds
+        back from the job."""
+        p = placement_of(self.job.name, self.candidate(i), self.view, explanation, decision_ms)
+        return replace(p, held=self.held[group])
 
 
 @dataclass
@@ -75,7 +98,7 @@ class DecisionQueue:
         self.no_fit[job.name] = tuple(d.available for d in view.domains)
 
 
-def choices(job: JobSpec, view: ClusterView, weights: Weights,
+def choices(job: JobSpec, view: ClusterView, weights: Weights, now_s: float = 0.0,
             opts: SearchOptions = OPTIONS) -> Choices | None:
     """None when nothing fits on the free accelerators."""
     if sum(d.available for d in view.domains) < job.gpus_min:
@@ -91,24 +114,47 @@ def choices(job: JobSpec, view: ClusterView, weights: Weights,
     np.add.at(alloc, (rows[used], slots.ravel()[used]), ev.gpus.ravel()[used])
     # Rows hashed to one integer: a 1-D unique is ten times faster than unique over rows.
     _, group_of = np.unique(alloc @ _ROW_HASH[: alloc.shape[1]], return_inverse=True)
-    # Allocations in the planner's order (best first, the search's own order on ties), so the
-    # first choice is the planner's; of choices equal on every objective term only the first
-    # is offered: they are the same to the objective, and an arbitrary pick among them is noise.
+    # The planner's order (best first, the search's own order on ties), so the first choice is
+    # the planner's; of choices equal on every objective term only the first is offered: they
+    # are the same to the objective, and an arbitrary pick among them is noise.
     order = np.argsort(-ev.terms["objective"], kind="stable")
-    seen_groups, seen_terms, groups = set(), set(), []
-    for i in order:
-        g = int(group_of[i])
-        if g in seen_groups:
+    seen, groups, held = set(), [], []
+    for i, off in _offered(job, view, alloc, order):
+        key = (_terms_key(ev, i), off)
+        if key in seen or (int(group_of[i]), off) in seen:
             continue
-        seen_groups.add(g)
-        if _terms_key(ev, i) in seen_terms:
-            continue
-        seen_terms.add(_terms_key(ev, i))
-        members = order[group_of[order] == g]
+        seen.update([key, (int(group_of[i]), off)])
+        members = order[group_of[order] == group_of[i]]
         groups.append(np.array(_first_of_ties(ev, _distinct(ev, members, 4 * LOWER_CHOICES))))
+        held.append(off)
         if len(groups) == WAIT:
             break
-    return Choices(job, view, weights, ev, pl, alloc, groups)
+    return Choices(job, view, weights, ev, pl, alloc, groups, held,
+                   ideal_tokens_per_s(job, view), now_s)
+
+
+def _offered(job: JobSpec, view: ClusterView, alloc: np.ndarray, order: np.ndarray):
+    """(candidate, domains held back) for each allocation offered: the planner's best; and, for
+    a job large enough to take a class of accelerators from the many small jobs behind it, for
+    each class the best allocation that keeps the job off every faster class, now and when it
+    is re-planned later.
+
+    The planner places each job as well as it can now; what it never weighs is leaving the
+    fastest accelerators to the many jobs that follow. Those are the agent's alternatives, and
+    only those: other allocations the search ranks lower would only be worse now, with no
+    intent behind them, and every such choice open is one more way for a policy to err."""
+    yield int(order[0]), ()
+    if job.gpus_max < HOLD_SHARE * sum(d.total_gpus for d in view.domains):
+        return  # a small job's choice of class moves the study by noise only
+    peak = np.array([d.accelerator.bf16_tflops for d in view.domains])
+    ranked = alloc[order] > 0
+    on_faster = np.zeros(len(order), bool)
+    for tier in np.unique(peak)[::-1][:-1]:  # fastest first; the slowest leaves no class below
+        faster = peak >= tier
+        on_faster |= ranked[:, faster].any(axis=1)
+        below = np.flatnonzero(~on_faster)
+        if len(below):
+            yield int(order[below[0]]), tuple(int(i) for i in np.flatnonzero(faster))
 
 
 def _terms_key(ev, i: int) -> tuple:
@@ -129,7 +175,16 @@ def _first_of_ties(ev, idx: list[int]) -> list[int]:
 def _terms(ch: Choices, idx: np.ndarray) -> np.ndarray:
     t, step = ch.ev.terms, ch.ev.est.step_time_s
     return np.stack([t["efficiency"][idx], t["utilization"][idx], np.log1p(t["cost"][idx]),
-                     t["objective"][idx], step.min() / step[idx]], axis=1)
+                     t["objective"][idx], step.min() / step[idx],
+                     t["tokens_per_s"][idx] / ch.ideal, ch.job_efficiency(idx)], axis=1)
+
+
+def _compute_share(ch: Choices, idx: np.ndarray) -> np.ndarray:
+    """The share of the free compute (accelerators weighted by their peak) a choice takes:
+    what the jobs behind it will not find."""
+    peak = np.array([d.accelerator.bf16_tflops for d in ch.view.domains])
+    free = np.array([d.available for d in ch.view.domains])
+    return ch.alloc[idx] @ peak / max(float(free @ peak), 1e-9)
 
 
 def _shares(ch: Choices, idx: np.ndarray) -> np.ndarray:
@@ -139,12 +194,19 @@ def _shares(ch: Choices, idx: np.ndarray) -> np.ndarray:
     return out
 
 
+def _held_share(ch: Choices) -> np.ndarray:
+    """Per allocation offered: the share of the cluster's compute its job keeps off."""
+    compute = np.array([d.accelerator.bf16_tflops * d.total_gpus for d in ch.view.domains])
+    return np.array([compute[list(h)].sum() for h in ch.held]) / max(compute.sum(), 1e-9)
+
+
 def _context(ch: Choices, queue_len: int) -> np.ndarray:
     w, job, doms = ch.weights, ch.job, ch.view.domains
     free = sum(d.available for d in doms) / max(sum(d.total_gpus for d in doms), 1)
+    waited = min((ch.now_s - job.arrival_s) / max(ch.ideal_s, 1.0), 10.0) / 10
     return np.array([w.efficiency, w.utilization, w.cost, job.gpus_min / 512,
-                     job.gpus_max / 512, np.log10(job.arch.params) / 12, queue_len / 20, free],
-                    np.float32)
+                     job.gpus_max / 512, np.log10(job.arch.params) / 12, queue_len / 20, free,
+                     np.log10(max(ch.ideal_s, 1.0)) / 5, waited], np.float32)
 
 
 def upper_observation(ch: Choices, queue_len: int) -> dict[str, np.ndarray]:
@@ -155,7 +217,8 @@ def upper_observation(ch: Choices, queue_len: int) -> dict[str, np.ndarray]:
         np.stack([ch.alloc[idx].sum(axis=1) / ch.job.gpus_max,
                   (ch.alloc[idx] > 0).sum(axis=1) / 3, kind == SINGLE, kind == PIPELINE,
                   kind == DATA, np.log1p(ch.ev.est.cross_domain_bytes[idx] / 1e9),
-                  np.zeros(len(idx))], axis=1)], axis=1)
+                  _compute_share(ch, idx), _held_share(ch), np.zeros(len(idx))], axis=1)],
+        axis=1)
     return _observation(ch, feats, _shares(ch, idx), UPPER_CHOICES, queue_len, wait=True)
 
 
@@ -167,8 +230,8 @@ def lower_observation(ch: Choices, group: int, queue_len: int) -> dict[str, np.n
         _terms(ch, idx),
         np.stack([np.log2(p.dp[idx]) / 8, np.log2(p.tp[idx]) / 3, np.log2(p.pp[idx]) / 5,
                   np.log2(p.micro_batch[idx]) / 2, p.zero[idx] / 3,
-                  p.recompute[idx] > 0, ch.ev.est.memory_gib[idx] / mem], axis=1)],
-        axis=1)
+                  p.recompute[idx] > 0, ch.ev.est.memory_gib[idx] / mem,
+                  np.zeros(len(idx)), np.zeros(len(idx))], axis=1)], axis=1)
     return _observation(ch, feats, _shares(ch, idx), LOWER_CHOICES, queue_len, wait=False)
 
 

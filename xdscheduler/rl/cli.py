@@ -11,10 +11,10 @@ from xdscheduler.errors import UserError
 
 
 def cmd_train(args) -> None:
-    from xdscheduler.rl.train import load_config, sweep_weights, train
+    from xdscheduler.rl.train import SWEEP_CONFIG, load_config, sweep_weights, train
     from xdscheduler.runtime.study import connect
 
-    cfg = load_config(args.config)
+    cfg = load_config(args.config or (SWEEP_CONFIG if args.samples > 1 else None))
     if args.samples < 1:
         raise UserError(f"--samples must be at least 1, got {args.samples}")
     sweep_weights(cfg, args.samples)  # refuses more samples than the config's sweep lists
@@ -66,13 +66,14 @@ def cmd_serve(args) -> None:
 def register(sub) -> None:
     p = sub.add_parser("train", help="train the hierarchical PPO agents under Tune",
                        description="train the hierarchical PPO agents under Tune")
-    p.add_argument("--config", help="training config (default: rllib_configs/hppo.yaml)")
+    p.add_argument("--config", help="training config (default: rllib_configs/hppo.yaml, the "
+                                    "study policy; with --samples N > 1, hppo_sweep.yaml)")
     p.add_argument("--samples", type=int, default=1,
-                   help="trials: 1 trains on the scenario's weights; N > 1 sweeps the first N "
+                   help="trials: 1 trains on the config's weights; N > 1 sweeps the first N "
                         "weightings of the config and draws their Pareto front")
     p.add_argument("--iterations", type=int, help="training iterations per trial")
     p.add_argument("--init", help="start from these trained modules (e.g. the shipped policy, "
-                                  "xdscheduler/rl/trained)")
+                                  "xdscheduler/rl/trained/decision for a sweep)")
     p.add_argument("--states", type=int, default=40, help="fixed states for the Pareto check")
     p.add_argument("--out", default="xds-train", help="output folder (default xds-train)")
     p.add_argument("--address", help="Ray cluster address (default: an embedded local Ray)")

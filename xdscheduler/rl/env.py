@@ -1,11 +1,20 @@
 """The placement environment: the study engine of `xds run`, with the agents taking its decisions.
 
-No actors inside, so it steps as fast as the plan search. Each decision is two agent steps:
-the upper agent picks an allocation for the job at the head of the queue (or waits), then the
-lower agent of the allocation's lead domain picks the parallel plan and stage order. Both are
-rewarded with R = w1·efficiency + w2·utilisation − w3·cost of what was placed (0 for waiting)
-less the R of the best choice open (minus the regret): the same optimum as R itself, without the
-spread of R between states that would otherwise drown the small differences between plans.
+No actors inside, so it steps as fast as the plan search. Each decision is one or two agent
+steps: where more than one allocation is offered, the upper agent picks one for the job at the
+head of the queue (or waits); then the lower agent of the allocation's lead domain picks the
+parallel plan and stage order.
+
+Two rewards:
+- `study` (the default): the upper agent's decision is worth its advantage over the planner's
+  own decision in the same state on the study objective over the next hours, both continued
+  by the planner (`rl/rollout.py`); the lower agent's is the regret of its plan inside the
+  allocation. What a placement takes from the jobs behind it shows in their times hours later:
+  the rollouts put it on the decision, so the agents learn when to hold the fastest
+  accelerators for what is coming, which the planner, greedy in time, never weighs.
+- `decision`: R = w1·efficiency + w2·utilisation − w3·cost against what is free now, less the
+  R of the best choice open (minus the regret): the per-decision trade-off a weight sweep maps,
+  without the spread of R between states that would drown the small differences between plans.
 Episodes start after a random warm-up run by the planner, so the agents see loaded clusters.
 """
 
@@ -32,6 +41,7 @@ from xdscheduler.rl.candidates import (
     lower_observation,
     upper_observation,
 )
+from xdscheduler.rl.rollout import advantage
 from xdscheduler.runtime.study import study_dynamics, study_jobs
 from xdscheduler.scenario import Weights, default_scenario_path, load_scenario
 from xdscheduler.sim.domain import LocalDomains
@@ -39,7 +49,10 @@ from xdscheduler.sim.engine import Engine
 
 UPPER = "upper"
 TRAINING_SEEDS = 1000  # episode workloads are seeded from here up; studies use smaller seeds
-REWARD_SCALE = 10.0  # regrets are a few hundredths of R; PPO's updates want them near 1
+REWARDS = ("study", "decision")
+# Regrets are a few hundredths of R and PPO's updates want them near 1; a study reward is
+# already in units of one job's objective.
+REWARD_SCALE = {"study": 1.0, "decision": 10.0}
 
 
 def lower_agent(domain: str) -> str:
@@ -65,6 +78,15 @@ def observation_space(n_choices: int) -> gym.spaces.Dict:
     })
 
 
+def sampled_weights(rng: np.random.Generator) -> Weights:
+    """A weighting of R to train under: any mix of efficiency and utilisation, and a cost
+    weight that is zero three times in ten, else log-uniform over 0.1-5 (WAN cost is a few
+    hundredths of the accelerators' and needs a large weight to matter)."""
+    cost = 0.0 if rng.random() < 0.3 else float(np.exp(rng.uniform(np.log(0.1), np.log(5))))
+    return Weights(efficiency=float(rng.uniform(0.1, 1.0)),
+                   utilization=float(rng.uniform(0.0, 1.0)), cost=cost)
+
+
 @dataclass
 class AgentsDecide:
     """The engine's policy while agents decide: placements come from outside `step`; running
@@ -82,17 +104,25 @@ class AgentsDecide:
 
 
 class PlacementEnv(MultiAgentEnv):
-    """config: scenario (path), weights ({efficiency, utilization, cost}), hours (workload
-    per episode), warmup_hours, max_decisions, seed."""
+    """config: scenario (path), weights ({efficiency, utilization, cost}, or "sampled": drawn
+    afresh each episode, so one policy learns every weighting), reward (study or decision),
+    hours (workload per episode), warmup_hours, window_hours (simulated time the agents decide
+    in), max_decisions, seed."""
 
     def __init__(self, config: dict | None = None):
         super().__init__()
         config = dict(config or {})
         self.scn = load_scenario(config.get("scenario") or default_scenario_path())
         w = config.get("weights")
-        self.weights = Weights(**w) if w else self.scn.weights
+        self.sampled = w == "sampled"
+        self.weights = Weights(**w) if w and not self.sampled else self.scn.weights
+        self.reward = config.get("reward", "study")
+        if self.reward not in REWARDS:
+            raise ValueError(f"reward {self.reward!r}: accepted {', '.join(REWARDS)}")
         self.hours = float(config.get("hours", 3.0))
         self.warmup_hours = float(config.get("warmup_hours", 1.0))
+        self.window_s = float(config.get("window_hours", self.hours)) * 3600
+        self.rollout_hours = float(config.get("rollout_hours", 2.0))
         self.max_decisions = int(config.get("max_decisions", 12))
         self.rng = np.random.default_rng(config.get("seed", 0))
         lowers = [lower_agent(d.name) for d in self.scn.domains]
@@ -111,9 +141,11 @@ class PlacementEnv(MultiAgentEnv):
         while True:  # a workload with nothing to decide is drawn again
             obs = self._start_episode(TRAINING_SEEDS + int(self.rng.integers(2**30)))
             if obs is not None:
-                return {UPPER: obs}, {}
+                return obs, {}
 
     def _start_episode(self, seed: int):
+        if self.sampled:
+            self.weights = sampled_weights(self.rng)
         jobs = study_jobs(self.scn, self.hours, seed)
         dynamics = study_dynamics(self.scn, seed, self.hours)
         self.policy = AgentsDecide(PlannerPolicy(self.weights))
@@ -121,30 +153,38 @@ class PlacementEnv(MultiAgentEnv):
                              LocalDomains(list(self.scn.domains), dynamics), self.hours * 3600)
         warmup = float(self.rng.uniform(0, self.warmup_hours)) * 3600
         self.engine.run(until_s=warmup)
+        self.until_s = warmup + self.window_s
         self.policy.active = True
         self.queue = DecisionQueue()
         self.todo: list = []
         self.decisions = 0
         self.last_obs: dict = {}
         self.current: Choices | None = None
-        return self._next_upper()
+        self.over = False
+        return self._next_decision()
 
-    def _next_upper(self):
-        """Advance the engine to the next job that has somewhere to go; None at the end."""
+    def _next_decision(self):
+        """Advance the engine to the next job that has somewhere to go and return the first
+        observation of its decision (the upper agent's, or the lower one's when there is only
+        one allocation to choose); None at the end."""
         eng = self.engine
         while True:
             while self.todo:
                 run = self.todo.pop(0)
                 if run not in eng.queue or not self.queue.worth_trying(run.spec, eng.view):
                     continue
-                ch = choices(run.spec, eng.view, self.weights)
+                ch = choices(run.spec, eng.view, self.weights, eng.now)
                 if ch is None:
                     self.queue.did_not_fit(run.spec, eng.view)
                     continue
                 self.current, self.run = ch, run
-                return self._remember(UPPER, upper_observation(ch, len(eng.queue)))
+                self.upper_acted = len(ch.groups) > 1
+                if not self.upper_acted:
+                    return self._lower_turn(0)
+                return {UPPER: self._remember(UPPER, upper_observation(ch, len(eng.queue)))}
             t = eng.next_event()
-            if t == math.inf or t > eng.end_limit_s or eng.finished:
+            self.over = t == math.inf or t > eng.end_limit_s or eng.finished
+            if self.over or t > self.until_s:
                 return None
             eng.step(t)
             self.todo = eng.ordered_queue()[: self.queue.lookahead]
@@ -164,31 +204,50 @@ class PlacementEnv(MultiAgentEnv):
     def _upper(self, action: int):
         ch = self.current
         if action == WAIT or action >= len(ch.groups):
+            reward = self._reward(None)
             self.queue.did_not_fit(self.run.spec, self.engine.view)  # until something frees
-            return self._after_decision({UPPER: self._reward(0.0)})
-        self.group = action
-        lead = self.engine.names[int(np.argmax(ch.alloc[ch.best(action)]))]
-        agent = lower_agent(lead)
-        obs = self._remember(agent, lower_observation(ch, action, len(self.engine.queue)))
-        return {agent: obs}, {}, {"__all__": False}, {"__all__": False}, {}
+            return self._after_decision({UPPER: reward})
+        return self._lower_turn(action), {}, {"__all__": False}, {"__all__": False}, {}
+
+    def _lower_turn(self, group: int) -> dict:
+        """The observation of the lower agent of allocation `group`'s lead domain."""
+        ch = self.current
+        self.group = group
+        agent = lower_agent(self.engine.names[int(np.argmax(ch.alloc[ch.best(group)]))])
+        return {agent: self._remember(agent, lower_observation(ch, group,
+                                                               len(self.engine.queue)))}
 
     def _lower(self, agent: str, action: int):
-        members = self.current.groups[self.group]
+        ch, g = self.current, self.group
+        members = ch.groups[g]
         i = int(members[action if action < len(members) else 0])
-        self.engine.place(self.run, self.current.placement(i))
-        r = self._reward(self.current.objective(i))
-        return self._after_decision({UPPER: r, agent: r})
+        if self.reward == "study":  # the allocation's worth; the plan's, inside it
+            up = self._reward(ch.best(g), g) if self.upper_acted else 0.0
+            low = REWARD_SCALE["decision"] * (ch.objective(i) - ch.objective(ch.best(g)))
+        else:
+            up = low = self._reward(i, g)
+        self.engine.place(self.run, ch.placement(i, g))
+        return self._after_decision({UPPER: up, agent: low} if self.upper_acted
+                                    else {agent: low})
 
-    def _reward(self, objective: float) -> float:
-        return REWARD_SCALE * (objective - self.current.objective(self.current.best(0)))
+    def _reward(self, placed: int | None, group: int = 0) -> float:
+        """The reward of placing candidate `placed` of allocation `group` (None: waiting)."""
+        ch, scale = self.current, REWARD_SCALE[self.reward]
+        if self.reward == "study":
+            chosen = None if placed is None else ch.placement(placed, group)
+            return scale * advantage(self.engine, self.run.spec.name, chosen,
+                                     ch.placement(ch.best(0)), self.weights,
+                                     self.rollout_hours)
+        return scale * ((0.0 if placed is None else ch.objective(placed))
+                        - ch.objective(ch.best(0)))
 
     def _after_decision(self, rewards: dict):
         self.decisions += 1
-        obs = None if self.decisions >= self.max_decisions else self._next_upper()
+        obs = None if self.decisions >= self.max_decisions else self._next_decision()
         if obs is not None:
-            return {UPPER: obs}, rewards, {"__all__": False}, {"__all__": False}, {}
+            return obs, rewards, {"__all__": False}, {"__all__": False}, {}
         # Every agent that acted gets its last observation and its reward with the ending.
         final = dict(self.last_obs)
         rewards = {a: rewards.get(a, 0.0) for a in final}
-        ended = self.decisions < self.max_decisions
+        ended = self.decisions < self.max_decisions and self.over  # else cut short: truncated
         return final, rewards, {"__all__": ended}, {"__all__": not ended}, {}

@@ -19,7 +19,9 @@ MASKED = -1e9  # logit of a choice that is not open
 
 
 class GraphChoiceModule(TorchRLModule, ValueFunctionAPI):
-    """model_config: hidden (width, default 64), layers (message-passing rounds, 2), heads (2)."""
+    """model_config: hidden (width, default 64), layers (message-passing rounds, 2), heads (2),
+    prior_feature and prior_scale (the choice feature the untrained policy ranks by, and how
+    sharply; none by default)."""
 
     def setup(self):
         cfg = self.model_config or {}
@@ -42,6 +44,9 @@ class GraphChoiceModule(TorchRLModule, ValueFunctionAPI):
         for layer in (self.score[-1], self.direct):  # near-uniform choices at the start
             nn.init.zeros_(layer.weight)
             nn.init.zeros_(layer.bias)
+        if cfg.get("prior_feature") is not None:  # or a prior: start from a known ranking
+            with torch.no_grad():
+                self.direct.weight[0, int(cfg["prior_feature"])] = float(cfg["prior_scale"])
 
     def encode(self, obs: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """Node embeddings (B, N, H) and a graph embedding (B, H)."""

@@ -22,17 +22,17 @@ STATES_SEED = 777_000  # far from training's episode seeds
 
 
 def fixed_states(n: int, seed: int = STATES_SEED,
-                 scenario: str | None = None) -> list[tuple[JobSpec, ClusterView]]:
-    """n decision states (job, cluster view) met on the way through seeded episodes in which
-    the best allocation is always placed."""
+                 scenario: str | None = None) -> list[tuple[JobSpec, ClusterView, float]]:
+    """n decision states (job, cluster view, time) met on the way through seeded episodes in
+    which the best allocation is always placed."""
     from xdscheduler.rl.env import UPPER, PlacementEnv
 
     env = PlacementEnv({"seed": seed, "scenario": scenario, "max_decisions": 10})
-    states: list[tuple[JobSpec, ClusterView]] = []
+    states: list[tuple[JobSpec, ClusterView, float]] = []
     obs, _ = env.reset()
     while len(states) < n:
         if UPPER in obs:
-            states.append((env.run.spec, env.engine.view))
+            states.append((env.run.spec, env.engine.view, env.engine.now))
         obs, _, term, trunc, _ = env.step({a: 0 for a in obs})
         if term["__all__"] or trunc["__all__"]:
             obs, _ = env.reset()
@@ -43,8 +43,8 @@ def coverage(states, trials: list[tuple[Weights, object]]) -> dict:
     """trials: (weights, agents trained under them). Returns the coverage figures."""
     supported, picked_supported, on_front, picks, front_total = 0, 0, 0, 0, 0
     points = {i: [] for i in range(len(trials))}
-    for job, view in states:
-        per_w = [choices(job, view, w) for w, _ in trials]
+    for job, view, now_s in states:
+        per_w = [choices(job, view, w, now_s) for w, _ in trials]
         if any(ch is None for ch in per_w):
             continue
         cand = np.unique(np.concatenate([np.concatenate(ch.groups) for ch in per_w]))

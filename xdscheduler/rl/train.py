@@ -14,8 +14,10 @@ import yaml
 
 from xdscheduler.errors import UserError
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "rllib_configs" / "hppo.yaml"
-SECTIONS = {"env", "model", "ppo", "iterations", "seed", "sweep"}
+CONFIGS = Path(__file__).resolve().parents[2] / "rllib_configs"
+DEFAULT_CONFIG = CONFIGS / "hppo.yaml"  # the study policy, `xds run --policies ppo`
+SWEEP_CONFIG = CONFIGS / "hppo_sweep.yaml"  # the per-decision trade-off and its weight sweep
+SECTIONS = {"env", "model", "ppo", "iterations", "checkpoint_every", "seed", "sweep"}
 WEIGHT_KEYS = {"efficiency", "utilization", "cost"}
 
 
@@ -71,7 +73,7 @@ def algo_config(cfg: dict, weights: dict | None = None, init: str | Path | None 
 
 def sweep_weights(cfg: dict, samples: int) -> list[dict]:
     sweep = cfg.get("sweep") or []
-    if samples > len(sweep):
+    if samples > 1 and samples > len(sweep):
         raise UserError(f"--samples {samples}: the config's sweep lists {len(sweep)} weightings")
     return sweep[:samples]
 
@@ -99,7 +101,9 @@ def train(cfg: dict, out: Path, samples: int = 1, iterations: int | None = None,
         tune_config=tune.TuneConfig(max_concurrent_trials=1),
         run_config=tune.RunConfig(
             name="hppo", storage_path=str(out / "tune"), stop=stop, verbose=verbose,
-            checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=True)))
+            checkpoint_config=tune.CheckpointConfig(
+                checkpoint_at_end=True,
+                checkpoint_frequency=int(cfg.get("checkpoint_every", 0)))))
     results = tuner.fit()
     if results.errors:
         raise RuntimeError(f"training failed: {results.errors[0]}")

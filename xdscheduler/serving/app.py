@@ -74,7 +74,7 @@ class XdsService:
             spec = job_spec(request.job)
         except (UserError, ValidationError, ValueError) as err:
             raise HTTPException(status_code=422, detail=str(err)) from None
-        verdict = self.agents.decide(spec, view, request.queue_len)
+        verdict = self.agents.decide(spec, view, request.queue_len, request.now_s)
         ms = (time.perf_counter() - start) * 1000
         if verdict is None:
             return DecideResponse(job=spec.name, action="none", decision=None, alternatives=[],

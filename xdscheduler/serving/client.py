@@ -52,12 +52,13 @@ class PolicyClient:
         return Step(agent, out["choice"], out["probabilities"],
                     [r["index"] for r in out["ranking"]], out["explanation"])
 
-    def decide(self, job: JobSpec, view: ClusterView, queue_len: int):
+    def decide(self, job: JobSpec, view: ClusterView, queue_len: int, now_s: float = 0.0):
         """A whole decision by `POST /policy/decide` (the search runs in the endpoint)."""
         from xdscheduler.rl.agents import Verdict
 
         domains, links = state_of(view)
-        req = DecideRequest(job=job_in(job), domains=domains, links=links, queue_len=queue_len)
+        req = DecideRequest(job=job_in(job), domains=domains, links=links, queue_len=queue_len,
+                            now_s=now_s)
         out = self.post("/policy/decide", req.model_dump_json())
         if out["action"] == "none":
             return None
@@ -72,4 +73,5 @@ def served_policy(weights: Weights, url: str):
     from xdscheduler.rl.agents import PPOPolicy, decide
 
     client = PolicyClient(url)
-    return PPOPolicy(weights, lambda job, view, q: decide(client, weights, job, view, q))
+    return PPOPolicy(weights, lambda job, view, q, now: decide(client, weights, job, view, q,
+                                                               now))

@@ -12,6 +12,7 @@ accelerators, health, indicators, links now), the placement out.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Literal
 
 import numpy as np
@@ -38,6 +39,8 @@ class JobIn(Strict):
     global_batch: int = Field(gt=0)
     seq_len: int | None = Field(default=None, gt=0)
     gpus: GpuRequest = GpuRequest()
+    tokens: float = Field(default=1.0, gt=0)  # to train: with arrival_s, what the job's
+    arrival_s: float = Field(default=0.0, ge=0)  # efficiency and its wait are measured by
 
 
 class DomainIn(Strict):
@@ -90,6 +93,7 @@ class DecideRequest(Strict):
     domains: list[DomainIn]
     links: list[LinkIn] = Field(default_factory=list)
     queue_len: int = Field(default=1, ge=0)
+    now_s: float = Field(default=0.0, ge=0)  # the controller's clock, as arrival_s
 
 
 class DecideResponse(Strict):
@@ -126,17 +130,18 @@ def job_in(spec: JobSpec) -> JobIn:
                         heads=a.heads, kv_heads=a.kv_heads, vocab=a.vocab,
                         gated_mlp=a.gated_mlp, tied_embeddings=a.tied_embeddings)
     return JobIn(name=spec.name, architecture=arch, global_batch=spec.global_batch,
-                 seq_len=spec.seq, gpus=GpuRequest(min=spec.gpus_min, max=spec.gpus_max))
+                 seq_len=spec.seq, gpus=GpuRequest(min=spec.gpus_min, max=spec.gpus_max),
+                 tokens=spec.tokens or 1.0, arrival_s=spec.arrival_s)
 
 
 def job_spec(job: JobIn) -> JobSpec:
     """Validated like a scenario's job (exactly one of model or architecture)."""
     j = Job(name=job.name, model=job.model, architecture=job.architecture,
-            global_batch=job.global_batch, seq_len=job.seq_len, tokens=1.0, gpus=job.gpus)
+            global_batch=job.global_batch, seq_len=job.seq_len, tokens=job.tokens,
+            gpus=job.gpus, arrival_s=job.arrival_s)
     spec = JobSpec.of(j)
     if job.architecture is not None:  # keep the caller's name for the architecture
-        spec = JobSpec(spec.name, ModelArch(**{**spec.arch.__dict__, "name": job.name}),
-                       spec.global_batch, spec.seq, spec.gpus_min, spec.gpus_max)
+        spec = replace(spec, arch=ModelArch(**{**spec.arch.__dict__, "name": job.name}))
     return spec
 
 
@@ -183,12 +188,15 @@ def view_of(base: ClusterView, domains: list[DomainIn], links: list[LinkIn]) -> 
 
 def placement_json(p: Placement, view: ClusterView) -> dict:
     return {"kind": p.kind, "domains": [view.names[i] for i in p.domains], "gpus": list(p.gpus),
-            "plan": p.plan.as_dict(), "flat_dp": p.flat_dp}
+            "plan": p.plan.as_dict(), "flat_dp": p.flat_dp,
+            "held": [view.names[i] for i in p.held]}
 
 
 def placement_from(job: str, decision: dict, view: ClusterView, explanation: str,
                    decision_ms: float) -> Placement:
     return Placement(job, decision["kind"], tuple(view.names.index(n) for n in decision["domains"]),
                      tuple(decision["gpus"]), Plan(**decision["plan"]),
-                     flat_dp=decision["flat_dp"], explanation=explanation,
+                     flat_dp=decision["flat_dp"],
+                     held=tuple(view.names.index(n) for n in decision.get("held", ())),
+                     explanation=explanation,
                      decision_ms=decision_ms)

@@ -5,25 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from xdscheduler.planner.search import JobSpec, search
+from xdscheduler.planner.search import JobSpec, ideal_tokens_per_s
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Weights
 from xdscheduler.sim.engine import Results
 
-THROUGHPUT_ONLY = Weights(efficiency=1.0, utilization=0.0, cost=0.0)
-
 
 def ideal_rates(specs: list[JobSpec], view: ClusterView) -> dict[str, float]:
     """Tokens/s of each job's best plan on the empty cluster: its speed with no one else."""
-    cache: dict[tuple, float] = {}
-    out = {}
-    for spec in specs:
-        key = (spec.arch, spec.global_batch, spec.seq, spec.gpus_min, spec.gpus_max)
-        if key not in cache:
-            best = search(spec, view, THROUGHPUT_ONLY, top_k=0, pareto=False).best
-            cache[key] = best.tokens_per_s
-        out[spec.name] = cache[key]
-    return out
+    return {spec.name: ideal_tokens_per_s(spec, view) for spec in specs}
 
 
 def _pct(values: list[float], q: float) -> float:
