@@ -85,9 +85,12 @@ def plot_front(result: dict, weights: list[Weights], out: Path) -> Path:
     util = [m[1] for _, m in pts]
     cost = [m[2] for _, m in pts]
     sc = ax.scatter(eff, util, c=cost, cmap="viridis_r", s=80, edgecolors="black")
+    at: dict[tuple, int] = {}  # weightings that land on one point are stacked, not overlaid
     for (w, _), x, y in zip(pts, eff, util, strict=True):
+        k = at.setdefault((round(x, 2), round(y, 2)), 0)
+        at[(round(x, 2), round(y, 2))] += 1
         ax.annotate(f"w=({w.efficiency:g},{w.utilization:g},{w.cost:g})", (x, y),
-                    textcoords="offset points", xytext=(5, 5), fontsize=8)
+                    textcoords="offset points", xytext=(-60, 6 + 11 * k), fontsize=8)
     fig.colorbar(sc, ax=ax, label="WAN cost / accelerator cost (lower is better)")
     ax.set_xlabel("mean efficiency of the chosen plans")
     ax.set_ylabel("mean utilisation (MFU) of the chosen plans")
