@@ -118,11 +118,11 @@ def _consultations(days: float = 6.0, every_min: int = 60) -> list[ForecastReque
 def test_served_forecast_fits_the_model_the_controller_fits_in_process():
     from types import SimpleNamespace
 
-    from xdscheduler.forecast.service import FIT_DAYS, FittedOnHistory
+    from xdscheduler.forecast.service import FIT_DAYS, FittedOnHistory, OnlineModels
     from xdscheduler.serving.app import XdsService
 
     route = XdsService.func_or_class.forecast  # the route itself, without Serve
-    served, local = SimpleNamespace(), FittedOnHistory((10, 60))
+    served, local = SimpleNamespace(forecasts=OnlineModels()), FittedOnHistory((10, 60))
     fitted = 0
     for req in _consultations():
         a, b = route(served, req), local.answer(req)

@@ -149,12 +149,13 @@ _IDEAL: dict[tuple, float] = {}
 def ideal_tokens_per_s(job: JobSpec, view: ClusterView) -> float:
     """The job's best speed with the whole cluster, as leased, to itself: the yardstick its
     efficiency is measured against (the same for every policy, whatever the load)."""
-    empty = view.empty()
+    leased = view.leased
     key = (job.shape_key, tuple((d.name, d.accelerator.name, d.total_gpus, d.scaleup_gbs,
-                                 d.scaleout_gbps) for d in empty.domains),
-           empty.bandwidth_gbps.tobytes(), empty.rtt_ms.tobytes())
-    if key not in _IDEAL:
-        _IDEAL[key] = search(job, empty, THROUGHPUT_ONLY, top_k=0, pareto=False).best.tokens_per_s
+                                 d.scaleout_gbps) for d in view.domains),
+           leased[0].tobytes(), leased[1].tobytes())
+    if key not in _IDEAL:  # asked every decision and for every job of a rollout: search once
+        _IDEAL[key] = search(job, view.empty(), THROUGHPUT_ONLY, top_k=0,
+                             pareto=False).best.tokens_per_s
     return _IDEAL[key]
 
 

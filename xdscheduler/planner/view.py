@@ -105,11 +105,16 @@ class ClusterView:
                         for d in self.domains)
         return replace(self, domains=domains, bandwidth_gbps=bw)
 
-    def empty(self) -> ClusterView:
-        """The same domains and links as leased, every accelerator free and every domain up."""
+    @property
+    def leased(self) -> tuple[np.ndarray, np.ndarray]:
+        """Bandwidth and RTT of the links as leased (as now where that is not known)."""
         bw = self.base_bandwidth_gbps if self.base_bandwidth_gbps is not None else (
             self.bandwidth_gbps)
-        rtt = self.base_rtt_ms if self.base_rtt_ms is not None else self.rtt_ms
+        return bw, self.base_rtt_ms if self.base_rtt_ms is not None else self.rtt_ms
+
+    def empty(self) -> ClusterView:
+        """The same domains and links as leased, every accelerator free and every domain up."""
+        bw, rtt = self.leased
         domains = tuple(replace(d, free_gpus=d.total_gpus, reserved_gpus=0, up=True)
                         for d in self.domains)
         return replace(self, domains=domains, bandwidth_gbps=bw, rtt_ms=rtt, indicators=None)

@@ -158,16 +158,15 @@ def _alternatives(ch: Choices, chosen: int) -> list[dict]:
 
 def explanation(ch: Choices, chosen: int, group: int) -> dict:
     """The decision's objective terms against the runner-up (the best other choice open)."""
-    c = ch.candidate(chosen)
     others = [int(i) for g in ch.groups for i in g if int(i) != chosen]
     if not others:
-        return {"summary": f"{ch.job.name}: {describe(c)}; the only choice open.",
-                "contributions": {}}
-    runner = max(others, key=ch.objective)
-    out = contrast({0: option(ch, chosen, group), 1: option(ch, runner)}, 0, 1, ch.weights)
+        return {"summary": f"{ch.job.name}: {describe(ch.candidate(chosen))}; the only choice "
+                           f"open.", "contributions": {}}
+    a, b = option(ch, chosen, group), option(ch, max(others, key=ch.objective))
+    out = contrast({0: a, 1: b}, 0, 1, ch.weights)
     out["summary"] = f"{ch.job.name}: {out['summary']}."
-    out["contributions"]["step_time_s"] = {"chosen": c.step_time_s,
-                                           "runner_up": ch.candidate(runner).step_time_s}
+    out["contributions"]["step_time_s"] = {"chosen": a["terms"]["step_time_s"],
+                                           "runner_up": b["terms"]["step_time_s"]}
     return out
 
 
@@ -178,7 +177,8 @@ def _where(c: Candidate) -> str:
 def option(ch: Choices, i: int, group: int | None = None) -> dict:
     """Candidate i (of allocation `group`, whose held-back domains it names) as an agent's
     explanation names it: one line, its objective terms and the job's own efficiency."""
-    c, p = ch.candidate(i), ch.candidate(i).plan
+    c = ch.candidate(i)
+    p = c.plan
     held = ch.held[group] if group is not None else ()
     keep = (f", keeping off {'+'.join(ch.view.names[d] for d in held)} for the jobs behind"
             if held else "")

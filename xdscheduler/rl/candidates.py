@@ -25,6 +25,7 @@ from xdscheduler.planner.search import (
 from xdscheduler.planner.space import DATA, PIPELINE, SINGLE, SearchOptions, placements
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Weights
+from xdscheduler.sim.metrics import job_efficiency
 
 UPPER_CHOICES = 8  # seven allocations and "wait" (the last)
 LOWER_CHOICES = 8
@@ -66,8 +67,7 @@ class Choices:
         """The job's efficiency if placed now on candidates idx: its ideal time over the time
         it will have taken since it arrived (the per-job term a study's objective averages)."""
         run = self.job.tokens / self.ev.terms["tokens_per_s"][idx]
-        return np.minimum(self.ideal_s / np.maximum(self.now_s - self.job.arrival_s + run,
-                                                    1e-9), 1.0)
+        return job_efficiency(self.ideal_s, self.now_s - self.job.arrival_s + run)
 
     def objective(self, i: int) -> float:
         return float(self.ev.terms["objective"][i])

@@ -87,8 +87,8 @@ def plot_front(result: dict, weights: list[Weights], out: Path) -> Path:
     sc = ax.scatter(eff, util, c=cost, cmap="viridis_r", s=80, edgecolors="black")
     at: dict[tuple, int] = {}  # weightings that land on one point are stacked, not overlaid
     for (w, _), x, y in zip(pts, eff, util, strict=True):
-        k = at.setdefault((round(x, 2), round(y, 2)), 0)
-        at[(round(x, 2), round(y, 2))] += 1
+        spot = (round(x, 2), round(y, 2))
+        k = at[spot] = at.get(spot, -1) + 1
         ax.annotate(f"w=({w.efficiency:g},{w.utilization:g},{w.cost:g})", (x, y),
                     textcoords="offset points", xytext=(-60, 6 + 11 * k), fontsize=8)
     fig.colorbar(sc, ax=ax, label="WAN cost / accelerator cost (lower is better)")

@@ -18,6 +18,7 @@ from xdscheduler.planner.policies import Placement, PlannerPolicy
 from xdscheduler.planner.search import ideal_tokens_per_s
 from xdscheduler.scenario import Weights
 from xdscheduler.sim.engine import Engine
+from xdscheduler.sim.metrics import job_efficiency
 
 
 def outlook(eng: Engine, weights: Weights, since_s: float) -> float:
@@ -37,7 +38,7 @@ def outlook(eng: Engine, weights: Weights, since_s: float) -> float:
             end = max(now, r.paused_until) + left / r.rate
         else:
             end = now + left / ideal
-        total += weights.efficiency * min(r.tokens / ideal / max(end - r.arrival_s, 1e-9), 1.0)
+        total += weights.efficiency * job_efficiency(r.tokens / ideal, end - r.arrival_s)
         jobs += 1
     doms = eng.base_view.domains
     capacity = sum(d.total_gpus for d in doms) * max(now - since_s, 1e-9)

@@ -15,7 +15,12 @@ from pydantic import ValidationError
 from ray import serve
 
 from xdscheduler.errors import UserError
-from xdscheduler.forecast.service import ForecastRequest, ForecastResponse, forecast
+from xdscheduler.forecast.service import (
+    ForecastRequest,
+    ForecastResponse,
+    OnlineModels,
+    forecast,
+)
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Scenario, parse_scenario
 from xdscheduler.serving.schemas import (
@@ -44,6 +49,9 @@ class XdsService:
         self.scenario = scn.name
         self.base = ClusterView.from_scenario(scn)
         self.agents = Agents(scn.weights, policy_path)
+        # The model the controller would fit in process, fitted here per demand series on the
+        # history it sends (persistence until FIT_DAYS of it arrive; a refit once a day).
+        self.forecasts = OnlineModels()
 
     @app.post("/policy/act")
     def act(self, request: ActRequest) -> ActResponse:
@@ -89,12 +97,7 @@ class XdsService:
 
     @app.post("/forecast")
     def forecast(self, request: ForecastRequest) -> ForecastResponse:
-        # The model the controller would fit in process, fitted here per demand series on the
-        # history it sends (persistence until FIT_DAYS of it arrive; a refit once a day).
-        from xdscheduler.forecast.service import OnlineModels
-
-        models = vars(self).setdefault("_forecasts", OnlineModels())
-        return forecast(request, models.fitted(request))
+        return forecast(request, self.forecasts.fitted(request))
 
     @app.get("/healthz")
     def healthz(self) -> dict:

@@ -11,6 +11,12 @@ from xdscheduler.scenario import Weights
 from xdscheduler.sim.engine import Results
 
 
+def job_efficiency(ideal_s, taken_s):
+    """A job's efficiency: its ideal time (the whole cluster to itself) over the time it took
+    from arrival, at most 1 (scalars or arrays)."""
+    return np.minimum(ideal_s / np.maximum(taken_s, 1e-9), 1.0)
+
+
 def ideal_rates(specs: list[JobSpec], view: ClusterView) -> dict[str, float]:
     """Tokens/s of each job's best plan on the empty cluster: its speed with no one else."""
     return {spec.name: ideal_tokens_per_s(spec, view) for spec in specs}
@@ -42,7 +48,7 @@ def summarise(res: Results, weights: Weights, ideal: dict[str, float],
     utilization = utilization_while_arriving(res, horizon_s)
     # R per the scenario's weights: efficiency is the ideal time over the time a job took,
     # cost the WAN bill over the bill for the accelerators the jobs held.
-    efficiency = [min(r.tokens / ideal[r.spec.name] / (r.end_s - r.arrival_s), 1.0)
+    efficiency = [job_efficiency(r.tokens / ideal[r.spec.name], r.end_s - r.arrival_s)
                   for r in done]
     gpu_bill = res.busy_gpu_s / 3600 * gpu_price_per_hour
     cost = wan_cost / gpu_bill if gpu_bill else 0.0
