@@ -168,7 +168,8 @@ class HistoryModel:
     ) -> HistoryModel:
         """Train on origins whose whole target window lies before `end` (nothing after it),
         pooled with `others` ((y, index, end) of sibling series, each cut the same way);
-        choose the shrink weight on two later folds of that training data."""
+        choose the shrink weight and the median's doubt on two later folds of that training
+        data."""
         parts = [(y, index, len(y) if end is None else end), *others]
         per_part = max(self.max_samples // len(parts), 2000)
         tables = [
@@ -205,16 +206,22 @@ class HistoryModel:
         meds = [dist.median(X, d) if dist is not None else np.zeros(len(X)) for d in DOUBT_GRID]
         return np.column_stack([model.predict(X), *meds])
 
+    @property
+    def _median_moves(self) -> bool:
+        """Whether the change distribution's median can leave zero (from one half of doubt on,
+        no median moves)."""
+        return self.doubt < 0.5 and self.dist is not None
+
     def _delta(self, X) -> np.ndarray:
         """The weighted change; nothing to compute where both weights shrank to zero."""
         out, X = np.zeros(len(X)), np.asarray(X, float)
         if self.weight > 0:
             out += self.weight * self.model.predict(X)
-        if self.doubt < 0.5 and self.dist is not None:  # from one half on, no median moves
+        if self._median_moves:
             out += self.dist.median(X, self.doubt)
         return out
 
-    def _train_on(self, parts) -> lgb.Booster:
+    def _train_on(self, parts) -> tuple[lgb.Booster, ChangeDistribution | None]:
         if not parts:
             raise UserError("too little history to train a forecaster (no origins)")
         X = pd.concat([tab[0].iloc[o] for tab, o in parts])
@@ -234,7 +241,7 @@ class HistoryModel:
         """(point, scale) from the end of `y` (its last value observed at `end`)."""
         scale = float(y[-self.per_day :].mean()) + 1.0
         base = float(y[-self.anchor :].mean())
-        if self.weight <= 0 and self.doubt >= 0.5:
+        if self.weight <= 0 and not self._median_moves:  # persistence: no features needed
             return max(base, 0.0), scale
         delta = float(self._delta(features_last(y, end, self.step_min, self.h))[0])
         return max(base + delta * scale, 0.0), scale

@@ -95,7 +95,7 @@ class DemandPlanner:
         self.coming = {j.name: t + j.start_s for j in jobs if j.start_s > 0}
         hour = out["horizons"][-1]
         capacity = sum(d.total_gpus for d in eng.base_view.domains
-                       if d.name not in getattr(eng, "down", {}))
+                       if d.name not in eng.down)
         idle95 = max(capacity - hour["hi95"] - sum(self.held.values()), 0.0)
         pools = pool_targets(eng, self.floor, min(out["backup_pool_gpus"], idle95))
         self.log.append({
@@ -132,15 +132,13 @@ class DemandPlanner:
             free = {d.name: d.free_gpus for d in eng.view.domains if d.name not in eng.down}
             take, need = {}, run.spec.gpus_min
             for d, n in sorted(free.items(), key=lambda kv: -kv[1]):
-                if need <= 0:
-                    break
                 k = min(n, need)
                 if k > 0:
                     take[d], need = k, need - k
             self.holds[name] = take
             self.preallocated[name] = {"arrival_s": arrival, "held_from_s": t,
-                                       "held_gpus": sum(take.values()), "wanted_gpus":
-                                       run.spec.gpus_min, "released_s": None}
+                                       "held_gpus": sum(take.values()),
+                                       "wanted_gpus": run.spec.gpus_min, "released_s": None}
 
     def summary(self) -> dict:
         pools = [sum(e["pools_gpus"].values()) for e in self.log]

@@ -1,6 +1,7 @@
 """`POST /forecast`: request/response schemas, a pure `forecast` function, the models fitted on
-the requests' own history (`OnlineModels`, what the controller's planner and both Serve routes
-use), and a thin Ray Serve deployment (FastAPI ingress).
+the requests' own history (`FittedOnHistory`, what the controller's planner uses; one per
+series in `OnlineModels` behind both Serve routes), and a thin Ray Serve deployment (FastAPI
+ingress).
 
 Run: serve.run(ForecastDeployment.bind(forecaster), name="forecast", route_prefix="/forecast")
 then POST /forecast and GET /forecast/healthz.
@@ -102,18 +103,14 @@ class FittedOnHistory:
 
     def fitted(self, request: ForecastRequest) -> Forecaster | None:
         """The model to answer `request` with, refitted first when it is due."""
-        self._refit(request)
-        return self.forecaster
-
-    def _refit(self, request: ForecastRequest) -> None:
+        if len(request.history) < FIT_DAYS * 1440 // request.step_min:
+            return self.forecaster
         values, index = request_series(request)
-        if len(values) < FIT_DAYS * 1440 // request.step_min:
-            return
         end = index[-1]
         # A client resumed from an earlier snapshot sends an older end: refit, never answer
         # from a model that saw its future.
         if self.fitted_at is not None and self.fitted_at <= end < self.fitted_at + REFIT:
-            return
+            return self.forecaster
         try:
             self.forecaster = Forecaster.fit(
                 values, index, request.step_min, "occupancy", self.horizons_min, request.seed
@@ -121,6 +118,7 @@ class FittedOnHistory:
         except UserError:  # too little variety to train on: persistence
             self.forecaster = None
         self.fitted_at = end
+        return self.forecaster
 
 
 @dataclass
@@ -141,9 +139,6 @@ class OnlineModels:
             while len(self.models) > self.limit:
                 self.models.popitem(last=False)
             return model.fitted(request)
-
-    def answer(self, request: ForecastRequest) -> ForecastResponse:
-        return forecast(request, self.fitted(request), self.horizons_min)
 
 
 def _response(current: float, out: list[HorizonForecast], known) -> ForecastResponse:
@@ -185,9 +180,8 @@ class ForecastDeployment:
 
     @app.post("/")
     def post_forecast(self, request: ForecastRequest) -> ForecastResponse:
-        if self.forecaster is None:
-            return self.online.answer(request)
-        return forecast(request, self.forecaster)
+        fitted = self.forecaster if self.forecaster is not None else self.online.fitted(request)
+        return forecast(request, fitted)
 
     @app.get("/healthz")
     def healthz(self) -> dict:

@@ -237,13 +237,13 @@ def backup_pool(scn, node_rate_per_hour: float, repair_h: float, quantile: float
     return out
 
 
-def study_faults(scn, seed: int, hours: float, scale: float, forecast_url: str | None = None,
-                 forecast: bool = True) -> Faults:
+def study_faults(scn, seed: int, hours: float, scale: float, forecast_url: str | None = None
+                 ) -> Faults:
     """The study's faults: published rates × scale, each fault's detection delay measured by
     running the detectors on its simulated heartbeat and log streams, and the backup pools:
-    sized from failure rates, then (with `forecast`) resized every hour from the demand
-    forecast, which also pre-allocates for the scenario's announced jobs (`forecast_url`: ask
-    a running Serve app's POST /forecast rather than the forecaster in process)."""
+    sized from failure rates, then resized every hour from the demand forecast, which also
+    pre-allocates for the scenario's announced jobs (`forecast_url`: ask a running Serve app's
+    POST /forecast rather than the forecaster in process)."""
     from xdscheduler.faults.bench import detection_delay_s, fit_log_model
     from xdscheduler.faults.failure_model import NODE_REPAIR_S, Cluster, FailureModel
     from xdscheduler.forecast.planning import DemandPlanner
@@ -257,9 +257,7 @@ def study_faults(scn, seed: int, hours: float, scale: float, forecast_url: str |
     repair_h = float(np.mean(NODE_REPAIR_S)) / 3600
     replaced = (model.node_per_hour + model.straggler_per_node_hour) * scale
     out = Faults(events, delays, backup_pool(scn, replaced, repair_h), rate, seed)
-    if forecast:
-        out.planner = DemandPlanner(dict(out.floor), {j.name for j in scn.jobs}, forecast_url,
-                                    seed)
+    out.planner = DemandPlanner(dict(out.floor), {j.name for j in scn.jobs}, forecast_url, seed)
     return out
 
 
