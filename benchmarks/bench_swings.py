@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
 from benchmarks._table import print_table
 from xdscheduler.planner.policies import make_policy
 from xdscheduler.runtime.study import run_here, study_dynamics, study_jobs
@@ -29,6 +27,8 @@ from xdscheduler.sim.reconfig import (
     RESTART,
     SWING_CAUSES,
     TRANSFER,
+    adjustment_stats,
+    relocation_stats,
 )
 from xdscheduler.sim.swings import EVERY_S, inject_swings
 
@@ -54,29 +54,27 @@ def measure(seeds: list[int], hours: float, every_s: float) -> tuple[dict, list,
 
 
 def row(name: str, records: list) -> list:
-    done = [s for s in records if s.end_s is not None and s.dip is not None]
-    dip = np.array([s.dip for s in done]) * 100
-    rec = np.array([s.recovery_s for s in done])
-    if not done:
-        return [name, len(records), 0] + ["–"] * 7
-    return [name, len(records), len(done),
-            *(float(np.percentile(dip, q)) for q in (50, 99, 100)),
-            float(np.median([s.swing_dip for s in done]) * 100),
-            *(float(np.percentile(rec, q)) for q in (50, 99, 100))]
+    """The report's adjustment statistics of the records, dips in %."""
+    st = adjustment_stats(records)
+    pct = [_cell(st[k], 100) for k in ("dip_p50", "dip_p99", "dip_max", "swing_dip_p50")]
+    return [name, st["count"], st["recovered"], *pct,
+            *(_cell(st[k]) for k in ("recovery_s_p50", "recovery_s_p99", "recovery_s_max"))]
 
 
 def relocation_rows(moves: list) -> list[list]:
-    out = []
+    """The report's relocation statistics, one row per way of relocating."""
+    rows = []
     for how in (TRANSFER, CHECKPOINT):
-        done = [m for m in moves if m.how == how and m.phase == "done"]
-        wan = np.array([m.transfer_s for m in done])
-        lost = np.array([m.lost_s for m in done])
-        stats = [float(np.percentile(x, q)) for x in (wan, lost) for q in (50, 100)] if done \
-            else ["–"] * 4
-        out.append([how, sum(m.how == how for m in moves), len(done),
-                    sum(m.how == how and m.phase == "cancelled" for m in moves), *stats,
-                    sum(m.lost_gpu_s for m in done) / 3600])
-    return out
+        st = relocation_stats([m for m in moves if m.how == how])
+        rows.append([how, *(_cell(st[k]) for k in (
+            "count", "switched", "cancelled", "transfer_s_p50", "transfer_s_max", "lost_s_p50",
+            "lost_s_max", "lost_gpu_h"))])
+    return rows
+
+
+def _cell(value, scale: float = 1):
+    """A statistic for the table, scaled; '–' where there is none."""
+    return "–" if value is None else value * scale
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ import pytest
 from xdscheduler import catalog
 from xdscheduler.costmodel.plan import Plan
 from xdscheduler.network.dynamics import Dynamics, base_matrices
-from xdscheduler.planner.policies import Placement
+from xdscheduler.planner.policies import Placement, PlannerPolicy
 from xdscheduler.planner.space import SINGLE
 from xdscheduler.runtime.study import run_here, study_dynamics, study_jobs
 from xdscheduler.scenario import parse_scenario
@@ -64,12 +64,16 @@ def swing_dynamics(scn, hours: float = 2.0) -> Dynamics:
                     np.repeat(rtt[None], steps, 0), load, 300.0)
 
 
+def engine(scn, policy: Scripted, jobs=None, replan: str = reconfig.MAKE_BEFORE_BREAK):
+    """An engine over the scenario's jobs (or `jobs`) under the swing of `swing_dynamics`."""
+    dyn = swing_dynamics(scn)
+    return Engine(scn, scn.jobs if jobs is None else jobs, policy, dyn,
+                  LocalDomains(scn.domains, dyn), 3600.0, replan=replan)
+
+
 def run(then: Placement, replan: str = reconfig.MAKE_BEFORE_BREAK, until_s: float = 1800.0,
         start: Placement | None = None):
-    scn = two_domains()
-    dyn = swing_dynamics(scn)
-    eng = Engine(scn, scn.jobs, Scripted(then, start), dyn, LocalDomains(scn.domains, dyn),
-                 3600.0, replan=replan)
+    eng = engine(two_domains(), Scripted(then, start), replan=replan)
     eng.run(until_s=until_s)
     return eng
 
@@ -109,9 +113,7 @@ def test_the_old_restart_stops_the_job_for_300_s():
 
 
 def test_optimizer_state_not_in_by_the_optimizer_step_adds_to_the_pause():
-    scn = two_domains()
-    view = Engine(scn, [], Scripted(plan_on(0, 16)), swing_dynamics(scn),
-                  LocalDomains(scn.domains, swing_dynamics(scn)), 3600.0).view
+    view = engine(two_domains(), Scripted(plan_on(0, 16)), jobs=[]).view
     params = catalog.model("llama3-8b").params
     weights = 2 * params / H100_NODE_NICS + 2 * params / NVLINK
     optimizer = 12 * params / 16 / 40e9  # the old, larger shard over one NIC
@@ -221,9 +223,7 @@ def test_no_room_alongside_falls_back_to_checkpoint_and_restart(monkeypatch):
 def test_a_job_that_finishes_while_preparing_gives_the_accelerators_back():
     scn = two_domains()
     scn.jobs[0] = scn.jobs[0].model_copy(update={"tokens": 1.0})
-    dyn = swing_dynamics(scn)
-    eng = Engine(scn, scn.jobs, Scripted(plan_on(0, 32)), dyn, LocalDomains(scn.domains, dyn),
-                 3600.0)
+    eng = engine(scn, Scripted(plan_on(0, 32)))
     eng.run()
     assert all(not s.allocations for s in eng.domains.states)
 
@@ -240,8 +240,6 @@ def test_injected_swings_reproduce_with_their_seed():
     for s in sa:  # each one is at least the size the triggers react to
         assert abs(s["factor"] - 1) >= 0.2 if s["kind"] == "load" else s["factor"] >= 1.5
     jobs = study_jobs(scn, 3.0, 1)
-    from xdscheduler.planner.policies import PlannerPolicy
-
     runs = [run_here(scn, jobs, PlannerPolicy(scn.weights), a, 3.0) for _ in range(2)]
     assert [(s.job, s.cause, s.start_s, s.end_s) for s in runs[0].swings] == [
         (s.job, s.cause, s.start_s, s.end_s) for s in runs[1].swings]

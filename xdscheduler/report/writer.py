@@ -260,33 +260,30 @@ def _summary_table(policies: dict) -> str:
 def _swings_table(policies: dict) -> str:
     """Adjustments fired by load swings and RTT rises (dip, recovery), and apart from them the
     relocations those led to (what crossed the WAN, what was lost)."""
-    rows, moves = [], []
-    for name, row in policies.items():
-        block = row.get("swings")
-        if not block:
-            continue
-        cells = "".join(
-            f"<td>{'–' if (v := _number(block.get(k))) is None else fmt.format(v)}</td>"
-            for k, _, fmt in SWINGS)
-        rows.append(f"<tr><th>{html.escape(str(name))}</th>{cells}</tr>")
-        moved = block.get("relocations") or {}
-        cells = "".join(
-            f"<td>{'–' if (v := _number(moved.get(k))) is None else fmt.format(v)}</td>"
-            for k, _, fmt in RELOCATIONS)
-        moves.append(f"<tr><th>{html.escape(str(name))}</th>{cells}</tr>")
-    if not rows:
+    blocks = {name: row["swings"] for name, row in policies.items() if row.get("swings")}
+    if not blocks:
         return ""
-    head = "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in SWINGS)
-    head_moves = "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in RELOCATIONS)
+    moves = {name: block.get("relocations") or {} for name, block in blocks.items()}
     return ("<h2>Adjustments on load swings and RTT rises</h2><p>The job re-planned on the "
             "domains it holds. dip: 1 − tokens trained from the trigger until recovery over "
             "what the rate before the swing would have trained; recovery: until the job trains "
             "at min(new plan's rate, 90% of that rate) with nothing pending.</p>"
-            f"<table><tr><th>policy</th>{head}</tr>{''.join(rows)}</table>"
+            f"{_plain_table(blocks, SWINGS)}"
             "<h3>Relocations to other domains</h3><p>Decided apart, when they pay for the job's "
             "time and the accelerator-seconds held idle or redoing work; lost: seconds of "
             "training paused or redone.</p>"
-            f"<table><tr><th>policy</th>{head_moves}</tr>{''.join(moves)}</table>")
+            f"{_plain_table(moves, RELOCATIONS)}")
+
+
+def _plain_table(rows: dict[str, dict], columns: list[tuple[str, str, str]]) -> str:
+    """A row per policy of the (key, heading, format) columns, '–' where a value is missing."""
+    head = "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in columns)
+    body = "".join(
+        f"<tr><th>{html.escape(str(name))}</th>" + "".join(
+            f"<td>{'–' if (v := _number(row.get(k))) is None else fmt.format(v)}</td>"
+            for k, _, fmt in columns) + "</tr>"
+        for name, row in rows.items())
+    return f"<table><tr><th>policy</th>{head}</tr>{body}</table>"
 
 
 def _html(summary: dict, paths: dict[str, Path]) -> str:

@@ -183,11 +183,10 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
         "scenario": scn.name, "seed": seed, "hours": hours, "jobs": len(jobs),
         "runtime": "local" if local else "ray",
         "weights": scn.weights.model_dump(),
-        "policies": {n: summarise(r, scn.weights, ideal, price, hours * 3600)
+        "policies": {n: {**summarise(r, scn.weights, ideal, price, hours * 3600),
+                         "swings": swing_summary(r.swings, moves=r.relocations)}
                      for n, r in runs.items()},
     }
-    for name, res in runs.items():
-        summary["policies"][name]["swings"] = swing_summary(res.swings, moves=res.relocations)
     summary["comparison"] = compare(summary["policies"])
     if injected is not None:
         summary["faults"] = fault_report(injected, runs, faults, seed)

@@ -176,6 +176,7 @@ class Engine:
         self.faults = faults  # a sim.recovery.Faults, or None
         self.replan = replan  # how running jobs move: make-before-break, or the old restart
         self.swings: list[Swing] = []
+        self._open: list[tuple[Swing, JobRun]] = []  # swings not yet closed, with their job
         self.relocations: list[Relocation] = []
 
     # ------------------------------------------------------------------ the loop
@@ -354,7 +355,7 @@ class Engine:
         r.reference = self._reference(p, t)
         self._rate(r)
         self._log(t, r, action, p, p.explanation, p.decision_ms, before)
-        self.view = self.view.adjust_free({i: -n for i, n in p.taken.items()})
+        self._take_gpus(p.taken)
 
     def _retrigger(self, t: float) -> None:
         """Re-plan running jobs whose links or domains changed enough, or that started smaller
@@ -382,8 +383,13 @@ class Engine:
         """A trigger that left the plan as it was: new reference, and a record of it."""
         r.reference = self._reference(r.placement, t)
         rate = self._rate_of(r, r.placement) if rate is None else rate
-        self.swings.append(Swing(r.spec.name, cause, "kept", t, r.rate, rate, rate, r.done,
-                                 end_s=t))
+        self._record(r, Swing(r.spec.name, cause, "kept", t, r.rate, rate, rate, r.done,
+                              end_s=t))
+
+    def _record(self, r: JobRun, s: Swing) -> None:
+        self.swings.append(s)
+        if s.end_s is None:
+            self._open.append((s, r))
 
     def _restart(self, r: JobRun, new: Placement, t: float, cause: str) -> None:
         """The old move: save, stop, and start the new plan RESTART_S later."""
@@ -393,9 +399,9 @@ class Engine:
             self._kept(r, t, cause)
             return  # moving would not pay for the restart
         moved = reconfig.switch_cost(r.placement, new, r.spec.arch.params, self.view).wan_gb
-        self.swings.append(Swing(r.spec.name, cause, RESTART, t, r.rate,
-                                 self._rate_of(r, r.placement), new_rate, r.done,
-                                 pause_s=RESTART_S, wan_gb=moved))
+        self._record(r, Swing(r.spec.name, cause, RESTART, t, r.rate,
+                              self._rate_of(r, r.placement), new_rate, r.done,
+                              pause_s=RESTART_S, wan_gb=moved))
         self.domains.release(r.spec.name)
         self._return_gpus(r.placement)
         r.checkpoint, r.replans, r.paused_until = r.done, r.replans + 1, t + RESTART_S
@@ -413,8 +419,8 @@ class Engine:
         here = self.policy.replan(r.spec, r.placement, held)
         far = [p for p in (here, self.policy.replan(r.spec, r.placement, self.view))
                if p is not None and not _same(p, r.placement)]
-        adjust = self._switch_option(r, r.placement, far[0], now_rate, left, self.view) if (
-            here is not None and far and far[0] is here) else None
+        adjust = self._switch_option(r, here, now_rate, left) if (
+            here is not None and not _same(here, r.placement)) else None
         if adjust is None or adjust.cost.wan_gb > 0 or adjust.charge_s >= left / now_rate:
             adjust = None  # what needs the WAN is a relocation, weighed below
             self._kept(r, t, cause, now_rate)
@@ -422,9 +428,7 @@ class Engine:
             self._adjust(r, adjust, t, cause, now_rate)
         # Relocations are weighed from where the adjustment leaves the job.
         base, rate = (adjust.placement, adjust.rate) if adjust else (r.placement, now_rate)
-        moves = [m for p in far if reconfig.switch_cost(base, p, r.spec.arch.params,
-                                                        self.view).wan_gb > 0
-                 for m in self._relocations(r, base, p, rate, left, self.view, cause, t)]
+        moves = [m for p in far for m in self._relocations(r, base, p, rate, left, cause, t)]
         # It must pay the job (its charge) and the cluster: no more accelerator-seconds to
         # finish than staying takes.
         best = min((m for m in moves if m.gpu_s <= m.stay_gpu_s), key=lambda m: m.charge_s,
@@ -432,15 +436,15 @@ class Engine:
         if best is not None and best.charge_s < best.stay_s:
             self._plan_relocation(r, best, t)
 
-    def _switch_option(self, r: JobRun, base: Placement, p: Placement, base_rate: float,
-                       left: float, view: ClusterView) -> _Option:
-        """A make-before-break switch from `base` to p: its pause, and its charge."""
+    def _switch_option(self, r: JobRun, p: Placement, now_rate: float, left: float) -> _Option:
+        """A make-before-break switch from the job's placement to p: its pause, and its
+        charge."""
         rate, window = self._speed(r, p)
-        cost = reconfig.switch_cost(base, p, r.spec.arch.params, view, window)
-        extra = sum(reconfig.new_accelerators(base, p).values())
+        cost = reconfig.switch_cost(r.placement, p, r.spec.arch.params, self.view, window)
+        extra = sum(reconfig.new_accelerators(r.placement, p).values())
         if cost.alongside:
-            finish, idle = reconfig.switch_charge(left, base_rate, rate, base.total_gpus, extra,
-                                                  cost.prepare_s, cost.pause_s)
+            finish, idle = reconfig.switch_charge(left, now_rate, rate, r.placement.total_gpus,
+                                                  extra, cost.prepare_s, cost.pause_s)
             return _Option(p, MAKE_BEFORE_BREAK, rate, cost, cost.prepare_s, cost.pause_s,
                            reconfig.charge_s(finish, idle, p.total_gpus))
         pause = RESTART_S + cost.pause_s  # a restart moves the same state, and more slowly
@@ -448,45 +452,44 @@ class Engine:
             pause + left / rate, p.total_gpus * pause, p.total_gpus))
 
     def _relocations(self, r: JobRun, base: Placement, p: Placement, base_rate: float,
-                     left: float, view: ClusterView, cause: str, t: float) -> list[Relocation]:
-        """The two ways to move from `base` to p across the WAN, each with its charge."""
+                     left: float, cause: str, t: float) -> list[Relocation]:
+        """The two ways to move from `base` to p across the WAN, each with its charge (none
+        when p sends nothing over the WAN, or has no room alongside)."""
+        if not reconfig.crosses_wan(base, p, self.view):
+            return []
         rate, window = self._speed(r, p)
-        params = r.spec.arch.params
-        cost = reconfig.switch_cost(base, p, params, view, window)
+        cost = reconfig.switch_cost(base, p, r.spec.arch.params, self.view, window)
         if not cost.alongside:
             return []
-        extra, held = sum(reconfig.new_accelerators(base, p).values()), base.total_gpus
-        stay = (left / base_rate, held * left / base_rate)
+        extra = sum(reconfig.new_accelerators(base, p).values())
+        held, gpus = base.total_gpus, p.total_gpus
+        stay_s, stay_gpu_s = left / base_rate, held * left / base_rate
+
+        def move(how: str, at_s: float, transfer_s: float, hold_s: float, pause_s: float,
+                 charge: tuple[float, float], before_s: float, extra_s: float) -> Relocation:
+            """`charge`: its (finish s, idle accelerator-s); `before_s` from now to the switch,
+            `extra_s` of it with the target's new accelerators held."""
+            finish, idle = charge
+            return Relocation(r.spec.name, cause, how, t, p, at_s, transfer_s, hold_s, pause_s,
+                              cost.wan_gb, cost.wan_cost, reconfig.charge_s(finish, idle, gpus),
+                              stay_s, reconfig.gpu_seconds(finish, before_s, held, extra,
+                                                           extra_s, gpus), stay_gpu_s)
+
         before = cost.prepare_s + cost.pause_s
-        finish, idle = reconfig.switch_charge(left, base_rate, rate, held, extra,
-                                              cost.prepare_s, cost.pause_s)
-        transfer = Relocation(r.spec.name, cause, TRANSFER, t, p, t, cost.pause_s,
-                              cost.prepare_s, cost.pause_s, cost.wan_gb, cost.wan_cost,
-                              reconfig.charge_s(finish, idle, p.total_gpus), stay[0],
-                              reconfig.gpu_seconds(finish, before, held, extra, before,
-                                                   p.total_gpus), stay[1])
+        transfer = move(TRANSFER, t, cost.pause_s, cost.prepare_s, cost.pause_s,
+                        reconfig.switch_charge(left, base_rate, rate, held, extra,
+                                               cost.prepare_s, cost.pause_s), before, before)
         wait = max(r.next_checkpoint_s - t, 0.0)
-        hold = max(self._load_s(r, p), COMM_INIT_S)
-        before = wait + cost.wan_s + hold
-        finish, idle = reconfig.checkpoint_charge(left, base_rate, rate, held, extra, wait,
-                                                  cost.wan_s, hold)
-        copy = Relocation(r.spec.name, cause, CHECKPOINT, t, p, t + wait, cost.wan_s, hold, 0.0,
-                          cost.wan_gb, cost.wan_cost,
-                          reconfig.charge_s(finish, idle, p.total_gpus), stay[0],
-                          reconfig.gpu_seconds(finish, before, held, extra, hold, p.total_gpus),
-                          stay[1])
+        hold = max(self._restore_s(r, p), COMM_INIT_S)
+        copy = move(CHECKPOINT, t + wait, cost.wan_s, hold, 0.0,
+                    reconfig.checkpoint_charge(left, base_rate, rate, held, extra, wait,
+                                               cost.wan_s, hold), wait + cost.wan_s + hold, hold)
         return [transfer, copy]
-
-    def _load_s(self, r: JobRun, p: Placement) -> float:
-        from xdscheduler.sim.recovery import restore_s
-
-        return restore_s(r.spec.arch.params, p.total_gpus,
-                         self.scn.domains[p.domains[0]].storage.io_gbps)
 
     def _adjust(self, r: JobRun, m: _Option, t: float, cause: str, now_rate: float) -> None:
         """Start a switch on the job's own domains: prepared alongside, or (no room) restarted."""
-        self.swings.append(Swing(r.spec.name, cause, m.how, t, r.rate, now_rate, m.rate, r.done,
-                                 m.prepare_s, m.pause_s))
+        self._record(r, Swing(r.spec.name, cause, m.how, t, r.rate, now_rate, m.rate, r.done,
+                              m.prepare_s, m.pause_s))
         r.replans += 1
         new = m.placement
         if m.how == "fallback":
@@ -496,9 +499,7 @@ class Engine:
             self._start(r, new, t, "replan")
             return
         before = {d.name: d.free_gpus for d in self.view.domains}
-        r.next, r.switch_at, r.switch_pause_s = new, t + m.prepare_s, m.pause_s
-        self.domains.apply(r.spec.name + PREPARING, r.preparing, t)
-        self.view = self.view.adjust_free({i: -n for i, n in r.preparing.items()})
+        self._prepare(r, new, t, t + m.prepare_s, m.pause_s)
         self._log(t, r, "replan", new, f"{cause}: prepared alongside for {m.prepare_s:.0f} s, "
                   f"then a {m.pause_s:.2f} s switch; {new.explanation}", new.decision_ms, before)
 
@@ -537,9 +538,21 @@ class Engine:
         if m.how == TRANSFER:
             self._charge_wan(r, m)
         m.phase = "held"
-        r.next, r.switch_at, r.switch_pause_s = m.target, t + m.hold_s, m.pause_s
+        self._prepare(r, m.target, t, t + m.hold_s, m.pause_s)
+
+    def _prepare(self, r: JobRun, new: Placement, t: float, switch_at: float,
+                 pause_s: float) -> None:
+        """The accelerators of `new` the job does not hold are taken alongside its own until
+        `switch_at`, when it switches with a `pause_s` pause."""
+        r.next, r.switch_at, r.switch_pause_s = new, switch_at, pause_s
         self.domains.apply(r.spec.name + PREPARING, r.preparing, t)
-        self.view = self.view.adjust_free({i: -n for i, n in r.preparing.items()})
+        self._take_gpus(r.preparing)
+
+    def _drop_next(self, r: JobRun) -> None:
+        """Give back the accelerators taken for the next plan; the job has none after."""
+        self.domains.release(r.spec.name + PREPARING)
+        self.view = self.view.adjust_free(r.preparing)
+        r.next, r.switch_at = None, math.inf
 
     def _target_free(self, r: JobRun, m: Relocation) -> bool:
         """The relocation's target is up and its accelerators free beside the job's."""
@@ -575,12 +588,10 @@ class Engine:
             if any(self.names[d] in self.down for d in r.next.domains):
                 self._cancel_switch(r)
                 continue
-            new, pause, extra, old = r.next, r.switch_pause_s, r.preparing, r.placement
-            self.domains.release(r.spec.name + PREPARING)
+            new, pause, old = r.next, r.switch_pause_s, r.placement
+            self._drop_next(r)
             self.domains.release(r.spec.name)
-            self.view = self.view.adjust_free(extra)
-            self._return_gpus(r.placement)
-            r.next, r.switch_at = None, math.inf
+            self._return_gpus(old)
             # The job's accelerators stay its own: re-established, not asked for anew.
             self.domains.restore(r.spec.name, new.taken)
             r.placement, r.paused_until = new, t + pause
@@ -588,7 +599,7 @@ class Engine:
                 r.checkpoint_every_s = self._checkpoint_every(r)
             r.reference = self._reference(new, t)
             self._rate(r)
-            self.view = self.view.adjust_free({i: -n for i, n in new.taken.items()})
+            self._take_gpus(new.taken)
             if r.move is not None and r.move.phase == "held":
                 self._relocated(r, r.move, old, t)
 
@@ -599,30 +610,33 @@ class Engine:
             r.move.phase, r.move = "cancelled", None
         if r.next is None:
             return
-        self.domains.release(r.spec.name + PREPARING)
-        self.view = self.view.adjust_free(r.preparing)
-        r.next, r.switch_at = None, math.inf
-        for s in self.swings:
-            if s.job == r.spec.name and s.end_s is None:
+        self._drop_next(r)
+        for s, run in self._open:
+            if run is r:
                 s.aborted = True
 
     def _close_swings(self, t: float) -> None:
         """A re-plan's record closes once its job trains at the target rate with nothing
         pending (a relocation preparing after it is a decision of its own); a job that ended,
-        or that a fault took, closes it unrecovered."""
-        runs = {r.spec.name: r for r in self.runs}
-        for s in self.swings:
-            if s.end_s is not None or s.aborted:
+        or that a fault took, closes it unrecovered. Only the open records are looked at."""
+        still = []
+        for s, r in self._open:
+            if s.aborted:
                 continue
-            r = runs[s.job]
             if not r.running or r.recovering:
                 s.aborted = True
             elif (r.next is None or (r.move is not None and r.move.phase == "held")) and (
                     r.paused_until <= t and r.rate >= s.target * (1 - 1e-9)):
                 s.end_s, s.tokens = t, r.done - s.done0
+            else:
+                still.append((s, r))
+        self._open = still
 
     def _return_gpus(self, p: Placement) -> None:
         self.view = self.view.adjust_free(p.taken)
+
+    def _take_gpus(self, taken: dict[int, int]) -> None:
+        self.view = self.view.adjust_free({i: -n for i, n in taken.items()})
 
     def _links_of(self, p: Placement) -> list[tuple[int, int]]:
         d = p.domains
@@ -644,10 +658,11 @@ class Engine:
         """What fired a re-plan ("" for nothing): an RTT rise, a load swing, a bandwidth drop."""
         bw_ref, rtt_ref, load_ref = r.reference
         bw_now, rtt_now, load_now = self._reference(r.placement, t)
-        fired = {"rtt": np.any(rtt_now >= (1 + RTT_RISE) * rtt_ref),
-                 "load": np.any(np.abs(load_now - load_ref) >= LOAD_SWING * load_ref),
-                 "bandwidth": np.any(bw_now <= (1 - LINK_DROP) * bw_ref)}
-        return next((k for k, v in fired.items() if v), "")
+        if np.any(rtt_now >= (1 + RTT_RISE) * rtt_ref):
+            return "rtt"
+        if np.any(np.abs(load_now - load_ref) >= LOAD_SWING * load_ref):
+            return "load"
+        return "bandwidth" if np.any(bw_now <= (1 - LINK_DROP) * bw_ref) else ""
 
     # ------------------------------------------------------------------ speed
 
@@ -715,12 +730,13 @@ class Engine:
         return self.view.adjust_free({names[n]: k for n, k in self.faults.pool.items()
                                       if n not in self.down})
 
-    def _restore_s(self, r: JobRun) -> float:
+    def _restore_s(self, r: JobRun, p: Placement | None = None) -> float:
+        """Seconds to load the job's checkpoint onto placement p (its own by default)."""
         from xdscheduler.sim.recovery import restore_s
 
-        first = r.placement.domains[0]
-        return restore_s(r.spec.arch.params, r.placement.total_gpus,
-                         self.scn.domains[first].storage.io_gbps)
+        p = r.placement if p is None else p
+        return restore_s(r.spec.arch.params, p.total_gpus,
+                         self.scn.domains[p.domains[0]].storage.io_gbps)
 
     def _checkpoint_every(self, r: JobRun) -> float:
         """Young/Daly: the interval that balances writing checkpoints against redoing work."""
@@ -764,6 +780,8 @@ class Engine:
                 self.domains.restore(r.spec.name, r.placement.taken)
                 if r.preparing:
                     self.domains.restore(r.spec.name + PREPARING, r.preparing)
+        runs = {r.spec.name: r for r in self.runs}
+        self._open = [(s, runs[s.job]) for s in self.swings if s.end_s is None and not s.aborted]
 
     def _sample(self, t: float) -> None:
         busy = [0] * len(self.names)  # one pass over the jobs, not one per domain

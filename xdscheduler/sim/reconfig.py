@@ -97,11 +97,11 @@ from xdscheduler.faults.checkpointing import CHECKPOINT_BYTES_PER_PARAM
 from xdscheduler.planner.policies import Placement
 from xdscheduler.planner.space import PIPELINE
 from xdscheduler.planner.view import ClusterView
+from xdscheduler.sim.recovery import percentile
 
 COMM_INIT_S = 5.0  # MegaScale: process groups of 2,048 GPUs initialised in under 5 s
 RESTART_S = 300.0  # the old way of moving a job: save, reschedule, load and warm up again
 MAKE_BEFORE_BREAK, RESTART = "make-before-break", "restart"
-CAUSES = ("load", "rtt", "bandwidth", "grow")  # what fired a re-plan
 SWING_CAUSES = ("load", "rtt")  # load swings ≥ 20% and RTT rises ≥ 50%
 Spans = dict[int, list[tuple[float, float]]]  # domain -> shares of the layers it holds
 
@@ -118,7 +118,6 @@ class SwitchCost:
     prepare_s: float  # the job trains on its old plan meanwhile
     pause_s: float  # nothing trains (weights re-laid, and any optimizer state still late)
     wan_gb: float  # state sent across domains
-    fabric_gb: float  # state re-laid inside domains
     alongside: bool  # the new accelerators could be taken next to the old ones
     wan_s: float = 0.0  # seconds the whole state takes over the WAN (a checkpoint's copy)
     wan_cost: float = 0.0  # its bill at the links' prices
@@ -269,6 +268,12 @@ def wan_bytes(old: Placement, new: Placement, view: ClusterView) -> dict[tuple[i
     return flows
 
 
+def crosses_wan(old: Placement, new: Placement, view: ClusterView) -> bool:
+    """Whether moving from `old` to `new` sends state across domains (`switch_cost`'s wan_gb
+    > 0): every flow `wan_bytes` lists carries some."""
+    return bool(wan_bytes(old, new, view))
+
+
 def switch_cost(old: Placement, new: Placement, params: float, view: ClusterView,
                 window_s: float = 0.0) -> SwitchCost:
     """Preparation and pause of moving a job from `old` to `new` under the view's links;
@@ -288,10 +293,8 @@ def switch_cost(old: Placement, new: Placement, params: float, view: ClusterView
     state_gb = params * CHECKPOINT_BYTES_PER_PARAM / 1e9
     price = sum(share * state_gb * view.price_per_gb[s, d] if s >= 0 else 0.0
                 for (s, d), share in flows.items())
-    fabric = sum(node_bytes(new, d, params, view) * -(-new.taken[d] // _per_node(view, d))
-                 for d in kept)
     return SwitchCost(COMM_INIT_S, weights_s + stall + rtt / 1e3,
-                      sum(flows.values()) * state_gb, fabric / 1e9, alongside,
+                      sum(flows.values()) * state_gb, alongside,
                       max((w + o for w, o in paths[:len(flows)]), default=0.0), price)
 
 
@@ -321,15 +324,6 @@ def _node_gpus(p: Placement, d: int, view: ClusterView) -> int:
     return min(_per_node(view, d), p.taken[d])
 
 
-def node_bytes(p: Placement, d: int, params: float, view: ClusterView) -> float:
-    """Bytes of training state one node of domain d holds under p (its weights once, and the
-    optimizer state of each accelerator): what it sends, or receives, in a re-layout."""
-    g = _node_gpus(p, d, view)
-    opt = node_share(p, g) * OPTIMIZER_BYTES_PER_PARAM * params if p.plan.zero < 1 else (
-        g * optimizer_slice(p, params))
-    return node_share(p, g) * WEIGHT_BYTES_PER_PARAM * params + opt
-
-
 def optimizer_slice(p: Placement, params: float) -> float:
     """fp32 master weights and Adam moments one accelerator holds: split by TP and PP, and by
     DP×CP under ZeRO ≥ 1."""
@@ -353,16 +347,16 @@ def relayout_s(p: Placement, d: int, params: float, view: ClusterView) -> np.nda
     dom, g = view.domains[d], _node_gpus(p, d, view)
     nic = dom.scaleout_gbps * 1e9 / 8 * CALIB.collective_efficiency
     up = dom.scaleup_gbs * 1e9 * CALIB.collective_efficiency
-    node_w = node_share(p, g) * WEIGHT_BYTES_PER_PARAM * params
-    gpu_w = weight_slice(p, params)
-    weights = node_w / (g * nic) + (gpu_w / up if g * gpu_w > node_w * (1 + 1e-9) else 0.0)
+
+    def striped(per_param: float, per_gpu: float) -> float:
+        """The node's part once over its NICs, then each accelerator's slice over the fabric
+        where they hold copies."""
+        node = node_share(p, g) * per_param * params
+        return node / (g * nic) + (per_gpu / up if g * per_gpu > node * (1 + 1e-9) else 0.0)
+
+    weights = striped(WEIGHT_BYTES_PER_PARAM, weight_slice(p, params))
     gpu_o = optimizer_slice(p, params)
-    if p.plan.zero >= 1:
-        optimizer = gpu_o / nic
-    else:
-        node_o = node_share(p, g) * OPTIMIZER_BYTES_PER_PARAM * params
-        optimizer = node_o / (g * nic) + (gpu_o / up if g * gpu_o > node_o * (1 + 1e-9)
-                                          else 0.0)
+    optimizer = gpu_o / nic if p.plan.zero >= 1 else striped(OPTIMIZER_BYTES_PER_PARAM, gpu_o)
     return np.array([weights, optimizer])
 
 
@@ -381,21 +375,18 @@ def new_accelerators(old: Placement, new: Placement) -> dict[int, int]:
     return {d: n - held.get(d, 0) for d, n in new.taken.items() if n > held.get(d, 0)}
 
 
-def _pct(x, q: float) -> float | None:
-    x = np.asarray(x, dtype=float)
-    return float(np.percentile(x, q)) if x.size else None
-
-
-def _stats(moved: list[Swing]) -> dict:
+def adjustment_stats(moved: list[Swing]) -> dict:
+    """Adjustments: how many, how many recovered, and their dips and recovery times."""
     closed = [s for s in moved if s.end_s is not None and s.dip is not None]
     dip = [s.dip for s in closed]
     rec = [s.recovery_s for s in closed]
     return {"count": len(moved), "recovered": len(closed),
-            "dip_p50": _pct(dip, 50), "dip_p99": _pct(dip, 99), "dip_max": _pct(dip, 100),
+            "dip_p50": percentile(dip, 50), "dip_p99": percentile(dip, 99),
+            "dip_max": percentile(dip, 100),
             # what the swing alone costs over the same windows; the rest is the adjustment
-            "swing_dip_p50": _pct([s.swing_dip for s in closed], 50),
-            "recovery_s_p50": _pct(rec, 50), "recovery_s_p99": _pct(rec, 99),
-            "recovery_s_max": _pct(rec, 100)}
+            "swing_dip_p50": percentile([s.swing_dip for s in closed], 50),
+            "recovery_s_p50": percentile(rec, 50), "recovery_s_p99": percentile(rec, 99),
+            "recovery_s_max": percentile(rec, 100)}
 
 
 def relocation_stats(moves: list[Relocation]) -> dict:
@@ -406,9 +397,9 @@ def relocation_stats(moves: list[Relocation]) -> dict:
             "cancelled": sum(m.phase == "cancelled" for m in moves),
             "by_checkpoint": sum(m.how == CHECKPOINT for m in done),
             "by_transfer": sum(m.how == TRANSFER for m in done),
-            "transfer_s_p50": _pct([m.transfer_s for m in done], 50),
-            "transfer_s_max": _pct([m.transfer_s for m in done], 100),
-            "lost_s_p50": _pct(lost, 50), "lost_s_max": _pct(lost, 100),
+            "transfer_s_p50": percentile([m.transfer_s for m in done], 50),
+            "transfer_s_max": percentile([m.transfer_s for m in done], 100),
+            "lost_s_p50": percentile(lost, 50), "lost_s_max": percentile(lost, 100),
             "lost_gpu_h": sum(m.lost_gpu_s for m in done) / 3600,
             "wan_gb": sum(m.wan_gb for m in moves if m.phase != "wait"),
             "wan_cost": sum(m.wan_cost for m in moves if m.phase != "wait")}
@@ -421,7 +412,7 @@ def summary(records: list[Swing], causes: tuple[str, ...] = SWING_CAUSES,
     moved = [s for s in records if s.cause in causes and s.how != "kept"]
     return {
         "causes": list(causes),
-        **_stats(moved),
+        **adjustment_stats(moved),
         "kept_plan": sum(s.cause in causes and s.how == "kept" for s in records),
         "fallbacks_to_restart": sum(s.how in ("fallback", RESTART) for s in moved),
         "relocations": relocation_stats([m for m in moves if m.cause in causes]),

@@ -202,8 +202,9 @@ class Faults:
             "detected": len(detected),
             "jobs_hit": sum(len(inc.jobs) for inc in self.incidents),
             "unrecovered": sum(v is None for inc in self.incidents for v in inc.jobs.values()),
-            "detection_s_p50": _pct(detected, 50), "detection_s_p99": _pct(detected, 99),
-            "recovery_s_p50": _pct(recovery, 50),
+            "detection_s_p50": percentile(detected, 50),
+            "detection_s_p99": percentile(detected, 99),
+            "recovery_s_p50": percentile(recovery, 50),
             "recovery_s_max": max(recovery) if recovery else 0.0,
             "interrupted_s_max": max(interrupted) if interrupted else 0.0,
             "lost_work_gpu_h": sum(r.lost_gpu_s for r in runs) / 3600,
@@ -213,7 +214,8 @@ class Faults:
         }
 
 
-def _pct(values: list[float], q: float) -> float | None:
+def percentile(values: list[float], q: float) -> float | None:
+    """The q-th percentile of the values; None where there are none."""
     return float(np.percentile(values, q)) if values else None
 
 

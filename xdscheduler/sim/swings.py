@@ -28,17 +28,15 @@ def inject_swings(dyn: Dynamics, seed: int, every_s: float = EVERY_S,
         a = int(t // dyn.step_s)
         b = min(steps, a + max(1, round(rng.uniform(*LASTS_S) / dyn.step_s)))
         if rng.random() < 0.5:
-            d = int(rng.integers(k))
+            kind, where = "load", int(rng.integers(k))
             factor = 1 + rng.choice([-1, 1]) * rng.uniform(*LOAD_FACTOR)
-            load[a:b, d] *= factor
-            out.append({"kind": "load", "where": d, "start_s": a * dyn.step_s,
-                        "end_s": b * dyn.step_s, "factor": float(factor)})
+            load[a:b, where] *= factor
         else:
             i, j = links[rng.integers(len(links))]
-            factor = rng.uniform(*RTT_FACTOR)
+            kind, where, factor = "rtt", (int(i), int(j)), rng.uniform(*RTT_FACTOR)
             rtt[a:b, i, j] *= factor
             rtt[a:b, j, i] *= factor
-            out.append({"kind": "rtt", "where": (int(i), int(j)), "start_s": a * dyn.step_s,
-                        "end_s": b * dyn.step_s, "factor": float(factor)})
+        out.append({"kind": kind, "where": where, "start_s": a * dyn.step_s,
+                    "end_s": b * dyn.step_s, "factor": float(factor)})
         t += rng.exponential(every_s)
     return replace(dyn, background_load=np.clip(load, 0.0, 0.9), rtt_ms=rtt), out
