@@ -3,10 +3,12 @@ it above the failure-rate floor, holds for announced jobs, and POST /forecast ov
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 import pytest
 
@@ -88,9 +90,11 @@ def test_pools_grow_only_from_idle_capacity_and_stay_in_bounds():
 
 class _ForecastHandler(BaseHTTPRequestHandler):
     calls = 0
+    series: ClassVar[list[str]] = []  # the demand series of each request, in order
 
     def do_POST(self):
         body = self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).series.append(json.loads(body)["series"])
         out = forecast(ForecastRequest.model_validate_json(body), None).model_dump_json()
         type(self).calls += self.path == "/forecast"
         self.send_response(200)
@@ -103,13 +107,20 @@ class _ForecastHandler(BaseHTTPRequestHandler):
         pass
 
 
-def test_with_a_serve_url_the_controller_asks_over_http(planned):
+@contextlib.contextmanager
+def forecast_server():
+    """A stand-in Serve app answering POST /forecast with the real forecast; yields its URL."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _ForecastHandler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        res, _ = study(f"http://127.0.0.1:{server.server_address[1]}")
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
+
+
+def test_with_a_serve_url_the_controller_asks_over_http(planned):
+    with forecast_server() as url:
+        res, _ = study(url)
     block = res.faults["forecast"]
     assert block["source"] == ["http"] and _ForecastHandler.calls == block["consults"]
     # The endpoint runs the same forecast: the same pools and holds as in process.
@@ -117,3 +128,22 @@ def test_with_a_serve_url_the_controller_asks_over_http(planned):
     strip = [{k: v for k, v in e.items() if k != "source"} for e in block["timeline"]]
     assert strip == [{k: v for k, v in e.items() if k != "source"} for e in local["timeline"]]
     assert json.dumps(block["preallocated"]) == json.dumps(local["preallocated"])
+
+
+def test_each_policy_of_a_study_sends_a_demand_series_of_its_own():
+    """The service fits one model per series: policies sharing one would be answered from
+    another policy's history."""
+    scn = scenario()
+    floor = {d.name: 8 for d in scn.domains}
+    with forecast_server() as url:
+        shared = Faults([], [], floor, 1e-3)
+        shared.planner = planning.DemandPlanner(dict(floor), {j.name for j in scn.jobs}, url, SEED)
+        sent = {}
+        for name in ("planner", "greedy-cross-domain"):
+            _ForecastHandler.series = []
+            run_here(scn, study_jobs(scn, 2.0, SEED), make_policy(name, scn.weights),
+                     study_dynamics(scn, SEED, 2.0), 2.0, faults=shared.for_policy(name))
+            sent[name] = set(_ForecastHandler.series)
+    assert all(len(s) == 1 for s in sent.values()), sent
+    assert sent["planner"] != sent["greedy-cross-domain"]
+    assert shared.planner.history == []  # each policy's run fills its own copy

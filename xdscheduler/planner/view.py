@@ -120,5 +120,11 @@ class ClusterView:
         return replace(self, domains=domains, bandwidth_gbps=bw, rtt_ms=rtt, indicators=None)
 
     @property
+    def mean_gpu_price(self) -> float:
+        """$ per accelerator-hour over the whole cluster, each domain weighted by its size."""
+        return sum(d.price_per_gpu_hour * d.total_gpus for d in self.domains) / sum(
+            d.total_gpus for d in self.domains)
+
+    @property
     def names(self) -> list[str]:
         return [d.name for d in self.domains]

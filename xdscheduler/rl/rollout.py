@@ -40,11 +40,8 @@ def outlook(eng: Engine, weights: Weights, since_s: float) -> float:
             end = now + left / ideal
         total += weights.efficiency * job_efficiency(r.tokens / ideal, end - r.arrival_s)
         jobs += 1
-    doms = eng.base_view.domains
-    capacity = sum(d.total_gpus for d in doms) * max(now - since_s, 1e-9)
-    price = sum(d.price_per_gpu_hour * d.total_gpus for d in doms) / sum(
-        d.total_gpus for d in doms)
-    bill = eng.busy_gpu_s / 3600 * price
+    capacity = sum(d.total_gpus for d in eng.base_view.domains) * max(now - since_s, 1e-9)
+    bill = eng.busy_gpu_s / 3600 * eng.base_view.mean_gpu_price
     cost = sum(r.wan_cost for r in eng.runs) / bill if bill else 0.0
     # Busy time and WAN cost count from the decision on (`rollout` zeroes them): utilisation and
     # cost as a study measures them, weighted per job like the efficiency terms.

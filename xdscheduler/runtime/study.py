@@ -3,13 +3,11 @@ on Ray (a controller actor per policy, owning its domain actors) or in this proc
 
 from __future__ import annotations
 
-import copy
 import os
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from xdscheduler.network.dynamics import Dynamics
@@ -145,8 +143,8 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
               address: str | None = None, local: bool = False, realtime: bool = False,
               show_progress: bool | None = None, policy_options: dict | None = None,
               journal: bool = True, faults: float | None = None) -> dict:
-    """`faults`: inject faults at the published rates times this factor (None: none)."""
-    """Run every policy, write the report to `out`, and return report.json's content."""
+    """Run every policy, write the report to `out`, and return report.json's content.
+    `faults`: inject faults at the published rates times this factor (None: none)."""
     from xdscheduler.report.writer import write_report
 
     unknown = [p for p in policies if p not in POLICIES]
@@ -159,8 +157,7 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
     dynamics = study_dynamics(scn, seed, hours)
     view = ClusterView.from_scenario(scn)
     ideal = ideal_rates([JobSpec.of(j) for j in jobs], view)
-    price = float(np.average([d.price_per_gpu_hour for d in scn.domains],
-                             weights=[d.gpus for d in scn.domains]))
+    price = view.mean_gpu_price
     if not local:
         connect(address)
     runs: dict[str, Results] = {}
@@ -168,7 +165,7 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
     injected = None if faults is None else study_faults(
         scn, seed, hours, faults, forecast_url=(policy_options or {}).get("serve_url"))
     for name in policies:
-        mine = copy.deepcopy(injected)  # every policy meets the same faults
+        mine = None if injected is None else injected.for_policy(name)  # the same faults
         if local:
             runs[name] = run_here(scn, jobs, make_policy(name, scn.weights, policy_options),
                                   dynamics, hours, show, mine)

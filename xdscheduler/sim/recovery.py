@@ -10,6 +10,7 @@ each job stood still are recorded per incident.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -67,6 +68,14 @@ class Faults:
                       for k, i in enumerate(self.incidents)]
         self.todo.sort()
         self.cut: set[tuple[int, int]] = set()
+
+    def for_policy(self, name: str) -> Faults:
+        """A fresh copy for one policy's run: the same faults, and a demand series of its own
+        (a forecast service keeps one model per series, fitted on that series' history)."""
+        mine = copy.deepcopy(self)
+        if mine.planner is not None:
+            mine.planner.series = f"{self.planner.series}-{name}"
+        return mine
 
     @property
     def pool(self) -> dict[str, int]:
