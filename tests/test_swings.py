@@ -102,8 +102,21 @@ def test_a_load_swing_grows_the_job_in_place_with_the_dip_worked_by_hand():
     assert s.tokens == pytest.approx(5.0 * s.reference)
     assert s.dip == pytest.approx(pause / (5.0 + pause)) and s.dip == pytest.approx(0.0186, 1e-2)
     assert s.swing_dip == 0.0  # a load swing leaves the job's own speed as it was
+    assert s.adjustment_dip == pytest.approx(s.dip)  # so all of the dip is the adjustment's
     assert r.placement.gpus == (32,) and eng.domains.states[0].allocations == {"j": 32}
     assert not eng.relocations
+
+
+def test_the_adjustments_own_dip_leaves_out_the_swings_slowdown():
+    # 100 tokens/s before the swing, 80 under it: 5 s of preparation at 80, a 0.5 s pause.
+    s = reconfig.Swing("j", "rtt", reconfig.MAKE_BEFORE_BREAK, 0.0, 100.0, 80.0, 120.0, 0.0,
+                       5.0, 0.5, end_s=5.5, tokens=400.0)
+    assert s.dip == pytest.approx(1 - 400 / 550)  # against the rate before the swing
+    assert s.swing_dip == pytest.approx(0.2)
+    assert s.adjustment_dip == pytest.approx(1 - 400 / 440)  # against keeping the plan
+    stats = reconfig.adjustment_stats([s])
+    assert stats["adjustment_dip_max"] == pytest.approx(0.5 / 5.5)
+    assert stats["swing_dip_max"] == pytest.approx(0.2)
 
 
 def test_the_old_restart_stops_the_job_for_300_s():

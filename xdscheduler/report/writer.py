@@ -68,6 +68,7 @@ HOURS = 1 / 3600
 SWINGS = [("count", "adjustments", "{:.0f}"), ("fallbacks_to_restart", "restarts", "{:.0f}"),
           ("dip_p50", "dip p50", "{:.1%}"), ("dip_max", "dip max", "{:.1%}"),
           ("swing_dip_p50", "of it the swing, p50", "{:.1%}"),
+          ("adjustment_dip_max", "the adjustment's own dip, max", "{:.1%}"),
           ("recovery_s_p50", "recovery p50 (s)", "{:.1f}"),
           ("recovery_s_max", "recovery max (s)", "{:.1f}")]
 RELOCATIONS = [("count", "decided", "{:.0f}"), ("switched", "switched", "{:.0f}"),
@@ -266,8 +267,10 @@ def _swings_table(policies: dict) -> str:
     moves = {name: block.get("relocations") or {} for name, block in blocks.items()}
     return ("<h2>Adjustments on load swings and RTT rises</h2><p>The job re-planned on the "
             "domains it holds. dip: 1 − tokens trained from the trigger until recovery over "
-            "what the rate before the swing would have trained; recovery: until the job trains "
-            "at min(new plan's rate, 90% of that rate) with nothing pending.</p>"
+            "what the rate before the swing would have trained; the adjustment's own dip: the "
+            "same over what keeping the plan under the swing would have trained; recovery: "
+            "until the job trains at min(new plan's rate, 90% of the rate before) with nothing "
+            "pending.</p>"
             f"{_plain_table(blocks, SWINGS)}"
             "<h3>Relocations to other domains</h3><p>Decided apart, when they pay for the job's "
             "time and the accelerator-seconds held idle or redoing work; lost: seconds of "

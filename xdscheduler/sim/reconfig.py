@@ -161,6 +161,16 @@ class Swing:
     def swing_dip(self) -> float:
         return 1.0 - self.swing_rate / self.reference if self.reference > 0 else 0.0
 
+    @property
+    def adjustment_dip(self) -> float | None:
+        """What the adjustment itself takes out: 1 − tokens trained from the trigger until
+        recovery / what keeping the plan under the swing would have trained. `dip` also counts
+        the swing's own slowdown, which no adjustment avoids while it prepares."""
+        span = self.recovery_s
+        if not span or self.swing_rate <= 0:
+            return None
+        return 1.0 - self.tokens / (self.swing_rate * span)
+
 
 @dataclass
 class Relocation:
@@ -379,12 +389,16 @@ def adjustment_stats(moved: list[Swing]) -> dict:
     """Adjustments: how many, how many recovered, and their dips and recovery times."""
     closed = [s for s in moved if s.end_s is not None and s.dip is not None]
     dip = [s.dip for s in closed]
+    own = [s.adjustment_dip for s in closed if s.adjustment_dip is not None]
     rec = [s.recovery_s for s in closed]
     return {"count": len(moved), "recovered": len(closed),
             "dip_p50": percentile(dip, 50), "dip_p99": percentile(dip, 99),
             "dip_max": percentile(dip, 100),
-            # what the swing alone costs over the same windows; the rest is the adjustment
+            # what the swing alone costs over the same windows, and what the adjustment does
             "swing_dip_p50": percentile([s.swing_dip for s in closed], 50),
+            "swing_dip_max": percentile([s.swing_dip for s in closed], 100),
+            "adjustment_dip_p50": percentile(own, 50), "adjustment_dip_p99": percentile(own, 99),
+            "adjustment_dip_max": percentile(own, 100),
             "recovery_s_p50": percentile(rec, 50), "recovery_s_p99": percentile(rec, 99),
             "recovery_s_max": percentile(rec, 100)}
 
