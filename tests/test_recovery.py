@@ -90,3 +90,15 @@ def test_faulty_run_reports_faults(tmp_path):
     per = f["policies"]["planner"]
     for key in ("recovery_s_p50", "recovery_s_max", "lost_work_gpu_h"):
         assert key in per
+
+
+@pytest.mark.parametrize("policy", ["single-domain", "greedy-cross-domain"])
+def test_a_job_asking_for_a_whole_domain_is_not_starved_by_the_backup_pool(policy):
+    # "big" asks for up to 256; the largest domain has 128, of which the pool holds back a
+    # node. Asked for the whole domain, FIFO would wait at the head of the queue for ever.
+    scn = small_scenario(hours_of_jobs=False)
+    pool = {d.name: 8 for d in scn.domains}
+    res = run_here(scn, scn.jobs, make_policy(policy, scn.weights), study_dynamics(scn, 1, 2.0),
+                   2.0, faults=Faults([], [], pool, 1e-3))
+    (big,) = res.jobs
+    assert big.start_s is not None, f"{policy} never placed the job"

@@ -23,6 +23,7 @@ class DomainView:
     price_per_gpu_hour: float
     total_gpus: int = 0  # the domain's size; 0 where unknown
     reserved_gpus: int = 0  # held by tenants this scheduler does not place
+    pooled_gpus: int = 0  # held back as the backup pool: only jobs hit by faults take them
     up: bool = True
 
     @property
@@ -32,8 +33,9 @@ class DomainView:
 
     @property
     def schedulable(self) -> int:
-        """The most this scheduler could hold here if its own jobs all finished."""
-        return self.total_gpus - self.reserved_gpus
+        """The most this scheduler could hold here if its own jobs all finished (a job asking
+        for more than that would wait at the head of a queue for ever)."""
+        return self.total_gpus - self.reserved_gpus - self.pooled_gpus
 
 
 @dataclass(frozen=True)
@@ -74,11 +76,12 @@ class ClusterView:
             price[i, j] = price[j, i] = link.price_per_gb
         return cls(tuple(domains), bw, rtt, price, bw.copy(), rtt.copy())
 
-    def with_free(self, free_gpus: dict[str, int],
-                  reserved: dict[str, int] | None = None) -> ClusterView:
-        reserved = reserved or {}
+    def with_free(self, free_gpus: dict[str, int], reserved: dict[str, int] | None = None,
+                  pooled: dict[str, int] | None = None) -> ClusterView:
+        reserved, pooled = reserved or {}, pooled or {}
         domains = tuple(replace(d, free_gpus=free_gpus.get(d.name, d.free_gpus),
-                                reserved_gpus=reserved.get(d.name, d.reserved_gpus))
+                                reserved_gpus=reserved.get(d.name, d.reserved_gpus),
+                                pooled_gpus=pooled.get(d.name, d.pooled_gpus))
                         for d in self.domains)
         return replace(self, domains=domains)
 

@@ -297,7 +297,9 @@ class Engine:
             for a, b in self.faults.cut:
                 bw[a, b] = bw[b, a] = 0.0
             free = {n: f - self.faults.pool.get(n, 0) for n, f in free.items()}  # held back
-        view = self.base_view.with_free(free, reserved).with_links(bw, np.maximum(rtt, rtt.T))
+        pooled = self.faults.pool if self.faults else None
+        view = self.base_view.with_free(free, reserved, pooled).with_links(
+            bw, np.maximum(rtt, rtt.T))
         self.view = view.with_down(set(self.down)).with_indicators(self.graph.values)
 
     def _evacuate(self, name: str, t: float) -> None:
@@ -726,9 +728,10 @@ class Engine:
         r.done = r.checkpoint
 
     def _with_pools(self) -> ClusterView:
-        names = {n: i for i, n in enumerate(self.names)}
-        return self.view.adjust_free({names[n]: k for n, k in self.faults.pool.items()
-                                      if n not in self.down})
+        """The view with the backup pools free: what jobs hit by faults may take."""
+        free = {n: d.free_gpus + (self.faults.pool.get(n, 0) if n not in self.down else 0)
+                for n, d in zip(self.names, self.view.domains, strict=True)}
+        return self.view.with_free(free, pooled={n: 0 for n in self.names})
 
     def _restore_s(self, r: JobRun, p: Placement | None = None) -> float:
         """Seconds to load the job's checkpoint onto placement p (its own by default)."""
