@@ -92,9 +92,11 @@ def main() -> None:
     mbb, old = records[MAKE_BEFORE_BREAK], records[RESTART]
     rows = [row("restart (baseline)", old), row("make-before-break adjustments", mbb)]
     a, b = rows[0], rows[1]
+    swing_alone = {6, 7}  # the swing's own slowdown: the same swings, no ratio to take
     rows.append(["restart / make-before-break", "", ""] + [
-        x / y if isinstance(x, float) and isinstance(y, float) and y > 0 else "–"
-        for x, y in zip(a[3:], b[3:], strict=True)])
+        x / y if isinstance(x, float) and isinstance(y, float) and y > 0
+        and k not in swing_alone else "–"
+        for k, (x, y) in enumerate(zip(a, b, strict=True)) if k >= 3])
     fallbacks = sum(s.how == "fallback" for s in mbb)
     crossed = sum(s.wan_gb > 0 for s in mbb)
     title = (f"five_domains, planner, seeds {args.seeds}, {args.hours:g} h each; {injected} "
