@@ -34,7 +34,7 @@ def score(job, est, gpus: np.ndarray, slots: np.ndarray, view, wan_price_per_gb:
     """Objective terms for every candidate; `gpus` and `slots` are (N, k) per domain slot."""
     used = slots >= 0
     safe = np.where(used, slots, 0)
-    peak = np.array([d.accelerator.bf16_tflops for d in view.domains])[safe] * 1e12
+    peak = view.peak_tflops[safe] * 1e12
     price = np.array([d.price_per_gpu_hour for d in view.domains])[safe]
     step = est.step_time_s
     tokens_per_s = job.global_batch * job.seq / step

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -121,6 +122,11 @@ class ClusterView:
         domains = tuple(replace(d, free_gpus=d.total_gpus, reserved_gpus=0, up=True)
                         for d in self.domains)
         return replace(self, domains=domains, bandwidth_gbps=bw, rtt_ms=rtt, indicators=None)
+
+    @cached_property
+    def peak_tflops(self) -> np.ndarray:
+        """bf16 peak of one accelerator of each domain (a view is immutable: computed once)."""
+        return np.array([d.accelerator.bf16_tflops for d in self.domains])
 
     @property
     def mean_gpu_price(self) -> float:

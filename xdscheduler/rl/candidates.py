@@ -146,7 +146,7 @@ def _offered(job: JobSpec, view: ClusterView, alloc: np.ndarray, order: np.ndarr
     yield int(order[0]), ()
     if job.gpus_max < HOLD_SHARE * sum(d.total_gpus for d in view.domains):
         return  # a small job's choice of class moves the study by noise only
-    peak = np.array([d.accelerator.bf16_tflops for d in view.domains])
+    peak = view.peak_tflops
     ranked = alloc[order] > 0
     on_faster = np.zeros(len(order), bool)
     for tier in np.unique(peak)[::-1][:-1]:  # fastest first; the slowest leaves no class below
@@ -182,7 +182,7 @@ def _terms(ch: Choices, idx: np.ndarray) -> np.ndarray:
 def _compute_share(ch: Choices, idx: np.ndarray) -> np.ndarray:
     """The share of the free compute (accelerators weighted by their peak) a choice takes:
     what the jobs behind it will not find."""
-    peak = np.array([d.accelerator.bf16_tflops for d in ch.view.domains])
+    peak = ch.view.peak_tflops
     free = np.array([d.available for d in ch.view.domains])
     return ch.alloc[idx] @ peak / max(float(free @ peak), 1e-9)
 
@@ -196,7 +196,7 @@ def _shares(ch: Choices, idx: np.ndarray) -> np.ndarray:
 
 def _held_share(ch: Choices) -> np.ndarray:
     """Per allocation offered: the share of the cluster's compute its job keeps off."""
-    compute = np.array([d.accelerator.bf16_tflops * d.total_gpus for d in ch.view.domains])
+    compute = ch.view.peak_tflops * np.array([d.total_gpus for d in ch.view.domains])
     return np.array([compute[list(h)].sum() for h in ch.held]) / max(compute.sum(), 1e-9)
 
 
