@@ -129,6 +129,21 @@ def test_backtest_cli_on_synthetic_csv(tmp_path, capsys):
     assert out["origins"] == len(backtest.window(series.load(path, "occupancy"), 60).origins)
     assert out["wape"] <= out["baselines"]["persistence"]["wape"] * 1.02
     assert out["accuracy"] == pytest.approx(1 - out["wape"])
+    vs = out["vs_best_baseline"]
+    best = min(out["baselines"].values(), key=lambda m: m["wape"])
+    assert vs["wape_ratio"] == pytest.approx(out["wape"] / best["wape"])
+    assert vs["ratio_ci90"][0] <= vs["wape_ratio"] * 1.05 and vs["ratio_ci90"][1] > 0
+
+
+def test_ratio_interval_separates_a_clear_win_from_noise():
+    rng = np.random.default_rng(3)
+    actual = rng.normal(100, 10, 40)
+    rival = actual + rng.normal(0, 5, 40)
+    assert backtest.ratio_interval(actual, rival, rival) == (1.0, 1.0)
+    lo, hi = backtest.ratio_interval(actual, actual + rng.normal(0, 2, 40), rival)
+    assert hi < 1.0  # errors a fifth of the rival's: a win under any resampling
+    lo, hi = backtest.ratio_interval(actual, actual + rng.normal(0, 5, 40), rival)
+    assert lo < 1.0 < hi  # as good as the rival: the interval straddles one
 
 
 def test_pooled_siblings_are_cut_at_the_test_start(tmp_path, capsys):
@@ -231,6 +246,22 @@ def test_shrink_weights_keep_persistence_without_a_clear_gain():
     skilled = noise.copy()
     skilled[:, 1] = actual  # the undoubted median knows the answer
     assert _shrink_weights(actual, skilled, np.ones(4000), h=10) == (0.0, 0.0)
+
+
+def test_a_regression_gain_must_clear_two_standard_errors_to_be_kept(monkeypatch):
+    from xdscheduler.forecast import history
+
+    rng = np.random.default_rng(0)
+    actual = rng.normal(0, 1, 4000)
+    pred = np.zeros((4000, 1 + len(history.DOUBT_GRID)))  # no change distribution
+    pred[:, 0] = 0.05 * actual + rng.normal(0, 0.3, 4000)  # a little skill, much noise
+    weight = {}
+    for k in (1.0, 2.0):
+        monkeypatch.setattr(history, "EVIDENCE_SE", k)
+        weight[k] = history._shrink_weights(actual, pred, np.ones(4000), h=10)[0]
+    assert 0 < weight[2.0] < weight[1.0]  # a weak gain is shrunk further toward persistence
+    pred[:, 0] = 0.05 * actual + rng.normal(0, 0.05, 4000)  # a clear gain passes at two SE
+    assert history._shrink_weights(actual, pred, np.ones(4000), h=10)[0] == 1.0
 
 
 def test_shifted_phases_diagnostic_reuses_the_model_and_moves_the_windows():

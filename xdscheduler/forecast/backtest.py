@@ -33,6 +33,20 @@ def metrics(actual: np.ndarray, pred: np.ndarray) -> dict:
     return {"accuracy": 1.0 - wape, "wape": wape, "smape": smape, "origins": len(actual)}
 
 
+def ratio_interval(
+    actual: np.ndarray, pred: np.ndarray, best: np.ndarray, seed: int = 0, draws: int = 2000
+) -> tuple[float, float]:
+    """90% interval of WAPE(pred) / WAPE(best) over origins resampled in moving blocks
+    (consecutive windows are correlated): how sure a win or loss over the test window is."""
+    n = len(actual)
+    block = max(1, round(n ** (1 / 3)))
+    starts = np.random.default_rng(seed).integers(0, n - block + 1, (draws, -(-n // block)))
+    idx = (starts[:, :, None] + np.arange(block)).reshape(draws, -1)[:, :n]
+    ours, theirs = np.abs(actual - pred)[idx].sum(1), np.abs(actual - best)[idx].sum(1)
+    ratio = ours / np.maximum(theirs, 1e-12)
+    return float(np.quantile(ratio, 0.05)), float(np.quantile(ratio, 0.95))
+
+
 def window(series: Series, h: int, test_start: int | None = None) -> Window:
     n = len(series.values)
     start = int((1 - TEST_FRACTION) * n) if test_start is None else test_start
@@ -180,8 +194,14 @@ def run(
         "pooled_with": [p.name for p in pool],
         "baselines": {k: metrics(actual, v * total) for k, v in base.items()},
     }
-    lowest = min(v["wape"] for v in out["baselines"].values())
+    best = min(out["baselines"], key=lambda k: out["baselines"][k]["wape"])
+    lowest = out["baselines"][best]["wape"]
     out["lowest_wape"] = bool(out["wape"] < lowest)  # strictly: a tie is not a win
+    out["vs_best_baseline"] = {
+        "baseline": best,
+        "wape_ratio": out["wape"] / max(lowest, 1e-12),
+        "ratio_ci90": ratio_interval(actual, point * total, base[best] * total, seed),
+    }
     out["tied_with"] = [k for k, v in out["baselines"].items() if v["wape"] == out["wape"]]
     if phases and series.target == "occupancy":
         unshifted = {"hybrid": point, **{k: v for k, v in base.items() if k != "lucid"}}

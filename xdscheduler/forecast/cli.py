@@ -93,6 +93,12 @@ def cmd_backtest(args) -> None:
         print(f"  {name:<15} {m['accuracy']:8.4f} {m['wape']:8.4f} {m['smape']:8.4f}")
     tie = f" (ties {', '.join(result['tied_with'])})" if result["tied_with"] else ""
     print(f"  hybrid has the lowest wape: {'yes' if result['lowest_wape'] else 'no'}{tie}")
+    vs = result["vs_best_baseline"]
+    lo, hi = vs["ratio_ci90"]
+    print(
+        f"  wape / {vs['baseline']}'s: {vs['wape_ratio']:.3f} "
+        f"(90% block-bootstrap interval {lo:.3f}-{hi:.3f})"
+    )
 
 
 def siblings(path: Path, series) -> list:
