@@ -75,11 +75,16 @@ def forecast(
     return _response(float(values[-1]), out, known)
 
 
+def request_end(request: ForecastRequest) -> pd.Timestamp:
+    """The time of the request's last value, to the minute (now where it gives none)."""
+    return pd.Timestamp(request.end_time or datetime.now()).tz_localize(None).floor("min")
+
+
 def request_series(request: ForecastRequest) -> tuple[np.ndarray, pd.DatetimeIndex]:
     """The request's history as values on a time grid ending at its `end_time`."""
     values = np.asarray(request.history, float)
-    end = pd.Timestamp(request.end_time or datetime.now()).tz_localize(None)
-    index = pd.date_range(end=end.floor("min"), periods=len(values), freq=f"{request.step_min}min")
+    index = pd.date_range(end=request_end(request), periods=len(values),
+                          freq=f"{request.step_min}min")
     return values, index
 
 
@@ -105,19 +110,19 @@ class FittedOnHistory:
         """The model to answer `request` with, refitted first when it is due."""
         if len(request.history) < FIT_DAYS * 1440 // request.step_min:
             return self.forecaster
-        values, index = request_series(request)
-        end = index[-1]
+        end = request_end(request)  # the series is built only for a refit
         # A client resumed from an earlier snapshot sends an older end: refit, never answer
         # from a model that saw its future.
         if self.fitted_at is not None and self.fitted_at <= end < self.fitted_at + REFIT:
             return self.forecaster
+        values, index = request_series(request)
         try:
             self.forecaster = Forecaster.fit(
                 values, index, request.step_min, "occupancy", self.horizons_min, request.seed
             )
         except UserError:  # too little variety to train on: persistence
             self.forecaster = None
-        self.fitted_at = end
+        self.fitted_at = index[-1]
         return self.forecaster
 
 

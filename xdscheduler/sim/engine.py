@@ -441,9 +441,7 @@ class Engine:
     def _switch_option(self, r: JobRun, p: Placement, now_rate: float, left: float) -> _Option:
         """A make-before-break switch from the job's placement to p: its pause, and its
         charge."""
-        rate, window = self._speed(r, p)
-        cost = reconfig.switch_cost(r.placement, p, r.spec.arch.params, self.view, window)
-        extra = sum(reconfig.new_accelerators(r.placement, p).values())
+        rate, cost, extra = self._move_cost(r, r.placement, p)
         if cost.alongside:
             finish, idle = reconfig.switch_charge(left, now_rate, rate, r.placement.total_gpus,
                                                   extra, cost.prepare_s, cost.pause_s)
@@ -453,17 +451,23 @@ class Engine:
         return _Option(p, "fallback", rate, cost, 0.0, pause, reconfig.charge_s(
             pause + left / rate, p.total_gpus * pause, p.total_gpus))
 
+    def _move_cost(self, r: JobRun, base: Placement,
+                   p: Placement) -> tuple[float, reconfig.SwitchCost, int]:
+        """The job's rate on p, what moving there from `base` costs, and how many accelerators
+        it takes beside those `base` holds."""
+        rate, window = self._speed(r, p)
+        cost = reconfig.switch_cost(base, p, r.spec.arch.params, self.view, window)
+        return rate, cost, sum(reconfig.new_accelerators(base, p).values())
+
     def _relocations(self, r: JobRun, base: Placement, p: Placement, base_rate: float,
                      left: float, cause: str, t: float) -> list[Relocation]:
         """The two ways to move from `base` to p across the WAN, each with its charge (none
         when p sends nothing over the WAN, or has no room alongside)."""
         if not reconfig.crosses_wan(base, p, self.view):
             return []
-        rate, window = self._speed(r, p)
-        cost = reconfig.switch_cost(base, p, r.spec.arch.params, self.view, window)
+        rate, cost, extra = self._move_cost(r, base, p)
         if not cost.alongside:
             return []
-        extra = sum(reconfig.new_accelerators(base, p).values())
         held, gpus = base.total_gpus, p.total_gpus
         stay_s, stay_gpu_s = left / base_rate, held * left / base_rate
 
