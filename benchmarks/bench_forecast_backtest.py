@@ -9,6 +9,8 @@ model and baselines on test windows started k/6 of the horizon later, k = 0..5.
 Earlier test windows (diagnostic): the same at 1 h and 6 h on each occupancy series cut to its
 first 70% and 85%, so the test window (the last 30% of what is left) starts earlier; this is
 where the history model's evidence rule was chosen, beside the full series.
+Prediction intervals: coverage and interval score of the swing-scaled conformal intervals
+against the constant-width ones from the same validation residuals (the baseline, same run).
 Phases: per-step accuracy on generated curves from seeds never used in development.
 Run: python -m benchmarks.bench_forecast_backtest [--out benchmarks/forecast_backtests.md]
 """
@@ -115,6 +117,41 @@ def summary_rows(runs: list[dict]) -> list[list]:
     return out
 
 
+def interval_rows(runs: list[dict]) -> list[list]:
+    """Per backtest: coverage and interval score of both intervals, and the score ratio."""
+    out = []
+    for r in runs:
+        flat = r["flat_intervals"]
+        cells = []
+        for level in (80, 95):
+            ours, theirs = r[f"interval_score{level}"], flat[f"interval_score{level}"]
+            cells += [
+                f"{r[f'coverage{level}']:.2f} / {flat[f'coverage{level}']:.2f}",
+                f"{ours:.3f} / {theirs:.3f}",
+                f"{ours / max(theirs, 1e-12):.3f}",
+            ]
+        out.append([r["series"], r["horizon"], *cells])
+    return out
+
+
+def interval_summary(runs: list[dict]) -> list[list]:
+    """Per horizon: geometric-mean score ratio (swing / flat), the worst, and the lowest
+    coverage of each kind of interval."""
+    out = []
+    for h in ("10m", "1h", "6h"):
+        rs = [r for r in runs if r["horizon"] == h]
+        for level in (80, 95):
+            key = f"interval_score{level}"
+            ratio = [r[key] / max(r["flat_intervals"][key], 1e-12) for r in rs]
+            cover = f"coverage{level}"
+            out.append([
+                h, f"{level}%", len(rs), f"{np.exp(np.mean(np.log(ratio))):.3f}",
+                f"{max(ratio):.3f}", f"{min(r[cover] for r in rs):.2f}",
+                f"{min(r['flat_intervals'][cover] for r in rs):.2f}",
+            ])
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="also write the tables to this markdown file")
@@ -132,7 +169,8 @@ def main() -> None:
     rows = [row(r) for r in occupancy]
     venus = series.load(DATA / "venus" / "venus_cluster_throughput_10min.csv", "arrivals")
     lucid = series.load_lucid(DATA / "venus" / "lucid_venus_prediction_2020-09.csv")
-    rows += [row(backtest.run(venus, h, lucid)) for h in ("10m", "1h")]
+    arrivals = [backtest.run(venus, h, lucid) for h in ("10m", "1h")]
+    rows += [row(r) for r in arrivals]
     acc = phases.accuracy(HELD_OUT)
     buf = io.StringIO()
     with redirect_stdout(buf):
@@ -175,6 +213,21 @@ def main() -> None:
             "baseline WAPE",
             ["horizon", "windows", "geometric mean", "hybrid lowest", "worst"],
             summary_rows([r for r in occupancy if "phases" in r] + [r for _, r in early]),
+        )
+        print()
+        print_table(
+            "Prediction intervals: swing-scaled / constant width (the same residuals), "
+            "coverage and interval score (over the mean demand; lower is better)",
+            ["series", "horizon", "in 80%", "score 80%", "ratio", "in 95%", "score 95%", "ratio"],
+            interval_rows(occupancy + arrivals),
+        )
+        print()
+        print_table(
+            "Interval score ratio, swing-scaled / constant width, over the full series and the "
+            "earlier cuts",
+            ["horizon", "interval", "backtests", "geometric mean", "worst", "lowest coverage",
+             "lowest (constant)"],
+            interval_summary(occupancy + arrivals + [r for _, r in early]),
         )
         print()
         print_table(

@@ -12,7 +12,13 @@ import pytest
 from xdscheduler.cli import main
 from xdscheduler.errors import UserError
 from xdscheduler.forecast import backtest, series
-from xdscheduler.forecast.history import HistoryModel, features, features_last, future_mean
+from xdscheduler.forecast.history import (
+    HistoryModel,
+    features,
+    features_last,
+    future_mean,
+    recent_swing,
+)
 from xdscheduler.forecast.hybrid import Forecaster, combine
 from xdscheduler.forecast.structure import KnownJob, known_job, structural_demand
 from xdscheduler.scenario import Job
@@ -96,7 +102,7 @@ def test_known_jobs_hold_and_free():
 
 def test_hybrid_uses_known_ends_and_orders_intervals():
     q = {0.025: -0.2, 0.1: -0.1, 0.9: 0.1, 0.975: 0.2}
-    f = combine(history_mean=100, scale=100, rel_q=q, known_now=40, known_mean=10, horizon_min=60)
+    f = combine(history_mean=100, unit=100, rel_q=q, known_now=40, known_mean=10, horizon_min=60)
     assert f.mean == pytest.approx(70)  # the 40 known GPUs fall to 10 on average
     assert f.lo95 <= f.lo80 <= f.mean <= f.hi80 <= f.hi95 and f.lo95 >= 10
 
@@ -107,11 +113,45 @@ def test_forecaster_intervals_cover_on_synthetic_data():
     fc = Forecaster.fit(s.values[:end], s.index[:end], 1, "occupancy", horizons_min=(60,))
     model = fc.models[60]
     origins = np.arange(end, len(s.values) - 61, 30)
-    point, scale = model.predict(s.values, s.index, origins)
+    point, unit = model.predict(s.values, s.index, origins)
     actual = future_mean(s.values, 60)[origins]
-    lo = point + model.rel_quantiles[0.025] * scale
-    hi = point + model.rel_quantiles[0.975] * scale
+    lo = point + model.rel_quantiles[0.025] * unit
+    hi = point + model.rel_quantiles[0.975] * unit
     assert np.mean((actual >= lo) & (actual <= hi)) >= 0.8
+    # The served path (the last step only) gives the same point and interval unit.
+    last = int(origins[-1])
+    served = model.predict_last(s.values[: last + 1], s.index[last])
+    assert served == pytest.approx((point[-1], unit[-1]))
+
+
+def test_recent_swing_is_the_days_typical_change_over_the_horizon():
+    y = np.r_[np.zeros(4), np.full(8, 8.0)]  # one rise of 8 GPUs; a "day" of 4 steps
+    swing = recent_swing(y, h=2, per_day=4)
+    # at step 5, the changes over 2 steps at the trailing day's steps 2..5 are 0, 0, 8, 8
+    assert swing[5] == pytest.approx((16 / 4) / (y[2:6].mean() + 1))
+    assert swing[1] == 0.0 and swing[-1] == 0.0  # nothing moved in the last day
+
+
+def test_intervals_widen_on_a_lively_day():
+    s = series.from_frame(synthetic(days=14, seed=1), "occupancy")
+    end = 11 * 1440
+    model = HistoryModel(h=60, step_min=1, use_median=True).fit(s.values, s.index, end=end)
+    calm = s.values.copy()
+    calm[end - 1440 : end] = calm[end - 1]  # the same last value after a day without change
+    _, lively_unit = model.predict(s.values, s.index, np.array([end - 1]))
+    _, calm_unit = model.predict(calm, s.index, np.array([end - 1]))
+    assert np.isclose(s.values[end - 1], calm[end - 1]) and lively_unit[0] > calm_unit[0] > 0
+
+
+def test_interval_score_charges_width_and_misses():
+    actual, point = np.array([10.0, 10.0]), np.array([10.0, 10.0])
+    q = {0.025: -0.2, 0.1: -0.1, 0.9: 0.1, 0.975: 0.2}
+    out = backtest.coverage(actual, point, np.array([10.0, 10.0]), q)
+    assert out["coverage80"] == 1.0 and out["interval_score80"] == pytest.approx(0.2)
+    # An actual of 14 misses the 80% interval [9, 11] by 3: width 2 + 2 / 0.2 * 3 = 32.
+    out = backtest.coverage(np.array([10.0, 14.0]), point, np.array([10.0, 10.0]), q)
+    assert out["coverage80"] == 0.5
+    assert out["interval_score80"] == pytest.approx((2 + (2 + 30)) / 2 / 12)
 
 
 def test_metrics():

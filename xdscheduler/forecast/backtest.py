@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from xdscheduler.errors import UserError
-from xdscheduler.forecast.history import fit_history, future_mean
+from xdscheduler.forecast.history import fit_history, future_mean, scale_of
 from xdscheduler.forecast.series import Series
 
 TEST_FRACTION = 0.3
@@ -110,17 +110,23 @@ def history_forecast(series: Series, win: Window, h: int, seed: int = 0, pool=()
         seed=seed,
         others=others,
     )
-    point, scale = model.predict(series.values, series.index, win.origins)
-    return point, scale, model
+    point, unit = model.predict(series.values, series.index, win.origins)
+    return point, unit, model
 
 
-def coverage(actual: np.ndarray, point: np.ndarray, scale: np.ndarray, rel_q: dict) -> dict:
-    """Share of origins whose actual value fell inside the 80% and 95% intervals."""
-    inside = {}
-    for name, (lo, hi) in {"coverage80": (0.1, 0.9), "coverage95": (0.025, 0.975)}.items():
-        low = np.maximum(point + rel_q[lo] * scale, 0.0)
-        inside[name] = float(np.mean((actual >= low) & (actual <= point + rel_q[hi] * scale)))
-    return inside
+def coverage(actual: np.ndarray, point: np.ndarray, unit: np.ndarray, rel_q: dict) -> dict:
+    """Per interval (80%, 95%): the share of origins whose actual value fell inside, and the
+    interval score (width plus 2/alpha times any miss, Gneiting & Raftery 2007) over the mean
+    actual: lower is better, and a wide interval cannot buy coverage for free."""
+    out = {}
+    for level, (lo, hi) in {80: (0.1, 0.9), 95: (0.025, 0.975)}.items():
+        low = np.maximum(point + rel_q[lo] * unit, 0.0)
+        high = point + rel_q[hi] * unit
+        miss = np.maximum(low - actual, 0.0) + np.maximum(actual - high, 0.0)
+        score = (high - low + 2 / (1 - level / 100) * miss).mean()
+        out[f"coverage{level}"] = float(np.mean((actual >= low) & (actual <= high)))
+        out[f"interval_score{level}"] = float(score / max(np.abs(actual).mean(), 1e-12))
+    return out
 
 
 def lucid_forecast(series: Series, win: Window, h: int, lucid: pd.Series) -> np.ndarray:
@@ -178,7 +184,7 @@ def run(
         test_start = int(series.index.searchsorted(lucid.index[0]))
     win = window(series, h, test_start)
     total = h if series.target == "arrivals" else 1  # arrivals: totals over the horizon
-    point, scale, model = history_forecast(series, win, h, seed, pool)
+    point, unit, model = history_forecast(series, win, h, seed, pool)
     base = baselines(series, win, h, lucid)
     actual = win.actual * total
     out = {
@@ -187,7 +193,12 @@ def run(
         "horizon": horizon,
         "test_start": str(series.index[win.origins[0] + 1]),
         **metrics(actual, point * total),
-        **coverage(win.actual, point, scale, model.rel_quantiles),
+        **coverage(win.actual, point, unit, model.rel_quantiles),
+        # the constant interval (no swing) from the same residuals, for comparison
+        "flat_intervals": coverage(
+            win.actual, point, scale_of(series.values, series.per_day)[win.origins],
+            model.flat_quantiles,
+        ),
         "shrink_weight": model.weight,
         "median_doubt": getattr(model, "doubt", 1.0),
         "anchor_steps": model.anchor,

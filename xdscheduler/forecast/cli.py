@@ -93,6 +93,13 @@ def cmd_backtest(args) -> None:
         print(f"  {name:<15} {m['accuracy']:8.4f} {m['wape']:8.4f} {m['smape']:8.4f}")
     tie = f" (ties {', '.join(result['tied_with'])})" if result["tied_with"] else ""
     print(f"  hybrid has the lowest wape: {'yes' if result['lowest_wape'] else 'no'}{tie}")
+    flat = result["flat_intervals"]
+    for level in (80, 95):
+        print(
+            f"  {level}% interval: covers {result[f'coverage{level}']:.2f}, score "
+            f"{result[f'interval_score{level}']:.4f} (one width for every day: covers "
+            f"{flat[f'coverage{level}']:.2f}, score {flat[f'interval_score{level}']:.4f})"
+        )
     vs = result["vs_best_baseline"]
     lo, hi = vs["ratio_ci90"]
     print(

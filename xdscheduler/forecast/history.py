@@ -6,6 +6,11 @@ shrunk toward persistence by a weight chosen on two later folds of the training 
 (a two-standard-error rule: no clear gain, no change). Sibling series of the same trace can be
 pooled into training, each cut at the same moment.
 
+Prediction intervals are conformal: quantiles of the validation residuals, each divided by
+the series' recent swing (the trailing day's typical change over the horizon) so that a calm
+day gets a narrow interval and a lively one a wide one; pooled residuals from siblings of
+other temperament are then comparable.
+
 For occupancy a second corrector adds the median of a predicted distribution of the change:
 under absolute error (WAPE) the best forecast is a median, and at 1 h most windows see no
 change at all, so the last value is that median except where one direction is clearly more
@@ -120,6 +125,13 @@ def features_last(y: np.ndarray, end: pd.Timestamp, step_min: int, h: int) -> pd
     return pd.DataFrame({k: [float(v)] for k, v in cols.items()})
 
 
+def recent_swing(y: np.ndarray, h: int, per_day: int) -> np.ndarray:
+    """The trailing day's mean |change over h steps|, in units of the day's level (scale_of)."""
+    change = np.abs(y - _shift(y, h))
+    change[:h] = 0.0
+    return trailing_mean(change, per_day) / scale_of(y, per_day)
+
+
 def _activity(y: np.ndarray, per_day: int) -> dict[str, np.ndarray]:
     """How lively the series is: steps since it last changed, changes over 6 h and a day.
     Occupancy moves when jobs start or end; a quiet cluster tends to stay quiet."""
@@ -161,7 +173,13 @@ class HistoryModel:
     doubt: float = 1.0  # share moved onto "no change" before the median is read (1: none)
     use_median: bool = False  # fit the change distribution as a second corrector
     val_wape: float = float("nan")  # on the validation folds (60% → 100% of training)
+    # Interval quantiles in units of scale × (recent swing + swing_floor); the floor (the
+    # validation swings' median) keeps a quiet day's interval from collapsing to a point.
     rel_quantiles: dict[float, float] = field(default_factory=dict)
+    swing_floor: float = 0.0
+    # The same residuals' quantiles in units of scale alone (one width for every day): the
+    # earlier, constant interval, kept so that backtests measure what the swing buys.
+    flat_quantiles: dict[float, float] = field(default_factory=dict)
     model: lgb.Booster | None = None
     dist: ChangeDistribution | None = None
 
@@ -184,24 +202,28 @@ class HistoryModel:
 
         def rows(lo: float, hi: float, shift: int = 0):
             out = [
-                (tab, self._origins(int(lo * tab[4]), int(hi * tab[4]) - shift, per_part))
+                (tab, self._origins(int(lo * tab[5]), int(hi * tab[5]) - shift, per_part))
                 for tab in tables
             ]
             return [(tab, o) for tab, o in out if len(o)]
 
-        actual, pred, unit, level = [], [], [], []
+        actual, pred, unit, swing, level = [], [], [], [], []
         for lo, hi in ((0.6, 0.8), (0.8, 1.0)):  # train before each fold, validate on it
             model, dist = self._train_on(rows(0.0, lo, shift=self.h))
-            for (X, target, scale, fut, _), fold in rows(lo, hi):
+            for (X, target, scale, swings, fut, _), fold in rows(lo, hi):
                 pred.append(self._changes(model, dist, X.iloc[fold]))
                 actual.append(target[fold])
                 unit.append(scale[fold])
+                swing.append(swings[fold])
                 level.append(fut[fold])
-        actual, pred, unit, level = map(np.concatenate, (actual, pred, unit, level))
+        actual, pred, unit, swing, level = map(np.concatenate, (actual, pred, unit, swing, level))
         self.weight, self.doubt = _shrink_weights(actual, pred, unit, self.h)
         resid = actual - self.weight * pred[:, 0] - pred[:, 1 + DOUBT_GRID.index(self.doubt)]
         self.val_wape = float((np.abs(resid) * unit).sum() / max(np.abs(level).sum(), 1e-9))
-        self.rel_quantiles = {q: float(np.quantile(resid, q)) for q in QUANTILES}
+        self.swing_floor = float(np.median(swing)) or 1e-3
+        spread = resid / (swing + self.swing_floor)
+        self.rel_quantiles = {q: float(np.quantile(spread, q)) for q in QUANTILES}
+        self.flat_quantiles = {q: float(np.quantile(resid, q)) for q in QUANTILES}
         self.model, self.dist = self._train_on(rows(0.0, 1.0))
         return self
 
@@ -238,19 +260,24 @@ class HistoryModel:
     def predict(
         self, y: np.ndarray, index: pd.DatetimeIndex, origins: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(point, scale) at each origin: the mean over the next h steps, and the level unit."""
+        """(point, unit) at each origin: the mean over the next h steps, and the unit of
+        `rel_quantiles` (point + q · unit is the interval's q bound)."""
         X = features(y, index, self.step_min, self.h).iloc[origins]
         scale = scale_of(y, self.per_day)[origins]
-        return np.maximum(self.base(y)[origins] + self._delta(X) * scale, 0.0), scale
+        point = np.maximum(self.base(y)[origins] + self._delta(X) * scale, 0.0)
+        swing = recent_swing(y, self.h, self.per_day)[origins]
+        return point, scale * (swing + self.swing_floor)
 
     def predict_last(self, y: np.ndarray, end: pd.Timestamp) -> tuple[float, float]:
-        """(point, scale) from the end of `y` (its last value observed at `end`)."""
+        """(point, unit) from the end of `y` (its last value observed at `end`)."""
         scale = float(y[-self.per_day :].mean()) + 1.0
+        tail = y[-(self.per_day + self.h) :]  # enough for the swing at the last step
+        unit = scale * (float(recent_swing(tail, self.h, self.per_day)[-1]) + self.swing_floor)
         base = float(y[-self.anchor :].mean())
         if self.weight <= 0 and not self._median_moves:  # persistence: no features needed
-            return max(base, 0.0), scale
+            return max(base, 0.0), unit
         delta = float(self._delta(features_last(y, end, self.step_min, self.h))[0])
-        return max(base + delta * scale, 0.0), scale
+        return max(base + delta * scale, 0.0), unit
 
     def base(self, y: np.ndarray) -> np.ndarray:
         """What the model corrects: the last value (persistence) or a short trailing mean."""
@@ -259,7 +286,8 @@ class HistoryModel:
     def _table(self, y, index):
         X = features(y, index, self.step_min, self.h)
         scale = scale_of(y, self.per_day)
-        return X, (future_mean(y, self.h) - self.base(y)) / scale, scale
+        swing = recent_swing(y, self.h, self.per_day)
+        return X, (future_mean(y, self.h) - self.base(y)) / scale, scale, swing
 
     def _origins(self, lo: int, hi: int, max_samples: int | None = None) -> np.ndarray:
         lo = max(lo, self.per_day)  # a full day of history behind every training origin
@@ -373,6 +401,10 @@ class AnchorEnsemble:
     @property
     def rel_quantiles(self) -> dict[float, float]:
         return {q: float(np.mean([m.rel_quantiles[q] for m in self.members])) for q in QUANTILES}
+
+    @property
+    def flat_quantiles(self) -> dict[float, float]:
+        return {q: float(np.mean([m.flat_quantiles[q] for m in self.members])) for q in QUANTILES}
 
     def predict(self, y, index, origins):
         out = [m.predict(y, index, origins) for m in self.members]

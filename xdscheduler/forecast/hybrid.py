@@ -26,16 +26,17 @@ class HorizonForecast:
 
 def combine(
     history_mean: float,
-    scale: float,
+    unit: float,
     rel_q: dict[float, float],
     known_now: float,
     known_mean: float,
     horizon_min: int,
 ) -> HorizonForecast:
     """Known jobs are part of today's demand: keep the history model's view of the others
-    (history − known now) and add what the known jobs will hold (their ends are known)."""
+    (history − known now) and add what the known jobs will hold (their ends are known).
+    `rel_q`: interval quantiles in units of `unit` around the mean."""
     mean = max(history_mean - known_now + known_mean, known_mean, 0.0)
-    q = {k: max(mean + v * scale, known_mean, 0.0) for k, v in rel_q.items()}
+    q = {k: max(mean + v * unit, known_mean, 0.0) for k, v in rel_q.items()}
     lo95, lo80, hi80, hi95 = (q.get(k, mean) for k in QUANTILES)
     return HorizonForecast(
         horizon_min,
@@ -82,10 +83,10 @@ class Forecaster:
         """One forecast per fitted horizon, from the end of `values`."""
         out = []
         for hm, model in sorted(self.models.items()):
-            point, scale = model.predict_last(values, index[-1])
+            point, unit = model.predict_last(values, index[-1])
             known_now = float(known.held[0]) if known is not None else 0.0
             known_mean = known.mean(model.h) if known is not None else 0.0
-            out.append(combine(point, scale, model.rel_quantiles, known_now, known_mean, hm))
+            out.append(combine(point, unit, model.rel_quantiles, known_now, known_mean, hm))
         return out
 
     def persistence(
