@@ -18,6 +18,7 @@ from xdscheduler.forecast.history import (
     features_last,
     future_mean,
     recent_swing,
+    recent_swing_last,
 )
 from xdscheduler.forecast.hybrid import Forecaster, combine
 from xdscheduler.forecast.structure import KnownJob, known_job, structural_demand
@@ -130,6 +131,15 @@ def test_recent_swing_is_the_days_typical_change_over_the_horizon():
     # at step 5, the changes over 2 steps at the trailing day's steps 2..5 are 0, 0, 8, 8
     assert swing[5] == pytest.approx((16 / 4) / (y[2:6].mean() + 1))
     assert swing[1] == 0.0 and swing[-1] == 0.0  # nothing moved in the last day
+
+
+def test_last_step_swing_matches_the_whole_series_on_short_and_long_histories():
+    y = np.random.default_rng(1).integers(0, 40, 3000).astype(float)
+    for n in (1, 3, 50, 3000):
+        for h, per_day in ((1, 4), (6, 144), (60, 1440)):
+            assert recent_swing_last(y[:n], h, per_day) == pytest.approx(
+                recent_swing(y[:n], h, per_day)[-1]
+            )
 
 
 def test_intervals_widen_on_a_lively_day():

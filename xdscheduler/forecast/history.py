@@ -125,11 +125,18 @@ def features_last(y: np.ndarray, end: pd.Timestamp, step_min: int, h: int) -> pd
     return pd.DataFrame({k: [float(v)] for k, v in cols.items()})
 
 
-def recent_swing(y: np.ndarray, h: int, per_day: int) -> np.ndarray:
-    """The trailing day's mean |change over h steps|, in units of the day's level (scale_of)."""
+def recent_swing(y: np.ndarray, h: int, per_day: int, scale: np.ndarray | None = None):
+    """The trailing day's mean |change over h steps|, in units of the day's level (`scale`:
+    scale_of(y, per_day), passed where the caller has it already)."""
     change = np.abs(y - _shift(y, h))
     change[:h] = 0.0
-    return trailing_mean(change, per_day) / scale_of(y, per_day)
+    return trailing_mean(change, per_day) / (scale_of(y, per_day) if scale is None else scale)
+
+
+def recent_swing_last(y: np.ndarray, h: int, per_day: int) -> float:
+    """`recent_swing(...)` at the last step only, in plain numpy: the online service's path."""
+    change = np.abs(y[h:] - y[:-h])[-per_day:] if len(y) > h else np.zeros(0)
+    return float(change.sum()) / min(len(y), per_day) / (float(y[-per_day:].mean()) + 1.0)
 
 
 def _activity(y: np.ndarray, per_day: int) -> dict[str, np.ndarray]:
@@ -263,16 +270,16 @@ class HistoryModel:
         """(point, unit) at each origin: the mean over the next h steps, and the unit of
         `rel_quantiles` (point + q · unit is the interval's q bound)."""
         X = features(y, index, self.step_min, self.h).iloc[origins]
-        scale = scale_of(y, self.per_day)[origins]
+        scales = scale_of(y, self.per_day)
+        scale = scales[origins]
         point = np.maximum(self.base(y)[origins] + self._delta(X) * scale, 0.0)
-        swing = recent_swing(y, self.h, self.per_day)[origins]
+        swing = recent_swing(y, self.h, self.per_day, scales)[origins]
         return point, scale * (swing + self.swing_floor)
 
     def predict_last(self, y: np.ndarray, end: pd.Timestamp) -> tuple[float, float]:
         """(point, unit) from the end of `y` (its last value observed at `end`)."""
         scale = float(y[-self.per_day :].mean()) + 1.0
-        tail = y[-(self.per_day + self.h) :]  # enough for the swing at the last step
-        unit = scale * (float(recent_swing(tail, self.h, self.per_day)[-1]) + self.swing_floor)
+        unit = scale * (recent_swing_last(y, self.h, self.per_day) + self.swing_floor)
         base = float(y[-self.anchor :].mean())
         if self.weight <= 0 and not self._median_moves:  # persistence: no features needed
             return max(base, 0.0), unit
@@ -286,7 +293,7 @@ class HistoryModel:
     def _table(self, y, index):
         X = features(y, index, self.step_min, self.h)
         scale = scale_of(y, self.per_day)
-        swing = recent_swing(y, self.h, self.per_day)
+        swing = recent_swing(y, self.h, self.per_day, scale)
         return X, (future_mean(y, self.h) - self.base(y)) / scale, scale, swing
 
     def _origins(self, lo: int, hi: int, max_samples: int | None = None) -> np.ndarray:
@@ -400,11 +407,14 @@ class AnchorEnsemble:
 
     @property
     def rel_quantiles(self) -> dict[float, float]:
-        return {q: float(np.mean([m.rel_quantiles[q] for m in self.members])) for q in QUANTILES}
+        return self._mean_quantiles("rel_quantiles")
 
     @property
     def flat_quantiles(self) -> dict[float, float]:
-        return {q: float(np.mean([m.flat_quantiles[q] for m in self.members])) for q in QUANTILES}
+        return self._mean_quantiles("flat_quantiles")
+
+    def _mean_quantiles(self, kind: str) -> dict[float, float]:
+        return {q: float(np.mean([getattr(m, kind)[q] for m in self.members])) for q in QUANTILES}
 
     def predict(self, y, index, origins):
         out = [m.predict(y, index, origins) for m in self.members]
