@@ -125,6 +125,28 @@ def test_forecaster_intervals_cover_on_synthetic_data():
     assert served == pytest.approx((point[-1], unit[-1]))
 
 
+def test_occupancy_blends_the_direct_models_of_shorter_horizons_fitting_each_once():
+    from xdscheduler.forecast.history import Ensemble, blend_horizons, fit_history
+
+    assert blend_horizons(360, 1) == [360, 60, 10] and blend_horizons(10, 1) == [10]
+    assert blend_horizons(6, 10) == [6, 1] and blend_horizons(30, 1) == [30, 10]
+    s = series.from_frame(synthetic(days=10, seed=4), "occupancy")
+    end, fitted = 8 * 1440, {}
+    hour = fit_history(s.values, s.index, 1, 60, "occupancy", end=end, fitted=fitted)
+    assert isinstance(hour, Ensemble) and hour.horizons == [60, 10]
+    assert set(fitted) == {(60, end), (10, end)}
+    ten = fit_history(s.values, s.index, 1, 10, "occupancy", end=end, fitted=fitted)
+    assert ten is fitted[10, end] and len(fitted) == 2  # reused, not fitted again
+    origins = np.arange(end, len(s.values) - 61, 53)
+    point, unit = hour.predict(s.values, s.index, origins)
+    direct, direct_unit = fitted[60, end].predict(s.values, s.index, origins)
+    short, _ = ten.predict(s.values, s.index, origins)
+    assert np.allclose(point, (direct + short) / 2) and np.array_equal(unit, direct_unit)
+    assert hour.rel_quantiles == fitted[60, end].rel_quantiles  # the hour's own residuals
+    arrivals = fit_history(s.values, s.index, 1, 60, "arrivals", end=end)
+    assert set(arrivals.horizons) == {60}  # bursty arrivals: anchors, no shorter horizons
+
+
 def test_recent_swing_is_the_days_typical_change_over_the_horizon():
     y = np.r_[np.zeros(4), np.full(8, 8.0)]  # one rise of 8 GPUs; a "day" of 4 steps
     swing = recent_swing(y, h=2, per_day=4)
@@ -326,4 +348,10 @@ def test_shifted_phases_diagnostic_reuses_the_model_and_moves_the_windows():
         assert first["wape"][name] == pytest.approx(m["wape"])
     assert first["lowest_wape"] == r["lowest_wape"]
     assert len({p["wape"]["persistence"] for p in r["phases"]}) == 3  # other windows
+    # The blend's direct member is measured beside it, never counted as a baseline.
+    assert r["blend_horizons"] == [60, 10] and "direct" not in r["baselines"]
+    for p in r["phases"]:
+        best = min(v for k, v in p["wape"].items() if k not in ("hybrid", "direct"))
+        assert "direct" in p["wape"] and p["lowest_wape"] == (p["wape"]["hybrid"] < best)
+    assert first["wape"]["direct"] == pytest.approx(r["direct_model"]["wape"])
     assert "phases" not in backtest.run(s, "1h")

@@ -91,9 +91,12 @@ def auto_ets(series: Series, win: Window, h: int) -> np.ndarray:
     return np.maximum(out, 0.0)
 
 
-def history_forecast(series: Series, win: Window, h: int, seed: int = 0, pool=()):
+def history_forecast(
+    series: Series, win: Window, h: int, seed: int = 0, pool=(), fitted: dict | None = None
+):
     """The history model trained before the test window: on this series and on each pooled
-    sibling up to the same moment in time (no sibling data from the test window either)."""
+    sibling up to the same moment in time (no sibling data from the test window either).
+    `fitted`: direct models already fitted on the same series and pool (`fit_history`)."""
     first = series.index[win.origins[0] + 1]
     others = []
     for sib in pool:
@@ -109,9 +112,16 @@ def history_forecast(series: Series, win: Window, h: int, seed: int = 0, pool=()
         end=int(win.origins[0]) + 1,
         seed=seed,
         others=others,
+        fitted=fitted,
     )
     point, unit = model.predict(series.values, series.index, win.origins)
     return point, unit, model
+
+
+def direct_member(model):
+    """The direct model of the horizon itself where the forecast blends in shorter horizons'
+    (None otherwise): the comparison that measures what the blend buys."""
+    return model.members[0] if len(set(getattr(model, "horizons", [0]))) > 1 else None
 
 
 def coverage(actual: np.ndarray, point: np.ndarray, unit: np.ndarray, rel_q: dict) -> dict:
@@ -152,8 +162,9 @@ def shifted_phases(
     """Diagnostic only, nothing is chosen on it: the fitted model and every baseline on test
     windows whose first origin moves on by k·h/n steps (k = 0..n-1), so the origins fall on
     other phases of the horizon. The model was trained before the unshifted start.
-    `unshifted`: the forecasts already made on `win` itself, reused where the shift is 0."""
-    out = []
+    `unshifted`: the forecasts already made on `win` itself, reused where the shift is 0
+    ("direct": the blend's direct member alone, where there is one; not a baseline)."""
+    out, direct = [], direct_member(model)
     for k in range(n):
         shift = k * h // n
         w, fc = win, unshifted
@@ -161,8 +172,10 @@ def shifted_phases(
             w = window(series, h, int(win.origins[0]) + 1 + shift)
             point, _ = model.predict(series.values, series.index, w.origins)
             fc = {"hybrid": point, **baselines(series, w, h)}
+            if direct is not None:
+                fc["direct"] = direct.predict(series.values, series.index, w.origins)[0]
         wape = {name: metrics(w.actual, v)["wape"] for name, v in fc.items()}
-        best = min(v for name, v in wape.items() if name != "hybrid")
+        best = min(v for name, v in wape.items() if name not in ("hybrid", "direct"))
         out.append({"shift_steps": shift, "wape": wape, "lowest_wape": wape["hybrid"] < best})
     return out
 
@@ -174,18 +187,23 @@ def run(
     seed: int = 0,
     pool=(),
     phases: int = 0,
+    fitted: dict | None = None,
 ) -> dict:
     """Backtest at one horizon. `pool`: sibling series of the same trace to pool into the
     history model's training (cut at this test window's start time). `phases` > 0 adds the
-    shifted-window diagnostic (`shifted_phases`) for occupancy."""
+    shifted-window diagnostic (`shifted_phases`) for occupancy. `fitted`: direct models
+    already fitted on this series and pool, shared between horizons (`fit_history`)."""
     h = series.steps(horizon)
     test_start = None
     if lucid is not None:
         test_start = int(series.index.searchsorted(lucid.index[0]))
     win = window(series, h, test_start)
     total = h if series.target == "arrivals" else 1  # arrivals: totals over the horizon
-    point, unit, model = history_forecast(series, win, h, seed, pool)
+    point, unit, model = history_forecast(series, win, h, seed, pool, fitted)
     base = baselines(series, win, h, lucid)
+    direct = direct_member(model)
+    if direct is not None:
+        direct = direct.predict(series.values, series.index, win.origins)[0]
     actual = win.actual * total
     out = {
         "series": series.name,
@@ -202,6 +220,7 @@ def run(
         "shrink_weight": model.weight,
         "median_doubt": getattr(model, "doubt", 1.0),
         "anchor_steps": model.anchor,
+        "blend_horizons": getattr(model, "horizons", [h]),
         "pooled_with": [p.name for p in pool],
         "baselines": {k: metrics(actual, v * total) for k, v in base.items()},
     }
@@ -213,8 +232,12 @@ def run(
         "wape_ratio": out["wape"] / max(lowest, 1e-12),
         "ratio_ci90": ratio_interval(actual, point * total, base[best] * total, seed),
     }
+    if direct is not None:  # the blend's direct member alone (not a baseline)
+        out["direct_model"] = metrics(actual, direct * total)
     out["tied_with"] = [k for k, v in out["baselines"].items() if v["wape"] == out["wape"]]
     if phases and series.target == "occupancy":
         unshifted = {"hybrid": point, **{k: v for k, v in base.items() if k != "lucid"}}
+        if direct is not None:
+            unshifted["direct"] = direct
         out["phases"] = shifted_phases(series, h, win, unshifted, model, phases)
     return out

@@ -91,6 +91,13 @@ def cmd_backtest(args) -> None:
     rows = [("hybrid", result), *list(result["baselines"].items())]
     for name, m in rows:
         print(f"  {name:<15} {m['accuracy']:8.4f} {m['wape']:8.4f} {m['smape']:8.4f}")
+    if "direct_model" in result:
+        steps = ", ".join(str(k) for k in result["blend_horizons"])
+        print(
+            f"  (the hybrid averages direct models of {steps} steps; the "
+            f"{result['blend_horizons'][0]}-step one alone: wape "
+            f"{result['direct_model']['wape']:.4f})"
+        )
     tie = f" (ties {', '.join(result['tied_with'])})" if result["tied_with"] else ""
     print(f"  hybrid has the lowest wape: {'yes' if result['lowest_wape'] else 'no'}{tie}")
     flat = result["flat_intervals"]

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from xdscheduler.forecast.history import QUANTILES, HistoryModel, fit_history, scale_of
+from xdscheduler.forecast.history import QUANTILES, Ensemble, HistoryModel, fit_history, scale_of
 from xdscheduler.forecast.structure import StructuralDemand
 
 
@@ -55,7 +55,7 @@ class Forecaster:
     """History models fitted per horizon; forecasts from a recent window of the series."""
 
     step_min: int
-    models: dict[int, HistoryModel] = field(default_factory=dict)  # horizon minutes → model
+    models: dict[int, HistoryModel | Ensemble] = field(default_factory=dict)  # minutes → model
 
     @classmethod
     def fit(
@@ -67,11 +67,16 @@ class Forecaster:
         horizons_min=(10, 60),
         seed: int = 0,
         others=(),
+        fitted: dict | None = None,
     ) -> Forecaster:
-        """`others`: (values, index, end) of sibling series (e.g. other domains) to pool."""
+        """`others`: (values, index, end) of sibling series (e.g. other domains) to pool.
+        Horizons share their direct models (an occupancy hour blends in the 10 minutes'),
+        also with earlier calls on the same data that passed the same `fitted` dict."""
+        fitted = {} if fitted is None else fitted
         models = {
             hm: fit_history(
-                values, index, step_min, max(hm // step_min, 1), target, seed=seed, others=others
+                values, index, step_min, max(hm // step_min, 1), target, seed=seed,
+                others=others, fitted=fitted,
             )
             for hm in horizons_min
         }

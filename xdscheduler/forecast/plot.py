@@ -19,13 +19,14 @@ LEADS_1H = (10, 20, 30, 60)  # minutes
 LEADS_24H = (60, 180, 360, 720, 1440)
 
 
-def waveform(series: Series, leads_min, seed: int = 0) -> pd.DataFrame:
-    """One row per lead: the hybrid forecast of mean demand over the next `lead` minutes."""
+def waveform(series: Series, leads_min, seed: int = 0, fitted: dict | None = None) -> pd.DataFrame:
+    """One row per lead: the hybrid forecast of mean demand over the next `lead` minutes.
+    `fitted`: history models shared with other calls on the same series."""
     leads = [m for m in leads_min if m % series.step_min == 0]
     if not leads:
         raise UserError(f"no lead in {leads_min} is a multiple of {series.step_min} min")
     f = Forecaster.fit(
-        series.values, series.index, series.step_min, series.target, leads, seed=seed
+        series.values, series.index, series.step_min, series.target, leads, seed, fitted=fitted
     )
     rows = [fc.__dict__ for fc in f.forecast(series.values, series.index)]
     return pd.DataFrame(rows)
@@ -38,8 +39,9 @@ def plot_waveform(series: Series, out: str | Path, seed: int = 0) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
     hist = series.values[-series.per_day :]
     t_hist = (pd.RangeIndex(-len(hist) + 1, 1) * series.step_min).to_numpy()
+    fitted: dict = {}  # both panels forecast the next hour
     for ax, leads, title in ((axes[0], LEADS_1H, "next 1 h"), (axes[1], LEADS_24H, "next 24 h")):
-        w = waveform(series, leads, seed)
+        w = waveform(series, leads, seed, fitted)
         span = max(leads)
         keep = t_hist >= -span
         ax.plot(t_hist[keep], hist[keep], color="k", lw=1, label="observed")
