@@ -121,7 +121,7 @@ def history_forecast(
 def direct_member(model):
     """The direct model of the horizon itself where the forecast blends in shorter horizons'
     (None otherwise): the comparison that measures what the blend buys."""
-    return model.members[0] if len(set(getattr(model, "horizons", [0]))) > 1 else None
+    return model.members[0] if len(set(model.horizons)) > 1 else None
 
 
 def coverage(actual: np.ndarray, point: np.ndarray, unit: np.ndarray, rel_q: dict) -> dict:
@@ -218,9 +218,9 @@ def run(
             model.flat_quantiles,
         ),
         "shrink_weight": model.weight,
-        "median_doubt": getattr(model, "doubt", 1.0),
+        "median_doubt": model.doubt,
         "anchor_steps": model.anchor,
-        "blend_horizons": getattr(model, "horizons", [h]),
+        "blend_horizons": model.horizons,
         "pooled_with": [p.name for p in pool],
         "baselines": {k: metrics(actual, v * total) for k, v in base.items()},
     }

@@ -208,6 +208,10 @@ class HistoryModel:
     def per_day(self) -> int:
         return 1440 // self.step_min
 
+    @property
+    def horizons(self) -> list[int]:
+        return [self.h]
+
     def fit(
         self, y: np.ndarray, index: pd.DatetimeIndex, end: int | None = None, others=()
     ) -> HistoryModel:
@@ -239,6 +243,7 @@ class HistoryModel:
                 level.append(fut[fold])
         actual, pred, unit, swing, level = map(np.concatenate, (actual, pred, unit, swing, level))
         self.weight, self.doubt = _shrink_weights(actual, pred, unit, self.h)
+        self.doubt = self.doubt if self.use_median else 1.0  # no distribution: no median moves
         resid = actual - self.weight * pred[:, 0] - pred[:, 1 + DOUBT_GRID.index(self.doubt)]
         self.val_wape = float((np.abs(resid) * unit).sum() / max(np.abs(level).sum(), 1e-9))
         self.swing_floor = float(np.median(swing)) or 1e-3
@@ -431,7 +436,7 @@ class Ensemble:
         return [m.anchor for m in self.own]
 
     @property
-    def horizons(self) -> list[int]:
+    def horizons(self) -> list[int]:  # the members' (the ensemble's own first)
         return [m.h for m in self.members]
 
     @property
