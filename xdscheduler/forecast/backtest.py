@@ -96,7 +96,8 @@ def history_forecast(
 ):
     """The history model trained before the test window: on this series and on each pooled
     sibling up to the same moment in time (no sibling data from the test window either).
-    `fitted`: direct models already fitted on the same series and pool (`fit_history`)."""
+    `fitted`: direct models already fitted on the same series and pool (`fit_history`).
+    Returns (point, unit, direct point, model), as `forecasts` gives them."""
     first = series.index[win.origins[0] + 1]
     others = []
     for sib in pool:
@@ -114,14 +115,17 @@ def history_forecast(
         others=others,
         fitted=fitted,
     )
-    point, unit = model.predict(series.values, series.index, win.origins)
-    return point, unit, model
+    return *forecasts(model, series, win.origins), model
 
 
-def direct_member(model):
-    """The direct model of the horizon itself where the forecast blends in shorter horizons'
-    (None otherwise): the comparison that measures what the blend buys."""
-    return model.members[0] if len(set(model.horizons)) > 1 else None
+def forecasts(model, series: Series, origins: np.ndarray):
+    """(point, unit) at the origins, and the point of the direct model of the horizon alone
+    where the model blends in shorter horizons' (None otherwise: the comparison that measures
+    what the blend buys); each member predicts once."""
+    if len(set(model.horizons)) == 1:
+        return *model.predict(series.values, series.index, origins), None
+    each = model.predict_each(series.values, series.index, origins)
+    return *model.mean_of(each), each[0][0]
 
 
 def coverage(actual: np.ndarray, point: np.ndarray, unit: np.ndarray, rel_q: dict) -> dict:
@@ -164,16 +168,16 @@ def shifted_phases(
     other phases of the horizon. The model was trained before the unshifted start.
     `unshifted`: the forecasts already made on `win` itself, reused where the shift is 0
     ("direct": the blend's direct member alone, where there is one; not a baseline)."""
-    out, direct = [], direct_member(model)
+    out = []
     for k in range(n):
         shift = k * h // n
         w, fc = win, unshifted
         if shift:
             w = window(series, h, int(win.origins[0]) + 1 + shift)
-            point, _ = model.predict(series.values, series.index, w.origins)
+            point, _, direct = forecasts(model, series, w.origins)
             fc = {"hybrid": point, **baselines(series, w, h)}
             if direct is not None:
-                fc["direct"] = direct.predict(series.values, series.index, w.origins)[0]
+                fc["direct"] = direct
         wape = {name: metrics(w.actual, v)["wape"] for name, v in fc.items()}
         best = min(v for name, v in wape.items() if name not in ("hybrid", "direct"))
         out.append({"shift_steps": shift, "wape": wape, "lowest_wape": wape["hybrid"] < best})
@@ -199,11 +203,8 @@ def run(
         test_start = int(series.index.searchsorted(lucid.index[0]))
     win = window(series, h, test_start)
     total = h if series.target == "arrivals" else 1  # arrivals: totals over the horizon
-    point, unit, model = history_forecast(series, win, h, seed, pool, fitted)
+    point, unit, direct, model = history_forecast(series, win, h, seed, pool, fitted)
     base = baselines(series, win, h, lucid)
-    direct = direct_member(model)
-    if direct is not None:
-        direct = direct.predict(series.values, series.index, win.origins)[0]
     actual = win.actual * total
     out = {
         "series": series.name,

@@ -451,12 +451,20 @@ class Ensemble:
         return {q: float(np.mean([getattr(m, kind)[q] for m in self.own])) for q in QUANTILES}
 
     def predict(self, y, index, origins):
-        out = [m.predict(y, index, origins) for m in self.members]
+        return self.mean_of(self.predict_each(y, index, origins))
+
+    def predict_each(self, y, index, origins) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Every member's (point, unit), the ensemble's own horizon first."""
+        return [m.predict(y, index, origins) for m in self.members]
+
+    @staticmethod
+    def mean_of(out: list[tuple]) -> tuple:
+        """The ensemble's (point, unit) from its members': their mean, the first's unit."""
         return np.mean([p for p, _ in out], axis=0), out[0][1]
 
     def predict_last(self, y, end):
-        out = [m.predict_last(y, end) for m in self.members]
-        return float(np.mean([p for p, _ in out])), out[0][1]
+        point, unit = self.mean_of([m.predict_last(y, end) for m in self.members])
+        return float(point), unit
 
 
 def blend_horizons(h: int, step_min: int) -> list[int]:
