@@ -59,10 +59,8 @@ def main() -> None:
     scn = scenario(args.domains, args.nodes, args.queued)
     dyn = Dynamics.generate(scn, 0, 3600.0)
 
-    def engine(domains) -> Engine:
-        e = Engine(scn, scn.jobs, PlannerPolicy(scn.weights), dyn, domains, 3600.0)
-        e.queue, e.pending = list(e.runs), []
-        return e
+    def engine(domains) -> Engine:  # every job arrives at 0: queued at the first tick
+        return Engine(scn, scn.jobs, PlannerPolicy(scn.weights), dyn, domains, 3600.0)
 
     local = engine(LocalDomains(scn.domains, dyn))
     local_s = float(np.median(tick_times(local)))

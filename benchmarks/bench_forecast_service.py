@@ -1,7 +1,7 @@
 """POST /forecast latency over real HTTP with Ray Serve running on 2 CPUs.
 
-The deployment holds history models fitted on a Helios cluster's occupancy (vc6YE from the
-shared data when present, else a synthetic series); each request carries the last day of
+The Serve app's deployment holds history models fitted on a Helios cluster's occupancy (vc6YE
+from the shared data when present, else a synthetic series); each request carries the last day of
 demand per minute and three known jobs. Run: python -m benchmarks.bench_forecast_service
 The baseline is the same pure `forecast` function called in-process (no HTTP, no Serve).
 """
@@ -66,13 +66,13 @@ def main() -> None:
     import ray
     from ray import serve
 
-    from xdscheduler.forecast.service import ForecastDeployment
+    from xdscheduler.scenario import default_scenario_path, load_scenario
+    from xdscheduler.serving.app import application
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    serve.run(
-        ForecastDeployment.bind(fc), name="forecast", route_prefix="/forecast", blocking=False
-    )
+    serve.run(application(load_scenario(default_scenario_path()), forecaster=fc),
+              name="xds", route_prefix="/", blocking=False)
     payloads = [r.model_dump_json().encode() for r in reqs]
     conn = http.client.HTTPConnection("127.0.0.1", 8000, timeout=30)
     headers = {"Content-Type": "application/json"}

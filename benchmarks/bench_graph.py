@@ -17,10 +17,11 @@ import ray
 from benchmarks._table import print_table, time_calls
 from benchmarks.bench_controller_tick import scenario
 from xdscheduler.network.dynamics import Dynamics
-from xdscheduler.perception.graph import ResourceGraph, padded, to_data
+from xdscheduler.perception.graph import ResourceGraph, padded
 from xdscheduler.planner.view import ClusterView
+from xdscheduler.ray_cluster import connect
+from xdscheduler.rl.module import graph_data
 from xdscheduler.runtime.gateway import ActorDomains
-from xdscheduler.runtime.study import connect
 from xdscheduler.scenario import default_scenario_path, load_scenario
 from xdscheduler.sim.domain import LocalDomains, accepted
 
@@ -46,7 +47,7 @@ def graph_rows(scn, label: str, repeats: int) -> list[list]:
     rows = []
     for name, fn in (("rebuild from all reports (baseline)", None),
                      ("update from one report", update_one),
-                     ("to torch_geometric Data", lambda: to_data(view))):
+                     ("to torch_geometric Data", lambda: graph_data(view))):
         x = base_x if fn is None else time_calls(fn, repeats, unit_s=1e-6)
         rows.append([label, name, float(np.median(x)), float(np.percentile(x, 99)),
                      float(np.median(x) / base)])

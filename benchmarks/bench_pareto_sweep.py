@@ -15,10 +15,10 @@ import tempfile
 from pathlib import Path
 
 from benchmarks._table import print_table
+from xdscheduler.ray_cluster import connect
 from xdscheduler.rl.agents import SHIPPED, SHIPPED_DECISION, Agents
 from xdscheduler.rl.pareto import coverage, fixed_states, plot_front
 from xdscheduler.rl.train import SWEEP_CONFIG, load_config, train
-from xdscheduler.runtime.study import connect
 from xdscheduler.scenario import Weights
 
 

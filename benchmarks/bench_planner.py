@@ -39,10 +39,10 @@ def timed(job: JobSpec, view: ClusterView, opts: SearchOptions) -> tuple[float, 
     best = None
     for _ in range(3):
         start = time.perf_counter()
-        decision = search(job, view, Weights(), opts)
+        result = search(job, view, Weights(), opts)
         elapsed = time.perf_counter() - start
         best = elapsed if best is None else min(best, elapsed)
-    return best, decision
+    return best, result
 
 
 def main() -> None:
@@ -52,11 +52,11 @@ def main() -> None:
         for name, batch, gpus_max in JOBS:
             arch = catalog.model(name)
             job = JobSpec(name, arch, batch, arch.seq_len, 64, gpus_max)
-            fast, decision = timed(job, view, SearchOptions())
+            fast, result = timed(job, view, SearchOptions())
             full, exhaustive = timed(job, view, SearchOptions(combo_domains=domains))
             worst = max(worst, fast) if (domains, nodes) == SIZES[-1] else worst
-            same = exhaustive.best.objective.objective - decision.best.objective.objective
-            rows.append([f"{domains}x{nodes}x8", name, decision.evaluated, fast * 1000,
+            same = exhaustive.best.objective.objective - result.best.objective.objective
+            rows.append([f"{domains}x{nodes}x8", name, result.evaluated, fast * 1000,
                          full * 1000, full / fast, f"{same:.1e}"])
     print_table("Planner decision time (best of 3)",
                 ["cluster", "job", "plans", "pruned ms", "exhaustive ms", "speed-up",

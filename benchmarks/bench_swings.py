@@ -20,15 +20,14 @@ from __future__ import annotations
 import argparse
 
 from benchmarks._table import print_table
-from xdscheduler.planner.policies import make_policy
-from xdscheduler.runtime.study import run_here, study_dynamics, study_jobs
+from xdscheduler.registry import make_policy
+from xdscheduler.runtime.study import run_here
 from xdscheduler.scenario import default_scenario_path, load_scenario
+from xdscheduler.sim.inputs import study_dynamics, study_jobs
 from xdscheduler.sim.reconfig import (
-    CHECKPOINT,
-    MAKE_BEFORE_BREAK,
-    RESTART,
     SWING_CAUSES,
-    TRANSFER,
+    Relocate,
+    Switch,
     adjustment_stats,
     relocation_stats,
 )
@@ -39,7 +38,7 @@ def measure(seeds: list[int], hours: float, every_s: float) -> tuple[dict, list,
     """Swing records of both ways of re-planning over the seeds, the relocations the swings led
     to under make-before-break, and the swings injected."""
     scn = load_scenario(default_scenario_path())
-    records: dict[str, list] = {MAKE_BEFORE_BREAK: [], RESTART: []}
+    records: dict[str, list] = {Switch.MAKE_BEFORE_BREAK: [], Switch.RESTART: []}
     moves: list = []
     injected = 0
     for seed in seeds:
@@ -50,7 +49,7 @@ def measure(seeds: list[int], hours: float, every_s: float) -> tuple[dict, list,
         for mode, out in records.items():
             res = run_here(scn, jobs, make_policy("planner", scn.weights), dyn, hours,
                            replan=mode)
-            out += [s for s in res.swings if s.cause in SWING_CAUSES and s.how != "kept"]
+            out += [s for s in res.swings if s.cause in SWING_CAUSES and s.how != Switch.KEPT]
             moves += [m for m in res.relocations if m.cause in SWING_CAUSES]
     return records, moves, injected
 
@@ -58,19 +57,20 @@ def measure(seeds: list[int], hours: float, every_s: float) -> tuple[dict, list,
 def row(name: str, records: list) -> list:
     """The report's adjustment statistics of the records, dips in %."""
     st = adjustment_stats(records)
-    pct = [_cell(st[k], 100) for k in ("dip_p50", "dip_p99", "dip_max", "swing_dip_p50",
+    pct = [_cell(getattr(st, k), 100) for k in ("dip_p50", "dip_p99", "dip_max", "swing_dip_p50",
                                         "swing_dip_max", "adjustment_dip_p50",
                                         "adjustment_dip_p99", "adjustment_dip_max")]
-    return [name, st["count"], st["recovered"], *pct,
-            *(_cell(st[k]) for k in ("recovery_s_p50", "recovery_s_p99", "recovery_s_max"))]
+    return [name, st.count, st.recovered, *pct,
+            *(_cell(getattr(st, k)) for k in ("recovery_s_p50", "recovery_s_p99",
+                                               "recovery_s_max"))]
 
 
 def relocation_rows(moves: list) -> list[list]:
     """The report's relocation statistics, one row per way of relocating."""
     rows = []
-    for how in (TRANSFER, CHECKPOINT):
+    for how in Relocate:
         st = relocation_stats([m for m in moves if m.how == how])
-        rows.append([how, *(_cell(st[k]) for k in (
+        rows.append([how, *(_cell(getattr(st, k)) for k in (
             "count", "switched", "cancelled", "transfer_s_p50", "transfer_s_max", "lost_s_p50",
             "lost_s_max", "lost_gpu_h"))])
     return rows
@@ -89,7 +89,7 @@ def main() -> None:
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     records, moves, injected = measure(seeds, args.hours, args.every)
-    mbb, old = records[MAKE_BEFORE_BREAK], records[RESTART]
+    mbb, old = records[Switch.MAKE_BEFORE_BREAK], records[Switch.RESTART]
     rows = [row("restart (baseline)", old), row("make-before-break adjustments", mbb)]
     a, b = rows[0], rows[1]
     swing_alone = {6, 7}  # the swing's own slowdown: the same swings, no ratio to take
@@ -97,7 +97,7 @@ def main() -> None:
         x / y if isinstance(x, float) and isinstance(y, float) and y > 0
         and k not in swing_alone else "–"
         for k, (x, y) in enumerate(zip(a, b, strict=True)) if k >= 3])
-    fallbacks = sum(s.how == "fallback" for s in mbb)
+    fallbacks = sum(s.how == Switch.FALLBACK for s in mbb)
     crossed = sum(s.wan_gb > 0 for s in mbb)
     title = (f"five_domains, planner, seeds {args.seeds}, {args.hours:g} h each; {injected} "
              "swings injected on top of the network's own")

@@ -95,3 +95,17 @@ def test_index_json(capsys):
     data = json.loads(out)
     assert code == 0 and data["accelerators"]["H100-SXM"]["index"] == pytest.approx(1.0)
     assert 0.25 < data["accelerators"]["A100-80GB"]["index"] < 0.5
+
+
+def test_run_schema_describes_report_json_with_units_in_the_names(capsys):
+    code, out, _ = run(capsys, "run", "--schema")
+    schema = json.loads(out)
+    fields = schema["$defs"]["PolicyReport"]["properties"]
+    assert code == 0 and schema["title"] == "Report"
+    assert {"mean_jct_s", "cross_domain_gb", "cross_domain_cost_usd", "objective"} <= set(fields)
+    assert "wan_cost_usd" in schema["$defs"]["Relocations"]["properties"]
+
+
+def test_an_unknown_policy_names_the_known_ones(capsys):
+    code, _, err = run(capsys, "run", "--local", "--policies", "planner,fifo")
+    assert code == 2 and "unknown policies fifo; known: single-domain" in err

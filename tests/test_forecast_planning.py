@@ -13,12 +13,14 @@ from typing import ClassVar
 import pytest
 
 from xdscheduler.faults.failure_model import FaultEvent
-from xdscheduler.forecast import planning
 from xdscheduler.forecast.service import ForecastRequest, forecast
-from xdscheduler.planner.policies import make_policy
 from xdscheduler.planner.view import ClusterView
-from xdscheduler.runtime.study import run_here, study_dynamics, study_jobs
+from xdscheduler.registry import make_policy
+from xdscheduler.runtime.study import run_here
 from xdscheduler.scenario import parse_scenario
+from xdscheduler.serving.client import ForecastClient
+from xdscheduler.sim import demand as planning
+from xdscheduler.sim.inputs import study_dynamics, study_jobs
 from xdscheduler.sim.recovery import Faults
 
 from .conftest import small_scenario
@@ -37,10 +39,12 @@ def study(url: str | None = None):
     scn = scenario()
     floor = {d.name: 8 for d in scn.domains}
     faults = Faults([FaultEvent(3600.0, "node_crash", "east/n0", 1800.0)], [2.0], floor, 1e-3)
-    faults.planner = planning.DemandPlanner(dict(floor), {j.name for j in scn.jobs}, url, SEED)
+    planner = planning.DemandPlanner(dict(floor), {j.name for j in scn.jobs}, seed=SEED)
+    if url:
+        planner = planning.DemandPlanner(dict(floor), planner.known, ForecastClient(url), SEED)
     res = run_here(scn, study_jobs(scn, HOURS, SEED), make_policy("planner", scn.weights),
-                   study_dynamics(scn, SEED, HOURS), HOURS, faults=faults)
-    return res, faults
+                   study_dynamics(scn, SEED, HOURS), HOURS, faults=faults, demand=planner)
+    return res, faults, planner
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +53,8 @@ def planned():
 
 
 def test_the_forecast_is_consulted_every_hour_and_reported(planned):
-    res, faults = planned
-    block = res.faults["forecast"]
+    res, faults, _ = planned
+    block = res.demand.model_dump()
     times = [e["time_s"] for e in block["timeline"]]
     assert times[0] == 0.0
     assert all(b - a >= planning.CONSULT_S for a, b in itertools.pairwise(times))
@@ -59,19 +63,19 @@ def test_the_forecast_is_consulted_every_hour_and_reported(planned):
     for e in block["timeline"]:
         assert e["hi95_1h_gpus"] >= e["mean_1h_gpus"] >= 0
         assert all(e["pools_gpus"][d] >= n for d, n in faults.floor.items())
-    assert res.faults["backup_pool_floor_gpus"] == faults.floor
+    assert res.faults.backup_pool_floor_gpus == faults.floor
 
 
 def test_an_announced_job_is_held_for_and_starts_on_arrival(planned):
-    res, faults = planned
-    held = res.faults["forecast"]["preallocated"]["later"]
+    res, _, planner = planned
+    held = res.demand.preallocated["later"].model_dump()
     assert held["released_s"] == LATER_S
     assert LATER_S - planning.PREALLOC_LEAD_S <= held["held_from_s"] < LATER_S
     assert 0 < held["held_gpus"] <= held["wanted_gpus"] == 32
     later = next(r for r in res.jobs if r.spec.name == "later")
     if held["held_gpus"] == held["wanted_gpus"]:
         assert later.start_s == LATER_S  # no queueing behind jobs placed just before it
-    assert faults.planner.held == {}  # every hold given back
+    assert planner.holding == {}  # every hold given back
 
 
 def test_pools_grow_only_from_idle_capacity_and_stay_in_bounds():
@@ -120,11 +124,11 @@ def forecast_server():
 
 def test_with_a_serve_url_the_controller_asks_over_http(planned):
     with forecast_server() as url:
-        res, _ = study(url)
-    block = res.faults["forecast"]
+        res, _, _ = study(url)
+    block = res.demand.model_dump()
     assert block["source"] == ["http"] and _ForecastHandler.calls == block["consults"]
     # The endpoint runs the same forecast: the same pools and holds as in process.
-    local = planned[0].faults["forecast"]
+    local = planned[0].demand.model_dump()
     strip = [{k: v for k, v in e.items() if k != "source"} for e in block["timeline"]]
     assert strip == [{k: v for k, v in e.items() if k != "source"} for e in local["timeline"]]
     assert json.dumps(block["preallocated"]) == json.dumps(local["preallocated"])
@@ -136,14 +140,15 @@ def test_each_policy_of_a_study_sends_a_demand_series_of_its_own():
     scn = scenario()
     floor = {d.name: 8 for d in scn.domains}
     with forecast_server() as url:
-        shared = Faults([], [], floor, 1e-3)
-        shared.planner = planning.DemandPlanner(dict(floor), {j.name for j in scn.jobs}, url, SEED)
+        shared = planning.DemandPlanner(dict(floor), {j.name for j in scn.jobs},
+                                        ForecastClient(url), SEED)
         sent = {}
         for name in ("planner", "greedy-cross-domain"):
             _ForecastHandler.series = []
             run_here(scn, study_jobs(scn, 2.0, SEED), make_policy(name, scn.weights),
-                     study_dynamics(scn, SEED, 2.0), 2.0, faults=shared.for_policy(name))
+                     study_dynamics(scn, SEED, 2.0), 2.0, faults=Faults([], [], floor, 1e-3),
+                     demand=shared.for_policy(name))
             sent[name] = set(_ForecastHandler.series)
     assert all(len(s) == 1 for s in sent.values()), sent
     assert sent["planner"] != sent["greedy-cross-domain"]
-    assert shared.planner.history == []  # each policy's run fills its own copy
+    assert shared.history == []  # each policy's run fills its own copy

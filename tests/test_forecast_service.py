@@ -13,7 +13,9 @@ import pytest
 from xdscheduler.forecast.hybrid import Forecaster
 from xdscheduler.forecast.service import ForecastRequest, forecast
 
-URL = "http://127.0.0.1:8000/forecast"
+PREFIX = "/fitted"  # the app serving the fitted model, beside the default one at /
+BASE = f"http://127.0.0.1:8000{PREFIX}"
+URL = f"{BASE}/forecast"
 
 
 def demand(days: int = 12, seed: int = 0) -> tuple[np.ndarray, pd.DatetimeIndex]:
@@ -75,27 +77,29 @@ def _post(body: dict) -> tuple[int, dict]:
 
 def test_serve_deployment_over_http(ray_session, fitted):
     serve = pytest.importorskip("ray.serve")
-    from xdscheduler.forecast.service import ForecastDeployment
+    from xdscheduler.scenario import default_scenario_path, load_scenario
+    from xdscheduler.serving.app import application
 
     f, y, idx = fitted
-    serve.run(ForecastDeployment.bind(f), name="forecast", route_prefix="/forecast", blocking=False)
+    serve.run(application(load_scenario(default_scenario_path()), forecaster=f),
+              name="fitted-forecast", route_prefix=PREFIX, blocking=False)
     try:
-        with urllib.request.urlopen(URL + "/healthz", timeout=30) as r:
-            assert json.loads(r.read()) == {"ok": True, "fitted": True}
+        with urllib.request.urlopen(BASE + "/healthz", timeout=30) as r:
+            assert json.loads(r.read())["forecaster"] == "given"
         body = json.loads(request(y, idx).model_dump_json())
         status, out = _post(body)
         assert status == 200
         assert out == json.loads(forecast(request(y, idx), f).model_dump_json())
         assert _post({"history": []})[0] == 422
     finally:
-        serve.delete("forecast")  # only ours: other tests' Serve apps may share the cluster
+        serve.delete("fitted-forecast")  # only ours: other tests' apps may share the cluster
 
 
-def test_job_in_from_a_known_job():
-    from xdscheduler.forecast.service import JobIn
+def test_known_job_in_from_a_known_job():
+    from xdscheduler.forecast.service import KnownJobIn
     from xdscheduler.forecast.structure import KnownJob
 
-    j = JobIn.from_known(KnownJob("a", 32, finish_s=1800, start_s=600))
+    j = KnownJobIn.from_known(KnownJob("a", 32, finish_s=1800, start_s=600))
     assert (j.gpus, j.finish_min, j.start_min) == (32, 30.0, 10.0)
 
 
@@ -122,7 +126,8 @@ def test_served_forecast_fits_the_model_the_controller_fits_in_process():
     from xdscheduler.serving.app import XdsService
 
     route = XdsService.func_or_class.forecast  # the route itself, without Serve
-    served, local = SimpleNamespace(forecasts=OnlineModels()), FittedOnHistory((10, 60))
+    served = SimpleNamespace(forecaster=None, forecasts=OnlineModels())
+    local = FittedOnHistory((10, 60))
     fitted = 0
     for req in _consultations():
         a, b = route(served, req), local.answer(req)

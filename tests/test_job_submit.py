@@ -53,6 +53,7 @@ def head(tmp_path):
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_xds_run_through_ray_job_submit(head, tmp_path):
     address, env, ray_bin = head
     out = tmp_path / "study"

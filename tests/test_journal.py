@@ -7,11 +7,12 @@ import sqlite3
 
 import pytest
 
-from xdscheduler.planner.policies import make_policy
+from xdscheduler.registry import make_policy
 from xdscheduler.runtime.journal import DivergedError, Journal
-from xdscheduler.runtime.study import run_here, study_dynamics, study_jobs
+from xdscheduler.runtime.study import run_here
 from xdscheduler.sim.domain import LocalDomains
 from xdscheduler.sim.engine import Engine
+from xdscheduler.sim.inputs import study_dynamics, study_jobs
 
 from .conftest import small_scenario
 
@@ -45,7 +46,7 @@ def test_a_restored_engine_finishes_like_one_never_stopped(study, tmp_path):
     scn, jobs, dyn, whole = study
     first = engine(scn, jobs, dyn)
     journal = Journal(tmp_path / "j.sqlite", "planner")
-    first.on_decision = journal.record
+    first.subscribe(journal.record)
     first.run(until_s=5400)
     journal.checkpoint(first)
     first.run(until_s=7200)  # decisions after the snapshot, then the crash
@@ -53,7 +54,7 @@ def test_a_restored_engine_finishes_like_one_never_stopped(study, tmp_path):
     second = engine(scn, jobs, dyn)
     second.restore(Journal(tmp_path / "j.sqlite", "planner").latest())
     again = Journal(tmp_path / "j.sqlite", "planner")
-    second.on_decision = again.record  # re-made decisions are checked against the log
+    second.subscribe(again.record)  # re-made decisions are checked against the log
     res = second.run()
     assert job_table(res) == job_table(whole)
     assert decisions(res) == decisions(whole)
@@ -67,12 +68,12 @@ def test_a_decision_that_differs_from_the_log_is_refused(study, tmp_path):
     scn, jobs, dyn, _ = study
     eng = engine(scn, jobs, dyn)
     journal = Journal(tmp_path / "j.sqlite", "planner")
-    eng.on_decision = journal.record
+    eng.subscribe(journal.record)
     eng.run(until_s=3600)
     journal.db.execute("UPDATE decisions SET record = replace(record, 'place', 'moved') "
                        "WHERE idx = 0")
     replay = engine(scn, jobs, dyn)
-    replay.on_decision = Journal(tmp_path / "j.sqlite", "planner").record
+    replay.subscribe(Journal(tmp_path / "j.sqlite", "planner").record)
     with pytest.raises(DivergedError):
         replay.run(until_s=3600)
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 from .conftest import REPO
 
 
+@pytest.mark.slow
 def test_tune_sweep_notebook_executes(tmp_path):
     nb = nbformat.read(REPO / "notebooks" / "tune_sweep.ipynb", as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3",

@@ -8,8 +8,10 @@ import json
 import pytest
 
 from xdscheduler.faults.failure_model import FaultEvent
-from xdscheduler.planner.policies import make_policy
-from xdscheduler.runtime.study import run_here, run_study, study_dynamics, study_jobs
+from xdscheduler.registry import make_policy
+from xdscheduler.report.writer import report_json
+from xdscheduler.runtime.study import run_here, run_study
+from xdscheduler.sim.inputs import study_dynamics, study_jobs
 from xdscheduler.sim.recovery import Faults, backup_pool
 
 from .conftest import small_scenario
@@ -42,7 +44,7 @@ def faulty():
 
 def test_every_job_hit_resumes_within_five_minutes_and_nothing_is_left(faulty):
     res, faults = faulty
-    report = res.faults
+    report = res.faults.model_dump()
     assert report["injected"] == 5 and report["unrecovered"] == 0
     hit = [i for i in faults.incidents if i.jobs]
     assert hit, "the faults must hit running jobs"
@@ -55,10 +57,10 @@ def test_node_faults_take_the_pool_and_stragglers_lose_no_work(faulty):
     crash, slow = faults.incidents[0], faults.incidents[1]
     if crash.jobs:
         assert crash.how.startswith("node replaced from east's backup pool")
-        assert res.faults["lost_work_gpu_h"] > 0
+        assert res.faults.lost_work_gpu_h > 0
     if slow.jobs:
         assert "checkpoint saved" in slow.how
-    assert faults.pool == faults.reserve  # every node repaired by the end: pools refilled
+    assert faults.spare == faults.reserve  # every node repaired by the end: pools refilled
 
 
 def test_an_empty_pool_means_re_planning_not_waiting():
@@ -82,7 +84,7 @@ def test_faulty_run_reports_faults(tmp_path):
     scn = small_scenario()
     summary = run_study(scn, ["planner"], 2.0, 4, tmp_path, local=True, faults=200.0)
     f = json.loads((tmp_path / "report.json").read_text())["faults"]
-    assert json.dumps(f, sort_keys=True) == json.dumps(summary["faults"], sort_keys=True)
+    assert f == report_json(summary)["faults"]
     for key in ("injected", "detected", "false_alarms", "detection_s_p50", "detection_s_p99",
                 "idle_wait_fraction", "blocking_rate"):
         assert key in f

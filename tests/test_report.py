@@ -7,10 +7,25 @@ import pytest
 
 from xdscheduler.errors import UserError
 from xdscheduler.report.writer import write_report
+from xdscheduler.sim.reconfig import summary as swing_summary
+from xdscheduler.sim.records import PolicyMetrics, PolicyReport, Report
 
 POLICIES = ("planner", "single-<domain>")  # "<" checks that the page escapes names
-FILES = {"report.json", "metrics.parquet", "utilization.png", "jct.png", "bandwidth.png",
-         "queue.png", "report.html"}
+FILES = {"report.json", "report.schema.json", "metrics.parquet", "utilization.png", "jct.png",
+         "bandwidth.png", "queue.png", "report.html"}
+FIGURES = {  # what each policy's row says; the rest of its record is zero or missing
+    POLICIES[0]: {"mean_jct_s": np.float64(3602.5), "avg_utilization": 0.5, "jobs_completed": 4,
+                  "jobs_total": 5, "objective": float("nan")},
+    POLICIES[1]: {"mean_jct_s": 4000.0, "avg_utilization": 0.4, "jobs_completed": 3,
+                  "jobs_total": 5, "objective": 0.2}}
+
+
+def policy(figures: dict) -> PolicyReport:
+    """A policy's record: `figures`, zero counts and totals, no other figures."""
+    fields = PolicyMetrics.model_fields
+    empty = {k: [] if k == "domains_down" else 0 if f.annotation in (int, float) else None
+             for k, f in fields.items()}
+    return PolicyReport(**{**empty, **figures}, swings=swing_summary([]))
 
 
 def frames():
@@ -27,11 +42,9 @@ def frames():
          "status": "completed" if i < 4 else "running"} for p in POLICIES for i in range(5)])
     links = pd.DataFrame([{"time_s": t, "link": link, "bandwidth_gbps": 5.0 + k, "rtt_ms": 20.0}
                           for t in times for k, link in enumerate(("jjj-imn", "imn-ohio"))])
-    summary = {"scenario": "s", "seed": np.int64(1), "hours": 2.0, "policies": {
-        POLICIES[0]: {"mean_jct_s": np.float64(3602.5), "avg_utilization": 0.5,
-                      "jobs_completed": 4, "jobs_total": 5, "objective": float("nan")},
-        POLICIES[1]: {"mean_jct_s": 4000.0, "avg_utilization": 0.4, "jobs_completed": 3,
-                      "jobs_total": 5, "objective": 0.2}}}
+    summary = Report(scenario="s", seed=np.int64(1), hours=2.0, jobs=5, runtime="local",
+                     weights={"efficiency": 1.0, "utilization": 0.0, "cost": 0.0},
+                     policies={p: policy(FIGURES[p]) for p in POLICIES}, comparison={})
     return summary, domains, jobs, links
 
 
@@ -43,9 +56,12 @@ def test_every_file_is_written_and_reads_back(tmp_path):
     assert (tmp_path / "notes.txt").read_text() == "mine"  # other files are left alone
     back = json.loads((tmp_path / "report.json").read_text())
     assert back["seed"] == 1 and back["hours"] == 2.0
-    for name, row in summary["policies"].items():
+    for name, row in FIGURES.items():
         for key, value in row.items():
             assert back["policies"][name][key] == (None if math.isnan(value) else value)
+    Report.model_validate(back)  # the file reads back as the typed report
+    schema = json.loads((tmp_path / "report.schema.json").read_text())
+    assert "cross_domain_cost_usd" in schema["$defs"]["PolicyReport"]["properties"]
     tidy = pd.read_parquet(tmp_path / "metrics.parquet")
     assert tidy["table"].value_counts().to_dict() == {"domains": 24, "jobs": 10, "links": 8}
     got = tidy[tidy["table"] == "jobs"].reset_index(drop=True)[jobs.columns]
@@ -75,10 +91,9 @@ def test_a_missing_column_is_named(tmp_path, frame):
 
 def test_the_swings_block_gets_its_own_table(tmp_path):
     from xdscheduler.costmodel.plan import Plan
-    from xdscheduler.planner.policies import Placement
+    from xdscheduler.planner.placement import Placement
     from xdscheduler.planner.space import SINGLE
     from xdscheduler.sim.reconfig import Relocation, Swing
-    from xdscheduler.sim.reconfig import summary as swing_summary
 
     summary, domains, jobs, links = frames()
     # reference 100 tok/s; 5 s at 100, then 1 s paused: dip 1 - 500 / 600, recovery 6 s
@@ -91,13 +106,13 @@ def test_the_swings_block_gets_its_own_table(tmp_path):
                         2e3, 3e3, 1e4, 2e4, phase="done")]
     block = swing_summary([s, Swing("j1", "grow", "restart", 0.0, 1.0, 1.0, 2.0, 0.0)],
                           moves=moves)
-    assert block["count"] == 1 and block["dip_p50"] == pytest.approx(1 / 6)
-    assert block["recovery_s_max"] == 6.0
-    assert block["relocations"] == {  # the grow-fired one is not a swing's
+    assert block.count == 1 and block.dip_p50 == pytest.approx(1 / 6)
+    assert block.recovery_s_max == 6.0
+    assert block.relocations.model_dump() == {  # the grow-fired one is not a swing's
         "count": 1, "switched": 1, "cancelled": 0, "by_checkpoint": 1, "by_transfer": 0,
         "transfer_s_p50": 700.0, "transfer_s_max": 700.0, "lost_s_p50": 765.0,
-        "lost_s_max": 765.0, "lost_gpu_h": 2.0, "wan_gb": 112.0, "wan_cost": 2.2}
-    summary["policies"]["planner"]["swings"] = block
+        "lost_s_max": 765.0, "lost_gpu_h": 2.0, "wan_gb": 112.0, "wan_cost_usd": 2.2}
+    summary.policies["planner"].swings = block
     write_report(tmp_path, summary, domains, jobs, links)
     page = (tmp_path / "report.html").read_text()
     assert "Adjustments on load swings and RTT rises" in page and "16.7%" in page

@@ -15,7 +15,6 @@ from xdscheduler.perception.graph import (
     ResourceGraph,
     edges,
     padded,
-    to_data,
 )
 from xdscheduler.planner.policies import PlannerPolicy
 from xdscheduler.planner.search import JobSpec
@@ -23,11 +22,12 @@ from xdscheduler.planner.view import ClusterView
 from xdscheduler.rl.agents import SHIPPED, Agents, local_policy
 from xdscheduler.rl.candidates import LOWER_CHOICES, UPPER_CHOICES, WAIT, choices
 from xdscheduler.rl.env import UPPER, PlacementEnv
-from xdscheduler.rl.module import GraphChoiceModule
+from xdscheduler.rl.module import GraphChoiceModule, graph_data
 from xdscheduler.rl.rollout import advantage, rollout
-from xdscheduler.runtime.study import run_here, study_dynamics, study_jobs
+from xdscheduler.runtime.study import run_here
 from xdscheduler.scenario import Weights, default_scenario_path, load_scenario
 from xdscheduler.sim.domain import LocalDomains, accepted
+from xdscheduler.sim.inputs import study_dynamics, study_jobs
 from xdscheduler.sim.metrics import ideal_rates
 
 from .conftest import small_scenario
@@ -55,7 +55,7 @@ def test_graph_follows_reports_and_views():
     k = len(scn.domains)
     assert arrays["nodes"].shape == (MAX_NODES, NODE_FEATURES)
     assert arrays["node_mask"].sum() == k and arrays["edge_mask"].sum() == 2 * len(scn.links)
-    data = to_data(view)
+    data = graph_data(view)
     assert data.num_nodes == k and data.edge_attr.shape == (2 * len(scn.links), 4)
     # A link at 70% of its leased bandwidth shows ε = -0.3 on its edges.
     bw = view.bandwidth_gbps * 0.7
@@ -69,19 +69,19 @@ def test_choices_offer_the_planners_pick_and_ways_to_leave_faster_accelerators_f
     job = JobSpec.of(scn.jobs[0])
     ch = choices(job, view, scn.weights)
     bests = [ch.objective(ch.best(g)) for g in range(len(ch.groups))]
-    assert 1 < len(ch.groups) <= WAIT and bests[0] == max(bests) and ch.held[0] == ()
+    assert 1 < len(ch.groups) <= WAIT and bests[0] == max(bests) and ch.keep_off[0] == ()
     peak = np.array([d.accelerator.bf16_tflops for d in view.domains])
     tiers = len(np.unique(peak)) - 1  # one per class of accelerators but the slowest
-    assert len(ch.groups) == 1 + tiers and all(ch.held[1:])
-    for g, held in enumerate(ch.held):
+    assert len(ch.groups) == 1 + tiers and all(ch.keep_off[1:])
+    for g, off in enumerate(ch.keep_off):
         rows = ch.alloc[ch.groups[g]]
         assert (rows == rows[0]).all() and len(ch.groups[g]) <= LOWER_CHOICES
         assert np.all(np.diff([ch.objective(i) for i in ch.groups[g]]) <= 1e-12)
-        if held:  # off every domain at least as fast as the slowest one it holds back
+        if off:  # off every domain at least as fast as the slowest one it holds back
             used = np.flatnonzero(rows[0])
-            assert not set(used) & set(held) and peak[used].max() < peak[list(held)].min()
+            assert not set(used) & set(off) and peak[used].max() < peak[list(off)].min()
             placement = ch.placement(ch.best(g), g)
-            assert placement.held == held and not set(placement.domains) & set(held)
+            assert placement.keep_off == off and not set(placement.domains) & set(off)
 
 
 def test_job_efficiency_is_its_ideal_time_over_its_time_since_arrival():
@@ -103,13 +103,13 @@ def test_replans_keep_off_the_domains_a_placement_holds_back():
     planner = PlannerPolicy(scn.weights)
     first = planner.decide([job], view, 0.0)[0]
     elsewhere = [i for i in range(len(view.domains)) if i not in first.domains]
-    held = tuple(i for i in first.domains)  # hold back every domain it chose
-    moved = planner.replan(job, replace(first, held=held), view.adjust_free(
+    off = tuple(i for i in first.domains)  # hold back every domain it chose
+    moved = planner.replan(job, replace(first, keep_off=off), view.adjust_free(
         {i: -n for i, n in first.taken.items()}))
-    assert elsewhere and moved is not None and moved.held == held
-    assert not set(moved.domains) & set(held)
+    assert elsewhere and moved is not None and moved.keep_off == off
+    assert not set(moved.domains) & set(off)
     assert planner.replan(job, first, view.adjust_free(
-        {i: -n for i, n in first.taken.items()})).held == ()
+        {i: -n for i, n in first.taken.items()})).keep_off == ()
 
 
 def test_environment_episode_rewards_and_final_observations(env_and_obs):
@@ -157,15 +157,15 @@ def test_study_reward_is_the_decisions_advantage_over_the_planners_in_a_rollout(
     env = big_job_decision()
     ch, eng = env.current, env.engine
     before = (eng.now, len(eng.decisions), [r.spec.name for r in eng.queue], eng.busy_gpu_s)
-    held = next(g for g in range(len(ch.groups)) if ch.held[g])
+    off = next(g for g in range(len(ch.groups)) if ch.keep_off[g])
     planners = ch.placement(ch.best(0))
-    expected = (rollout(eng, ch.job.name, ch.placement(ch.best(held), held), env.weights, 0.5)
+    expected = (rollout(eng, ch.job.name, ch.placement(ch.best(off), off), env.weights, 0.5)
                 - rollout(eng, ch.job.name, planners, env.weights, 0.5))
     # The rollouts leave the engine as it was, and give the same figure every time.
     assert before == (eng.now, len(eng.decisions), [r.spec.name for r in eng.queue],
                       eng.busy_gpu_s)
     assert advantage(eng, ch.job.name, planners, planners, env.weights, 0.5) == 0.0
-    obs, rew, _, _, _ = env.step({UPPER: held})
+    obs, rew, _, _, _ = env.step({UPPER: off})
     (lower,) = obs
     _, rew, _, _, _ = env.step({lower: 0})
     assert rew[UPPER] == pytest.approx(expected) and rew[lower] == 0.0  # best plan: no regret

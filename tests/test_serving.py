@@ -11,9 +11,10 @@ import pytest
 from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.rl.agents import local_policy
-from xdscheduler.runtime.study import run_here, run_study, study_dynamics, study_jobs
+from xdscheduler.runtime.study import run_here, run_study
 from xdscheduler.scenario import default_scenario_path, load_scenario
 from xdscheduler.serving.schemas import DecideRequest, job_in, state_of
+from xdscheduler.sim.inputs import study_dynamics, study_jobs
 
 PORT = 8000
 
@@ -135,7 +136,7 @@ def test_a_controller_deciding_over_http_matches_the_agents_in_process(served, t
     here = run_here(scn, jobs, local_policy(scn.weights), study_dynamics(scn, seed, hours), hours)
     decisions = [json.loads(line)
                  for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
-    assert summary["policies"]["ppo"]["jobs_total"] == len(jobs)
+    assert summary.policies["ppo"].jobs_total == len(jobs)
     served_places = [(d["job"], d["domains"], d["plan"]) for d in decisions
                      if d["action"] == "place"]
     local_places = [(d.job, d.domains, d.plan) for d in here.decisions if d.action == "place"]

@@ -9,14 +9,16 @@ import pytest
 from xdscheduler import catalog
 from xdscheduler.costmodel.plan import Plan
 from xdscheduler.network.dynamics import Dynamics, base_matrices
-from xdscheduler.planner.policies import Placement, PlannerPolicy
+from xdscheduler.planner.placement import Placement
+from xdscheduler.planner.policies import PlannerPolicy
 from xdscheduler.planner.space import SINGLE
-from xdscheduler.runtime.study import run_here, study_dynamics, study_jobs
+from xdscheduler.runtime.study import run_here
 from xdscheduler.scenario import parse_scenario
 from xdscheduler.sim import reconfig
 from xdscheduler.sim.domain import LocalDomains
 from xdscheduler.sim.engine import Engine
-from xdscheduler.sim.reconfig import RESTART, RESTART_S
+from xdscheduler.sim.inputs import study_dynamics, study_jobs
+from xdscheduler.sim.reconfig import RESTART_S, Switch
 from xdscheduler.sim.swings import inject_swings
 
 from .conftest import small_scenario
@@ -64,14 +66,14 @@ def swing_dynamics(scn, hours: float = 2.0) -> Dynamics:
                     np.repeat(rtt[None], steps, 0), load, 300.0)
 
 
-def engine(scn, policy: Scripted, jobs=None, replan: str = reconfig.MAKE_BEFORE_BREAK):
+def engine(scn, policy: Scripted, jobs=None, replan: Switch = Switch.MAKE_BEFORE_BREAK):
     """An engine over the scenario's jobs (or `jobs`) under the swing of `swing_dynamics`."""
     dyn = swing_dynamics(scn)
     return Engine(scn, scn.jobs if jobs is None else jobs, policy, dyn,
                   LocalDomains(scn.domains, dyn), 3600.0, replan=replan)
 
 
-def run(then: Placement, replan: str = reconfig.MAKE_BEFORE_BREAK, until_s: float = 1800.0,
+def run(then: Placement, replan: Switch = Switch.MAKE_BEFORE_BREAK, until_s: float = 1800.0,
         start: Placement | None = None):
     eng = engine(two_domains(), Scripted(then, start), replan=replan)
     eng.run(until_s=until_s)
@@ -84,7 +86,7 @@ NVLINK = 450 * 0.8 * 1e9  # H100 NVLink per direction, 80% bus bandwidth
 
 def test_a_load_swing_grows_the_job_in_place_with_the_dip_worked_by_hand():
     eng = run(plan_on(0, 32))
-    (s,) = [s for s in eng.swings if s.how != "kept"]
+    (s,) = [s for s in eng.results().swings if s.how != "kept"]
     assert (s.cause, s.how, s.start_s, s.wan_gb) == ("load", "make-before-break", SWING_S, 0.0)
     # Only the bf16 weights block: each node holds a whole copy (DP 16 -> 32, TP = PP = 1),
     # 2 B × 8.03e9 params, striped over its 8 NICs (8 × 40 GB/s), then each GPU's copy over
@@ -95,7 +97,7 @@ def test_a_load_swing_grows_the_job_in_place_with_the_dip_worked_by_hand():
     assert pause == pytest.approx(0.0948, abs=1e-4)
     assert s.prepare_s == 5.0 and s.pause_s == pytest.approx(pause)
     r = eng.runs[0]
-    assert eng._speed(r, plan_on(0, 32))[1] > 12 * params / 16 / 40e9  # the window
+    assert eng.speed(r, plan_on(0, 32))[1] > 12 * params / 16 / 40e9  # the window
     # Training goes on for the 5 s of preparation, stops for the pause, and is then faster.
     assert s.swing_rate == s.reference and s.new_rate > s.reference
     assert s.recovery_s == pytest.approx(5.0 + pause)
@@ -104,25 +106,25 @@ def test_a_load_swing_grows_the_job_in_place_with_the_dip_worked_by_hand():
     assert s.swing_dip == 0.0  # a load swing leaves the job's own speed as it was
     assert s.adjustment_dip == pytest.approx(s.dip)  # so all of the dip is the adjustment's
     assert r.placement.gpus == (32,) and eng.domains.states[0].allocations == {"j": 32}
-    assert not eng.relocations
+    assert not eng.results().relocations
 
 
 def test_the_adjustments_own_dip_leaves_out_the_swings_slowdown():
     # 100 tokens/s before the swing, 80 under it: 5 s of preparation at 80, a 0.5 s pause.
-    s = reconfig.Swing("j", "rtt", reconfig.MAKE_BEFORE_BREAK, 0.0, 100.0, 80.0, 120.0, 0.0,
+    s = reconfig.Swing("j", "rtt", Switch.MAKE_BEFORE_BREAK, 0.0, 100.0, 80.0, 120.0, 0.0,
                        5.0, 0.5, end_s=5.5, tokens=400.0)
     assert s.dip == pytest.approx(1 - 400 / 550)  # against the rate before the swing
     assert s.swing_dip == pytest.approx(0.2)
     assert s.adjustment_dip == pytest.approx(1 - 400 / 440)  # against keeping the plan
     stats = reconfig.adjustment_stats([s])
-    assert stats["adjustment_dip_max"] == pytest.approx(0.5 / 5.5)
-    assert stats["swing_dip_max"] == pytest.approx(0.2)
+    assert stats.adjustment_dip_max == pytest.approx(0.5 / 5.5)
+    assert stats.swing_dip_max == pytest.approx(0.2)
 
 
 def test_the_old_restart_stops_the_job_for_300_s():
-    eng = run(plan_on(0, 32), RESTART)
-    (s,) = [s for s in eng.swings if s.how != "kept"]
-    assert (s.cause, s.how, s.recovery_s, s.dip) == ("load", RESTART, RESTART_S, 1.0)
+    eng = run(plan_on(0, 32), Switch.RESTART)
+    (s,) = [s for s in eng.results().swings if s.how != "kept"]
+    assert (s.cause, s.how, s.recovery_s, s.dip) == ("load", Switch.RESTART, RESTART_S, 1.0)
 
 
 def test_optimizer_state_not_in_by_the_optimizer_step_adds_to_the_pause():
@@ -165,7 +167,7 @@ def test_a_move_to_more_accelerators_no_faster_each_is_not_made():
     # west's 32 accelerators train no faster each than east's 16: the job would finish sooner,
     # but take more accelerator-seconds (the pause's idle ones) than staying
     eng = run(plan_on(1, 32))
-    assert not eng.relocations and eng.runs[0].placement == plan_on(0, 16)
+    assert not eng.results().relocations and eng.runs[0].placement == plan_on(0, 16)
 
 
 # TP 8 × PP 2 on 16 of east's accelerators trains at 2/3 of the per-accelerator rate of DP on
@@ -175,13 +177,13 @@ SLOW = Placement("j", SINGLE, (0,), (16,), Plan(dp=1, tp=8, pp=2))
 
 def test_a_move_across_the_wan_is_a_relocation_charged_for_its_pause_and_idle_accelerators():
     eng = run(plan_on(1, 32), start=SLOW)
-    (s,) = [s for s in eng.swings if s.cause == "load"]
+    (s,) = [s for s in eng.results().swings if s.cause == "load"]
     assert s.how == "kept"  # no adjustment on east: the swing block has nothing to measure
-    (m,) = eng.relocations
+    (m,) = eng.results().relocations
     params = catalog.model("llama3-8b").params
     state_gb = params * 14 / 1e9
     r = eng.runs[0]
-    window = eng._speed(r, plan_on(1, 32))[1]
+    window = eng.speed(r, plan_on(1, 32))[1]
     # One copy over 10 Gbit/s at 90% goodput, less the optimizer state that streams in the
     # first step's window (one domain after: no WAN barrier).
     assert (m.how, m.phase, m.wan_gb) == ("transfer", "done", pytest.approx(state_gb))
@@ -192,9 +194,9 @@ def test_a_move_across_the_wan_is_a_relocation_charged_for_its_pause_and_idle_ac
     assert m.charge_s < m.stay_s and m.gpu_s < m.stay_gpu_s
     assert m.stay_gpu_s == pytest.approx(16 * m.stay_s)  # 16 accelerators until the end
     assert r.wan_gb == pytest.approx(state_gb)  # billed to the job
-    block = reconfig.summary(eng.swings, moves=eng.relocations)
-    assert block["count"] == 0 and block["relocations"]["switched"] == 1
-    assert block["relocations"]["transfer_s_max"] == pytest.approx(m.pause_s)
+    block = reconfig.summary(eng.results().swings, moves=eng.results().relocations)
+    assert block.count == 0 and block.relocations.switched == 1
+    assert block.relocations.transfer_s_max == pytest.approx(m.pause_s)
 
 
 def test_a_relocation_through_the_checkpoint_redoes_what_was_trained_since(monkeypatch):
@@ -202,7 +204,7 @@ def test_a_relocation_through_the_checkpoint_redoes_what_was_trained_since(monke
     monkeypatch.setattr(reconfig, "switch_charge",  # make the paused transfer never pay
                         lambda *a: (float("inf"), 0.0) if a[4] else real(*a))
     eng = run(plan_on(1, 32), until_s=3000.0, start=SLOW)
-    (m,) = eng.relocations
+    (m,) = eng.results().relocations
     params = catalog.model("llama3-8b").params
     assert (m.how, m.phase) == ("checkpoint", "done")
     # The next checkpoint: 30 min after the start at 0; then copied for the whole state's time
@@ -213,7 +215,7 @@ def test_a_relocation_through_the_checkpoint_redoes_what_was_trained_since(monke
     assert m.hold_s == pytest.approx(params * 14 / 25e9 + 60.0)
     assert m.switch_s == pytest.approx(1800.0 + copy + m.hold_s)
     # the old plan trained on meanwhile; all of it is redone on the new one
-    old_rate = eng._speed(eng.runs[0], SLOW)[0]
+    old_rate = eng.speed(eng.runs[0], SLOW)[0]
     assert m.redone == pytest.approx(old_rate * (m.switch_s - 1800.0), rel=1e-6)
     assert m.lost_s == pytest.approx(m.switch_s - 1800.0)
     assert m.lost_gpu_s == pytest.approx(16 * m.lost_s + 32 * m.hold_s)  # + 32 loading
@@ -224,13 +226,13 @@ def test_no_room_alongside_falls_back_to_checkpoint_and_restart(monkeypatch):
     monkeypatch.setattr(reconfig, "switch_cost",
                         lambda *a: replace(real(*a), alongside=False))
     eng = run(plan_on(0, 32))
-    (s,) = [s for s in eng.swings if s.how != "kept"]
+    (s,) = [s for s in eng.results().swings if s.how != "kept"]
     assert (s.how, s.prepare_s, s.dip) == ("fallback", 0.0, 1.0)
-    window = eng._speed(eng.runs[0], plan_on(0, 32))[1]
+    window = eng.speed(eng.runs[0], plan_on(0, 32))[1]
     assert s.recovery_s == pytest.approx(RESTART_S + real(
         plan_on(0, 16), plan_on(0, 32), catalog.model("llama3-8b").params, eng.view,
         window).pause_s)
-    assert reconfig.summary(eng.swings)["fallbacks_to_restart"] == 1
+    assert reconfig.summary(eng.results().swings).fallbacks_to_restart == 1
 
 
 def test_a_job_that_finishes_while_preparing_gives_the_accelerators_back():

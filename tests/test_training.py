@@ -24,6 +24,7 @@ def tiny_config(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_smoke_training_writes_modules_that_restore(ray_session, tmp_path, capsys):
     out = tmp_path / "train"
     code = main(["train", "--config", str(tiny_config(tmp_path)), "--iterations", "1",

@@ -14,6 +14,7 @@ from xdscheduler.errors import UserError
 from xdscheduler.faults import cli as faults_cli
 from xdscheduler.forecast import cli as forecast_cli
 from xdscheduler.rl import cli as rl_cli
+from xdscheduler.serving import cli as serving_cli
 
 
 def _print_json(obj) -> None:
@@ -133,29 +134,28 @@ def cmd_plan(args) -> None:
         weights = Weights(efficiency=w[0], utilization=w[1], cost=w[2])
     job = scn.job(args.job)
     opts = SearchOptions(diloco_h=(0, args.diloco) if args.diloco else (0,), dtype=args.dtype)
-    decision = search(JobSpec.of(job), ClusterView.from_scenario(scn), weights, opts, args.top)
-    best = decision.best.to_json()
+    result = search(JobSpec.of(job), ClusterView.from_scenario(scn), weights, opts, args.top)
     out = {
-        "scenario": scn.name, "job": job.name, **best,
-        "decision_ms": decision.decision_ms, "plans_evaluated": decision.evaluated,
-        "explanation": decision.explanation,
-        "alternatives": [c.to_json() for c in decision.alternatives],
-        "pareto": [c.to_json() for c in decision.pareto],
+        "scenario": scn.name, "job": job.name, **result.best.to_json(),
+        "decision_ms": result.decision_ms, "plans_evaluated": result.evaluated,
+        "explanation": result.explanation,
+        "alternatives": [c.to_json() for c in result.alternatives],
+        "pareto": [c.to_json() for c in result.pareto],
     }
     if args.json:
         _print_json(out)
         return
     from xdscheduler.planner.search import describe
 
+    best = result.best.estimate
     print(f"{job.name} ({job.arch.params / 1e9:.0f}B) in {scn.name}: decided in "
-          f"{decision.decision_ms:.0f} ms over {decision.evaluated} plans")
-    print(f"  plan   {describe(decision.best)}")
-    print(f"  step   {decision.best.step_time_s:.2f} s, "
-          f"{decision.best.tokens_per_s:,.0f} tokens/s, "
-          f"{decision.best.cross_domain_gb_per_step:.2f} GB over the WAN per step")
-    print(f"  why    {decision.explanation['summary']}")
-    for i, alt in enumerate(decision.alternatives, 1):
-        print(f"  alt {i}  R={alt.objective.objective:.3f}  {alt.step_time_s:.2f} s  "
+          f"{result.decision_ms:.0f} ms over {result.evaluated} plans")
+    print(f"  plan   {describe(result.best)}")
+    print(f"  step   {best.step_time_s:.2f} s, {best.tokens_per_s:,.0f} tokens/s, "
+          f"{best.cross_domain_gb_per_step:.2f} GB over the WAN per step")
+    print(f"  why    {result.explanation['summary']}")
+    for i, alt in enumerate(result.alternatives, 1):
+        print(f"  alt {i}  R={alt.objective.objective:.3f}  {alt.estimate.step_time_s:.2f} s  "
               f"{describe(alt)}")
 
 
@@ -165,13 +165,18 @@ def cmd_plan(args) -> None:
 def cmd_run(args) -> None:
     from pathlib import Path
 
-    from xdscheduler.planner.policies import DEFAULT_POLICIES
+    from xdscheduler.registry import names
+    from xdscheduler.report.writer import report_json
     from xdscheduler.runtime.study import run_study
     from xdscheduler.scenario import default_scenario_path, load_scenario
+    from xdscheduler.sim.records import Report
 
+    if args.schema:
+        _print_json(Report.model_json_schema())
+        return
     scn = load_scenario(args.scenario or default_scenario_path())
     policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies \
-        else list(DEFAULT_POLICIES)
+        else names()
     if args.hours <= 0:
         raise UserError(f"--hours must be positive, got {args.hours}")
     seed = scn.seed if args.seed is None else args.seed
@@ -186,22 +191,24 @@ def cmd_run(args) -> None:
     if args.faults is not None and args.faults <= 0:
         raise UserError(f"--faults takes a positive multiple of the published failure rates, "
                         f"got {args.faults}")
-    summary = run_study(scn, policies, args.hours, seed, out, address=args.address,
-                        local=args.local, realtime=args.realtime, policy_options=options,
-                        faults=args.faults)
+    report = run_study(scn, policies, args.hours, seed, out, address=args.address,
+                       local=args.local, realtime=args.realtime, policy_options=options,
+                       faults=args.faults, forecast=args.forecast)
     if args.json:
-        _print_json(summary)
+        _print_json(report_json(report))
         return
-    print(f"{scn.name}: {summary['jobs']} jobs over {args.hours:g} h, seed {seed} "
-          f"({summary['runtime']}); report in {out}/report.html")
+    print(f"{scn.name}: {report.jobs} jobs over {args.hours:g} h, seed {seed} "
+          f"({report.runtime}); report in {out}/report.html")
     cols = [("mean_jct_s", "mean JCT h", 1 / 3600), ("p95_jct_s", "p95 JCT h", 1 / 3600),
             ("avg_utilization", "util", 1), ("mean_queue_s", "queue h", 1 / 3600),
             ("jobs_completed", "done", 1), ("cross_domain_gb", "WAN GB", 1),
-            ("cross_domain_cost", "WAN $", 1), ("decision_ms_p50", "dec ms p50", 1),
+            ("cross_domain_cost_usd", "WAN $", 1), ("decision_ms_p50", "dec ms p50", 1),
             ("objective", "R", 1)]
     print(f"{'policy':<22}" + "".join(f"{label:>12}" for _, label, _ in cols))
-    for name, row in summary["policies"].items():
-        print(f"{name:<22}" + "".join(f"{row[key] * k:>12.3g}" for key, _, k in cols))
+    for name, row in report.policies.items():
+        cells = [getattr(row, key) for key, _, _ in cols]
+        print(f"{name:<22}" + "".join("–".rjust(12) if v is None else f"{v * k:>12.3g}"
+                                      for v, (_, _, k) in zip(cells, cols, strict=True)))
 
 
 # ---------------------------------------------------------------- index
@@ -317,7 +324,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--faults", type=float, metavar="SCALE",
                    help="inject node, GPU, domain, link and straggler faults at the published "
                         "rates times SCALE (1: as published; 50: a stress test)")
+    p.add_argument("--forecast", action=argparse.BooleanOptionalAction, default=None,
+                   help="consult the demand forecast every simulated hour: hold accelerators for "
+                        "the scenario's announced jobs before they arrive and, under --faults, "
+                        "size the backup pools (default: on under --faults, off otherwise)")
     p.add_argument("--json", action="store_true", help="print report.json's content")
+    p.add_argument("--schema", action="store_true",
+                   help="print report.json's JSON Schema (units in the field names) and exit")
 
     p = command("index", cmd_index, "compute index of accelerators for a model's training")
     p.add_argument("--model", required=True)
@@ -344,6 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     forecast_cli.register(sub)
     faults_cli.register(sub)
     rl_cli.register(sub)
+    serving_cli.register(sub)
     return parser
 
 

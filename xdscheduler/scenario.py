@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated
 
@@ -74,11 +75,11 @@ class Domain(Strict):
     storage: Storage = Storage()
     price_per_gpu_hour: NonNegative = 2.0
 
-    @property
+    @cached_property  # a scenario is immutable; asked at every report of every domain
     def gpus(self) -> int:
         return sum(g.count * g.gpus_each for g in self.nodes)
 
-    @property
+    @cached_property
     def accelerator(self) -> catalog.Accelerator:
         """The accelerator most of the domain has: the one a mixed domain is planned on."""
         return max(self.nodes, key=lambda g: g.count * g.gpus_each).spec

@@ -1,13 +1,11 @@
-"""`POST /forecast`: request/response schemas, a pure `forecast` function, the models fitted on
-the requests' own history (`FittedOnHistory`, what the controller's planner uses; one per
-series in `OnlineModels` behind both Serve routes), and a thin Ray Serve deployment (FastAPI
-ingress).
-
-Run: serve.run(ForecastDeployment.bind(forecaster), name="forecast", route_prefix="/forecast")
-then POST /forecast and GET /forecast/healthz.
+"""What `POST /forecast` answers, without the server: request and response schemas, a pure
+`forecast` function, and the models fitted on the requests' own history (`FittedOnHistory`, what
+the controller's demand planning uses in process; one per series in `OnlineModels`, what the
+Serve app holds). The route itself is in `xdscheduler.serving.app`.
 """
 
-# No `from __future__ import annotations` here: FastAPI reads the handler's real types.
+from __future__ import annotations
+
 import math
 import threading
 from collections import OrderedDict
@@ -16,23 +14,23 @@ from datetime import datetime
 
 import numpy as np
 import pandas as pd
-from fastapi import FastAPI
 from pydantic import BaseModel, Field
-from ray import serve
 
 from xdscheduler.errors import UserError
 from xdscheduler.forecast.hybrid import Forecaster, HorizonForecast
 from xdscheduler.forecast.structure import KnownJob, structural_demand
 
 
-class JobIn(BaseModel):
+class KnownJobIn(BaseModel):
+    """A job the caller knows about: when it frees its accelerators, or starts holding them."""
+
     name: str
     gpus: int = Field(gt=0)
     finish_min: float = Field(ge=0)  # predicted minutes from now until it frees its GPUs
     start_min: float = Field(default=0.0, ge=0)  # when a planned job starts holding them
 
     @classmethod
-    def from_known(cls, job: KnownJob) -> "JobIn":
+    def from_known(cls, job: KnownJob) -> KnownJobIn:
         """From `structure.known_job(...)` (a scenario job, its plan, its step time)."""
         return cls(
             name=job.name, gpus=job.gpus, finish_min=job.finish_s / 60, start_min=job.start_s / 60
@@ -43,7 +41,7 @@ class ForecastRequest(BaseModel):
     history: list[float] = Field(min_length=1)  # demand per step, oldest first (≥ a day helps)
     step_min: int = Field(default=1, gt=0)
     end_time: datetime | None = None  # time of the last value (default: now)
-    known_jobs: list[JobIn] = []
+    known_jobs: list[KnownJobIn] = []
     # Which demand series the history is (one per controller): a model is fitted per series
     # on the history it sends, once FIT_DAYS of it exist; `seed` seeds that fit.
     series: str = "default"
@@ -55,7 +53,8 @@ class ForecastResponse(BaseModel):
     horizons: list[HorizonForecast]  # a dataclass: pydantic validates and dumps it
     backup_pool_gpus: int  # headroom above the expected demand to the 97.5% quantile
     preallocate_gpus: int  # expected growth over the longest horizon: reserve ahead
-    frees_min: dict[str, float]  # known job → minute it frees its GPUs (inf: not in horizon)
+    # known job → minute it frees its GPUs (None: not within the horizon; JSON has no infinity)
+    frees_min: dict[str, float | None]
 
 
 def forecast(
@@ -106,6 +105,11 @@ class FittedOnHistory:
     def answer(self, request: ForecastRequest) -> ForecastResponse:
         return forecast(request, self.fitted(request), self.horizons_min)
 
+    @property
+    def source(self) -> str:
+        """What the last answer came from."""
+        return "history model" if self.forecaster is not None else "persistence"
+
     def fitted(self, request: ForecastRequest) -> Forecaster | None:
         """The model to answer `request` with, refitted first when it is due."""
         if len(request.history) < FIT_DAYS * 1440 // request.step_min:
@@ -152,42 +156,6 @@ def _response(current: float, out: list[HorizonForecast], known) -> ForecastResp
         horizons=list(out),
         backup_pool_gpus=math.ceil(max(max(f.hi95 - f.mean for f in out), 0.0)),
         preallocate_gpus=math.ceil(max(out[-1].mean - current, 0.0)),
-        frees_min=known.frees if known is not None else {},
+        frees_min={} if known is None else {
+            name: m if math.isfinite(m) else None for name, m in known.frees.items()},
     )
-
-
-class _PrefixRoot:
-    """ASGI: serve POST /forecast itself (the prefix's root) rather than a 307 to /forecast/,
-    which clients do not follow for POST."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope.get("path", "") == scope.get("root_path") != "":
-            scope = {**scope, "path": scope["path"] + "/", "raw_path": None}
-        await self.app(scope, receive, send)
-
-
-app = FastAPI(title="xdscheduler forecast")
-app.add_middleware(_PrefixRoot)
-
-
-@serve.deployment(ray_actor_options={"num_cpus": 0.25})
-@serve.ingress(app)
-class ForecastDeployment:
-    """Holds a Forecaster fitted by the caller; without one, models fitted per series on the
-    requests' own history (persistence until FIT_DAYS of it arrive)."""
-
-    def __init__(self, forecaster: Forecaster | None = None):
-        self.forecaster = forecaster
-        self.online = OnlineModels()
-
-    @app.post("/")
-    def post_forecast(self, request: ForecastRequest) -> ForecastResponse:
-        fitted = self.forecaster if self.forecaster is not None else self.online.fitted(request)
-        return forecast(request, fitted)
-
-    @app.get("/healthz")
-    def healthz(self) -> dict:
-        return {"ok": True, "fitted": bool(self.forecaster and self.forecaster.models)}

@@ -21,7 +21,8 @@ from xdscheduler import catalog
 from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch
 from xdscheduler.costmodel.steptime import estimate
 from xdscheduler.errors import UserError
-from xdscheduler.planner.search import THROUGHPUT_ONLY, Candidate, JobSpec, search
+from xdscheduler.planner.placement import Placement
+from xdscheduler.planner.search import THROUGHPUT_ONLY, JobSpec, search
 from xdscheduler.planner.view import ClusterView, DomainView
 
 # The capabilities a task can be sensitive to: Hardware field -> accelerator attribute.
@@ -40,18 +41,18 @@ def task(arch: catalog.ModelArch, gpus: int) -> JobSpec:
     return JobSpec(arch.name, arch, batch, arch.seq_len, gpus, gpus)
 
 
-def _search(job: JobSpec, acc: catalog.Accelerator, top_k: int) -> list[Candidate]:
+def _search(job: JobSpec, acc: catalog.Accelerator, top_k: int) -> list[Placement]:
     view = ClusterView(
         (DomainView("domain", acc, job.gpus_max, acc.scaleup_gbs, acc.scaleout_gbps, 1.0),),
         np.zeros((1, 1)), np.zeros((1, 1)), np.zeros((1, 1)))
     try:
-        decision = search(job, view, THROUGHPUT_ONLY, top_k=top_k, pareto=False)
+        result = search(job, view, THROUGHPUT_ONLY, top_k=top_k, pareto=False)
     except UserError:
         return []
-    return [decision.best, *decision.alternatives]
+    return [result.best, *result.alternatives]
 
 
-def best_plan(job: JobSpec, acc: catalog.Accelerator) -> Candidate | None:
+def best_plan(job: JobSpec, acc: catalog.Accelerator) -> Placement | None:
     """The fastest plan of `job` on one domain of `acc`, or None if nothing fits."""
     found = _search(job, acc, 0)
     return found[0] if found else None
@@ -122,7 +123,7 @@ def task_plans(job: JobSpec, ref: catalog.Accelerator, targets: list[catalog.Acc
         raise UserError(f"{job.name} does not fit on {job.gpus_max} × {ref.name}; "
                         "use more --gpus or another --reference")
     unique = {c.plan: c for c in found}
-    return [sensitivity(job, p, ref, c.memory_gib_per_gpu) for p, c in unique.items()]
+    return [sensitivity(job, p, ref, c.estimate.memory_gib_per_gpu) for p, c in unique.items()]
 
 
 def compute_index(arch: catalog.ModelArch, accelerators: list[str] | None = None,
@@ -141,7 +142,7 @@ def compute_index(arch: catalog.ModelArch, accelerators: list[str] | None = None
         row = {"index": best_s / min(fitting) if fitting else 0.0}
         if check:
             own = best_plan(job, acc)
-            row["throughput_ratio"] = None if own is None else best_s / own.step_time_s
+            row["throughput_ratio"] = None if own is None else best_s / own.estimate.step_time_s
             if own is not None and fitting:
                 row["relative_error"] = row["index"] / row["throughput_ratio"] - 1.0
         rows[acc.name] = row

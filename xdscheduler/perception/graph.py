@@ -1,8 +1,9 @@
 """The live resource graph: domains as nodes, WAN links as edges, jobs' footprints on the nodes.
 
-Fed incrementally by domain reports (only samples that pass their checks count); read as a
-torch_geometric `Data` for the encoder, or as fixed-size padded arrays, the form RLlib's
-observation spaces accept (no graph spaces on its new API stack).
+Fed incrementally by domain reports (only samples that pass their checks count); read as
+fixed-size padded arrays, the form RLlib's observation spaces accept (no graph spaces on its new
+API stack), or as a torch_geometric `Data` (`xdscheduler.rl.module.graph_data`; torch stays out
+of this module).
 """
 
 from __future__ import annotations
@@ -102,12 +103,3 @@ def padded(view: ClusterView) -> dict[str, np.ndarray]:
     out["edge_mask"][:e] = 1
     return out
 
-
-def to_data(view: ClusterView):
-    """The graph as a torch_geometric `Data` (x, edge_index, edge_attr)."""
-    import torch
-    from torch_geometric.data import Data
-
-    index, feats = edges(view)
-    return Data(x=torch.from_numpy(node_features(view)), edge_index=torch.from_numpy(index),
-                edge_attr=torch.from_numpy(feats))

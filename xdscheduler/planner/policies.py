@@ -1,69 +1,27 @@
-"""Scheduling policies behind one interface: today's practice, a greedy spread, and the planner.
+"""The rule-based policies: today's practice, a greedy spread, and the planner's search.
 
-A policy sees the queue (in arrival order) and the free accelerators and links now, and
-returns placements: which domains, how many accelerators in each, and the parallel plan.
+Each sees the queue (in decision order) and the free accelerators and links now, and returns
+placements: which domains, how many accelerators in each, and the parallel plan. They are
+registered by name in `POLICIES`, which the policy registry (`xdscheduler.registry`) reads.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Protocol
 
 import numpy as np
 
 from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch, Stack
-from xdscheduler.costmodel.steptime import StepEstimate, estimate, memory_gib
+from xdscheduler.costmodel.steptime import memory_gib
 from xdscheduler.errors import UserError
-from xdscheduler.planner.search import Candidate, JobSpec, search
-from xdscheduler.planner.space import DATA, PIPELINE, SINGLE, SearchOptions, describe_placements
+from xdscheduler.planner.placement import Placement
+from xdscheduler.planner.policy import Policy
+from xdscheduler.planner.search import JobSpec, search
+from xdscheduler.planner.space import DATA, SINGLE, SearchOptions, describe_placements
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Weights
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where a job runs and how it is split."""
-
-    job: str
-    kind: str  # SINGLE, PIPELINE or DATA
-    domains: tuple[int, ...]  # indices into the view, in stage order for PIPELINE
-    gpus: tuple[int, ...]  # accelerators taken in each of those domains
-    plan: Plan
-    flat_dp: bool = False  # one flat data-parallel ring over the WAN (the greedy baseline)
-    held: tuple[int, ...] = ()  # domains the job keeps off, now and when re-planned
-    explanation: str = ""
-    decision_ms: float = 0.0
-
-    @property
-    def total_gpus(self) -> int:
-        return sum(self.gpus)
-
-    @property
-    def taken(self) -> dict[int, int]:
-        """Accelerators held, by domain index."""
-        return dict(zip(self.domains, self.gpus, strict=True))
-
-
-def evaluate(placement: Placement, job: JobSpec, view: ClusterView,
-             stack: Stack | None = None) -> tuple[StepEstimate, float]:
-    """The step estimate of a placement under the view's links now, and its WAN price per GB."""
-    doms = np.array([list(placement.domains)])
-    pl = describe_placements(view, np.array([placement.kind], dtype=object), doms)
-    wan = pl.wan.with_(dp_flat=np.array([1.0 if placement.flat_dp else 0.0]))
-    est = estimate(job.arch, job.global_batch, PlanBatch.of([placement.plan]), pl.hardware, wan,
-                   stack, seq=job.seq)
-    return est, float(pl.wan_price_per_gb[0])
-
-
-class Policy(Protocol):
-    name: str
-
-    def decide(self, queue: list[JobSpec], view: ClusterView, now_s: float) -> list[Placement]:
-        """Placements for jobs of the queue that should start now."""
-
-    def replan(self, job: JobSpec, current: Placement, view: ClusterView) -> Placement | None:
-        """A better placement for a running job (its own accelerators counted free), or None."""
 
 
 def megatron_default(job: JobSpec, gpus: int, hw: Hardware, stack: Stack | None = None
@@ -121,6 +79,7 @@ class SingleDomain:
                 break
             free[fit] -= plan.gpus
             out.append(Placement(job.name, SINGLE, (fit,), (plan.gpus,), plan,
+                                 (view.domains[fit].name,),
                                  explanation="first domain with room, Megatron default plan",
                                  decision_ms=(time.perf_counter() - start) * 1000))
         return out
@@ -178,7 +137,8 @@ class GreedyCrossDomain:
         plan = replace(plan, dp=dp)
         kind = SINGLE if len(members) == 1 else DATA
         return Placement(job.name, kind, tuple(i for i, _ in members),
-                         tuple(c * replica for _, c in members), plan, flat_dp=kind == DATA,
+                         tuple(c * replica for _, c in members), plan,
+                         tuple(view.domains[i].name for i, _ in members), flat_dp=kind == DATA,
                          explanation="free accelerators wherever they are, flat DP")
 
     def replan(self, job: JobSpec, current: Placement, view: ClusterView) -> Placement | None:
@@ -215,9 +175,9 @@ class PlannerPolicy:
         """The best placement on what is free with the job's own accelerators counted free,
         off the domains it was placed to keep off."""
         view = view.adjust_free(current.taken)
-        off = {view.names[i]: 0 for i in current.held}
+        off = {view.names[i]: 0 for i in current.keep_off}
         best = self._best(job, view.with_free(off) if off else view)
-        return replace(best, held=current.held) if best is not None else None
+        return replace(best, keep_off=current.keep_off) if best is not None else None
 
     def state(self) -> dict:
         return dict(self._no_fit)
@@ -229,44 +189,17 @@ class PlannerPolicy:
         if sum(d.available for d in view.domains) < job.gpus_min:
             return None
         try:
-            decision = search(job, view, self.weights, self.options, top_k=1, pareto=False)
+            result = search(job, view, self.weights, self.options, top_k=1, pareto=False)
         except UserError:
             return None
-        return placement_of(job.name, decision.best, view, decision.explanation["summary"],
-                            decision.decision_ms)
+        return replace(result.best, explanation=result.explanation["summary"],
+                       decision_ms=result.decision_ms)
 
 
-def placement_of(job: str, c: Candidate, view: ClusterView, explanation: str = "",
-                 decision_ms: float = 0.0) -> Placement:
-    """A searched candidate as a placement on the view's domain indices, stages in order."""
-    names = [d.name for d in view.domains]
-    order = list(dict.fromkeys(c.stage_to_domain)) if c.kind == PIPELINE else list(
-        c.gpus_per_domain)
-    return Placement(job, c.kind, tuple(names.index(n) for n in order),
-                     tuple(c.gpus_per_domain[n] for n in order), c.plan,
-                     explanation=explanation, decision_ms=decision_ms)
-
-
-POLICIES = ("single-domain", "greedy-cross-domain", "planner", "ppo")
-DEFAULT_POLICIES = POLICIES
-
-
-def make_policy(name: str, weights: Weights, options: dict | None = None) -> Policy:
-    """options (ppo only): `policy_path` (trained modules; default: the shipped ones) and
-    `serve_url` (decide through that endpoint instead of in this process)."""
-    options = options or {}
-    if name == "single-domain":
-        return SingleDomain()
-    if name == "greedy-cross-domain":
-        return GreedyCrossDomain()
-    if name == "planner":
-        return PlannerPolicy(weights)
-    if name == "ppo":
-        if options.get("serve_url"):
-            from xdscheduler.serving.client import served_policy
-
-            return served_policy(weights, options["serve_url"])
-        from xdscheduler.rl.agents import local_policy
-
-        return local_policy(weights, options.get("policy_path"))
-    raise UserError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
+PolicyFactory = Callable[[Weights, dict], Policy]
+# The registry's entries from this layer: name -> factory(weights, options).
+POLICIES: dict[str, PolicyFactory] = {
+    "single-domain": lambda weights, options: SingleDomain(),
+    "greedy-cross-domain": lambda weights, options: GreedyCrossDomain(),
+    "planner": lambda weights, options: PlannerPolicy(weights),
+}

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from xdscheduler.catalog import ModelArch
-from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch, WanUse
-from xdscheduler.costmodel.steptime import estimate
+from xdscheduler.costmodel.plan import Hardware, PlanBatch, Stack, WanUse
+from xdscheduler.costmodel.steptime import StepEstimate, estimate
 from xdscheduler.errors import UserError
 from xdscheduler.planner.objective import Objective, Weights, pareto_mask, score
+from xdscheduler.planner.placement import Estimate, Placement
 from xdscheduler.planner.space import (
     DATA,
     MEMORY_LADDER,
@@ -19,6 +21,7 @@ from xdscheduler.planner.space import (
     SINGLE,
     Placements,
     SearchOptions,
+    describe_placements,
     parallel_grid,
     placements,
     share,
@@ -52,64 +55,37 @@ class JobSpec:
 
 
 @dataclass(frozen=True)
-class Candidate:
-    """One evaluated plan with its placement and objective terms."""
+class SearchResult:
+    """The search's answer for one job: the best placement, the next best distinct ones, the
+    Pareto front, and why the best wins."""
 
-    plan: Plan
-    kind: str
-    stage_to_domain: list[str]
-    gpus_per_domain: dict[str, int]
-    step_time_s: float
-    tokens_per_s: float
-    breakdown_s: dict[str, float]
-    overlapped_s: dict[str, float]
-    memory_gib_per_gpu: float
-    cross_domain_gb_per_step: float
-    objective: Objective
-
-    @property
-    def domains(self) -> list[str]:
-        return list(self.gpus_per_domain)
-
-    def to_json(self) -> dict:
-        plan = self.plan.as_dict()
-        plan.pop("vp")
-        return {
-            "plan": {**plan, "vp": self.plan.vp, "placement": self.kind,
-                     "stage_to_domain": self.stage_to_domain,
-                     "gpus_per_domain": self.gpus_per_domain},
-            "predicted_step_time_s": self.step_time_s,
-            "tokens_per_s": self.tokens_per_s,
-            "breakdown_s": self.breakdown_s,
-            "overlapped_s": self.overlapped_s,
-            "memory_gib_per_gpu": self.memory_gib_per_gpu,
-            "cross_domain_gb_per_step": self.cross_domain_gb_per_step,
-            "objective": self.objective.as_dict(),
-        }
-
-
-@dataclass(frozen=True)
-class Decision:
     job: str
-    best: Candidate
-    alternatives: list[Candidate]
-    pareto: list[Candidate]
+    best: Placement
+    alternatives: list[Placement]
+    pareto: list[Placement]
     explanation: dict
     decision_ms: float
     evaluated: int
 
 
 @dataclass(frozen=True)
-class _Evaluated:
+class Evaluated:
+    """Every feasible (placement, plan) pair of one job's space, estimated and scored."""
+
+    placements: Placements  # the space's placements; `place` indexes them
     plans: PlanBatch
     place: np.ndarray  # placement index per candidate
     gpus: np.ndarray  # (N, k_max) GPUs per placement slot
-    est: object
+    est: StepEstimate
     terms: dict[str, np.ndarray]
+    wan_price_per_gb: np.ndarray  # per candidate
+
+    def __len__(self) -> int:
+        return len(self.place)
 
 
 def search(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchOptions | None = None,
-           top_k: int = 5, pareto: bool = True) -> Decision:
+           top_k: int = 5, pareto: bool = True) -> SearchResult:
     """Best plan for `job` on the free accelerators of `view`, with alternatives and reasons.
 
     `pareto=False` skips the Pareto front (quadratic in the candidates kept) when only the
@@ -124,22 +100,21 @@ def search(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchOption
             f"no feasible plan for job {job.name!r} ({job.arch.params / 1e9:.0f}B parameters, "
             f"{job.gpus_min}-{job.gpus_max} GPUs) on the free accelerators ({free})"
         )
-    pl = placements(view, opts, job.gpus_min)
     order = np.argsort(-ev.terms["objective"], kind="stable")
-    picked = _distinct(ev, order, top_k + 1)
-    cands = [_candidate(ev, i, pl, view, job) for i in picked]
+    picked = distinct(ev, order, top_k + 1)
+    cands = [placement_at(ev, i, view, job) for i in picked]
     front_idx = []
     if pareto:
         front = order[: min(len(order), 4000)]
         mask = pareto_mask(ev.terms["tokens_per_s"][front], ev.terms["utilization"][front],
                            ev.terms["cost"][front])
-        front_idx = _distinct(ev, front[mask], 20)
-    front_cands = [_candidate(ev, i, pl, view, job) for i in front_idx]
+        front_idx = distinct(ev, front[mask], 20)
+    front_cands = [placement_at(ev, i, view, job) for i in front_idx]
     best = cands[0]
-    runner = next((c for c in cands[1:] if _shape(c) != _shape(best)), None)
+    runner = next((c for c in cands[1:] if c.shape != best.shape), None)
     explanation = explain(job, best, runner, weights)
     ms = (time.perf_counter() - start) * 1000
-    return Decision(job.name, best, cands[1:], front_cands, explanation, ms, len(ev.place))
+    return SearchResult(job.name, best, cands[1:], front_cands, explanation, ms, len(ev.place))
 
 
 THROUGHPUT_ONLY = Weights(efficiency=1.0, utilization=0.0, cost=0.0)
@@ -155,12 +130,12 @@ def ideal_tokens_per_s(job: JobSpec, view: ClusterView) -> float:
            leased[0].tobytes(), leased[1].tobytes())
     if key not in _IDEAL:  # asked every decision and for every job of a rollout: search once
         _IDEAL[key] = search(job, view.empty(), THROUGHPUT_ONLY, top_k=0,
-                             pareto=False).best.tokens_per_s
+                             pareto=False).best.estimate.tokens_per_s
     return _IDEAL[key]
 
 
 def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights,
-                   opts: SearchOptions) -> _Evaluated | None:
+                   opts: SearchOptions) -> Evaluated | None:
     """All feasible (placement, plan) pairs of the space, evaluated; None if there are none."""
     grid = parallel_grid(job.arch, job.global_batch, job.seq, job.gpus_max, opts)
     pl = placements(view, opts, job.gpus_min)
@@ -210,8 +185,8 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights,
     gpus = parts * unit[:, None]
     terms = score(job, est, gpus, pl.domains[p_idx], view, pl.wan_price_per_gb[p_idx], weights)
     keep = est.fits  # the ladder chose by memory; the estimate confirms it
-    return _Evaluated(plans.take(keep), p_idx[keep], gpus[keep], _take_est(est, keep),
-                      {k: v[keep] for k, v in terms.items()})
+    return Evaluated(pl, plans.take(keep), p_idx[keep], gpus[keep], _take_est(est, keep),
+                     {k: v[keep] for k, v in terms.items()}, pl.wan_price_per_gb[p_idx[keep]])
 
 
 def _pick(x, idx: np.ndarray):
@@ -238,12 +213,12 @@ def _take_est(est, keep):
     )
 
 
-def _key(ev: _Evaluated, i: int) -> tuple:
+def _key(ev: Evaluated, i: int) -> tuple:
     p = ev.plans
     return (int(ev.place[i]), int(p.dp[i]), int(p.tp[i]), int(p.pp[i]), int(p.cp[i]))
 
 
-def _distinct(ev: _Evaluated, order: np.ndarray, k: int) -> list[int]:
+def distinct(ev: Evaluated, order: np.ndarray, k: int) -> list[int]:
     """The first k candidates in `order` that differ in placement or parallel shape."""
     seen, out = set(), []
     for i in order:
@@ -256,44 +231,55 @@ def _distinct(ev: _Evaluated, order: np.ndarray, k: int) -> list[int]:
     return out
 
 
-def _shape(c: Candidate) -> tuple:
-    return (c.kind, tuple(c.stage_to_domain), c.plan.dp, c.plan.tp, c.plan.pp)
-
-
-def _candidate(ev: _Evaluated, i: int, pl: Placements, view: ClusterView,
-               job: JobSpec) -> Candidate:
-    plan = ev.plans.plan(i)
-    slots = pl.domains[ev.place[i]]
-    kind = str(pl.kind[ev.place[i]])
-    names = [view.domains[s].name for s in slots if s >= 0]
-    gpus = {names[j]: int(ev.gpus[i, j]) for j in range(len(names)) if ev.gpus[i, j] > 0}
-    if kind == PIPELINE:
-        per_stage = plan.dp * plan.tp * plan.cp
-        stages = [int(ev.gpus[i, j] // per_stage) for j in range(len(names))]
-        stage_to_domain = [n for n, k in zip(names, stages, strict=True) for _ in range(k)]
-    else:
-        stage_to_domain = [names[0] if kind == SINGLE else "+".join(names)] * plan.pp
-    est = ev.est
-    t = float(est.step_time_s[i])
-    return Candidate(
-        plan=plan, kind=kind, stage_to_domain=stage_to_domain, gpus_per_domain=gpus,
-        step_time_s=t, tokens_per_s=job.global_batch * job.seq / t,
+def _estimate_at(est: StepEstimate, i: int, wan_price_per_gb: float,
+                 objective: Objective | None = None) -> Estimate:
+    """Row i of a batch estimate."""
+    return Estimate(
+        step_time_s=float(est.step_time_s[i]),
         breakdown_s={k: float(v[i]) for k, v in est.breakdown_s.items()},
         overlapped_s={k: float(v[i]) for k, v in est.overlapped_s.items()},
         memory_gib_per_gpu=float(est.memory_gib[i]),
-        cross_domain_gb_per_step=float(est.cross_domain_bytes[i]) / 1e9,
-        objective=Objective(**{k: float(v[i]) for k, v in ev.terms.items()}),
-    )
+        cross_domain_bytes_per_step=float(est.cross_domain_bytes[i]),
+        wan_price_per_gb=float(wan_price_per_gb), tokens_per_step=float(est.tokens),
+        objective=objective)
 
 
-def describe(c: Candidate) -> str:
+def placement_at(ev: Evaluated, i: int, view: ClusterView, job: JobSpec, explanation: str = "",
+                 decision_ms: float = 0.0) -> Placement:
+    """Candidate i as a placement with its estimate: its domains in slot order (stage order for
+    a pipeline), those it takes nothing in left out."""
+    slots = ev.placements.domains[ev.place[i]]
+    kind = str(ev.placements.kind[ev.place[i]])
+    members = [(int(s), int(ev.gpus[i, j])) for j, s in enumerate(slots)
+               if s >= 0 and ev.gpus[i, j] > 0]
+    objective = Objective(**{k: float(v[i]) for k, v in ev.terms.items()})
+    return Placement(
+        job.name, kind, tuple(d for d, _ in members), tuple(g for _, g in members),
+        ev.plans.plan(i), tuple(view.domains[d].name for d, _ in members),
+        _estimate_at(ev.est, i, ev.wan_price_per_gb[i], objective),
+        explanation=explanation, decision_ms=decision_ms)
+
+
+def estimate_placement(p: Placement, job: JobSpec, view: ClusterView,
+                       stack: Stack | None = None) -> Estimate:
+    """A placement's estimate under the view's links now (the search's, for a placement it did
+    not make, or after the links changed)."""
+    doms = np.array([list(p.domains)])
+    pl = describe_placements(view, np.array([p.kind], dtype=object), doms)
+    wan = pl.wan.with_(dp_flat=np.array([1.0 if p.flat_dp else 0.0]))
+    est = estimate(job.arch, job.global_batch, PlanBatch.of([p.plan]), pl.hardware, wan, stack,
+                   seq=job.seq)
+    return _estimate_at(est, 0, pl.wan_price_per_gb[0])
+
+
+def describe(c: Placement) -> str:
     """One line a person can read: where the job runs and how it is split."""
     p = c.plan
+    stages = c.stage_to_domain
     where = {
-        SINGLE: f"inside {c.domains[0]}",
-        PIPELINE: "pipeline over " + "→".join(
-            f"{d}({c.stage_to_domain.count(d)} stages)" for d in c.domains),
-        DATA: "replicas over " + "+".join(c.domains),
+        SINGLE: f"inside {c.names[0]}",
+        PIPELINE: "pipeline over " + "→".join(f"{d}({stages.count(d)} stages)" for d in c.names),
+        DATA: "replicas over " + "+".join(c.names),
     }[c.kind]
     extra = f", DiLoCo sync every {p.diloco_h} steps" if p.diloco_h else ""
     return (f"{where}: TP {p.tp} × PP {p.pp} × DP {p.dp}" + (f" × CP {p.cp}" if p.cp > 1 else "")
@@ -302,25 +288,25 @@ def describe(c: Candidate) -> str:
             + f", ZeRO-{p.zero}, recompute {p.recompute}{extra}")
 
 
-def explain(job: JobSpec, best: Candidate, runner: Candidate | None, weights: Weights) -> dict:
+def explain(job: JobSpec, best: Placement, runner: Placement | None, weights: Weights) -> dict:
     """Why the chosen plan wins: what crosses the WAN, and the objective term by term."""
-    p = best.plan
+    p, names, wan_gb = best.plan, best.names, best.estimate.cross_domain_gb_per_step
     facts = [f"TP {p.tp} stays inside one node" if p.tp > 1 else "no tensor parallelism"]
     if best.kind == SINGLE:
-        facts.append(f"the whole job runs inside {best.domains[0]}: nothing crosses the WAN")
+        facts.append(f"the whole job runs inside {names[0]}: nothing crosses the WAN")
     elif best.kind == PIPELINE:
-        hops = "; ".join(f"{a}→{b}" for a, b in zip(best.domains, best.domains[1:], strict=False))
+        hops = "; ".join(f"{a}→{b}" for a, b in itertools.pairwise(names))
         facts.append(
             f"data-parallel gradients are reduced inside each domain; the WAN is crossed only "
-            f"at pipeline boundaries ({hops}), {best.cross_domain_gb_per_step:.2f} GB per step")
+            f"at pipeline boundaries ({hops}), {wan_gb:.2f} GB per step")
     elif p.diloco_h:
-        facts.append(f"replicas in {', '.join(best.domains)} reduce gradients inside their "
+        facts.append(f"replicas in {', '.join(names)} reduce gradients inside their "
                      f"domain every step and synchronise over the WAN with DiLoCo every "
-                     f"{p.diloco_h} steps ({best.cross_domain_gb_per_step:.2f} GB per step)")
+                     f"{p.diloco_h} steps ({wan_gb:.2f} GB per step)")
     else:
         facts.append(f"data-parallel gradients are all-reduced across "
-                     f"{', '.join(best.domains)} over the WAN every step "
-                     f"({best.cross_domain_gb_per_step:.2f} GB per step)")
+                     f"{', '.join(names)} over the WAN every step "
+                     f"({wan_gb:.2f} GB per step)")
     out = {"summary": f"{job.name}: {describe(best)}; " + "; ".join(facts) + ".", "terms": {}}
     if runner is None:
         out["summary"] += " It is the only feasible shape."
@@ -330,11 +316,11 @@ def explain(job: JobSpec, best: Candidate, runner: Candidate | None, weights: We
     for term, weight in w.items():
         a, b = getattr(best.objective, term), getattr(runner.objective, term)
         out["terms"][term] = {"chosen": a, "runner_up": b, "weighted_delta": weight * (a - b)}
-    out["terms"]["step_time_s"] = {"chosen": best.step_time_s, "runner_up": runner.step_time_s}
+    step, runner_step = best.estimate.step_time_s, runner.estimate.step_time_s
+    out["terms"]["step_time_s"] = {"chosen": step, "runner_up": runner_step}
     lead = max(out["terms"], key=lambda k: out["terms"][k].get("weighted_delta", -np.inf))
     gain = best.objective.objective - runner.objective.objective
     out["runner_up"] = describe(runner)
     out["summary"] += (f" It beats the runner-up ({describe(runner)}) by {gain:.3f} in R, "
-                       f"mostly on {lead} (step {best.step_time_s:.2f} s vs "
-                       f"{runner.step_time_s:.2f} s).")
+                       f"mostly on {lead} (step {step:.2f} s vs {runner_step:.2f} s).")
     return out

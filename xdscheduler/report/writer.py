@@ -1,9 +1,10 @@
-"""A study's files: report.json, metrics.parquet, four PNG plots and a self-contained report.html.
+"""A study's files: report.json (with its JSON Schema beside it), metrics.parquet, four PNG plots
+and a self-contained report.html.
 
-Contract of `write_report(out_dir, summary, domains, jobs, links, progress=False)`:
+Contract of `write_report(out_dir, report, domains, jobs, links, progress=False)`:
 
-- summary: report.json's content, {"scenario", "seed", "hours", "policies": {name: metrics}, ...};
-  written as is (indent 2) with numpy values made plain and NaN/inf as null.
+- report: a `sim.records.Report`; written as report.json (indent 2) with NaN/inf as null, its
+  schema as report.schema.json; the HTML tables take their columns from the records' fields.
 - domains: policy, time_s, domain, gpus_total, gpus_busy, utilization (0–1), queue_len (the
   policy's queue at that time, repeated on each domain row), background_load.
 - jobs: policy, job, arrival_s, start_s, end_s (NaN if unfinished), jct_s, queue_s, gpus,
@@ -35,6 +36,7 @@ from matplotlib.ticker import FuncFormatter, SymmetricalLogLocator
 from tqdm import tqdm
 
 from xdscheduler.errors import UserError
+from xdscheduler.sim.records import PolicyMetrics, Relocations, Report, Swings
 
 COLUMNS = {
     "domains": ["policy", "time_s", "domain", "gpus_total", "gpus_busy", "utilization",
@@ -43,20 +45,6 @@ COLUMNS = {
              "domains", "placement", "cross_domain_gb", "replans", "status"],
     "links": ["time_s", "link", "bandwidth_gbps", "rtt_ms"],
 }
-# Summary columns: key, heading, scale, format, whether lower is better.
-SUMMARY = [
-    ("mean_jct_s", "mean JCT (h)", 1 / 3600, "{:.2f}", True),
-    ("p95_jct_s", "p95 JCT (h)", 1 / 3600, "{:.2f}", True),
-    ("makespan_s", "makespan (h)", 1 / 3600, "{:.1f}", True),
-    ("avg_utilization", "utilisation (%)", 100, "{:.1f}", False),
-    ("mean_queue_s", "mean queue (h)", 1 / 3600, "{:.2f}", True),
-    ("jobs_completed", "jobs done", 1, "{:.0f}", False),
-    ("cross_domain_gb", "WAN traffic (GB)", 1, "{:,.0f}", True),
-    ("cross_domain_cost", "WAN cost ($)", 1, "{:,.2f}", True),
-    ("decision_ms_p50", "decision p50 (ms)", 1, "{:.2f}", True),
-    ("decision_ms_p99", "decision p99 (ms)", 1, "{:.2f}", True),
-    ("objective", "objective R", 1, "{:.3f}", False),
-]
 PLOTS = {
     "utilization.png": "Share of each domain's accelerators busy over time, one panel per policy.",
     "jct.png": "Job completion times: share of all jobs finished within a given time (CDF).",
@@ -64,21 +52,7 @@ PLOTS = {
     "queue.png": "Jobs waiting in the queue over time, per policy.",
 }
 HOURS = 1 / 3600
-# The swings table: key of a policy's `swings` block, heading, format.
-SWINGS = [("count", "adjustments", "{:.0f}"), ("fallbacks_to_restart", "restarts", "{:.0f}"),
-          ("dip_p50", "dip p50", "{:.1%}"), ("dip_max", "dip max", "{:.1%}"),
-          ("swing_dip_p50", "of it the swing, p50", "{:.1%}"),
-          ("adjustment_dip_max", "the adjustment's own dip, max", "{:.1%}"),
-          ("recovery_s_p50", "recovery p50 (s)", "{:.1f}"),
-          ("recovery_s_max", "recovery max (s)", "{:.1f}")]
-RELOCATIONS = [("count", "decided", "{:.0f}"), ("switched", "switched", "{:.0f}"),
-               ("by_checkpoint", "by checkpoint", "{:.0f}"),
-               ("transfer_s_p50", "WAN p50 (s)", "{:.0f}"), ("lost_s_max", "lost max (s)",
-                                                              "{:.0f}"),
-               ("lost_gpu_h", "lost GPU-h", "{:.1f}"), ("wan_gb", "WAN GB", "{:.0f}")]
-
-
-def write_report(out_dir: Path, summary: dict, domains: pd.DataFrame, jobs: pd.DataFrame,
+def write_report(out_dir: Path, report: Report, domains: pd.DataFrame, jobs: pd.DataFrame,
                  links: pd.DataFrame, progress: bool = False) -> dict[str, Path]:
     """Write every file of the report into `out_dir`; return {file name: path}."""
     frames = {"domains": domains, "jobs": jobs, "links": links}
@@ -86,10 +60,13 @@ def write_report(out_dir: Path, summary: dict, domains: pd.DataFrame, jobs: pd.D
         _check(name, frame)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    summary = report_json(report)
     writers = {
         # allow_nan=False: fail here rather than write JSON that strict readers reject.
         "report.json": lambda p: p.write_text(
-            json.dumps(_clean(summary), indent=2, allow_nan=False) + "\n"),
+            json.dumps(summary, indent=2, allow_nan=False) + "\n"),
+        "report.schema.json": lambda p: p.write_text(
+            json.dumps(Report.model_json_schema(), indent=2) + "\n"),
         "metrics.parquet": lambda p: _tidy(frames).to_parquet(p, index=False),
         "utilization.png": lambda p: _save(_utilization(domains), p),
         "jct.png": lambda p: _save(_jct(jobs), p),
@@ -113,6 +90,11 @@ def _check(name: str, frame) -> None:
     if missing:
         raise UserError(f"the {name} table lacks columns {', '.join(missing)}; "
                         f"expected {', '.join(COLUMNS[name])}")
+
+
+def report_json(report: Report) -> dict:
+    """report.json's content: the report as plain JSON values, NaN and infinities as null."""
+    return _clean(report.model_dump(mode="python"))
 
 
 def _clean(x):
@@ -238,18 +220,20 @@ def _number(value) -> float | None:
 
 
 def _summary_table(policies: dict) -> str:
-    head = "".join(f"<th>{html.escape(label)}</th>" for _, label, *_ in SUMMARY)
+    columns = PolicyMetrics.columns()
+    head = "".join(f"<th>{html.escape(c['heading'])}</th>" for _, c in columns)
     best = {}
-    for key, _, _, _, lower in SUMMARY:
+    for key, c in columns:
         values = [v for row in policies.values() if (v := _number(row.get(key))) is not None]
         # A column where all agree has no winner worth marking.
-        best[key] = (min if lower else max)(values) if len(set(values)) > 1 else None
+        pick = min if c["lower_is_better"] else max
+        best[key] = pick(values) if len(set(values)) > 1 else None
     rows = []
     for name, row in policies.items():
         cells = []
-        for key, _, scale, fmt, _ in SUMMARY:
+        for key, c in columns:
             value = _number(row.get(key))
-            text = "–" if value is None else fmt.format(value * scale)
+            text = "–" if value is None else c["format"].format(value * c["scale"])
             if key == "jobs_completed" and value is not None and "jobs_total" in row:
                 text += f" / {row['jobs_total']}"
             mark = ' class="best"' if value is not None and value == best[key] else ""
@@ -271,20 +255,20 @@ def _swings_table(policies: dict) -> str:
             "same over what keeping the plan under the swing would have trained; recovery: "
             "until the job trains at min(new plan's rate, 90% of the rate before) with nothing "
             "pending.</p>"
-            f"{_plain_table(blocks, SWINGS)}"
+            f"{_plain_table(blocks, Swings.columns())}"
             "<h3>Relocations to other domains</h3><p>Decided apart, when they pay for the job's "
             "time and the accelerator-seconds held idle or redoing work; lost: seconds of "
             "training paused or redone.</p>"
-            f"{_plain_table(moves, RELOCATIONS)}")
+            f"{_plain_table(moves, Relocations.columns())}")
 
 
-def _plain_table(rows: dict[str, dict], columns: list[tuple[str, str, str]]) -> str:
-    """A row per policy of the (key, heading, format) columns, '–' where a value is missing."""
-    head = "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in columns)
+def _plain_table(rows: dict[str, dict], columns: list[tuple[str, dict]]) -> str:
+    """A row per policy of the records' columns, '–' where a value is missing."""
+    head = "".join(f"<th>{html.escape(c['heading'])}</th>" for _, c in columns)
     body = "".join(
         f"<tr><th>{html.escape(str(name))}</th>" + "".join(
-            f"<td>{'–' if (v := _number(row.get(k))) is None else fmt.format(v)}</td>"
-            for k, _, fmt in columns) + "</tr>"
+            f"<td>{'–' if (v := _number(row.get(k))) is None else c['format'].format(v)}</td>"
+            for k, c in columns) + "</tr>"
         for name, row in rows.items())
     return f"<table><tr><th>policy</th>{head}</tr>{body}</table>"
 

@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from xdscheduler.errors import UserError
-from xdscheduler.planner.policies import Placement, PlannerPolicy
-from xdscheduler.planner.search import Candidate, JobSpec, describe
+from xdscheduler.planner.placement import Placement
+from xdscheduler.planner.policies import PlannerPolicy
+from xdscheduler.planner.search import JobSpec, describe
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.rl.candidates import (
     LOWER_CHOICES,
@@ -34,8 +35,9 @@ TERMS = ("efficiency", "utilization", "cost", "objective")
 
 
 @dataclass
-class Verdict:
-    """One decision: the placement (None = wait), the alternatives and why."""
+class AgentDecision:
+    """The agents' decision for one job: the placement (None = wait), the alternatives and
+    why."""
 
     job: str
     placement: Placement | None
@@ -108,12 +110,12 @@ class Agents:
         return int(members[b if b < len(members) else 0])
 
     def decide(self, job: JobSpec, view: ClusterView, queue_len: int = 1,
-               now_s: float = 0.0) -> Verdict | None:
+               now_s: float = 0.0) -> AgentDecision | None:
         return decide(self, self.weights, job, view, queue_len, now_s)
 
 
 def decide(stepper, weights: Weights, job: JobSpec, view: ClusterView,
-           queue_len: int = 1, now_s: float = 0.0) -> Verdict | None:
+           queue_len: int = 1, now_s: float = 0.0) -> AgentDecision | None:
     """Search the candidates here, let the upper then the lower agent pick (in this process or
     behind the endpoint: `stepper.step`). None when nothing fits now; a verdict with placement
     None when the upper agent waits."""
@@ -128,7 +130,7 @@ def decide(stepper, weights: Weights, job: JobSpec, view: ClusterView,
         up = stepper.step("upper", upper_observation(ch, queue_len), upper_options(ch))
     if up.choice == WAIT or up.choice >= len(ch.groups):
         ms = (time.perf_counter() - start) * 1000
-        return Verdict(job.name, None, _alternatives(ch, -1),
+        return AgentDecision(job.name, None, _alternatives(ch, -1),
                        {"summary": f"{job.name}: {up.explanation['summary']}",
                         "steps": [up.explanation]}, ms)
     members = ch.groups[up.choice]
@@ -138,8 +140,8 @@ def decide(stepper, weights: Weights, job: JobSpec, view: ClusterView,
     ms = (time.perf_counter() - start) * 1000
     why = explanation(ch, chosen, up.choice)
     why["steps"] = [up.explanation, low.explanation]
-    return Verdict(job.name, ch.placement(chosen, up.choice, why["summary"], ms),
-                   _alternatives(ch, chosen), why, ms)
+    return AgentDecision(job.name, ch.placement(chosen, up.choice, why["summary"], ms),
+                         _alternatives(ch, chosen), why, ms)
 
 
 def _alternatives(ch: Choices, chosen: int) -> list[dict]:
@@ -151,7 +153,7 @@ def _alternatives(ch: Choices, chosen: int) -> list[dict]:
     for i in [*others, *(int(i) for i in mine if i != chosen)][:LOWER_CHOICES]:
         c = ch.candidate(i)
         out.append({"summary": describe(c), "gpus_per_domain": c.gpus_per_domain,
-                    "predicted_step_time_s": c.step_time_s,
+                    "predicted_step_time_s": c.estimate.step_time_s,
                     "objective": c.objective.as_dict()})
     return out
 
@@ -170,7 +172,7 @@ def explanation(ch: Choices, chosen: int, group: int) -> dict:
     return out
 
 
-def _where(c: Candidate) -> str:
+def _where(c: Placement) -> str:
     return "+".join(f"{n}×{g}" for n, g in c.gpus_per_domain.items())
 
 
@@ -179,13 +181,13 @@ def option(ch: Choices, i: int, group: int | None = None) -> dict:
     explanation names it: one line, its objective terms and the job's own efficiency."""
     c = ch.candidate(i)
     p = c.plan
-    held = ch.held[group] if group is not None else ()
-    keep = (f", keeping off {'+'.join(ch.view.names[d] for d in held)} for the jobs behind"
-            if held else "")
+    off = ch.keep_off[group] if group is not None else ()
+    keep = (f", keeping off {'+'.join(ch.view.names[d] for d in off)} for the jobs behind"
+            if off else "")
     return {"summary": f"{c.kind} on {_where(c)} (TP {p.tp} PP {p.pp} DP {p.dp}){keep}",
             "terms": {**{k: getattr(c.objective, k) for k in TERMS},
                       "job_efficiency": float(ch.job_efficiency(i)),
-                      "step_time_s": c.step_time_s}}
+                      "step_time_s": c.estimate.step_time_s}}
 
 
 WAIT_OPTION = {"summary": "wait for accelerators to free",
@@ -230,7 +232,7 @@ class PPOPolicy:
     the planner's search."""
 
     weights: Weights
-    decide_one: Callable[[JobSpec, ClusterView, int, float], Verdict | None]
+    decide_one: Callable[[JobSpec, ClusterView, int, float], AgentDecision | None]
     name: str = "ppo"
 
     def __post_init__(self):
@@ -262,4 +264,8 @@ class PPOPolicy:
 
 def local_policy(weights: Weights, path: str | Path | None = None) -> PPOPolicy:
     return PPOPolicy(weights, Agents(weights, path).decide)
+
+
+# The registry's entries from this layer: the agents deciding in this process.
+POLICIES = {"ppo": lambda weights, options: local_policy(weights, options.get("policy_path"))}
 

@@ -13,16 +13,16 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from xdscheduler.perception.graph import MAX_NODES, padded
-from xdscheduler.planner.policies import Placement, placement_of
+from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.search import (
-    Candidate,
+    Evaluated,
     JobSpec,
-    _candidate,
-    _distinct,
+    distinct,
     evaluate_space,
     ideal_tokens_per_s,
+    placement_at,
 )
-from xdscheduler.planner.space import DATA, PIPELINE, SINGLE, SearchOptions, placements
+from xdscheduler.planner.space import DATA, PIPELINE, SINGLE, SearchOptions
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Weights
 from xdscheduler.sim.metrics import job_efficiency
@@ -47,11 +47,10 @@ class Choices:
     job: JobSpec
     view: ClusterView
     weights: Weights
-    ev: object  # the evaluated plan space
-    pl: object  # its placements
+    ev: Evaluated  # the evaluated plan space
     alloc: np.ndarray  # (N, K) accelerators per domain of every evaluated candidate
     groups: list[np.ndarray]  # per allocation offered: candidate indices, distinct shapes
-    held: list[tuple[int, ...]]  # per allocation offered: domains its job keeps off for good
+    keep_off: list[tuple[int, ...]]  # per allocation offered: domains its job stays off
     ideal: float  # the job's tokens/s with the whole cluster to itself
     now_s: float
 
@@ -72,15 +71,15 @@ class Choices:
     def objective(self, i: int) -> float:
         return float(self.ev.terms["objective"][i])
 
-    def candidate(self, i: int) -> Candidate:
-        return _candidate(self.ev, i, self.pl, self.view, self.job)
+    def candidate(self, i: int) -> Placement:
+        return placement_at(self.ev, i, self.view, self.job)
 
     def placement(self, i: int, group: int = 0, explanation: str = "",
                   decision_ms: float = 0.0) -> Placement:
-        """Candidate i of allocation `group` as a placement, with the domains that group holds
-        back from the job."""
-        p = placement_of(self.job.name, self.candidate(i), self.view, explanation, decision_ms)
-        return replace(p, held=self.held[group])
+        """Candidate i of allocation `group` as a placement, with the domains that group keeps
+        the job off."""
+        p = placement_at(self.ev, i, self.view, self.job, explanation, decision_ms)
+        return replace(p, keep_off=self.keep_off[group])
 
 
 @dataclass
@@ -106,8 +105,7 @@ def choices(job: JobSpec, view: ClusterView, weights: Weights, now_s: float = 0.
     ev = evaluate_space(job, view, weights, opts)
     if ev is None:
         return None
-    pl = placements(view, opts, job.gpus_min)
-    slots = pl.domains[ev.place]
+    slots = ev.placements.domains[ev.place]
     alloc = np.zeros((len(ev.place), len(view.domains)), dtype=np.int64)
     rows = np.repeat(np.arange(len(ev.place)), slots.shape[1])
     used = slots.ravel() >= 0
@@ -118,18 +116,18 @@ def choices(job: JobSpec, view: ClusterView, weights: Weights, now_s: float = 0.
     # the planner's; of choices equal on every objective term only the first is offered: they
     # are the same to the objective, and an arbitrary pick among them is noise.
     order = np.argsort(-ev.terms["objective"], kind="stable")
-    seen, groups, held = set(), [], []
+    seen, groups, keep_off = set(), [], []
     for i, off in _offered(job, view, alloc, order):
         key = (_terms_key(ev, i), off)
         if key in seen or (int(group_of[i]), off) in seen:
             continue
         seen.update([key, (int(group_of[i]), off)])
         members = order[group_of[order] == group_of[i]]
-        groups.append(np.array(_first_of_ties(ev, _distinct(ev, members, 4 * LOWER_CHOICES))))
-        held.append(off)
+        groups.append(np.array(_first_of_ties(ev, distinct(ev, members, 4 * LOWER_CHOICES))))
+        keep_off.append(off)
         if len(groups) == WAIT:
             break
-    return Choices(job, view, weights, ev, pl, alloc, groups, held,
+    return Choices(job, view, weights, ev, alloc, groups, keep_off,
                    ideal_tokens_per_s(job, view), now_s)
 
 
@@ -194,10 +192,10 @@ def _shares(ch: Choices, idx: np.ndarray) -> np.ndarray:
     return out
 
 
-def _held_share(ch: Choices) -> np.ndarray:
+def _kept_off_share(ch: Choices) -> np.ndarray:
     """Per allocation offered: the share of the cluster's compute its job keeps off."""
     compute = ch.view.peak_tflops * np.array([d.total_gpus for d in ch.view.domains])
-    return np.array([compute[list(h)].sum() for h in ch.held]) / max(compute.sum(), 1e-9)
+    return np.array([compute[list(h)].sum() for h in ch.keep_off]) / max(compute.sum(), 1e-9)
 
 
 def _context(ch: Choices, queue_len: int) -> np.ndarray:
@@ -211,13 +209,13 @@ def _context(ch: Choices, queue_len: int) -> np.ndarray:
 
 def upper_observation(ch: Choices, queue_len: int) -> dict[str, np.ndarray]:
     idx = np.array([g[0] for g in ch.groups])
-    kind = np.asarray(ch.pl.kind)[ch.ev.place[idx]]
+    kind = np.asarray(ch.ev.placements.kind)[ch.ev.place[idx]]
     feats = np.concatenate([
         _terms(ch, idx),
         np.stack([ch.alloc[idx].sum(axis=1) / ch.job.gpus_max,
                   (ch.alloc[idx] > 0).sum(axis=1) / 3, kind == SINGLE, kind == PIPELINE,
                   kind == DATA, np.log1p(ch.ev.est.cross_domain_bytes[idx] / 1e9),
-                  _compute_share(ch, idx), _held_share(ch), np.zeros(len(idx))], axis=1)],
+                  _compute_share(ch, idx), _kept_off_share(ch), np.zeros(len(idx))], axis=1)],
         axis=1)
     return _observation(ch, feats, _shares(ch, idx), UPPER_CHOICES, queue_len, wait=True)
 

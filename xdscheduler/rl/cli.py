@@ -1,4 +1,4 @@
-"""`xds train` and `xds serve`: the trained agents' commands."""
+"""`xds train`: training the agents under Tune."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from xdscheduler.errors import UserError
 
 
 def cmd_train(args) -> None:
+    from xdscheduler.ray_cluster import connect
     from xdscheduler.rl.train import SWEEP_CONFIG, load_config, sweep_weights, train
-    from xdscheduler.runtime.study import connect
 
     cfg = load_config(args.config or (SWEEP_CONFIG if args.samples > 1 else None))
     if args.samples < 1:
@@ -45,24 +45,6 @@ def cmd_train(args) -> None:
               f"choices over {p['states']} states; front plot {p['plot']}")
 
 
-def cmd_serve(args) -> None:
-    from xdscheduler.scenario import default_scenario_path, load_scenario
-    from xdscheduler.serving.app import start
-
-    scn = load_scenario(args.scenario or default_scenario_path())
-    url = start(args.address, args.policy_path, scn, port=args.port)
-    print(f"serving POST {url}/policy/act, POST {url}/forecast, GET {url}/healthz "
-          f"(scenario {scn.name}); `serve shutdown` or Ctrl-C ends it")
-    if args.block:
-        import time
-
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
-
-
 def register(sub) -> None:
     p = sub.add_parser("train", help="train the hierarchical PPO agents under Tune",
                        description="train the hierarchical PPO agents under Tune")
@@ -79,12 +61,3 @@ def register(sub) -> None:
     p.add_argument("--address", help="Ray cluster address (default: an embedded local Ray)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(fn=cmd_train)
-
-    p = sub.add_parser("serve", help="serve the policy and the forecaster over HTTP",
-                       description="serve the policy and the forecaster over HTTP")
-    p.add_argument("scenario", nargs="?", help="scenario YAML (default: five_domains)")
-    p.add_argument("--policy-path", help="trained policy (default: the shipped one)")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--address", help="Ray cluster address (default: an embedded local Ray)")
-    p.add_argument("--block", action="store_true", help="keep serving until Ctrl-C")
-    p.set_defaults(fn=cmd_serve)

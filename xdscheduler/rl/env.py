@@ -1,9 +1,11 @@
 """The placement environment: the study engine of `xds run`, with the agents taking its decisions.
 
-No actors inside, so it steps as fast as the plan search. Each decision is one or two agent
-steps: where more than one allocation is offered, the upper agent picks one for the job at the
-head of the queue (or waits); then the lower agent of the allocation's lead domain picks the
-parallel plan and stage order.
+No actors inside, so it steps as fast as the plan search. The engine runs as in a study, to the
+next moment queued jobs may be placed (`Engine.next_decision`), and the agents decide there in
+the planner's place. Each decision is one or two agent steps: where more than one allocation is
+offered, the upper agent picks one for the job at the head of the queue (or waits); then the
+lower agent of the allocation's lead domain picks the parallel plan and stage order. Running
+jobs are re-planned on triggers by the planner's search.
 
 Two rewards:
 - `study` (the default): the upper agent's decision is worth its advantage over the planner's
@@ -19,9 +21,6 @@ Episodes start after a random warm-up run by the planner, so the agents see load
 """
 
 from __future__ import annotations
-
-import math
-from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
@@ -42,10 +41,10 @@ from xdscheduler.rl.candidates import (
     upper_observation,
 )
 from xdscheduler.rl.rollout import advantage
-from xdscheduler.runtime.study import study_dynamics, study_jobs
 from xdscheduler.scenario import Weights, default_scenario_path, load_scenario
 from xdscheduler.sim.domain import LocalDomains
 from xdscheduler.sim.engine import Engine
+from xdscheduler.sim.inputs import study_dynamics, study_jobs
 
 UPPER = "upper"
 TRAINING_SEEDS = 1000  # episode workloads are seeded from here up; studies use smaller seeds
@@ -85,22 +84,6 @@ def sampled_weights(rng: np.random.Generator) -> Weights:
     cost = 0.0 if rng.random() < 0.3 else float(np.exp(rng.uniform(np.log(0.1), np.log(5))))
     return Weights(efficiency=float(rng.uniform(0.1, 1.0)),
                    utilization=float(rng.uniform(0.0, 1.0)), cost=cost)
-
-
-@dataclass
-class AgentsDecide:
-    """The engine's policy while agents decide: placements come from outside `step`; running
-    jobs are re-planned on triggers by the planner's search."""
-
-    planner: PlannerPolicy
-    active: bool = False
-    name: str = "ppo"
-
-    def decide(self, queue, view, now_s):
-        return self.planner.decide(queue, view, now_s) if not self.active else []
-
-    def replan(self, job, current, view):
-        return self.planner.replan(job, current, view)
 
 
 class PlacementEnv(MultiAgentEnv):
@@ -148,13 +131,11 @@ class PlacementEnv(MultiAgentEnv):
             self.weights = sampled_weights(self.rng)
         jobs = study_jobs(self.scn, self.hours, seed)
         dynamics = study_dynamics(self.scn, seed, self.hours)
-        self.policy = AgentsDecide(PlannerPolicy(self.weights))
-        self.engine = Engine(self.scn, jobs, self.policy, dynamics,
+        self.engine = Engine(self.scn, jobs, PlannerPolicy(self.weights), dynamics,
                              LocalDomains(list(self.scn.domains), dynamics), self.hours * 3600)
         warmup = float(self.rng.uniform(0, self.warmup_hours)) * 3600
-        self.engine.run(until_s=warmup)
+        self.engine.run(until_s=warmup)  # the planner decides until the agents' window
         self.until_s = warmup + self.window_s
-        self.policy.active = True
         self.queue = DecisionQueue()
         self.todo: list = []
         self.decisions = 0
@@ -182,12 +163,11 @@ class PlacementEnv(MultiAgentEnv):
                 if not self.upper_acted:
                     return self._lower_turn(0)
                 return {UPPER: self._remember(UPPER, upper_observation(ch, len(eng.queue)))}
-            t = eng.next_event()
-            self.over = t == math.inf or t > eng.end_limit_s or eng.finished
-            if self.over or t > self.until_s:
+            point = eng.next_decision(self.until_s)
+            if point is None:
+                self.over = eng.finished or eng.next_event() > eng.end_limit_s
                 return None
-            eng.step(t)
-            self.todo = eng.ordered_queue()[: self.queue.lookahead]
+            self.todo = point.queue[: self.queue.lookahead]
 
     def _remember(self, agent: str, obs: dict) -> dict:
         self.last_obs[agent] = obs

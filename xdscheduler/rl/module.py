@@ -13,9 +13,20 @@ from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from torch import nn
+from torch_geometric.data import Data
 from torch_geometric.nn import GATv2Conv
 
+from xdscheduler.perception.graph import edges, node_features
+from xdscheduler.planner.view import ClusterView
+
 MASKED = -1e9  # logit of a choice that is not open
+
+
+def graph_data(view: ClusterView) -> Data:
+    """The resource graph as a torch_geometric `Data` (x, edge_index, edge_attr)."""
+    index, feats = edges(view)
+    return Data(x=torch.from_numpy(node_features(view)), edge_index=torch.from_numpy(index),
+                edge_attr=torch.from_numpy(feats))
 
 
 class GraphChoiceModule(TorchRLModule, ValueFunctionAPI):

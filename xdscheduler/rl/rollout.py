@@ -13,19 +13,36 @@ over the planner).
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 
-from xdscheduler.planner.policies import Placement, PlannerPolicy
+from xdscheduler.planner.placement import Placement
+from xdscheduler.planner.policies import PlannerPolicy
 from xdscheduler.planner.search import ideal_tokens_per_s
 from xdscheduler.scenario import Weights
 from xdscheduler.sim.engine import Engine
 from xdscheduler.sim.metrics import job_efficiency
 
 
-def outlook(eng: Engine, weights: Weights, since_s: float) -> float:
-    """The study objective of the jobs a decision at `since_s` can still affect (running or
+@dataclass(frozen=True)
+class Tally:
+    """The engine's running totals at one moment, to count what came after it."""
+
+    since_s: float
+    busy_gpu_s: float
+    wan_cost: float
+
+    @classmethod
+    def of(cls, eng: Engine) -> Tally:
+        return cls(eng.now, eng.busy_gpu_s, sum(r.wan_cost for r in eng.runs))
+
+
+def outlook(eng: Engine, weights: Weights, since: Tally) -> float:
+    """The study objective of the jobs a decision at `since` can still affect (running or
     queued then, or arrived since), summed over them, as it stands at the engine's clock:
     finished jobs by their time taken, running ones at their speed now, queued ones as if they
-    started now at their ideal speed (a queue's full cost is not known yet)."""
+    started now at their ideal speed (a queue's full cost is not known yet). Busy time and WAN
+    cost count from `since` on."""
+    since_s = since.since_s
     now, total, jobs = eng.now, 0.0, 0
     for r in eng.runs:
         if r.arrival_s > now or (r.end_s is not None and r.end_s <= since_s):
@@ -41,11 +58,11 @@ def outlook(eng: Engine, weights: Weights, since_s: float) -> float:
         total += weights.efficiency * job_efficiency(r.tokens / ideal, end - r.arrival_s)
         jobs += 1
     capacity = sum(d.total_gpus for d in eng.base_view.domains) * max(now - since_s, 1e-9)
-    bill = eng.busy_gpu_s / 3600 * eng.base_view.mean_gpu_price
-    cost = sum(r.wan_cost for r in eng.runs) / bill if bill else 0.0
-    # Busy time and WAN cost count from the decision on (`rollout` zeroes them): utilisation and
-    # cost as a study measures them, weighted per job like the efficiency terms.
-    return total + jobs * (weights.utilization * eng.busy_gpu_s / capacity - weights.cost * cost)
+    busy = eng.busy_gpu_s - since.busy_gpu_s
+    bill = busy / 3600 * eng.base_view.mean_gpu_price
+    cost = (sum(r.wan_cost for r in eng.runs) - since.wan_cost) / bill if bill else 0.0
+    # Utilisation and cost as a study measures them, weighted per job like the efficiency terms.
+    return total + jobs * (weights.utilization * busy / capacity - weights.cost * cost)
 
 
 def rollout(eng: Engine, job: str, placement: Placement | None, weights: Weights,
@@ -55,14 +72,11 @@ def rollout(eng: Engine, job: str, placement: Placement | None, weights: Weights
     shared = {id(eng.dynamics): eng.dynamics, id(eng.scn): eng.scn,
               id(eng.base_view): eng.base_view}
     twin = copy.deepcopy(eng, shared)
-    twin.policy = PlannerPolicy(weights)
-    twin.busy_gpu_s = 0.0  # count busy time and WAN cost from the decision on
-    for r in twin.runs:
-        r.wan_cost = 0.0
-    since = twin.now
+    twin.hand_over(PlannerPolicy(weights))
+    since = Tally.of(twin)  # busy time and WAN cost count from the decision on
     if placement is not None:
         twin.place(next(r for r in twin.queue if r.spec.name == job), placement)
-    twin.run(until_s=since + hours * 3600)
+    twin.run(until_s=since.since_s + hours * 3600)
     return outlook(twin, weights, since)
 
 
@@ -77,7 +91,7 @@ def advantage(eng: Engine, job: str, chosen: Placement | None, planners: Placeme
 
 
 def _key(p: Placement | None) -> tuple | None:
-    return None if p is None else (p.kind, p.domains, p.gpus, p.plan, p.held)
+    return None if p is None else (p.kind, p.domains, p.gpus, p.plan, p.keep_off)
 
 
 def _same(a: Placement | None, b: Placement | None) -> bool:

@@ -6,11 +6,12 @@ import time
 
 import ray
 
-from xdscheduler.planner.policies import make_policy
+from xdscheduler.registry import make_policy
 from xdscheduler.runtime.gateway import ActorDomains
 from xdscheduler.runtime.journal import Journal
 from xdscheduler.scenario import Job, parse_scenario
-from xdscheduler.sim.engine import Engine, Results
+from xdscheduler.sim.engine import Engine
+from xdscheduler.sim.measurement import Results
 
 
 class RealTimeClock:
@@ -33,20 +34,20 @@ class Controller:
 
     def __init__(self, scenario: dict, jobs: list[dict], policy: str, dynamics,
                  horizon_s: float, realtime: bool = False, policy_options: dict | None = None,
-                 journal: str | None = None, faults=None):
+                 journal: str | None = None, faults=None, demand=None):
         scn = parse_scenario(scenario)
         self.domains = ActorDomains(scn, dynamics)
         self.engine = Engine(
             scn, [Job.model_validate(j) for j in jobs],
             make_policy(policy, scn.weights, policy_options), dynamics, self.domains, horizon_s,
             clock=RealTimeClock() if realtime else None,
-            tick_s=1.0 if realtime else None, faults=faults)
+            tick_s=1.0 if realtime else None, faults=faults, demand=demand)
         self.journal = Journal(journal, policy) if journal else None
         if self.journal:
             snapshot = self.journal.latest()
             if snapshot is not None:  # a controller before this one died: go on from there
                 self.engine.restore(snapshot)
-            self.engine.on_decision = self.journal.record
+            self.engine.subscribe(self.journal.record)
         self.started = time.perf_counter()
 
     def advance(self, until_s: float) -> dict:

@@ -57,7 +57,7 @@ class Journal:
 
     def checkpoint(self, engine) -> None:
         """The job table as of now (appended) and the engine's snapshot (replaced)."""
-        rows = [(self.policy, engine.now, r.spec.name, r.status(), r.done, r.checkpoint,
+        rows = [(self.policy, engine.now, r.spec.name, str(r.state), r.done, r.checkpoint,
                  json.dumps({engine.names[i]: n for i, n in r.placement.taken.items()}
                             if r.placement else {})) for r in engine.runs]
         with self.db:

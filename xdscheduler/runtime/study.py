@@ -3,7 +3,8 @@ on Ray (a controller actor per policy, owning its domain actors) or in this proc
 
 from __future__ import annotations
 
-import os
+import copy
+import math
 import sys
 import time
 from pathlib import Path
@@ -11,53 +12,25 @@ from pathlib import Path
 import pandas as pd
 
 from xdscheduler.network.dynamics import Dynamics
-from xdscheduler.planner.policies import POLICIES, Policy, make_policy
+from xdscheduler.planner.policy import Policy
 from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.view import ClusterView
+from xdscheduler.ray_cluster import connect
+from xdscheduler.registry import check, make_policy
 from xdscheduler.scenario import Job, Scenario
+from xdscheduler.sim.demand import DemandPlanner
 from xdscheduler.sim.domain import LocalDomains
-from xdscheduler.sim.engine import Engine, Results
+from xdscheduler.sim.engine import Engine
+from xdscheduler.sim.inputs import study_dynamics, study_jobs
+from xdscheduler.sim.measurement import Results
 from xdscheduler.sim.metrics import domain_table, ideal_rates, job_table, link_table, summarise
-from xdscheduler.sim.reconfig import MAKE_BEFORE_BREAK
+from xdscheduler.sim.reconfig import Switch
 from xdscheduler.sim.reconfig import summary as swing_summary
+from xdscheduler.sim.records import Comparison, FaultsReport, PolicyFaults, PolicyReport, Report
 from xdscheduler.sim.recovery import study_faults
-from xdscheduler.workload import generate_jobs
 
-DRAIN_FACTOR = 10.0  # after arrivals stop, queued jobs may drain for up to 9x as long
 CHUNK_S = 3600.0  # the driver advances each controller an hour at a time (progress, control)
-
-
-def study_jobs(scn: Scenario, hours: float, seed: int) -> list[Job]:
-    """The scenario's own jobs that arrive within the study, plus its generated workload."""
-    jobs = [j for j in scn.jobs if j.arrival_s < hours * 3600]
-    if scn.workload is not None:
-        gpus = sum(d.gpus for d in scn.domains)
-        peak = sum(d.gpus * d.accelerator.bf16_tflops for d in scn.domains) / gpus
-        generated = generate_jobs(hours, gpus, seed, load=scn.workload.load,
-                                  cluster=scn.workload.cluster, min_gpus=scn.workload.min_gpus,
-                                  peak_tflops=peak)
-        taken = {j.name for j in jobs}
-        jobs += [g for g in generated if g.name not in taken]
-    return jobs
-
-
-def study_dynamics(scn: Scenario, seed: int, hours: float) -> Dynamics:
-    return Dynamics.generate(scn, seed, hours * 3600 * DRAIN_FACTOR)
-
-
-def connect(address: str | None) -> None:
-    """Use the Ray cluster at `address`, the one a `ray job submit` runs in, or a local one."""
-    import ray
-
-    if ray.is_initialized():
-        return
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if address:
-        ray.init(address=address, log_to_driver=False)
-    elif os.environ.get("RAY_ADDRESS"):
-        ray.init(log_to_driver=False)
-    else:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+__all__ = ["run_here", "run_on_ray", "run_study", "study_dynamics", "study_jobs"]
 
 
 def _bar(jobs: int, label: str, show: bool):
@@ -88,7 +61,7 @@ def _follow(advance, jobs: int, label: str, show: bool) -> None:
 def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, hours: float,
                realtime: bool = False, show: bool = False,
                policy_options: dict | None = None, journal: str | None = None,
-               faults=None) -> Results:
+               faults=None, demand: DemandPlanner | None = None) -> Results:
     """One policy's study under a controller actor. With a journal, a controller that dies is
     replaced by one that resumes from the journal, and the study goes on."""
     import ray
@@ -99,7 +72,7 @@ def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, 
     def start():
         return Controller.remote(scn.model_dump(), [j.model_dump() for j in jobs], policy,
                                  dynamics, hours * 3600, realtime, policy_options, journal,
-                                 faults)
+                                 faults, demand)
 
     controller = start()
 
@@ -122,12 +95,13 @@ def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, 
 
 
 def run_here(scn: Scenario, jobs: list[Job], policy: Policy, dynamics: Dynamics, hours: float,
-             show: bool = False, faults=None, replan: str = MAKE_BEFORE_BREAK) -> Results:
+             show: bool = False, faults=None, demand: DemandPlanner | None = None,
+             replan: Switch = Switch.MAKE_BEFORE_BREAK) -> Results:
     """The same study in this process, the domains as plain objects; `replan`: how running
     jobs move (make-before-break, or the old checkpoint-and-restart)."""
     start = time.perf_counter()
     engine = Engine(scn, jobs, policy, dynamics, LocalDomains(scn.domains, dynamics),
-                    hours * 3600, faults=faults, replan=replan)
+                    hours * 3600, faults=faults, demand=demand, replan=replan)
 
     def advance(t: float) -> dict:
         engine.run(until_s=t)
@@ -139,19 +113,28 @@ def run_here(scn: Scenario, jobs: list[Job], policy: Policy, dynamics: Dynamics,
     return results
 
 
+def study_demand(scn: Scenario, seed: int, faults, serve_url: str | None) -> DemandPlanner:
+    """Demand planning for a study: pools above the failure-rate floor (under faults) and holds
+    for the scenario's announced jobs, from a forecaster in process or behind `serve_url`."""
+    floor, known = dict(faults.floor) if faults else {}, {j.name for j in scn.jobs}
+    if not serve_url:
+        return DemandPlanner(floor, known, seed=seed)
+    from xdscheduler.serving.client import ForecastClient
+
+    return DemandPlanner(floor, known, ForecastClient(serve_url), seed)
+
+
 def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: Path,
               address: str | None = None, local: bool = False, realtime: bool = False,
               show_progress: bool | None = None, policy_options: dict | None = None,
-              journal: bool = True, faults: float | None = None) -> dict:
-    """Run every policy, write the report to `out`, and return report.json's content.
-    `faults`: inject faults at the published rates times this factor (None: none)."""
+              journal: bool = True, faults: float | None = None,
+              forecast: bool | None = None) -> Report:
+    """Run every policy, write the report to `out`, and return it.
+    `faults`: inject faults at the published rates times this factor (None: none);
+    `forecast`: consult the demand forecast every hour (default: under faults)."""
     from xdscheduler.report.writer import write_report
 
-    unknown = [p for p in policies if p not in POLICIES]
-    if unknown:
-        from xdscheduler.errors import UserError
-
-        raise UserError(f"unknown policies {', '.join(unknown)}; known: {', '.join(POLICIES)}")
+    check(policies)
     show = sys.stderr.isatty() if show_progress is None else show_progress
     jobs = study_jobs(scn, hours, seed)
     dynamics = study_dynamics(scn, seed, hours)
@@ -162,40 +145,40 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
         connect(address)
     runs: dict[str, Results] = {}
     journal_path = _journal(out) if journal and not local else None
-    injected = None if faults is None else study_faults(
-        scn, seed, hours, faults, forecast_url=(policy_options or {}).get("serve_url"))
+    injected = None if faults is None else study_faults(scn, seed, hours, faults)
+    planner = study_demand(scn, seed, injected, (policy_options or {}).get("serve_url")) if (
+        forecast or (forecast is None and injected is not None)) else None
     for name in policies:
-        mine = None if injected is None else injected.for_policy(name)  # the same faults
+        mine = copy.deepcopy(injected)  # the same faults for every policy
+        demand = planner.for_policy(name) if planner else None  # a demand series of its own
         if local:
             runs[name] = run_here(scn, jobs, make_policy(name, scn.weights, policy_options),
-                                  dynamics, hours, show, mine)
+                                  dynamics, hours, show, mine, demand)
         else:
             runs[name] = run_on_ray(scn, jobs, name, dynamics, hours, realtime, show,
-                                    policy_options, journal_path, mine)
+                                    policy_options, journal_path, mine, demand)
         done = sum(r.end_s is not None for r in runs[name].jobs)
         if not show:  # logs (e.g. of a Ray job) still get a line per policy
             print(f"{name}: {done}/{len(jobs)} jobs done, {runs[name].wall_s:.0f} s",
                   file=sys.stderr)
-    summary = {
-        "scenario": scn.name, "seed": seed, "hours": hours, "jobs": len(jobs),
-        "runtime": "local" if local else "ray",
-        "weights": scn.weights.model_dump(),
-        "policies": {n: {**summarise(r, scn.weights, ideal, price, hours * 3600),
-                         "swings": swing_summary(r.swings, moves=r.relocations)}
-                     for n, r in runs.items()},
-    }
-    summary["comparison"] = compare(summary["policies"])
-    if injected is not None:
-        summary["faults"] = fault_report(injected, runs, faults, seed)
-    write_report(out, summary,
+    policies = {n: PolicyReport(**dict(summarise(r, scn.weights, ideal, price, hours * 3600)),
+                                swings=swing_summary(r.swings, moves=r.relocations),
+                                forecast=None if r.faults else r.demand)
+                for n, r in runs.items()}
+    report = Report(scenario=scn.name, seed=seed, hours=hours, jobs=len(jobs),
+                    runtime="local" if local else "ray", weights=scn.weights.model_dump(),
+                    policies=policies, comparison=compare(policies),
+                    faults=None if injected is None else fault_report(injected, runs, faults,
+                                                                      seed))
+    write_report(out, report,
                  pd.concat([domain_table(r) for r in runs.values()], ignore_index=True),
                  pd.concat([job_table(r) for r in runs.values()], ignore_index=True),
                  link_table(dynamics, [d.name for d in scn.domains]))
     _write_decisions(out, runs)
-    return summary
+    return report
 
 
-def fault_report(injected, runs: dict[str, Results], scale: float, seed: int) -> dict:
+def fault_report(injected, runs: dict[str, Results], scale: float, seed: int) -> FaultsReport:
     """The report's `faults` block: the detectors on this run's faults and on as many
     fault-free windows, data movement under the run's ±30% swings, recovery per policy."""
     from xdscheduler.datamove import DataJob
@@ -204,19 +187,17 @@ def fault_report(injected, runs: dict[str, Results], scale: float, seed: int) ->
 
     base = injected.summary([])
     moves = data_movement(DataJob(), seed)
-    return {
-        "rates": f"published × {scale:g}",
-        **{k: base[k] for k in ("injected", "injected_by_kind", "detected", "detection_s_p50",
-                                "detection_s_p99", "backup_pool_gpus")},
-        "false_alarms": false_alarms(max(base["injected"], 20), seed),
-        "idle_wait_fraction": moves["adaptive"]["idle_wait_fraction"],
-        "blocking_rate": moves["adaptive"]["blocking_rate"],
-        "fixed_shards": {k: moves["fixed"][k] for k in ("idle_wait_fraction", "blocking_rate")},
-        "policies": {name: {k: r.faults[k] for k in (
-            "jobs_hit", "unrecovered", "recovery_s_p50", "recovery_s_max", "interrupted_s_max",
-            "lost_work_gpu_h", "backup_pool_gpus", "forecast") if k in r.faults}
-            for name, r in runs.items()},
-    }
+    shards = ("idle_wait_fraction", "blocking_rate")
+    return FaultsReport(
+        rates=f"published × {scale:g}",
+        **base.model_dump(include={"injected", "injected_by_kind", "detected",
+                                   "detection_s_p50", "detection_s_p99", "backup_pool_gpus"}),
+        false_alarms=false_alarms(max(base.injected, 20), seed),
+        **{k: moves["adaptive"][k] for k in shards},
+        fixed_shards={k: moves["fixed"][k] for k in shards},
+        policies={name: PolicyFaults(**r.faults.model_dump(
+            include=set(PolicyFaults.model_fields) - {"forecast"}), forecast=r.demand)
+            for name, r in runs.items()})
 
 
 def _journal(out: Path) -> str:
@@ -228,7 +209,7 @@ def _journal(out: Path) -> str:
     return str(path)
 
 
-def compare(policies: dict) -> dict:
+def compare(policies: dict[str, PolicyReport]) -> dict[str, Comparison]:
     """The planner and the trained agents against every other policy, as relative changes
     (negative: lower)."""
     out = {}
@@ -237,13 +218,18 @@ def compare(policies: dict) -> dict:
         if base is None:
             continue
         for name, other in policies.items():
-            if name == base_name:
-                continue
-            out[f"{base_name}_vs_{name}"] = {
-                key: (base[key] - other[key]) / abs(other[key]) if other[key] else None
-                for key in ("mean_jct_s", "avg_utilization", "cross_domain_cost", "objective")
-            }
+            if name != base_name:
+                out[f"{base_name}_vs_{name}"] = Comparison(**{
+                    key: _change(getattr(base, key), getattr(other, key))
+                    for key in Comparison.model_fields})
     return out
+
+
+def _change(value: float | None, against: float | None) -> float | None:
+    """Relative change of `value` against `against`; None where either is missing or 0."""
+    if value is None or not against or math.isnan(value) or math.isnan(against):
+        return None
+    return (value - against) / abs(against)
 
 
 def _write_decisions(out: Path, runs: dict[str, Results]) -> None:

@@ -1,8 +1,9 @@
 """The Serve application behind FastAPI: `POST /policy/act` (one agent's step),
 `POST /policy/decide` (a whole decision), `POST /forecast`, `GET /healthz`.
 
-One ingress deployment holds the trained agents for one scenario (their inference is a few
-milliseconds; a hop to a second deployment would cost more than it saves on 2 cores).
+One ingress deployment holds the trained agents for one scenario and the demand forecasters
+(their answers take milliseconds; a hop to a second deployment would cost more than it saves on
+2 cores). It is the only deployment that serves `/forecast`.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the route annotations as classes.
@@ -15,6 +16,7 @@ from pydantic import ValidationError
 from ray import serve
 
 from xdscheduler.errors import UserError
+from xdscheduler.forecast.hybrid import Forecaster
 from xdscheduler.forecast.service import (
     ForecastRequest,
     ForecastResponse,
@@ -42,15 +44,18 @@ app = FastAPI(title="xdscheduler", description="Placement policy and demand fore
 @serve.deployment(ray_actor_options={"num_cpus": 0.5}, max_ongoing_requests=16)
 @serve.ingress(app)
 class XdsService:
-    def __init__(self, scenario: dict, policy_path: str | None = None):
+    def __init__(self, scenario: dict, policy_path: str | None = None,
+                 forecaster: Forecaster | None = None):
         from xdscheduler.rl.agents import Agents
 
         scn = parse_scenario(scenario)
         self.scenario = scn.name
         self.base = ClusterView.from_scenario(scn)
         self.agents = Agents(scn.weights, policy_path)
-        # The model the controller would fit in process, fitted here per demand series on the
-        # history it sends (persistence until FIT_DAYS of it arrive; a refit once a day).
+        # A forecaster fitted by the caller answers every series; without one, the model the
+        # controller would fit in process is fitted here per demand series on the history it
+        # sends (persistence until FIT_DAYS of it arrive; a refit once a day).
+        self.forecaster = forecaster
         self.forecasts = OnlineModels()
 
     @app.post("/policy/act")
@@ -97,15 +102,21 @@ class XdsService:
 
     @app.post("/forecast")
     def forecast(self, request: ForecastRequest) -> ForecastResponse:
-        return forecast(request, self.forecasts.fitted(request))
+        fitted = self.forecaster or self.forecasts.fitted(request)
+        return forecast(request, fitted)
 
     @app.get("/healthz")
     def healthz(self) -> dict:
-        return {"ok": True, "scenario": self.scenario, "policy": str(self.agents.path)}
+        return {"ok": True, "scenario": self.scenario, "policy": str(self.agents.path),
+                "forecaster": "given" if self.forecaster else "fitted per series"}
 
 
-def application(scn: Scenario, policy_path: str | Path | None = None):
-    return XdsService.bind(scn.model_dump(), str(policy_path) if policy_path else None)
+def application(scn: Scenario, policy_path: str | Path | None = None,
+                forecaster: Forecaster | None = None):
+    """The app for one scenario: the trained agents at `policy_path` (default: the shipped
+    ones) and, when given, one fitted forecaster answering every demand series."""
+    return XdsService.bind(scn.model_dump(), str(policy_path) if policy_path else None,
+                           forecaster)
 
 
 def build(args: dict):
@@ -120,7 +131,7 @@ def build(args: dict):
 def start(address: str | None, policy_path: str | Path | None, scn: Scenario,
           port: int = 8000) -> str:
     """Deploy on the Ray cluster (connecting first) and return the base URL once healthy."""
-    from xdscheduler.runtime.study import connect
+    from xdscheduler.ray_cluster import connect
 
     connect(address)
     serve.start(http_options={"host": "127.0.0.1", "port": port})

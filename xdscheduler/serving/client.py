@@ -1,5 +1,6 @@
-"""The controller's side of `POST /policy/act`: it searches the candidates itself and asks the
-endpoint for each agent's step, over one keep-alive HTTP connection per controller."""
+"""The controller's side of the endpoints: `POST /policy/act` (it searches the candidates itself
+and asks the endpoint for each agent's step) and `POST /forecast`, over one keep-alive HTTP
+connection per controller. The served `ppo` policy registers here (`SERVED_POLICIES`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import json
 from urllib.parse import urlparse
 
 from xdscheduler.errors import UserError
+from xdscheduler.forecast.service import ForecastRequest, ForecastResponse
 from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.view import ClusterView
+from xdscheduler.rl.agents import AgentDecision, PPOPolicy, Step, decide
 from xdscheduler.scenario import Weights
 from xdscheduler.serving.schemas import DecideRequest, job_in, placement_from, state_of
 
@@ -21,6 +24,9 @@ class PolicyClient:
             raise UserError(f"--serve-url must look like http://HOST:PORT, got {url!r}")
         self.host, self.port, self.timeout_s = u.hostname, u.port or 80, timeout_s
         self.conn: http.client.HTTPConnection | None = None
+
+    def __getstate__(self) -> dict:  # a copy (or a snapshot) opens a connection of its own
+        return {**self.__dict__, "conn": None}
 
     def post(self, path: str, body: str) -> dict:
         for attempt in range(2):  # one reconnect: keep-alive connections get closed
@@ -42,20 +48,17 @@ class PolicyClient:
             return json.loads(data)
         raise AssertionError("unreachable")
 
-    def step(self, agent: str, obs: dict, options: dict[int, dict]):
+    def step(self, agent: str, obs: dict, options: dict[int, dict]) -> Step:
         """One agent's step by the endpoint (the same contract as `Agents.step`)."""
-        from xdscheduler.rl.agents import Step
-
         body = {"agent": agent, "observation": {k: v.tolist() for k, v in obs.items()},
                 "choices": [{"index": i, **o} for i, o in options.items()]}
         out = self.post("/policy/act", json.dumps(body))
         return Step(agent, out["choice"], out["probabilities"],
                     [r["index"] for r in out["ranking"]], out["explanation"])
 
-    def decide(self, job: JobSpec, view: ClusterView, queue_len: int, now_s: float = 0.0):
+    def decide(self, job: JobSpec, view: ClusterView, queue_len: int,
+               now_s: float = 0.0) -> AgentDecision | None:
         """A whole decision by `POST /policy/decide` (the search runs in the endpoint)."""
-        from xdscheduler.rl.agents import Verdict
-
         domains, links = state_of(view)
         req = DecideRequest(job=job_in(job), domains=domains, links=links, queue_len=queue_len,
                             now_s=now_s)
@@ -64,14 +67,29 @@ class PolicyClient:
             return None
         placement = None if out["decision"] is None else placement_from(
             job.name, out["decision"], view, out["explanation"]["summary"], out["decision_ms"])
-        return Verdict(job.name, placement, out["alternatives"], out["explanation"],
-                       out["decision_ms"])
+        return AgentDecision(job.name, placement, out["alternatives"], out["explanation"],
+                             out["decision_ms"])
 
 
-def served_policy(weights: Weights, url: str):
+class ForecastClient:
+    """A demand forecaster behind `POST /forecast` (`sim.demand.DemandForecaster`)."""
+
+    source = "http"
+
+    def __init__(self, url: str):
+        self.client = PolicyClient(url)
+
+    def answer(self, request: ForecastRequest) -> ForecastResponse:
+        return ForecastResponse.model_validate(
+            self.client.post("/forecast", request.model_dump_json()))
+
+
+def served_policy(weights: Weights, url: str) -> PPOPolicy:
     """The `ppo` policy with the agents' steps taken by the endpoint at `url`."""
-    from xdscheduler.rl.agents import PPOPolicy, decide
-
     client = PolicyClient(url)
     return PPOPolicy(weights, lambda job, view, q, now: decide(client, weights, job, view, q,
                                                                now))
+
+
+# The registry's entries from this layer, used when a policy is to decide through `serve_url`.
+SERVED_POLICIES = {"ppo": lambda weights, options: served_policy(weights, options["serve_url"])}

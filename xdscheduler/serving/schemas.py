@@ -16,20 +16,16 @@ from dataclasses import replace
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from xdscheduler.catalog import ModelArch
 from xdscheduler.costmodel.plan import Plan
 from xdscheduler.errors import UserError
 from xdscheduler.perception.graph import INDICATOR_NAMES
-from xdscheduler.planner.policies import Placement
+from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.view import ClusterView
-from xdscheduler.scenario import Architecture, GpuRequest, Job
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+from xdscheduler.scenario import Architecture, GpuRequest, Job, Strict
 
 
 class JobIn(Strict):
@@ -189,14 +185,13 @@ def view_of(base: ClusterView, domains: list[DomainIn], links: list[LinkIn]) -> 
 def placement_json(p: Placement, view: ClusterView) -> dict:
     return {"kind": p.kind, "domains": [view.names[i] for i in p.domains], "gpus": list(p.gpus),
             "plan": p.plan.as_dict(), "flat_dp": p.flat_dp,
-            "held": [view.names[i] for i in p.held]}
+            "keep_off": [view.names[i] for i in p.keep_off]}
 
 
 def placement_from(job: str, decision: dict, view: ClusterView, explanation: str,
                    decision_ms: float) -> Placement:
     return Placement(job, decision["kind"], tuple(view.names.index(n) for n in decision["domains"]),
-                     tuple(decision["gpus"]), Plan(**decision["plan"]),
+                     tuple(decision["gpus"]), Plan(**decision["plan"]), tuple(decision["domains"]),
                      flat_dp=decision["flat_dp"],
-                     held=tuple(view.names.index(n) for n in decision.get("held", ())),
-                     explanation=explanation,
-                     decision_ms=decision_ms)
+                     keep_off=tuple(view.names.index(n) for n in decision.get("keep_off", ())),
+                     explanation=explanation, decision_ms=decision_ms)

@@ -8,7 +8,8 @@ import pandas as pd
 from xdscheduler.planner.search import JobSpec, ideal_tokens_per_s
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Weights
-from xdscheduler.sim.engine import Results
+from xdscheduler.sim.measurement import Action, Results, percentile
+from xdscheduler.sim.records import PolicyMetrics
 
 
 def job_efficiency(ideal_s, taken_s):
@@ -22,8 +23,8 @@ def ideal_rates(specs: list[JobSpec], view: ClusterView) -> dict[str, float]:
     return {spec.name: ideal_tokens_per_s(spec, view) for spec in specs}
 
 
-def _pct(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q)) if values else float("nan")
+def _mean(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
 
 
 def utilization_while_arriving(res: Results, horizon_s: float) -> float:
@@ -37,7 +38,7 @@ def utilization_while_arriving(res: Results, horizon_s: float) -> float:
 
 
 def summarise(res: Results, weights: Weights, ideal: dict[str, float],
-              gpu_price_per_hour: float, horizon_s: float) -> dict:
+              gpu_price_per_hour: float, horizon_s: float) -> PolicyMetrics:
     done = [r for r in res.jobs if r.end_s is not None]
     # A job still unfinished when the study stops counts with the time it has waited so far.
     jct = [(r.end_s if r.end_s is not None else res.end_s) - r.arrival_s for r in res.jobs]
@@ -54,31 +55,21 @@ def summarise(res: Results, weights: Weights, ideal: dict[str, float],
     cost = wan_cost / gpu_bill if gpu_bill else 0.0
     objective = (weights.efficiency * (float(np.mean(efficiency)) if efficiency else 0.0)
                  + weights.utilization * utilization - weights.cost * cost)
-    ms = [d.decision_ms for d in res.decisions if d.action != "requeue"]
-    return {
-        "mean_jct_s": float(np.mean(jct)) if jct else float("nan"),
-        "p95_jct_s": _pct(jct, 95),
-        "makespan_s": max((r.end_s for r in done), default=float("nan"))
+    ms = [d.decision_ms for d in res.decisions if d.action != Action.REQUEUE]
+    return PolicyMetrics(
+        mean_jct_s=_mean(jct), p95_jct_s=percentile(jct, 95),
+        makespan_s=max((r.end_s for r in done), default=None)
         if len(done) == len(res.jobs) else res.end_s,
-        "avg_utilization": utilization,
-        "mean_queue_s": float(np.mean(queue)) if queue else float("nan"),
-        "jobs_completed": len(done),
-        "jobs_total": len(res.jobs),
-        "jobs_unfinished": len(res.jobs) - len(done),
-        "cross_domain_gb": wan_gb,
-        "cross_domain_cost": wan_cost,
-        "decision_ms_p50": _pct(ms, 50),
-        "decision_ms_p99": _pct(ms, 99),
-        "decisions": len(res.decisions),
-        "replans": sum(r.replans for r in res.jobs),
-        "requeues": sum(r.requeues for r in res.jobs),
-        "rejected_samples": res.rejected_samples,
-        "domains_down": sorted(res.down),
-        "mean_efficiency": float(np.mean(efficiency)) if efficiency else 0.0,
-        "wan_cost_over_gpu_cost": cost,
-        "objective": objective,
-        "wall_s": res.wall_s,
-    }
+        avg_utilization=utilization, mean_queue_s=_mean(queue),
+        jobs_completed=len(done), jobs_total=len(res.jobs),
+        jobs_unfinished=len(res.jobs) - len(done),
+        cross_domain_gb=wan_gb, cross_domain_cost_usd=wan_cost,
+        decision_ms_p50=percentile(ms, 50), decision_ms_p99=percentile(ms, 99),
+        decisions=len(res.decisions), replans=sum(r.replans for r in res.jobs),
+        requeues=sum(r.requeues for r in res.jobs), rejected_samples=res.rejected_samples,
+        domains_down=sorted(res.down),
+        mean_efficiency=float(np.mean(efficiency)) if efficiency else 0.0,
+        wan_cost_over_gpu_cost=cost, objective=objective, wall_s=res.wall_s)
 
 
 def job_table(res: Results) -> pd.DataFrame:
@@ -94,7 +85,7 @@ def job_table(res: Results) -> pd.DataFrame:
             "gpus": p.total_gpus if p else 0,
             "domains": "+".join(res.names[d] for d in (p.domains if p else ())),
             "placement": p.kind if p else "", "cross_domain_gb": r.wan_gb,
-            "replans": r.replans, "status": r.status(),
+            "replans": r.replans, "status": str(r.state),
         })
     return pd.DataFrame(rows)
 

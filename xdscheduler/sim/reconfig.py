@@ -18,7 +18,7 @@ Where the costs come from:
   the new plan, so they stream while that step computes, as ZeRO-Offload (Ren et al. ATC'21
   §4) and ZeRO-Infinity (Rajbhandari et al. SC'21 §6) overlap optimizer-state movement with
   forward and backward. The stream gets the seconds of that step in which its accelerators'
-  NICs carry none of the step's own traffic (`stream_window_s`: the step less its optimizer
+  NICs carry none of the step's own traffic (`Estimate.stream_window_s`: the step less its optimizer
   and its DP, PP and outer-sync communication, hidden or not); what does not arrive by then
   delays the optimizer step, and counts as pause.
 - None of it can be streamed ahead of the switch: every step rewrites all of it, and over a
@@ -89,26 +89,52 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 
 from xdscheduler.costmodel.constants import DEFAULT as CALIB
 from xdscheduler.faults.checkpointing import CHECKPOINT_BYTES_PER_PARAM
-from xdscheduler.planner.policies import Placement
+from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.space import PIPELINE
 from xdscheduler.planner.view import ClusterView
-from xdscheduler.sim.recovery import percentile
+from xdscheduler.sim.measurement import percentile
+from xdscheduler.sim.records import Adjustments, Relocations, Swings
 
 COMM_INIT_S = 5.0  # MegaScale: process groups of 2,048 GPUs initialised in under 5 s
 RESTART_S = 300.0  # the old way of moving a job: save, reschedule, load and warm up again
-MAKE_BEFORE_BREAK, RESTART = "make-before-break", "restart"
 SWING_CAUSES = ("load", "rtt")  # load swings ≥ 20% and RTT rises ≥ 50%
 Spans = dict[int, list[tuple[float, float]]]  # domain -> shares of the layers it holds
 
 
+class Switch(StrEnum):
+    """How a triggered re-plan moved the job (or the engine's way of moving running jobs)."""
+
+    MAKE_BEFORE_BREAK = "make-before-break"  # prepared alongside, then one short pause
+    FALLBACK = "fallback"  # make-before-break had no room alongside: restarted instead
+    RESTART = "restart"  # the old way: save, stop, start the new plan RESTART_S later
+    KEPT = "kept"  # the plan stayed as it was
+
+
+class Relocate(StrEnum):
+    """The two ways to relocate a job to other domains."""
+
+    TRANSFER = "transfer"  # paused while the state crosses the WAN
+    CHECKPOINT = "checkpoint"  # its next checkpoint copied while it trains on
+
+
+class Phase(StrEnum):
+    """Where a relocation stands."""
+
+    WAIT = "wait"  # for the checkpoint to copy, or for the adjustment before a transfer
+    COPY = "copy"  # the checkpoint crossing the WAN
+    HELD = "held"  # the target's accelerators taken, the switch scheduled
+    DONE = "done"
+    CANCELLED = "cancelled"  # the target's accelerators gone, or the job moved or ended
+
+
 WEIGHT_BYTES_PER_PARAM = 2.0  # bf16 weights: all that forward and backward read
 OPTIMIZER_BYTES_PER_PARAM = CHECKPOINT_BYTES_PER_PARAM - WEIGHT_BYTES_PER_PARAM  # fp32 + Adam
-TRANSFER, CHECKPOINT = "transfer", "checkpoint"  # the two ways to relocate
 
 
 @dataclass(frozen=True)
@@ -129,7 +155,7 @@ class Swing:
 
     job: str
     cause: str
-    how: str  # make-before-break | restart | fallback | kept (the plan stayed)
+    how: Switch
     start_s: float
     reference: float
     swing_rate: float
@@ -179,7 +205,7 @@ class Relocation:
 
     job: str
     cause: str
-    how: str  # transfer | checkpoint
+    how: Relocate
     start_s: float  # decided
     target: Placement
     at_s: float  # when its next phase begins
@@ -192,7 +218,7 @@ class Relocation:
     stay_s: float
     gpu_s: float  # accelerator-seconds until the job finishes if moved (`gpu_seconds`),
     stay_gpu_s: float  # and if it stays
-    phase: str = "wait"  # wait -> copy (checkpoint) -> held -> done, or cancelled
+    phase: Phase = Phase.WAIT  # wait -> copy (checkpoint) -> held -> done, or cancelled
     checkpoint: float = 0.0  # tokens the copied checkpoint holds
     switch_s: float | None = None
     redone: float = 0.0  # tokens trained after that checkpoint, lost at the switch
@@ -370,23 +396,13 @@ def relayout_s(p: Placement, d: int, params: float, view: ClusterView) -> np.nda
     return np.array([weights, optimizer])
 
 
-def stream_window_s(est) -> float:
-    """Seconds of a plan's step (a one-plan StepEstimate) in which its NICs carry none of the
-    step's own traffic and the optimizer step has not begun: when optimizer state can stream."""
-    busy = sum(float(np.asarray(est.breakdown_s[k])[0] + np.asarray(est.overlapped_s.get(
-        k, 0.0))[0]) for k in ("dp_comm", "pp_comm", "sync"))
-    step = float(est.step_time_s[0])
-    return max(0.0, step - float(np.asarray(est.breakdown_s["optimizer"])[0]) - busy)
-
-
 def new_accelerators(old: Placement, new: Placement) -> dict[int, int]:
     """Accelerators the new placement needs beyond what the job holds, by domain."""
     held = old.taken
     return {d: n - held.get(d, 0) for d, n in new.taken.items() if n > held.get(d, 0)}
 
 
-def adjustment_stats(moved: list[Swing]) -> dict:
-    """Adjustments: how many, how many recovered, and their dips and recovery times."""
+def _adjustment_figures(moved: list[Swing]) -> dict:
     closed = [s for s in moved if s.end_s is not None and s.dip is not None]
     dip = [s.dip for s in closed]
     own = [s.adjustment_dip for s in closed if s.adjustment_dip is not None]
@@ -403,31 +419,35 @@ def adjustment_stats(moved: list[Swing]) -> dict:
             "recovery_s_max": percentile(rec, 100)}
 
 
-def relocation_stats(moves: list[Relocation]) -> dict:
+def adjustment_stats(moved: list[Swing]) -> Adjustments:
+    """Adjustments: how many, how many recovered, and their dips and recovery times."""
+    return Adjustments(**_adjustment_figures(moved))
+
+
+def relocation_stats(moves: list[Relocation]) -> Relocations:
     """Relocations: how many, how, what crossed the WAN, and what each lost."""
-    done = [m for m in moves if m.phase == "done"]
+    done = [m for m in moves if m.phase == Phase.DONE]
     lost = [m.lost_s for m in done]
-    return {"count": len(moves), "switched": len(done),
-            "cancelled": sum(m.phase == "cancelled" for m in moves),
-            "by_checkpoint": sum(m.how == CHECKPOINT for m in done),
-            "by_transfer": sum(m.how == TRANSFER for m in done),
-            "transfer_s_p50": percentile([m.transfer_s for m in done], 50),
-            "transfer_s_max": percentile([m.transfer_s for m in done], 100),
-            "lost_s_p50": percentile(lost, 50), "lost_s_max": percentile(lost, 100),
-            "lost_gpu_h": sum(m.lost_gpu_s for m in done) / 3600,
-            "wan_gb": sum(m.wan_gb for m in moves if m.phase != "wait"),
-            "wan_cost": sum(m.wan_cost for m in moves if m.phase != "wait")}
+    return Relocations(
+        count=len(moves), switched=len(done),
+        cancelled=sum(m.phase == Phase.CANCELLED for m in moves),
+        by_checkpoint=sum(m.how == Relocate.CHECKPOINT for m in done),
+        by_transfer=sum(m.how == Relocate.TRANSFER for m in done),
+        transfer_s_p50=percentile([m.transfer_s for m in done], 50),
+        transfer_s_max=percentile([m.transfer_s for m in done], 100),
+        lost_s_p50=percentile(lost, 50), lost_s_max=percentile(lost, 100),
+        lost_gpu_h=sum(m.lost_gpu_s for m in done) / 3600,
+        wan_gb=sum(m.wan_gb for m in moves if m.phase != Phase.WAIT),
+        wan_cost_usd=sum(m.wan_cost for m in moves if m.phase != Phase.WAIT))
 
 
 def summary(records: list[Swing], causes: tuple[str, ...] = SWING_CAUSES,
-            moves: list[Relocation] = ()) -> dict:
+            moves: list[Relocation] = ()) -> Swings:
     """The report's `swings` block: the adjustments the given causes fired (re-plans that kept
     the job on its domains), and apart from them the relocations those causes led to."""
-    moved = [s for s in records if s.cause in causes and s.how != "kept"]
-    return {
-        "causes": list(causes),
-        **adjustment_stats(moved),
-        "kept_plan": sum(s.cause in causes and s.how == "kept" for s in records),
-        "fallbacks_to_restart": sum(s.how in ("fallback", RESTART) for s in moved),
-        "relocations": relocation_stats([m for m in moves if m.cause in causes]),
-    }
+    moved = [s for s in records if s.cause in causes and s.how != Switch.KEPT]
+    return Swings(
+        causes=list(causes), **_adjustment_figures(moved),
+        kept_plan=sum(s.cause in causes and s.how == Switch.KEPT for s in records),
+        fallbacks_to_restart=sum(s.how in (Switch.FALLBACK, Switch.RESTART) for s in moved),
+        relocations=relocation_stats([m for m in moves if m.cause in causes]))

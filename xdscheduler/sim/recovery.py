@@ -1,4 +1,5 @@
-"""Faults in a study: injected at their time, noticed after the detectors' delay, recovered.
+"""Faults and recovery in a study: injected at their time, noticed after the detectors' delay,
+recovered.
 
 A node fault (crash, GPU error, straggler) stalls or slows the job on that node; once detected,
 the node is replaced from its domain's backup pool and the job restored from its last
@@ -10,14 +11,16 @@ each job stood still are recorded per incident.
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from xdscheduler.faults.checkpointing import checkpoint_cost_s
+from xdscheduler.faults.checkpointing import checkpoint_cost_s, plan_checkpoints
 from xdscheduler.faults.failure_model import GPUS_PER_NODE, FaultEvent
+from xdscheduler.sim.measurement import Action, percentile
+from xdscheduler.sim.records import FaultSummary
+from xdscheduler.sim.scheduling import with_pools
 
 WARMUP_S = 60.0  # after loading a checkpoint: rebuild communicators, warm up, first steps
 MISSED_S = 600.0  # a fault the detectors miss surfaces as a collective timeout (NCCL watchdog)
@@ -43,9 +46,12 @@ class Incident:
         return {**asdict(self), "event": self.event.to_json()}
 
 
-def restore_s(params: float, gpus: int, storage_io_gbps: float) -> float:
-    """Reading the checkpoint back (at the domain's storage bandwidth) and warming up."""
-    return checkpoint_cost_s(params, storage_io_gbps / 8) + WARMUP_S
+def restore_s(scn, r, p=None) -> float:
+    """Seconds for job r to load its checkpoint onto placement p (its own by default): read back
+    at the storage bandwidth of p's first domain, then warm up."""
+    p = r.placement if p is None else p
+    io_gbps = scn.domains[p.domains[0]].storage.io_gbps
+    return checkpoint_cost_s(r.spec.arch.params, io_gbps / 8) + WARMUP_S
 
 
 class Faults:
@@ -60,7 +66,6 @@ class Faults:
         self.spare = dict(pool)  # whole nodes in the pools now (less those out for repair)
         self.reserve = dict(pool)  # what the pools hold when every node is whole
         self.floor = dict(pool)  # from failure rates: forecast-sized pools never go below
-        self.planner = None  # a forecast.planning.DemandPlanner: pools and holds by forecast
         self.rng = np.random.default_rng(seed)
         self.todo = [(i.event.time_s, 0, k) for k, i in enumerate(self.incidents)]
         self.todo += [(i.noticed_s, 1, k) for k, i in enumerate(self.incidents)]
@@ -69,28 +74,11 @@ class Faults:
         self.todo.sort()
         self.cut: set[tuple[int, int]] = set()
 
-    def for_policy(self, name: str) -> Faults:
-        """A fresh copy for one policy's run: the same faults, and a demand series of its own
-        (a forecast service keeps one model per series, fitted on that series' history)."""
-        mine = copy.deepcopy(self)
-        if mine.planner is not None:
-            mine.planner.series = f"{self.planner.series}-{name}"
-        return mine
-
-    @property
-    def pool(self) -> dict[str, int]:
-        """What the engine holds back from placements: spare nodes and known-job holds."""
-        held = self.planner.held if self.planner else {}
-        return {d: n + held.get(d, 0) for d, n in {**held, **self.spare}.items()}
-
     def next_time(self) -> float:
         return self.todo[0][0] if self.todo else math.inf
 
     def apply(self, eng, t: float) -> None:
-        if self.planner:
-            targets = self.planner.step(eng, t)
-            if targets:
-                self._resize(targets)
+        """Every phase of every incident due by t: injection, notice, repair."""
         while self.todo and self.todo[0][0] <= t:
             _, phase, k = self.todo.pop(0)
             inc = self.incidents[k]
@@ -107,22 +95,18 @@ class Faults:
                 return
             inc.hit(r.spec.name)
             if e.kind == "straggler":
-                r.slowdown = e.slowdown
-                eng.refresh_rate(r)
+                eng.set_slowdown(r, e.slowdown)
             else:
-                r.paused_until = math.inf  # the step in flight never finishes
+                eng.pause(r, math.inf)  # the step in flight never finishes
         elif e.kind == "domain_outage":
             i = eng.names.index(e.target)
-            for r in eng.runs:
-                if r.running and i in r.placement.domains:
-                    r.paused_until = math.inf
-                    inc.hit(r.spec.name)
+            for r in [r for r in eng.active if i in r.placement.domains]:
+                eng.pause(r, math.inf)
+                inc.hit(r.spec.name)
         elif e.kind == "link_cut":
-            a, b = (eng.names.index(n) for n in e.target.split("|"))
-            for r in eng.runs:
-                if r.running and {a, b} <= set(r.placement.domains):
-                    r.paused_until = math.inf
-                    inc.hit(r.spec.name)
+            for r in _across(eng, e.target):
+                eng.pause(r, math.inf)
+                inc.hit(r.spec.name)
 
     def _notice(self, eng, inc: Incident, t: float) -> None:
         e = inc.event
@@ -133,12 +117,11 @@ class Faults:
         if e.kind == "link_cut":
             a, b = (eng.names.index(n) for n in e.target.split("|"))
             self.cut.add((a, b))
-            for r in eng.runs:
-                if r.running and {a, b} <= set(r.placement.domains):
-                    eng.recover(r, t, replace=False)
+            for r in _across(eng, e.target):
+                self.recover(eng, r, t, replace=False)
             inc.how = "link cut: jobs across it re-planned"
             return
-        r = next((x for x in eng.runs if x.spec.name == inc.job and x.running), None)
+        r = next((x for x in eng.active if x.spec.name == inc.job), None)
         if r is None:
             return
         d = e.target.split("/")[0]
@@ -147,14 +130,14 @@ class Faults:
             self.spare[d] -= GPUS_PER_NODE  # back when the node is repaired
             inc.how = (f"node replaced from {d}'s backup pool, "
                        + ("checkpoint saved and reloaded" if slow else "restored from checkpoint"))
-            r.slowdown = 1.0
-            eng.recover(r, t, replace=True, save=slow)
+            eng.set_slowdown(r, 1.0, refresh=False)  # its speed is estimated again once placed
+            self.recover(eng, r, t, replace=True, save=slow)
         elif slow:
             inc.how = "pool empty: the job runs on, slower, until the node recovers"
             inc.jobs[r.spec.name] = t  # degraded, never stopped
         else:
             inc.how = "pool empty: re-planned on what is free, restored from checkpoint"
-            eng.recover(r, t, replace=False)
+            self.recover(eng, r, t, replace=False)
 
     def _repair(self, eng, inc: Incident, t: float) -> None:
         e = inc.event
@@ -164,16 +147,14 @@ class Faults:
         elif e.kind == "straggler":
             for r in eng.runs:
                 if r.spec.name == inc.job and r.slowdown != 1.0:
-                    r.slowdown = 1.0
-                    if r.running:
-                        eng.refresh_rate(r)
+                    eng.set_slowdown(r, 1.0)
         elif e.kind == "domain_outage":
             eng.domains.set_health(eng.names.index(e.target), True)
         elif e.kind == "link_cut":
             a, b = (eng.names.index(n) for n in e.target.split("|"))
             self.cut.discard((a, b))
 
-    def _resize(self, targets: dict[str, int]) -> None:
+    def resize(self, targets: dict[str, int]) -> None:
         """New pool sizes: nodes out for repair stay owed, so a shrink may leave none spare."""
         for d, n in targets.items():
             self.spare[d] = max(self.spare.get(d, 0) + n - self.reserve.get(d, 0), 0)
@@ -182,12 +163,41 @@ class Faults:
     def _victim(self, eng, domain: str):
         """The job on the failed node: each accelerator of the domain equally likely."""
         i = eng.names.index(domain)
-        runs = [r for r in eng.runs if r.running and i in r.placement.domains]
+        runs = [r for r in eng.active if i in r.placement.domains]
         held = np.array([r.placement.taken[i] for r in runs] + [0], dtype=float)
         total = max(eng.base_view.domains[i].total_gpus, int(held.sum()))
         held[-1] = total - held[:-1].sum()  # idle or other tenants' accelerators
         k = int(self.rng.choice(len(held), p=held / held.sum()))
         return runs[k] if k < len(runs) else None
+
+    def recover(self, eng, r, t: float, replace: bool, save: bool = False) -> None:
+        """A job hit by a detected fault: back to its last checkpoint (or to now, when it is
+        alive and can `save` first), on the same placement with the failed node replaced from
+        the pool, or re-planned on what is free (pools included), or queued first in line."""
+        eng.cancel_switch(r)
+        if save:
+            r.save()
+        eng.rewind(r)
+        if replace:
+            eng.pause(r, t + restore_s(eng.scn, r) * (2 if save else 1))  # write, then read
+            self.resumed(r.spec.name, r.paused_until)
+            return
+        eng.release(r)
+        new = eng.policy.replan(r.spec, r.placement, with_pools(eng).adjust_free(
+            {i: -n for i, n in r.placement.taken.items()}))
+        r.count_replan()
+        if new is None:
+            eng.requeue(r, recovering=True)
+            return
+        eng.start(r, new, Action.RECOVER, restore=True)
+
+    def checkpoint_every_s(self, scn, r) -> float:
+        """Young/Daly: the interval that balances writing checkpoints against redoing work."""
+        p = r.placement
+        write = checkpoint_cost_s(r.spec.arch.params, scn.domains[p.domains[0]].storage.io_gbps / 8)
+        nodes = max(1, -(-p.total_gpus // GPUS_PER_NODE))
+        return plan_checkpoints(nodes, write, restore_s(scn, r),
+                                self.node_rate_per_hour).interval_s
 
     def resumed(self, job: str, t: float) -> None:
         """A job hit by open incidents runs again from `t` (after its restore)."""
@@ -195,8 +205,8 @@ class Faults:
             if inc.jobs.get(job, 0.0) is None and inc.event.time_s <= t:
                 inc.jobs[job] = t
 
-    def summary(self, runs) -> dict:
-        """The report's `faults` block (detector figures are filled in by the caller)."""
+    def summary(self, runs) -> FaultSummary:
+        """What the faults did and how the jobs recovered."""
         recovery = [max(v for v in inc.jobs.values()) - inc.event.time_s
                     for inc in self.incidents
                     if inc.jobs and all(v is not None for v in inc.jobs.values())]
@@ -205,27 +215,25 @@ class Faults:
         detected = [inc.detected_s - inc.event.time_s for inc in self.incidents
                     if inc.detected_s is not None]
         kinds = [inc.event.kind for inc in self.incidents]
-        return {
-            "injected": len(self.incidents),
-            "injected_by_kind": {k: kinds.count(k) for k in sorted(set(kinds))},
-            "detected": len(detected),
-            "jobs_hit": sum(len(inc.jobs) for inc in self.incidents),
-            "unrecovered": sum(v is None for inc in self.incidents for v in inc.jobs.values()),
-            "detection_s_p50": percentile(detected, 50),
-            "detection_s_p99": percentile(detected, 99),
-            "recovery_s_p50": percentile(recovery, 50),
-            "recovery_s_max": max(recovery) if recovery else 0.0,
-            "interrupted_s_max": max(interrupted) if interrupted else 0.0,
-            "lost_work_gpu_h": sum(r.lost_gpu_s for r in runs) / 3600,
-            "backup_pool_gpus": self.reserve,
-            "backup_pool_floor_gpus": self.floor,
-            **({"forecast": self.planner.summary()} if self.planner else {}),
-        }
+        return FaultSummary(
+            injected=len(self.incidents),
+            injected_by_kind={k: kinds.count(k) for k in sorted(set(kinds))},
+            detected=len(detected),
+            jobs_hit=sum(len(inc.jobs) for inc in self.incidents),
+            unrecovered=sum(v is None for inc in self.incidents for v in inc.jobs.values()),
+            detection_s_p50=percentile(detected, 50),
+            detection_s_p99=percentile(detected, 99),
+            recovery_s_p50=percentile(recovery, 50),
+            recovery_s_max=max(recovery) if recovery else 0.0,
+            interrupted_s_max=max(interrupted) if interrupted else 0.0,
+            lost_work_gpu_h=sum(r.lost_gpu_s for r in runs) / 3600,
+            backup_pool_gpus=dict(self.reserve), backup_pool_floor_gpus=dict(self.floor))
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """The q-th percentile of the values; None where there are none."""
-    return float(np.percentile(values, q)) if values else None
+def _across(eng, link: str) -> list:
+    """Running jobs with both ends of the link `a|b` among their domains."""
+    a, b = (eng.names.index(n) for n in link.split("|"))
+    return [r for r in eng.active if {a, b} <= set(r.placement.domains)]
 
 
 MAX_POOL_SHARE = 0.125  # never hold back more than an eighth of a domain
@@ -248,16 +256,12 @@ def backup_pool(scn, node_rate_per_hour: float, repair_h: float, quantile: float
     return out
 
 
-def study_faults(scn, seed: int, hours: float, scale: float, forecast_url: str | None = None
-                 ) -> Faults:
+def study_faults(scn, seed: int, hours: float, scale: float) -> Faults:
     """The study's faults: published rates × scale, each fault's detection delay measured by
-    running the detectors on its simulated heartbeat and log streams, and the backup pools:
-    sized from failure rates, then resized every hour from the demand forecast, which also
-    pre-allocates for the scenario's announced jobs (`forecast_url`: ask a running Serve app's
-    POST /forecast rather than the forecaster in process)."""
+    running the detectors on its simulated heartbeat and log streams, and the backup pools
+    sized from failure rates (the floor of the demand forecast's pools, `sim.demand`)."""
     from xdscheduler.faults.bench import detection_delay_s, fit_log_model
     from xdscheduler.faults.failure_model import NODE_REPAIR_S, Cluster, FailureModel
-    from xdscheduler.forecast.planning import DemandPlanner
 
     model = FailureModel(scale=scale)
     events = model.generate(Cluster.of_scenario(scn), hours * 3600, seed)
@@ -267,9 +271,7 @@ def study_faults(scn, seed: int, hours: float, scale: float, forecast_url: str |
     rate = model.node_per_hour * scale
     repair_h = float(np.mean(NODE_REPAIR_S)) / 3600
     replaced = (model.node_per_hour + model.straggler_per_node_hour) * scale
-    out = Faults(events, delays, backup_pool(scn, replaced, repair_h), rate, seed)
-    out.planner = DemandPlanner(dict(out.floor), {j.name for j in scn.jobs}, forecast_url, seed)
-    return out
+    return Faults(events, delays, backup_pool(scn, replaced, repair_h), rate, seed)
 
 
 def false_alarms(trials: int, seed: int) -> int:

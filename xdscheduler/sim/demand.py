@@ -1,4 +1,4 @@
-"""The controller's use of the demand forecast: backup pools and pre-allocation for known jobs.
+"""Demand planning in a study: the demand forecast's backup pools and holds for known jobs.
 
 Once per simulated hour the controller forecasts its own demand (GPUs held by running jobs plus
 GPUs asked for by queued ones, recorded every STEP_MIN minutes) with the jobs it knows:
@@ -14,20 +14,33 @@ workload) hold their minimum from their arrival. From the answer it:
   before a job's arrival its minimum is held back from other jobs (largest free domains first)
   and given back the moment it arrives, so it does not queue behind jobs placed just before.
 
-The forecaster is `forecast.service.FittedOnHistory` in process, or `POST /forecast` of the
-Serve application when the study runs with `--serve`; both fit the same history model on the
-history each request carries (once FIT_DAYS of it exist, again each simulated day;
-persistence with the day's spread before), so both answer alike.
+The forecaster is anything that answers a `ForecastRequest`: `forecast.service.FittedOnHistory`
+in process (the default), or `POST /forecast` of the Serve application when the study runs with
+`--serve` (`serving.client.ForecastClient`); both fit the same history model on the history each
+request carries (once FIT_DAYS of it exist, again each simulated day; persistence with the day's
+spread before), so both answer alike.
 """
 
 from __future__ import annotations
 
-import json
+import copy
 import math
 import uuid
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import pandas as pd
+
+from xdscheduler.faults.failure_model import GPUS_PER_NODE
+from xdscheduler.forecast.service import (
+    FittedOnHistory,
+    ForecastRequest,
+    ForecastResponse,
+    KnownJobIn,
+)
+from xdscheduler.forecast.structure import KnownJob
+from xdscheduler.sim.records import Forecast
+from xdscheduler.sim.recovery import MAX_POOL_SHARE
 
 STEP_MIN = 10  # demand history resolution: the forecaster's shortest horizon
 CONSULT_S = 3600.0  # the controller consults the forecast once per simulated hour
@@ -36,28 +49,44 @@ PREALLOC_LEAD_S = 600.0  # hold for a known job from 10 minutes before it arrive
 HISTORY_DAYS = 28  # demand history sent with each consultation: what the model is fitted on
 
 
+class DemandForecaster(Protocol):
+    """Answers demand forecast requests (in process, or over HTTP)."""
+
+    def answer(self, request: ForecastRequest) -> ForecastResponse: ...
+
+    @property
+    def source(self) -> str:
+        """What the last answer came from, for the report."""
+
+
 @dataclass
 class DemandPlanner:
     """Forecast-driven pools and holds for one study's controller."""
 
-    floor: dict[str, int]  # failure-rate pools: never below these
+    floor: dict[str, int]  # failure-rate pools: never below these ({}: no pools)
     known: set[str]  # jobs announced in the scenario (arrival times known)
-    url: str | None = None  # POST /forecast of a running Serve app; None: in process
+    # The model fitted on the history sent, in process; over HTTP the Serve app keeps one per
+    # `series`.
+    forecaster: DemandForecaster = field(default_factory=lambda: FittedOnHistory(HORIZONS_MIN))
     seed: int = 0
     history: list[float] = field(default_factory=list)  # demand, GPUs, every STEP_MIN
     next_record_s: float = 0.0
     next_consult_s: float = 0.0
-    # In process: the model fitted on the history sent (forecast.service.FittedOnHistory);
-    # over HTTP the Serve app keeps one per `series`.
-    model: object | None = None
     series: str = field(default_factory=lambda: uuid.uuid4().hex)
     coming: dict[str, float] = field(default_factory=dict)  # known job -> arrival time (s)
     holds: dict[str, dict[str, int]] = field(default_factory=dict)  # job -> domain -> GPUs
     log: list[dict] = field(default_factory=list)  # every consultation
     preallocated: dict[str, dict] = field(default_factory=dict)  # job -> what was held, when
 
+    def for_policy(self, name: str) -> DemandPlanner:
+        """A fresh copy for one policy's run: a demand series of its own (a forecast service
+        keeps one model per series, fitted on that series' history)."""
+        mine = copy.deepcopy(self)
+        mine.series = f"{self.series}-{name}"
+        return mine
+
     @property
-    def held(self) -> dict[str, int]:
+    def holding(self) -> dict[str, int]:
         """Accelerators held for coming known jobs, by domain."""
         out: dict[str, int] = {}
         for by_domain in self.holds.values():
@@ -83,43 +112,28 @@ class DemandPlanner:
         return self._consult(eng, t)
 
     def _consult(self, eng, t: float) -> dict[str, int]:
-        from xdscheduler.forecast.service import ForecastRequest, JobIn
-
         jobs = known_jobs(eng, self.known, t, max(HORIZONS_MIN))
         req = ForecastRequest(history=self.history[-(1440 // STEP_MIN) * HISTORY_DAYS :],
                               step_min=STEP_MIN,
                               end_time=pd.Timestamp("2024-01-01") + pd.Timedelta(seconds=t),
-                              known_jobs=[JobIn.from_known(j) for j in jobs],
+                              known_jobs=[KnownJobIn.from_known(j) for j in jobs],
                               series=self.series, seed=self.seed)
-        out, source = self._ask(req, t)
+        out = self.forecaster.answer(req)
         self.coming = {j.name: t + j.start_s for j in jobs if j.start_s > 0}
-        hour = out["horizons"][-1]
+        hour = out.horizons[-1]
         capacity = sum(d.total_gpus for d in eng.base_view.domains
                        if d.name not in eng.down)
-        idle95 = max(capacity - hour["hi95"] - sum(self.held.values()), 0.0)
-        pools = pool_targets(eng, self.floor, min(out["backup_pool_gpus"], idle95))
+        idle95 = max(capacity - hour.hi95 - sum(self.holding.values()), 0.0)
+        pools = pool_targets(eng, self.floor, min(out.backup_pool_gpus, idle95))
         self.log.append({
-            "time_s": t, "source": source, "demand_gpus": req.history[-1],
-            "mean_10m_gpus": out["horizons"][0]["mean"], "mean_1h_gpus": hour["mean"],
-            "hi95_1h_gpus": hour["hi95"], "known_jobs": len(jobs),
-            "backup_pool_gpus": out["backup_pool_gpus"],
-            "preallocate_gpus": out["preallocate_gpus"], "coming": sorted(self.coming),
+            "time_s": t, "source": self.forecaster.source, "demand_gpus": req.history[-1],
+            "mean_10m_gpus": out.horizons[0].mean, "mean_1h_gpus": hour.mean,
+            "hi95_1h_gpus": hour.hi95, "known_jobs": len(jobs),
+            "backup_pool_gpus": out.backup_pool_gpus,
+            "preallocate_gpus": out.preallocate_gpus, "coming": sorted(self.coming),
             "pools_gpus": dict(pools),
         })
         return pools
-
-    def _ask(self, req, t: float) -> tuple[dict, str]:
-        """The forecast, over HTTP when a Serve app runs, else in process."""
-        if self.url:
-            from xdscheduler.serving.client import PolicyClient
-
-            return PolicyClient(self.url).post("/forecast", req.model_dump_json()), "http"
-        from xdscheduler.forecast.service import FittedOnHistory
-
-        if self.model is None:
-            self.model = FittedOnHistory(HORIZONS_MIN)
-        res = json.loads(self.model.answer(req).model_dump_json())
-        return res, "history model" if self.model.forecaster is not None else "persistence"
 
     def _hold(self, eng, t: float) -> None:
         """Hold a coming known job's minimum from PREALLOC_LEAD_S before it arrives."""
@@ -140,21 +154,17 @@ class DemandPlanner:
                                        "held_gpus": sum(take.values()),
                                        "wanted_gpus": run.spec.gpus_min, "released_s": None}
 
-    def summary(self) -> dict:
+    def summary(self) -> Forecast:
         pools = [sum(e["pools_gpus"].values()) for e in self.log]
-        return {
-            "consults": len(self.log),
-            "source": sorted({e["source"] for e in self.log}),
-            "pool_gpus_min": min(pools, default=0), "pool_gpus_max": max(pools, default=0),
-            "preallocated": self.preallocated,
-            "timeline": self.log,
-        }
+        return Forecast(consults=len(self.log), source=sorted({e["source"] for e in self.log}),
+                        pool_gpus_min=min(pools, default=0), pool_gpus_max=max(pools, default=0),
+                        preallocated=self.preallocated, timeline=self.log)
 
 
 def demand_gpus(eng) -> float:
     """Running + pending, as in the public traces: accelerators held by running jobs (and
     by plans being prepared) plus the minimum each queued job asks for."""
-    held = sum(r.placement.total_gpus + sum(r.preparing.values()) for r in eng.runs if r.running)
+    held = sum(r.held_gpus for r in eng.active)
     return float(held + sum(r.spec.gpus_min for r in eng.queue))
 
 
@@ -166,14 +176,11 @@ def known_jobs(eng, known: set[str], t: float, horizon_min: float) -> list:
     """Running jobs free their accelerators when their tokens are trained at today's rate;
     announced jobs arriving within the horizon hold their minimum from arrival on (training
     jobs outlast the hour)."""
-    from xdscheduler.forecast.structure import KnownJob
-
     out = []
-    for r in eng.runs:
-        if r.running:
-            left = (r.tokens - r.done) / r.rate if r.rate > 0 else math.inf
-            finish = max(r.paused_until - t, 0.0) + left
-            out.append(KnownJob(r.spec.name, r.placement.total_gpus, min(finish, 1e9)))
+    for r in eng.active:
+        left = (r.tokens - r.done) / r.rate if r.rate > 0 else math.inf
+        finish = max(r.paused_until - t, 0.0) + left
+        out.append(KnownJob(r.spec.name, r.placement.total_gpus, min(finish, 1e9)))
     for r in eng.pending:
         if r.spec.name in known and 0 < r.arrival_s - t <= horizon_min * 60:
             start = r.arrival_s - t
@@ -184,9 +191,6 @@ def known_jobs(eng, known: set[str], t: float, horizon_min: float) -> list:
 def pool_targets(eng, floor: dict[str, int], extra_gpus: float) -> dict[str, int]:
     """The failure-rate floor plus the forecast's spare, split over the domains up by size in
     whole nodes, capped at MAX_POOL_SHARE of each domain (and never below the floor)."""
-    from xdscheduler.faults.failure_model import GPUS_PER_NODE
-    from xdscheduler.sim.recovery import MAX_POOL_SHARE
-
     domains = [d for d in eng.base_view.domains if d.name in floor]
     total = sum(d.total_gpus for d in domains) or 1
     out = {}

@@ -1,0 +1,99 @@
+"""The engine split changed no figure: reports and engine runs equal those of the commit before it
+(tests/golden, made by that commit), figure for figure."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.report_parity import differences
+from xdscheduler.faults.failure_model import FaultEvent
+from xdscheduler.registry import make_policy, names
+from xdscheduler.report.writer import report_json
+from xdscheduler.runtime.study import run_here, run_study
+from xdscheduler.scenario import default_scenario_path, load_scenario
+from xdscheduler.sim.inputs import study_dynamics, study_jobs
+from xdscheduler.sim.reconfig import Switch
+from xdscheduler.sim.recovery import Faults
+from xdscheduler.sim.swings import inject_swings
+
+from .conftest import small_scenario
+
+GOLDEN = Path(__file__).parent / "golden"
+
+def same_report(tmp_path: Path, golden: str, scn, hours: float, seed: int,
+                faults: float | None = None) -> None:
+    report = run_study(scn, names(), hours, seed, tmp_path, local=True, show_progress=False,
+                       faults=faults)
+    expected = json.loads((GOLDEN / golden).read_text())
+    assert not differences(expected, report_json(report))
+
+
+def test_a_faulty_study_reports_what_it_did_before(tmp_path):
+    same_report(tmp_path, "study_three_domains_faults200_seed4_3h.report.json",
+                small_scenario(), 3.0, 4, faults=200.0)
+
+
+@pytest.mark.slow
+def test_the_default_study_reports_what_it_did_before(tmp_path):
+    same_report(tmp_path, "study_five_domains_seed7_4h.report.json",
+                load_scenario(default_scenario_path()), 4.0, 7)
+
+
+@pytest.mark.slow
+def test_a_study_at_sixty_times_the_failure_rates_reports_what_it_did_before(tmp_path):
+    same_report(tmp_path, "study_five_domains_faults60_seed5_3h.report.json",
+                load_scenario(default_scenario_path()), 3.0, 5, faults=60.0)
+
+
+def digest(res) -> dict:
+    """What the engine did: every job's life, the decision log, swings and relocations."""
+    return {
+        "jobs": [[r.spec.name, r.start_s, r.end_s, r.done, r.replans, r.requeues, r.wan_gb,
+                  r.lost_gpu_s] for r in res.jobs],
+        "decisions": [[d.time_s, d.job, str(d.action)] for d in res.decisions],
+        "swings": [[s.job, s.cause, str(s.how), s.start_s, s.end_s] for s in res.swings],
+        "relocations": [[m.job, str(m.how), str(m.phase), m.switch_s, m.lost_s]
+                        for m in res.relocations],
+        "busy_gpu_s": res.busy_gpu_s, "end_s": res.end_s, "down": res.down}
+
+
+FAULTS = [FaultEvent(3600.0, "node_crash", "east/n0", 1800.0),
+          FaultEvent(4000.0, "straggler", "east/n1", 1200.0, slowdown=2.0),
+          FaultEvent(5000.0, "node_crash", "west/n2", 1800.0),
+          FaultEvent(7200.0, "link_cut", "east|west", 900.0),
+          FaultEvent(9000.0, "domain_outage", "north", 1200.0),
+          FaultEvent(9500.0, "domain_outage", "east", 600.0)]
+
+
+def test_hand_injected_faults_play_out_as_before():
+    scn = small_scenario()
+    got = {}
+    for name in ("planner", "greedy-cross-domain"):
+        faults = Faults(FAULTS, [2.0] * len(FAULTS), {d.name: 16 for d in scn.domains}, 1e-3)
+        res = run_here(scn, study_jobs(scn, 4.0, 2), make_policy(name, scn.weights),
+                       study_dynamics(scn, 2, 4.0), 4.0, faults=faults)
+        got[name] = {**digest(res), "incidents": [[i.how, i.jobs] for i in faults.incidents]}
+    expected = json.loads((GOLDEN / "engine_faults_small_seed2_4h.json").read_text())
+    assert not differences(expected, json.loads(json.dumps(got)))
+
+
+def test_swings_and_relocations_play_out_as_before():
+    scn = load_scenario(default_scenario_path())
+    dyn, _ = inject_swings(study_dynamics(scn, 8, 4.0), 8, 1800.0, until_s=4 * 3600)
+    got = {str(mode): digest(run_here(scn, study_jobs(scn, 4.0, 8),
+                                      make_policy("planner", scn.weights), dyn, 4.0,
+                                      replan=mode))
+           for mode in (Switch.MAKE_BEFORE_BREAK, Switch.RESTART)}
+    expected = json.loads((GOLDEN / "engine_swings_five_domains_seed8_4h.json").read_text())
+    assert not differences(expected, json.loads(json.dumps(got)))
+
+
+def test_a_difference_is_found():
+    """The comparison can fail: a changed figure, and a key that appeared, are both seen."""
+    assert differences({"a": 1.0, "b": [1, 2]}, {"a": 1.0 + 1e-6, "b": [1, 2]}) == [
+        ".a: 1.0 then, 1.000001 now"]
+    assert differences({"a": 1.0}, {"a": 1.0, "c": 3}) == [".c: None then, 3 now"]
+    assert not differences({"cross_domain_cost": 2.0, "wall_s": 1}, {"cross_domain_cost_usd": 2.0})

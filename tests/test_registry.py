@@ -1,0 +1,35 @@
+"""The policy registry: every policy by name, from the layer that owns it."""
+
+from __future__ import annotations
+
+import pytest
+
+from xdscheduler.errors import UserError
+from xdscheduler.planner.policies import GreedyCrossDomain, PlannerPolicy, SingleDomain
+from xdscheduler.registry import PolicyOptions, make_policy, names
+from xdscheduler.scenario import Weights
+
+
+def test_each_layer_registers_its_own_policies_in_order():
+    assert names() == ["single-domain", "greedy-cross-domain", "planner", "ppo"]
+    made = {n: make_policy(n, Weights()) for n in names()[:3]}
+    assert isinstance(made["single-domain"], SingleDomain)
+    assert isinstance(made["greedy-cross-domain"], GreedyCrossDomain)
+    assert isinstance(made["planner"], PlannerPolicy)
+    assert all(p.name == n for n, p in made.items())
+
+
+def test_a_serve_url_makes_the_served_policy_where_there_is_one():
+    from xdscheduler.rl.agents import PPOPolicy
+
+    served = make_policy("ppo", Weights(), {"serve_url": "http://127.0.0.1:9"})
+    assert isinstance(served, PPOPolicy)  # its steps go to the endpoint, when it decides
+    assert isinstance(make_policy("planner", Weights(), {"serve_url": "http://127.0.0.1:9"}),
+                      PlannerPolicy)  # no served planner: the one in process
+
+
+def test_unknown_names_and_options_are_refused_clearly():
+    with pytest.raises(UserError, match="unknown policies fifo; known: single-domain"):
+        make_policy("fifo", Weights())
+    with pytest.raises(ValueError, match="servce_url"):
+        PolicyOptions.model_validate({"servce_url": "http://x"})

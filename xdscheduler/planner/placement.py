@@ -1,0 +1,118 @@
+"""The one placement type: where a job runs, how it is split, and what the model predicts for it.
+
+The search returns placements, policies hand them to the engine, the agents choose among them
+and the endpoints send them as JSON. A placement from the search carries its estimate, so the
+engine starts a job at the speed the search predicted without estimating it again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xdscheduler.costmodel.plan import Plan
+from xdscheduler.planner.objective import Objective
+from xdscheduler.planner.space import PIPELINE, SINGLE
+
+COMMUNICATION = ("dp_comm", "pp_comm", "sync")  # the parts of a step that use the NICs
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What the cost model predicts for one placement under the links it was estimated on."""
+
+    step_time_s: float
+    breakdown_s: dict[str, float]  # exposed seconds per part of the step
+    overlapped_s: dict[str, float]  # communication hidden behind compute
+    memory_gib_per_gpu: float
+    cross_domain_bytes_per_step: float  # all WAN links, both directions
+    wan_price_per_gb: float  # mean price over the links its traffic uses
+    tokens_per_step: float
+    objective: Objective | None = None  # scored by the search; None where only estimated
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_time_s
+
+    @property
+    def cross_domain_gb_per_step(self) -> float:
+        return self.cross_domain_bytes_per_step / 1e9
+
+    @property
+    def stream_window_s(self) -> float:
+        """Seconds of a step in which the NICs carry none of the step's own traffic and the
+        optimizer step has not begun: when optimizer state moved by a re-plan can stream."""
+        busy = sum(self.breakdown_s[k] + self.overlapped_s.get(k, 0.0) for k in COMMUNICATION)
+        return max(0.0, self.step_time_s - self.breakdown_s["optimizer"] - busy)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A job's domains (indices into the view, in stage order for a pipeline), the accelerators
+    it takes in each, and its parallel plan."""
+
+    job: str
+    kind: str  # SINGLE, PIPELINE or DATA
+    domains: tuple[int, ...]
+    gpus: tuple[int, ...]  # accelerators taken in each of those domains
+    plan: Plan
+    names: tuple[str, ...] = ()  # the domains' names, in the same order
+    estimate: Estimate | None = field(default=None, compare=False)
+    flat_dp: bool = False  # one flat data-parallel ring over the WAN (the greedy baseline)
+    keep_off: tuple[int, ...] = ()  # domains the job stays off, now and when re-planned
+    explanation: str = field(default="", compare=False)  # why; not what
+    decision_ms: float = field(default=0.0, compare=False)
+
+    @property
+    def objective(self) -> Objective | None:
+        return self.estimate.objective if self.estimate is not None else None
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(self.gpus)
+
+    @property
+    def taken(self) -> dict[int, int]:
+        """Accelerators held, by domain index."""
+        return dict(zip(self.domains, self.gpus, strict=True))
+
+    @property
+    def gpus_per_domain(self) -> dict[str, int]:
+        return dict(zip(self.names, self.gpus, strict=True))
+
+    @property
+    def stage_to_domain(self) -> list[str]:
+        """The domain of each pipeline stage (a replicated job's domains joined by '+')."""
+        p = self.plan
+        if self.kind == PIPELINE:
+            per_stage = p.dp * p.tp * p.cp
+            return [n for n, g in zip(self.names, self.gpus, strict=True)
+                    for _ in range(g // per_stage)]
+        return [self.names[0] if self.kind == SINGLE else "+".join(self.names)] * p.pp
+
+    @property
+    def shape(self) -> tuple:
+        """Where and how it is split, without the finer plan choices."""
+        return (self.kind, tuple(self.stage_to_domain), self.plan.dp, self.plan.tp, self.plan.pp)
+
+    def same_as(self, other: Placement | None) -> bool:
+        """The same domains, accelerators and plan (what a re-plan would change)."""
+        return other is not None and (self.domains, self.gpus, self.plan) == (
+            other.domains, other.gpus, other.plan)
+
+    def to_json(self) -> dict:
+        """The plan, the predicted step and the objective terms, for people and endpoints."""
+        plan = self.plan.as_dict()
+        vp = plan.pop("vp")
+        out = {"plan": {**plan, "vp": vp, "placement": self.kind,
+                        "stage_to_domain": self.stage_to_domain,
+                        "gpus_per_domain": self.gpus_per_domain}}
+        est = self.estimate
+        if est is not None:
+            out.update({
+                "predicted_step_time_s": est.step_time_s, "tokens_per_s": est.tokens_per_s,
+                "breakdown_s": est.breakdown_s, "overlapped_s": est.overlapped_s,
+                "memory_gib_per_gpu": est.memory_gib_per_gpu,
+                "cross_domain_gb_per_step": est.cross_domain_gb_per_step})
+            if est.objective is not None:
+                out["objective"] = est.objective.as_dict()
+        return out

@@ -1,0 +1,61 @@
+"""The policy registry: every scheduling policy by name, from the layer that owns it.
+
+Each layer lists its own policies in a `POLICIES` dict (name -> factory(weights, options)): the
+rule-based ones in `planner.policies`, the trained agents in `rl.agents`; `serving.client` lists
+in `SERVED_POLICIES` the ones that can decide through an HTTP endpoint instead. The registry
+sits above them all and the engine below: it receives a policy and never imports one. The
+providers load no torch and no Ray until one of their policies is made.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from xdscheduler.errors import UserError
+from xdscheduler.planner.policy import Policy
+from xdscheduler.scenario import Strict, Weights
+
+# Provider modules, in the order their policies are listed; each has a `POLICIES` dict.
+PROVIDERS = ("xdscheduler.planner.policies", "xdscheduler.rl.agents")
+SERVED = "xdscheduler.serving.client"  # its `SERVED_POLICIES` decide through `serve_url`
+
+
+def _registered() -> dict:
+    """name -> factory, every provider's, in order."""
+    out: dict = {}
+    for module in PROVIDERS:
+        out.update(importlib.import_module(module).POLICIES)
+    return out
+
+
+class PolicyOptions(Strict):
+    """How a policy is made beyond its name and weights."""
+
+    policy_path: Path | None = None
+    """Trained modules for the agents (default: the shipped ones)."""
+    serve_url: str | None = None
+    """Decide through the endpoint at this URL instead of in this process, where the policy can."""
+
+
+def names() -> list[str]:
+    """Every registered policy, in the order a study runs them by default."""
+    return list(_registered())
+
+
+def check(policies: list[str]) -> None:
+    """Refuse names that are not registered, naming those that are."""
+    known = names()
+    unknown = [p for p in policies if p not in known]
+    if unknown:
+        raise UserError(f"unknown policies {', '.join(unknown)}; known: {', '.join(known)}")
+
+
+def make_policy(name: str, weights: Weights, options: PolicyOptions | dict | None = None
+                ) -> Policy:
+    """The policy registered under `name`, deciding by `weights`."""
+    check([name])
+    opts = PolicyOptions.model_validate(options or {})
+    served = importlib.import_module(SERVED).SERVED_POLICIES if opts.serve_url else {}
+    factory = served.get(name) or _registered()[name]
+    return factory(weights, opts.model_dump())

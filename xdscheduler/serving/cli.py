@@ -1,0 +1,32 @@
+"""`xds serve`: the policy and the forecaster over HTTP."""
+
+from __future__ import annotations
+
+
+def cmd_serve(args) -> None:
+    from xdscheduler.scenario import default_scenario_path, load_scenario
+    from xdscheduler.serving.app import start
+
+    scn = load_scenario(args.scenario or default_scenario_path())
+    url = start(args.address, args.policy_path, scn, port=args.port)
+    print(f"serving POST {url}/policy/act, POST {url}/forecast, GET {url}/healthz "
+          f"(scenario {scn.name}); `serve shutdown` or Ctrl-C ends it")
+    if args.block:
+        import time
+
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+
+
+def register(sub) -> None:
+    p = sub.add_parser("serve", help="serve the policy and the forecaster over HTTP",
+                       description="serve the policy and the forecaster over HTTP")
+    p.add_argument("scenario", nargs="?", help="scenario YAML (default: five_domains)")
+    p.add_argument("--policy-path", help="trained policy (default: the shipped one)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--address", help="Ray cluster address (default: an embedded local Ray)")
+    p.add_argument("--block", action="store_true", help="keep serving until Ctrl-C")
+    p.set_defaults(fn=cmd_serve)

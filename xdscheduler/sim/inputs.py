@@ -1,0 +1,31 @@
+"""A study's inputs: the jobs that arrive and the network they meet, the same for every policy."""
+
+from __future__ import annotations
+
+from xdscheduler.network.dynamics import Dynamics
+from xdscheduler.scenario import Job, Scenario
+from xdscheduler.workload import generate_jobs
+
+# The network is drawn for ten times the arrival window, beyond the engine's drain limit
+# (`engine.DRAIN_FACTOR`): a draw depends on its length, so this span is part of what makes a
+# seed's realisation, and changing it changes every study's network.
+NETWORK_SPAN = 10.0
+
+
+def study_jobs(scn: Scenario, hours: float, seed: int) -> list[Job]:
+    """The scenario's own jobs that arrive within the study, plus its generated workload."""
+    jobs = [j for j in scn.jobs if j.arrival_s < hours * 3600]
+    if scn.workload is not None:
+        gpus = sum(d.gpus for d in scn.domains)
+        peak = sum(d.gpus * d.accelerator.bf16_tflops for d in scn.domains) / gpus
+        generated = generate_jobs(hours, gpus, seed, load=scn.workload.load,
+                                  cluster=scn.workload.cluster, min_gpus=scn.workload.min_gpus,
+                                  peak_tflops=peak)
+        taken = {j.name for j in jobs}
+        jobs += [g for g in generated if g.name not in taken]
+    return jobs
+
+
+def study_dynamics(scn: Scenario, seed: int, hours: float) -> Dynamics:
+    """The links and loads every policy of the study meets."""
+    return Dynamics.generate(scn, seed, hours * 3600 * NETWORK_SPAN)

@@ -1,0 +1,48 @@
+"""Scheduling in a study: the order in which queued jobs are decided, and the engine's policy
+deciding them.
+
+Jobs hit by faults go first, on a view where the backup pools (and holds for announced jobs)
+are free to them; then the whole queue, by priority and arrival, on a view without them. The
+policy's placements start at once.
+"""
+
+from __future__ import annotations
+
+from xdscheduler.planner.policy import Policy
+from xdscheduler.planner.view import ClusterView
+
+
+def decision_order(queue: list) -> list:
+    """The queue in the order decisions take it: priority, then arrival."""
+    return sorted(queue, key=lambda r: (-r.priority, r.arrival_s, r.spec.name))
+
+
+def decide(eng, policy: Policy, t: float) -> None:
+    """Let `policy` place what it will of the engine's queue now."""
+    order = decision_order(eng.queue)
+    by_name = {r.spec.name: r for r in order}
+    urgent = [r for r in order if r.recovering]
+    if urgent and eng.faults:  # jobs that lost their accelerators may use the pools
+        for p in policy.decide([r.spec for r in urgent], with_pools(eng), t):
+            eng.place(by_name[p.job], p)
+        order = [r for r in order if r in eng.queue]
+    for p in policy.decide([r.spec for r in order], eng.view, t):
+        eng.place(by_name[p.job], p)
+
+
+def held_back(eng) -> dict[str, int] | None:
+    """Accelerators no placement may take: spare nodes of the backup pools and holds for
+    announced jobs, by domain (None when neither is kept)."""
+    if eng.faults is None and eng.demand is None:
+        return None
+    spare = eng.faults.spare if eng.faults else {}
+    holds = eng.demand.holding if eng.demand else {}
+    return {d: spare.get(d, 0) + holds.get(d, 0) for d in {**holds, **spare}}
+
+
+def with_pools(eng) -> ClusterView:
+    """The view with what is held back free: what jobs hit by faults may take."""
+    held = held_back(eng) or {}
+    free = {n: d.free_gpus + (held.get(n, 0) if n not in eng.down else 0)
+            for n, d in zip(eng.names, eng.view.domains, strict=True)}
+    return eng.view.with_free(free, pooled={n: 0 for n in eng.names})
