@@ -78,7 +78,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
     rows = []
-    for policy in ("single-domain", "planner"):
+    for policy in ("fifo-single-domain", "planner"):
         base_s, base_n, base_jobs = timed(Rescanning, policy, args.hours, args.seed)
         new_s, new_n, new_jobs = timed(Engine, policy, args.hours, args.seed)
         same = all(math.isclose(a or 0, b or 0, rel_tol=1e-9) for x, y in

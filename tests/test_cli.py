@@ -108,4 +108,4 @@ def test_run_schema_describes_report_json_with_units_in_the_names(capsys):
 
 def test_an_unknown_policy_names_the_known_ones(capsys):
     code, _, err = run(capsys, "run", "--local", "--policies", "planner,fifo")
-    assert code == 2 and "unknown policies fifo; known: single-domain" in err
+    assert code == 2 and "unknown policies fifo; known: fifo-single-domain" in err

@@ -2,7 +2,8 @@
 
 import pytest
 
-from xdscheduler.planner.policies import GreedyCrossDomain, PlannerPolicy, SingleDomain
+from xdscheduler.planner.baselines import FifoSingleDomain, GreedyCrossDomain
+from xdscheduler.planner.policies import PlannerPolicy
 from xdscheduler.runtime.study import run_here
 from xdscheduler.sim.inputs import study_dynamics, study_jobs
 from xdscheduler.sim.jobs import JobState
@@ -23,7 +24,7 @@ def study():
 def outcomes(study):
     scn, jobs, dyn = study
     return {p.name: run_here(scn, jobs, p, dyn, HOURS)
-            for p in (SingleDomain(), GreedyCrossDomain(), PlannerPolicy(scn.weights))}
+            for p in (FifoSingleDomain(), GreedyCrossDomain(), PlannerPolicy(scn.weights))}
 
 
 def test_every_job_is_accounted_for(study, outcomes):
@@ -44,7 +45,7 @@ def test_accelerators_are_never_oversubscribed(outcomes):
 
 
 def test_single_domain_never_crosses_the_wan(outcomes):
-    res = outcomes["single-domain"]
+    res = outcomes["fifo-single-domain"]
     assert sum(r.wan_gb for r in res.jobs) == 0
     assert all(len(r.placement.domains) == 1 for r in res.jobs if r.placement)
 

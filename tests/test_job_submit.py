@@ -60,7 +60,7 @@ def test_xds_run_through_ray_job_submit(head, tmp_path):
     for _ in range(6):  # the head's job agent may still be starting on a busy machine
         run = subprocess.run(
             [str(ray_bin), "job", "submit", "--address", address, "--", "xds", "run",
-             "--hours", "1", "--policies", "single-domain,planner", "--out", str(out)],
+             "--hours", "1", "--policies", "fifo-single-domain,planner", "--out", str(out)],
             env=env, capture_output=True, text=True, timeout=300)
         if "No available agent" not in run.stderr + run.stdout:
             break
@@ -68,4 +68,4 @@ def test_xds_run_through_ray_job_submit(head, tmp_path):
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     assert report["runtime"] == "ray"
-    assert set(report["policies"]) == {"single-domain", "planner"}
+    assert set(report["policies"]) == {"fifo-single-domain", "planner"}

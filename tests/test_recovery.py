@@ -94,7 +94,7 @@ def test_faulty_run_reports_faults(tmp_path):
         assert key in per
 
 
-@pytest.mark.parametrize("policy", ["single-domain", "greedy-cross-domain"])
+@pytest.mark.parametrize("policy", ["fifo-single-domain", "greedy-cross-domain"])
 def test_a_job_asking_for_a_whole_domain_is_not_starved_by_the_backup_pool(policy):
     # "big" asks for up to 256; the largest domain has 128, of which the pool holds back a
     # node. Asked for the whole domain, FIFO would wait at the head of the queue for ever.

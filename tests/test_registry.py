@@ -5,18 +5,29 @@ from __future__ import annotations
 import pytest
 
 from xdscheduler.errors import UserError
-from xdscheduler.planner.policies import GreedyCrossDomain, PlannerPolicy, SingleDomain
+from xdscheduler.planner.baselines import (
+    BackfillSingleDomain,
+    FifoSingleDomain,
+    GangSingleDomain,
+    GreedyCrossDomain,
+)
+from xdscheduler.planner.policies import PlannerPolicy
 from xdscheduler.registry import PolicyOptions, make_policy, names
 from xdscheduler.scenario import Weights
 
 
 def test_each_layer_registers_its_own_policies_in_order():
-    assert names() == ["single-domain", "greedy-cross-domain", "planner", "ppo"]
-    made = {n: make_policy(n, Weights()) for n in names()[:3]}
-    assert isinstance(made["single-domain"], SingleDomain)
-    assert isinstance(made["greedy-cross-domain"], GreedyCrossDomain)
-    assert isinstance(made["planner"], PlannerPolicy)
+    assert names() == ["fifo-single-domain", "backfill-single-domain", "gang-single-domain",
+                       "planner-single-domain", "greedy-cross-domain", "planner", "ppo"]
+    made = {n: make_policy(n, Weights()) for n in names()[:-1]}
+    kinds = {"fifo-single-domain": FifoSingleDomain, "backfill-single-domain":
+             BackfillSingleDomain, "gang-single-domain": GangSingleDomain,
+             "planner-single-domain": PlannerPolicy, "greedy-cross-domain": GreedyCrossDomain,
+             "planner": PlannerPolicy}
+    assert all(isinstance(made[n], k) for n, k in kinds.items())
     assert all(p.name == n for n, p in made.items())
+    assert [n for n, p in made.items() if not p.single_domain] == ["greedy-cross-domain",
+                                                                   "planner"]
 
 
 def test_a_serve_url_makes_the_served_policy_where_there_is_one():
@@ -29,7 +40,7 @@ def test_a_serve_url_makes_the_served_policy_where_there_is_one():
 
 
 def test_unknown_names_and_options_are_refused_clearly():
-    with pytest.raises(UserError, match="unknown policies fifo; known: single-domain"):
+    with pytest.raises(UserError, match="unknown policies fifo; known: fifo-single-domain"):
         make_policy("fifo", Weights())
     with pytest.raises(ValueError, match="servce_url"):
         PolicyOptions.model_validate({"servce_url": "http://x"})

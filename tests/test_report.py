@@ -14,9 +14,9 @@ POLICIES = ("planner", "single-<domain>")  # "<" checks that the page escapes na
 FILES = {"report.json", "report.schema.json", "metrics.parquet", "utilization.png", "jct.png",
          "bandwidth.png", "queue.png", "report.html"}
 FIGURES = {  # what each policy's row says; the rest of its record is zero or missing
-    POLICIES[0]: {"mean_jct_s": np.float64(3602.5), "avg_utilization": 0.5, "jobs_completed": 4,
-                  "jobs_total": 5, "objective": float("nan")},
-    POLICIES[1]: {"mean_jct_s": 4000.0, "avg_utilization": 0.4, "jobs_completed": 3,
+    POLICIES[0]: {"mean_jct_s": np.float64(3602.5), "useful_utilization": 0.5,
+                  "jobs_completed": 4, "jobs_total": 5, "objective": float("nan")},
+    POLICIES[1]: {"mean_jct_s": 4000.0, "useful_utilization": 0.4, "jobs_completed": 3,
                   "jobs_total": 5, "objective": 0.2}}
 
 
@@ -25,7 +25,7 @@ def policy(figures: dict) -> PolicyReport:
     fields = PolicyMetrics.model_fields
     empty = {k: [] if k == "domains_down" else 0 if f.annotation in (int, float) else None
              for k, f in fields.items()}
-    return PolicyReport(**{**empty, **figures}, swings=swing_summary([]))
+    return PolicyReport(**{**empty, **figures}, single_domain=False, swings=swing_summary([]))
 
 
 def frames():
@@ -42,9 +42,11 @@ def frames():
          "status": "completed" if i < 4 else "running"} for p in POLICIES for i in range(5)])
     links = pd.DataFrame([{"time_s": t, "link": link, "bandwidth_gbps": 5.0 + k, "rtt_ms": 20.0}
                           for t in times for k, link in enumerate(("jjj-imn", "imn-ohio"))])
-    summary = Report(scenario="s", seed=np.int64(1), hours=2.0, jobs=5, runtime="local",
+    summary = Report(scenario="s", seed=np.int64(1), hours=2.0, jobs=5, offered_load=0.9,
+                     background_load=0.1, runtime="local",
                      weights={"efficiency": 1.0, "utilization": 0.0, "cost": 0.0},
-                     policies={p: policy(FIGURES[p]) for p in POLICIES}, comparison={})
+                     policies={p: policy(FIGURES[p]) for p in POLICIES},
+                     comparison={"baseline": None, "policies": {}})
     return summary, domains, jobs, links
 
 

@@ -200,10 +200,12 @@ def cmd_run(args) -> None:
     print(f"{scn.name}: {report.jobs} jobs over {args.hours:g} h, seed {seed} "
           f"({report.runtime}); report in {out}/report.html")
     cols = [("mean_jct_s", "mean JCT h", 1 / 3600), ("p95_jct_s", "p95 JCT h", 1 / 3600),
-            ("avg_utilization", "util", 1), ("mean_queue_s", "queue h", 1 / 3600),
+            ("useful_utilization", "useful", 1), ("mean_queue_s", "queue h", 1 / 3600),
             ("jobs_completed", "done", 1), ("cross_domain_gb", "WAN GB", 1),
             ("cross_domain_cost_usd", "WAN $", 1), ("decision_ms_p50", "dec ms p50", 1),
             ("objective", "R", 1)]
+    print(f"offered load {report.offered_load:.2f} (other tenants hold "
+          f"{report.background_load:.0%}); against {report.comparison.baseline}")
     print(f"{'policy':<22}" + "".join(f"{label:>12}" for _, label, _ in cols))
     for name, row in report.policies.items():
         cells = [getattr(row, key) for key, _, _ in cols]
@@ -307,7 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("run", cmd_run, "run a study: every policy over days of jobs, with a report")
     p.add_argument("scenario", nargs="?", help="scenario YAML (default: five_domains)")
-    p.add_argument("--policies", help="comma-separated (default: all): single-domain, "
+    p.add_argument("--policies", help="comma-separated (default: all): fifo-single-domain, "
+                   "backfill-single-domain, gang-single-domain, planner-single-domain, "
                    "greedy-cross-domain, planner, ppo (the trained agents)")
     p.add_argument("--policy-path", help="trained policy for ppo (default: the shipped one)")
     p.add_argument("--serve", action="store_true",

@@ -57,7 +57,6 @@ class Placement:
     plan: Plan
     names: tuple[str, ...] = ()  # the domains' names, in the same order
     estimate: Estimate | None = field(default=None, compare=False)
-    flat_dp: bool = False  # one flat data-parallel ring over the WAN (the greedy baseline)
     keep_off: tuple[int, ...] = ()  # domains the job stays off, now and when re-planned
     explanation: str = field(default="", compare=False)  # why; not what
     decision_ms: float = field(default=0.0, compare=False)

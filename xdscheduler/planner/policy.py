@@ -11,6 +11,7 @@ from xdscheduler.planner.view import ClusterView
 
 class Policy(Protocol):
     name: str
+    single_domain: bool  # never places a job across domains
 
     def decide(self, queue: list[JobSpec], view: ClusterView, now_s: float) -> list[Placement]:
         """Placements for jobs of the queue that should start now."""

@@ -5,12 +5,13 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
 from xdscheduler.catalog import ModelArch
 from xdscheduler.costmodel.plan import Hardware, PlanBatch, Stack, WanUse
-from xdscheduler.costmodel.steptime import StepEstimate, estimate
+from xdscheduler.costmodel.steptime import StepEstimate, estimate, model_flops_per_step
 from xdscheduler.errors import UserError
 from xdscheduler.planner.objective import Objective, Weights, pareto_mask, score
 from xdscheduler.planner.placement import Estimate, Placement
@@ -47,6 +48,11 @@ class JobSpec:
         arch = job.arch
         return cls(job.name, arch, job.global_batch, arch.seq_len, job.gpus.min, job.gpus.max,
                    float(job.tokens), float(job.arrival_s))
+
+    @cached_property
+    def flops_per_token(self) -> float:
+        """Model FLOPs per token trained (forward and backward, without recompute)."""
+        return model_flops_per_step(self.arch, 1, self.seq) / self.seq
 
     @property
     def shape_key(self) -> tuple:
@@ -266,9 +272,8 @@ def estimate_placement(p: Placement, job: JobSpec, view: ClusterView,
     not make, or after the links changed)."""
     doms = np.array([list(p.domains)])
     pl = describe_placements(view, np.array([p.kind], dtype=object), doms)
-    wan = pl.wan.with_(dp_flat=np.array([1.0 if p.flat_dp else 0.0]))
-    est = estimate(job.arch, job.global_batch, PlanBatch.of([p.plan]), pl.hardware, wan, stack,
-                   seq=job.seq)
+    est = estimate(job.arch, job.global_batch, PlanBatch.of([p.plan]), pl.hardware, pl.wan,
+                   stack, seq=job.seq)
     return _estimate_at(est, 0, pl.wan_price_per_gb[0])
 
 

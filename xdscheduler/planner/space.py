@@ -41,6 +41,8 @@ class SearchOptions:
     micro_batch: tuple[int, ...] = (1, 2, 4)
     diloco_h: tuple[int, ...] = (0,)
     """Outer-sync intervals for cross-domain data parallelism; 0 = synchronous every step."""
+    kinds: tuple[str, ...] = ("single", "pipeline", "data")
+    """Placements considered: inside one domain, stages over domains, replicas over domains."""
     dtype: str = "bf16"
     stack: Stack = field(default_factory=Stack)
 
@@ -73,14 +75,16 @@ def placements(view: ClusterView, opts: SearchOptions, gpus_min: int) -> Placeme
         key = (d.accelerator.name, free[i], d.scaleup_gbs, d.scaleout_gbps, d.price_per_gpu_hour)
         alike.setdefault(key, i)
     singles = [(SINGLE, (i,)) for i in sorted(alike.values()) if free[i] > 0]
+    singles = singles if SINGLE in opts.kinds else []
     big = sorted(np.flatnonzero(free > 0), key=lambda i: -free[i])[: opts.combo_domains]
     combos = []
     for size in range(2, opts.max_domains + 1):
         for members in itertools.combinations(sorted(big), size):
             if free[list(members)].sum() < gpus_min or not _connected(view, members):
                 continue
-            combos.append((DATA, members))
-            for chain in _chains(members):
+            if DATA in opts.kinds:
+                combos.append((DATA, members))
+            for chain in _chains(members) if PIPELINE in opts.kinds else ():
                 if all(view.bandwidth_gbps[a, b] > 0 for a, b in itertools.pairwise(chain)):
                     combos.append((PIPELINE, chain))
     rows = singles + combos

@@ -50,6 +50,9 @@ class ClusterView:
     base_bandwidth_gbps: np.ndarray | None = None  # as leased, before fluctuation
     base_rtt_ms: np.ndarray | None = None  # as leased, before spikes
     indicators: np.ndarray | None = None  # K × 12 accepted indicator values, where reported
+    # When running jobs are expected to give accelerators back: (time s, domain, count), in
+    # time order (what a backfilling scheduler reserves against).
+    releases: tuple[tuple[float, int, int], ...] = ()
 
     @classmethod
     def from_scenario(cls, scn: Scenario, free_gpus: dict[str, int] | None = None) -> ClusterView:
@@ -95,6 +98,9 @@ class ClusterView:
     def with_links(self, bandwidth_gbps: np.ndarray, rtt_ms: np.ndarray) -> ClusterView:
         return replace(self, bandwidth_gbps=np.asarray(bandwidth_gbps, dtype=float),
                        rtt_ms=np.asarray(rtt_ms, dtype=float))
+
+    def with_releases(self, releases: list[tuple[float, int, int]]) -> ClusterView:
+        return replace(self, releases=tuple(sorted(releases)))
 
     def with_indicators(self, indicators: np.ndarray) -> ClusterView:
         return replace(self, indicators=np.asarray(indicators, dtype=float))

@@ -234,6 +234,7 @@ class PPOPolicy:
     weights: Weights
     decide_one: Callable[[JobSpec, ClusterView, int, float], AgentDecision | None]
     name: str = "ppo"
+    single_domain = False
 
     def __post_init__(self):
         self.queue = DecisionQueue()

@@ -23,10 +23,25 @@ from xdscheduler.sim.domain import LocalDomains
 from xdscheduler.sim.engine import Engine
 from xdscheduler.sim.inputs import study_dynamics, study_jobs
 from xdscheduler.sim.measurement import Results
-from xdscheduler.sim.metrics import domain_table, ideal_rates, job_table, link_table, summarise
+from xdscheduler.sim.metrics import (
+    background_load,
+    domain_table,
+    ideal_rates,
+    job_table,
+    link_table,
+    offered_load,
+    summarise,
+)
 from xdscheduler.sim.reconfig import Switch
 from xdscheduler.sim.reconfig import summary as swing_summary
-from xdscheduler.sim.records import Comparison, FaultsReport, PolicyFaults, PolicyReport, Report
+from xdscheduler.sim.records import (
+    Change,
+    Comparison,
+    FaultsReport,
+    PolicyFaults,
+    PolicyReport,
+    Report,
+)
 from xdscheduler.sim.recovery import study_faults
 
 CHUNK_S = 3600.0  # the driver advances each controller an hour at a time (progress, control)
@@ -139,8 +154,8 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
     jobs = study_jobs(scn, hours, seed)
     dynamics = study_dynamics(scn, seed, hours)
     view = ClusterView.from_scenario(scn)
-    ideal = ideal_rates([JobSpec.of(j) for j in jobs], view)
-    price = view.mean_gpu_price
+    specs = [JobSpec.of(j) for j in jobs]
+    ideal = ideal_rates(specs, view)
     if not local:
         connect(address)
     runs: dict[str, Results] = {}
@@ -161,11 +176,14 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
         if not show:  # logs (e.g. of a Ray job) still get a line per policy
             print(f"{name}: {done}/{len(jobs)} jobs done, {runs[name].wall_s:.0f} s",
                   file=sys.stderr)
-    policies = {n: PolicyReport(**dict(summarise(r, scn.weights, ideal, price, hours * 3600)),
+    policies = {n: PolicyReport(**dict(summarise(r, scn.weights, ideal, view, hours * 3600)),
+                                single_domain=r.single_domain,
                                 swings=swing_summary(r.swings, moves=r.relocations),
                                 forecast=None if r.faults else r.demand)
                 for n, r in runs.items()}
     report = Report(scenario=scn.name, seed=seed, hours=hours, jobs=len(jobs),
+                    offered_load=offered_load(specs, view, hours * 3600),
+                    background_load=background_load(dynamics, view, hours * 3600),
                     runtime="local" if local else "ray", weights=scn.weights.model_dump(),
                     policies=policies, comparison=compare(policies),
                     faults=None if injected is None else fault_report(injected, runs, faults,
@@ -209,20 +227,18 @@ def _journal(out: Path) -> str:
     return str(path)
 
 
-def compare(policies: dict[str, PolicyReport]) -> dict[str, Comparison]:
-    """The planner and the trained agents against every other policy, as relative changes
-    (negative: lower)."""
-    out = {}
-    for base_name in ("planner", "ppo"):
-        base = policies.get(base_name)
-        if base is None:
-            continue
-        for name, other in policies.items():
-            if name != base_name:
-                out[f"{base_name}_vs_{name}"] = Comparison(**{
-                    key: _change(getattr(base, key), getattr(other, key))
-                    for key in Comparison.model_fields})
-    return out
+def compare(policies: dict[str, PolicyReport]) -> Comparison:
+    """Every other policy against the strongest single-domain policy of the run (by objective),
+    as relative changes (negative: lower)."""
+    single = {n: p for n, p in policies.items() if p.single_domain and p.objective is not None}
+    base_name = max(single, key=lambda n: single[n].objective, default=None)
+    if base_name is None:
+        return Comparison(baseline=None, policies={})
+    base = policies[base_name]
+    return Comparison(baseline=base_name, policies={
+        name: Change(**{key: _change(getattr(p, key), getattr(base, key))
+                        for key in Change.model_fields})
+        for name, p in policies.items() if name != base_name})
 
 
 def _change(value: float | None, against: float | None) -> float | None:

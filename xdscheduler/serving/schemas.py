@@ -184,14 +184,12 @@ def view_of(base: ClusterView, domains: list[DomainIn], links: list[LinkIn]) -> 
 
 def placement_json(p: Placement, view: ClusterView) -> dict:
     return {"kind": p.kind, "domains": [view.names[i] for i in p.domains], "gpus": list(p.gpus),
-            "plan": p.plan.as_dict(), "flat_dp": p.flat_dp,
-            "keep_off": [view.names[i] for i in p.keep_off]}
+            "plan": p.plan.as_dict(), "keep_off": [view.names[i] for i in p.keep_off]}
 
 
 def placement_from(job: str, decision: dict, view: ClusterView, explanation: str,
                    decision_ms: float) -> Placement:
     return Placement(job, decision["kind"], tuple(view.names.index(n) for n in decision["domains"]),
                      tuple(decision["gpus"]), Plan(**decision["plan"]), tuple(decision["domains"]),
-                     flat_dp=decision["flat_dp"],
                      keep_off=tuple(view.names.index(n) for n in decision.get("keep_off", ())),
                      explanation=explanation, decision_ms=decision_ms)

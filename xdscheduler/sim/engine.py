@@ -86,6 +86,7 @@ class Engine:
         self.active: list[JobRun] = []  # running, in the jobs' order
         self.view = self.base_view
         self.busy_gpu_s = 0.0  # accelerator-seconds held by the study's jobs
+        self.useful_flop = 0.0  # model FLOPs trained while jobs arrive (the horizon)
         self.next_sample_s = 0.0
         self.events = EventQueue()
         self.sensing = Sensing(self.names)
@@ -198,7 +199,7 @@ class Engine:
         if t > self.now:
             for r in self.active:
                 self.busy_gpu_s += r.held_gpus * (t - self.now)
-                r.advance(self.now, t)
+                self.useful_flop += r.advance(self.now, t, self.horizon_s) * r.flops_per_token
         self.now = t
 
     def _complete(self, t: float) -> None:
@@ -394,6 +395,8 @@ class Engine:
         return Results(self.policy.name, self.runs, self.decisions, self.samples,
                        self.sensing.rejected, self.now, self.busy_gpu_s, capacity * self.now,
                        self.sensing.first_down(), names=list(self.names),
+                       useful_flop=self.useful_flop,
+                       single_domain=bool(getattr(self.policy, "single_domain", False)),
                        faults=self.faults.summary(self.runs) if self.faults else None,
                        demand=self.demand.summary() if self.demand else None,
                        swings=list(self.swing_meter.records),
@@ -401,7 +404,8 @@ class Engine:
 
     # ------------------------------------------------------------------ persistence
 
-    STATE = ("runs", "pending", "queue", "active", "view", "busy_gpu_s", "next_sample_s", "now",
+    STATE = ("runs", "pending", "queue", "active", "view", "busy_gpu_s", "useful_flop",
+             "next_sample_s", "now",
              "last_step_s", "events", "sensing", "replanning", "faults", "demand", "log",
              "swing_meter", "samples", "_deciding")
 

@@ -52,6 +52,7 @@ class JobRun:
     wan_gb: float = 0.0
     wan_cost: float = 0.0
     lost_gpu_s: float = 0.0  # work redone after faults, in accelerator-seconds
+    gpu_s: float = 0.0  # accelerator-seconds held (its placement's and a plan being prepared)
     next: Placement | None = None  # the plan being prepared alongside (make-before-break)
     switch_at: float = math.inf  # when it is ready and the job switches to it
     switch_pause_s: float = 0.0  # how long the switch stops training
@@ -59,6 +60,10 @@ class JobRun:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def flops_per_token(self) -> float:
+        return self.spec.flops_per_token
 
     @property
     def running(self) -> bool:
@@ -100,16 +105,19 @@ class JobRun:
         """When its pause ends (inf when it is not paused)."""
         return self.paused_until if self.running and self.paused_until > now else math.inf
 
-    def advance(self, now: float, t: float) -> None:
-        """Train from `now` to `t` (after any pause), saving checkpoints on their schedule."""
-        dt = max(t - max(now, self.paused_until), 0.0)
-        gained = min(self.rate * dt, self.left)
+    def advance(self, now: float, t: float, window_end_s: float = math.inf) -> float:
+        """Train from `now` to `t` (after any pause), saving checkpoints on their schedule, and
+        hold its accelerators; returns the tokens trained before `window_end_s`."""
+        self.gpu_s += self.held_gpus * (t - now)
+        start = max(now, self.paused_until)
+        gained = min(self.rate * max(t - start, 0.0), self.left)
         self.done += gained
         gb = gained * self.bytes_per_token / 1e9
         self.charge_wan(gb, gb * self.price_per_gb)
         while self.next_checkpoint_s <= t:
             self.checkpoint = self.done
             self.next_checkpoint_s += self.checkpoint_every_s
+        return min(gained, self.rate * max(min(t, window_end_s) - start, 0.0))
 
     def charge_wan(self, gb: float, cost: float) -> None:
         """What crossed the WAN for it goes on its bill."""

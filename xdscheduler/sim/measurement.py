@@ -119,6 +119,8 @@ class Results:
     busy_gpu_s: float
     capacity_gpu_s: float
     down: dict[str, float] = field(default_factory=dict)  # domain -> time it was seen down
+    useful_flop: float = 0.0  # model FLOPs trained while jobs arrived
+    single_domain: bool = False  # the policy never places a job across domains
     wall_s: float = 0.0
     names: list[str] = field(default_factory=list)
     faults: FaultSummary | None = None  # what faults did and how the jobs recovered

@@ -10,6 +10,7 @@ from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Weights
 from xdscheduler.sim.measurement import Action, Results, percentile
 from xdscheduler.sim.records import PolicyMetrics
+from xdscheduler.workload import MFU
 
 
 def job_efficiency(ideal_s, taken_s):
@@ -37,39 +38,67 @@ def utilization_while_arriving(res: Results, horizon_s: float) -> float:
     return float(window["gpus_busy"].sum() / max(window["gpus_total"].sum(), 1))
 
 
-def summarise(res: Results, weights: Weights, ideal: dict[str, float],
-              gpu_price_per_hour: float, horizon_s: float) -> PolicyMetrics:
+def peak_flop_per_s(view: ClusterView) -> float:
+    """Dense BF16 peak of every accelerator of the cluster together."""
+    return float(sum(d.total_gpus * d.accelerator.bf16_tflops for d in view.domains)) * 1e12
+
+
+def summarise(res: Results, weights: Weights, ideal: dict[str, float], view: ClusterView,
+              horizon_s: float) -> PolicyMetrics:
+    """A policy's figures. Every job counts, finished or not: an unfinished one with the time it
+    has taken so far (its JCT, slowdown and efficiency are then what they are at least)."""
     done = [r for r in res.jobs if r.end_s is not None]
-    # A job still unfinished when the study stops counts with the time it has waited so far.
     jct = [(r.end_s if r.end_s is not None else res.end_s) - r.arrival_s for r in res.jobs]
     queue = [(r.start_s if r.start_s is not None else res.end_s) - r.arrival_s
              for r in res.jobs]
+    ideal_s = [r.tokens / ideal[r.spec.name] for r in res.jobs]
+    slowdown = [t / i for t, i in zip(jct, ideal_s, strict=True)]
+    efficiency = [float(job_efficiency(i, t)) for t, i in zip(jct, ideal_s, strict=True)]
     wan_gb = sum(r.wan_gb for r in res.jobs)
     wan_cost = sum(r.wan_cost for r in res.jobs)
-    utilization = utilization_while_arriving(res, horizon_s)
+    useful = res.useful_flop / (peak_flop_per_s(view) * horizon_s)
     # R per the scenario's weights: efficiency is the ideal time over the time a job took,
-    # cost the WAN bill over the bill for the accelerators the jobs held.
-    efficiency = [job_efficiency(r.tokens / ideal[r.spec.name], r.end_s - r.arrival_s)
-                  for r in done]
-    gpu_bill = res.busy_gpu_s / 3600 * gpu_price_per_hour
+    # utilisation the model FLOPs trained over the cluster's peak, cost the WAN bill over the
+    # bill for the accelerators the jobs held.
+    gpu_bill = res.busy_gpu_s / 3600 * view.mean_gpu_price
     cost = wan_cost / gpu_bill if gpu_bill else 0.0
-    objective = (weights.efficiency * (float(np.mean(efficiency)) if efficiency else 0.0)
-                 + weights.utilization * utilization - weights.cost * cost)
+    objective = (weights.efficiency * (_mean(efficiency) or 0.0)
+                 + weights.utilization * useful - weights.cost * cost)
     ms = [d.decision_ms for d in res.decisions if d.action != Action.REQUEUE]
     return PolicyMetrics(
         mean_jct_s=_mean(jct), p95_jct_s=percentile(jct, 95),
+        mean_slowdown=_mean(slowdown), p95_slowdown=percentile(slowdown, 95),
         makespan_s=max((r.end_s for r in done), default=None)
         if len(done) == len(res.jobs) else res.end_s,
-        avg_utilization=utilization, mean_queue_s=_mean(queue),
-        jobs_completed=len(done), jobs_total=len(res.jobs),
+        useful_utilization=useful,
+        allocated_utilization=utilization_while_arriving(res, horizon_s),
+        gpu_h_per_job=res.busy_gpu_s / 3600 / max(len(res.jobs), 1),
+        mean_queue_s=_mean(queue), jobs_completed=len(done), jobs_total=len(res.jobs),
         jobs_unfinished=len(res.jobs) - len(done),
         cross_domain_gb=wan_gb, cross_domain_cost_usd=wan_cost,
         decision_ms_p50=percentile(ms, 50), decision_ms_p99=percentile(ms, 99),
         decisions=len(res.decisions), replans=sum(r.replans for r in res.jobs),
         requeues=sum(r.requeues for r in res.jobs), rejected_samples=res.rejected_samples,
-        domains_down=sorted(res.down),
-        mean_efficiency=float(np.mean(efficiency)) if efficiency else 0.0,
+        domains_down=sorted(res.down), mean_efficiency=_mean(efficiency) or 0.0,
         wan_cost_over_gpu_cost=cost, objective=objective, wall_s=res.wall_s)
+
+
+def offered_load(specs: list[JobSpec], view: ClusterView, horizon_s: float) -> float:
+    """Accelerator-hours the jobs ask for over those the cluster has while they arrive. A job's
+    ask is its work (6·parameters FLOPs a token) at the workload generator's MFU on the
+    cluster's mean accelerator, so a generated workload of load L offers L."""
+    gpus = sum(d.total_gpus for d in view.domains)
+    mean_peak = peak_flop_per_s(view) / max(gpus, 1)
+    work = sum(s.tokens * 6 * s.arch.params for s in specs)
+    return work / (MFU * mean_peak) / (gpus * horizon_s)
+
+
+def background_load(dynamics, view: ClusterView, horizon_s: float) -> float:
+    """The share of the cluster's accelerators other tenants hold while jobs arrive, on
+    average."""
+    window = dynamics.background_load[dynamics.times_s < horizon_s]
+    size = np.array([d.total_gpus for d in view.domains], dtype=float)
+    return float((window @ size).mean() / size.sum()) if window.size else 0.0
 
 
 def job_table(res: Results) -> pd.DataFrame:

@@ -190,13 +190,21 @@ class PolicyMetrics(Record):
     """One policy over the study: times, utilisation, WAN traffic, decisions, the objective."""
 
     mean_jct_s: Figure = column("mean JCT (h)", "mean job completion time; an unfinished job "
-                                "counts the time it has waited so far", 1 / 3600, "{:.2f}", True)
+                                "counts the time it has taken so far", 1 / 3600, "{:.2f}", True)
     p95_jct_s: Figure = column("p95 JCT (h)", "95th percentile of job completion time",
                                1 / 3600, "{:.2f}", True)
+    mean_slowdown: Figure = column("mean slowdown", "JCT over the job's ideal time (the whole "
+                                   "cluster, as leased, to itself)", 1, "{:.2f}", True)
+    p95_slowdown: Figure = Field(description="95th percentile of the slowdown")
     makespan_s: Figure = column("makespan (h)", "until the last job finished (the study's end "
                                 "if one did not)", 1 / 3600, "{:.1f}", True)
-    avg_utilization: float = column("utilisation (%)", "share of accelerators held by the "
-                                    "study's jobs while jobs arrive", 100, "{:.1f}", False)
+    useful_utilization: float = column("useful util. (%)", "model FLOPs trained while jobs "
+                                       "arrive over the peak of every accelerator then",
+                                       100, "{:.1f}", False)
+    allocated_utilization: float = column("allocated (%)", "share of accelerators held by the "
+                                          "study's jobs while jobs arrive", 100, "{:.1f}")
+    gpu_h_per_job: float = column("GPU-h per job", "accelerator-hours held per job", 1,
+                                  "{:,.0f}", True)
     mean_queue_s: Figure = column("mean queue (h)", "mean wait before a job first started",
                                   1 / 3600, "{:.2f}", True)
     jobs_completed: int = column("jobs done", "jobs finished", 1, "{:.0f}", False)
@@ -215,28 +223,38 @@ class PolicyMetrics(Record):
     requeues: int
     rejected_samples: int = Field(description="indicator samples that failed their checks")
     domains_down: list[str]
-    mean_efficiency: float = Field(description="finished jobs' ideal time over their time")
+    mean_efficiency: float = Field(description="jobs' ideal time over their JCT (at most 1)")
     wan_cost_over_gpu_cost: float
-    objective: Figure = column("objective R", "mean of R with the scenario's weights",
-                               1, "{:.3f}", False)
+    objective: Figure = column("objective R", "R with the scenario's weights: w1 mean "
+                               "efficiency + w2 useful utilisation - w3 WAN cost over "
+                               "accelerator cost", 1, "{:.3f}", False)
     wall_s: float = Field(description="wall-clock seconds the policy's study took")
 
 
 class PolicyReport(PolicyMetrics):
     """A policy's entry in report.json."""
 
+    single_domain: bool = Field(description="the policy never places a job across domains")
     swings: Swings
     forecast: Forecast | None = Field(None, description="the demand forecast's use, in a "
                                                          "study without faults")
 
 
-class Comparison(Record):
-    """A policy against another, as relative changes (negative: lower)."""
+class Change(Record):
+    """A policy against the baseline, as relative changes (negative: lower)."""
 
     mean_jct_s: Figure
-    avg_utilization: Figure
+    useful_utilization: Figure
     cross_domain_cost_usd: Figure
     objective: Figure
+
+
+class Comparison(Record):
+    """Every policy against the strongest single-domain policy of the run, by objective."""
+
+    baseline: str | None = Field(description="the single-domain policy with the highest "
+                                             "objective; null where the run has none")
+    policies: dict[str, Change]
 
 
 class Report(Record):
@@ -246,9 +264,12 @@ class Report(Record):
     seed: int
     hours: float
     jobs: int
+    offered_load: float = Field(description="accelerator-hours the jobs ask for over those the "
+                                            "cluster has while they arrive (work at 40% MFU)")
+    background_load: float = Field(description="share of the accelerators other tenants hold "
+                                               "meanwhile, on average")
     runtime: Literal["local", "ray"]
     weights: dict[str, float]
     policies: dict[str, PolicyReport]
-    comparison: dict[str, Comparison] = Field(description="the planner and the trained agents "
-                                                          "against every other policy")
+    comparison: Comparison
     faults: FaultsReport | None = None

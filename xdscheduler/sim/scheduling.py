@@ -8,6 +8,8 @@ policy's placements start at once.
 
 from __future__ import annotations
 
+import math
+
 from xdscheduler.planner.policy import Policy
 from xdscheduler.planner.view import ClusterView
 
@@ -22,12 +24,21 @@ def decide(eng, policy: Policy, t: float) -> None:
     order = decision_order(eng.queue)
     by_name = {r.spec.name: r for r in order}
     urgent = [r for r in order if r.recovering]
+    releases = expected_releases(eng)
     if urgent and eng.faults:  # jobs that lost their accelerators may use the pools
-        for p in policy.decide([r.spec for r in urgent], with_pools(eng), t):
+        pools = with_pools(eng).with_releases(releases)
+        for p in policy.decide([r.spec for r in urgent], pools, t):
             eng.place(by_name[p.job], p)
         order = [r for r in order if r in eng.queue]
-    for p in policy.decide([r.spec for r in order], eng.view, t):
+    for p in policy.decide([r.spec for r in order], eng.view.with_releases(releases), t):
         eng.place(by_name[p.job], p)
+
+
+def expected_releases(eng) -> list[tuple[float, int, int]]:
+    """When the running jobs should give their accelerators back, at their speed now:
+    (time s, domain, count)."""
+    return [(r.finish_s(eng.now), d, n) for r in eng.active
+            if r.finish_s(eng.now) < math.inf for d, n in r.placement.taken.items()]
 
 
 def held_back(eng) -> dict[str, int] | None:
