@@ -67,3 +67,14 @@ def small_scenario(hours_of_jobs: bool = True):
     if hours_of_jobs:
         doc["workload"] = {"load": 0.8}
     return parse_scenario(doc)
+
+
+def with_flags(argv: list[str], change: list[str]) -> list[str]:
+    """`argv` with each `--flag value` pair of `change` set: replaced where present, else added."""
+    argv = list(argv)
+    for flag, value in zip(change[::2], change[1::2], strict=True):
+        if flag in argv:
+            argv[argv.index(flag) + 1] = value
+        else:
+            argv += [flag, value]
+    return argv

@@ -4,6 +4,8 @@ import pytest
 
 from xdscheduler.cli import main
 
+from .conftest import with_flags
+
 
 def run(capsys, *argv) -> tuple[int, str, str]:
     code = main(list(argv))
@@ -52,13 +54,7 @@ def test_estimate_explicit_architecture(capsys):
     (["--gpu", "TPU9"], "unknown accelerator"),
 ])
 def test_estimate_rejects_invalid_plans_with_status_2(capsys, change, message):
-    argv = list(ESTIMATE)
-    for flag, value in zip(change[::2], change[1::2], strict=True):
-        if flag in argv:
-            argv[argv.index(flag) + 1] = value
-        else:
-            argv += [flag, value]
-    code, out, err = run(capsys, *argv)
+    code, out, err = run(capsys, *with_flags(ESTIMATE, change))
     assert code == 2 and out == "" and message in err
 
 

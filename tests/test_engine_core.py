@@ -103,3 +103,34 @@ def test_a_snapshot_resumes_and_one_of_another_version_is_refused():
         engine().restore(pickle.dumps(old))
     with pytest.raises(UserError, match="version None"):
         engine().restore(pickle.dumps({"runs": []}))  # a snapshot from before versions
+
+
+def test_a_job_one_domain_holds_reclaims_what_a_preemptible_giant_holds():
+    """The giant (more than any domain holds) spreads over both domains preemptibly; a job that
+    fits one domain takes that domain back: the giant saves, waits, and pays for it on restart."""
+    from xdscheduler.runtime.study import run_here
+    from xdscheduler.scenario import parse_scenario
+    from xdscheduler.sim.measurement import Action
+
+    def job(name, lo, hi, tokens, at, batch=256):
+        return {"name": name, "model": "llama3-8b", "global_batch": batch, "tokens": tokens,
+                "arrival_s": at, "gpus": {"min": lo, "max": hi}}
+
+    scn = parse_scenario({
+        "name": "pair", "seed": 1,
+        "domains": [{"name": n, "location": {"city": n},
+                     "nodes": [{"accelerator": "H100-SXM", "count": 4}]} for n in ("east", "west")],
+        "links": [{"a": "east", "b": "west", "bandwidth_gbps": 10, "rtt_ms": 20}],
+        "jobs": [job("giant", 40, 64, 2e10, 0.0, batch=480), job("fits", 16, 16, 5e8, 600.0)]})
+    hours = 4.0
+    res = run_here(scn, scn.jobs, PlannerPolicy(scn.weights), study_dynamics(scn, 1, hours), hours)
+    log = {j: [d for d in res.decisions if d.job == j] for j in ("giant", "fits")}
+    first, *later = log["giant"]
+    assert len(first.domains) == 2  # spread over both
+    preempted = [d for d in later if d.action == Action.REQUEUE]
+    assert preempted and "fits reclaims" in preempted[0].explanation
+    assert log["fits"][0].time_s == pytest.approx(600.0, abs=1.0)  # it did not wait
+    # It starts again on what is left (before the job that took its place is done).
+    back = next(d for d in later if d.action == Action.PLACE)
+    assert back.time_s < next(r.end_s for r in res.jobs if r.spec.name == "fits")
+    assert back.domains.get("east", 0) + 16 <= 32  # no accelerator of east is given twice

@@ -8,10 +8,11 @@ from xdscheduler import catalog
 from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch, WanUse
 from xdscheduler.costmodel.steptime import estimate
 from xdscheduler.errors import UserError
-from xdscheduler.planner.search import JobSpec, search
+from xdscheduler.planner.baselines import ONLINE
+from xdscheduler.planner.search import JobSpec, ideal_tokens_per_s, search
 from xdscheduler.planner.space import MEMORY_LADDER, SearchOptions, split
 from xdscheduler.planner.view import ClusterView, DomainView
-from xdscheduler.scenario import Weights, load_scenario
+from xdscheduler.scenario import Weights, load_scenario, parse_scenario
 
 RECOMPUTE = ("none", "selective", "full")
 
@@ -208,3 +209,81 @@ def test_search_equals_brute_force_on_random_small_instances():
             continue
         assert found == pytest.approx(brute_force(job, view, weights, opts), rel=1e-9)
         checked += 1
+
+
+def pair(west: str = "H100-SXM", gbps: float = 10.0) -> ClusterView:
+    """east (16 H100) and west (16 of `west`), one link."""
+    return ClusterView.from_scenario(parse_scenario({
+        "name": "pair", "domains": [
+            {"name": n, "location": {"city": n}, "nodes": [{"accelerator": a, "count": 2}]}
+            for n, a in (("east", "H100-SXM"), ("west", west))],
+        "links": [{"a": "east", "b": "west", "bandwidth_gbps": gbps, "rtt_ms": 20}]}))
+
+
+def eight_b(gpus_min: int = 8, gpus_max: int = 32) -> JobSpec:
+    arch = catalog.model("llama3-8b")
+    return JobSpec("j", arch, 512, arch.seq_len, gpus_min, gpus_max, tokens=1e10)
+
+
+def test_the_planner_crosses_domains_only_when_it_pays():
+    from xdscheduler.planner.policies import PlannerPolicy, planner_pick
+    from xdscheduler.planner.search import evaluate_space
+
+    def placed(job, view, **kw):
+        (p,) = PlannerPolicy(Weights(), **kw).decide([job], view, 0.0)
+        return p
+
+    # A job one domain can hold stays there: spreading the same 16 accelerators over the WAN
+    # is no faster, and spreading to 32 would take what the jobs behind it need.
+    same = pair()
+    inside = placed(eight_b(), same)
+    assert inside.kind == "single" and inside.total_gpus == 16 and not inside.preemptible
+    # Nothing fits in one domain now: it waits for one rather than spread.
+    tight = same.with_free({"east": 6, "west": 6})
+    job = eight_b()
+    ev = evaluate_space(job, tight, Weights(), ONLINE)
+    assert planner_pick(ev, job, tight, Weights(), ONLINE) is None
+    # A giant (its minimum is more than any domain holds) crosses, preemptibly, also onto the
+    # slower H20s: there is no better place for it.
+    giant = eight_b(gpus_min=24)
+    for view in (same, pair("H20")):
+        spread = placed(giant, view)
+        assert spread.kind != "single" and spread.total_gpus >= 24 and spread.preemptible
+    # Confined to one domain, the giant is never placed.
+    one = PlannerPolicy(Weights(), "p1", replace(ONLINE, max_domains=1))
+    assert one.decide([giant], same, 0.0) == []
+
+
+def test_short_jobs_go_first_and_waiting_raises_a_long_one():
+    from xdscheduler.planner.policies import by_response_ratio
+
+    view = pair()
+    short = replace(eight_b(), name="short", tokens=1e9, arrival_s=100.0)
+    long = replace(eight_b(), name="long", tokens=1e11, arrival_s=0.0)
+    urgent = replace(eight_b(), name="urgent", tokens=1e11, arrival_s=200.0, priority=2)
+    assert [j.name for j in by_response_ratio([long, short, urgent], view, 200.0)] == [
+        "urgent", "short", "long"]
+    # Once long has waited twice its ideal run, a short job just arrived no longer overtakes it.
+    later = 2 * long.tokens / ideal_tokens_per_s(long, view)
+    fresh = replace(short, arrival_s=later)
+    assert [j.name for j in by_response_ratio([fresh, long], view, later)] == ["long", "short"]
+
+
+def test_a_spread_job_gives_a_domain_back_when_a_queued_job_needs_it():
+    from xdscheduler.planner.policies import PlannerPolicy
+
+    view = pair()
+    planner = PlannerPolicy(Weights())
+    spread = search(eight_b(), view, Weights(), replace(ONLINE, kinds=("data",))).best
+    assert spread.gpus == (16, 16)  # replicas over east and west
+    now = view.with_free({"east": 0, "west": 0})
+    needs_east = replace(eight_b(gpus_min=12, gpus_max=16), name="q")
+    smaller = planner.yielded(eight_b(), spread, now, [needs_east], 0.0)
+    assert smaller is not None and len(smaller.domains) == 1
+    # Whichever domain it gave back holds the queued job's minimum now.
+    given = next(d for d in spread.domains if d not in smaller.domains)
+    assert spread.taken[given] >= needs_east.gpus_min
+    assert planner.yielded(eight_b(), spread, now, [], 0.0) is None  # nobody waits
+    fits = replace(eight_b(gpus_min=4, gpus_max=4), name="small")
+    assert planner.yielded(eight_b(), spread, view.with_free({"east": 4, "west": 0}),
+                           [fits], 0.0) is None  # it starts without any help

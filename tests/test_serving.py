@@ -15,6 +15,7 @@ from xdscheduler.runtime.study import run_here, run_study
 from xdscheduler.scenario import default_scenario_path, load_scenario
 from xdscheduler.serving.schemas import DecideRequest, job_in, state_of
 from xdscheduler.sim.inputs import study_dynamics, study_jobs
+from xdscheduler.sim.truth import Truth
 
 PORT = 8000
 
@@ -133,7 +134,8 @@ def test_a_controller_deciding_over_http_matches_the_agents_in_process(served, t
     summary = run_study(scn, ["ppo"], hours, seed, tmp_path, policy_options={"serve_url": url},
                         show_progress=False)
     jobs = study_jobs(scn, hours, seed)
-    here = run_here(scn, jobs, local_policy(scn.weights), study_dynamics(scn, seed, hours), hours)
+    here = run_here(scn, jobs, local_policy(scn.weights), study_dynamics(scn, seed, hours), hours,
+                    truth=Truth.draw(scn, jobs, seed))  # the study's own truth
     decisions = [json.loads(line)
                  for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
     assert summary.policies["ppo"].jobs_total == len(jobs)

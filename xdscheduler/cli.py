@@ -14,6 +14,7 @@ from xdscheduler.errors import UserError
 from xdscheduler.faults import cli as faults_cli
 from xdscheduler.forecast import cli as forecast_cli
 from xdscheduler.rl import cli as rl_cli
+from xdscheduler.runtime import cli as runtime_cli
 from xdscheduler.serving import cli as serving_cli
 
 
@@ -360,6 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     forecast_cli.register(sub)
     faults_cli.register(sub)
     rl_cli.register(sub)
+    runtime_cli.register(sub)
     serving_cli.register(sub)
     return parser
 

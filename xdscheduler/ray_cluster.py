@@ -4,12 +4,17 @@ one started here."""
 from __future__ import annotations
 
 import os
+import socket
+
+from xdscheduler.errors import UserError
 
 
 def connect(address: str | None) -> None:
     """Use the Ray cluster at `address`, the one a `ray job submit` runs in, or a local one."""
     import ray
 
+    if address:
+        check_address(address)
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -19,3 +24,18 @@ def connect(address: str | None) -> None:
         ray.init(log_to_driver=False)
     else:
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+
+
+def check_address(address: str, timeout_s: float = 5.0) -> None:
+    """Refuse an address nothing answers at (UserError): `ray.init` would wait on it without
+    end."""
+    if address in ("auto", "local"):
+        return
+    host, _, port = address.split("://")[-1].rstrip("/").rpartition(":")
+    if not host or not port.isdigit():
+        raise UserError(f"Ray address {address!r} is not HOST:PORT (e.g. 127.0.0.1:6379), "
+                        "'auto' or 'local'")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as err:
+        raise UserError(f"no Ray cluster answers at {address}: {err.strerror or err}") from None

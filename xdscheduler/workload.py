@@ -65,6 +65,28 @@ def _sizes_and_runs(rng: np.random.Generator, n: int, stats: dict, low: int,
     return gpus, np.clip(runs, *RUN_LIMITS_S)
 
 
+def _limits(total_gpus: int, cluster: str, min_gpus: int) -> tuple[dict, int]:
+    """The cluster's statistics and the largest request a cluster of `total_gpus` can hold."""
+    stats = ACME.get(cluster)
+    if stats is None:
+        raise UserError(f"unknown cluster {cluster!r}; known: {', '.join(ACME)}")
+    high = min(stats["max_gpus"], 2 ** int(math.log2(max(total_gpus, 1))))
+    if high < min_gpus:
+        raise UserError(f"a cluster of {total_gpus} accelerators cannot hold jobs of "
+                        f"{min_gpus}")
+    return stats, high
+
+
+def gpu_s_per_job(total_gpus: int, seed: int, cluster: str = "kalos",
+                  min_gpus: int = 8) -> float:
+    """Expected accelerator-seconds of one generated job: what `generate_jobs` divides the
+    offered accelerator-time by to set how many jobs arrive (a probe of 20,000 draws)."""
+    stats, high = _limits(total_gpus, cluster, min_gpus)
+    probe_g, probe_t = _sizes_and_runs(np.random.default_rng(seed + 1), 20000, stats,
+                                       min_gpus, high)
+    return float(np.mean(probe_g * probe_t))
+
+
 def generate_jobs(hours: float, total_gpus: int, seed: int, load: float = 0.9,
                   cluster: str = "kalos", min_gpus: int = 8,
                   peak_tflops: float = PEAK_TFLOPS) -> list[Job]:
@@ -74,17 +96,9 @@ def generate_jobs(hours: float, total_gpus: int, seed: int, load: float = 0.9,
     `peak_tflops` (the cluster's mean accelerator), so a run time means the same work
     whatever accelerators the cluster has.
     """
-    stats = ACME.get(cluster)
-    if stats is None:
-        raise UserError(f"unknown cluster {cluster!r}; known: {', '.join(ACME)}")
-    high = min(stats["max_gpus"], 2 ** int(math.log2(max(total_gpus, 1))))
-    if high < min_gpus:
-        raise UserError(f"a cluster of {total_gpus} accelerators cannot hold jobs of "
-                        f"{min_gpus}")
+    stats, high = _limits(total_gpus, cluster, min_gpus)
     rng = np.random.default_rng(seed)
-    probe_g, probe_t = _sizes_and_runs(np.random.default_rng(seed + 1), 20000, stats,
-                                       min_gpus, high)
-    per_job = float(np.mean(probe_g * probe_t))  # expected accelerator-seconds of one job
+    per_job = gpu_s_per_job(total_gpus, seed, cluster, min_gpus)
     horizon_s = hours * 3600
     n = rng.poisson(load * total_gpus * horizon_s / per_job)
     arrivals = np.sort(rng.uniform(0, horizon_s, n))

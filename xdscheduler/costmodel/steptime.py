@@ -24,7 +24,8 @@ FLASH_BACKWARD_FACTOR = 2.5  # FlashAttention-2 backward recomputes QK^T: 2.5x f
 RUNTIME_OVERHEAD_GIB = 3.0  # CUDA context, NCCL buffers, allocator fragmentation
 
 BREAKDOWN_KEYS = (
-    "compute", "recompute", "tp_comm", "pp_comm", "dp_comm", "bubble", "sync", "optimizer",
+    "compute", "recompute", "tp_comm", "pp_comm", "dp_comm", "bubble", "sync", "convergence",
+    "optimizer",
 )
 
 
@@ -70,6 +71,12 @@ def _f(x) -> np.ndarray:
 
 
 CHUNK = 32768  # plans per block: the block's arrays stay in cache, ~1.5x faster than one pass
+# DiLoCo's cost in convergence, per replica group beyond the first: the tokens to reach a loss
+# grow by this share. Charles et al. 2025 ("Scaling Laws for DiLoCo", arXiv:2503.09799) find
+# well-tuned DiLoCo with up to 8 replicas within a few percent of data parallelism's loss at
+# equal tokens, and ahead of it at larger models; charging 2% per extra group is the cautious
+# reading, so a plan never gains from low communication for free.
+DILOCO_EXTRA_TOKENS = 0.02
 
 
 def estimate(
@@ -258,8 +265,12 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     compute_part = micro_batches * stage_compute
     inner = compute_part + micro_batches * (stage_rec + stage_tp) + bubble + pp_exposed + dp_exposed
     # DiLoCo: outer sync every H steps, overlapped with the next H inner steps.
-    sync_total = np.where(spans & (diloco_h > 0), ring / np.maximum(diloco_h, 1), 0.0)
+    diloco = spans & (diloco_h > 0)
+    sync_total = np.where(diloco, ring / np.maximum(diloco_h, 1), 0.0)
     sync_exposed = np.maximum(0.0, sync_total - inner)
+    # Its replica groups drift apart between syncs: charged as steps that train nothing kept.
+    convergence = np.where(diloco, (inner + sync_exposed) * DILOCO_EXTRA_TOKENS * (domains - 1),
+                           0.0)
     opt_params = gpu_params / np.where(zero >= 1, dp, 1.0)
     optimizer = opt_params * ADAM_BYTES_PER_PARAM / mem_bw
 
@@ -271,6 +282,7 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
         "dp_comm": dp_exposed,
         "bubble": bubble,
         "sync": sync_exposed,
+        "convergence": convergence,
         "optimizer": optimizer,
     }
     step = sum(breakdown.values())

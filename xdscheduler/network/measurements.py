@@ -55,17 +55,24 @@ class WanMeasurements:
 
 def default_data_dir() -> Path:
     """The Skyplane folder: $XDS_DATA_DIR/wan, else shared/data/wan beside cwd or the repo."""
+    return shared_data_dir("wan", "the Skyplane CSVs", "pass --data DIR (the folder holding "
+                                                       "the Skyplane CSVs) or ")
+
+
+def shared_data_dir(sub: str, holding: str, remedy: str = "") -> Path:
+    """A folder of the public measurements: $XDS_DATA_DIR/`sub`, else shared/data/`sub` beside
+    cwd or the repository. `holding` says what it should hold, `remedy` what else to try."""
     env = os.environ.get("XDS_DATA_DIR")
     if env:
-        if not (Path(env) / "wan").is_dir():
-            raise UserError(f"XDS_DATA_DIR={env} has no wan/ folder with the Skyplane CSVs")
-        return Path(env) / "wan"
-    for path in (Path("../shared/data/wan"),
-                 Path(__file__).resolve().parents[2].parent / "shared" / "data" / "wan"):
+        if not (Path(env) / sub).is_dir():
+            raise UserError(f"XDS_DATA_DIR={env} has no {sub}/ folder with {holding}")
+        return Path(env) / sub
+    for path in (Path("../shared/data") / sub,
+                 Path(__file__).resolve().parents[2].parent / "shared" / "data" / sub):
         if path.is_dir():
             return path
-    raise UserError("no measurement folder found: pass --data DIR (the folder holding the "
-                    "Skyplane CSVs) or set XDS_DATA_DIR to the folder holding wan/")
+    raise UserError(f"no measurement folder found for {holding}: {remedy}set XDS_DATA_DIR to "
+                    f"the folder holding {sub}/")
 
 
 def _read(path: Path) -> pd.DataFrame:

@@ -26,8 +26,16 @@ SCALE = {
 NODE_EXTRAS = ("free_now", "size", "price", "bf16_pflops", "memory_100gib", "up")
 NODE_FEATURES = len(INDICATOR_NAMES) + len(NODE_EXTRAS)
 EDGE_FEATURES = 4  # bandwidth now, RTT, fluctuation ε = now/leased − 1, price per GB
+# Graphs are padded to at least this many nodes, the size the shipped modules were trained on;
+# a larger cluster pads to its own size (the encoder and the scorer take any number of nodes).
 MAX_NODES = 8
 MAX_EDGES = MAX_NODES * (MAX_NODES - 1)
+
+
+def graph_size(domains: int) -> tuple[int, int]:
+    """(nodes, directed edges) a padded graph of this many domains has room for."""
+    n = max(domains, MAX_NODES)
+    return n, n * (n - 1)
 
 
 @dataclass
@@ -87,15 +95,14 @@ def edges(view: ClusterView) -> tuple[np.ndarray, np.ndarray]:
 def padded(view: ClusterView) -> dict[str, np.ndarray]:
     """The graph as fixed-size arrays with masks, for an observation space."""
     k = len(view.domains)
-    if k > MAX_NODES:
-        raise ValueError(f"{k} domains; the policy's graph holds at most {MAX_NODES}")
+    nodes, links = graph_size(k)
     index, feats = edges(view)
     e = index.shape[1]
-    out = {"nodes": np.zeros((MAX_NODES, NODE_FEATURES), np.float32),
-           "node_mask": np.zeros(MAX_NODES, np.float32),
-           "edge_index": np.zeros((2, MAX_EDGES), np.float32),
-           "edges": np.zeros((MAX_EDGES, EDGE_FEATURES), np.float32),
-           "edge_mask": np.zeros(MAX_EDGES, np.float32)}
+    out = {"nodes": np.zeros((nodes, NODE_FEATURES), np.float32),
+           "node_mask": np.zeros(nodes, np.float32),
+           "edge_index": np.zeros((2, links), np.float32),
+           "edges": np.zeros((links, EDGE_FEATURES), np.float32),
+           "edge_mask": np.zeros(links, np.float32)}
     out["nodes"][:k] = node_features(view)
     out["node_mask"][:k] = 1
     out["edge_index"][:, :e] = index

@@ -22,7 +22,9 @@ from xdscheduler.planner.search import THROUGHPUT_ONLY, JobSpec, search
 from xdscheduler.planner.space import DATA, SINGLE, SearchOptions, describe_placements
 from xdscheduler.planner.view import ClusterView
 
-ONLINE = SearchOptions(micro_batch=(1, 2))  # the planner's online grid
+# The online grid: micro-batches of 1-2 cover nearly all of the best plans and halve the
+# candidates; replicas across domains may sync every step or, DiLoCo-style, every 100.
+ONLINE = SearchOptions(micro_batch=(1, 2), diloco_h=(0, 100))
 
 
 def megatron_default(job: JobSpec, gpus: int, hw: Hardware, stack: Stack | None = None

@@ -58,6 +58,9 @@ class Placement:
     names: tuple[str, ...] = ()  # the domains' names, in the same order
     estimate: Estimate | None = field(default=None, compare=False)
     keep_off: tuple[int, ...] = ()  # domains the job stays off, now and when re-planned
+    # on what others may reclaim: a placement that needs its accelerators preempts it (the job
+    # saves a checkpoint and waits in the queue again)
+    preemptible: bool = False
     explanation: str = field(default="", compare=False)  # why; not what
     decision_ms: float = field(default=0.0, compare=False)
 

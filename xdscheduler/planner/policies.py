@@ -8,10 +8,12 @@ registered by name in `POLICIES`, which the policy registry (`xdscheduler.regist
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from xdscheduler.errors import UserError
+import numpy as np
+
 from xdscheduler.planner.baselines import (
     ONLINE,
     BackfillSingleDomain,
@@ -21,15 +23,41 @@ from xdscheduler.planner.baselines import (
 )
 from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.policy import Policy
-from xdscheduler.planner.search import JobSpec, search
-from xdscheduler.planner.space import SearchOptions
+from xdscheduler.planner.search import (
+    Evaluated,
+    JobSpec,
+    candidate_key,
+    evaluate_space,
+    explain,
+    ideal_tokens_per_s,
+    placement_at,
+)
+from xdscheduler.planner.space import SINGLE, SearchOptions
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Weights
+
+# A giant crosses domains only on a placement that keeps this share of the model FLOPs per
+# accelerator-second the job reaches inside one empty domain: it must not spend accelerators the
+# jobs behind it would use better (slow links, slower accelerators).
+KEEP_MFU = 0.8
+_BEST_MFU: dict[tuple, float] = {}  # job shape and cluster -> its best MFU inside one domain
 
 
 @dataclass
 class PlannerPolicy:
-    """The network-aware plan search, with backfill and re-planning on triggers."""
+    """The network-aware plan search, with backfill and re-planning on triggers.
+
+    Queued jobs are decided by priority, then by response ratio (time waited plus ideal run
+    time, over ideal run time), so short jobs go first and no job waits for ever. A job that one
+    domain can hold gets the best placement by the objective inside one domain, or waits for
+    one: measured over loads and seeds (README, "Comparing policies"), spreading such a job
+    over domains never paid for the room it took from the jobs behind it. A job larger than
+    any domain can hold (a giant) crosses domains on what the others leave, at its minimum
+    size while others wait, keeping KEEP_MFU of its efficiency inside one domain, and
+    preemptibly: a job that one domain can hold takes those accelerators back when it needs
+    them (the giant saves a checkpoint and queues again). With `max_domains=1` it is the
+    planner confined to one domain (its giants never run).
+    """
 
     weights: Weights
     name: str = "planner"
@@ -40,17 +68,23 @@ class PlannerPolicy:
     _no_fit: dict = field(default_factory=dict)  # job -> free accelerators it did not fit
 
     def decide(self, queue: list[JobSpec], view: ClusterView, now_s: float) -> list[Placement]:
-        out = []
-        for job in queue[: self.lookahead]:
-            free = tuple(d.available for d in view.domains)
+        out, most = [], largest_domain(view)
+        ordered = by_response_ratio(queue, view, now_s)
+        fitting = [j for j in ordered if j.gpus_min <= most][: self.lookahead]
+        giants = [] if self.single_domain else [j for j in ordered if j.gpus_min > most]
+        reclaim = view.reclaiming()  # what the giants hold, the others may take back
+        for k, job in enumerate(fitting + giants):
+            seen = view if job.gpus_min > most else reclaim
+            free = tuple(d.available for d in seen.domains)
             if self._no_fit.get(job.name) == free:
                 continue  # nothing freed up since it last did not fit
-            placement = self._best(job, view)
+            placement = self._best(job, seen, modest=k + 1 < len(fitting) + len(giants))
             if placement is None:
                 self._no_fit[job.name] = free
                 continue  # backfill: a later job may fit where this one does not
             out.append(placement)
-            view = view.adjust_free({i: -n for i, n in placement.taken.items()})
+            taken = {i: -n for i, n in placement.taken.items()}
+            view, reclaim = view.adjust_free(taken), reclaim.adjust_free(taken)
         return out
 
     @property
@@ -65,21 +99,104 @@ class PlannerPolicy:
         best = self._best(job, view.with_free(off) if off else view)
         return replace(best, keep_off=current.keep_off) if best is not None else None
 
+    def yielded(self, job: JobSpec, current: Placement, view: ClusterView,
+                queue: list[JobSpec], now_s: float) -> Placement | None:
+        """A placement on all but one of the domains a spread job holds, when giving that one
+        back lets the first queued job that fits no single domain now start there (a spread
+        soaks up what the queue cannot use, and yields it when the queue can)."""
+        free = [d.available for d in view.domains]
+        waiting = next((q for q in by_response_ratio(queue, view, now_s)[: self.lookahead]
+                        if q.gpus_min > max(free)), None)
+        if waiting is None:
+            return None
+        mine = current.taken
+        room = [d for d in current.domains if free[d] + mine[d] >= waiting.gpus_min]
+        if not room:
+            return None
+        drop = min(room, key=lambda d: mine[d])
+        keep = {view.names[i]: (view.domains[i].free_gpus + mine.get(i, 0)
+                                if i in mine and i != drop else 0)
+                for i in range(len(view.domains))}
+        best = self._best(job, view.with_free(keep))
+        return replace(best, keep_off=current.keep_off) if best is not None else None
+
     def state(self) -> dict:
         return dict(self._no_fit)
 
     def restore(self, state: dict) -> None:
         self._no_fit = dict(state)
 
-    def _best(self, job: JobSpec, view: ClusterView) -> Placement | None:
+    def _best(self, job: JobSpec, view: ClusterView, modest: bool = False) -> Placement | None:
         if sum(d.available for d in view.domains) < job.gpus_min:
             return None
-        try:
-            result = search(job, view, self.weights, self.options, top_k=1, pareto=False)
-        except UserError:
+        start = time.perf_counter()
+        giant = job.gpus_min > largest_domain(view)
+        # a job one domain can hold is only ever placed inside one: search no spreads for it
+        options = self.options if giant else replace(self.options, max_domains=1)
+        ev = evaluate_space(job, view, self.weights, options)
+        i = planner_pick(ev, job, view, self.weights, options, modest)
+        if i is None:
             return None
-        return replace(result.best, explanation=result.explanation["summary"],
-                       decision_ms=result.decision_ms)
+        p = placement_at(ev, i, view, job)
+        runner = runner_up(ev, i, view, job)
+        why = explain(job, p, runner, self.weights)["summary"]
+        return replace(p, explanation=why, decision_ms=(time.perf_counter() - start) * 1000,
+                       preemptible=giant)
+
+
+def largest_domain(view: ClusterView) -> int:
+    """The most accelerators one domain could give this scheduler's jobs (its own jobs all
+    finished): a job asking for more is a giant, only ever run across domains."""
+    return max((d.schedulable for d in view.domains if d.up), default=0)
+
+
+def by_response_ratio(queue: list[JobSpec], view: ClusterView, now_s: float) -> list[JobSpec]:
+    """Highest priority first, then the highest response ratio: (waited + ideal time) / ideal
+    time. Short jobs go first, and a long one's ratio grows while it waits."""
+    def key(job: JobSpec) -> tuple:
+        ideal_s = max(job.tokens / ideal_tokens_per_s(job, view), 1.0)
+        return (-job.priority, -(max(now_s - job.arrival_s, 0.0) + ideal_s) / ideal_s)
+
+    return sorted(queue, key=key)
+
+
+def planner_pick(ev: Evaluated | None, job: JobSpec, view: ClusterView, weights: Weights,
+                 options: SearchOptions, modest: bool = False) -> int | None:
+    """The planner's candidate of an evaluated space (None: nothing fits, or better to wait):
+    the best inside one domain for a job one domain can hold, the best across domains for a
+    giant (see PlannerPolicy); `modest`: a giant takes no more than its minimum (others wait)."""
+    if ev is None:
+        return None
+    kind = np.asarray(ev.placements.kind)[ev.place]
+    objective, mfu = ev.terms["objective"], ev.terms["utilization"]
+    if job.gpus_min <= largest_domain(view):
+        single = np.flatnonzero(kind == SINGLE)
+        return int(single[np.argmax(objective[single])]) if len(single) else None
+    multi = np.flatnonzero((kind != SINGLE) & (~modest | (ev.gpus.sum(axis=1) <= job.gpus_min)))
+    if not len(multi):
+        return None
+    m = int(multi[np.argmax(objective[multi])])
+    enough = mfu[m] >= KEEP_MFU * best_single_mfu(job, view, weights, options)
+    return m if enough else None
+
+
+def best_single_mfu(job: JobSpec, view: ClusterView, weights: Weights,
+                    options: SearchOptions) -> float:
+    """The job's best model FLOP utilisation inside one empty domain of the cluster."""
+    key = (job.shape_key, tuple((d.name, d.accelerator.name, d.total_gpus) for d in view.domains))
+    if key not in _BEST_MFU:
+        ev = evaluate_space(job, view.empty(), weights, replace(options, max_domains=1))
+        _BEST_MFU[key] = float(ev.terms["utilization"].max()) if ev is not None else 0.0
+    return _BEST_MFU[key]
+
+
+def runner_up(ev: Evaluated, chosen: int, view: ClusterView, job: JobSpec) -> Placement | None:
+    """The best candidate of another placement or shape than the chosen one (the explanation's
+    runner-up)."""
+    mine = candidate_key(ev, chosen)
+    other = next((int(i) for i in np.argsort(-ev.terms["objective"], kind="stable")
+                  if candidate_key(ev, int(i)) != mine), None)
+    return None if other is None else placement_at(ev, other, view, job)
 
 
 PolicyFactory = Callable[[Weights, dict], Policy]

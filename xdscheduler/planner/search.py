@@ -42,12 +42,13 @@ class JobSpec:
     gpus_max: int
     tokens: float = 0.0  # to train in all; 0 where unknown
     arrival_s: float = 0.0  # when it was submitted
+    priority: int = 0  # higher goes first
 
     @classmethod
     def of(cls, job) -> JobSpec:
         arch = job.arch
         return cls(job.name, arch, job.global_batch, arch.seq_len, job.gpus.min, job.gpus.max,
-                   float(job.tokens), float(job.arrival_s))
+                   float(job.tokens), float(job.arrival_s), job.priority)
 
     @cached_property
     def flops_per_token(self) -> float:
@@ -124,6 +125,8 @@ def search(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchOption
 
 
 THROUGHPUT_ONLY = Weights(efficiency=1.0, utilization=0.0, cost=0.0)
+# The yardstick's plan space: every plan a policy may run, low-communication ones included.
+IDEAL_OPTIONS = SearchOptions(diloco_h=(0, 100))
 _IDEAL: dict[tuple, float] = {}
 
 
@@ -135,7 +138,7 @@ def ideal_tokens_per_s(job: JobSpec, view: ClusterView) -> float:
                                  d.scaleout_gbps) for d in view.domains),
            leased[0].tobytes(), leased[1].tobytes())
     if key not in _IDEAL:  # asked every decision and for every job of a rollout: search once
-        _IDEAL[key] = search(job, view.empty(), THROUGHPUT_ONLY, top_k=0,
+        _IDEAL[key] = search(job, view.empty(), THROUGHPUT_ONLY, IDEAL_OPTIONS, top_k=0,
                              pareto=False).best.estimate.tokens_per_s
     return _IDEAL[key]
 
@@ -219,7 +222,8 @@ def _take_est(est, keep):
     )
 
 
-def _key(ev: Evaluated, i: int) -> tuple:
+def candidate_key(ev: Evaluated, i: int) -> tuple:
+    """Its placement and parallel shape: candidates alike here differ only in finer choices."""
     p = ev.plans
     return (int(ev.place[i]), int(p.dp[i]), int(p.tp[i]), int(p.pp[i]), int(p.cp[i]))
 
@@ -228,7 +232,7 @@ def distinct(ev: Evaluated, order: np.ndarray, k: int) -> list[int]:
     """The first k candidates in `order` that differ in placement or parallel shape."""
     seen, out = set(), []
     for i in order:
-        key = _key(ev, int(i))
+        key = candidate_key(ev, int(i))
         if key not in seen:
             seen.add(key)
             out.append(int(i))

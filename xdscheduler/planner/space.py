@@ -70,9 +70,10 @@ def placements(view: ClusterView, opts: SearchOptions, gpus_min: int) -> Placeme
     free = np.array([d.available for d in view.domains])
     # Domains alike in every way the objective sees give the same single-domain plans: keep
     # one of each kind (the first), so 64 domains of 8 types search like 8.
-    alike = {}
+    alike, speed = {}, view.speed
     for i, d in enumerate(view.domains):
-        key = (d.accelerator.name, free[i], d.scaleup_gbs, d.scaleout_gbps, d.price_per_gpu_hour)
+        key = (d.accelerator.name, free[i], d.scaleup_gbs, d.scaleout_gbps, d.price_per_gpu_hour,
+               speed[i])
         alike.setdefault(key, i)
     singles = [(SINGLE, (i,)) for i in sorted(alike.values()) if free[i] > 0]
     singles = singles if SINGLE in opts.kinds else []
@@ -106,25 +107,28 @@ def _chains(members: tuple[int, ...]) -> list[tuple[int, ...]]:
 
 
 def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -> Placements:
+    """The hardware and WAN use of each placement: its slowest member and narrowest links, at
+    the view's speed and goodput factors."""
     accs = [d.accelerator for d in view.domains]
     valid = doms >= 0
     safe = np.where(valid, doms, 0)
+    speed = view.speed
 
-    def slowest(values, fill=np.inf):
-        arr = np.asarray(values, dtype=float)[safe]
+    def slowest(values, scale=1.0, fill=np.inf):
+        arr = (np.asarray(values, dtype=float) * scale)[safe]
         return np.where(valid, arr, fill).min(axis=1)
 
     hw = Hardware(
-        peak_tflops=slowest([a.bf16_tflops for a in accs]),
-        peak_fp8_tflops=slowest([a.fp8_tflops or 0.0 for a in accs]),
+        peak_tflops=slowest([a.bf16_tflops for a in accs], speed),
+        peak_fp8_tflops=slowest([a.fp8_tflops or 0.0 for a in accs], speed),
         memory_gib=slowest([a.memory_gib for a in accs]),
-        memory_gbs=slowest([a.memory_gbs for a in accs]),
+        memory_gbs=slowest([a.memory_gbs for a in accs], speed),
         scaleup_gbs=slowest([d.scaleup_gbs for d in view.domains]),
         scaleout_gbps=slowest([d.scaleout_gbps for d in view.domains]),
         gpus_per_node=slowest([a.gpus_per_node for a in accs]),
     )
     n_dom = valid.sum(axis=1)
-    bw, rtt, price = view.bandwidth_gbps, view.rtt_ms / 1000.0, view.price_per_gb
+    bw, rtt, price = view.goodput_gbps, view.rtt_ms / 1000.0, view.price_per_gb
     # Pipeline: consecutive stage domains; activations go one way, gradients the other.
     a, b = safe[:, :-1], safe[:, 1:]
     hop = valid[:, 1:]

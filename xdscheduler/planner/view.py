@@ -25,6 +25,9 @@ class DomainView:
     total_gpus: int = 0  # the domain's size; 0 where unknown
     reserved_gpus: int = 0  # held by tenants this scheduler does not place
     pooled_gpus: int = 0  # held back as the backup pool: only jobs hit by faults take them
+    # held by preemptible placements of this scheduler: a placement may take them, and the jobs
+    # holding them give them back (`Placement.preemptible`)
+    reclaimable_gpus: int = 0
     up: bool = True
 
     @property
@@ -53,6 +56,11 @@ class ClusterView:
     # When running jobs are expected to give accelerators back: (time s, domain, count), in
     # time order (what a backfilling scheduler reserves against).
     releases: tuple[tuple[float, int, int], ...] = ()
+    # Sustained speed over the model's: per domain of its accelerators' peak and memory
+    # bandwidth, per link (K × K) of its bandwidth. A study's truth, or what the policies have
+    # learnt from the rates they observe (sim.correction); None: the model as it is.
+    speed_factor: np.ndarray | None = None
+    goodput_factor: np.ndarray | None = None
 
     @classmethod
     def from_scenario(cls, scn: Scenario, free_gpus: dict[str, int] | None = None) -> ClusterView:
@@ -89,6 +97,20 @@ class ClusterView:
                         for d in self.domains)
         return replace(self, domains=domains)
 
+    def with_reclaimable(self, held: dict[int, int]) -> ClusterView:
+        """The view with `held` (domain index -> count) held by preemptible placements."""
+        domains = tuple(replace(d, reclaimable_gpus=held.get(i, 0))
+                        for i, d in enumerate(self.domains))
+        return replace(self, domains=domains)
+
+    def reclaiming(self) -> ClusterView:
+        """What a placement that may preempt sees: what preemptible placements hold, free."""
+        if not any(d.reclaimable_gpus for d in self.domains):
+            return self
+        domains = tuple(replace(d, free_gpus=max(d.free_gpus, 0) + d.reclaimable_gpus,
+                                reclaimable_gpus=0) if d.up else d for d in self.domains)
+        return replace(self, domains=domains)
+
     def adjust_free(self, delta: dict[int, int]) -> ClusterView:
         """Free accelerators changed by `delta` (domain index -> +given back / -taken)."""
         domains = tuple(replace(d, free_gpus=d.free_gpus + delta.get(i, 0))
@@ -98,6 +120,22 @@ class ClusterView:
     def with_links(self, bandwidth_gbps: np.ndarray, rtt_ms: np.ndarray) -> ClusterView:
         return replace(self, bandwidth_gbps=np.asarray(bandwidth_gbps, dtype=float),
                        rtt_ms=np.asarray(rtt_ms, dtype=float))
+
+    def with_factors(self, speed: np.ndarray | None = None,
+                     goodput: np.ndarray | None = None) -> ClusterView:
+        """The view with these speed and goodput factors (None: the model's own)."""
+        return replace(self, speed_factor=speed, goodput_factor=goodput)
+
+    @property
+    def speed(self) -> np.ndarray:
+        """Each domain's speed factor (1 where none is known)."""
+        return np.ones(len(self.domains)) if self.speed_factor is None else self.speed_factor
+
+    @property
+    def goodput_gbps(self) -> np.ndarray:
+        """The bandwidth of each link now, times its goodput factor where one is known."""
+        bw = self.bandwidth_gbps
+        return bw if self.goodput_factor is None else bw * self.goodput_factor
 
     def with_releases(self, releases: list[tuple[float, int, int]]) -> ClusterView:
         return replace(self, releases=tuple(sorted(releases)))
@@ -123,11 +161,13 @@ class ClusterView:
         return bw, self.base_rtt_ms if self.base_rtt_ms is not None else self.rtt_ms
 
     def empty(self) -> ClusterView:
-        """The same domains and links as leased, every accelerator free and every domain up."""
+        """The same domains and links as leased, every accelerator free and every domain up, at
+        the model's speeds (the yardstick of every job's efficiency stays the same)."""
         bw, rtt = self.leased
         domains = tuple(replace(d, free_gpus=d.total_gpus, reserved_gpus=0, up=True)
                         for d in self.domains)
-        return replace(self, domains=domains, bandwidth_gbps=bw, rtt_ms=rtt, indicators=None)
+        return replace(self, domains=domains, bandwidth_gbps=bw, rtt_ms=rtt, indicators=None,
+                       speed_factor=None, goodput_factor=None)
 
     @cached_property
     def peak_tflops(self) -> np.ndarray:

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import gymnasium as gym
 import numpy as np
 
-from xdscheduler.perception.graph import MAX_NODES, padded
+from xdscheduler.perception.graph import EDGE_FEATURES, NODE_FEATURES, graph_size, padded
+from xdscheduler.planner.baselines import ONLINE
 from xdscheduler.planner.placement import Placement
+from xdscheduler.planner.policies import planner_pick
 from xdscheduler.planner.search import (
     Evaluated,
     JobSpec,
@@ -36,8 +39,11 @@ WAIT = UPPER_CHOICES - 1
 # off the faster classes: below it, the other jobs hardly notice which class one took (the
 # effect of one such choice on a day's study is lost in the chaos of what follows it).
 HOLD_SHARE = 1 / 16
-OPTIONS = SearchOptions(micro_batch=(1, 2))  # the planner policy's online grid
-_ROW_HASH = np.random.default_rng(0).integers(1, 2**62, MAX_NODES, dtype=np.int64)
+OPTIONS = ONLINE  # the planner policy's online grid
+
+def _row_hash(domains: int) -> np.ndarray:
+    """One random weight per domain: an allocation's rows hashed to one integer."""
+    return np.random.default_rng(0).integers(1, 2**62, domains, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -111,13 +117,16 @@ def choices(job: JobSpec, view: ClusterView, weights: Weights, now_s: float = 0.
     used = slots.ravel() >= 0
     np.add.at(alloc, (rows[used], slots.ravel()[used]), ev.gpus.ravel()[used])
     # Rows hashed to one integer: a 1-D unique is ten times faster than unique over rows.
-    _, group_of = np.unique(alloc @ _ROW_HASH[: alloc.shape[1]], return_inverse=True)
+    _, group_of = np.unique(alloc @ _row_hash(alloc.shape[1]), return_inverse=True)
     # The planner's order (best first, the search's own order on ties), so the first choice is
     # the planner's; of choices equal on every objective term only the first is offered: they
     # are the same to the objective, and an arbitrary pick among them is noise.
     order = np.argsort(-ev.terms["objective"], kind="stable")
+    pick = planner_pick(ev, job, view, weights, opts)
+    if pick is None:
+        return None  # the planner would not place it now either
     seen, groups, keep_off = set(), [], []
-    for i, off in _offered(job, view, alloc, order):
+    for i, off in _offered(job, view, alloc, order, pick):
         key = (_terms_key(ev, i), off)
         if key in seen or (int(group_of[i]), off) in seen:
             continue
@@ -131,8 +140,9 @@ def choices(job: JobSpec, view: ClusterView, weights: Weights, now_s: float = 0.
                    ideal_tokens_per_s(job, view), now_s)
 
 
-def _offered(job: JobSpec, view: ClusterView, alloc: np.ndarray, order: np.ndarray):
-    """(candidate, domains held back) for each allocation offered: the planner's best; and, for
+def _offered(job: JobSpec, view: ClusterView, alloc: np.ndarray, order: np.ndarray,
+             pick: int):
+    """(candidate, domains held back) for each allocation offered: the planner's pick; and, for
     a job large enough to take a class of accelerators from the many small jobs behind it, for
     each class the best allocation that keeps the job off every faster class, now and when it
     is re-planned later.
@@ -141,7 +151,7 @@ def _offered(job: JobSpec, view: ClusterView, alloc: np.ndarray, order: np.ndarr
     fastest accelerators to the many jobs that follow. Those are the agent's alternatives, and
     only those: other allocations the search ranks lower would only be worse now, with no
     intent behind them, and every such choice open is one more way for a policy to err."""
-    yield int(order[0]), ()
+    yield pick, ()
     if job.gpus_max < HOLD_SHARE * sum(d.total_gpus for d in view.domains):
         return  # a small job's choice of class moves the study by noise only
     peak = view.peak_tflops
@@ -186,7 +196,7 @@ def _compute_share(ch: Choices, idx: np.ndarray) -> np.ndarray:
 
 
 def _shares(ch: Choices, idx: np.ndarray) -> np.ndarray:
-    out = np.zeros((len(idx), MAX_NODES), np.float32)
+    out = np.zeros((len(idx), graph_size(len(ch.view.domains))[0]), np.float32)
     a = ch.alloc[idx]
     out[:, : a.shape[1]] = a / np.maximum(a.sum(axis=1, keepdims=True), 1)
     return out
@@ -239,7 +249,7 @@ def _observation(ch: Choices, feats: np.ndarray, shares: np.ndarray, size: int,
     obs = padded(ch.view)
     obs["choices"] = np.zeros((size, CHOICE_FEATURES), np.float32)
     obs["choices"][:n] = feats
-    obs["choice_nodes"] = np.zeros((size, MAX_NODES), np.float32)
+    obs["choice_nodes"] = np.zeros((size, len(obs["nodes"])), np.float32)
     obs["choice_nodes"][:n] = shares
     obs["action_mask"] = np.zeros(size, np.float32)
     obs["action_mask"][:n] = 1
@@ -248,3 +258,20 @@ def _observation(ch: Choices, feats: np.ndarray, shares: np.ndarray, size: int,
         obs["action_mask"][WAIT] = 1
     obs["context"] = _context(ch, queue_len)
     return obs
+
+
+def observation_space(n_choices: int, domains: int = 0) -> gym.spaces.Dict:
+    """One agent's observation of a cluster of `domains` (padded to at least MAX_NODES)."""
+    nodes, links = graph_size(domains)
+
+    def box(*shape, low=-np.inf, high=np.inf):
+        return gym.spaces.Box(low, high, shape=shape, dtype=np.float32)
+
+    return gym.spaces.Dict({
+        "nodes": box(nodes, NODE_FEATURES), "node_mask": box(nodes, low=0, high=1),
+        "edge_index": box(2, links, low=0, high=nodes),
+        "edges": box(links, EDGE_FEATURES), "edge_mask": box(links, low=0, high=1),
+        "choices": box(n_choices, CHOICE_FEATURES),
+        "choice_nodes": box(n_choices, nodes, low=0, high=1),
+        "action_mask": box(n_choices, low=0, high=1), "context": box(CONTEXT_FEATURES),
+    })

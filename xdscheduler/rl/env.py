@@ -26,11 +26,8 @@ import gymnasium as gym
 import numpy as np
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 
-from xdscheduler.perception.graph import EDGE_FEATURES, MAX_EDGES, MAX_NODES, NODE_FEATURES
 from xdscheduler.planner.policies import PlannerPolicy
 from xdscheduler.rl.candidates import (
-    CHOICE_FEATURES,
-    CONTEXT_FEATURES,
     LOWER_CHOICES,
     UPPER_CHOICES,
     WAIT,
@@ -38,6 +35,7 @@ from xdscheduler.rl.candidates import (
     DecisionQueue,
     choices,
     lower_observation,
+    observation_space,
     upper_observation,
 )
 from xdscheduler.rl.rollout import advantage
@@ -61,20 +59,6 @@ def lower_agent(domain: str) -> str:
 def module_of(agent_id: str, *args, **kwargs) -> str:
     """Policy mapping: one upper module; every domain's lower agent shares one module."""
     return UPPER if agent_id == UPPER else "lower"
-
-
-def observation_space(n_choices: int) -> gym.spaces.Dict:
-    def box(*shape, low=-np.inf, high=np.inf):
-        return gym.spaces.Box(low, high, shape=shape, dtype=np.float32)
-
-    return gym.spaces.Dict({
-        "nodes": box(MAX_NODES, NODE_FEATURES), "node_mask": box(MAX_NODES, low=0, high=1),
-        "edge_index": box(2, MAX_EDGES, low=0, high=MAX_NODES),
-        "edges": box(MAX_EDGES, EDGE_FEATURES), "edge_mask": box(MAX_EDGES, low=0, high=1),
-        "choices": box(n_choices, CHOICE_FEATURES),
-        "choice_nodes": box(n_choices, MAX_NODES, low=0, high=1),
-        "action_mask": box(n_choices, low=0, high=1), "context": box(CONTEXT_FEATURES),
-    })
 
 
 def sampled_weights(rng: np.random.Generator) -> Weights:
@@ -111,8 +95,9 @@ class PlacementEnv(MultiAgentEnv):
         lowers = [lower_agent(d.name) for d in self.scn.domains]
         self.possible_agents = [UPPER, *lowers]
         self.agents = list(self.possible_agents)
-        self.observation_spaces = {UPPER: observation_space(UPPER_CHOICES)}
-        self.observation_spaces.update({a: observation_space(LOWER_CHOICES) for a in lowers})
+        k = len(self.scn.domains)
+        self.observation_spaces = {UPPER: observation_space(UPPER_CHOICES, k)}
+        self.observation_spaces.update({a: observation_space(LOWER_CHOICES, k) for a in lowers})
         self.action_spaces = {UPPER: gym.spaces.Discrete(UPPER_CHOICES)}
         self.action_spaces.update({a: gym.spaces.Discrete(LOWER_CHOICES) for a in lowers})
 

@@ -34,14 +34,14 @@ class Controller:
 
     def __init__(self, scenario: dict, jobs: list[dict], policy: str, dynamics,
                  horizon_s: float, realtime: bool = False, policy_options: dict | None = None,
-                 journal: str | None = None, faults=None, demand=None):
+                 journal: str | None = None, faults=None, demand=None, truth=None):
         scn = parse_scenario(scenario)
         self.domains = ActorDomains(scn, dynamics)
         self.engine = Engine(
             scn, [Job.model_validate(j) for j in jobs],
             make_policy(policy, scn.weights, policy_options), dynamics, self.domains, horizon_s,
             clock=RealTimeClock() if realtime else None,
-            tick_s=1.0 if realtime else None, faults=faults, demand=demand)
+            tick_s=1.0 if realtime else None, faults=faults, demand=demand, truth=truth)
         self.journal = Journal(journal, policy) if journal else None
         if self.journal:
             snapshot = self.journal.latest()

@@ -43,6 +43,7 @@ from xdscheduler.sim.records import (
     Report,
 )
 from xdscheduler.sim.recovery import study_faults
+from xdscheduler.sim.truth import Truth
 
 CHUNK_S = 3600.0  # the driver advances each controller an hour at a time (progress, control)
 __all__ = ["run_here", "run_on_ray", "run_study", "study_dynamics", "study_jobs"]
@@ -76,7 +77,8 @@ def _follow(advance, jobs: int, label: str, show: bool) -> None:
 def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, hours: float,
                realtime: bool = False, show: bool = False,
                policy_options: dict | None = None, journal: str | None = None,
-               faults=None, demand: DemandPlanner | None = None) -> Results:
+               faults=None, demand: DemandPlanner | None = None,
+               truth: Truth | None = None) -> Results:
     """One policy's study under a controller actor. With a journal, a controller that dies is
     replaced by one that resumes from the journal, and the study goes on."""
     import ray
@@ -87,7 +89,7 @@ def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, 
     def start():
         return Controller.remote(scn.model_dump(), [j.model_dump() for j in jobs], policy,
                                  dynamics, hours * 3600, realtime, policy_options, journal,
-                                 faults, demand)
+                                 faults, demand, truth)
 
     controller = start()
 
@@ -111,12 +113,13 @@ def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, 
 
 def run_here(scn: Scenario, jobs: list[Job], policy: Policy, dynamics: Dynamics, hours: float,
              show: bool = False, faults=None, demand: DemandPlanner | None = None,
-             replan: Switch = Switch.MAKE_BEFORE_BREAK) -> Results:
+             replan: Switch = Switch.MAKE_BEFORE_BREAK, truth: Truth | None = None) -> Results:
     """The same study in this process, the domains as plain objects; `replan`: how running
-    jobs move (make-before-break, or the old checkpoint-and-restart)."""
+    jobs move (make-before-break, or the old checkpoint-and-restart); `truth`: what jobs
+    really run at (None: the model)."""
     start = time.perf_counter()
     engine = Engine(scn, jobs, policy, dynamics, LocalDomains(scn.domains, dynamics),
-                    hours * 3600, faults=faults, demand=demand, replan=replan)
+                    hours * 3600, faults=faults, demand=demand, truth=truth, replan=replan)
 
     def advance(t: float) -> dict:
         engine.run(until_s=t)
@@ -143,16 +146,19 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
               address: str | None = None, local: bool = False, realtime: bool = False,
               show_progress: bool | None = None, policy_options: dict | None = None,
               journal: bool = True, faults: float | None = None,
-              forecast: bool | None = None) -> Report:
+              forecast: bool | None = None, truth: bool = True) -> Report:
     """Run every policy, write the report to `out`, and return it.
     `faults`: inject faults at the published rates times this factor (None: none);
-    `forecast`: consult the demand forecast every hour (default: under faults)."""
+    `forecast`: consult the demand forecast every hour (default: under faults);
+    `truth`: jobs run at a ground truth drawn from the seed, which the policies do not see
+    (False: at the model's speeds)."""
     from xdscheduler.report.writer import write_report
 
     check(policies)
     show = sys.stderr.isatty() if show_progress is None else show_progress
     jobs = study_jobs(scn, hours, seed)
     dynamics = study_dynamics(scn, seed, hours)
+    real = Truth.draw(scn, jobs, seed) if truth else None  # one for every policy
     view = ClusterView.from_scenario(scn)
     specs = [JobSpec.of(j) for j in jobs]
     ideal = ideal_rates(specs, view)
@@ -168,10 +174,10 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
         demand = planner.for_policy(name) if planner else None  # a demand series of its own
         if local:
             runs[name] = run_here(scn, jobs, make_policy(name, scn.weights, policy_options),
-                                  dynamics, hours, show, mine, demand)
+                                  dynamics, hours, show, mine, demand, truth=real)
         else:
             runs[name] = run_on_ray(scn, jobs, name, dynamics, hours, realtime, show,
-                                    policy_options, journal_path, mine, demand)
+                                    policy_options, journal_path, mine, demand, real)
         done = sum(r.end_s is not None for r in runs[name].jobs)
         if not show:  # logs (e.g. of a Ray job) still get a line per policy
             print(f"{name}: {done}/{len(jobs)} jobs done, {runs[name].wall_s:.0f} s",
@@ -187,7 +193,8 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
                     runtime="local" if local else "ray", weights=scn.weights.model_dump(),
                     policies=policies, comparison=compare(policies),
                     faults=None if injected is None else fault_report(injected, runs, faults,
-                                                                      seed))
+                                                                      seed),
+                    truth=real.summary(scn) if real else None)
     write_report(out, report,
                  pd.concat([domain_table(r) for r in runs.values()], ignore_index=True),
                  pd.concat([job_table(r) for r in runs.values()], ignore_index=True),

@@ -25,6 +25,7 @@ from xdscheduler.perception.graph import INDICATOR_NAMES
 from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.view import ClusterView
+from xdscheduler.rl.candidates import observation_space
 from xdscheduler.scenario import Architecture, GpuRequest, Job, Strict
 
 
@@ -102,7 +103,11 @@ class DecideResponse(Strict):
 
 
 def observation_arrays(observation: dict[str, list], space) -> dict[str, np.ndarray]:
-    """The JSON observation as the arrays the module takes; refused unless it fits `space`."""
+    """The JSON observation as the arrays the module takes; refused unless it fits `space`, or
+    the same space for a larger cluster (the module takes graphs of any size)."""
+    nodes = np.shape(observation.get("nodes") or [])[:1]
+    if nodes and nodes[0] > space["nodes"].shape[0]:
+        space = observation_space(space["choices"].shape[0], nodes[0])
     if set(observation) != set(space.spaces):
         raise UserError(f"observation keys must be {sorted(space.spaces)}, "
                         f"got {sorted(observation)}")

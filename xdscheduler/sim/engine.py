@@ -14,6 +14,10 @@ rest and change the state only through the methods here:
 - `demand` (`demand`): the demand forecast's pools and holds for announced jobs;
 - `measurement`: the decision log, samples, the recovery of every re-plan.
 
+Jobs train at the cost model's speed (`truth=None`), or at a study's ground truth (`sim.truth`)
+that the policies never see: they decide on the nominal view, corrected by what they learn from
+the rates they observe (`sim.correction`), and each placement's prediction is recorded.
+
 A study and the RL environment drive the engine alike: `next_decision` runs to the next moment a
 queued job may be placed and stops there; whoever decides places jobs with `place`.
 The domains are reached through a gateway: plain objects (`sim.domain.LocalDomains`) or Ray
@@ -35,6 +39,7 @@ from xdscheduler.planner.search import JobSpec, estimate_placement
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Job, Scenario
 from xdscheduler.sim import reconfig, scheduling
+from xdscheduler.sim.correction import Correction, Prediction
 from xdscheduler.sim.events import EventQueue
 from xdscheduler.sim.jobs import JobRun
 from xdscheduler.sim.measurement import (
@@ -68,7 +73,7 @@ class Engine:
 
     def __init__(self, scn: Scenario, jobs: list[Job], policy: Policy, dynamics, domains,
                  horizon_s: float, clock: Callable | None = None, tick_s: float | None = None,
-                 faults=None, demand=None,
+                 faults=None, demand=None, truth=None,
                  replan: reconfig.Switch = reconfig.Switch.MAKE_BEFORE_BREAK):
         self.scn, self.policy, self.dynamics, self.domains = scn, policy, dynamics, domains
         self.base_view = ClusterView.from_scenario(scn)
@@ -92,6 +97,9 @@ class Engine:
         self.sensing = Sensing(self.names)
         self.replanning = Replanning(replan)
         self.faults, self.demand = faults, demand  # sim.recovery.Faults, sim.demand.DemandPlanner
+        self.truth = truth  # sim.truth.Truth: what jobs really run at (None: the model)
+        self.correction = Correction.start(len(self.names)) if truth else None
+        self.predictions: list[Prediction] = []  # each placement's step, predicted and true
         self.log = DecisionLog()
         self.swing_meter = SwingMeter()
         self.samples: list[dict] = []
@@ -156,7 +164,7 @@ class Engine:
                                     scheduling.held_back(self))
         for name in seen.lost:  # first: a job on a domain found dead now did not finish there
             self._evacuate(name, t)
-        self.view = seen.view
+        self.view = self.correction.apply(seen.view) if self.correction else seen.view
         self._complete(t)
         self.replanning.switch_due(self, t)
         self.replanning.relocations_due(self, t)
@@ -234,11 +242,14 @@ class Engine:
         if self.faults:
             r.checkpoint_every_s = self.faults.checkpoint_every_s(self.scn, r)
         r.next_checkpoint_s = t + r.checkpoint_every_s
-        if restore or r.recovering:  # back from a fault: load the checkpoint, then train
-            r.recovering, r.paused_until = False, t + restore_s(self.scn, r)
-            self.faults.resumed(r.name, r.paused_until)
+        if restore or r.recovering or r.resuming:  # load the checkpoint, then train
+            # (preempted, it also wrote the checkpoint while the reclaiming job started)
+            r.paused_until = t + restore_s(self.scn, r) * (2 if r.resuming else 1)
+            if self.faults and (restore or r.recovering):
+                self.faults.resumed(r.name, r.paused_until)
+            r.recovering = r.resuming = False
         self.replanning.placed(self, r)
-        self._set_speed(r, p.estimate or self.estimate(r, p))
+        self._set_speed(r, p.estimate or self.estimate(r, p), placed=True)
         self.log_decision(r, action, p, p.explanation, p.decision_ms, before)
         self._take(p.taken)
         if r not in self.active:
@@ -259,6 +270,16 @@ class Engine:
         self.active.remove(r)
         self.queue.append(r)
         self._wake(r)
+
+    def preempt(self, r: JobRun, why: str) -> None:
+        """The job saves a checkpoint, gives its accelerators back and waits in the queue; when
+        it starts again it pays for writing and loading that checkpoint."""
+        self.cancel_switch(r)
+        r.save()
+        self.release(r)
+        self.log_decision(r, Action.REQUEUE, r.placement, why, 0.0)
+        r.next_checkpoint_s, r.paused_until, r.resuming = math.inf, 0.0, True
+        self.requeue(r, recovering=False)
 
     def _evacuate(self, name: str, t: float) -> None:
         """Jobs on a lost domain go back to the queue from their last checkpoint."""
@@ -318,7 +339,7 @@ class Engine:
         if self.faults:
             r.checkpoint_every_s = self.faults.checkpoint_every_s(self.scn, r)
         self.replanning.placed(self, r)
-        self.refresh_speed(r)
+        self._set_speed(r, self.estimate(r, new), placed=True)
         self._take(new.taken)
         return old
 
@@ -352,12 +373,29 @@ class Engine:
     def refresh_speed(self, r: JobRun) -> None:
         self._set_speed(r, self.estimate(r, r.placement))
 
-    def _set_speed(self, r: JobRun, est: Estimate) -> None:
+    def _set_speed(self, r: JobRun, est: Estimate, placed: bool = False) -> None:
+        """The job trains at its step time on its placement (`est`: the policies' estimate of
+        it), or at the truth's; `placed`: a placement it has just taken."""
         tokens = r.spec.global_batch * r.spec.seq
-        r.rate = tokens / (est.step_time_s * r.slowdown)
+        step_s = est.step_time_s if self.truth is None else self._observe(r, est, placed)
+        r.rate = tokens / (step_s * r.slowdown)
         r.bytes_per_token = est.cross_domain_bytes_per_step / tokens
         r.price_per_gb = est.wan_price_per_gb
         self._wake(r)
+
+    def _observe(self, r: JobRun, est: Estimate, placed: bool) -> float:
+        """The job's true step time now, seen by the policies' model, which learns from it; a
+        new placement's prediction is recorded beside it (a fault's slowdown is no error of
+        the model: it is left out)."""
+        p = r.placement
+        true_s = self.truth.step_s(p, r.spec, self.view)
+        if placed:
+            nominal = estimate_placement(p, r.spec, self.view.with_factors())
+            self.predictions.append(Prediction(r.name, self.now, est.step_time_s,
+                                               nominal.step_time_s, true_s))
+        self.correction = self.correction.observe(p, r.spec, self.view, true_s)
+        self.view = self.correction.apply(self.view)
+        return true_s
 
     # ------------------------------------------------------------------ accelerators
 
@@ -400,14 +438,15 @@ class Engine:
                        faults=self.faults.summary(self.runs) if self.faults else None,
                        demand=self.demand.summary() if self.demand else None,
                        swings=list(self.swing_meter.records),
-                       relocations=list(self.replanning.relocations))
+                       relocations=list(self.replanning.relocations),
+                       predictions=list(self.predictions))
 
     # ------------------------------------------------------------------ persistence
 
     STATE = ("runs", "pending", "queue", "active", "view", "busy_gpu_s", "useful_flop",
              "next_sample_s", "now",
              "last_step_s", "events", "sensing", "replanning", "faults", "demand", "log",
-             "swing_meter", "samples", "_deciding")
+             "swing_meter", "samples", "_deciding", "correction", "predictions")
 
     def snapshot(self) -> bytes:
         """The engine's state and the policy's memory, to resume from after a crash."""

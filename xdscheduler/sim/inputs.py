@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from xdscheduler.network.dynamics import Dynamics
-from xdscheduler.scenario import Job, Scenario
+from xdscheduler.scenario import Job, Scenario, Workload
 from xdscheduler.workload import generate_jobs
 
 # The network is drawn for ten times the arrival window, beyond the engine's drain limit
@@ -16,14 +16,20 @@ def study_jobs(scn: Scenario, hours: float, seed: int) -> list[Job]:
     """The scenario's own jobs that arrive within the study, plus its generated workload."""
     jobs = [j for j in scn.jobs if j.arrival_s < hours * 3600]
     if scn.workload is not None:
-        gpus = sum(d.gpus for d in scn.domains)
-        peak = sum(d.gpus * d.accelerator.bf16_tflops for d in scn.domains) / gpus
-        generated = generate_jobs(hours, gpus, seed, load=scn.workload.load,
-                                  cluster=scn.workload.cluster, min_gpus=scn.workload.min_gpus,
-                                  peak_tflops=peak)
         taken = {j.name for j in jobs}
-        jobs += [g for g in generated if g.name not in taken]
+        jobs += [g for g in generated_jobs(scn, hours, seed) if g.name not in taken]
     return jobs
+
+
+def generated_jobs(scn: Scenario, hours: float, seed: int, load: float | None = None
+                   ) -> list[Job]:
+    """The generated workload alone, at `load` (default: the workload's own); a scenario
+    without a `workload` block gets the default one (Kalos statistics, jobs of 8+)."""
+    spec = scn.workload or Workload()
+    gpus = sum(d.gpus for d in scn.domains)
+    peak = sum(d.gpus * d.accelerator.bf16_tflops for d in scn.domains) / gpus
+    return generate_jobs(hours, gpus, seed, load=spec.load if load is None else load,
+                         cluster=spec.cluster, min_gpus=spec.min_gpus, peak_tflops=peak)
 
 
 def study_dynamics(scn: Scenario, seed: int, hours: float) -> Dynamics:

@@ -47,6 +47,7 @@ class JobRun:
     paused_until: float = 0.0
     slowdown: float = 1.0  # a straggler in its placement stretches every step
     recovering: bool = False  # lost its accelerators to a fault; first call on the pools
+    resuming: bool = False  # gave its accelerators back: loads its checkpoint when it restarts
     replans: int = 0
     requeues: int = 0
     wan_gb: float = 0.0

@@ -127,3 +127,4 @@ class Results:
     demand: Forecast | None = None  # the demand forecast's consultations, pools and holds
     swings: list = field(default_factory=list)  # every triggered re-plan, measured
     relocations: list = field(default_factory=list)  # moves to other domains
+    predictions: list = field(default_factory=list)  # correction.Prediction per placement run

@@ -8,6 +8,7 @@ import pandas as pd
 from xdscheduler.planner.search import JobSpec, ideal_tokens_per_s
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Weights
+from xdscheduler.sim.correction import error_figures
 from xdscheduler.sim.measurement import Action, Results, percentile
 from xdscheduler.sim.records import PolicyMetrics
 from xdscheduler.workload import MFU
@@ -45,10 +46,13 @@ def peak_flop_per_s(view: ClusterView) -> float:
 
 def summarise(res: Results, weights: Weights, ideal: dict[str, float], view: ClusterView,
               horizon_s: float) -> PolicyMetrics:
-    """A policy's figures. Every job counts, finished or not: an unfinished one with the time it
-    has taken so far (its JCT, slowdown and efficiency are then what they are at least)."""
+    """A policy's figures. Every job counts, finished or not: an unfinished one with the least
+    JCT it can still reach (the time it has taken so far, plus what it has left at its ideal
+    speed), the same in its JCT, slowdown and efficiency."""
     done = [r for r in res.jobs if r.end_s is not None]
-    jct = [(r.end_s if r.end_s is not None else res.end_s) - r.arrival_s for r in res.jobs]
+    jct = [r.end_s - r.arrival_s if r.end_s is not None
+           else res.end_s - r.arrival_s + (r.tokens - r.done) / ideal[r.spec.name]
+           for r in res.jobs]
     queue = [(r.start_s if r.start_s is not None else res.end_s) - r.arrival_s
              for r in res.jobs]
     ideal_s = [r.tokens / ideal[r.spec.name] for r in res.jobs]
@@ -80,7 +84,8 @@ def summarise(res: Results, weights: Weights, ideal: dict[str, float], view: Clu
         decisions=len(res.decisions), replans=sum(r.replans for r in res.jobs),
         requeues=sum(r.requeues for r in res.jobs), rejected_samples=res.rejected_samples,
         domains_down=sorted(res.down), mean_efficiency=_mean(efficiency) or 0.0,
-        wan_cost_over_gpu_cost=cost, objective=objective, wall_s=res.wall_s)
+        wan_cost_over_gpu_cost=cost, objective=objective, wall_s=res.wall_s,
+        **error_figures(res.predictions))
 
 
 def offered_load(specs: list[JobSpec], view: ClusterView, horizon_s: float) -> float:

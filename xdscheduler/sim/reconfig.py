@@ -238,6 +238,8 @@ def gpu_seconds(finish_s: float, before_s: float, held: int, extra: int, extra_s
     """Accelerator-seconds a move takes until the job finishes `finish_s` from now: the `held`
     ones until the switch `before_s` from now, the `extra` ones for `extra_s` before it, the
     new plan's `gpus` after it."""
+    if not math.isfinite(before_s):
+        return math.inf  # a move that never switches
     return held * before_s + extra * extra_s + gpus * (finish_s - before_s)
 
 
@@ -321,7 +323,8 @@ def switch_cost(old: Placement, new: Placement, params: float, view: ClusterView
               for d in kept]
     weights_s = max((w for w, _ in paths), default=0.0)
     state_s = max((w + o for w, o in paths), default=0.0)  # each path: weights first
-    stall = max(0.0, state_s - weights_s - window_s)  # the optimizer step waits for the rest
+    # The optimizer step waits for the rest (a state no link can carry never arrives).
+    stall = max(0.0, state_s - weights_s - window_s) if math.isfinite(state_s) else math.inf
     rtt = max((view.rtt_ms[a, b] for a in new.domains for b in new.domains if a != b),
               default=0.0)
     extra = new_accelerators(old, new)

@@ -190,7 +190,8 @@ class PolicyMetrics(Record):
     """One policy over the study: times, utilisation, WAN traffic, decisions, the objective."""
 
     mean_jct_s: Figure = column("mean JCT (h)", "mean job completion time; an unfinished job "
-                                "counts the time it has taken so far", 1 / 3600, "{:.2f}", True)
+                                "counts the least it can still reach: its time so far plus what "
+                                "it has left at its ideal speed", 1 / 3600, "{:.2f}", True)
     p95_jct_s: Figure = column("p95 JCT (h)", "95th percentile of job completion time",
                                1 / 3600, "{:.2f}", True)
     mean_slowdown: Figure = column("mean slowdown", "JCT over the job's ideal time (the whole "
@@ -228,6 +229,19 @@ class PolicyMetrics(Record):
     objective: Figure = column("objective R", "R with the scenario's weights: w1 mean "
                                "efficiency + w2 useful utilisation - w3 WAN cost over "
                                "accelerator cost", 1, "{:.3f}", False)
+    prediction_error_p50: Figure = column(
+        "prediction error p50", "|predicted / true - 1| of the throughput of each placement a "
+        "job ran on, median: the policy's model as corrected by the rates it observed (null: "
+        "the model was the truth)", 1, "{:.1%}", True, default=None)
+    prediction_error_p90: Figure = Field(None, description="the same, 90th percentile")
+    prediction_bias: Figure = Field(None, description="predicted / true - 1, mean (positive: "
+                                                      "predicted faster than the jobs ran)")
+    uncorrected_error_p50: Figure = column(
+        "uncorrected p50", "the same placements as the nominal model, without the "
+        "corrections, predicts them: median", 1, "{:.1%}", True, default=None)
+    uncorrected_error_p90: Figure = Field(None, description="the nominal model's, 90th "
+                                                            "percentile")
+    uncorrected_bias: Figure = Field(None, description="the nominal model's, mean")
     wall_s: float = Field(description="wall-clock seconds the policy's study took")
 
 
@@ -238,6 +252,17 @@ class PolicyReport(PolicyMetrics):
     swings: Swings
     forecast: Forecast | None = Field(None, description="the demand forecast's use, in a "
                                                          "study without faults")
+
+
+class GroundTruth(Record):
+    """The speeds the study's jobs really ran at, against the model (sim.truth)."""
+
+    speed_factor: dict[str, float] = Field(description="per domain: sustained compute over "
+                                                       "the model's")
+    goodput_factor: dict[str, float] = Field(description="per link a-b: WAN goodput over the "
+                                                         "model's")
+    jitter_p50: Figure = Field(description="jobs' mean step over the model's step, median")
+    jitter_max: Figure = Field(description="the same, largest")
 
 
 class Change(Record):
@@ -273,3 +298,5 @@ class Report(Record):
     policies: dict[str, PolicyReport]
     comparison: Comparison
     faults: FaultsReport | None = None
+    truth: GroundTruth | None = Field(None, description="what the jobs really ran at; null: "
+                                                        "the model itself")

@@ -89,6 +89,8 @@ class Replanning:
             if (not r.running or r.paused_until > t or r.next is not None
                     or r.name in self.moving):
                 continue
+            if self.mode != Switch.RESTART and self._yield(eng, r, t):
+                continue
             grow = (not eng.queue and r.placement.total_gpus < r.spec.gpus_max
                     and sum(free) >= r.placement.total_gpus
                     and self.grow_tried.get(r.name, ()) != free)
@@ -104,6 +106,24 @@ class Replanning:
                 self._kept(eng, r, t, cause)
                 continue
             self._restart(eng, r, new, t, cause)
+
+    def _yield(self, eng, r, t: float) -> bool:
+        """A job spread over domains gives one back when a queued job needs it to start (the
+        policy says which, `Policy.yielded`): make-before-break onto the domains it keeps."""
+        yielded = getattr(eng.policy, "yielded", None)
+        if yielded is None or not eng.queue or len(r.placement.domains) < 2:
+            return False
+        new = yielded(r.spec, r.placement, eng.view, [q.spec for q in eng.queue], t)
+        if new is None:
+            return False
+        rate, cost, _ = _move_cost(eng, r, r.placement, new)
+        eng.swing_meter.record(Swing(r.name, "yield", Switch.MAKE_BEFORE_BREAK, t, r.rate, r.rate,
+                                     rate, r.done, cost.prepare_s, cost.pause_s), r)
+        r.count_replan()
+        eng.prepare(r, new, t + cost.prepare_s, cost.pause_s)
+        eng.log_decision(r, Action.REPLAN, new, f"yield: gives a domain back to the queue; "
+                         f"{new.explanation}", new.decision_ms)
+        return True
 
     def _reference(self, eng, p: Placement) -> tuple:
         """What the triggers compare against: the links and loads a placement sees now."""

@@ -3,7 +3,8 @@ deciding them.
 
 Jobs hit by faults go first, on a view where the backup pools (and holds for announced jobs)
 are free to them; then the whole queue, by priority and arrival, on a view without them. The
-policy's placements start at once.
+policy's placements start at once; one that takes accelerators a preemptible placement holds
+preempts it first (`reclaim`).
 """
 
 from __future__ import annotations
@@ -30,8 +31,31 @@ def decide(eng, policy: Policy, t: float) -> None:
         for p in policy.decide([r.spec for r in urgent], pools, t):
             eng.place(by_name[p.job], p)
         order = [r for r in order if r in eng.queue]
-    for p in policy.decide([r.spec for r in order], eng.view.with_releases(releases), t):
+    view = eng.view.with_releases(releases).with_reclaimable(reclaimable(eng))
+    for p in policy.decide([r.spec for r in order], view, t):
+        reclaim(eng, p)
         eng.place(by_name[p.job], p)
+
+
+def reclaimable(eng) -> dict[int, int]:
+    """Accelerators held by preemptible placements, by domain index."""
+    held: dict[int, int] = {}
+    for r in eng.active:
+        if r.placement.preemptible:
+            for i, n in r.placement.taken.items():
+                held[i] = held.get(i, 0) + n
+    return held
+
+
+def reclaim(eng, p) -> None:
+    """Preempt the preemptible jobs that hold what `p` takes beyond what is free, the most
+    recently started first (they have the least to lose)."""
+    for i, n in p.taken.items():
+        holders = sorted((r for r in eng.active if r.placement.preemptible
+                          and i in r.placement.taken), key=lambda r: -r.start_s)
+        while n > max(eng.view.domains[i].free_gpus, 0) and holders:
+            eng.preempt(holders.pop(0), f"preempt: {p.job} reclaims "
+                        f"{eng.view.domains[i].name}")
 
 
 def expected_releases(eng) -> list[tuple[float, int, int]]:

@@ -1,0 +1,84 @@
+"""The baseline ladder, worked by hand on two small domains: EASY backfill's reservation, gang
+admission at any size, the fair greedy's spill over domains."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from xdscheduler import catalog
+from xdscheduler.planner.baselines import (
+    BackfillSingleDomain,
+    GangSingleDomain,
+    GreedyCrossDomain,
+    fastest_on,
+)
+from xdscheduler.planner.search import JobSpec
+from xdscheduler.planner.view import ClusterView
+from xdscheduler.scenario import parse_scenario
+
+
+def two_domains() -> ClusterView:
+    """east and west, 16 H100 each, one 10 Gbit/s link."""
+    return ClusterView.from_scenario(parse_scenario({
+        "name": "two", "domains": [
+            {"name": n, "location": {"city": n}, "nodes": [{"accelerator": "H100-SXM",
+                                                            "count": 2}]}
+            for n in ("east", "west")],
+        "links": [{"a": "east", "b": "west", "bandwidth_gbps": 10, "rtt_ms": 20}]}))
+
+
+def job(name: str, gpus_min: int, gpus_max: int, hours: float, view: ClusterView) -> JobSpec:
+    """A llama3-8b job sized to run `hours` on its fastest plan of `gpus_max` accelerators."""
+    arch = catalog.model("llama3-8b")
+    spec = JobSpec(name, arch, 256, arch.seq_len, gpus_min, gpus_max, tokens=1.0)
+    p = fastest_on(spec, view, {0: gpus_max}, least=gpus_max)
+    return replace(spec, tokens=p.estimate.tokens_per_s * hours * 3600)
+
+
+def test_easy_backfill_reserves_for_the_head_and_lets_only_harmless_jobs_by():
+    # east: 4 free now, 12 more when a running job ends at 1,000 s; west: 8 free, 8 more at
+    # 3,000 s. The head asks for a whole domain: east holds it first, at 1,000 s.
+    base = two_domains()
+    view = base.with_free({"east": 4, "west": 8}).with_releases(
+        [(1000.0, 0, 12), (3000.0, 1, 8)])
+    head = job("head", 16, 16, 2.0, base)
+    long = job("long", 4, 4, 2.0, base)  # east fits it best, but it would still hold east's 4
+    eight = job("eight", 8, 8, 2.0, base)  # at 1,000 s: west takes it, and this one no longer fits
+    short = job("short", 4, 4, 0.1, base)  # done in 360 s: east, before the reservation is due
+    placed = BackfillSingleDomain().decide([head, long, eight, short], view, 0.0)
+    where = {p.job: view.names[p.domains[0]] for p in placed}
+    assert where == {"long": "west", "short": "east"}
+    assert all(p.total_gpus == 4 for p in placed)
+
+
+def test_gang_admits_at_the_largest_size_a_domain_holds_and_skips_what_cannot_start():
+    base = two_domains()
+    view = base.with_free({"east": 6, "west": 12})
+    first = job("first", 8, 32, 1.0, base)
+    blocked = job("blocked", 16, 16, 1.0, base)  # needs 16 in one domain: none has it
+    after = job("after", 4, 8, 1.0, base)
+    placed = GangSingleDomain().decide([first, blocked, after], view, 0.0)
+    assert [p.job for p in placed] == ["first", "after"]  # best effort: the blocked one waits
+    first_p = placed[0]
+    assert first_p.names == ("west",) and 8 <= first_p.total_gpus <= 12
+
+
+def test_the_fair_greedy_stays_in_one_domain_when_it_can_and_spreads_hierarchically_else():
+    base = two_domains()
+    inside = GreedyCrossDomain().decide([job("a", 8, 16, 1.0, base)],
+                                        base.with_free({"east": 10, "west": 12}), 0.0)
+    assert inside[0].kind == "single" and inside[0].names == ("west",)
+    spread = GreedyCrossDomain().decide([job("b", 16, 16, 1.0, base)],
+                                        base.with_free({"east": 8, "west": 8}), 0.0)
+    (p,) = spread
+    assert p.kind == "data" and set(p.names) == {"east", "west"} and p.total_gpus == 16
+
+
+@pytest.mark.parametrize("policy", [BackfillSingleDomain(), GangSingleDomain()])
+def test_single_domain_baselines_never_spread_and_never_replan(policy):
+    base = two_domains()
+    spec = job("j", 16, 16, 1.0, base)
+    assert policy.decide([spec], base.with_free({"east": 8, "west": 8}), 0.0) == []
+    assert policy.single_domain and policy.replan(spec, None, base) is None

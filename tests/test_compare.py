@@ -1,0 +1,224 @@
+"""`xds compare`: confidence intervals and paired changes worked by hand, cells at their exact
+offered load, a tiny grid in process and on Ray, replayed arrivals, and bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from xdscheduler.cli import main
+from xdscheduler.errors import UserError
+from xdscheduler.planner.search import JobSpec
+from xdscheduler.planner.view import ClusterView
+from xdscheduler.report.compare import (
+    headline,
+    mean_ci,
+    paired,
+    paired_change,
+    splice_readme,
+    summary,
+)
+from xdscheduler.runtime.cli import parse_seeds
+from xdscheduler.sim.arrivals import Replay, arrival_times_s, load_replay, window
+from xdscheduler.sim.cell import cell_workload
+from xdscheduler.sim.inputs import generated_jobs
+from xdscheduler.sim.metrics import offered_load
+
+from .conftest import small_scenario, with_flags
+
+TINY = ["--policies", "fifo-single-domain,planner-single-domain", "--seeds", "2", "--loads",
+        "0.8", "--hours", "1", "--json"]
+
+
+@pytest.fixture(scope="module")
+def small_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("scn") / "small.yaml"
+    path.write_text(yaml.safe_dump(small_scenario().model_dump(mode="json",
+                                                               exclude_defaults=True)))
+    return path
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_confidence_interval_by_hand():
+    # 1, 2, 3, 4: mean 2.5, s² = (2.25 + 0.25 + 0.25 + 2.25) / 3 = 5/3, s/√4 = 0.645497;
+    # t(0.975, 3 dof) = 3.182446, so the half-width is 2.054260.
+    est = mean_ci([1, 2, 3, 4])
+    assert (est.mean, est.n) == (2.5, 4) and est.half_width == pytest.approx(2.054260, abs=1e-6)
+    assert est.significant  # 2.5 > 2.05: the interval leaves out 0
+    one = mean_ci([3.0, float("nan")])  # missing figures are left out; one seed: no interval
+    assert one.mean == 3.0 and one.n == 1 and math.isnan(one.half_width) and not one.significant
+
+
+def test_paired_change_by_hand():
+    # Seeds 7, 8, 9: policy 2, 3, 5 against baseline 1, 2, 4 -> relative changes 1, 0.5, 0.25:
+    # mean 0.583333, s = 0.381881, s/√3 = 0.220479, t(0.975, 2 dof) = 4.302653 -> ± 0.948645.
+    policy = pd.Series([5.0, 2.0, 3.0], index=[9, 7, 8])  # paired by seed, not by position
+    base = pd.Series([1.0, 2.0, 4.0], index=[7, 8, 9])
+    est = paired_change(policy, base)
+    assert est.n == 3 and est.mean == pytest.approx(0.583333, abs=1e-6)
+    assert est.half_width == pytest.approx(0.948645, abs=1e-6) and not est.significant
+    est = paired_change(policy, base, "difference")  # differences 1, 1, 1: no spread
+    assert (est.mean, est.half_width) == (1.0, 0.0) and est.significant
+
+
+def test_paired_table_names_every_policy_against_the_baseline():
+    rows = [{"scenario": "s", "load": 1.0, "seed": seed, "policy": p, "single_domain": True,
+             **{f: v * (1.1 if p == "b" else 1.0) for f, v in
+                {"mean_jct_s": 3600.0 + seed, "mean_slowdown": 2.0, "useful_utilization": 0.5,
+                 "objective": 1.0 + 0.01 * seed, "cross_domain_cost_usd": 0.0,
+                 "jobs_completed": 10.0}.items()}}
+            for seed in range(3) for p in ("a", "b")]
+    cells = pd.DataFrame(rows)
+    changes = paired(cells, "a")
+    r = changes[changes["figure"] == "objective"].iloc[0]
+    assert set(changes["policy"]) == {"b"} and r["kind"] == "relative"
+    assert r["mean"] == pytest.approx(0.1) and r["significant"]
+    wan = changes[changes["figure"] == "cross_domain_cost_usd"].iloc[0]
+    assert wan["kind"] == "difference" and wan["mean"] == 0  # a zero baseline: differences
+    line = headline(cells, summary(cells), changes, "a")
+    assert line.startswith("**b**") and "beats **a**" in line and "+10.0%" in line
+    assert "3 seeds" in line and "significantly higher at 1 and lower at 0 of 1" in line
+
+
+def test_a_cell_offers_exactly_its_target_load():
+    scn = small_scenario()
+    view = ClusterView.from_scenario(scn)
+    for load in (0.6, 1.2):
+        cell = cell_workload(scn, 2, seed=4, load=load)
+        drawn = generated_jobs(scn, 2, 4, load)
+        assert offered_load([JobSpec.of(j) for j in cell.jobs], view, 2 * 3600) == \
+            pytest.approx(load, rel=1e-12)
+        assert cell.offered_load == pytest.approx(load, rel=1e-12)
+        assert "big" not in {j.name for j in cell.jobs}  # the listed job is left out
+        # one factor on the work; sizes and arrival times kept
+        assert [j.tokens / d.tokens for j, d in zip(cell.jobs, drawn, strict=True)] == \
+            pytest.approx([cell.work_scale] * len(drawn))
+        assert [(j.arrival_s, j.gpus) for j in cell.jobs] == \
+            [(d.arrival_s, d.gpus) for d in drawn]
+    assert cell_workload(scn, 2, 4, 1.2).jobs == cell.jobs  # a seed gives the same jobs
+
+
+@pytest.fixture(scope="module")
+def local_grid(small_file, tmp_path_factory):
+    out = tmp_path_factory.mktemp("local")
+    readme = out / "README.md"
+    readme.write_text("# x\n<!-- compare:begin -->\nold\n<!-- compare:end -->\ntail\n")
+    code = main(["compare", str(small_file), *TINY, "--local", "--out", str(out),
+                 "--readme", str(readme)])
+    return code, out, readme
+
+
+def test_tiny_grid_in_process(local_grid):
+    code, out, readme = local_grid
+    doc = json.loads((out / "compare.json").read_text())
+    assert code == 0 and doc["runtime"] == "local" and len(doc["cells"]) == 4
+    assert [c["offered_load"] for c in doc["cells"]] == pytest.approx([0.8] * 4)
+    assert doc["listed_jobs_left_out"] == {"three_domains": 1}
+    jct = [s for s in doc["summary"] if s["figure"] == "mean_jct_s"]
+    assert len(jct) == 2 and all(s["n"] == 2 and s["half_width"] >= 0 for s in jct)
+    assert {p["policy"] for p in doc["paired"]} == {"fifo-single-domain"}
+    for name in ("compare.json", "compare.parquet", "compare.md", "compare_jct.png",
+                 "compare_useful.png"):
+        assert (out / name).stat().st_size > 0
+    assert len(pd.read_parquet(out / "compare.parquet")) == 4
+    md = (out / "compare.md").read_text()
+    assert md.startswith("**") and "planner-single-domain" in md.splitlines()[0] and "±" in md
+    text = readme.read_text()
+    assert "old" not in text and text.endswith("<!-- compare:end -->\ntail\n")
+    assert "Generated by `xds compare" in text and "2 seeds" in text and "--local" not in text
+
+
+def test_tiny_grid_on_ray_matches_the_local_run(ray_session, local_grid, small_file, tmp_path,
+                                                capsys):
+    capsys.readouterr()
+    code, out, _ = run(capsys, "compare", small_file, *TINY, "--out", tmp_path)
+    doc = json.loads(out)
+    local = json.loads((local_grid[1] / "compare.json").read_text())
+    assert code == 0 and doc["runtime"] == "ray"
+
+    def figures(d):  # all but the wall-clock timings
+        return [{k: v for k, v in c.items() if k != "wall_s" and "_ms_" not in k}
+                for c in d["cells"]]
+
+    assert figures(doc) == figures(local)  # the same seed: the same study, wherever it runs
+
+
+def test_replayed_arrivals_keep_the_load_and_the_count(data_dir):
+    scn = small_scenario()
+    poisson = cell_workload(scn, 6, 1, 0.8)
+    for kind in ("helios", "philly"):
+        cell = cell_workload(scn, 6, 1, 0.8, load_replay(kind, root=data_dir))
+        times = np.array([j.arrival_s for j in cell.jobs])
+        assert len(cell.jobs) == len(poisson.jobs) and cell.offered_load == pytest.approx(0.8)
+        assert (np.diff(times) >= 0).all() and times[0] >= 0 and times[-1] < 6 * 3600
+        assert kind in cell.arrivals and list(times) != [j.arrival_s for j in poisson.jobs]
+    acme = load_replay("acme", "kalos", root=data_dir)
+    assert acme.gpu_s_per_job == pytest.approx(5_333_180_061 / 19_907)  # Kalos row, by hand
+    assert cell_workload(scn, 6, 1, 0.8, acme).offered_load == pytest.approx(0.8)
+
+
+def test_a_replay_window_is_cut_from_a_full_record_or_stretched():
+    # Three hours a minute: the first hour has a gap, the second no arrival, the third some.
+    rate = np.r_[np.full(60, np.nan), np.zeros(60), np.ones(60)]
+    replay = Replay("t", "test", rate, pd.Timestamp("2020-05-01"))
+    rng = np.random.default_rng(0)
+    win = window(replay, 1, rng)
+    assert "02:00" in win.label and win.rate.sum() == 60  # the only full hour with arrivals
+    whole = window(replay, 6, rng)  # longer than the trace: all of it, twice as slow
+    assert whole.step_s == 120 and "stretched" in whole.label and len(whole.rate) == 180
+    times = arrival_times_s(whole, 50, rng)
+    assert (times >= 240 * 60).all() and (times < 6 * 3600).all()  # only where it had arrivals
+    with pytest.raises(UserError, match="no 1-hour window"):  # a gap, then no arrival
+        window(Replay("t", "test", rate[:150], pd.Timestamp("2020-05-01")), 1, rng)
+
+
+def test_replay_without_the_data_folder_says_so(small_file, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XDS_DATA_DIR", str(tmp_path))
+    code, out, err = run(capsys, "compare", small_file, *TINY, "--local", "--arrivals", "helios",
+                         "--out", tmp_path / "o")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "no demand/ folder" in err
+
+
+@pytest.mark.parametrize("change,message", [
+    (["--policies", "fifo-single-domain,nope"], "unknown policies nope"),
+    (["--loads", "0,0.8"], "loads must be positive"),
+    (["--seeds", "0"], "--seeds: no seeds"),
+    (["--seeds", "a,b"], "--seeds takes a count"),
+    (["--baseline", "planner"], "baseline 'planner' is not among the policies"),
+    (["--arrivals", "weekly"], "unknown arrivals 'weekly'"),
+    (["--address", "127.0.0.1:9"], "no Ray cluster answers at 127.0.0.1:9"),
+    (["--readme", "no-such-README.md"], "cannot read no-such-README.md"),
+    (["--hours", "0"], "hours: Input should be greater than 0"),
+])
+def test_bad_input_exits_2_with_one_line(small_file, tmp_path, capsys, change, message):
+    code, out, err = run(capsys, "compare", small_file, *with_flags(TINY, change), "--out",
+                         tmp_path)
+    assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_unknown_scenario_exits_2(tmp_path, capsys):
+    code, _, err = run(capsys, "compare", tmp_path / "missing.yaml", *TINY, "--local")
+    assert code == 2 and "cannot read scenario" in err
+
+
+def test_seeds_are_a_count_or_a_list():
+    assert parse_seeds("3") == [0, 1, 2] and parse_seeds("4,7") == [4, 7]
+    assert parse_seeds("5,") == [5]
+
+
+def test_readme_needs_its_markers(tmp_path):
+    path = tmp_path / "R.md"
+    path.write_text("no markers\n")
+    with pytest.raises(UserError, match="compare:begin"):
+        splice_readme(path, "table", "made by")

@@ -1,0 +1,72 @@
+"""Metrics that reward work, worked by hand: useful utilisation, slowdown, accelerator-hours per
+job, offered load; an unfinished job counts with the time it has taken so far."""
+
+from __future__ import annotations
+
+import pytest
+
+from xdscheduler.planner.search import JobSpec
+from xdscheduler.planner.view import ClusterView
+from xdscheduler.registry import make_policy
+from xdscheduler.runtime.study import run_here
+from xdscheduler.scenario import parse_scenario
+from xdscheduler.sim.inputs import study_dynamics
+from xdscheduler.sim.metrics import ideal_rates, offered_load, peak_flop_per_s, summarise
+from xdscheduler.workload import MFU
+
+HOURS = 2.0
+
+
+def one_domain(tokens: float):
+    return parse_scenario({
+        "name": "one", "domains": [{"name": "east", "location": {"city": "east"},
+                                    "nodes": [{"accelerator": "H100-SXM", "count": 4}]}],
+        "jobs": [{"name": "j", "model": "llama3-8b", "global_batch": 256, "tokens": tokens,
+                  "gpus": {"min": 8, "max": 16}}]})
+
+
+def study(tokens: float, hours: float = HOURS):
+    scn = one_domain(tokens)
+    view = ClusterView.from_scenario(scn)
+    res = run_here(scn, scn.jobs, make_policy("planner", scn.weights),
+                   study_dynamics(scn, 1, hours), hours)
+    spec = JobSpec.of(scn.jobs[0])
+    return res, summarise(res, scn.weights, ideal_rates([spec], view), view, hours * 3600), spec
+
+
+def test_a_finished_job_counts_its_model_flops_its_slowdown_and_its_accelerator_hours():
+    res, m, spec = study(2e8)
+    (r,) = res.jobs
+    assert r.end_s is not None and r.end_s < HOURS * 3600
+    peak = 32 * 989.4e12 * HOURS * 3600  # every accelerator of the cluster
+    assert m.useful_utilization == pytest.approx(r.tokens * spec.flops_per_token / peak)
+    assert m.gpu_h_per_job == pytest.approx(r.placement.total_gpus * (r.end_s - r.start_s)
+                                            / 3600)
+    ideal_s = r.tokens / ideal_rates([spec], ClusterView.from_scenario(one_domain(2e8)))["j"]
+    assert m.mean_slowdown == pytest.approx(r.end_s / ideal_s)  # arrived at 0
+    assert m.mean_efficiency == pytest.approx(min(1.0, ideal_s / r.end_s))
+
+
+def test_work_after_the_horizon_is_not_useful_utilisation_and_unfinished_jobs_still_count():
+    res, m, spec = study(4e8, hours=0.5)  # runs past the half hour of arrivals
+    (r,) = res.jobs
+    rate = r.tokens / (r.end_s - r.start_s) if r.end_s else None
+    assert rate is not None  # it finished while the queue drained
+    window = min(r.end_s, 1800.0) - r.start_s
+    assert m.useful_utilization == pytest.approx(
+        rate * window * spec.flops_per_token / (32 * 989.4e12 * 1800), rel=1e-6)
+    res, short, _ = study(1e10, hours=0.5)  # does not finish within 4x the arrival window
+    (r,) = res.jobs
+    ideal = ideal_rates([spec], ClusterView.from_scenario(one_domain(1e10)))["j"]
+    assert short.jobs_unfinished == 1
+    assert short.mean_jct_s == pytest.approx(4 * 1800 + (r.tokens - r.done) / ideal)
+    assert short.mean_slowdown > 1 and short.mean_efficiency < 1
+
+
+def test_offered_load_is_the_work_asked_at_the_generators_mfu_over_what_the_cluster_has():
+    scn = one_domain(1.0)
+    view = ClusterView.from_scenario(scn)
+    spec = JobSpec.of(scn.jobs[0])
+    one_hour = MFU * peak_flop_per_s(view) * 3600 / (6 * spec.arch.params)  # tokens
+    assert offered_load([spec.__class__(**{**spec.__dict__, "tokens": one_hour})], view,
+                        3600.0) == pytest.approx(1.0)

@@ -1,0 +1,190 @@
+"""A study's ground truth: drawn from its seed for every policy alike, the model itself when its
+factors are 1, hidden from the policies, run at by the engine, and learnt from observed rates."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+
+import numpy as np
+import pytest
+
+from tests.test_parity import digest
+from xdscheduler.costmodel.constants import DEFAULT
+from xdscheduler.costmodel.plan import Plan
+from xdscheduler.planner.placement import Placement
+from xdscheduler.planner.policies import PlannerPolicy
+from xdscheduler.planner.search import JobSpec
+from xdscheduler.planner.space import DATA
+from xdscheduler.planner.view import ClusterView
+from xdscheduler.runtime import study
+from xdscheduler.scenario import parse_scenario
+from xdscheduler.sim.correction import Correction, error_figures
+from xdscheduler.sim.domain import LocalDomains
+from xdscheduler.sim.engine import Engine
+from xdscheduler.sim.inputs import study_dynamics, study_jobs
+from xdscheduler.sim.truth import Truth
+from xdscheduler.sim.truth_params import PARAMS
+
+from .conftest import small_scenario
+
+SMALL_ARCH = {"layers": 16, "hidden": 2048, "ffn_hidden": 8192, "heads": 16, "vocab": 32000}
+
+
+def two_domains(gpus: dict | None = None):
+    """Two one-node H100 domains joined by a slow link; one small job (1 GPU unless told)."""
+    return parse_scenario({
+        "name": "two", "seed": 1,
+        "domains": [{"name": n, "location": {"city": n},
+                     "nodes": [{"accelerator": "H100-SXM", "count": 8}]} for n in ("a", "b")],
+        "links": [{"a": "a", "b": "b", "bandwidth_gbps": 1, "rtt_ms": 10}],
+        "jobs": [{"name": "small", "architecture": SMALL_ARCH, "seq_len": 2048,
+                  "global_batch": 64, "tokens": 1e9, "gpus": gpus or {"min": 1, "max": 1}}]})
+
+
+def engine(scn, jobs, hours: float, seed: int, truth, policy=None) -> Engine:
+    dyn = study_dynamics(scn, seed, hours)
+    return Engine(scn, jobs, policy or PlannerPolicy(scn.weights), dyn,
+                  LocalDomains(scn.domains, dyn), hours * 3600, truth=truth)
+
+
+def test_the_truth_is_drawn_from_the_seed():
+    scn = small_scenario()
+    jobs = study_jobs(scn, 2.0, 3)
+    a, b, c = Truth.draw(scn, jobs, 3), Truth.draw(scn, jobs, 3), Truth.draw(scn, jobs, 4)
+    assert np.array_equal(a.speed, b.speed) and np.array_equal(a.goodput, b.goodput)
+    assert a.jitter == b.jitter and set(a.jitter) == {j.name for j in jobs}
+    assert not np.array_equal(a.speed, c.speed)
+    assert np.array_equal(a.goodput, a.goodput.T)  # a link is one link both ways
+    assert a.goodput.max() <= 1 / DEFAULT.wan_efficiency  # no faster than the line
+    assert min(a.jitter.values()) >= 1.0
+
+
+def test_every_policy_of_a_study_meets_the_same_truth(tmp_path, monkeypatch):
+    seen = []
+    real = study.run_here
+
+    def spy(*args, truth=None, **kwargs):
+        seen.append(truth)
+        return real(*args, truth=truth, **kwargs)
+
+    monkeypatch.setattr(study, "run_here", spy)
+    scn = small_scenario()
+    report = study.run_study(scn, ["planner", "greedy-cross-domain"], 1.0, 5, tmp_path,
+                             local=True, show_progress=False)
+    assert len(seen) == 2 and seen[0] is seen[1] and seen[0] is not None
+    drawn = Truth.draw(scn, study_jobs(scn, 1.0, 5), 5)
+    assert np.array_equal(seen[0].speed, drawn.speed) and seen[0].jitter == drawn.jitter
+    assert report.truth == drawn.summary(scn)
+    assert all(p.prediction_error_p50 is not None for p in report.policies.values())
+
+
+def test_with_the_truth_equal_to_the_model_nothing_changes():
+    scn = small_scenario()
+    jobs = study_jobs(scn, 2.0, 3)
+    model = engine(scn, jobs, 2.0, 3, Truth.model(scn, jobs))
+    same = digest(model.run())
+    assert same == digest(engine(scn, jobs, 2.0, 3, None).run())
+    figures = error_figures(model.predictions)
+    assert model.predictions and all(v == 0 for v in figures.values())
+    assert np.all(model.correction.speed == 1) and np.all(model.correction.goodput == 1)
+
+
+def test_a_domain_at_half_speed_runs_a_job_at_half_its_rate():
+    scn = two_domains()
+    slow = Truth(np.array([0.5, 0.5]), np.ones((2, 2)), {"small": 1.0})
+    eng = engine(scn, scn.jobs, 1.0, 1, slow)
+    eng.run(until_s=1.0)
+    r = eng.runs[0]
+    predicted_s = r.placement.estimate.step_time_s
+    # By hand: on one accelerator every part of the step runs at peak or memory bandwidth,
+    # so halving both doubles it, but for the kernel launch overhead, 3 per layer and
+    # micro-batch (one forward, two backward), which the accelerator's speed does not touch.
+    plan = r.placement.plan
+    launches_s = (64 // plan.micro_batch) * SMALL_ARCH["layers"] * 3 * DEFAULT.kernel_overhead_s
+    assert plan.gpus == 1 and plan.recompute == "none"
+    true_s = 2 * predicted_s - launches_s
+    assert r.rate == pytest.approx(64 * 2048 / true_s, rel=1e-12)
+    assert r.rate == pytest.approx(r.placement.estimate.tokens_per_s / 2, rel=0.06)
+    [made] = eng.predictions
+    error = error_figures([made])
+    assert error["prediction_error_p50"] == pytest.approx(true_s / predicted_s - 1, rel=1e-12)
+    assert error["prediction_error_p50"] == pytest.approx(1.0, abs=0.06)  # 100%: twice as fast
+    assert error["prediction_bias"] == error["prediction_error_p50"]  # predicted too fast
+
+
+def test_the_policies_decide_on_the_nominal_view():
+    scn = small_scenario()
+    jobs = study_jobs(scn, 2.0, 3)
+    truth = Truth.draw(scn, jobs, 3)
+    views = []
+
+    class Watching(PlannerPolicy):
+        def decide(self, specs, view, now_s):
+            views.append(view)
+            return super().decide(specs, view, now_s)
+
+    engine(scn, jobs, 2.0, 3, truth, Watching(scn.weights)).run()
+    assert np.all(views[0].speed == 1) and np.all(views[0].goodput_factor == 1)
+    assert not any(np.array_equal(v.speed, truth.speed) for v in views)
+    assert not np.array_equal(views[-1].speed, views[0].speed)  # it learnt something
+
+
+def test_a_snapshot_carries_what_was_learnt():
+    scn = small_scenario()
+    jobs = study_jobs(scn, 2.0, 3)
+    truth = Truth.draw(scn, jobs, 3)
+    whole = engine(scn, jobs, 2.0, 3, truth)
+    first = engine(scn, jobs, 2.0, 3, truth)
+    first.run(until_s=3600)
+    resumed = engine(scn, jobs, 2.0, 3, truth)
+    resumed.restore(first.snapshot())
+    assert np.array_equal(resumed.correction.speed, first.correction.speed)
+    assert digest(resumed.run()) == digest(whole.run())
+    assert resumed.predictions == whole.predictions
+
+
+def test_the_correction_converges_on_a_domains_speed():
+    scn = two_domains()
+    view = ClusterView.from_scenario(scn)
+    spec = JobSpec.of(scn.jobs[0])
+    truth = Truth(np.array([0.7, 1.0]), np.ones((2, 2)), {"small": 1.0})
+    p = Placement("small", "single", (0,), (1,), Plan(dp=1, micro_batch=2), ("a",))
+    c = Correction.start(2)
+    gaps = []
+    for _ in range(12):
+        c = c.observe(p, spec, view, truth.step_s(p, spec, view))
+        gaps.append(abs(np.log(c.speed[0] / 0.7)))
+    assert all(b < a for a, b in itertools.pairwise(gaps))  # nearer every time
+    assert c.speed[0] == pytest.approx(0.7, rel=0.01) and c.speed[1] == 1.0
+
+
+def test_the_correction_converges_on_a_links_goodput():
+    scn = two_domains({"min": 2, "max": 2})
+    view = ClusterView.from_scenario(scn)
+    spec = JobSpec.of(scn.jobs[0])
+    goodput = np.array([[1.0, 0.6], [0.6, 1.0]])
+    truth = Truth(np.ones(2), goodput, {"small": 1.0})
+    # Replicas in both domains all-reduce 0.6 GB of gradients a step over 1 Gbit/s: the link
+    # sets the pace, so the rate says what its goodput is.
+    p = Placement("small", DATA, (0, 1), (1, 1), Plan(dp=2, micro_batch=2), ("a", "b"))
+    c = Correction.start(2)
+    for _ in range(20):
+        c = c.observe(p, spec, view, truth.step_s(p, spec, view))
+    assert c.goodput[0, 1] == c.goodput[1, 0] == pytest.approx(0.6, rel=0.01)
+    assert np.all(c.speed == 1)  # a job across domains says nothing of their speeds
+
+
+def test_the_fitted_parameters_are_what_the_data_gives(data_dir):
+    from benchmarks.fit_truth import fit, render
+
+    text = render(fit(data_dir))
+    tree = ast.parse(text)
+    assert ast.get_docstring(tree)
+    fitted = ast.literal_eval(tree.body[-1].value)
+    for block, values in PARAMS.items():
+        for key, value in values.items():
+            if isinstance(value, float):
+                assert fitted[block][key] == pytest.approx(value, rel=1e-9), (block, key)
+            elif not isinstance(value, dict):
+                assert fitted[block][key] == value, (block, key)

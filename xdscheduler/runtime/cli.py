@@ -1,0 +1,159 @@
+"""`xds compare`: argparse wiring over the grid runner and the comparison's report."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import shlex
+import sys
+from pathlib import Path
+
+from xdscheduler.errors import UserError
+
+DEFAULT_SCENARIOS = ("five_domains.yaml", "skyplane_six_regions.yaml")
+DEFAULT_LOADS = "0.6,0.8,1.0,1.2"
+DEFAULT_SEEDS = "10"
+# 12 h of arrivals: the default grid (2 scenarios × 7 policies × 10 seeds × 4 loads) was
+# extrapolated from timed cells to about 25 minutes on 2 cores (24 h: about 40 minutes, too
+# close to an hour once the cores are shared); README, "Comparing policies".
+DEFAULT_HOURS = 12.0
+DEFAULT_BASELINE = "planner-single-domain"  # the strongest single-domain scheduler
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "compare",
+        help="policies over a grid of scenarios × loads × seeds, means with 95% CIs",
+        description="Run every policy over scenarios × offered loads × seeds, each cell a study "
+        "(a Ray task, or in this process with --local), and write the means with 95% "
+        "confidence intervals, the changes against a baseline paired by seed, and plots.",
+    )
+    p.add_argument("scenarios", nargs="*", metavar="SCENARIO",
+                   help="scenario files (default: five_domains and skyplane_six_regions)")
+    p.add_argument("--policies", help="comma-separated (default: every registered policy)")
+    p.add_argument("--seeds", default=DEFAULT_SEEDS,
+                   help="a count N (seeds 0..N-1) or a list a,b,c (one seed: 'a,'); "
+                        f"default {DEFAULT_SEEDS}")
+    p.add_argument("--loads", default=DEFAULT_LOADS,
+                   help=f"offered loads, comma-separated (default {DEFAULT_LOADS})")
+    p.add_argument("--hours", type=float, default=DEFAULT_HOURS,
+                   help=f"hours of job arrivals per study (default {DEFAULT_HOURS:g})")
+    p.add_argument("--baseline", default=DEFAULT_BASELINE,
+                   help=f"the policy the others are compared with (default {DEFAULT_BASELINE})")
+    p.add_argument("--arrivals", default="poisson",
+                   help="poisson (the generator's), or replayed from a trace in the shared "
+                        "data: philly, helios, acme")
+    p.add_argument("--out", default="xds-compare", help="output folder (default xds-compare)")
+    p.add_argument("--address", help="Ray cluster address (default: an embedded local Ray)")
+    p.add_argument("--local", action="store_true", help="no Ray: the studies one after another")
+    p.add_argument("--readme", metavar="FILE",
+                   help="replace the text between <!-- compare:begin --> and "
+                        "<!-- compare:end --> in FILE with the table")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(fn=cmd_compare)
+
+
+def parse_seeds(text: str) -> list[int]:
+    """'10' -> seeds 0..9; '3,5,8' (or '7,') -> those seeds."""
+    try:
+        seeds = list(range(int(text))) if "," not in text else \
+            [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise UserError(f"--seeds takes a count or comma-separated integers, got {text!r}"
+                        ) from None
+    if not seeds:
+        raise UserError(f"--seeds: no seeds in {text!r}; give a count of 1 or more or a list")
+    return seeds
+
+
+def parse_loads(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--loads takes comma-separated numbers, got {text!r}") from None
+
+
+def _scenario_paths(given: list[str]) -> list[Path]:
+    if given:
+        return [Path(s) for s in given]
+    from xdscheduler.scenario import default_scenario_path
+
+    folder = default_scenario_path().parent
+    return [folder / name for name in DEFAULT_SCENARIOS]
+
+
+def cmd_compare(args) -> None:
+    from xdscheduler.registry import names
+    from xdscheduler.report.compare import check_readme, splice_readme, write
+    from xdscheduler.runtime.compare import Grid, run_grid
+
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies \
+        else names()
+    grid = Grid.of(scenarios=_scenario_paths(args.scenarios), policies=policies,
+                   seeds=parse_seeds(args.seeds), loads=parse_loads(args.loads),
+                   hours=args.hours, baseline=args.baseline, arrivals=args.arrivals)
+    if args.readme:
+        check_readme(Path(args.readme))  # before the grid, not after it
+    with _progress_to_stderr():
+        run = run_grid(grid, address=args.address, local=args.local)
+    meta = {"grid": grid.model_dump(mode="json"), "command": command_line(grid, args),
+            "wall_s": run.wall_s, "runtime": run.runtime, "cpus": run.cpus,
+            "cells_run": len(run.cells),
+            "listed_jobs_left_out": run.listed_jobs_left_out}
+    doc = write(Path(args.out), run.cells, meta)
+    if args.readme:
+        splice_readme(Path(args.readme), doc["markdown"], provenance(meta))
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return
+    print(doc["markdown"])
+    print(f"{len(run.cells)} studies in {run.wall_s / 60:.1f} min on {run.cpus} CPUs "
+          f"({run.runtime}); files in {args.out}/", file=sys.stderr)
+
+
+def provenance(meta: dict) -> str:
+    """The line under the README's table: what command made it, against what, over what."""
+    grid = meta["grid"]
+    return (f"Generated by `{meta['command']}`: baseline {grid['baseline']}, offered loads "
+            f"{', '.join(map(str, grid['loads']))}, {len(grid['seeds'])} seeds, "
+            f"{grid['hours']:g} h of {grid['arrivals']} arrivals per study, "
+            f"{meta['cells_run']} studies in {meta['wall_s'] / 60:.0f} min on {meta['cpus']} "
+            f"CPUs ({meta['runtime']}).")
+
+
+def command_line(grid, args) -> str:
+    """The `xds compare` command that runs this grid again (defaults left out)."""
+    from xdscheduler.registry import names
+
+    words = ["xds", "compare", *map(str, grid.scenarios)]
+    if grid.policies != names():
+        words += ["--policies", ",".join(grid.policies)]
+    seeds = grid.seeds
+    words += ["--seeds", str(len(seeds)) if seeds == list(range(len(seeds)))
+              else ",".join(map(str, seeds)) + ("," if len(seeds) == 1 else "")]
+    words += ["--loads", ",".join(map(str, grid.loads)), "--hours", f"{grid.hours:g}"]
+    if grid.baseline != DEFAULT_BASELINE:
+        words += ["--baseline", grid.baseline]
+    if grid.arrivals != "poisson":
+        words += ["--arrivals", grid.arrivals]
+    words += ["--readme", args.readme] if args.readme else []
+    return shlex.join(words)
+
+
+@contextlib.contextmanager
+def _progress_to_stderr():
+    """The grid runner's progress lines on standard error while the command runs."""
+    logger = logging.getLogger("xdscheduler")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    level, propagate = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False  # one line each, not a second through the root logger
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate

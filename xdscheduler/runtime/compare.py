@@ -1,0 +1,250 @@
+"""`xds compare`'s grid: a study per (scenario, load, seed, policy) cell, as Ray tasks of one CPU
+each or one after another in this process, gathered into one table of figures."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from pydantic import Field, ValidationError, model_validator
+
+from xdscheduler.errors import UserError
+from xdscheduler.planner.search import JobSpec
+from xdscheduler.planner.view import ClusterView
+from xdscheduler.ray_cluster import check_address, connect
+from xdscheduler.registry import check, make_policy
+from xdscheduler.runtime.study import run_here
+from xdscheduler.scenario import Job, Scenario, Strict, load_scenario
+from xdscheduler.sim.arrivals import ARRIVALS, load_replay
+from xdscheduler.sim.cell import CellWorkload, cell_workload
+from xdscheduler.sim.inputs import study_dynamics
+from xdscheduler.sim.metrics import background_load, ideal_rates, summarise
+from xdscheduler.sim.truth import Truth
+
+log = logging.getLogger(__name__)
+LOG_EVERY_S = 30.0  # without a terminal, a progress line at most this often (and at the end)
+
+
+class Grid(Strict):
+    """The studies of one comparison: every scenario × load × seed × policy."""
+
+    scenarios: list[Path] = Field(min_length=1)
+    """Scenario files; each gets its own panel and table."""
+    policies: list[str] = Field(min_length=1)
+    """Registered policy names, in the order they are listed."""
+    seeds: list[int] = Field(min_length=1)
+    """Each seed draws the jobs and the network; every policy of a cell sees the same."""
+    loads: list[float] = Field(min_length=1)
+    """Offered loads (accelerator-hours asked over those available while jobs arrive)."""
+    hours: float = Field(gt=0)
+    """Hours of job arrivals per study."""
+    baseline: str
+    """The policy every other one is compared with, seed by seed."""
+    arrivals: str = "poisson"
+    """The generator's Poisson arrivals, or a trace replayed: philly, helios, acme."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Grid:
+        check(self.policies)
+        for what, values in (("policies", self.policies), ("seeds", self.seeds),
+                             ("loads", self.loads)):
+            if len(set(values)) != len(values):
+                raise ValueError(f"{what} repeat: {', '.join(map(str, values))}")
+        if any(x <= 0 for x in self.loads):
+            raise ValueError(f"loads must be positive, got {', '.join(map(str, self.loads))}")
+        if self.baseline not in self.policies:
+            raise ValueError(f"baseline {self.baseline!r} is not among the policies compared "
+                             f"({', '.join(self.policies)})")
+        if self.arrivals not in ARRIVALS:
+            raise ValueError(f"unknown arrivals {self.arrivals!r}; use one of "
+                             f"{', '.join(ARRIVALS)}")
+        return self
+
+    @classmethod
+    def of(cls, **fields) -> Grid:
+        """A grid from user input; UserError naming the first bad field."""
+        try:
+            return cls(**fields)
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(map(str, first["loc"]))
+            msg = first["msg"].removeprefix("Value error, ")
+            raise UserError(f"compare: {where + ': ' if where else ''}{msg}") from None
+
+    @property
+    def cells(self) -> int:
+        return len(self.scenarios) * len(self.loads) * len(self.seeds) * len(self.policies)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One study of the grid."""
+
+    scenario: str
+    load: float
+    seed: int
+    policy: str
+
+
+@dataclass(frozen=True)
+class GridRun:
+    """What a grid measured: one row per cell, and how the grid ran."""
+
+    cells: pd.DataFrame
+    wall_s: float
+    runtime: str  # "ray" or "local"
+    cpus: int  # CPUs the studies ran on
+    listed_jobs_left_out: dict[str, int]  # per scenario
+
+
+def run_cell(scn: Scenario, jobs: list[Job], policy: str, seed: int, hours: float) -> dict:
+    """One policy over one cell's jobs and network, in this process: its figures by name."""
+    view, horizon_s = ClusterView.from_scenario(scn), hours * 3600
+    dynamics = study_dynamics(scn, seed, hours)
+    # Jobs run at a truth drawn from the seed, the same for every policy of the cell; the
+    # policies decide with the nominal model and correct it from the rates they observe.
+    truth = Truth.draw(scn, jobs, seed)
+    res = run_here(scn, jobs, make_policy(policy, scn.weights), dynamics, hours, truth=truth)
+    metrics = summarise(res, scn.weights, ideal_rates([JobSpec.of(j) for j in jobs], view),
+                        view, horizon_s)
+    figures = {k: v for k, v in metrics.model_dump().items()
+               if v is None or isinstance(v, int | float)}  # lists (domains down) stay out
+    return figures | {"single_domain": res.single_domain,
+                      "background_load": background_load(dynamics, view, horizon_s)}
+
+
+def run_grid(grid: Grid, address: str | None = None, local: bool = False,
+             progress: bool | None = None) -> GridRun:
+    """Every cell of `grid`; on the Ray cluster at `address` (default: an embedded local one)
+    or, with `local`, in this process."""
+    start = time.perf_counter()
+    if address and not local:
+        check_address(address)  # before the workloads are made: a typo fails at once
+    scenarios = _scenarios(grid.scenarios)
+    workloads = _workloads(grid, scenarios)
+    cells = [Cell(name, load, seed, policy)
+             # The heaviest loads first: the slowest studies start early, so the last ones
+             # running are short and the workers finish together.
+             for load in sorted(grid.loads, reverse=True) for seed in grid.seeds
+             for name in scenarios for policy in grid.policies]
+    inputs = {name: scn.model_copy(update={"jobs": []}) for name, scn in scenarios.items()}
+    run = _here if local else _on_ray
+    show = sys.stderr.isatty() if progress is None else progress
+    rows = []
+    with _Progress(len(cells), show) as bar:
+        for cell, figures in run(cells, inputs, workloads, grid.hours, address):
+            work = workloads[cell.scenario, cell.load, cell.seed]
+            rows.append({"scenario": cell.scenario, "load": cell.load, "seed": cell.seed,
+                         "policy": cell.policy, "offered_load": work.offered_load,
+                         "work_scale": work.work_scale, "arrivals": work.arrivals,
+                         "jobs": len(work.jobs), **figures})
+            bar.step(cell)
+    # Scenarios and policies in the order given, loads and seeds ascending.
+    order = {"scenario": list(scenarios), "policy": grid.policies}
+    frame = pd.DataFrame(rows).sort_values(
+        ["scenario", "load", "seed", "policy"], ignore_index=True,
+        key=lambda c: c.map(order[c.name].index) if c.name in order else c)
+    return GridRun(frame, time.perf_counter() - start, "local" if local else "ray",
+                   _cpus(local), {name: len(scn.jobs) for name, scn in scenarios.items()})
+
+
+def _cpus(local: bool) -> int:
+    """How many CPUs ran the studies: this process's one, or the Ray cluster's."""
+    if local:
+        return 1
+    import ray
+
+    return int(ray.cluster_resources().get("CPU", 0))
+
+
+def _scenarios(paths: list[Path]) -> dict[str, Scenario]:
+    out: dict[str, Scenario] = {}
+    for path in paths:
+        scn = load_scenario(path)
+        if scn.name in out:
+            raise UserError(f"two scenarios are named {scn.name!r} ({path} and another)")
+        out[scn.name] = scn
+    return out
+
+
+def _workloads(grid: Grid, scenarios: dict[str, Scenario]
+               ) -> dict[tuple[str, float, int], CellWorkload]:
+    """Each (scenario, load, seed)'s jobs, made once here and shared by its policies."""
+    out = {}
+    for name, scn in scenarios.items():
+        replay = load_replay(grid.arrivals, scn.workload.cluster if scn.workload else "kalos")
+        for load in grid.loads:
+            for seed in grid.seeds:
+                out[name, load, seed] = cell_workload(scn, grid.hours, seed, load, replay)
+    return out
+
+
+Runs = Iterator[tuple[Cell, dict]]
+
+
+def _here(cells: list[Cell], scenarios: dict[str, Scenario], workloads: dict, hours: float,
+          address: str | None) -> Runs:
+    for cell in cells:
+        jobs = workloads[cell.scenario, cell.load, cell.seed].jobs
+        yield cell, run_cell(scenarios[cell.scenario], jobs, cell.policy, cell.seed, hours)
+
+
+def _on_ray(cells: list[Cell], scenarios: dict[str, Scenario], workloads: dict, hours: float,
+            address: str | None) -> Runs:
+    """Every cell a task of one CPU; results as they finish. Each scenario and each cell's jobs
+    go to the object store once, for all the policies that read them."""
+    import ray
+
+    connect(address)
+    task = ray.remote(num_cpus=1)(run_cell)
+    scn_refs = {name: ray.put(scn) for name, scn in scenarios.items()}
+    job_refs = {key: ray.put(work.jobs) for key, work in workloads.items()}
+    pending = {task.remote(scn_refs[c.scenario], job_refs[c.scenario, c.load, c.seed],
+                           c.policy, c.seed, hours): c for c in cells}
+    try:
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                yield pending.pop(ref), ray.get(ref)
+    finally:
+        for ref in pending:  # interrupted or failed: leave nothing running
+            ray.cancel(ref)
+
+
+class _Progress:
+    """A tqdm bar on a terminal; otherwise a log line with the ETA every LOG_EVERY_S."""
+
+    def __init__(self, total: int, show: bool):
+        self.total, self.done, self.start = total, 0, time.perf_counter()
+        self.last_log = self.start
+        self.bar = None
+        if show:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc="compare", unit="study", file=sys.stderr)
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def step(self, cell: Cell) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{cell.scenario} {cell.load:g} s{cell.seed} {cell.policy}")
+            self.bar.update()
+            return
+        now = time.perf_counter()
+        if now - self.last_log >= LOG_EVERY_S or self.done == self.total:
+            self.last_log = now
+            elapsed = now - self.start
+            eta = elapsed / self.done * (self.total - self.done)
+            log.info("compare: %d/%d studies, %.0f s elapsed, ETA %.0f s", self.done,
+                     self.total, elapsed, eta)

@@ -1,0 +1,109 @@
+"""What the policies learn of their model's error from the step rates they observe.
+
+The model is corrected by a speed factor per domain (on its accelerators' peak and memory
+bandwidth) and a goodput factor per link (on its bandwidth), all 1 at first, which the view
+applies (`ClusterView.with_factors`) to every estimate the policies make. Each time a job's
+step rate is observed (on a new placement, and when the links under a job across domains
+change), the factor it depends on moves: a single-domain job's domain, a cross-domain job's
+narrowest link (domains are left to the jobs inside them). The observation implies the factor
+at which the model, corrected, would have predicted the step it saw; the new factor is the
+exponentially weighted mean, in logs, of the old and that one (weight `WEIGHT`). The implied
+factor is found with one Newton step on ln(step time) against ln(factor), whose slope is
+measured by bumping the factor by 1%: a step that hardly depends on a factor (communication
+hidden behind compute) says nothing about it and leaves it alone.
+
+`Prediction` records what the policy's estimate said for each placement a job ran on, what the
+nominal model would have said, and what the job ran at: the study's prediction error.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from xdscheduler.planner.placement import Placement
+from xdscheduler.planner.search import JobSpec, estimate_placement
+from xdscheduler.planner.space import PIPELINE, SINGLE
+from xdscheduler.planner.view import ClusterView
+
+WEIGHT = 0.3  # of the newest observation; jobs' jitter (sd of ln ~0.08) makes single ones noisy
+BUMP = 0.01  # relative change of a factor that measures the step's dependence on it
+MIN_ELASTICITY = 0.05  # d ln(step) / d ln(factor) below this: the step says nothing of it
+MAX_LOG_MOVE = math.log(2)  # one observation implies at most half or twice the factor
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A placement a job ran on: its step time as predicted and as run."""
+
+    job: str
+    time_s: float
+    predicted_s: float  # the policy's estimate: the model as corrected then
+    nominal_s: float  # the model without corrections
+    true_s: float  # what the job ran at
+
+
+@dataclass(frozen=True, eq=False)
+class Correction:
+    """The factors learnt so far."""
+
+    speed: np.ndarray  # (K,) per domain
+    goodput: np.ndarray  # (K, K) per link, both directions alike
+
+    @classmethod
+    def start(cls, k: int) -> Correction:
+        return cls(np.ones(k), np.ones((k, k)))
+
+    def apply(self, view: ClusterView) -> ClusterView:
+        return view.with_factors(self.speed, self.goodput)
+
+    def observe(self, p: Placement, spec: JobSpec, view: ClusterView, true_s: float
+                ) -> Correction:
+        """The factors after the job was seen stepping in `true_s` on p under the view's
+        links now."""
+        if p.kind == SINGLE:
+            name, cells = "speed", ([p.domains[0]],)
+        else:
+            a, b = _narrowest(p, self.apply(view))
+            name, cells = "goodput", ([a, b], [b, a])
+        factor = getattr(self, name)
+        bumped = factor.copy()
+        bumped[cells] *= 1 + BUMP
+        step_s = estimate_placement(p, spec, self.apply(view)).step_time_s
+        bumped_s = estimate_placement(p, spec, replace(self, **{name: bumped}).apply(view)
+                                      ).step_time_s
+        elasticity = math.log(step_s / bumped_s) / math.log1p(BUMP)
+        if elasticity < MIN_ELASTICITY:
+            return self
+        implied = np.clip(math.log(step_s / true_s) / elasticity, -MAX_LOG_MOVE, MAX_LOG_MOVE)
+        learnt = factor.copy()
+        learnt[cells] *= math.exp(WEIGHT * implied)
+        return replace(self, **{name: learnt})
+
+
+def _narrowest(p: Placement, view: ClusterView) -> tuple[int, int]:
+    """The link that bounds a cross-domain placement's WAN traffic: the narrowest between
+    consecutive stages, or on the ring of replicas."""
+    bw = view.goodput_gbps
+    pairs = (itertools.pairwise(p.domains) if p.kind == PIPELINE
+             else itertools.combinations(p.domains, 2))
+    return min(pairs, key=lambda ab: min(bw[ab], bw[ab[::-1]]))
+
+
+def error_figures(predictions: list[Prediction]) -> dict[str, float | None]:
+    """|predicted / true − 1| of the placements' throughput (tokens/s), median and 90th
+    percentile, and its signed mean (positive: predicted faster than the jobs ran), for the
+    policy's corrected model (`prediction_*`) and the nominal one (`uncorrected_*`); None
+    without predictions."""
+    true = np.array([x.true_s for x in predictions])
+    out: dict[str, float | None] = {}
+    for prefix, attr in (("prediction", "predicted_s"), ("uncorrected", "nominal_s")):
+        err = true / np.array([getattr(x, attr) for x in predictions]) - 1  # in throughput
+        figures = (np.median(np.abs(err)), np.percentile(np.abs(err), 90), err.mean()) if len(
+            err) else (None, None, None)
+        out.update({f"{prefix}_{key}": None if v is None else float(v) for key, v in zip(
+            ("error_p50", "error_p90", "bias"), figures, strict=True)})
+    return out
