@@ -9,6 +9,7 @@ import pytest
 import torch
 from ray.rllib.core.columns import Columns
 
+from xdscheduler import catalog
 from xdscheduler.perception.graph import (
     MAX_NODES,
     NODE_FEATURES,
@@ -243,3 +244,28 @@ def test_a_policy_path_may_be_relative(tmp_path, monkeypatch):
     monkeypatch.chdir(SHIPPED.parent)
     agents = Agents(Weights(efficiency=1.0, utilization=0.3, cost=0.3), SHIPPED.name)
     assert agents.path == SHIPPED and set(agents.modules) == {"upper", "lower"}
+
+
+@pytest.mark.parametrize("k", [3, 9, 16, 64])
+def test_the_shipped_policy_decides_on_any_number_of_domains(k):
+    """Trained on five domains, it decides on 3 to 64 without retraining: the graph encoder
+    and the candidate lists size themselves to the cluster."""
+    from xdscheduler.scenario import parse_scenario
+
+    accelerators = ["H100-SXM", "A100-80GB", "H800"]
+    scn = parse_scenario({
+        "name": f"ring{k}",
+        "domains": [{"name": f"d{i}", "location": {"city": f"c{i}"},
+                     "nodes": [{"accelerator": accelerators[i % 3], "count": 2 + i % 3}]}
+                    for i in range(k)],
+        "links": [{"a": f"d{i}", "b": f"d{j}", "bandwidth_gbps": 2.0 + i % 4, "rtt_ms": 20}
+                  for i in range(k) for j in (i + 1, i + 2) if j < k]})
+    view = ClusterView.from_scenario(scn)
+    arch = catalog.model("llama3-8b")
+    queue = [JobSpec(f"j{n}", arch, 256, arch.seq_len, 8, 8 * (n + 1), tokens=1e10)
+             for n in range(3)]
+    placed = local_policy(scn.weights).decide(queue, view, 0.0)
+    assert placed and len({p.job for p in placed}) == len(placed)
+    for p in placed:
+        assert all(0 <= d < k for d in p.domains) and p.total_gpus >= 8
+        assert all(n <= view.domains[d].free_gpus for d, n in p.taken.items())

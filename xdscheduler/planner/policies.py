@@ -68,24 +68,8 @@ class PlannerPolicy:
     _no_fit: dict = field(default_factory=dict)  # job -> free accelerators it did not fit
 
     def decide(self, queue: list[JobSpec], view: ClusterView, now_s: float) -> list[Placement]:
-        out, most = [], largest_domain(view)
-        ordered = by_response_ratio(queue, view, now_s)
-        fitting = [j for j in ordered if j.gpus_min <= most][: self.lookahead]
-        giants = [] if self.single_domain else [j for j in ordered if j.gpus_min > most]
-        reclaim = view.reclaiming()  # what the giants hold, the others may take back
-        for k, job in enumerate(fitting + giants):
-            seen = view if job.gpus_min > most else reclaim
-            free = tuple(d.available for d in seen.domains)
-            if self._no_fit.get(job.name) == free:
-                continue  # nothing freed up since it last did not fit
-            placement = self._best(job, seen, modest=k + 1 < len(fitting) + len(giants))
-            if placement is None:
-                self._no_fit[job.name] = free
-                continue  # backfill: a later job may fit where this one does not
-            out.append(placement)
-            taken = {i: -n for i, n in placement.taken.items()}
-            view, reclaim = view.adjust_free(taken), reclaim.adjust_free(taken)
-        return out
+        return queue_pass(queue, view, now_s, self._best, self._no_fit, self.lookahead,
+                          giants=not self.single_domain)
 
     @property
     def single_domain(self) -> bool:
@@ -140,8 +124,38 @@ class PlannerPolicy:
         p = placement_at(ev, i, view, job)
         runner = runner_up(ev, i, view, job)
         why = explain(job, p, runner, self.weights)["summary"]
-        return replace(p, explanation=why, decision_ms=(time.perf_counter() - start) * 1000,
-                       preemptible=giant)
+        return replace(p, explanation=why, decision_ms=(time.perf_counter() - start) * 1000)
+
+
+PlaceOne = Callable[[JobSpec, ClusterView, bool], Placement | None]
+
+
+def queue_pass(queue: list[JobSpec], view: ClusterView, now_s: float, place: PlaceOne,
+               no_fit: dict, lookahead: int, giants: bool = True) -> list[Placement]:
+    """The planner's pass over the queue, with `place(job, view, modest)` deciding each job:
+    by response ratio, the first `lookahead` jobs one domain can hold, on a view where what
+    the giants hold is free (they are preempted for it), then the giants (unless not
+    `giants`), preemptibly, on what is really free; `modest` when more jobs wait behind. A job
+    is skipped while nothing has freed up since it last did not fit (`no_fit`, kept)."""
+    out, most = [], largest_domain(view)
+    ordered = by_response_ratio(queue, view, now_s)
+    fitting = [j for j in ordered if j.gpus_min <= most][:lookahead]
+    todo = fitting + ([j for j in ordered if j.gpus_min > most] if giants else [])
+    reclaim = view.reclaiming()
+    for k, job in enumerate(todo):
+        giant = job.gpus_min > most
+        seen = view if giant else reclaim
+        free = tuple(d.available for d in seen.domains)
+        if no_fit.get(job.name) == free:
+            continue  # nothing freed up since it last did not fit
+        placement = place(job, seen, k + 1 < len(todo))
+        if placement is None:
+            no_fit[job.name] = free
+            continue  # backfill: a later job may fit where this one does not
+        out.append(replace(placement, preemptible=giant))
+        taken = {i: -n for i, n in placement.taken.items()}
+        view, reclaim = view.adjust_free(taken), reclaim.adjust_free(taken)
+    return out
 
 
 def largest_domain(view: ClusterView) -> int:

@@ -50,6 +50,9 @@ FIGURES = {
     "objective": Figure("R", 1.0, 3, False),
     "cross_domain_cost_usd": Figure("WAN ($)", 1.0, 0, True),
     "jobs_completed": Figure("jobs done", 1.0, 1, False),
+    # |predicted / true - 1| of each placement's throughput, median: the model's error as the
+    # policy used it (after its corrections), in the study's ground truth
+    "prediction_error_p50": Figure("pred. error (%)", 100.0, 1, True),
 }
 PLOTTED = {"compare_jct.png": "mean_jct_s", "compare_useful.png": "useful_utilization"}
 
@@ -80,9 +83,15 @@ def mean_ci(values) -> Estimate:
     return Estimate(float(x.mean()), float(t * x.std(ddof=1) / math.sqrt(len(x))), len(x))
 
 
+def _complete(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells with every figure: one the studies did not give (cells saved by an older
+    version) is NaN, shown as "–"."""
+    return cells.assign(**{name: np.nan for name in FIGURES if name not in cells})
+
+
 def summary(cells: pd.DataFrame) -> pd.DataFrame:
     """Per scenario × load × policy × figure: mean over seeds, 95% half-width, seeds counted."""
-    rows = []
+    cells, rows = _complete(cells), []
     for key, group in cells.groupby(KEYS, sort=False):
         for name in FIGURES:
             est = mean_ci(group[name].astype(float))
@@ -109,6 +118,7 @@ def change_kinds(cells: pd.DataFrame, baseline: str) -> dict[str, str]:
 
 def paired(cells: pd.DataFrame, baseline: str) -> pd.DataFrame:
     """Every other policy against `baseline`, seed by seed, per scenario × load × figure."""
+    cells = _complete(cells)
     kinds, rows = change_kinds(cells, baseline), []
     for (scenario, load), point in cells.groupby(["scenario", "load"], sort=False):
         base = point[point["policy"] == baseline].set_index("seed")
@@ -288,6 +298,25 @@ def write(out: Path, cells: pd.DataFrame, meta: dict) -> dict:
     for name, figure in PLOTTED.items():
         plot(table, figure, out / name)
     return doc
+
+
+META = ("grid", "command", "wall_s", "runtime", "cpus", "cells_run", "listed_jobs_left_out")
+
+
+def load(folder: Path) -> tuple[pd.DataFrame, dict]:
+    """The cells and what was said about the run, saved by `write` in `folder`."""
+    try:
+        saved = json.loads((folder / "compare.json").read_text())
+        cells = pd.read_parquet(folder / "compare.parquet")
+    except (OSError, ValueError) as err:
+        raise UserError(f"{folder} holds no saved comparison (compare.json and "
+                        f"compare.parquet, as `xds compare --out {folder}` writes): {err}"
+                        ) from None
+    missing = [k for k in META if k not in saved]
+    if missing:
+        raise UserError(f"{folder}/compare.json lacks {', '.join(missing)}: write it again "
+                        f"with this version's `xds compare`")
+    return cells, {k: saved[k] for k in META}
 
 
 MARKED = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)

@@ -16,7 +16,7 @@ import numpy as np
 from xdscheduler.perception.graph import EDGE_FEATURES, NODE_FEATURES, graph_size, padded
 from xdscheduler.planner.baselines import ONLINE
 from xdscheduler.planner.placement import Placement
-from xdscheduler.planner.policies import planner_pick
+from xdscheduler.planner.policies import largest_domain, planner_pick
 from xdscheduler.planner.search import (
     Evaluated,
     JobSpec,
@@ -108,6 +108,8 @@ def choices(job: JobSpec, view: ClusterView, weights: Weights, now_s: float = 0.
     """None when nothing fits on the free accelerators."""
     if sum(d.available for d in view.domains) < job.gpus_min:
         return None
+    if job.gpus_min <= largest_domain(view):  # the planner's rule: one domain holds it, it
+        opts = replace(opts, max_domains=1)  # stays in one (planner.policies.PlannerPolicy)
     ev = evaluate_space(job, view, weights, opts)
     if ev is None:
         return None

@@ -39,7 +39,7 @@ def register(subparsers) -> None:
                    help=f"offered loads, comma-separated (default {DEFAULT_LOADS})")
     p.add_argument("--hours", type=float, default=DEFAULT_HOURS,
                    help=f"hours of job arrivals per study (default {DEFAULT_HOURS:g})")
-    p.add_argument("--baseline", default=DEFAULT_BASELINE,
+    p.add_argument("--baseline",
                    help=f"the policy the others are compared with (default {DEFAULT_BASELINE})")
     p.add_argument("--arrivals", default="poisson",
                    help="poisson (the generator's), or replayed from a trace in the shared "
@@ -51,6 +51,9 @@ def register(subparsers) -> None:
                    help="replace the text between <!-- compare:begin --> and "
                         "<!-- compare:end --> in FILE with the table")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--from", dest="saved", metavar="DIR",
+                   help="run nothing: write the tables, plots (and --readme) again from the "
+                        "studies saved in DIR by an earlier run, into DIR")
     p.set_defaults(fn=cmd_compare)
 
 
@@ -84,32 +87,48 @@ def _scenario_paths(given: list[str]) -> list[Path]:
 
 
 def cmd_compare(args) -> None:
-    from xdscheduler.registry import names
-    from xdscheduler.report.compare import check_readme, splice_readme, write
-    from xdscheduler.runtime.compare import Grid, run_grid
+    from xdscheduler.report.compare import check_readme, load, splice_readme, write
 
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies \
-        else names()
-    grid = Grid.of(scenarios=_scenario_paths(args.scenarios), policies=policies,
-                   seeds=parse_seeds(args.seeds), loads=parse_loads(args.loads),
-                   hours=args.hours, baseline=args.baseline, arrivals=args.arrivals)
     if args.readme:
         check_readme(Path(args.readme))  # before the grid, not after it
-    with _progress_to_stderr():
-        run = run_grid(grid, address=args.address, local=args.local)
-    meta = {"grid": grid.model_dump(mode="json"), "command": command_line(grid, args),
-            "wall_s": run.wall_s, "runtime": run.runtime, "cpus": run.cpus,
-            "cells_run": len(run.cells),
-            "listed_jobs_left_out": run.listed_jobs_left_out}
-    doc = write(Path(args.out), run.cells, meta)
+    if args.saved:
+        out, (cells, meta) = Path(args.saved), load(Path(args.saved))
+        if args.baseline:
+            if args.baseline not in set(cells["policy"]):
+                raise UserError(f"baseline {args.baseline!r} is not among the policies saved "
+                                f"in {out}: {', '.join(sorted(set(cells['policy'])))}")
+            meta["grid"]["baseline"] = args.baseline
+    else:
+        out, (cells, meta) = Path(args.out), _run(args)
+    doc = write(out, cells, meta)
     if args.readme:
         splice_readme(Path(args.readme), doc["markdown"], provenance(meta))
     if args.json:
         print(json.dumps(doc, indent=2))
         return
     print(doc["markdown"])
-    print(f"{len(run.cells)} studies in {run.wall_s / 60:.1f} min on {run.cpus} CPUs "
-          f"({run.runtime}); files in {args.out}/", file=sys.stderr)
+    print(f"{meta['cells_run']} studies in {meta['wall_s'] / 60:.1f} min on {meta['cpus']} "
+          f"CPUs ({meta['runtime']}); files in {out}/", file=sys.stderr)
+
+
+def _run(args) -> tuple:
+    """The grid the arguments ask for, run: its cells and what the report says about them."""
+    from xdscheduler.registry import names
+    from xdscheduler.runtime.compare import Grid, run_grid
+
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies \
+        else names()
+    grid = Grid.of(scenarios=_scenario_paths(args.scenarios), policies=policies,
+                   seeds=parse_seeds(args.seeds), loads=parse_loads(args.loads),
+                   hours=args.hours, baseline=args.baseline or DEFAULT_BASELINE,
+                   arrivals=args.arrivals)
+    with _progress_to_stderr():
+        run = run_grid(grid, address=args.address, local=args.local)
+    meta = {"grid": grid.model_dump(mode="json"), "command": command_line(grid, args),
+            "wall_s": run.wall_s, "runtime": run.runtime, "cpus": run.cpus,
+            "cells_run": len(run.cells),
+            "listed_jobs_left_out": run.listed_jobs_left_out}
+    return run.cells, meta
 
 
 def provenance(meta: dict) -> str:
