@@ -287,3 +287,13 @@ def test_a_spread_job_gives_a_domain_back_when_a_queued_job_needs_it():
     fits = replace(eight_b(gpus_min=4, gpus_max=4), name="small")
     assert planner.yielded(eight_b(), spread, view.with_free({"east": 4, "west": 0}),
                            [fits], 0.0) is None  # it starts without any help
+
+
+def test_a_giant_stays_preemptible_when_re_planned():
+    from xdscheduler.planner.policies import PlannerPolicy
+
+    planner, view = PlannerPolicy(Weights()), pair()
+    (spread,) = planner.decide([eight_b(gpus_min=24)], view, 0.0)
+    now = view.adjust_free({i: -n for i, n in spread.taken.items()})
+    again = planner.replan(eight_b(gpus_min=24), spread, now)
+    assert spread.preemptible and again is not None and again.preemptible

@@ -124,7 +124,9 @@ class PlannerPolicy:
         p = placement_at(ev, i, view, job)
         runner = runner_up(ev, i, view, job)
         why = explain(job, p, runner, self.weights)["summary"]
-        return replace(p, explanation=why, decision_ms=(time.perf_counter() - start) * 1000)
+        # a giant stays preemptible when re-planned or grown
+        return replace(p, explanation=why, decision_ms=(time.perf_counter() - start) * 1000,
+                       preemptible=giant)
 
 
 PlaceOne = Callable[[JobSpec, ClusterView, bool], Placement | None]
