@@ -297,3 +297,20 @@ def test_a_giant_stays_preemptible_when_re_planned():
     now = view.adjust_free({i: -n for i, n in spread.taken.items()})
     again = planner.replan(eight_b(gpus_min=24), spread, now)
     assert spread.preemptible and again is not None and again.preemptible
+
+
+def test_jobs_one_domain_holds_go_before_giants_and_a_giant_takes_its_minimum_while_others_wait():
+    from xdscheduler.planner.policies import PlannerPolicy
+
+    view = pair()
+    # batch 480: data parallelism of 24 and of 30 both divide it
+    giant = replace(eight_b(gpus_min=24), name="giant", arrival_s=0.0, global_batch=480)
+    small = replace(eight_b(gpus_min=4, gpus_max=4), name="small", arrival_s=100.0)
+    placed = PlannerPolicy(Weights()).decide([giant, small], view, 100.0)
+    assert [p.job for p in placed] == ["small", "giant"]  # the giant waited longer, yet goes last
+    assert not placed[0].preemptible and placed[1].preemptible
+    # Alone, the giant takes all it can use; with another giant waiting behind, its minimum.
+    (alone,) = PlannerPolicy(Weights()).decide([giant], view, 100.0)
+    other = replace(giant, name="other", arrival_s=50.0)
+    first, *_ = PlannerPolicy(Weights()).decide([other, giant], view, 100.0)
+    assert alone.total_gpus == 32 and first.job == "giant" and first.total_gpus == 24
