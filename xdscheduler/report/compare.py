@@ -273,8 +273,11 @@ def plot(table: pd.DataFrame, figure: str, path: Path) -> None:
                         yerr=line["half_width"].fillna(0) * fig_spec.scale, label=policy,
                         color=colours[policy], marker="o", capsize=3)
         ax.set(title=scenario, xlabel="offered load", ylabel=fig_spec.heading)
-        ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
+        means = rows.loc[rows["scenario"] == scenario, "mean"].to_numpy(float)
+        if (means > 0).all() and means.max() > 10 * means.min():
+            ax.set_yscale("log")  # a weak baseline far above would flatten all the others
+        ax.grid(alpha=0.3, which="both")
+    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))  # off the data
     fig.tight_layout()
     _save(fig, path)
 
