@@ -39,7 +39,7 @@ import pandas as pd
 from benchmarks._table import print_table
 from benchmarks.calibrate import HERE, errors, in_family, load_runs
 from xdscheduler.costmodel.constants import DEFAULT
-from xdscheduler.network.measurements import default_data_dir, load_wan
+from xdscheduler.network.measurements import load_wan, shared_data_dir
 
 OUT = HERE.parent / "xdscheduler" / "sim" / "truth_params.py"
 PAI_JOBS = [f"pai_minibatch_job_{k}_norm.csv" for k in range(1, 5)]
@@ -127,7 +127,8 @@ def main() -> None:
                     help="the folder holding wan/ and steptime/ (default: the shared data)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
-    data = args.data or default_data_dir().parent
+    data = args.data or shared_data_dir("steptime", "the PAI mini-batch times",
+                                        "pass --data DIR or ").parent
     params = fit(data)
     s, g, j = params["speed"], params["goodput"], params["jitter"]
     print_table("Ground truth fitted to public measurements", ["factor", "distribution", "n"], [

@@ -166,7 +166,7 @@ def cmd_plan(args) -> None:
 def cmd_run(args) -> None:
     from pathlib import Path
 
-    from xdscheduler.registry import names
+    from xdscheduler.registry import parse_policies
     from xdscheduler.report.writer import report_json
     from xdscheduler.runtime.study import run_study
     from xdscheduler.scenario import default_scenario_path, load_scenario
@@ -176,8 +176,7 @@ def cmd_run(args) -> None:
         _print_json(Report.model_json_schema())
         return
     scn = load_scenario(args.scenario or default_scenario_path())
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies \
-        else names()
+    policies = parse_policies(args.policies)
     if args.hours <= 0:
         raise UserError(f"--hours must be positive, got {args.hours}")
     seed = scn.seed if args.seed is None else args.seed

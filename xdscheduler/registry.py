@@ -43,6 +43,11 @@ def names() -> list[str]:
     return list(_registered())
 
 
+def parse_policies(text: str | None) -> list[str]:
+    """A comma-separated list of policy names from the command line (none given: all)."""
+    return [p.strip() for p in text.split(",") if p.strip()] if text else names()
+
+
 def check(policies: list[str]) -> None:
     """Refuse names that are not registered, naming those that are."""
     known = names()

@@ -16,9 +16,8 @@ import numpy as np
 
 from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch, Stack
 from xdscheduler.costmodel.steptime import memory_gib
-from xdscheduler.errors import UserError
 from xdscheduler.planner.placement import Placement
-from xdscheduler.planner.search import THROUGHPUT_ONLY, JobSpec, search
+from xdscheduler.planner.search import THROUGHPUT_ONLY, JobSpec, evaluate_space, placement_at
 from xdscheduler.planner.space import DATA, SINGLE, SearchOptions, describe_placements
 from xdscheduler.planner.view import ClusterView
 
@@ -58,10 +57,10 @@ def fastest_on(job: JobSpec, view: ClusterView, gpus: dict[int, int], least: int
     offered = view.with_free({view.names[i]: gpus.get(i, 0) for i in range(len(view.domains))})
     sized = replace(job, gpus_min=least, gpus_max=min(job.gpus_max, total))
     opts = replace(ONLINE, max_domains=max(len(gpus), 1), kinds=kinds)
-    try:
-        return search(sized, offered, THROUGHPUT_ONLY, opts, top_k=0, pareto=False).best
-    except UserError:
-        return None
+    ev = evaluate_space(sized, offered, THROUGHPUT_ONLY, opts)
+    # the fastest: the first best, as `search` ranks (no ranking, alternatives or text needed)
+    return None if ev is None else placement_at(
+        ev, int(np.argmax(ev.terms["objective"])), offered, sized)
 
 
 def _hardware(view: ClusterView, members: list[int]) -> Hardware:
@@ -214,7 +213,7 @@ class GangSingleDomain(_NoReplans):
 
 
 @dataclass
-class GreedyCrossDomain:
+class GreedyCrossDomain(_NoReplans):
     """A fair greedy: each job inside one domain whenever one can hold its minimum (the domain
     with the most room, up to its maximum); otherwise spread over the domains with the most
     room, replicas reducing gradients inside each domain and across them over the WAN
@@ -229,29 +228,27 @@ class GreedyCrossDomain:
         out = []
         for job in queue:
             start = time.perf_counter()
-            p = self._place(job, view, free)
+            p, why = self._place(job, view, free)
             if p is not None:
                 free[list(p.domains)] -= p.gpus
-                out.append(_timed(p, start, p.explanation))
+                out.append(_timed(p, start, why))
         return out
 
-    def _place(self, job: JobSpec, view: ClusterView, free: np.ndarray) -> Placement | None:
+    def _place(self, job: JobSpec, view: ClusterView,
+               free: np.ndarray) -> tuple[Placement | None, str]:
+        """The placement (None: none now) and why."""
         order = [int(i) for i in np.argsort(-free, kind="stable") if free[i] > 0]
         if not order or free.sum() < job.gpus_min:
-            return None
+            return None, ""
         if free[order[0]] >= job.gpus_min:
             d = order[0]
-            p = fastest_on(job, view, {d: int(min(job.gpus_max, free[d]))})
-            return p and replace(p, explanation="inside the domain with the most room")
+            return (fastest_on(job, view, {d: int(min(job.gpus_max, free[d]))}),
+                    "inside the domain with the most room")
         taken, total = {}, 0
         for i in order:  # the most room first, until the minimum is met
             taken[i] = int(min(free[i], job.gpus_max - total))
             total += taken[i]
             if total >= job.gpus_min:
                 break
-        p = fastest_on(job, view, taken, kinds=(DATA,))
-        return p and replace(p, explanation="spread over the domains with the most room, "
-                                            "hierarchical data parallelism")
-
-    def replan(self, job: JobSpec, current: Placement, view: ClusterView) -> Placement | None:
-        return None
+        return (fastest_on(job, view, taken, kinds=(DATA,)),
+                "spread over the domains with the most room, hierarchical data parallelism")

@@ -114,9 +114,7 @@ class PlannerPolicy:
         if sum(d.available for d in view.domains) < job.gpus_min:
             return None
         start = time.perf_counter()
-        giant = job.gpus_min > largest_domain(view)
-        # a job one domain can hold is only ever placed inside one: search no spreads for it
-        options = self.options if giant else replace(self.options, max_domains=1)
+        options = search_options(job, view, self.options)
         ev = evaluate_space(job, view, self.weights, options)
         i = planner_pick(ev, job, view, self.weights, options, modest)
         if i is None:
@@ -126,7 +124,7 @@ class PlannerPolicy:
         why = explain(job, p, runner, self.weights)["summary"]
         # a giant stays preemptible when re-planned or grown
         return replace(p, explanation=why, decision_ms=(time.perf_counter() - start) * 1000,
-                       preemptible=giant)
+                       preemptible=is_giant(job, view))
 
 
 PlaceOne = Callable[[JobSpec, ClusterView, bool], Placement | None]
@@ -160,6 +158,17 @@ def queue_pass(queue: list[JobSpec], view: ClusterView, now_s: float, place: Pla
     return out
 
 
+def is_giant(job: JobSpec, view: ClusterView) -> bool:
+    """More than any domain can hold: only ever run across domains."""
+    return job.gpus_min > largest_domain(view)
+
+
+def search_options(job: JobSpec, view: ClusterView, options: SearchOptions) -> SearchOptions:
+    """The plan space the planner's rule leaves `job`: a job one domain can hold is only ever
+    placed inside one, so no spreads are searched for it."""
+    return options if is_giant(job, view) else replace(options, max_domains=1)
+
+
 def largest_domain(view: ClusterView) -> int:
     """The most accelerators one domain could give this scheduler's jobs (its own jobs all
     finished): a job asking for more is a giant, only ever run across domains."""
@@ -185,7 +194,7 @@ def planner_pick(ev: Evaluated | None, job: JobSpec, view: ClusterView, weights:
         return None
     kind = np.asarray(ev.placements.kind)[ev.place]
     objective, mfu = ev.terms["objective"], ev.terms["utilization"]
-    if job.gpus_min <= largest_domain(view):
+    if not is_giant(job, view):
         single = np.flatnonzero(kind == SINGLE)
         return int(single[np.argmax(objective[single])]) if len(single) else None
     multi = np.flatnonzero((kind != SINGLE) & (~modest | (ev.gpus.sum(axis=1) <= job.gpus_min)))

@@ -87,9 +87,6 @@ class Evaluated:
     terms: dict[str, np.ndarray]
     wan_price_per_gb: np.ndarray  # per candidate
 
-    def __len__(self) -> int:
-        return len(self.place)
-
 
 def search(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchOptions | None = None,
            top_k: int = 5, pareto: bool = True) -> SearchResult:

@@ -35,24 +35,23 @@ BEGIN, END = "<!-- compare:begin -->", "<!-- compare:end -->"
 
 @dataclass(frozen=True)
 class Figure:
-    """How a figure is shown: heading, scale applied before formatting, decimals, direction."""
+    """How a figure is shown: heading, scale applied before formatting, decimals."""
 
     heading: str
     scale: float
     decimals: int
-    lower_is_better: bool
 
 
 FIGURES = {
-    "mean_jct_s": Figure("mean JCT (h)", 1 / 3600, 2, True),
-    "mean_slowdown": Figure("slowdown", 1.0, 2, True),
-    "useful_utilization": Figure("useful util. (%)", 100.0, 1, False),
-    "objective": Figure("R", 1.0, 3, False),
-    "cross_domain_cost_usd": Figure("WAN ($)", 1.0, 0, True),
-    "jobs_completed": Figure("jobs done", 1.0, 1, False),
+    "mean_jct_s": Figure("mean JCT (h)", 1 / 3600, 2),
+    "mean_slowdown": Figure("slowdown", 1.0, 2),
+    "useful_utilization": Figure("useful util. (%)", 100.0, 1),
+    "objective": Figure("R", 1.0, 3),
+    "cross_domain_cost_usd": Figure("WAN ($)", 1.0, 0),
+    "jobs_completed": Figure("jobs done", 1.0, 1),
     # |predicted / true - 1| of each placement's throughput, median: the model's error as the
     # policy used it (after its corrections), in the study's ground truth
-    "prediction_error_p50": Figure("pred. error (%)", 100.0, 1, True),
+    "prediction_error_p50": Figure("pred. error (%)", 100.0, 1),
 }
 PLOTTED = {"compare_jct.png": "mean_jct_s", "compare_useful.png": "useful_utilization"}
 

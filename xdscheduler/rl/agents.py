@@ -14,7 +14,7 @@ import numpy as np
 
 from xdscheduler.errors import UserError
 from xdscheduler.planner.placement import Placement
-from xdscheduler.planner.policies import PlannerPolicy, largest_domain, queue_pass
+from xdscheduler.planner.policies import PlannerPolicy, is_giant, queue_pass
 from xdscheduler.planner.search import JobSpec, describe
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.rl.candidates import (
@@ -254,7 +254,7 @@ class PPOPolicy:
     def decide(self, queue: list[JobSpec], view: ClusterView, now_s: float) -> list[Placement]:
         """The planner's pass over the queue (`queue_pass`), each job placed by the agents."""
         def place(job: JobSpec, seen: ClusterView, modest: bool) -> Placement | None:
-            if modest and job.gpus_min > largest_domain(seen):  # a giant, others waiting:
+            if modest and is_giant(job, seen):  # a giant, others waiting:
                 job = replace(job, gpus_max=job.gpus_min)  # at its minimum, as the planner's
             verdict = self.decide_one(job, seen, len(queue), now_s)
             return verdict.placement if verdict is not None else None

@@ -8,15 +8,16 @@ graph as context, so one policy serves every weighting of the objective.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-import gymnasium as gym
 import numpy as np
 
 from xdscheduler.perception.graph import EDGE_FEATURES, NODE_FEATURES, graph_size, padded
 from xdscheduler.planner.baselines import ONLINE
 from xdscheduler.planner.placement import Placement
-from xdscheduler.planner.policies import largest_domain, planner_pick
+from xdscheduler.planner.policies import planner_pick, search_options
 from xdscheduler.planner.search import (
     Evaluated,
     JobSpec,
@@ -30,6 +31,9 @@ from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Weights
 from xdscheduler.sim.metrics import job_efficiency
 
+if TYPE_CHECKING:
+    import gymnasium
+
 UPPER_CHOICES = 8  # seven allocations and "wait" (the last)
 LOWER_CHOICES = 8
 CHOICE_FEATURES = 16
@@ -41,6 +45,7 @@ WAIT = UPPER_CHOICES - 1
 HOLD_SHARE = 1 / 16
 OPTIONS = ONLINE  # the planner policy's online grid
 
+@functools.cache
 def _row_hash(domains: int) -> np.ndarray:
     """One random weight per domain: an allocation's rows hashed to one integer."""
     return np.random.default_rng(0).integers(1, 2**62, domains, dtype=np.int64)
@@ -108,11 +113,11 @@ def choices(job: JobSpec, view: ClusterView, weights: Weights, now_s: float = 0.
     """None when nothing fits on the free accelerators."""
     if sum(d.available for d in view.domains) < job.gpus_min:
         return None
-    if job.gpus_min <= largest_domain(view):  # the planner's rule: one domain holds it, it
-        opts = replace(opts, max_domains=1)  # stays in one (planner.policies.PlannerPolicy)
+    opts = search_options(job, view, opts)  # the planner's rule on crossing domains
     ev = evaluate_space(job, view, weights, opts)
-    if ev is None:
-        return None
+    pick = planner_pick(ev, job, view, weights, opts)
+    if pick is None:
+        return None  # nothing fits, or the planner would not place it now either
     slots = ev.placements.domains[ev.place]
     alloc = np.zeros((len(ev.place), len(view.domains)), dtype=np.int64)
     rows = np.repeat(np.arange(len(ev.place)), slots.shape[1])
@@ -124,9 +129,6 @@ def choices(job: JobSpec, view: ClusterView, weights: Weights, now_s: float = 0.
     # the planner's; of choices equal on every objective term only the first is offered: they
     # are the same to the objective, and an arbitrary pick among them is noise.
     order = np.argsort(-ev.terms["objective"], kind="stable")
-    pick = planner_pick(ev, job, view, weights, opts)
-    if pick is None:
-        return None  # the planner would not place it now either
     seen, groups, keep_off = set(), [], []
     for i, off in _offered(job, view, alloc, order, pick):
         key = (_terms_key(ev, i), off)
@@ -262,14 +264,16 @@ def _observation(ch: Choices, feats: np.ndarray, shares: np.ndarray, size: int,
     return obs
 
 
-def observation_space(n_choices: int, domains: int = 0) -> gym.spaces.Dict:
+def observation_space(n_choices: int, domains: int = 0) -> gymnasium.spaces.Dict:
     """One agent's observation of a cluster of `domains` (padded to at least MAX_NODES)."""
+    import gymnasium  # only where spaces are built: choosing a policy need not load it
+
     nodes, links = graph_size(domains)
 
     def box(*shape, low=-np.inf, high=np.inf):
-        return gym.spaces.Box(low, high, shape=shape, dtype=np.float32)
+        return gymnasium.spaces.Box(low, high, shape=shape, dtype=np.float32)
 
-    return gym.spaces.Dict({
+    return gymnasium.spaces.Dict({
         "nodes": box(nodes, NODE_FEATURES), "node_mask": box(nodes, low=0, high=1),
         "edge_index": box(2, links, low=0, high=nodes),
         "edges": box(links, EDGE_FEATURES), "edge_mask": box(links, low=0, high=1),

@@ -113,11 +113,10 @@ def cmd_compare(args) -> None:
 
 def _run(args) -> tuple:
     """The grid the arguments ask for, run: its cells and what the report says about them."""
-    from xdscheduler.registry import names
+    from xdscheduler.registry import parse_policies
     from xdscheduler.runtime.compare import Grid, run_grid
 
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies \
-        else names()
+    policies = parse_policies(args.policies)
     grid = Grid.of(scenarios=_scenario_paths(args.scenarios), policies=policies,
                    seeds=parse_seeds(args.seeds), loads=parse_loads(args.loads),
                    hours=args.hours, baseline=args.baseline or DEFAULT_BASELINE,

@@ -16,7 +16,7 @@ from pydantic import Field, ValidationError, model_validator
 from xdscheduler.errors import UserError
 from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.view import ClusterView
-from xdscheduler.ray_cluster import check_address, connect
+from xdscheduler.ray_cluster import connect
 from xdscheduler.registry import check, make_policy
 from xdscheduler.runtime.study import run_here
 from xdscheduler.scenario import Job, Scenario, Strict, load_scenario
@@ -76,10 +76,6 @@ class Grid(Strict):
             msg = first["msg"].removeprefix("Value error, ")
             raise UserError(f"compare: {where + ': ' if where else ''}{msg}") from None
 
-    @property
-    def cells(self) -> int:
-        return len(self.scenarios) * len(self.loads) * len(self.seeds) * len(self.policies)
-
 
 @dataclass(frozen=True)
 class Cell:
@@ -118,13 +114,12 @@ def run_cell(scn: Scenario, jobs: list[Job], policy: str, seed: int, hours: floa
                       "background_load": background_load(dynamics, view, horizon_s)}
 
 
-def run_grid(grid: Grid, address: str | None = None, local: bool = False,
-             progress: bool | None = None) -> GridRun:
+def run_grid(grid: Grid, address: str | None = None, local: bool = False) -> GridRun:
     """Every cell of `grid`; on the Ray cluster at `address` (default: an embedded local one)
     or, with `local`, in this process."""
     start = time.perf_counter()
-    if address and not local:
-        check_address(address)  # before the workloads are made: a typo fails at once
+    if not local:
+        connect(address)  # before the workloads are made: a typo fails at once
     scenarios = _scenarios(grid.scenarios)
     workloads = _workloads(grid, scenarios)
     cells = [Cell(name, load, seed, policy)
@@ -134,10 +129,9 @@ def run_grid(grid: Grid, address: str | None = None, local: bool = False,
              for name in scenarios for policy in grid.policies]
     inputs = {name: scn.model_copy(update={"jobs": []}) for name, scn in scenarios.items()}
     run = _here if local else _on_ray
-    show = sys.stderr.isatty() if progress is None else progress
     rows = []
-    with _Progress(len(cells), show) as bar:
-        for cell, figures in run(cells, inputs, workloads, grid.hours, address):
+    with _Progress(len(cells), sys.stderr.isatty()) as bar:
+        for cell, figures in run(cells, inputs, workloads, grid.hours):
             work = workloads[cell.scenario, cell.load, cell.seed]
             rows.append({"scenario": cell.scenario, "load": cell.load, "seed": cell.seed,
                          "policy": cell.policy, "offered_load": work.offered_load,
@@ -187,20 +181,20 @@ def _workloads(grid: Grid, scenarios: dict[str, Scenario]
 Runs = Iterator[tuple[Cell, dict]]
 
 
-def _here(cells: list[Cell], scenarios: dict[str, Scenario], workloads: dict, hours: float,
-          address: str | None) -> Runs:
+def _here(cells: list[Cell], scenarios: dict[str, Scenario], workloads: dict,
+          hours: float) -> Runs:
     for cell in cells:
         jobs = workloads[cell.scenario, cell.load, cell.seed].jobs
         yield cell, run_cell(scenarios[cell.scenario], jobs, cell.policy, cell.seed, hours)
 
 
-def _on_ray(cells: list[Cell], scenarios: dict[str, Scenario], workloads: dict, hours: float,
-            address: str | None) -> Runs:
-    """Every cell a task of one CPU; results as they finish. Each scenario and each cell's jobs
-    go to the object store once, for all the policies that read them."""
+def _on_ray(cells: list[Cell], scenarios: dict[str, Scenario], workloads: dict,
+            hours: float) -> Runs:
+    """Every cell a task of one CPU, on the cluster `run_grid` connected to; results as they
+    finish. Each scenario and each cell's jobs go to the object store once, for all the
+    policies that read them."""
     import ray
 
-    connect(address)
     task = ray.remote(num_cpus=1)(run_cell)
     scn_refs = {name: ray.put(scn) for name, scn in scenarios.items()}
     job_refs = {key: ray.put(work.jobs) for key, work in workloads.items()}

@@ -254,7 +254,6 @@ class Engine:
         self._take(p.taken)
         if r not in self.active:
             insort(self.active, r, key=lambda x: x.index)
-        self._wake(r)
 
     def restart(self, r: JobRun, new: Placement, pause_s: float) -> None:
         """Save, stop, and start the new plan `pause_s` from now."""

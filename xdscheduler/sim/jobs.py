@@ -53,7 +53,6 @@ class JobRun:
     wan_gb: float = 0.0
     wan_cost: float = 0.0
     lost_gpu_s: float = 0.0  # work redone after faults, in accelerator-seconds
-    gpu_s: float = 0.0  # accelerator-seconds held (its placement's and a plan being prepared)
     next: Placement | None = None  # the plan being prepared alongside (make-before-break)
     switch_at: float = math.inf  # when it is ready and the job switches to it
     switch_pause_s: float = 0.0  # how long the switch stops training
@@ -109,7 +108,6 @@ class JobRun:
     def advance(self, now: float, t: float, window_end_s: float = math.inf) -> float:
         """Train from `now` to `t` (after any pause), saving checkpoints on their schedule, and
         hold its accelerators; returns the tokens trained before `window_end_s`."""
-        self.gpu_s += self.held_gpus * (t - now)
         start = max(now, self.paused_until)
         gained = min(self.rate * max(t - start, 0.0), self.left)
         self.done += gained

@@ -51,6 +51,8 @@ def reclaim(eng, p) -> None:
     """Preempt the preemptible jobs that hold what `p` takes beyond what is free, the most
     recently started first (they have the least to lose)."""
     for i, n in p.taken.items():
+        if n <= max(eng.view.domains[i].free_gpus, 0):
+            continue  # the usual case: it fits in what is free
         holders = sorted((r for r in eng.active if r.placement.preemptible
                           and i in r.placement.taken), key=lambda r: -r.start_s)
         while n > max(eng.view.domains[i].free_gpus, 0) and holders:
@@ -61,8 +63,9 @@ def reclaim(eng, p) -> None:
 def expected_releases(eng) -> list[tuple[float, int, int]]:
     """When the running jobs should give their accelerators back, at their speed now:
     (time s, domain, count)."""
-    return [(r.finish_s(eng.now), d, n) for r in eng.active
-            if r.finish_s(eng.now) < math.inf for d, n in r.placement.taken.items()]
+    ends = ((r, r.finish_s(eng.now)) for r in eng.active)
+    return [(end, d, n) for r, end in ends if end < math.inf
+            for d, n in r.placement.taken.items()]
 
 
 def held_back(eng) -> dict[str, int] | None:
