@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,24 @@ def ray_session():
                  object_store_memory=256 * 2**20)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def serve_port(ray_session) -> int:
+    """Serve's HTTP proxy on a free port of 127.0.0.1, shared by the tests' apps (never 8000:
+    a server the user runs there must not take the tests' traffic)."""
+    from ray import serve
+
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    yield port
+    serve.shutdown()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def small_scenario(hours_of_jobs: bool = True):

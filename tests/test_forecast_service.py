@@ -14,8 +14,6 @@ from xdscheduler.forecast.hybrid import Forecaster
 from xdscheduler.forecast.service import ForecastRequest, forecast
 
 PREFIX = "/fitted"  # the app serving the fitted model, beside the default one at /
-BASE = f"http://127.0.0.1:8000{PREFIX}"
-URL = f"{BASE}/forecast"
 
 
 def demand(days: int = 12, seed: int = 0) -> tuple[np.ndarray, pd.DatetimeIndex]:
@@ -61,9 +59,9 @@ def test_request_validation():
         ForecastRequest(history=[1.0], known_jobs=[{"name": "x", "gpus": 0, "finish_min": 1}])
 
 
-def _post(body: dict) -> tuple[int, dict]:
+def _post(body: dict, base: str) -> tuple[int, dict]:
     req = urllib.request.Request(
-        URL,
+        f"{base}/forecast",
         data=json.dumps(body).encode(),
         method="POST",
         headers={"Content-Type": "application/json"},
@@ -75,8 +73,9 @@ def _post(body: dict) -> tuple[int, dict]:
         return err.code, {}
 
 
-def test_serve_deployment_over_http(ray_session, fitted):
+def test_serve_deployment_over_http(serve_port, fitted):
     serve = pytest.importorskip("ray.serve")
+    base = f"http://127.0.0.1:{serve_port}{PREFIX}"
     from xdscheduler.scenario import default_scenario_path, load_scenario
     from xdscheduler.serving.app import application
 
@@ -84,13 +83,13 @@ def test_serve_deployment_over_http(ray_session, fitted):
     serve.run(application(load_scenario(default_scenario_path()), forecaster=f),
               name="fitted-forecast", route_prefix=PREFIX, blocking=False)
     try:
-        with urllib.request.urlopen(BASE + "/healthz", timeout=30) as r:
+        with urllib.request.urlopen(base + "/healthz", timeout=30) as r:
             assert json.loads(r.read())["forecaster"] == "given"
         body = json.loads(request(y, idx).model_dump_json())
-        status, out = _post(body)
+        status, out = _post(body, base)
         assert status == 200
         assert out == json.loads(forecast(request(y, idx), f).model_dump_json())
-        assert _post({"history": []})[0] == 422
+        assert _post({"history": []}, base)[0] == 422
     finally:
         serve.delete("fitted-forecast")  # only ours: other tests' apps may share the cluster
 

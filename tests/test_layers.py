@@ -28,6 +28,7 @@ LAYERS = [
     {"catalog", "scenario", "costmodel", "network", "workload", "datamove"},
     {"planner", "forecast", "faults", "perception"},
     {"sim"},
+    {"monitor"},  # live state, metrics and views of studies (the board is a Ray actor)
     {"rl"},
     {"serving"},
     {"registry"},

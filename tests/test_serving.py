@@ -17,15 +17,17 @@ from xdscheduler.serving.schemas import DecideRequest, job_in, state_of
 from xdscheduler.sim.inputs import study_dynamics, study_jobs
 from xdscheduler.sim.truth import Truth
 
-PORT = 8000
+PORT = 0  # the session's Serve port, set by `served`
 
 
 @pytest.fixture(scope="module")
-def served(ray_session):
+def served(serve_port):
+    global PORT
     from ray import serve
 
     from xdscheduler.serving.app import APP_NAME, start
 
+    PORT = serve_port
     scn = load_scenario(default_scenario_path())
     url = start(None, None, scn, port=PORT)
     yield scn, url

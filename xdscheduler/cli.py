@@ -163,6 +163,25 @@ def cmd_plan(args) -> None:
 # ---------------------------------------------------------------- run
 
 
+def _live_options(args, scn, options: dict) -> None:
+    """Check --speed and --dashboard, and start the dashboard's Serve app when asked."""
+    if not (0 < args.speed <= 86400):  # also refuses NaN
+        raise UserError(f"--speed takes simulated seconds per wall-clock second in (0, 86400], "
+                        f"got {args.speed}")
+    if args.speed != 1.0 and not args.realtime:
+        raise UserError("--speed paces a live study: add --realtime")
+    if args.dashboard is None:
+        return
+    if not args.realtime or args.local:
+        raise UserError("--dashboard shows a live study on Ray: add --realtime, leave out --local")
+    if not 1 <= args.dashboard <= 65535:
+        raise UserError(f"--dashboard takes a TCP port in 1-65535, got {args.dashboard}")
+    from xdscheduler.serving.app import start
+
+    url = start(args.address, args.policy_path, scn, port=args.dashboard)
+    print(f"dashboard: {url}/   metrics: {url}/metrics", file=sys.stderr, flush=True)
+
+
 def cmd_run(args) -> None:
     from pathlib import Path
 
@@ -191,9 +210,10 @@ def cmd_run(args) -> None:
     if args.faults is not None and args.faults <= 0:
         raise UserError(f"--faults takes a positive multiple of the published failure rates, "
                         f"got {args.faults}")
+    _live_options(args, scn, options)
     report = run_study(scn, policies, args.hours, seed, out, address=args.address,
-                       local=args.local, realtime=args.realtime, policy_options=options,
-                       faults=args.faults, forecast=args.forecast)
+                       local=args.local, realtime=args.realtime, speed=args.speed,
+                       policy_options=options, faults=args.faults, forecast=args.forecast)
     if args.json:
         _print_json(report_json(report))
         return
@@ -211,6 +231,9 @@ def cmd_run(args) -> None:
         cells = [getattr(row, key) for key, _, _ in cols]
         print(f"{name:<22}" + "".join("–".rjust(12) if v is None else f"{v * k:>12.3g}"
                                       for v, (_, _, k) in zip(cells, cols, strict=True)))
+    if args.dashboard is not None and sys.stdin.isatty():  # someone may still be looking
+        print("the dashboard shows the study's end until Ctrl-C", file=sys.stderr)
+        serving_cli.block_until_interrupted()
 
 
 # ---------------------------------------------------------------- index
@@ -323,7 +346,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--address", help="Ray cluster address (default: an embedded local Ray)")
     p.add_argument("--local", action="store_true", help="no Ray: domains as plain objects")
     p.add_argument("--realtime", action="store_true",
-                   help="live service: one simulated second per wall-clock second")
+                   help="live service: one simulated second per wall-clock second (see "
+                        "--speed); its state is on the board the dashboard and /metrics read")
+    p.add_argument("--speed", type=float, default=1.0,
+                   help="with --realtime: simulated seconds per wall-clock second (default 1)")
+    p.add_argument("--dashboard", type=int, metavar="PORT",
+                   help="with --realtime: serve the live dashboard (GET /) and Prometheus "
+                        "metrics (GET /metrics) on 127.0.0.1:PORT while the study runs")
     p.add_argument("--faults", type=float, metavar="SCALE",
                    help="inject node, GPU, domain, link and straggler faults at the published "
                         "rates times SCALE (1: as published; 50: a stress test)")

@@ -1,7 +1,8 @@
-"""A study's files: report.json (with its JSON Schema beside it), metrics.parquet, four PNG plots
-and a self-contained report.html.
+"""A study's files: report.json (with its JSON Schema beside it), metrics.parquet, the PNG plots
+and a self-contained report.html (with the resource graph of each policy).
 
-Contract of `write_report(out_dir, report, domains, jobs, links, progress=False)`:
+Contract of `write_report(out_dir, report, domains, jobs, links, progress=False, segments=None,
+topology=None)`:
 
 - report: a `sim.records.Report`; written as report.json (indent 2) with NaN/inf as null, its
   schema as report.schema.json; the HTML tables take their columns from the records' fields.
@@ -10,6 +11,11 @@ Contract of `write_report(out_dir, report, domains, jobs, links, progress=False)
 - jobs: policy, job, arrival_s, start_s, end_s (NaN if unfinished), jct_s, queue_s, gpus,
   domains ("a+b"), placement, cross_domain_gb, replans, status.
 - links: time_s, link ("a-b"), bandwidth_gbps, rtt_ms (the environment, shared by all policies).
+- segments (optional): policy, job, domain, gpus, start_s, end_s: where each job ran and when
+  (`sim.metrics.segment_table`); gives gantt.png, the jobs by domain over time.
+- topology (optional): {"domains": [{name, accelerator, total, lat, lon}], "links": [{a, b,
+  leased_gbps, rtt_ms}]}; gives each policy's resource graph in report.html: domains filled by
+  their mean share allocated, links coloured by their mean bandwidth over the lease.
 
 metrics.parquet is one tidy table: a first column `table` says which rows are which ("domains",
 "jobs" or "links"); the other columns are the union of the three tables' columns, null where a
@@ -50,10 +56,14 @@ PLOTS = {
     "jct.png": "Job completion times: share of all jobs finished within a given time (CDF).",
     "bandwidth.png": "Bandwidth of every WAN link over time (the same for every policy).",
     "queue.png": "Jobs waiting in the queue over time, per policy.",
+    "gantt.png": "Where each job ran and when: every domain's accelerators stacked up, each job a "
+                 "bar of its colour over the time and accelerators it held (outlined: a job "
+                 "across domains), one panel per policy.",
 }
 HOURS = 1 / 3600
 def write_report(out_dir: Path, report: Report, domains: pd.DataFrame, jobs: pd.DataFrame,
-                 links: pd.DataFrame, progress: bool = False) -> dict[str, Path]:
+                 links: pd.DataFrame, progress: bool = False, segments: pd.DataFrame | None = None,
+                 topology: dict | None = None) -> dict[str, Path]:
     """Write every file of the report into `out_dir`; return {file name: path}."""
     frames = {"domains": domains, "jobs": jobs, "links": links}
     for name, frame in frames.items():
@@ -72,9 +82,13 @@ def write_report(out_dir: Path, report: Report, domains: pd.DataFrame, jobs: pd.
         "jct.png": lambda p: _save(_jct(jobs), p),
         "bandwidth.png": lambda p: _save(_bandwidth(links), p),
         "queue.png": lambda p: _save(_queue(domains), p),
-        # Last: the page embeds the PNGs written above.
-        "report.html": lambda p: p.write_text(_html(summary, paths), encoding="utf-8"),
     }
+    if segments is not None:
+        writers["gantt.png"] = lambda p: _save(gantt(segments, _capacity(topology, domains)), p)
+    graphs = _graphs(topology, domains, links) if topology else ""
+    # Last: the page embeds the PNGs written above.
+    writers["report.html"] = lambda p: p.write_text(_html(summary, paths, graphs),
+                                                    encoding="utf-8")
     paths: dict[str, Path] = {}
     for name, write in tqdm(writers.items(), desc="report", unit="file", disable=not progress):
         paths[name] = out / name
@@ -273,21 +287,104 @@ def _plain_table(rows: dict[str, dict], columns: list[tuple[str, dict]]) -> str:
     return f"<table><tr><th>policy</th>{head}</tr>{body}</table>"
 
 
-def _html(summary: dict, paths: dict[str, Path]) -> str:
+def _capacity(topology: dict | None, domains: pd.DataFrame) -> dict[str, int]:
+    """Accelerators per domain, in the scenario's order."""
+    if topology:
+        return {d["name"]: int(d["total"]) for d in topology["domains"]}
+    return {str(k): int(v) for k, v in domains.groupby("domain", sort=False)["gpus_total"].max()
+            .items()}
+
+
+def gantt(segments: pd.DataFrame, capacity: dict[str, int]):
+    """Jobs by domain over time: each domain a band as tall as its accelerators, each stretch
+    a job held accelerators there a bar over the accelerators it took (packed lowest first)."""
+    policies = list(dict.fromkeys(segments["policy"])) or [""]
+    fig, axes = plt.subplots(len(policies), 1, figsize=(11, 1.2 + 2.6 * len(policies)),
+                             sharex=True, squeeze=False, layout="constrained")
+    base = np.cumsum([0, *capacity.values()])[:-1]
+    offset = dict(zip(capacity, base, strict=True))
+    color = {j: plt.get_cmap("tab20")(k % 20) for k, j in
+             enumerate(dict.fromkeys(segments["job"]))}
+    for ax, policy in zip(axes[:, 0], policies, strict=True):
+        rows = segments[segments["policy"] == policy]
+        spread = rows.groupby(["job", "start_s"])["domain"].transform("nunique") > 1
+        bars = _packed(rows.assign(spread=spread), capacity)
+        if bars:
+            job, dom, lo, size, start, end, cross = map(list, zip(*bars, strict=True))
+            ax.barh([offset[d] + a + n / 2 for d, a, n in zip(dom, lo, size, strict=True)],
+                    np.subtract(end, start) * HOURS, left=np.multiply(start, HOURS),
+                    height=size, color=[color[j] for j in job],
+                    edgecolor=["black" if c else "none" for c in cross], linewidth=0.5)
+        else:
+            _empty(ax)
+        for b in base[1:]:
+            ax.axhline(b, color="0.3", linewidth=0.8)
+        ax.set_yticks(base + np.array(list(capacity.values())) / 2, list(capacity))
+        ax.set(title=str(policy), ylim=(0, sum(capacity.values())), ylabel="accelerators")
+    axes[-1, 0].set_xlabel("time (h)")
+    fig.suptitle("Jobs by domain over time")
+    return fig
+
+
+def _packed(rows: pd.DataFrame, capacity: dict[str, int]) -> list[tuple]:
+    """Bars (job, domain, first accelerator, count, start, end, spread): each stretch on the
+    lowest free accelerators of its domain at its start, split over gaps where it must be."""
+    bars = []
+    for domain, segs in rows.groupby("domain", sort=False):
+        total = capacity.get(str(domain), 0)
+        busy: list[tuple[float, int, int]] = []  # (until, first, count)
+        for seg in segs.sort_values("start_s", kind="stable").itertuples():
+            busy = [b for b in busy if b[0] > seg.start_s]
+            need, at = int(seg.gpus), 0
+            for _, first, count in [*sorted(busy, key=lambda b: b[1]), (0, total, 0)]:
+                take = min(first - at, need)
+                if take > 0:
+                    bars.append((seg.job, domain, at, take, seg.start_s, seg.end_s, seg.spread))
+                    busy.append((seg.end_s, at, take))
+                    need -= take
+                at = max(at, first + count)
+                if need <= 0:
+                    break
+    return bars
+
+
+def _graphs(topology: dict, domains: pd.DataFrame, links: pd.DataFrame) -> str:
+    """Each policy's resource graph: domains filled by the mean share allocated over the study,
+    links coloured by their mean bandwidth over the lease."""
+    from xdscheduler.monitor.views import graph_svg
+
+    mean_bw = links.groupby("link")["bandwidth_gbps"].mean() if not links.empty else {}
+    edges = [{**lk, "bandwidth_gbps": float(mean_bw.get(f"{lk['a']}-{lk['b']}",
+                                                         lk["leased_gbps"]))}
+             for lk in topology["links"]]
+    out = []
+    for policy, rows in domains.groupby("policy", sort=False):
+        busy = rows.groupby("domain")["gpus_busy"].mean()
+        nodes = [{**d, "allocated": round(float(busy.get(d["name"], 0.0))), "up": True}
+                 for d in topology["domains"]]
+        out.append(f"<figure class=\"graph\" data-policy=\"{html.escape(str(policy))}\">"
+                   f"{graph_svg(nodes, edges, title=str(policy))}</figure>")
+    return ("<h2>Resource graph</h2><p>Per policy: each domain filled by the mean share of its "
+            "accelerators allocated over the study; each link by its mean bandwidth over the "
+            f"lease.</p><div class=\"graphs\">{''.join(out)}</div>")
+
+
+def _html(summary: dict, paths: dict[str, Path], graphs: str = "") -> str:
     title = (f"xdscheduler study: {summary.get('scenario', '?')}, seed {summary.get('seed', '?')},"
              f" {summary.get('hours', '?')} h")
     images = "".join(
         f"<figure><img alt=\"{html.escape(name)}\" src=\"data:image/png;base64,"
         f"{base64.b64encode(paths[name].read_bytes()).decode()}\">"
         f"<figcaption>{html.escape(caption)}</figcaption></figure>"
-        for name, caption in PLOTS.items())
+        for name, caption in PLOTS.items() if name in paths)
     style = ("body{font-family:sans-serif;margin:2em;max-width:1200px}"
              "table{border-collapse:collapse;font-size:14px}th,td{border:1px solid #ccc;"
              "padding:4px 8px;text-align:right}td.best{background:#d9f2d9;font-weight:bold}"
-             "img{max-width:100%}figure{margin:1.5em 0}figcaption{color:#555}")
+             "img{max-width:100%}figure{margin:1.5em 0}figcaption{color:#555}"
+             ".graphs{display:flex;flex-wrap:wrap;gap:1em}.graphs figure{margin:0}")
     jobs = f"{summary['jobs']} jobs; " if "jobs" in summary else ""
     return (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{html.escape(title)}"
             f"</title><style>{style}</style></head><body><h1>{html.escape(title)}</h1>"
             f"<p>{html.escape(jobs)}best value per column in bold green.</p>"
             f"{_summary_table(summary.get('policies') or {})}"
-            f"{_swings_table(summary.get('policies') or {})}{images}</body></html>\n")
+            f"{_swings_table(summary.get('policies') or {})}{graphs}{images}</body></html>\n")

@@ -6,6 +6,7 @@ import time
 
 import ray
 
+from xdscheduler.monitor.board import Publisher
 from xdscheduler.registry import make_policy
 from xdscheduler.runtime.gateway import ActorDomains
 from xdscheduler.runtime.journal import Journal
@@ -15,17 +16,21 @@ from xdscheduler.sim.measurement import Results
 
 
 class RealTimeClock:
-    """Holds each event back until its time has come on the wall clock (1 s per second)."""
+    """Holds each event back until its time has come on the wall clock (`speed` simulated
+    seconds per second), and tells `on_tick` (the board's publisher) after each wait."""
 
-    def __init__(self):
+    def __init__(self, speed: float = 1.0, on_tick=None):
+        self.speed, self.on_tick = speed, on_tick
         self.start: float | None = None  # wall time of simulated 0, set by the first event
 
     def __call__(self, t: float) -> None:
         if self.start is None:
-            self.start = time.monotonic() - t
-        delay = self.start + t - time.monotonic()
+            self.start = time.monotonic() - t / self.speed
+        delay = self.start + t / self.speed - time.monotonic()
         if delay > 0:
             time.sleep(delay)
+        if self.on_tick:
+            self.on_tick()
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
@@ -34,14 +39,20 @@ class Controller:
 
     def __init__(self, scenario: dict, jobs: list[dict], policy: str, dynamics,
                  horizon_s: float, realtime: bool = False, policy_options: dict | None = None,
-                 journal: str | None = None, faults=None, demand=None, truth=None):
+                 journal: str | None = None, faults=None, demand=None, truth=None,
+                 speed: float = 1.0):
         scn = parse_scenario(scenario)
         self.domains = ActorDomains(scn, dynamics)
+        clock = RealTimeClock(speed) if realtime else None
         self.engine = Engine(
             scn, [Job.model_validate(j) for j in jobs],
             make_policy(policy, scn.weights, policy_options), dynamics, self.domains, horizon_s,
-            clock=RealTimeClock() if realtime else None,
-            tick_s=1.0 if realtime else None, faults=faults, demand=demand, truth=truth)
+            clock=clock, tick_s=max(1.0, speed) if realtime else None, faults=faults,
+            demand=demand, truth=truth)
+        # A live study shows itself on the board (the dashboard and /metrics read it there).
+        self.publish = Publisher(self.engine, policy) if realtime else None
+        if clock:
+            clock.on_tick = self.publish
         self.journal = Journal(journal, policy) if journal else None
         if self.journal:
             snapshot = self.journal.latest()
@@ -56,6 +67,8 @@ class Controller:
             self.engine.run(until_s=until_s)
             if self.journal:
                 self.journal.checkpoint(self.engine)
+        if self.publish:
+            self.publish(force=True)
         return self.engine.status()
 
     def status(self) -> dict:

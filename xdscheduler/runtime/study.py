@@ -30,6 +30,7 @@ from xdscheduler.sim.metrics import (
     job_table,
     link_table,
     offered_load,
+    segment_table,
     summarise,
 )
 from xdscheduler.sim.reconfig import Switch
@@ -78,18 +79,25 @@ def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, 
                realtime: bool = False, show: bool = False,
                policy_options: dict | None = None, journal: str | None = None,
                faults=None, demand: DemandPlanner | None = None,
-               truth: Truth | None = None) -> Results:
+               truth: Truth | None = None, speed: float = 1.0) -> Results:
     """One policy's study under a controller actor. With a journal, a controller that dies is
-    replaced by one that resumes from the journal, and the study goes on."""
+    replaced by one that resumes from the journal, and the study goes on. `realtime`: events
+    keep pace with the wall clock, `speed` simulated seconds per second, and the study shows
+    itself on the board (`monitor.board`)."""
     import ray
     from ray.exceptions import RayActorError
 
     from xdscheduler.runtime.controller import Controller
 
+    if realtime:  # the driver owns the board: it outlives the controllers, showing the end
+        from xdscheduler.monitor.board import board
+
+        board(create=True)
+
     def start():
         return Controller.remote(scn.model_dump(), [j.model_dump() for j in jobs], policy,
                                  dynamics, hours * 3600, realtime, policy_options, journal,
-                                 faults, demand, truth)
+                                 faults, demand, truth, speed)
 
     controller = start()
 
@@ -144,6 +152,7 @@ def study_demand(scn: Scenario, seed: int, faults, serve_url: str | None) -> Dem
 
 def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: Path,
               address: str | None = None, local: bool = False, realtime: bool = False,
+              speed: float = 1.0,
               show_progress: bool | None = None, policy_options: dict | None = None,
               journal: bool = True, faults: float | None = None,
               forecast: bool | None = None, truth: bool = True) -> Report:
@@ -177,7 +186,7 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
                                   dynamics, hours, show, mine, demand, truth=real)
         else:
             runs[name] = run_on_ray(scn, jobs, name, dynamics, hours, realtime, show,
-                                    policy_options, journal_path, mine, demand, real)
+                                    policy_options, journal_path, mine, demand, real, speed)
         done = sum(r.end_s is not None for r in runs[name].jobs)
         if not show:  # logs (e.g. of a Ray job) still get a line per policy
             print(f"{name}: {done}/{len(jobs)} jobs done, {runs[name].wall_s:.0f} s",
@@ -198,9 +207,20 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
     write_report(out, report,
                  pd.concat([domain_table(r) for r in runs.values()], ignore_index=True),
                  pd.concat([job_table(r) for r in runs.values()], ignore_index=True),
-                 link_table(dynamics, [d.name for d in scn.domains]))
+                 link_table(dynamics, [d.name for d in scn.domains]),
+                 segments=pd.concat([segment_table(r) for r in runs.values()],
+                                    ignore_index=True),
+                 topology=topology(scn))
     _write_decisions(out, runs)
     return report
+
+
+def topology(scn: Scenario) -> dict:
+    """The domains and links as leased, for the report's resource graph."""
+    return {"domains": [{"name": d.name, "accelerator": d.accelerator.name, "total": d.gpus,
+                         "lat": d.location.lat, "lon": d.location.lon} for d in scn.domains],
+            "links": [{"a": lk.a, "b": lk.b, "leased_gbps": lk.bandwidth_gbps,
+                       "rtt_ms": lk.rtt_ms} for lk in scn.links]}
 
 
 def fault_report(injected, runs: dict[str, Results], scale: float, seed: int) -> FaultsReport:

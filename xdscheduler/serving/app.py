@@ -1,5 +1,7 @@
 """The Serve application behind FastAPI: `POST /policy/act` (one agent's step),
-`POST /policy/decide` (a whole decision), `POST /forecast`, `GET /healthz`.
+`POST /policy/decide` (a whole decision), `POST /forecast`, `GET /healthz`, and the operator's
+view of live studies: `GET /` (the dashboard), `GET /api/view` and `GET /api/state` (what it
+shows), `GET /metrics` (Prometheus).
 
 One ingress deployment holds the trained agents for one scenario and the demand forecasters
 (their answers take milliseconds; a hop to a second deployment would cost more than it saves on
@@ -11,9 +13,13 @@ import time
 import urllib.request
 from pathlib import Path
 
-from fastapi import FastAPI, HTTPException
+import ray
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 from ray import serve
+from ray.exceptions import RayActorError
 
 from xdscheduler.errors import UserError
 from xdscheduler.forecast.hybrid import Forecaster
@@ -23,6 +29,9 @@ from xdscheduler.forecast.service import (
     OnlineModels,
     forecast,
 )
+from xdscheduler.monitor import views
+from xdscheduler.monitor.board import board as find_board
+from xdscheduler.monitor.metrics import endpoint_metrics
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Scenario, parse_scenario
 from xdscheduler.serving.schemas import (
@@ -39,6 +48,16 @@ from xdscheduler.serving.schemas import (
 
 APP_NAME = "xds"
 app = FastAPI(title="xdscheduler", description="Placement policy and demand forecast.")
+
+
+@app.middleware("http")
+async def time_requests(request: Request, call_next):
+    start = time.perf_counter()
+    response = await call_next(request)
+    route = request.scope.get("route")
+    endpoint_metrics().observe(getattr(route, "path", "unmatched"),
+                               time.perf_counter() - start)
+    return response
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0.5}, max_ongoing_requests=16)
@@ -104,6 +123,41 @@ class XdsService:
     def forecast(self, request: ForecastRequest) -> ForecastResponse:
         fitted = self.forecaster or self.forecasts.fitted(request)
         return forecast(request, fitted)
+
+    @app.get("/", response_class=HTMLResponse)
+    def dashboard(self, policy: str | None = None) -> HTMLResponse:
+        return HTMLResponse(views.page(policy))
+
+    @app.get("/api/state")
+    def state(self, policy: str | None = None) -> dict:
+        """The latest state of the live studies (one policy's with `policy`)."""
+        return self._board("snapshot", policy) or {"updates": 0, "policies": {}}
+
+    @app.get("/api/view")
+    def view(self, policy: str | None = None) -> dict:
+        """The dashboard's sections for one policy (the given one, else the latest to
+        report), rendered."""
+        shown = (self._board("snapshot", policy) or {}).get("policies") or {}
+        if not shown:
+            return {"policy": policy, "policies": [], "sections": None}
+        name = policy if policy in shown else next(reversed(shown))
+        return {"policy": name, "policies": list(shown),
+                "sections": views.fragments(shown[name])}
+
+    @app.get("/metrics")
+    def metrics(self) -> Response:
+        studies = self._board("metrics_text") or b""
+        return Response(studies + endpoint_metrics().text(), media_type=CONTENT_TYPE_LATEST)
+
+    def _board(self, method: str, *args):
+        """Ask the board (None when no live study has made one, or it is gone)."""
+        found = find_board()
+        if found is None:
+            return None
+        try:
+            return ray.get(getattr(found, method).remote(*args), timeout=10)
+        except (RayActorError, ray.exceptions.GetTimeoutError):
+            return None
 
     @app.get("/healthz")
     def healthz(self) -> dict:

@@ -9,16 +9,22 @@ def cmd_serve(args) -> None:
 
     scn = load_scenario(args.scenario or default_scenario_path())
     url = start(args.address, args.policy_path, scn, port=args.port)
-    print(f"serving POST {url}/policy/act, POST {url}/forecast, GET {url}/healthz "
-          f"(scenario {scn.name}); `serve shutdown` or Ctrl-C ends it")
+    print(f"serving POST {url}/policy/act, POST {url}/forecast, GET {url}/healthz, and live "
+          f"studies at GET {url}/ (dashboard) and {url}/metrics (scenario {scn.name}); "
+          f"`serve shutdown` or Ctrl-C ends it")
     if args.block:
-        import time
+        block_until_interrupted()
 
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
+
+def block_until_interrupted() -> None:
+    """Keep this process (and what it serves) alive until Ctrl-C."""
+    import time
+
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
 
 
 def register(sub) -> None:

@@ -79,7 +79,7 @@ class Engine:
         self.base_view = ClusterView.from_scenario(scn)
         self.names = self.base_view.names
         order = sorted(jobs, key=lambda j: (j.arrival_s, j.name))
-        self.runs = [JobRun(JobSpec.of(j), j.tokens, j.arrival_s, j.priority, k)
+        self.runs = [JobRun(JobSpec.of(j), j.tokens, j.arrival_s, j.priority, k, j.tenant)
                      for k, j in enumerate(order)]
         self.horizon_s = horizon_s
         self.end_limit_s = horizon_s * DRAIN_FACTOR  # stop draining the queue after this
@@ -180,12 +180,7 @@ class Engine:
         if t >= self.next_sample_s:  # links and loads change on the dynamics' grid
             for r in [r for r in self.active if len(r.placement.domains) > 1]:
                 self.refresh_speed(r)  # links change the speed of jobs across domains
-            held = [0] * len(self.names)
-            for r in self.active:
-                for taken in (r.placement.taken, r.preparing):
-                    for i, n in taken.items():
-                        held[i] += n
-            self.samples += domain_samples(t, self.view, held, len(self.queue),
+            self.samples += domain_samples(t, self.view, self.held(), len(self.queue),
                                            self.dynamics.load(t))
             self.next_sample_s = t + self.dynamics.step_s
             self.events.schedule(SAMPLE, self.next_sample_s)
@@ -195,6 +190,16 @@ class Engine:
         if self.tick_s:
             self.events.schedule(TICK, t + self.tick_s)
         self._deciding = False
+
+    def held(self) -> list[int]:
+        """Accelerators the running jobs hold in each domain, with those of plans being
+        prepared alongside."""
+        held = [0] * len(self.names)
+        for r in self.active:
+            for taken in (r.placement.taken, r.preparing):
+                for i, n in taken.items():
+                    held[i] += n
+        return held
 
     @property
     def finished(self) -> bool:

@@ -34,6 +34,7 @@ class JobRun:
     arrival_s: float
     priority: int
     index: int = 0  # its place among the study's jobs (arrival, then name): the order of passes
+    tenant: str = "default"  # whose job: queues and metrics are shown per tenant
     start_s: float | None = None
     end_s: float | None = None
     done: float = 0.0  # tokens trained

@@ -142,3 +142,28 @@ def link_table(dynamics, names: list[str]) -> pd.DataFrame:
                                           "rtt_ms": rtt[:, a, b]}))
     cols = ["time_s", "link", "bandwidth_gbps", "rtt_ms"]
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=cols)
+
+
+def segment_table(res: Results) -> pd.DataFrame:
+    """Where each job ran and when: one row per job, domain and stretch of time it held
+    accelerators there (policy, job, domain, gpus, start_s, end_s), from the decision log; a
+    stretch still open at the end closes when the job finished or the study did."""
+    rows: list[dict] = []
+    open_: dict[str, list[dict]] = {}
+    ends = {r.name: r.end_s for r in res.jobs}
+
+    def close(job: str, t: float) -> None:
+        for seg in open_.pop(job, []):
+            if t > seg["start_s"]:
+                rows.append({**seg, "end_s": t})
+
+    for d in res.decisions:
+        close(d.job, d.time_s)
+        if d.action != Action.REQUEUE:
+            open_[d.job] = [{"policy": res.policy, "job": d.job, "domain": name, "gpus": n,
+                             "start_s": d.time_s} for name, n in d.domains.items() if n > 0]
+    for job in list(open_):
+        end = ends.get(job)
+        close(job, res.end_s if end is None else end)
+    columns = ["policy", "job", "domain", "gpus", "start_s", "end_s"]
+    return pd.DataFrame(rows, columns=columns)

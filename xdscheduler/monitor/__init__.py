@@ -1,0 +1,1 @@
+"""Watching live studies: their state, Prometheus metrics, the dashboard, the report's views."""
