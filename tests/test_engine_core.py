@@ -4,12 +4,10 @@ at its decision points runs the same study as its own policy, and snapshots carr
 from __future__ import annotations
 
 import math
-import pickle
 
 import pytest
 
 from benchmarks.bench_engine import Rescanning
-from xdscheduler.errors import UserError
 from xdscheduler.faults.failure_model import FaultEvent
 from xdscheduler.planner.policies import PlannerPolicy
 from xdscheduler.sim.domain import LocalDomains
@@ -88,21 +86,6 @@ def test_an_outside_decider_at_decision_points_runs_the_same_study():
     assert points > 10
     assert [(r.start_s, r.end_s, r.placement) for r in outside.jobs] == [
         (r.start_s, r.end_s, r.placement) for r in own.jobs]
-
-
-def test_a_snapshot_resumes_and_one_of_another_version_is_refused():
-    first = engine()
-    first.run(until_s=3600)
-    blob = first.snapshot()
-    again = engine()
-    again.restore(blob)
-    assert again.now == first.now and again.decisions == first.decisions
-    old = pickle.loads(blob)
-    old["version"] = 1
-    with pytest.raises(UserError, match="version 1; this xdscheduler reads version 2"):
-        engine().restore(pickle.dumps(old))
-    with pytest.raises(UserError, match="version None"):
-        engine().restore(pickle.dumps({"runs": []}))  # a snapshot from before versions
 
 
 def test_a_job_one_domain_holds_reclaims_what_a_preemptible_giant_holds():

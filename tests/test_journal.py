@@ -4,6 +4,7 @@ and started again finishes with the same report as a run never interrupted."""
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -42,19 +43,20 @@ def engine(scn, jobs, dyn):
                   LocalDomains(list(scn.domains), dyn), HOURS * 3600)
 
 
-def test_a_restored_engine_finishes_like_one_never_stopped(study, tmp_path):
+def test_a_replayed_engine_finishes_like_one_never_stopped(study, tmp_path):
     scn, jobs, dyn, whole = study
     first = engine(scn, jobs, dyn)
     journal = Journal(tmp_path / "j.sqlite", "planner")
     first.subscribe(journal.record)
     first.run(until_s=5400)
     journal.checkpoint(first)
-    first.run(until_s=7200)  # decisions after the snapshot, then the crash
+    first.run(until_s=7200)  # decisions after the checkpoint, then the crash
     logged = journal.logged
-    second = engine(scn, jobs, dyn)
-    second.restore(Journal(tmp_path / "j.sqlite", "planner").latest())
     again = Journal(tmp_path / "j.sqlite", "planner")
+    assert again.reached() == 5400
+    second = engine(scn, jobs, dyn)
     second.subscribe(again.record)  # re-made decisions are checked against the log
+    second.run(until_s=again.reached())
     res = second.run()
     assert job_table(res) == job_table(whole)
     assert decisions(res) == decisions(whole)
@@ -64,18 +66,23 @@ def test_a_restored_engine_finishes_like_one_never_stopped(study, tmp_path):
     assert rows == len(whole.decisions)  # nothing written twice
 
 
-def test_a_decision_that_differs_from_the_log_is_refused(study, tmp_path):
+@pytest.mark.parametrize("damage", [
+    "UPDATE decisions SET record = replace(record, 'place', 'moved') WHERE idx = 0",
+    "UPDATE decisions SET record = 'cos\nsystem\n(S''touch pwned''\ntR.' WHERE idx = 0",
+    "UPDATE decisions SET record = '{\"truncated' WHERE idx = 0",
+])
+def test_a_damaged_or_tampered_log_is_refused_and_nothing_in_it_runs(study, tmp_path, damage):
     scn, jobs, dyn, _ = study
     eng = engine(scn, jobs, dyn)
     journal = Journal(tmp_path / "j.sqlite", "planner")
     eng.subscribe(journal.record)
     eng.run(until_s=3600)
-    journal.db.execute("UPDATE decisions SET record = replace(record, 'place', 'moved') "
-                       "WHERE idx = 0")
+    journal.db.execute(damage)
     replay = engine(scn, jobs, dyn)
     replay.subscribe(Journal(tmp_path / "j.sqlite", "planner").record)
-    with pytest.raises(DivergedError):
+    with pytest.raises(DivergedError, match="decision 0"):
         replay.run(until_s=3600)
+    assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
 
 
 def test_killing_the_controller_mid_run_loses_nothing(ray_session, study, tmp_path):

@@ -341,11 +341,11 @@ def test_alert_rules_and_dashboard_are_documented():
 
 @pytest.mark.parametrize("argv, reason", [
     (["--speed", "60"], "--speed paces a live study: add --realtime"),
-    (["--realtime", "--speed", "nan"], "--speed takes simulated seconds"),
-    (["--realtime", "--speed", "0"], "--speed takes simulated seconds"),
+    (["--realtime", "--speed", "nan"], "argument --speed: nan is outside (0, 86,400]"),
+    (["--realtime", "--speed", "0"], "argument --speed: 0 is outside (0, 86,400]"),
     (["--dashboard", "8100"], "--dashboard shows a live study on Ray"),
     (["--realtime", "--local", "--dashboard", "8100"], "--dashboard shows a live study on Ray"),
-    (["--realtime", "--dashboard", "70000"], "--dashboard takes a TCP port in 1-65535"),
+    (["--realtime", "--dashboard", "70000"], "argument --dashboard: 70000 is outside [1, 65,535]"),
 ])
 def test_live_options_are_checked_before_anything_runs(capsys, tmp_path, argv, reason):
     from xdscheduler.cli import main

@@ -8,12 +8,13 @@ import yaml
 from xdscheduler.errors import UserError
 from xdscheduler.network.geography import fibre_rtt_ms
 from xdscheduler.scenario import load_scenario, parse_scenario
+from xdscheduler.yamlfile import read_yaml
 
 from .conftest import SCENARIOS
 
 
 def _doc(default_scenario_path: Path) -> dict:
-    return yaml.safe_load(default_scenario_path.read_text())
+    return read_yaml(default_scenario_path)
 
 
 def test_default_scenario_has_five_hubs_and_sane_links(default_scenario_path):

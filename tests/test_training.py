@@ -47,7 +47,9 @@ def test_smoke_training_writes_modules_that_restore(ray_session, tmp_path, capsy
      "not a trained policy"),
     (["run", "--local", "--policies", "ppo", "--serve-url", "ftp://x"], "http://HOST:PORT"),
 ])
-def test_bad_training_and_policy_input_is_one_clear_line(argv, message, capsys):
+def test_bad_training_and_policy_input_is_one_clear_line(argv, message, capsys, tmp_path):
+    if argv[0] == "run":
+        argv = [*argv, "--out", str(tmp_path / "out")]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err

@@ -130,7 +130,7 @@ def test_the_policies_decide_on_the_nominal_view():
     assert not np.array_equal(views[-1].speed, views[0].speed)  # it learnt something
 
 
-def test_a_snapshot_carries_what_was_learnt():
+def test_a_replay_learns_what_the_run_before_it_learnt():
     scn = small_scenario()
     jobs = study_jobs(scn, 2.0, 3)
     truth = Truth.draw(scn, jobs, 3)
@@ -138,7 +138,7 @@ def test_a_snapshot_carries_what_was_learnt():
     first = engine(scn, jobs, 2.0, 3, truth)
     first.run(until_s=3600)
     resumed = engine(scn, jobs, 2.0, 3, truth)
-    resumed.restore(first.snapshot())
+    resumed.replay(3600)
     assert np.array_equal(resumed.correction.speed, first.correction.speed)
     assert digest(resumed.run()) == digest(whole.run())
     assert resumed.predictions == whole.predictions

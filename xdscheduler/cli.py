@@ -10,6 +10,7 @@ from collections.abc import Callable
 import numpy as np
 
 from xdscheduler import catalog
+from xdscheduler.arguments import Parser, number, one_line, port, seed
 from xdscheduler.errors import UserError
 from xdscheduler.faults import cli as faults_cli
 from xdscheduler.forecast import cli as forecast_cli
@@ -35,8 +36,9 @@ def _csv_floats(text: str, n: int, what: str) -> list[float]:
         values = [float(v) for v in text.split(",")]
     except ValueError:
         values = []
-    if len(values) != n or any(v < 0 for v in values):
-        raise UserError(f"{what} takes {n} non-negative numbers separated by commas, got {text!r}")
+    if len(values) != n or not all(0 <= v <= 1000 for v in values):  # also refuses NaN
+        raise UserError(f"{what} takes {n} numbers in [0, 1000] separated by commas, "
+                        f"got {text!r}")
     return values
 
 
@@ -163,19 +165,44 @@ def cmd_plan(args) -> None:
 # ---------------------------------------------------------------- run
 
 
+def _resume(args) -> None:
+    """`--resume OUT`: the interrupted study's own parameters, from OUT/study.json."""
+    from pathlib import Path
+
+    from xdscheduler.runtime.folder import StudyFolder
+
+    given = [f for f in ("scenario", "policies", "seed", "faults", "policy_path", "serve_url")
+             if getattr(args, f) is not None]
+    if given or args.local or args.force:
+        raise UserError("--resume takes the study's own parameters from its folder: leave out "
+                        + ", ".join(f"--{f.replace('_', '-')}" for f in given) or "--local/--force")
+    spec = StudyFolder(args.resume).spec()
+    args.out, args.hours, args.seed = args.resume, spec.hours, spec.seed
+    args.policies, args.faults, args.forecast = ",".join(spec.policies), spec.faults, spec.forecast
+    args.realtime, args.speed = spec.realtime, spec.speed
+    args.policy_path, args.serve_url = spec.policy_path, spec.serve_url
+    args.scenario = _scenario_file(spec.scenario, Path(args.resume))
+
+
+def _scenario_file(doc: dict, folder) -> str:
+    """The recorded scenario as a file beside the study (what `load_scenario` reads)."""
+    import yaml
+
+    from xdscheduler.runtime.folder import write_atomic
+
+    path = folder / "scenario.yaml"
+    write_atomic(path, yaml.safe_dump(doc, sort_keys=False))
+    return str(path)
+
+
 def _live_options(args, scn, options: dict) -> None:
     """Check --speed and --dashboard, and start the dashboard's Serve app when asked."""
-    if not (0 < args.speed <= 86400):  # also refuses NaN
-        raise UserError(f"--speed takes simulated seconds per wall-clock second in (0, 86400], "
-                        f"got {args.speed}")
     if args.speed != 1.0 and not args.realtime:
         raise UserError("--speed paces a live study: add --realtime")
     if args.dashboard is None:
         return
     if not args.realtime or args.local:
         raise UserError("--dashboard shows a live study on Ray: add --realtime, leave out --local")
-    if not 1 <= args.dashboard <= 65535:
-        raise UserError(f"--dashboard takes a TCP port in 1-65535, got {args.dashboard}")
     from xdscheduler.serving.app import start
 
     url = start(args.address, args.policy_path, scn, port=args.dashboard)
@@ -194,10 +221,10 @@ def cmd_run(args) -> None:
     if args.schema:
         _print_json(Report.model_json_schema())
         return
+    if args.resume:
+        _resume(args)
     scn = load_scenario(args.scenario or default_scenario_path())
     policies = parse_policies(args.policies)
-    if args.hours <= 0:
-        raise UserError(f"--hours must be positive, got {args.hours}")
     seed = scn.seed if args.seed is None else args.seed
     out = Path(args.out)
     options = {"policy_path": args.policy_path, "serve_url": args.serve_url}
@@ -207,13 +234,11 @@ def cmd_run(args) -> None:
         from xdscheduler.serving.app import start
 
         options["serve_url"] = start(args.address, args.policy_path, scn)
-    if args.faults is not None and args.faults <= 0:
-        raise UserError(f"--faults takes a positive multiple of the published failure rates, "
-                        f"got {args.faults}")
     _live_options(args, scn, options)
     report = run_study(scn, policies, args.hours, seed, out, address=args.address,
                        local=args.local, realtime=args.realtime, speed=args.speed,
-                       policy_options=options, faults=args.faults, forecast=args.forecast)
+                       policy_options=options, faults=args.faults, forecast=args.forecast,
+                       mode="resume" if args.resume else "force" if args.force else "new")
     if args.json:
         _print_json(report_json(report))
         return
@@ -259,11 +284,14 @@ def cmd_index(args) -> None:
 
 def cmd_scenario_check(args) -> None:
     from xdscheduler.scenario import load_scenario
+    from xdscheduler.sim.inputs import check_size
 
     scn = load_scenario(args.file)
     gpus = sum(d.gpus for d in scn.domains)
+    jobs = check_size(scn, 24.0)  # what `xds run` does by default must fit
     print(f"{args.file}: valid; {len(scn.domains)} domains, {gpus} accelerators, "
-          f"{len(scn.links)} links, {len(scn.jobs)} jobs")
+          f"{len(scn.links)} links, {len(scn.jobs)} jobs listed; a day's study holds about "
+          f"{jobs:,.0f} jobs")
 
 
 def cmd_scenario_from_measurements(args) -> None:
@@ -283,9 +311,14 @@ def cmd_scenario_from_measurements(args) -> None:
 
 # ---------------------------------------------------------------- parser
 
+MAX_HOURS = 24 * 30.0  # a study's arrivals: a month at most
+HOURS = number(float, 0, MAX_HOURS, above=True)
+GPUS = number(int, 1, 1 << 20)
+DEGREE = number(int, 1, 1 << 16)  # a parallel degree
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="xds", description="Schedule large-model training across compute domains.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -301,17 +334,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", required=True, help="accelerator name, e.g. H100-SXM or A100-80GB")
     p.add_argument("--model", help="catalog model name (see `xds catalog`)")
     for flag in ("layers", "hidden", "ffn-hidden", "heads", "kv-heads", "vocab"):
-        p.add_argument(f"--{flag}", type=int, help="explicit architecture")
+        p.add_argument(f"--{flag}", type=number(int, 1, 1 << 24), help="explicit architecture")
     p.add_argument("--mlp", choices=("auto", "gelu", "swiglu"), default="auto",
                    help="MLP type of an explicit architecture (auto: GeLU when ffn = 4·hidden)")
-    p.add_argument("--seq", type=int, help="sequence length (default: the model's)")
-    p.add_argument("--gpus", type=int, required=True)
-    p.add_argument("--tp", type=int, default=1)
-    p.add_argument("--pp", type=int, default=1)
-    p.add_argument("--cp", type=int, default=1)
-    p.add_argument("--vp", type=int, default=1, help="virtual pipeline stages per rank")
-    p.add_argument("--global-batch", type=int, required=True, help="sequences per step")
-    p.add_argument("--micro-batch", type=int, default=1)
+    p.add_argument("--seq", type=number(int, 1, 1 << 24),
+                   help="sequence length (default: the model's)")
+    p.add_argument("--gpus", type=GPUS, required=True)
+    p.add_argument("--tp", type=DEGREE, default=1)
+    p.add_argument("--pp", type=DEGREE, default=1)
+    p.add_argument("--cp", type=DEGREE, default=1)
+    p.add_argument("--vp", type=DEGREE, default=1, help="virtual pipeline stages per rank")
+    p.add_argument("--global-batch", type=number(int, 1, 1 << 24), required=True,
+                   help="sequences per step")
+    p.add_argument("--micro-batch", type=number(int, 1, 1 << 16), default=1)
     p.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
     p.add_argument("--dtype", choices=("bf16", "fp8"), default="bf16")
     p.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=1)
@@ -324,8 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("scenario", nargs="?", help="scenario YAML (default: five_domains)")
     p.add_argument("--job", help="job name (default: the scenario's first job)")
     p.add_argument("--weights", help="w1,w2,w3 for efficiency, utilisation, cost")
-    p.add_argument("--top", type=int, default=5, help="alternatives to list")
-    p.add_argument("--diloco", type=int, default=0,
+    p.add_argument("--top", type=number(int, 0, 100), default=5, help="alternatives to list")
+    p.add_argument("--diloco", type=number(int, 0, 1 << 20), default=0,
                    help="also consider DiLoCo-style outer sync every H steps across domains")
     p.add_argument("--dtype", choices=("bf16", "fp8"), default="bf16")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -340,20 +375,28 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ppo decides through the Serve endpoint (started here if needed)")
     p.add_argument("--serve-url", help="an endpoint already running, e.g. "
                    "http://127.0.0.1:8000 (implies --serve)")
-    p.add_argument("--hours", type=float, default=24.0, help="hours of job arrivals")
-    p.add_argument("--seed", type=int, help="seed (default: the scenario's)")
-    p.add_argument("--out", default="xds-run", help="folder for the report (default xds-run)")
+    p.add_argument("--hours", type=HOURS, default=24.0,
+                   help=f"hours of job arrivals, at most {MAX_HOURS:g} (default 24)")
+    p.add_argument("--seed", type=seed, help="seed (default: the scenario's)")
+    p.add_argument("--out", default="xds-run", help="folder for the report (default xds-run); "
+                   "one study at a time, and one that holds a study is refused (see --force, "
+                   "--resume)")
+    p.add_argument("--force", action="store_true",
+                   help="replace the study the --out folder holds")
+    p.add_argument("--resume", metavar="OUT",
+                   help="continue the interrupted study in OUT with its own parameters: each "
+                        "policy replays its journal and goes on")
     p.add_argument("--address", help="Ray cluster address (default: an embedded local Ray)")
     p.add_argument("--local", action="store_true", help="no Ray: domains as plain objects")
     p.add_argument("--realtime", action="store_true",
                    help="live service: one simulated second per wall-clock second (see "
                         "--speed); its state is on the board the dashboard and /metrics read")
-    p.add_argument("--speed", type=float, default=1.0,
+    p.add_argument("--speed", type=number(float, 0, 86400, above=True), default=1.0,
                    help="with --realtime: simulated seconds per wall-clock second (default 1)")
-    p.add_argument("--dashboard", type=int, metavar="PORT",
+    p.add_argument("--dashboard", type=port, metavar="PORT",
                    help="with --realtime: serve the live dashboard (GET /) and Prometheus "
                         "metrics (GET /metrics) on 127.0.0.1:PORT while the study runs")
-    p.add_argument("--faults", type=float, metavar="SCALE",
+    p.add_argument("--faults", type=number(float, 0, 1000, above=True), metavar="SCALE",
                    help="inject node, GPU, domain, link and straggler faults at the published "
                         "rates times SCALE (1: as published; 50: a stress test)")
     p.add_argument("--forecast", action=argparse.BooleanOptionalAction, default=None,
@@ -368,7 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True)
     p.add_argument("--gpu", help="comma-separated accelerators (default: all)")
     p.add_argument("--reference", default="H100-SXM")
-    p.add_argument("--gpus", type=int, default=64, help="accelerators the task runs on")
+    p.add_argument("--gpus", type=GPUS, default=64, help="accelerators the task runs on")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
     p = command("scenario", None, "scenario files: check, build from measurements")
@@ -395,11 +438,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as stop:  # --help (0), or a bad argument, said in one line (2)
+        return stop.code if isinstance(stop.code, int) else 2
     try:
         args.fn(args)
     except UserError as err:
-        print(f"xds: error: {err}", file=sys.stderr)
+        print(f"xds: error: {one_line(err)}", file=sys.stderr)
         return err.exit_code
     except BrokenPipeError:
         return 0

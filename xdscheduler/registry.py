@@ -45,7 +45,13 @@ def names() -> list[str]:
 
 def parse_policies(text: str | None) -> list[str]:
     """A comma-separated list of policy names from the command line (none given: all)."""
-    return [p.strip() for p in text.split(",") if p.strip()] if text else names()
+    if text is None:
+        return names()
+    picked = [p.strip() for p in text.split(",") if p.strip()]
+    if not picked:
+        raise UserError(f"--policies {text!r} names no policy; known: {', '.join(names())}")
+    check(picked)
+    return picked
 
 
 def check(policies: list[str]) -> None:

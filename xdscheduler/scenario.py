@@ -6,21 +6,31 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from xdscheduler import catalog
 from xdscheduler.errors import UserError
+from xdscheduler.yamlfile import read_yaml
 
 Positive = Annotated[float, Field(gt=0)]
 NonNegative = Annotated[float, Field(ge=0)]
+MAX_DOMAIN_GPUS = 1_000_000  # accelerators in one domain (and asked by one job)
+MAX_DOMAINS = 256
+YEAR_S = 365 * 86400.0
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Location(Strict):
+class FileModel(Strict):
+    """A part of a scenario file: `count: true` is not 1 and `"8"` is not 8 (strict types),
+    and every number is finite."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class Location(FileModel):
     """Where a domain is: a city and coordinates, or a cloud region."""
 
     city: str | None = None
@@ -35,12 +45,12 @@ class Location(Strict):
         return self
 
 
-class NodeGroup(Strict):
+class NodeGroup(FileModel):
     """Identical nodes of one accelerator type."""
 
     accelerator: str
-    count: int = Field(gt=0)
-    gpus_per_node: int | None = Field(default=None, gt=0)
+    count: int = Field(gt=0, le=100_000)  # nodes
+    gpus_per_node: int | None = Field(default=None, gt=0, le=128)
 
     @field_validator("accelerator")
     @classmethod
@@ -59,21 +69,29 @@ class NodeGroup(Strict):
         return self.gpus_per_node or self.spec.gpus_per_node
 
 
-class Storage(Strict):
-    capacity_tb: Positive = 1000.0
-    io_gbps: Positive = 200.0
+class Storage(FileModel):
+    capacity_tb: Positive = Field(default=1000.0, le=1e7)
+    io_gbps: Positive = Field(default=200.0, le=1e5)
 
 
-class Domain(Strict):
+class Domain(FileModel):
     """One data centre: nodes joined by a fast fabric."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     location: Location
     nodes: list[NodeGroup] = Field(min_length=1)
-    intra_node_gbps: Positive | None = None  # scale-up per GPU per direction; None: catalog
+    intra_node_gbps: Positive | None = Field(default=None, le=1e5)  # scale-up per GPU per
+    # direction; None: the catalog's
     intra_domain_gbps: Positive = Field(default=200.0, le=3200)  # scale-out per GPU
     storage: Storage = Storage()
-    price_per_gpu_hour: NonNegative = 2.0
+    price_per_gpu_hour: NonNegative = Field(default=2.0, le=1000)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Domain:
+        if self.gpus > MAX_DOMAIN_GPUS:
+            raise ValueError(f"{self.gpus:,} accelerators; a domain holds at most "
+                             f"{MAX_DOMAIN_GPUS:,}")
+        return self
 
     @cached_property  # a scenario is immutable; asked at every report of every domain
     def gpus(self) -> int:
@@ -85,7 +103,7 @@ class Domain(Strict):
         return max(self.nodes, key=lambda g: g.count * g.gpus_each).spec
 
 
-class Link(Strict):
+class Link(FileModel):
     """A WAN link between two domains; bandwidth per direction."""
 
     a: str
@@ -93,7 +111,7 @@ class Link(Strict):
     bandwidth_gbps: Positive = Field(le=10_000)
     bandwidth_gbps_ba: Positive | None = Field(default=None, le=10_000)  # b->a if it differs
     rtt_ms: NonNegative = Field(le=2000)
-    price_per_gb: NonNegative = 0.0
+    price_per_gb: NonNegative = Field(default=0.0, le=100)
     fluctuation: float = Field(default=0.2, ge=0, le=0.3)  # bound on |epsilon(t)|
     source: str | None = None
 
@@ -104,22 +122,22 @@ class Link(Strict):
         return self
 
 
-class Architecture(Strict):
+class Architecture(FileModel):
     """An explicit transformer, for models not in the catalog."""
 
-    layers: int = Field(gt=0)
-    hidden: int = Field(gt=0)
-    ffn_hidden: int = Field(gt=0)
-    heads: int = Field(gt=0)
-    kv_heads: int | None = Field(default=None, gt=0)
-    vocab: int = Field(gt=0)
+    layers: int = Field(gt=0, le=1024)
+    hidden: int = Field(gt=0, le=1 << 17)
+    ffn_hidden: int = Field(gt=0, le=1 << 20)
+    heads: int = Field(gt=0, le=4096)
+    kv_heads: int | None = Field(default=None, gt=0, le=4096)
+    vocab: int = Field(gt=0, le=1 << 24)
     gated_mlp: bool = True
     tied_embeddings: bool = False
 
 
-class GpuRequest(Strict):
-    min: int = Field(default=8, gt=0)
-    max: int = Field(default=1024, gt=0)
+class GpuRequest(FileModel):
+    min: int = Field(default=8, gt=0, le=MAX_DOMAIN_GPUS)
+    max: int = Field(default=1024, gt=0, le=MAX_DOMAIN_GPUS)
 
     @model_validator(mode="after")
     def _ordered(self) -> GpuRequest:
@@ -128,18 +146,18 @@ class GpuRequest(Strict):
         return self
 
 
-class Job(Strict):
+class Job(FileModel):
     """A training job: what it trains, how much, and who asks."""
 
-    name: str
+    name: str = Field(min_length=1, max_length=200)
     model: str | None = None
     architecture: Architecture | None = None
-    global_batch: int = Field(gt=0)  # sequences per step
-    seq_len: int | None = Field(default=None, gt=0)
-    tokens: Positive  # tokens to train
-    tenant: str = "default"
-    priority: int = Field(default=1, ge=0)
-    arrival_s: NonNegative = 0.0
+    global_batch: int = Field(gt=0, le=1 << 24)  # sequences per step
+    seq_len: int | None = Field(default=None, gt=0, le=1 << 24)
+    tokens: Positive = Field(le=1e16)  # tokens to train
+    tenant: str = Field(default="default", min_length=1, max_length=200)
+    priority: int = Field(default=1, ge=0, le=1000)
+    arrival_s: NonNegative = Field(default=0.0, le=YEAR_S)
     gpus: GpuRequest = GpuRequest()
 
     @model_validator(mode="after")
@@ -169,30 +187,30 @@ class Job(Strict):
         )
 
 
-class Weights(Strict):
+class Weights(FileModel):
     """R = efficiency·w1 + utilisation·w2 − cost·w3."""
 
-    efficiency: NonNegative = 1.0
-    utilization: NonNegative = 0.3
-    cost: NonNegative = 0.3
+    efficiency: NonNegative = Field(default=1.0, le=1000)
+    utilization: NonNegative = Field(default=0.3, le=1000)
+    cost: NonNegative = Field(default=0.3, le=1000)
 
 
-class Workload(Strict):
+class Workload(FileModel):
     """Jobs generated on top of the listed ones, from published LLM-cluster statistics."""
 
     load: float = Field(default=0.9, gt=0, le=3)  # offered accelerator-time over capacity
     cluster: str = Field(default="kalos", pattern="^(kalos|seren)$")
-    min_gpus: int = Field(default=8, gt=0)
+    min_gpus: int = Field(default=8, gt=0, le=MAX_DOMAIN_GPUS)
 
 
-class Scenario(Strict):
-    name: str
-    description: str = ""
-    seed: int = 0
+class Scenario(FileModel):
+    name: str = Field(min_length=1, max_length=200)
+    description: str = Field(default="", max_length=10_000)
+    seed: int = Field(default=0, ge=0, lt=2**32)
     weights: Weights = Weights()
-    domains: list[Domain] = Field(min_length=1)
-    links: list[Link] = []
-    jobs: list[Job] = []
+    domains: list[Domain] = Field(min_length=1, max_length=MAX_DOMAINS)
+    links: list[Link] = Field(default=[], max_length=MAX_DOMAINS * (MAX_DOMAINS - 1) // 2)
+    jobs: list[Job] = Field(default=[], max_length=10_000)
     workload: Workload | None = None
 
     @model_validator(mode="after")
@@ -254,19 +272,7 @@ def parse_scenario(data: object, source: str = "scenario") -> Scenario:
 
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario YAML file."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise UserError(f"cannot read scenario {path}: {err.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        problem = getattr(err, "problem", err)
-        raise UserError(f"{path}:{where} is not valid YAML: {problem}") from None
-    return parse_scenario(data, str(path))
+    return parse_scenario(read_yaml(path, "scenario"), str(path))
 
 
 def default_scenario_path() -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from xdscheduler.arguments import seed
 from xdscheduler.errors import UserError
 
 MAX_N = 100_000
@@ -16,7 +17,7 @@ def register(subparsers) -> None:
     q = fsub.add_parser("bench", help="inject N faults into heartbeat and log streams "
                         "(±30%% jitter, benign bursts); print precision, recall, detection time")
     q.add_argument("--n", type=int, default=1000, help="faults to inject (default 1000)")
-    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--seed", type=seed, default=0)
     q.add_argument("--loss", type=float, default=0.0,
                    help="stress: probability that a heartbeat is lost (default 0)")
     q.add_argument("--json", action="store_true", help="print one JSON object")

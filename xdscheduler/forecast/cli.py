@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from xdscheduler.arguments import seed
 from xdscheduler.errors import UserError
 from xdscheduler.forecast import HORIZONS, TARGETS
 
@@ -32,7 +33,7 @@ def register(subparsers) -> None:
         help="published prediction CSV (pred_gpu_num); arrivals only. "
         f"Default: {LUCID_NAME} beside CSV when present",
     )
-    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--seed", type=seed, default=0)
     q.add_argument(
         "--no-pool",
         action="store_true",
@@ -45,7 +46,7 @@ def register(subparsers) -> None:
     q.add_argument("csv")
     q.add_argument("--target", choices=TARGETS, default="occupancy")
     q.add_argument("--out", required=True, help="PNG file to write")
-    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--seed", type=seed, default=0)
     q.set_defaults(fn=cmd_plot)
     p = subparsers.add_parser(
         "phases",

@@ -104,11 +104,6 @@ class PlannerPolicy:
         best = self._best(job, view.with_free(keep))
         return replace(best, keep_off=current.keep_off) if best is not None else None
 
-    def state(self) -> dict:
-        return dict(self._no_fit)
-
-    def restore(self, state: dict) -> None:
-        self._no_fit = dict(state)
 
     def _best(self, job: JobSpec, view: ClusterView, modest: bool = False) -> Placement | None:
         if sum(d.available for d in view.domains) < job.gpus_min:

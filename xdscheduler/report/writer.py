@@ -91,8 +91,10 @@ def write_report(out_dir: Path, report: Report, domains: pd.DataFrame, jobs: pd.
                                                     encoding="utf-8")
     paths: dict[str, Path] = {}
     for name, write in tqdm(writers.items(), desc="report", unit="file", disable=not progress):
-        paths[name] = out / name
-        write(paths[name])
+        # through a temporary file renamed over the old: never half a file (a full disk)
+        tmp = out / f".{Path(name).stem}.tmp{Path(name).suffix}"  # the suffix says the format
+        write(tmp)
+        paths[name] = tmp.replace(out / name)
     return paths
 
 

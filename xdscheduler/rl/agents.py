@@ -264,11 +264,6 @@ class PPOPolicy:
     def replan(self, job: JobSpec, current: Placement, view: ClusterView) -> Placement | None:
         return self.planner.replan(job, current, view)
 
-    def state(self) -> dict:
-        return dict(self.queue.no_fit)
-
-    def restore(self, state: dict) -> None:
-        self.queue.no_fit = dict(state)
 
 
 def local_policy(weights: Weights, path: str | Path | None = None) -> PPOPolicy:

@@ -9,6 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from xdscheduler.arguments import number
 from xdscheduler.errors import UserError
 
 DEFAULT_SCENARIOS = ("five_domains.yaml", "skyplane_six_regions.yaml")
@@ -37,7 +38,7 @@ def register(subparsers) -> None:
                         f"default {DEFAULT_SEEDS}")
     p.add_argument("--loads", default=DEFAULT_LOADS,
                    help=f"offered loads, comma-separated (default {DEFAULT_LOADS})")
-    p.add_argument("--hours", type=float, default=DEFAULT_HOURS,
+    p.add_argument("--hours", type=number(float, 0, 24 * 30.0, above=True), default=DEFAULT_HOURS,
                    help=f"hours of job arrivals per study (default {DEFAULT_HOURS:g})")
     p.add_argument("--baseline",
                    help=f"the policy the others are compared with (default {DEFAULT_BASELINE})")

@@ -55,10 +55,9 @@ class Controller:
             clock.on_tick = self.publish
         self.journal = Journal(journal, policy) if journal else None
         if self.journal:
-            snapshot = self.journal.latest()
-            if snapshot is not None:  # a controller before this one died: go on from there
-                self.engine.restore(snapshot)
-            self.engine.subscribe(self.journal.record)
+            self.engine.subscribe(self.journal.record)  # re-made decisions checked on the log
+            # a controller before this one died having reached there: run there again
+            self.engine.replay(self.journal.reached())
         self.started = time.perf_counter()
 
     def advance(self, until_s: float) -> dict:

@@ -1,9 +1,10 @@
-"""The controller's journal: an append-only decision log and job table in SQLite, and the last
-snapshot of the engine to resume from.
+"""The controller's journal: an append-only decision log and job table in SQLite.
 
-A controller that dies and comes back resumes from its last snapshot and runs on; the
-decisions it makes again up to where the log ends must equal the logged ones (the engine is
-deterministic), and are not written twice. The log is the truth; the snapshot is a shortcut.
+A controller that dies and comes back replays the study from its start, without the wall
+clock, to where the journal last reached, and runs on: the engine is deterministic, so every
+decision it makes again must equal the logged one (a log that differs, damaged or tampered
+with, stops it with `DivergedError`), and none is written twice. The journal holds data only:
+nothing in it is ever executed or unpickled.
 """
 
 from __future__ import annotations
@@ -20,9 +21,6 @@ CREATE TABLE IF NOT EXISTS decisions (
 CREATE TABLE IF NOT EXISTS jobs (
     policy TEXT NOT NULL, time_s REAL NOT NULL, job TEXT NOT NULL, status TEXT NOT NULL,
     tokens_done REAL NOT NULL, checkpoint REAL NOT NULL, domains TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS snapshots (
-    policy TEXT PRIMARY KEY, time_s REAL NOT NULL, decisions INTEGER NOT NULL,
-    state BLOB NOT NULL);
 """
 
 
@@ -47,8 +45,14 @@ class Journal:
             (logged,) = self.db.execute(
                 "SELECT record FROM decisions WHERE policy = ? AND idx = ?",
                 (self.policy, index)).fetchone()
-            if _without_timing(logged) != _without_timing(record):
-                raise DivergedError(f"{self.policy}: decision {index} differs from the log")
+            try:
+                same = _without_timing(logged) == _without_timing(record)
+            except ValueError:  # not JSON: damaged
+                same = False
+            if not same:
+                raise DivergedError(f"{self.policy}: decision {index} differs from the log in "
+                                    f"{self.path} (damaged, edited, or from another study): "
+                                    f"start the study again in a new output folder")
             return
         self.db.execute("INSERT INTO decisions VALUES (?, ?, ?, ?, ?, ?)",
                         (self.policy, index, decision.time_s, decision.job, decision.action,
@@ -56,20 +60,18 @@ class Journal:
         self.logged = index + 1
 
     def checkpoint(self, engine) -> None:
-        """The job table as of now (appended) and the engine's snapshot (replaced)."""
+        """The job table as of now, appended: where the study has reached."""
         rows = [(self.policy, engine.now, r.spec.name, str(r.state), r.done, r.checkpoint,
                  json.dumps({engine.names[i]: n for i, n in r.placement.taken.items()}
                             if r.placement else {})) for r in engine.runs]
         with self.db:
             self.db.executemany("INSERT INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
-            self.db.execute("INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?, ?)",
-                            (self.policy, engine.now, len(engine.decisions),
-                             engine.snapshot()))
 
-    def latest(self) -> bytes | None:
-        row = self.db.execute("SELECT state FROM snapshots WHERE policy = ?",
-                              (self.policy,)).fetchone()
-        return row[0] if row else None
+    def reached(self) -> float:
+        """The study time of the last checkpoint (0: none yet)."""
+        (t,) = self.db.execute("SELECT MAX(time_s) FROM jobs WHERE policy = ?",
+                               (self.policy,)).fetchone()
+        return t or 0.0
 
     def decisions(self) -> list[dict]:
         rows = self.db.execute("SELECT record FROM decisions WHERE policy = ? ORDER BY idx",

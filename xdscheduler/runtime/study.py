@@ -17,6 +17,7 @@ from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.ray_cluster import connect
 from xdscheduler.registry import check, make_policy
+from xdscheduler.runtime.folder import StudyFolder, StudySpec, write_atomic
 from xdscheduler.scenario import Job, Scenario
 from xdscheduler.sim.demand import DemandPlanner
 from xdscheduler.sim.domain import LocalDomains
@@ -155,15 +156,31 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
               speed: float = 1.0,
               show_progress: bool | None = None, policy_options: dict | None = None,
               journal: bool = True, faults: float | None = None,
-              forecast: bool | None = None, truth: bool = True) -> Report:
+              forecast: bool | None = None, truth: bool = True, mode: str = "new") -> Report:
     """Run every policy, write the report to `out`, and return it.
     `faults`: inject faults at the published rates times this factor (None: none);
     `forecast`: consult the demand forecast every hour (default: under faults);
     `truth`: jobs run at a ground truth drawn from the seed, which the policies do not see
-    (False: at the model's speeds)."""
+    (False: at the model's speeds); `mode`: what `out` may hold ("new": no study, "force":
+    replace it, "resume": an interrupted study to go on with, see `runtime.folder`)."""
+    check(policies)
+    with StudyFolder(out, mode) as folder:
+        if mode != "resume":
+            options = policy_options or {}
+            folder.record(StudySpec(
+                scenario=scn.model_dump(mode="json"), policies=policies, hours=hours,
+                seed=seed, faults=faults, forecast=forecast, realtime=realtime, speed=speed,
+                policy_path=options.get("policy_path"), serve_url=options.get("serve_url")))
+        return _run_study(scn, policies, hours, seed, folder, address, local, realtime, speed,
+                          show_progress, policy_options, journal, faults, forecast, truth)
+
+
+def _run_study(scn: Scenario, policies: list[str], hours: float, seed: int,
+               folder: StudyFolder, address, local, realtime, speed, show_progress,
+               policy_options, journal, faults, forecast, truth) -> Report:
     from xdscheduler.report.writer import write_report
 
-    check(policies)
+    out = folder.path
     show = sys.stderr.isatty() if show_progress is None else show_progress
     jobs = study_jobs(scn, hours, seed)
     dynamics = study_dynamics(scn, seed, hours)
@@ -174,7 +191,7 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
     if not local:
         connect(address)
     runs: dict[str, Results] = {}
-    journal_path = _journal(out) if journal and not local else None
+    journal_path = str(folder.journal) if journal and not local else None
     injected = None if faults is None else study_faults(scn, seed, hours, faults)
     planner = study_demand(scn, seed, injected, (policy_options or {}).get("serve_url")) if (
         forecast or (forecast is None and injected is not None)) else None
@@ -245,15 +262,6 @@ def fault_report(injected, runs: dict[str, Results], scale: float, seed: int) ->
             for name, r in runs.items()})
 
 
-def _journal(out: Path) -> str:
-    """A fresh journal per study: the decision log and job table of every controller."""
-    path = Path(out).resolve() / "journal.sqlite"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-        stale.unlink(missing_ok=True)
-    return str(path)
-
-
 def compare(policies: dict[str, PolicyReport]) -> Comparison:
     """Every other policy against the strongest single-domain policy of the run (by objective),
     as relative changes (negative: lower)."""
@@ -280,7 +288,6 @@ def _write_decisions(out: Path, runs: dict[str, Results]) -> None:
     import json
     from dataclasses import asdict
 
-    with (Path(out) / "decisions.jsonl").open("w") as f:
-        for name, res in runs.items():
-            for d in res.decisions:
-                f.write(json.dumps({"policy": name, **asdict(d)}) + "\n")
+    write_atomic(Path(out) / "decisions.jsonl", "".join(
+        json.dumps({"policy": name, **asdict(d)}) + "\n"
+        for name, res in runs.items() for d in res.decisions))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from xdscheduler.arguments import port
+
 
 def cmd_serve(args) -> None:
     from xdscheduler.scenario import default_scenario_path, load_scenario
@@ -32,7 +34,7 @@ def register(sub) -> None:
                        description="serve the policy and the forecaster over HTTP")
     p.add_argument("scenario", nargs="?", help="scenario YAML (default: five_domains)")
     p.add_argument("--policy-path", help="trained policy (default: the shipped one)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=port, default=8000)
     p.add_argument("--address", help="Ray cluster address (default: an embedded local Ray)")
     p.add_argument("--block", action="store_true", help="keep serving until Ctrl-C")
     p.set_defaults(fn=cmd_serve)

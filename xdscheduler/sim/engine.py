@@ -27,12 +27,10 @@ actors (`runtime.gateway.ActorDomains`).
 from __future__ import annotations
 
 import math
-import pickle
 from bisect import insort
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from xdscheduler.errors import UserError
 from xdscheduler.planner.placement import Estimate, Placement
 from xdscheduler.planner.policy import Policy
 from xdscheduler.planner.search import JobSpec, estimate_placement
@@ -56,7 +54,6 @@ from xdscheduler.sim.sensing import Sensing
 
 DRAIN_FACTOR = 4.0  # after arrivals stop, queued jobs may drain for up to 3x as long
 PREPARING = "#next"  # suffix of the allocation a job holds for its next plan while preparing
-SNAPSHOT_VERSION = 2  # what `snapshot` writes; `restore` refuses any other
 ARRIVAL, SAMPLE, FAULT, TICK = "arrival", "sample", "fault", "tick"  # the engine's own events
 
 
@@ -135,6 +132,15 @@ class Engine:
             if self.finished:
                 return None
         return None
+
+    def replay(self, until_s: float) -> None:
+        """Run to `until_s` as fast as it goes, whatever the clock (a controller that takes
+        over from one that died catches up; its listener checks each decision again)."""
+        clock, self.clock = self.clock, None
+        try:
+            self.run(until_s=until_s)
+        finally:
+            self.clock = clock
 
     def hand_over(self, policy: Policy) -> None:
         """From now on `policy` decides and re-plans (a rollout continued by another)."""
@@ -444,36 +450,3 @@ class Engine:
                        swings=list(self.swing_meter.records),
                        relocations=list(self.replanning.relocations),
                        predictions=list(self.predictions))
-
-    # ------------------------------------------------------------------ persistence
-
-    STATE = ("runs", "pending", "queue", "active", "view", "busy_gpu_s", "useful_flop",
-             "next_sample_s", "now",
-             "last_step_s", "events", "sensing", "replanning", "faults", "demand", "log",
-             "swing_meter", "samples", "_deciding", "correction", "predictions")
-
-    def snapshot(self) -> bytes:
-        """The engine's state and the policy's memory, to resume from after a crash."""
-        state = {k: getattr(self, k) for k in self.STATE}
-        memory = self.policy.state() if hasattr(self.policy, "state") else None
-        return pickle.dumps({"version": SNAPSHOT_VERSION, "state": state, "policy": memory})
-
-    def restore(self, blob: bytes) -> None:
-        """Continue from a snapshot: the domains get the running jobs' allocations back."""
-        saved = pickle.loads(blob)
-        version = saved.get("version") if isinstance(saved, dict) else None
-        if version != SNAPSHOT_VERSION:
-            raise UserError(f"engine snapshot of version {version!r}; this xdscheduler reads "
-                            f"version {SNAPSHOT_VERSION}: start the study again in a new "
-                            f"output folder")
-        listener = self.log.on_record
-        for k, v in saved["state"].items():
-            setattr(self, k, v)
-        self.log.on_record = listener
-        if saved["policy"] is not None:
-            self.policy.restore(saved["policy"])
-        for r in self.active:
-            self.domains.restore(r.name, r.placement.taken)
-            if r.preparing:
-                self.domains.restore(r.name + PREPARING, r.preparing)
-        self.swing_meter.reopen({r.name: r for r in self.runs})

@@ -2,18 +2,43 @@
 
 from __future__ import annotations
 
+from xdscheduler.errors import UserError
 from xdscheduler.network.dynamics import Dynamics
 from xdscheduler.scenario import Job, Scenario, Workload
-from xdscheduler.workload import generate_jobs
+from xdscheduler.workload import generate_jobs, gpu_s_per_job
 
 # The network is drawn for ten times the arrival window, beyond the engine's drain limit
 # (`engine.DRAIN_FACTOR`): a draw depends on its length, so this span is part of what makes a
 # seed's realisation, and changing it changes every study's network.
 NETWORK_SPAN = 10.0
+MAX_STUDY_JOBS = 20_000  # jobs a study may hold: beyond, memory and time grow out of bounds
+
+
+def expected_jobs(scn: Scenario, hours: float, seed: int = 0) -> float:
+    """How many jobs a study of `hours` holds on average: the listed ones arriving within it
+    and the generated workload's mean (known before generating it)."""
+    listed = sum(j.arrival_s < hours * 3600 for j in scn.jobs)
+    if scn.workload is None:
+        return float(listed)
+    spec = scn.workload
+    gpus = sum(d.gpus for d in scn.domains)
+    per_job = gpu_s_per_job(gpus, seed, spec.cluster, spec.min_gpus)
+    return listed + spec.load * gpus * hours * 3600 / per_job
+
+
+def check_size(scn: Scenario, hours: float, seed: int = 0) -> float:
+    """The expected number of jobs; UserError when the study would be too large to run."""
+    n = expected_jobs(scn, hours, seed)
+    if n > MAX_STUDY_JOBS:
+        raise UserError(f"scenario {scn.name!r} over {hours:g} h would hold about {n:,.0f} jobs "
+                        f"(at most {MAX_STUDY_JOBS:,}): fewer hours, a lower workload load or "
+                        f"a smaller cluster")
+    return n
 
 
 def study_jobs(scn: Scenario, hours: float, seed: int) -> list[Job]:
     """The scenario's own jobs that arrive within the study, plus its generated workload."""
+    check_size(scn, hours, seed)
     jobs = [j for j in scn.jobs if j.arrival_s < hours * 3600]
     if scn.workload is not None:
         taken = {j.name for j in jobs}

@@ -92,10 +92,6 @@ class SwingMeter:
                 still.append((s, r))
         self.open = still
 
-    def reopen(self, runs: dict) -> None:
-        """After a restore: the open records with their jobs."""
-        self.open = [(s, runs[s.job]) for s in self.records if s.end_s is None and not s.aborted]
-
 
 def domain_samples(t: float, view, held: list[int], queue_len: int, load) -> list[dict]:
     """One sample per domain: accelerators busy with the study's jobs, the queue, and the load of

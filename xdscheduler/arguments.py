@@ -1,0 +1,56 @@
+"""Command-line arguments checked as they are parsed: numbers within their physical range (the
+range named in the message), and errors in one line."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+SEED_LIMIT = 2**32  # numpy's seeds
+PORT = (1, 65535)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one line on standard error for bad arguments (exit status 2)."""
+
+    def error(self, message: str):
+        self.exit(2, f"xds: error: {one_line(message)} (see {self.prog} --help)\n")
+
+
+def one_line(text: str) -> str:
+    """`text` with what a user typed that is not printable (newlines, escapes) spelled out."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
+def number(kind: type = float, lo: float | None = None, hi: float | None = None,
+           above: bool = False) -> Callable[[str], float | int]:
+    """An argparse type: a finite `kind` (int or float) in [lo, hi] ((lo, hi] when `above`)."""
+    span = (("(" if above else "[") + ("-inf" if lo is None else _show(lo)) + ", "
+            + ("inf" if hi is None else _show(hi)) + "]")
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            what = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        low_ok = lo is None or (value > lo if above else value >= lo)
+        if not (math.isfinite(value) and low_ok and (hi is None or value <= hi)):
+            raise argparse.ArgumentTypeError(f"{text} is outside {span}")
+        return value
+
+    parse.__name__ = "integer" if kind is int else "number"  # what argparse calls it
+    return parse
+
+
+def port(text: str) -> int:
+    return number(int, *PORT)(text)
+
+
+def seed(text: str) -> int:
+    return number(int, 0, SEED_LIMIT - 1)(text)
+
+
+def _show(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"

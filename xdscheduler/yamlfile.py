@@ -1,0 +1,97 @@
+"""Reading a YAML file a user hands us, checked before and while it is parsed: a regular file of
+bounded size, UTF-8 text, bounded nesting and aliases, no key given twice, and numbers read as
+YAML 1.2 reads them (`1e18` and `1.2e10` are numbers, not strings)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from xdscheduler.errors import UserError
+
+MAX_BYTES = 1 << 20  # 1 MiB: the largest shipped scenario is a few KB
+MAX_DEPTH = 32  # nesting of mappings and lists
+MAX_ALIASES = 100  # *references to anchors: each can multiply what is built
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (the last would win)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice (first on line {seen[key] + 1})",
+                    key_node.start_mark)
+            try:
+                seen[key] = key_node.start_mark.line
+            except TypeError:  # an unhashable key: the base class says so
+                break
+        return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.2 floats: a dot or an exponent, the exponent's sign optional (YAML 1.1 wants both).
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
+               r"|[0-9][0-9_]*[eE][-+]?[0-9]+)$"),
+    list("-+0123456789."))
+
+
+def read_yaml(path: str | Path, what: str = "file") -> object:
+    """The parsed document at `path`; UserError naming the file and what is wrong with it."""
+    path = Path(path)
+    text = _text(path, what)
+    _shape(text, path)
+    try:
+        return yaml.load(text, Loader=_Loader)  # a SafeLoader: builds plain data only
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or err
+        raise UserError(f"{path}:{where} is not valid YAML: {problem}") from None
+
+
+def _text(path: Path, what: str) -> str:
+    try:
+        if not path.is_file():  # a folder, a device (/dev/zero), a pipe
+            kind = "a folder" if path.is_dir() else "missing" if not path.exists() \
+                else "not a regular file"
+            raise UserError(f"cannot read {what} {path}: {kind}")
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise UserError(f"{what} {path} is {size:,} bytes; at most {MAX_BYTES:,} are read")
+        data = path.read_bytes()
+    except OSError as err:
+        raise UserError(f"cannot read {what} {path}: {err.strerror or err}") from None
+    if b"\x00" in data:
+        raise UserError(f"{what} {path} is binary (or UTF-16/32); a YAML text in UTF-8 is read")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise UserError(f"{what} {path} is not UTF-8 text (byte {err.start}); save it as "
+                        f"UTF-8") from None
+
+
+def _shape(text: str, path: Path) -> None:
+    """Refuse deep nesting and many aliases from the event stream, before anything is built."""
+    depth = aliases = 0
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise UserError(f"{path}: line {event.start_mark.line + 1} is nested "
+                                    f"{depth} deep; at most {MAX_DEPTH} levels are read")
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+            elif isinstance(event, yaml.AliasEvent):
+                aliases += 1
+                if aliases > MAX_ALIASES:
+                    raise UserError(f"{path}: more than {MAX_ALIASES} aliases (*name)")
+    except yaml.YAMLError:
+        return  # the parse proper reports it, with its line
