@@ -104,4 +104,23 @@ def test_run_schema_describes_report_json_with_units_in_the_names(capsys):
 
 def test_an_unknown_policy_names_the_known_ones(capsys):
     code, _, err = run(capsys, "run", "--local", "--policies", "planner,fifo")
-    assert code == 2 and "unknown policies fifo; known: fifo-single-domain" in err
+    assert code == 2 and "unknown policies fifo (did you mean 'fifo-single-domain'?); known: " \
+        "fifo-single-domain" in err
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("xds ")
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["run", "--local", "--policies", "planer"], "did you mean 'planner'?"),
+    (["index", "--model", "lama2-7b"], "did you mean 'llama2-7b'?"),
+    (["plan", "--job", "llama2-70b"], "did you mean 'llama2-70b-pretrain'?"),
+    (["serve", "--detach"], "--detach leaves the app on a Ray cluster"),
+])
+def test_a_typo_gets_a_suggestion_and_a_wrong_combination_a_reason(capsys, tmp_path, argv,
+                                                                    hint):
+    assert main(argv + (["--out", str(tmp_path / "o")] if argv[0] == "run" else [])) == 2
+    err = capsys.readouterr().err
+    assert hint in err and len(err.strip().splitlines()) == 1

@@ -40,7 +40,8 @@ def test_a_serve_url_makes_the_served_policy_where_there_is_one():
 
 
 def test_unknown_names_and_options_are_refused_clearly():
-    with pytest.raises(UserError, match="unknown policies fifo; known: fifo-single-domain"):
+    with pytest.raises(UserError, match=r"unknown policies fifo \(did you mean "
+                                        r"'fifo-single-domain'\?\); known: fifo-single-domain"):
         make_policy("fifo", Weights())
     with pytest.raises(ValueError, match="servce_url"):
         PolicyOptions.model_validate({"servce_url": "http://x"})

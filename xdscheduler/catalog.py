@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 
@@ -160,13 +161,22 @@ _ACCELERATOR_KEYS = {
 _MODEL_KEYS = {_key(m.name): m for m in MODELS.values()}
 
 
+def did_you_mean(name: str, known) -> str:
+    """", did you mean X?" for the closest known name, or nothing."""
+    lowered = str(name).lower()
+    match = next((k for k in known if k.lower().startswith(lowered)), None)  # a name cut short
+    if match is None:
+        close = difflib.get_close_matches(lowered, [k.lower() for k in known], n=1, cutoff=0.6)
+        match = next((k for k in known if close and k.lower() == close[0]), None)
+    return f" (did you mean {match!r}?)" if match else ""
+
+
 def accelerator(name: str) -> Accelerator:
     """Look an accelerator up by name or alias, ignoring case and punctuation."""
     found = _ACCELERATOR_KEYS.get(_key(name))
     if found is None:
-        raise UserError(
-            f"unknown accelerator {name!r}; known: {', '.join(sorted(ACCELERATORS))}"
-        )
+        raise UserError(f"unknown accelerator {name!r}{did_you_mean(name, ACCELERATORS)}; "
+                        f"known: {', '.join(sorted(ACCELERATORS))}")
     return found
 
 
@@ -174,5 +184,6 @@ def model(name: str) -> ModelArch:
     """Look a model architecture up by name, ignoring case and punctuation."""
     found = _MODEL_KEYS.get(_key(name))
     if found is None:
-        raise UserError(f"unknown model {name!r}; known: {', '.join(sorted(MODELS))}")
+        raise UserError(f"unknown model {name!r}{did_you_mean(name, MODELS)}; "
+                        f"known: {', '.join(sorted(MODELS))}")
     return found

@@ -317,9 +317,19 @@ GPUS = number(int, 1, 1 << 20)
 DEGREE = number(int, 1, 1 << 16)  # a parallel degree
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("xdscheduler")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="xds", description="Schedule large-model training across compute domains.")
+    parser.add_argument("--version", action="version", version=f"xds {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, fn: Callable, help: str) -> argparse.ArgumentParser:

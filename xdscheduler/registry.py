@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+from xdscheduler.catalog import did_you_mean
 from xdscheduler.errors import UserError
 from xdscheduler.planner.policy import Policy
 from xdscheduler.scenario import Strict, Weights
@@ -59,7 +60,9 @@ def check(policies: list[str]) -> None:
     known = names()
     unknown = [p for p in policies if p not in known]
     if unknown:
-        raise UserError(f"unknown policies {', '.join(unknown)}; known: {', '.join(known)}")
+        hint = did_you_mean(unknown[0], known)
+        raise UserError(f"unknown policies {', '.join(unknown)}{hint}; known: "
+                        f"{', '.join(known)}")
 
 
 def make_policy(name: str, weights: Weights, options: PolicyOptions | dict | None = None

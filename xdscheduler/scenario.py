@@ -243,8 +243,9 @@ class Scenario(FileModel):
         for job in self.jobs:
             if job.name == name:
                 return job
-        known = ", ".join(j.name for j in self.jobs)
-        raise UserError(f"no job {name!r} in scenario {self.name!r}; jobs: {known}")
+        names = [j.name for j in self.jobs]
+        raise UserError(f"no job {name!r} in scenario {self.name!r}"
+                        f"{catalog.did_you_mean(name, names)}; jobs: {', '.join(names)}")
 
 
 def _where(loc: tuple) -> str:
