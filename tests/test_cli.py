@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -124,3 +125,13 @@ def test_a_typo_gets_a_suggestion_and_a_wrong_combination_a_reason(capsys, tmp_p
     assert main(argv + (["--out", str(tmp_path / "o")] if argv[0] == "run" else [])) == 2
     err = capsys.readouterr().err
     assert hint in err and len(err.strip().splitlines()) == 1
+
+
+def test_off_a_terminal_a_study_logs_its_progress_with_the_time(capsys, tmp_path):
+    code = main(["run", "--local", "--policies", "planner", "--hours", "2", "--out",
+                 str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if "xdscheduler.runtime.study: planner:" in x]
+    assert code == 0 and lines, err
+    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ", lines[0])
+    assert "jobs done at" in lines[-1]

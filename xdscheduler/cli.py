@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Callable
 
@@ -447,7 +448,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Stderr(logging.StreamHandler):
+    """A handler writing to whatever `sys.stderr` is when it writes (a redirection, a capture)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
+def _logging() -> None:
+    """Our progress and events on standard error, with a time (what a log file needs); other
+    libraries' loggers are left as they are."""
+    logger = logging.getLogger("xdscheduler")
+    if not logger.handlers:
+        handler = _Stderr()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+
+
 def main(argv: list[str] | None = None) -> int:
+    _logging()
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as stop:  # --help (0), or a bad argument, said in one line (2)

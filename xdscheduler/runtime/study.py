@@ -4,6 +4,7 @@ on Ray (a controller actor per policy, owning its domain actors) or in this proc
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import sys
 import time
@@ -48,6 +49,8 @@ from xdscheduler.sim.recovery import study_faults
 from xdscheduler.sim.truth import Truth
 
 CHUNK_S = 3600.0  # the driver advances each controller an hour at a time (progress, control)
+LOG_EVERY_S = 30.0  # off a terminal: a progress line this often
+log = logging.getLogger(__name__)
 __all__ = ["run_here", "run_on_ray", "run_study", "study_dynamics", "study_jobs"]
 
 
@@ -59,9 +62,32 @@ def _bar(jobs: int, label: str, show: bool):
     return tqdm(total=jobs, desc=f"{label:>20}", unit="job", file=sys.stderr, leave=True)
 
 
+class _LogProgress:
+    """Progress for logs, where no bar is drawn: a line every LOG_EVERY_S of wall time with the
+    jobs done and, from the pace so far, the time left."""
+
+    def __init__(self, jobs: int, label: str):
+        self.jobs, self.label = jobs, label
+        self.start = time.monotonic()
+        self.last = -math.inf
+
+    def update(self, status: dict) -> None:
+        now = time.monotonic()
+        if now - self.last < LOG_EVERY_S and not status["finished"]:
+            return
+        self.last = now
+        done, elapsed = status["completed"], now - self.start
+        left = "" if status["finished"] or not done else \
+            f", about {elapsed * (self.jobs - done) / done:.0f} s to go"
+        log.info("%s: %d/%d jobs done at %.1f simulated h after %.0f s%s", self.label, done,
+                 self.jobs, status["now_s"] / 3600, elapsed, left)
+
+
 def _follow(advance, jobs: int, label: str, show: bool) -> None:
-    """Advance a study an hour of simulated time at a time, showing jobs done."""
+    """Advance a study an hour of simulated time at a time, showing jobs done (a bar on a
+    terminal, log lines elsewhere)."""
     bar = _bar(jobs, label, show)
+    lines = None if bar is not None else _LogProgress(jobs, label)
     t = 0.0
     while True:
         t += CHUNK_S
@@ -70,6 +96,8 @@ def _follow(advance, jobs: int, label: str, show: bool) -> None:
             bar.n = status["completed"]
             bar.set_postfix_str(f"{status['now_s'] / 3600:.0f} sim-h")
             bar.refresh()
+        else:
+            lines.update(status)
         if status["finished"]:
             break
     if bar is not None:
@@ -204,10 +232,6 @@ def _run_study(scn: Scenario, policies: list[str], hours: float, seed: int,
         else:
             runs[name] = run_on_ray(scn, jobs, name, dynamics, hours, realtime, show,
                                     policy_options, journal_path, mine, demand, real, speed)
-        done = sum(r.end_s is not None for r in runs[name].jobs)
-        if not show:  # logs (e.g. of a Ray job) still get a line per policy
-            print(f"{name}: {done}/{len(jobs)} jobs done, {runs[name].wall_s:.0f} s",
-                  file=sys.stderr)
     policies = {n: PolicyReport(**dict(summarise(r, scn.weights, ideal, view, hours * 3600)),
                                 single_domain=r.single_domain,
                                 swings=swing_summary(r.swings, moves=r.relocations),
