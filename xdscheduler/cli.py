@@ -166,48 +166,43 @@ def cmd_plan(args) -> None:
 # ---------------------------------------------------------------- run
 
 
-def _resume(args) -> None:
-    """`--resume OUT`: the interrupted study's own parameters, from OUT/study.json."""
-    from pathlib import Path
+def _resume(args):
+    """`--resume OUT`: the interrupted study's own parameters, from OUT/study.json, set on
+    `args`; returns its scenario."""
+    from xdscheduler.runtime.folder import SPEC, StudyFolder
+    from xdscheduler.scenario import parse_scenario
 
-    from xdscheduler.runtime.folder import StudyFolder
-
-    given = [f for f in ("scenario", "policies", "seed", "faults", "policy_path", "serve_url")
-             if getattr(args, f) is not None]
-    if given or args.local or args.force:
+    given = [f"--{f.replace('_', '-')}" for f in ("scenario", "policies", "seed", "faults",
+                                                  "policy_path", "serve_url", "local", "force")
+             if getattr(args, f) is not None and getattr(args, f) is not False]
+    if given:
         raise UserError("--resume takes the study's own parameters from its folder: leave out "
-                        + ", ".join(f"--{f.replace('_', '-')}" for f in given) or "--local/--force")
+                        + ", ".join(given))
     spec = StudyFolder(args.resume).spec()
     args.out, args.hours, args.seed = args.resume, spec.hours, spec.seed
     args.policies, args.faults, args.forecast = ",".join(spec.policies), spec.faults, spec.forecast
     args.realtime, args.speed = spec.realtime, spec.speed
     args.policy_path, args.serve_url = spec.policy_path, spec.serve_url
-    args.scenario = _scenario_file(spec.scenario, Path(args.resume))
+    return parse_scenario(spec.scenario, f"{args.resume}/{SPEC}")
 
 
-def _scenario_file(doc: dict, folder) -> str:
-    """The recorded scenario as a file beside the study (what `load_scenario` reads)."""
-    import yaml
-
-    from xdscheduler.runtime.folder import write_atomic
-
-    path = folder / "scenario.yaml"
-    write_atomic(path, yaml.safe_dump(doc, sort_keys=False))
-    return str(path)
-
-
-def _live_options(args, scn, options: dict) -> None:
-    """Check --speed and --dashboard, and start the dashboard's Serve app when asked."""
+def _serve(args, scn) -> str | None:
+    """The Serve app this run needs started (for `--serve` or `--dashboard`): its URL."""
     if args.speed != 1.0 and not args.realtime:
         raise UserError("--speed paces a live study: add --realtime")
-    if args.dashboard is None:
-        return
-    if not args.realtime or args.local:
+    if args.dashboard is not None and (not args.realtime or args.local):
         raise UserError("--dashboard shows a live study on Ray: add --realtime, leave out --local")
+    if args.serve and not args.serve_url and args.local:
+        raise UserError("--serve needs Ray; leave out --local")
+    if args.dashboard is None and not (args.serve and not args.serve_url):
+        return None
     from xdscheduler.serving.app import start
 
-    url = start(args.address, args.policy_path, scn, port=args.dashboard)
-    print(f"dashboard: {url}/   metrics: {url}/metrics", file=sys.stderr, flush=True)
+    url = start(args.address, args.policy_path, scn,
+                port=8000 if args.dashboard is None else args.dashboard)
+    if args.dashboard is not None:
+        print(f"dashboard: {url}/   metrics: {url}/metrics", file=sys.stderr, flush=True)
+    return url
 
 
 def cmd_run(args) -> None:
@@ -222,20 +217,14 @@ def cmd_run(args) -> None:
     if args.schema:
         _print_json(Report.model_json_schema())
         return
-    if args.resume:
-        _resume(args)
-    scn = load_scenario(args.scenario or default_scenario_path())
+    scn = _resume(args) if args.resume else load_scenario(args.scenario
+                                                          or default_scenario_path())
     policies = parse_policies(args.policies)
     seed = scn.seed if args.seed is None else args.seed
     out = Path(args.out)
-    options = {"policy_path": args.policy_path, "serve_url": args.serve_url}
-    if args.serve and not args.serve_url:
-        if args.local:
-            raise UserError("--serve needs Ray; leave out --local")
-        from xdscheduler.serving.app import start
-
-        options["serve_url"] = start(args.address, args.policy_path, scn)
-    _live_options(args, scn, options)
+    started = _serve(args, scn)
+    serve_url = args.serve_url or (started if args.serve else None)
+    options = {"policy_path": args.policy_path, "serve_url": serve_url}
     report = run_study(scn, policies, args.hours, seed, out, address=args.address,
                        local=args.local, realtime=args.realtime, speed=args.speed,
                        policy_options=options, faults=args.faults, forecast=args.forecast,

@@ -9,6 +9,7 @@ jobs that complete, are cancelled or fail.
 from __future__ import annotations
 
 import math
+from functools import cache
 from statistics import NormalDist
 
 import numpy as np
@@ -77,6 +78,7 @@ def _limits(total_gpus: int, cluster: str, min_gpus: int) -> tuple[dict, int]:
     return stats, high
 
 
+@cache  # a pure function of its arguments, asked when a study is sized and when it is drawn
 def gpu_s_per_job(total_gpus: int, seed: int, cluster: str = "kalos",
                   min_gpus: int = 8) -> float:
     """Expected accelerator-seconds of one generated job: what `generate_jobs` divides the
@@ -85,6 +87,14 @@ def gpu_s_per_job(total_gpus: int, seed: int, cluster: str = "kalos",
     probe_g, probe_t = _sizes_and_runs(np.random.default_rng(seed + 1), 20000, stats,
                                        min_gpus, high)
     return float(np.mean(probe_g * probe_t))
+
+
+def mean_jobs(hours: float, total_gpus: int, seed: int, load: float = 0.9,
+              cluster: str = "kalos", min_gpus: int = 8) -> float:
+    """How many jobs `generate_jobs` draws on average (it draws a Poisson count of this mean):
+    known before any is drawn, to size a study."""
+    return load * total_gpus * (hours * 3600) / gpu_s_per_job(total_gpus, seed, cluster,
+                                                               min_gpus)
 
 
 def generate_jobs(hours: float, total_gpus: int, seed: int, load: float = 0.9,
@@ -98,9 +108,8 @@ def generate_jobs(hours: float, total_gpus: int, seed: int, load: float = 0.9,
     """
     stats, high = _limits(total_gpus, cluster, min_gpus)
     rng = np.random.default_rng(seed)
-    per_job = gpu_s_per_job(total_gpus, seed, cluster, min_gpus)
     horizon_s = hours * 3600
-    n = rng.poisson(load * total_gpus * horizon_s / per_job)
+    n = rng.poisson(mean_jobs(hours, total_gpus, seed, load, cluster, min_gpus))
     arrivals = np.sort(rng.uniform(0, horizon_s, n))
     gpus, runs = _sizes_and_runs(rng, n, stats, min_gpus, high)
     jobs = []

@@ -17,7 +17,28 @@ MAX_ALIASES = 100  # *references to anchors: each can multiply what is built
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (the last would win)."""
+    """SafeLoader that refuses a key given twice in one mapping (the last would win), and
+    nesting and aliases beyond the limits as it meets them, before it recurses or expands."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self.depth = self.aliases = 0
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            self.aliases += 1
+            if self.aliases > MAX_ALIASES:
+                raise UserError(f"{self.name}: more than {MAX_ALIASES} aliases (*name)")
+        nested = isinstance(event, yaml.CollectionStartEvent)
+        self.depth += nested
+        if self.depth > MAX_DEPTH:
+            raise UserError(f"{self.name}: line {event.start_mark.line + 1} is nested "
+                            f"{self.depth} deep; at most {MAX_DEPTH} levels are read")
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= nested
 
     def construct_mapping(self, node, deep=False):
         seen: dict = {}
@@ -46,14 +67,17 @@ def read_yaml(path: str | Path, what: str = "file") -> object:
     """The parsed document at `path`; UserError naming the file and what is wrong with it."""
     path = Path(path)
     text = _text(path, what)
-    _shape(text, path)
+    loader = _Loader(text)
+    loader.name = str(path)
     try:
-        return yaml.load(text, Loader=_Loader)  # a SafeLoader: builds plain data only
+        return loader.get_single_data()  # a SafeLoader: builds plain data only
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         problem = getattr(err, "problem", None) or err
         raise UserError(f"{path}:{where} is not valid YAML: {problem}") from None
+    finally:
+        loader.dispose()
 
 
 def _text(path: Path, what: str) -> str:
@@ -75,23 +99,3 @@ def _text(path: Path, what: str) -> str:
     except UnicodeDecodeError as err:
         raise UserError(f"{what} {path} is not UTF-8 text (byte {err.start}); save it as "
                         f"UTF-8") from None
-
-
-def _shape(text: str, path: Path) -> None:
-    """Refuse deep nesting and many aliases from the event stream, before anything is built."""
-    depth = aliases = 0
-    try:
-        for event in yaml.parse(text, Loader=_Loader):
-            if isinstance(event, yaml.CollectionStartEvent):
-                depth += 1
-                if depth > MAX_DEPTH:
-                    raise UserError(f"{path}: line {event.start_mark.line + 1} is nested "
-                                    f"{depth} deep; at most {MAX_DEPTH} levels are read")
-            elif isinstance(event, yaml.CollectionEndEvent):
-                depth -= 1
-            elif isinstance(event, yaml.AliasEvent):
-                aliases += 1
-                if aliases > MAX_ALIASES:
-                    raise UserError(f"{path}: more than {MAX_ALIASES} aliases (*name)")
-    except yaml.YAMLError:
-        return  # the parse proper reports it, with its line

@@ -46,9 +46,7 @@ def _domains(engine) -> list[dict]:
 
 
 def _links(view) -> list[dict]:
-    base = view.base_bandwidth_gbps if view.base_bandwidth_gbps is not None \
-        else view.bandwidth_gbps
-    base_rtt = view.base_rtt_ms if view.base_rtt_ms is not None else view.rtt_ms
+    base, base_rtt = view.leased
     k = len(view.names)
     return [{"a": view.names[a], "b": view.names[b],
              "bandwidth_gbps": float(view.bandwidth_gbps[a, b]),

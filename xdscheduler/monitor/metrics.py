@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 
 from xdscheduler.faults.failure_model import KINDS as FAULT_KINDS
 from xdscheduler.perception.indicators import INDICATORS
+from xdscheduler.sim.measurement import Action
 
 GBIT = 1e9 / 8  # bytes per second in a Gbit/s
 # indicator -> (metric name, factor from the indicator's unit to the metric's base unit)
@@ -161,7 +162,7 @@ class StudyMetrics:
     def observe(self, policy: str, decisions: list[dict]) -> None:
         for d in decisions:
             self.decisions.labels(policy, d["action"]).inc()
-            if d["action"] != "requeue":  # a requeue is the engine's, not a decision
+            if d["action"] != Action.REQUEUE:  # the engine's, not a decision (as in reports)
                 self.latency.labels(policy).observe(d["decision_ms"] / 1e3)
 
     def text(self) -> bytes:

@@ -7,11 +7,12 @@ engine starts a job at the speed the search predicted without estimating it agai
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from xdscheduler.costmodel.plan import Plan
 from xdscheduler.planner.objective import Objective
-from xdscheduler.planner.space import PIPELINE, SINGLE
+from xdscheduler.planner.space import DATA, PIPELINE, SINGLE
 
 COMMUNICATION = ("dp_comm", "pp_comm", "sync")  # the parts of a step that use the NICs
 
@@ -90,6 +91,17 @@ class Placement:
             return [n for n, g in zip(self.names, self.gpus, strict=True)
                     for _ in range(g // per_stage)]
         return [self.names[0] if self.kind == SINGLE else "+".join(self.names)] * p.pp
+
+    @property
+    def links(self) -> list[tuple[int, int]]:
+        """The WAN links its traffic crosses (domain indices): between consecutive stages of a
+        pipeline, every pair of a replicated job's domains; none inside one domain."""
+        d = self.domains
+        if self.kind == PIPELINE:
+            return list(itertools.pairwise(d))
+        if self.kind == DATA:
+            return [(a, b) for i, a in enumerate(d) for b in d[i + 1:]]
+        return []
 
     @property
     def shape(self) -> tuple:

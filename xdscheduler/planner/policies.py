@@ -44,6 +44,21 @@ _BEST_MFU: dict[tuple, float] = {}  # job shape and cluster -> its best MFU insi
 
 
 @dataclass
+class DecisionQueue:
+    """Which queued jobs get a decision now: the first few, skipping those that did not fit
+    (or were held back) and have seen nothing freed since: the planner's backfill rule."""
+
+    lookahead: int = 8  # queued jobs considered per decision; the rest wait their turn
+    no_fit: dict = field(default_factory=dict)  # job -> free accelerators it did not fit
+
+    def worth_trying(self, job: JobSpec, view: ClusterView) -> bool:
+        return self.no_fit.get(job.name) != tuple(d.available for d in view.domains)
+
+    def did_not_fit(self, job: JobSpec, view: ClusterView) -> None:
+        self.no_fit[job.name] = tuple(d.available for d in view.domains)
+
+
+@dataclass
 class PlannerPolicy:
     """The network-aware plan search, with backfill and re-planning on triggers.
 
@@ -64,11 +79,10 @@ class PlannerPolicy:
     # Online decisions search a leaner grid than `xds plan`: micro-batches of 1-2 cover
     # nearly all of the best plans and halve the candidates.
     options: SearchOptions = ONLINE
-    lookahead: int = 8  # queued jobs considered per decision; the rest wait their turn
-    _no_fit: dict = field(default_factory=dict)  # job -> free accelerators it did not fit
+    queue: DecisionQueue = field(default_factory=DecisionQueue)
 
     def decide(self, queue: list[JobSpec], view: ClusterView, now_s: float) -> list[Placement]:
-        return queue_pass(queue, view, now_s, self._best, self._no_fit, self.lookahead,
+        return queue_pass(queue, view, now_s, self._best, self.queue,
                           giants=not self.single_domain)
 
     @property
@@ -89,7 +103,7 @@ class PlannerPolicy:
         back lets the first queued job that fits no single domain now start there (a spread
         soaks up what the queue cannot use, and yields it when the queue can)."""
         free = [d.available for d in view.domains]
-        waiting = next((q for q in by_response_ratio(queue, view, now_s)[: self.lookahead]
+        waiting = next((q for q in by_response_ratio(queue, view, now_s)[: self.queue.lookahead]
                         if q.gpus_min > max(free)), None)
         if waiting is None:
             return None
@@ -126,26 +140,25 @@ PlaceOne = Callable[[JobSpec, ClusterView, bool], Placement | None]
 
 
 def queue_pass(queue: list[JobSpec], view: ClusterView, now_s: float, place: PlaceOne,
-               no_fit: dict, lookahead: int, giants: bool = True) -> list[Placement]:
+               decisions: DecisionQueue, giants: bool = True) -> list[Placement]:
     """The planner's pass over the queue, with `place(job, view, modest)` deciding each job:
     by response ratio, the first `lookahead` jobs one domain can hold, on a view where what
     the giants hold is free (they are preempted for it), then the giants (unless not
     `giants`), preemptibly, on what is really free; `modest` when more jobs wait behind. A job
-    is skipped while nothing has freed up since it last did not fit (`no_fit`, kept)."""
+    is skipped while nothing has freed up since it last did not fit (`decisions`)."""
     out, most = [], largest_domain(view)
     ordered = by_response_ratio(queue, view, now_s)
-    fitting = [j for j in ordered if j.gpus_min <= most][:lookahead]
+    fitting = [j for j in ordered if j.gpus_min <= most][:decisions.lookahead]
     todo = fitting + ([j for j in ordered if j.gpus_min > most] if giants else [])
     reclaim = view.reclaiming()
     for k, job in enumerate(todo):
         giant = job.gpus_min > most
         seen = view if giant else reclaim
-        free = tuple(d.available for d in seen.domains)
-        if no_fit.get(job.name) == free:
+        if not decisions.worth_trying(job, seen):
             continue  # nothing freed up since it last did not fit
         placement = place(job, seen, k + 1 < len(todo))
         if placement is None:
-            no_fit[job.name] = free
+            decisions.did_not_fit(job, seen)
             continue  # backfill: a later job may fit where this one does not
         out.append(replace(placement, preemptible=giant))
         taken = {i: -n for i, n in placement.taken.items()}

@@ -98,7 +98,10 @@ class ClusterView:
         return replace(self, domains=domains)
 
     def with_reclaimable(self, held: dict[int, int]) -> ClusterView:
-        """The view with `held` (domain index -> count) held by preemptible placements."""
+        """The view with `held` (domain index -> count) held by preemptible placements (none
+        held: this view, whose domains hold none)."""
+        if not held and not any(d.reclaimable_gpus for d in self.domains):
+            return self
         domains = tuple(replace(d, reclaimable_gpus=held.get(i, 0))
                         for i, d in enumerate(self.domains))
         return replace(self, domains=domains)

@@ -42,6 +42,7 @@ from matplotlib.ticker import FuncFormatter, SymmetricalLogLocator
 from tqdm import tqdm
 
 from xdscheduler.errors import UserError
+from xdscheduler.runtime.folder import write_atomic
 from xdscheduler.sim.records import PolicyMetrics, Relocations, Report, Swings
 
 COLUMNS = {
@@ -91,10 +92,7 @@ def write_report(out_dir: Path, report: Report, domains: pd.DataFrame, jobs: pd.
                                                     encoding="utf-8")
     paths: dict[str, Path] = {}
     for name, write in tqdm(writers.items(), desc="report", unit="file", disable=not progress):
-        # through a temporary file renamed over the old: never half a file (a full disk)
-        tmp = out / f".{Path(name).stem}.tmp{Path(name).suffix}"  # the suffix says the format
-        write(tmp)
-        paths[name] = tmp.replace(out / name)
+        paths[name] = write_atomic(out / name, write)  # never half a file (a full disk)
     return paths
 
 

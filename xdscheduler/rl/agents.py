@@ -14,14 +14,13 @@ import numpy as np
 
 from xdscheduler.errors import UserError
 from xdscheduler.planner.placement import Placement
-from xdscheduler.planner.policies import PlannerPolicy, is_giant, queue_pass
+from xdscheduler.planner.policies import DecisionQueue, PlannerPolicy, is_giant, queue_pass
 from xdscheduler.planner.search import JobSpec, describe
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.rl.candidates import (
     LOWER_CHOICES,
     WAIT,
     Choices,
-    DecisionQueue,
     choices,
     lower_observation,
     upper_observation,
@@ -75,6 +74,11 @@ class Step:
     explanation: dict
 
 
+# The lower step under LOWER "search": the search's best plan, decided before any agent acts.
+SEARCH_STEP = Step("lower", 0, [1.0], [0], {"summary": "the search's best plan in this "
+                                                       "allocation", "contributions": {}})
+
+
 class Agents:
     """The upper and lower modules, restored for inference without the trainer."""
 
@@ -118,13 +122,13 @@ class Agents:
         return int(members[b if b < len(members) else 0])
 
     def decide(self, job: JobSpec, view: ClusterView, queue_len: int = 1,
-               now_s: float = 0.0, lower: str = LOWER) -> AgentDecision | None:
-        return decide(self, self.weights, job, view, queue_len, now_s, lower)
+               now_s: float = 0.0) -> AgentDecision | None:
+        return decide(self, self.weights, job, view, queue_len, now_s)
 
 
 def decide(stepper, weights: Weights, job: JobSpec, view: ClusterView,
-           queue_len: int = 1, now_s: float = 0.0, lower: str = LOWER) -> AgentDecision | None:
-    """Search the candidates here, let the upper agent pick an allocation and, with `lower`
+           queue_len: int = 1, now_s: float = 0.0) -> AgentDecision | None:
+    """Search the candidates here, let the upper agent pick an allocation and, with LOWER
     "agent", the lower agent a plan inside it (in this process or behind the endpoint:
     `stepper.step`); with "search", the search's best plan inside it. None when nothing fits
     now; a verdict with placement None when the upper agent waits."""
@@ -144,9 +148,7 @@ def decide(stepper, weights: Weights, job: JobSpec, view: ClusterView,
                         "steps": [up.explanation]}, ms)
     members = ch.groups[up.choice]
     low = stepper.step("lower", lower_observation(ch, up.choice, queue_len),
-                       lower_options(ch, up.choice)) if lower == "agent" else \
-        Step("lower", 0, [1.0], [0], {"summary": "the search's best plan in this allocation",
-                                      "contributions": {}})
+                       lower_options(ch, up.choice)) if LOWER == "agent" else SEARCH_STEP
     chosen = int(members[low.choice if low.choice < len(members) else 0])
     ms = (time.perf_counter() - start) * 1000
     why = explanation(ch, chosen, up.choice)
@@ -259,7 +261,7 @@ class PPOPolicy:
             verdict = self.decide_one(job, seen, len(queue), now_s)
             return verdict.placement if verdict is not None else None
 
-        return queue_pass(queue, view, now_s, place, self.queue.no_fit, self.queue.lookahead)
+        return queue_pass(queue, view, now_s, place, self.queue)
 
     def replan(self, job: JobSpec, current: Placement, view: ClusterView) -> Placement | None:
         return self.planner.replan(job, current, view)

@@ -9,7 +9,7 @@ graph as context, so one policy serves every weighting of the objective.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -91,21 +91,6 @@ class Choices:
         the job off."""
         p = placement_at(self.ev, i, self.view, self.job, explanation, decision_ms)
         return replace(p, keep_off=self.keep_off[group])
-
-
-@dataclass
-class DecisionQueue:
-    """Which queued jobs get a decision now: the first few, skipping those that did not fit
-    (or were held back) and have seen nothing freed since: the planner's backfill rule."""
-
-    lookahead: int = 8
-    no_fit: dict = field(default_factory=dict)
-
-    def worth_trying(self, job: JobSpec, view: ClusterView) -> bool:
-        return self.no_fit.get(job.name) != tuple(d.available for d in view.domains)
-
-    def did_not_fit(self, job: JobSpec, view: ClusterView) -> None:
-        self.no_fit[job.name] = tuple(d.available for d in view.domains)
 
 
 def choices(job: JobSpec, view: ClusterView, weights: Weights, now_s: float = 0.0,

@@ -26,13 +26,12 @@ import gymnasium as gym
 import numpy as np
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 
-from xdscheduler.planner.policies import PlannerPolicy
+from xdscheduler.planner.policies import DecisionQueue, PlannerPolicy
 from xdscheduler.rl.candidates import (
     LOWER_CHOICES,
     UPPER_CHOICES,
     WAIT,
     Choices,
-    DecisionQueue,
     choices,
     lower_observation,
     observation_space,

@@ -76,6 +76,7 @@ class XdsService:
         # sends (persistence until FIT_DAYS of it arrive; a refit once a day).
         self.forecaster = forecaster
         self.forecasts = OnlineModels()
+        self.board = None  # the live studies' board, once found (`_board`)
 
     @app.post("/policy/act")
     def act(self, request: ActRequest) -> ActResponse:
@@ -150,13 +151,15 @@ class XdsService:
         return Response(studies + endpoint_metrics().text(), media_type=CONTENT_TYPE_LATEST)
 
     def _board(self, method: str, *args):
-        """Ask the board (None when no live study has made one, or it is gone)."""
-        found = find_board()
-        if found is None:
+        """Ask the board (None when no live study has made one, or it is gone). Its handle is
+        looked up once and again only after it failed: the dashboard asks every second."""
+        self.board = self.board or find_board()
+        if self.board is None:
             return None
         try:
-            return ray.get(getattr(found, method).remote(*args), timeout=10)
+            return ray.get(getattr(self.board, method).remote(*args), timeout=10)
         except (RayActorError, ray.exceptions.GetTimeoutError):
+            self.board = None
             return None
 
     @app.get("/healthz")

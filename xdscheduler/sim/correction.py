@@ -18,7 +18,6 @@ nominal model would have said, and what the job ran at: the study's prediction e
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, replace
 
@@ -26,7 +25,7 @@ import numpy as np
 
 from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.search import JobSpec, estimate_placement
-from xdscheduler.planner.space import PIPELINE, SINGLE
+from xdscheduler.planner.space import SINGLE
 from xdscheduler.planner.view import ClusterView
 
 WEIGHT = 0.3  # of the newest observation; jobs' jitter (sd of ln ~0.08) makes single ones noisy
@@ -60,10 +59,10 @@ class Correction:
     def apply(self, view: ClusterView) -> ClusterView:
         return view.with_factors(self.speed, self.goodput)
 
-    def observe(self, p: Placement, spec: JobSpec, view: ClusterView, true_s: float
-                ) -> Correction:
+    def observe(self, p: Placement, spec: JobSpec, view: ClusterView, true_s: float,
+                step_s: float | None = None) -> Correction:
         """The factors after the job was seen stepping in `true_s` on p under the view's
-        links now."""
+        links now; `step_s`: the model's step on p under these factors, when already known."""
         if p.kind == SINGLE:
             name, cells = "speed", ([p.domains[0]],)
         else:
@@ -72,7 +71,8 @@ class Correction:
         factor = getattr(self, name)
         bumped = factor.copy()
         bumped[cells] *= 1 + BUMP
-        step_s = estimate_placement(p, spec, self.apply(view)).step_time_s
+        if step_s is None:
+            step_s = estimate_placement(p, spec, self.apply(view)).step_time_s
         bumped_s = estimate_placement(p, spec, replace(self, **{name: bumped}).apply(view)
                                       ).step_time_s
         elasticity = math.log(step_s / bumped_s) / math.log1p(BUMP)
@@ -88,9 +88,7 @@ def _narrowest(p: Placement, view: ClusterView) -> tuple[int, int]:
     """The link that bounds a cross-domain placement's WAN traffic: the narrowest between
     consecutive stages, or on the ring of replicas."""
     bw = view.goodput_gbps
-    pairs = (itertools.pairwise(p.domains) if p.kind == PIPELINE
-             else itertools.combinations(p.domains, 2))
-    return min(pairs, key=lambda ab: min(bw[ab], bw[ab[::-1]]))
+    return min(p.links, key=lambda ab: min(bw[ab], bw[ab[::-1]]))
 
 
 def error_figures(predictions: list[Prediction]) -> dict[str, float | None]:

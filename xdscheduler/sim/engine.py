@@ -260,7 +260,7 @@ class Engine:
                 self.faults.resumed(r.name, r.paused_until)
             r.recovering = r.resuming = False
         self.replanning.placed(self, r)
-        self._set_speed(r, p.estimate or self.estimate(r, p), placed=True)
+        self._set_speed(r, p.estimate, placed=True)
         self.log_decision(r, action, p, p.explanation, p.decision_ms, before)
         self._take(p.taken)
         if r not in self.active:
@@ -349,7 +349,7 @@ class Engine:
         if self.faults:
             r.checkpoint_every_s = self.faults.checkpoint_every_s(self.scn, r)
         self.replanning.placed(self, r)
-        self._set_speed(r, self.estimate(r, new), placed=True)
+        self._set_speed(r, placed=True)
         self._take(new.taken)
         return old
 
@@ -381,19 +381,23 @@ class Engine:
         return r.spec.global_batch * r.spec.seq / step, est.stream_window_s * r.slowdown
 
     def refresh_speed(self, r: JobRun) -> None:
-        self._set_speed(r, self.estimate(r, r.placement))
+        self._set_speed(r)
 
-    def _set_speed(self, r: JobRun, est: Estimate, placed: bool = False) -> None:
+    def _set_speed(self, r: JobRun, est: Estimate | None = None, placed: bool = False) -> None:
         """The job trains at its step time on its placement (`est`: the policies' estimate of
-        it), or at the truth's; `placed`: a placement it has just taken."""
+        it, made in this step; None: the model's under the view now), or at the truth's;
+        `placed`: a placement it has just taken."""
+        current = est is None  # then the correction need not estimate it again
+        est = est or self.estimate(r, r.placement)
         tokens = r.spec.global_batch * r.spec.seq
-        step_s = est.step_time_s if self.truth is None else self._observe(r, est, placed)
+        step_s = est.step_time_s if self.truth is None else self._observe(r, est, placed,
+                                                                          current)
         r.rate = tokens / (step_s * r.slowdown)
         r.bytes_per_token = est.cross_domain_bytes_per_step / tokens
         r.price_per_gb = est.wan_price_per_gb
         self._wake(r)
 
-    def _observe(self, r: JobRun, est: Estimate, placed: bool) -> float:
+    def _observe(self, r: JobRun, est: Estimate, placed: bool, current: bool) -> float:
         """The job's true step time now, seen by the policies' model, which learns from it; a
         new placement's prediction is recorded beside it (a fault's slowdown is no error of
         the model: it is left out)."""
@@ -403,7 +407,10 @@ class Engine:
             nominal = estimate_placement(p, r.spec, self.view.with_factors())
             self.predictions.append(Prediction(r.name, self.now, est.step_time_s,
                                                nominal.step_time_s, true_s))
-        self.correction = self.correction.observe(p, r.spec, self.view, true_s)
+        # `current`: est is the model's under this view, which carries the correction's
+        # factors, so the correction's own estimate would be the same
+        self.correction = self.correction.observe(p, r.spec, self.view, true_s,
+                                                  est.step_time_s if current else None)
         self.view = self.correction.apply(self.view)
         return true_s
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from xdscheduler.errors import UserError
 from xdscheduler.network.dynamics import Dynamics
 from xdscheduler.scenario import Job, Scenario, Workload
-from xdscheduler.workload import generate_jobs, gpu_s_per_job
+from xdscheduler.workload import generate_jobs, mean_jobs
 
 # The network is drawn for ten times the arrival window, beyond the engine's drain limit
 # (`engine.DRAIN_FACTOR`): a draw depends on its length, so this span is part of what makes a
@@ -21,9 +21,8 @@ def expected_jobs(scn: Scenario, hours: float, seed: int = 0) -> float:
     if scn.workload is None:
         return float(listed)
     spec = scn.workload
-    gpus = sum(d.gpus for d in scn.domains)
-    per_job = gpu_s_per_job(gpus, seed, spec.cluster, spec.min_gpus)
-    return listed + spec.load * gpus * hours * 3600 / per_job
+    return listed + mean_jobs(hours, sum(d.gpus for d in scn.domains), seed, spec.load,
+                              spec.cluster, spec.min_gpus)
 
 
 def check_size(scn: Scenario, hours: float, seed: int = 0) -> float:

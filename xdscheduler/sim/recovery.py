@@ -196,8 +196,7 @@ class Faults:
         p = r.placement
         write = checkpoint_cost_s(r.spec.arch.params, scn.domains[p.domains[0]].storage.io_gbps / 8)
         nodes = max(1, -(-p.total_gpus // GPUS_PER_NODE))
-        # reading it back takes what writing did (`restore_s`), then the warm-up
-        return plan_checkpoints(nodes, write, write + WARMUP_S,
+        return plan_checkpoints(nodes, write, restore_s(scn, r),
                                 self.node_rate_per_hour).interval_s
 
     def resumed(self, job: str, t: float) -> None:

@@ -13,14 +13,12 @@ The old way (`Switch.RESTART`) restarts on any better plan, when that pays.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 
 from xdscheduler.planner.placement import Placement
-from xdscheduler.planner.space import DATA, PIPELINE
 from xdscheduler.sim import reconfig
 from xdscheduler.sim.measurement import Action
 from xdscheduler.sim.reconfig import (
@@ -129,7 +127,7 @@ class Replanning:
         """What the triggers compare against: the links and loads a placement sees now."""
         bw, rtt = eng.view.bandwidth_gbps, eng.view.rtt_ms
         load = np.array([d.reserved_gpus / max(d.total_gpus, 1) for d in eng.view.domains])
-        links = _links_of(p)
+        links = p.links
         return (np.array([min(bw[a, b], bw[b, a]) for a, b in links]),
                 np.array([rtt[a, b] for a, b in links]), load[list(p.domains)])
 
@@ -326,15 +324,6 @@ class Replanning:
         m.phase, m.switch_s = Phase.DONE, t
         del self.moving[r.name]
         r.count_replan()
-
-
-def _links_of(p: Placement) -> list[tuple[int, int]]:
-    d = p.domains
-    if p.kind == PIPELINE:
-        return list(itertools.pairwise(d))
-    if p.kind == DATA:
-        return [(a, b) for i, a in enumerate(d) for b in d[i + 1:]]
-    return []
 
 
 def _move_cost(eng, r, base: Placement, p: Placement) -> tuple[float, reconfig.SwitchCost, int]:
