@@ -68,14 +68,16 @@ def main() -> None:
 
     from xdscheduler.scenario import default_scenario_path, load_scenario
     from xdscheduler.serving.app import application
+    from xdscheduler.serving.gate import api_token, bearer
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    serve.run(application(load_scenario(default_scenario_path()), forecaster=fc),
+    token = api_token()
+    serve.run(application(load_scenario(default_scenario_path()), token, forecaster=fc),
               name="xds", route_prefix="/", blocking=False)
     payloads = [r.model_dump_json().encode() for r in reqs]
     conn = http.client.HTTPConnection("127.0.0.1", 8000, timeout=30)
-    headers = {"Content-Type": "application/json"}
+    headers = {"Content-Type": "application/json", **bearer(token)}
     for p in payloads[:20]:  # warm-up: first requests pay for routing and imports
         conn.request("POST", "/forecast", p, headers)
         conn.getresponse().read()

@@ -32,12 +32,14 @@ def main() -> None:
     from ray import serve
 
     from xdscheduler.serving.app import APP_NAME, start
+    from xdscheduler.serving.gate import api_token
 
     scn = load_scenario(default_scenario_path())
     w = scn.weights
     states = fixed_states(args.states)
     agents = Agents(w, args.policy_path)
-    client = PolicyClient(start(None, args.policy_path, scn, port=8000))
+    token = api_token()
+    client = PolicyClient(start(None, args.policy_path, scn, port=8000, token=token), token)
     steps = []  # (agent, observation, options) of every agent step met
     for job, view, now in states:
         ch = choices(job, view, w, now)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 from pathlib import Path
 
@@ -10,6 +11,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = REPO / "scenarios"
+# The API token of every app the tests serve; set before Ray starts so that its workers (the
+# controllers that call the apps) have it too.
+API_TOKEN = os.environ.setdefault("XDS_API_TOKEN", "tests-" + secrets.token_hex(12))
+AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
 
 
 def shared_data_dir() -> Path | None:

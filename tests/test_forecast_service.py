@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.conftest import API_TOKEN, AUTH
 from xdscheduler.forecast.hybrid import Forecaster
 from xdscheduler.forecast.service import ForecastRequest, forecast
 
@@ -64,7 +65,7 @@ def _post(body: dict, base: str) -> tuple[int, dict]:
         f"{base}/forecast",
         data=json.dumps(body).encode(),
         method="POST",
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **AUTH},
     )
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
@@ -80,10 +81,10 @@ def test_serve_deployment_over_http(serve_port, fitted):
     from xdscheduler.serving.app import application
 
     f, y, idx = fitted
-    serve.run(application(load_scenario(default_scenario_path()), forecaster=f),
+    serve.run(application(load_scenario(default_scenario_path()), API_TOKEN, forecaster=f),
               name="fitted-forecast", route_prefix=PREFIX, blocking=False)
     try:
-        with urllib.request.urlopen(base + "/healthz", timeout=30) as r:
+        with urllib.request.urlopen(base + "/healthz", timeout=30) as r:  # open: no token
             assert json.loads(r.read())["forecaster"] == "given"
         body = json.loads(request(y, idx).model_dump_json())
         status, out = _post(body, base)

@@ -2,10 +2,12 @@
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -24,7 +26,14 @@ def _free_port() -> int:
 def head(tmp_path):
     """A head node of our own, in its own process group so that we stop exactly it."""
     gcs, dash, agent, agent_grpc, runtime_env = (_free_port() for _ in range(5))
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    # A temp folder of its own: `ray start` leaves a pointer to the cluster it started
+    # (ray_current_cluster) in TMPDIR/ray, where a later `serve run` would follow it to a
+    # cluster long gone. (Short: Ray's socket paths live under it.)
+    own_tmp = tempfile.mkdtemp(prefix="xds-ray-")
+    pointer = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+    before = pointer.read_bytes() if pointer.exists() else None
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+           "TMPDIR": own_tmp}
     ray_bin = Path(sys.executable).with_name("ray")
     proc = subprocess.Popen(
         [str(ray_bin), "start", "--head", "--block", f"--port={gcs}", "--num-cpus=2",
@@ -51,6 +60,9 @@ def head(tmp_path):
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
+    shutil.rmtree(own_tmp, ignore_errors=True)
+    after = pointer.read_bytes() if pointer.exists() else None
+    assert after == before, "the shared ray_current_cluster pointer was left changed"
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import REPO, small_scenario
+from tests.conftest import API_TOKEN, AUTH, REPO, small_scenario
 from xdscheduler.monitor.live import live_state
 from xdscheduler.monitor.metrics import StudyMetrics
 from xdscheduler.monitor.views import fragments, graph_svg, link_color
@@ -223,7 +223,7 @@ def test_the_grafana_dashboard_queries_parse_and_use_exported_metrics(engine):
 
 
 def get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=30) as r:
+    with urllib.request.urlopen(urllib.request.Request(url, headers=AUTH), timeout=30) as r:
         return r.read()
 
 
@@ -301,7 +301,10 @@ def test_the_dashboard_in_headless_chromium_shows_running_jobs_and_domains(live)
     # --virtual-time-budget lets the page's timers run (several polls) before the DOM is dumped
     flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
              "--virtual-time-budget=6000"]
-    done = subprocess.run([*flags, "--dump-dom", f"{url}/"], capture_output=True, text=True,
+    # The token once in the address, as a user opens the dashboard; the page's polls carry it
+    # on as the cookie the first answer set.
+    done = subprocess.run([*flags, "--dump-dom", f"{url}/?token={API_TOKEN}"],
+                          capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     dom = Dom()
@@ -322,7 +325,8 @@ def test_the_dashboard_in_headless_chromium_shows_running_jobs_and_domains(live)
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "dashboard.png"
     done = subprocess.run([*flags, "--window-size=1500,1100", f"--screenshot={shot}",
-                           f"{url}/"], capture_output=True, text=True, timeout=120, cwd=ARTIFACTS)
+                           f"{url}/?token={API_TOKEN}"], capture_output=True, text=True,
+                          timeout=120, cwd=ARTIFACTS)
     assert done.returncode == 0 and shot.stat().st_size > 20_000, done.stderr[-2000:]
 
 

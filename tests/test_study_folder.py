@@ -48,6 +48,8 @@ def test_a_finished_study_is_kept_unless_forced(capsys, tmp_path):
 @pytest.mark.parametrize("argv, reason", [
     (["--resume", "{out}"], "holds no study to resume"),
     (["--resume", "{out}", "--seed", "3"], "leave out --seed"),
+    (["--resume", "{out}", "--hours", "2"], "leave out --hours"),
+    (["--resume", "{out}", "--speed", "2"], "leave out --speed"),
 ])
 def test_resume_needs_a_journal_and_takes_nothing_else(capsys, tmp_path, argv, reason):
     out = tmp_path / "out"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 
@@ -18,6 +19,7 @@ from xdscheduler.forecast import cli as forecast_cli
 from xdscheduler.rl import cli as rl_cli
 from xdscheduler.runtime import cli as runtime_cli
 from xdscheduler.serving import cli as serving_cli
+from xdscheduler.serving.gate import TOKEN_ENV, api_token
 
 
 def _print_json(obj) -> None:
@@ -166,14 +168,20 @@ def cmd_plan(args) -> None:
 # ---------------------------------------------------------------- run
 
 
+# What `xds run` takes when neither the command line nor a resumed study says (None in the
+# parser, so that --resume can tell what was given).
+RUN_DEFAULTS = {"hours": 24.0, "out": "xds-run", "speed": 1.0}
+
+
 def _resume(args):
     """`--resume OUT`: the interrupted study's own parameters, from OUT/study.json, set on
     `args`; returns its scenario."""
     from xdscheduler.runtime.folder import SPEC, StudyFolder
     from xdscheduler.scenario import parse_scenario
 
-    given = [f"--{f.replace('_', '-')}" for f in ("scenario", "policies", "seed", "faults",
-                                                  "policy_path", "serve_url", "local", "force")
+    given = [f"--{f.replace('_', '-')}" for f in (
+        "scenario", "policies", "hours", "seed", "faults", "forecast", "policy_path", "serve_url",
+        "local", "force", "out", "realtime", "speed")
              if getattr(args, f) is not None and getattr(args, f) is not False]
     if given:
         raise UserError("--resume takes the study's own parameters from its folder: leave out "
@@ -186,7 +194,7 @@ def _resume(args):
     return parse_scenario(spec.scenario, f"{args.resume}/{SPEC}")
 
 
-def _serve(args, scn) -> str | None:
+def _serve(args, scn, token: str) -> str | None:
     """The Serve app this run needs started (for `--serve` or `--dashboard`): its URL."""
     if args.speed != 1.0 and not args.realtime:
         raise UserError("--speed paces a live study: add --realtime")
@@ -199,9 +207,10 @@ def _serve(args, scn) -> str | None:
     from xdscheduler.serving.app import start
 
     url = start(args.address, args.policy_path, scn,
-                port=8000 if args.dashboard is None else args.dashboard)
+                port=8000 if args.dashboard is None else args.dashboard, token=token)
     if args.dashboard is not None:
         print(f"dashboard: {url}/   metrics: {url}/metrics", file=sys.stderr, flush=True)
+        serving_cli.announce_token(url, token)
     return url
 
 
@@ -217,14 +226,19 @@ def cmd_run(args) -> None:
     if args.schema:
         _print_json(Report.model_json_schema())
         return
-    scn = _resume(args) if args.resume else load_scenario(args.scenario
-                                                          or default_scenario_path())
+    if args.resume:
+        scn = _resume(args)
+    else:
+        scn = load_scenario(args.scenario or default_scenario_path())
+        vars(args).update({k: v for k, v in RUN_DEFAULTS.items() if getattr(args, k) is None})
     policies = parse_policies(args.policies)
     seed = scn.seed if args.seed is None else args.seed
     out = Path(args.out)
-    started = _serve(args, scn)
+    token = api_token()  # the app started here asks for it; one at --serve-url for its own
+    started = _serve(args, scn, token)
     serve_url = args.serve_url or (started if args.serve else None)
-    options = {"policy_path": args.policy_path, "serve_url": serve_url}
+    options = {"policy_path": args.policy_path, "serve_url": serve_url,
+               "serve_token": os.environ.get(TOKEN_ENV) if args.serve_url else token}
     report = run_study(scn, policies, args.hours, seed, out, address=args.address,
                        local=args.local, realtime=args.realtime, speed=args.speed,
                        policy_options=options, faults=args.faults, forecast=args.forecast,
@@ -375,10 +389,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ppo decides through the Serve endpoint (started here if needed)")
     p.add_argument("--serve-url", help="an endpoint already running, e.g. "
                    "http://127.0.0.1:8000 (implies --serve)")
-    p.add_argument("--hours", type=HOURS, default=24.0,
+    p.add_argument("--hours", type=HOURS,
                    help=f"hours of job arrivals, at most {MAX_HOURS:g} (default 24)")
     p.add_argument("--seed", type=seed, help="seed (default: the scenario's)")
-    p.add_argument("--out", default="xds-run", help="folder for the report (default xds-run); "
+    p.add_argument("--out", help="folder for the report (default xds-run); "
                    "one study at a time, and one that holds a study is refused (see --force, "
                    "--resume)")
     p.add_argument("--force", action="store_true",
@@ -391,7 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--realtime", action="store_true",
                    help="live service: one simulated second per wall-clock second (see "
                         "--speed); its state is on the board the dashboard and /metrics read")
-    p.add_argument("--speed", type=number(float, 0, 86400, above=True), default=1.0,
+    p.add_argument("--speed", type=number(float, 0, 86400, above=True),
                    help="with --realtime: simulated seconds per wall-clock second (default 1)")
     p.add_argument("--dashboard", type=port, metavar="PORT",
                    help="with --realtime: serve the live dashboard (GET /) and Prometheus "

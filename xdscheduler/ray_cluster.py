@@ -23,7 +23,23 @@ def connect(address: str | None) -> None:
     elif os.environ.get("RAY_ADDRESS"):
         ray.init(log_to_driver=False)
     else:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        # on the loopback address: a cluster started here is for this machine alone
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 _node_ip_address="127.0.0.1")
+
+
+def starts_local(address: str | None) -> bool:
+    """Whether `connect(address)` would start a Ray of its own here."""
+    import ray
+
+    return not (address or ray.is_initialized() or os.environ.get("RAY_ADDRESS"))
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def check_address(address: str, timeout_s: float = 5.0) -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+from pydantic import Field
+
 from xdscheduler.catalog import did_you_mean
 from xdscheduler.errors import UserError
 from xdscheduler.planner.policy import Policy
@@ -37,6 +39,8 @@ class PolicyOptions(Strict):
     """Trained modules for the agents (default: the shipped ones)."""
     serve_url: str | None = None
     """Decide through the endpoint at this URL instead of in this process, where the policy can."""
+    serve_token: str | None = Field(default=None, repr=False)
+    """That endpoint's API token (default: XDS_API_TOKEN where the policy runs)."""
 
 
 def names() -> list[str]:

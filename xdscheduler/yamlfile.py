@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from xdscheduler.errors import UserError
+from xdscheduler.textfile import read_text
 
 MAX_BYTES = 1 << 20  # 1 MiB: the largest shipped scenario is a few KB
 MAX_DEPTH = 32  # nesting of mappings and lists
@@ -66,7 +67,7 @@ _Loader.add_implicit_resolver(
 def read_yaml(path: str | Path, what: str = "file") -> object:
     """The parsed document at `path`; UserError naming the file and what is wrong with it."""
     path = Path(path)
-    text = _text(path, what)
+    text = read_text(path, what, MAX_BYTES, "YAML")
     loader = _Loader(text)
     loader.name = str(path)
     try:
@@ -78,24 +79,3 @@ def read_yaml(path: str | Path, what: str = "file") -> object:
         raise UserError(f"{path}:{where} is not valid YAML: {problem}") from None
     finally:
         loader.dispose()
-
-
-def _text(path: Path, what: str) -> str:
-    try:
-        if not path.is_file():  # a folder, a device (/dev/zero), a pipe
-            kind = "a folder" if path.is_dir() else "missing" if not path.exists() \
-                else "not a regular file"
-            raise UserError(f"cannot read {what} {path}: {kind}")
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise UserError(f"{what} {path} is {size:,} bytes; at most {MAX_BYTES:,} are read")
-        data = path.read_bytes()
-    except OSError as err:
-        raise UserError(f"cannot read {what} {path}: {err.strerror or err}") from None
-    if b"\x00" in data:
-        raise UserError(f"{what} {path} is binary (or UTF-16/32); a YAML text in UTF-8 is read")
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise UserError(f"{what} {path} is not UTF-8 text (byte {err.start}); save it as "
-                        f"UTF-8") from None

@@ -6,6 +6,8 @@ published prediction); each forecasts the mean (occupancy) or total (arrivals) o
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import warnings
 from dataclasses import dataclass
 
@@ -15,6 +17,8 @@ import pandas as pd
 from xdscheduler.errors import UserError
 from xdscheduler.forecast.history import fit_history, future_mean, scale_of
 from xdscheduler.forecast.series import Series
+
+log = logging.getLogger(__name__)
 
 TEST_FRACTION = 0.3
 
@@ -149,12 +153,23 @@ def lucid_forecast(series: Series, win: Window, h: int, lucid: pd.Series) -> np.
     return future_mean(np.nan_to_num(pred), h)[win.origins]
 
 
+def has_statsforecast() -> bool:
+    """Whether the AutoETS baseline can run: statsforecast (and its half-dozen dependencies) is
+    the `baselines` extra, needed by nothing else."""
+    found = importlib.util.find_spec("statsforecast") is not None
+    if not found:
+        log.warning("statsforecast is not installed: the auto_ets baseline is left out "
+                    "(pip install 'xdscheduler[baselines]')")
+    return found
+
+
 def baselines(series: Series, win: Window, h: int, lucid: pd.Series | None = None) -> dict:
     base = {
         "persistence": persistence(series, win),
         "seasonal_naive": seasonal_naive(series, win, h),
-        "auto_ets": auto_ets(series, win, h),
     }
+    if has_statsforecast():
+        base["auto_ets"] = auto_ets(series, win, h)
     if lucid is not None:
         base["lucid"] = lucid_forecast(series, win, h, lucid)
     return base

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -52,7 +53,8 @@ def register(subparsers) -> None:
         "phases",
         help="label a loss curve's training phases",
         description="label each step of a loss curve as warm-up, fast "
-        "convergence or stable convergence",
+        "convergence or stable convergence; a curve that does not fall beyond its noise is "
+        "flat (no progress) or diverging (loss rising)",
     )
     p.add_argument("csv", help="CSV with a 'loss' column (optional 'step', 'utilization')")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -117,7 +119,10 @@ def cmd_backtest(args) -> None:
 
 
 def siblings(path: Path, series) -> list:
-    """Other series of the same trace: CSVs beside `path` that read as the same target."""
+    """Other series of the same trace: CSVs beside `path` that read as the same target. One
+    that has the columns but fails to load is left out with a warning: only the file named
+    on the command line may stop the backtest."""
+    from xdscheduler.forecast.csvfile import MissingColumns
     from xdscheduler.forecast.series import load
 
     out = []
@@ -126,8 +131,11 @@ def siblings(path: Path, series) -> list:
             continue
         try:
             sib = load(other, series.target)
-        except UserError:
+        except MissingColumns:
             continue  # another format (or not demand at all): not part of the pool
+        except UserError as err:
+            logging.getLogger("xdscheduler").warning("not pooled: %s", err)
+            continue
         if sib.step_min == series.step_min:
             out.append(sib)
     return out
@@ -142,7 +150,7 @@ def cmd_plot(args) -> None:
 
 
 def cmd_phases(args) -> None:
-    from xdscheduler.forecast.phases import label_csv
+    from xdscheduler.forecast.phases import NAMES, label_csv
 
     result = label_csv(args.csv)
     if args.json:
@@ -150,4 +158,4 @@ def cmd_phases(args) -> None:
         print()
         return
     for seg in result["segments"]:
-        print(f"{seg['phase']:<18} steps {seg['start']}–{seg['end']}")
+        print(f"{seg['phase']:<{max(map(len, NAMES))}} steps {seg['start']}–{seg['end']}")

@@ -7,7 +7,9 @@ has fallen to STABLE_RATE of its value at the end of warm-up.
 
 Recognition: a change point (ruptures, Binseg) on the smoothed descent rate seeds the warm-up
 length; a robust least-squares fit of the shape above (spikes removed by a rolling median and
-down-weighted by a soft-L1 loss) then places both boundaries.
+down-weighted by a soft-L1 loss) then places both boundaries. A curve whose end is not below its
+start by more than its noise has no such phases: it is labelled flat, or diverging where it
+rises by more than its noise.
 """
 
 from __future__ import annotations
@@ -20,9 +22,21 @@ import ruptures as rpt
 from scipy.optimize import least_squares
 
 from xdscheduler.errors import UserError
+from xdscheduler.forecast.csvfile import numbers, read_csv
 
 PHASES = ("warm-up", "fast convergence", "stable convergence")
+FLAT, DIVERGING = 3, 4  # the labels of a curve without those phases, every step the same
+NAMES = (*PHASES, "flat: no progress", "diverging: loss rising")
 STABLE_RATE = 0.03
+# A curve's start and end levels must differ by more than this many robust standard deviations
+# of its step-to-step noise to count as a fall or a rise: a change within the noise band is no
+# progress. (On generated curves of 300+ steps the fall is 1.8 to 100+ times this band; on
+# white noise of 50 steps, 1 in 1000 crosses it.)
+TREND_NOISE = 3.0
+MIN_STEPS = 50
+# recognise's robust fits take about 10 s per 200,000 steps (on 2 cores): a longer curve is
+# refused rather than left to run for minutes.
+MAX_STEPS = 200_000
 
 
 def progress(t: np.ndarray, warmup: float) -> np.ndarray:
@@ -72,11 +86,16 @@ def _spikes(rng, n: int, warmup: float) -> np.ndarray:
 
 
 def recognise(loss: np.ndarray) -> np.ndarray:
-    """Phase (0 warm-up, 1 fast, 2 stable) of every step of a loss curve."""
+    """Phase (0 warm-up, 1 fast, 2 stable) of every step of a loss curve; FLAT or DIVERGING at
+    every step where the curve does not fall beyond its noise."""
     loss = np.asarray(loss, float)
-    if loss.ndim != 1 or len(loss) < 50 or not np.all(np.isfinite(loss)) or np.any(loss <= 0):
-        raise UserError("a loss curve needs at least 50 positive, finite values")
+    if (loss.ndim != 1 or len(loss) < MIN_STEPS or not np.all(np.isfinite(loss))
+            or np.any(loss <= 0)):
+        raise UserError(f"a loss curve needs at least {MIN_STEPS} positive, finite values")
     n = len(loss)
+    trend = _without_descent(np.log(loss))
+    if trend is not None:
+        return np.full(n, trend)
     log_l = np.log(
         pd.Series(loss).rolling(max(n // 200, 5), center=True, min_periods=1).median().to_numpy()
     )
@@ -84,6 +103,21 @@ def recognise(loss: np.ndarray) -> np.ndarray:
     params = _fit(t, log_l, _warmup_guess(log_l))
     _, _, alpha, tau0, warmup = params
     return labels_from(n, warmup, stable_start(n, warmup, alpha, tau0))
+
+
+def _without_descent(log_loss: np.ndarray) -> int | None:
+    """FLAT or DIVERGING where the level of the curve's last steps is not below that of its
+    first by more than TREND_NOISE noise deviations (DIVERGING: above by more); None where it
+    falls. Levels: medians over the first and last 2% of steps (at least 5). Noise: the robust
+    deviation of step-to-step changes over √2 (what a slow trend does not inflate, a spike
+    barely moves)."""
+    k = max(len(log_loss) // 50, 5)
+    drop = float(np.median(log_loss[:k]) - np.median(log_loss[-k:]))
+    step = np.diff(log_loss)
+    noise = 1.4826 * float(np.median(np.abs(step - np.median(step)))) / np.sqrt(2)
+    if drop > TREND_NOISE * noise:
+        return None
+    return DIVERGING if -drop > TREND_NOISE * noise else FLAT
 
 
 def _warmup_guess(log_l: np.ndarray) -> int:
@@ -118,22 +152,27 @@ def _fit(t: np.ndarray, log_l: np.ndarray, w0: int) -> np.ndarray:
 
 
 def label_csv(path: str | Path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"no such file: {path}")
-    df = pd.read_csv(path)
-    if "loss" not in df.columns:
-        raise UserError(f"{path}: needs a 'loss' column (found {', '.join(df.columns)})")
-    loss = pd.to_numeric(df["loss"], errors="coerce").to_numpy(float)
-    steps = df["step"].to_numpy() if "step" in df.columns else np.arange(len(loss))
-    labels = recognise(loss)
+    """Phases of the loss curve in a CSV ('loss', optional 'step'): rows sorted by step, rows of
+    one step averaged."""
+    where = str(path)
+    df = read_csv(path, "loss curve", [("loss",)], optional=("step",))
+    loss = numbers(df, "loss", where, above=True)
+    # steps up to 1e15: whole numbers a float holds exactly
+    steps = (numbers(df, "step", where, high=1e15, whole=True) if "step" in df
+             else np.arange(len(loss)))
+    curve = pd.Series(loss, index=steps).groupby(level=0).mean()
+    if not MIN_STEPS <= len(curve) <= MAX_STEPS:
+        raise UserError(f"{where}: {len(curve):,} steps; a loss curve of {MIN_STEPS} to "
+                        f"{MAX_STEPS:,} steps is read (thin a longer one: every k-th row)")
+    labels = recognise(curve.to_numpy())
+    steps = curve.index.to_numpy()
     edges = np.flatnonzero(np.diff(labels)) + 1
     starts, ends = np.r_[0, edges], np.r_[edges, len(labels)] - 1
     return {
         "steps": len(labels),
-        "phase": [PHASES[k] for k in labels],
+        "phase": [NAMES[k] for k in labels],
         "segments": [
-            {"phase": PHASES[labels[s]], "start": int(steps[s]), "end": int(steps[e])}
+            {"phase": NAMES[labels[s]], "start": int(steps[s]), "end": int(steps[e])}
             for s, e in zip(starts, ends, strict=True)
         ],
     }

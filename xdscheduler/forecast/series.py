@@ -10,6 +10,7 @@ import pandas as pd
 
 from xdscheduler.errors import UserError
 from xdscheduler.forecast import HORIZONS, TARGETS
+from xdscheduler.forecast.csvfile import numbers, pick, read_csv, timestamps
 
 
 @dataclass(frozen=True)
@@ -39,22 +40,33 @@ def parse_horizon(horizon: str, step_min: int) -> int:
     return minutes // step_min
 
 
-def from_frame(df: pd.DataFrame, target: str, name: str = "series") -> Series:
+# The demand columns of each format, per target, in the order tried (each with 'time').
+COLUMNS = {
+    "occupancy": (("running_gpu_num", "pending_gpu_num"), ("active",)),  # Helios, Philly
+    "arrivals": (("submit_gpu_num",),),  # Helios Venus
+}
+MAX_GPUS = 1e9  # one demand value above a billion GPUs is a typo (and would overflow sums)
+# Points of the regular grid a series is resampled onto: 1.9 years at one a minute, 19 at ten.
+# A mistyped year would otherwise ask for centuries of minutes (gigabytes, then a failure).
+MAX_POINTS = 1_000_000
+MAX_STEP_MIN = 1440  # the models need at least one point a day
+
+
+def from_frame(
+    df: pd.DataFrame, target: str, name: str = "series", source: str | None = None
+) -> Series:
     """Demand from a trace's own columns: occupancy = running + pending (Helios) or active
-    (Philly); arrivals = submit_gpu_num (Helios Venus)."""
-    if target not in TARGETS:
-        raise UserError(f"unknown target {target!r}; use occupancy or arrivals")
-    if "time" not in df.columns:
-        raise UserError(f"{name}: no 'time' column (columns: {', '.join(map(str, df.columns))})")
-    time = pd.to_datetime(df["time"], errors="coerce")
-    if time.isna().any():
-        raise UserError(f"{name}: {int(time.isna().sum())} unreadable values in 'time'")
-    y = _demand(df, target, name)
-    s = pd.Series(y, index=pd.DatetimeIndex(time)).groupby(level=0).mean().sort_index()
+    (Philly); arrivals = submit_gpu_num (Helios Venus). Rows are sorted by time and rows of one
+    time averaged. `source`: where the rows came from, for messages (default `name`)."""
+    where = source or name
+    cols = pick(df.columns, _needs(target), where)[1:]
+    y = np.sum([numbers(df, c, where, high=MAX_GPUS) for c in cols], axis=0)
+    time = timestamps(df, "time", where)
+    s = _by_time(time, y)
     if len(s) < 3:
-        raise UserError(f"{name}: needs at least 3 rows, got {len(s)}")
-    step = pd.Timedelta(s.index.to_series().diff().median())
-    step_min = max(int(step.total_seconds() // 60), 1)
+        raise UserError(f"{where}: needs at least 3 distinct times, got {len(s)}")
+    step_min = _step_min(s.index, where)
+    _check_span(time, step_min, where)
     grid = pd.date_range(s.index[0], s.index[-1], freq=f"{step_min}min")
     # Gaps: occupancy holds its last value; nothing was submitted in a missing bin.
     s = s.reindex(grid)
@@ -62,45 +74,48 @@ def from_frame(df: pd.DataFrame, target: str, name: str = "series") -> Series:
     return Series(name, target, s.to_numpy(float), grid, step_min)
 
 
-def _demand(df: pd.DataFrame, target: str, name: str) -> np.ndarray:
-    cols = set(df.columns)
-    if target == "occupancy":
-        if {"running_gpu_num", "pending_gpu_num"} <= cols:
-            return _numeric(df, ["running_gpu_num", "pending_gpu_num"], name).sum(axis=1)
-        if "active" in cols:
-            return _numeric(df, ["active"], name)[:, 0]
-        need = "'running_gpu_num' and 'pending_gpu_num' (Helios) or 'active' (Philly)"
-    else:
-        if "submit_gpu_num" in cols:
-            return _numeric(df, ["submit_gpu_num"], name)[:, 0]
-        need = "'submit_gpu_num' (Helios Venus)"
-    raise UserError(f"{name}: {target} needs columns {need}; found {', '.join(map(str, cols))}")
+def _needs(target: str) -> list[tuple[str, ...]]:
+    if target not in TARGETS:
+        raise UserError(f"unknown target {target!r}; use occupancy or arrivals")
+    return [("time", *cols) for cols in COLUMNS[target]]
 
 
-def _numeric(df: pd.DataFrame, cols: list[str], name: str) -> np.ndarray:
-    out = df[cols].apply(pd.to_numeric, errors="coerce")
-    if out.isna().any().any():
-        raise UserError(f"{name}: non-numeric values in {', '.join(cols)}")
-    return out.to_numpy(float)
+def _by_time(time: pd.DatetimeIndex, values: np.ndarray) -> pd.Series:
+    """Values by time, sorted, one per time (rows of one time averaged)."""
+    return pd.Series(values, index=time).groupby(level=0).mean()
+
+
+def _step_min(index: pd.DatetimeIndex, where: str) -> int:
+    """The series' step: the median gap between its times, in whole minutes (at least 1)."""
+    step = pd.Timedelta(index.to_series().diff().median())
+    step_min = max(int(step.total_seconds() // 60), 1)
+    if step_min > MAX_STEP_MIN:
+        raise UserError(f"{where}: times are {step_min:,} min apart (median); steps of 1 to "
+                        f"{MAX_STEP_MIN} min are read")
+    return step_min
+
+
+def _check_span(time: pd.DatetimeIndex, step_min: int, where: str) -> None:
+    """Refuse a span whose grid at `step_min` would exceed MAX_POINTS, naming its end rows."""
+    lo, hi = int(time.argmin()), int(time.argmax())
+    points = (time[hi] - time[lo]) // pd.Timedelta(minutes=step_min) + 1
+    if points > MAX_POINTS:
+        raise UserError(
+            f"{where}: times run from {time[lo]} (row {lo + 1}) to {time[hi]} (row {hi + 1}), "
+            f"{points:,} points at the {step_min}-min step; at most {MAX_POINTS:,} are read "
+            f"(a mistyped date? else cut the trace)"
+        )
 
 
 def load(path: str | Path, target: str) -> Series:
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"no such file: {path}")
-    try:
-        df = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise UserError(f"{path}: not a readable CSV ({err})") from None
-    return from_frame(df, target, name=path.stem)
+    df = read_csv(path, "trace", _needs(target))
+    return from_frame(df, target, name=Path(path).stem, source=str(path))
 
 
 def load_lucid(path: str | Path) -> pd.Series:
-    """The Lucid project's published 10-minute prediction of GPUs submitted (`pred_gpu_num`)."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"no such file: {path}")
-    df = pd.read_csv(path)
-    if not {"time", "pred_gpu_num"} <= set(df.columns):
-        raise UserError(f"{path}: needs columns 'time' and 'pred_gpu_num'")
-    return pd.Series(df["pred_gpu_num"].to_numpy(float), index=pd.to_datetime(df["time"]))
+    """The Lucid project's published 10-minute prediction of GPUs submitted (`pred_gpu_num`;
+    a model's output, so negative values occur in it and are kept)."""
+    df = read_csv(path, "published prediction", [("time", "pred_gpu_num")])
+    where = str(path)
+    pred = numbers(df, "pred_gpu_num", where, low=-MAX_GPUS, high=MAX_GPUS)
+    return _by_time(timestamps(df, "time", where), pred)

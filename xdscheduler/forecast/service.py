@@ -10,24 +10,37 @@ import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Annotated
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from xdscheduler.errors import UserError
 from xdscheduler.forecast.hybrid import Forecaster, HorizonForecast
 from xdscheduler.forecast.structure import KnownJob, structural_demand
+from xdscheduler.scenario import MAX_DOMAIN_GPUS, MAX_DOMAINS
+
+MAX_MINUTES = 1e7  # ~19 years: further than any plan looks
+MAX_HISTORY = 100_000  # values per request (69 days of minutes)
+EARLIEST, LATEST = datetime(1971, 1, 1), datetime(2200, 1, 1)  # within pandas' range
 
 
-class KnownJobIn(BaseModel):
+class Bounded(BaseModel):
+    """A request body: finite numbers, no unknown keys."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class KnownJobIn(Bounded):
     """A job the caller knows about: when it frees its accelerators, or starts holding them."""
 
-    name: str
-    gpus: int = Field(gt=0)
-    finish_min: float = Field(ge=0)  # predicted minutes from now until it frees its GPUs
-    start_min: float = Field(default=0.0, ge=0)  # when a planned job starts holding them
+    name: str = Field(max_length=200)
+    gpus: int = Field(gt=0, le=MAX_DOMAIN_GPUS)
+    # predicted minutes from now until it frees its GPUs; when a planned job starts holding them
+    finish_min: float = Field(ge=0, le=MAX_MINUTES)
+    start_min: float = Field(default=0.0, ge=0, le=MAX_MINUTES)
 
     @classmethod
     def from_known(cls, job: KnownJob) -> KnownJobIn:
@@ -37,15 +50,29 @@ class KnownJobIn(BaseModel):
         )
 
 
-class ForecastRequest(BaseModel):
-    history: list[float] = Field(min_length=1)  # demand per step, oldest first (≥ a day helps)
-    step_min: int = Field(default=1, gt=0)
-    end_time: datetime | None = None  # time of the last value (default: now)
-    known_jobs: list[KnownJobIn] = []
+class ForecastRequest(Bounded):
+    # demand per step (accelerators), oldest first (≥ a day helps)
+    history: list[Annotated[float, Field(ge=0, le=MAX_DOMAIN_GPUS * MAX_DOMAINS)]] = Field(
+        min_length=1, max_length=MAX_HISTORY)
+    step_min: int = Field(default=1, gt=0, le=1440)
+    # time of the last value (default: now); ISO 8601 text in JSON
+    end_time: datetime | None = Field(default=None, strict=False)
+    known_jobs: list[KnownJobIn] = Field(default=[], max_length=10_000)
     # Which demand series the history is (one per controller): a model is fitted per series
     # on the history it sends, once FIT_DAYS of it exist; `seed` seeds that fit.
-    series: str = "default"
-    seed: int = 0
+    series: str = Field(default="default", max_length=200)
+    seed: int = Field(default=0, ge=0, lt=1 << 32)
+
+    @model_validator(mode="after")
+    def _within_calendar(self) -> ForecastRequest:
+        """The history's first and last minutes lie between EARLIEST and LATEST."""
+        if self.end_time is not None:
+            end = self.end_time.replace(tzinfo=None)
+            start = end - timedelta(minutes=self.step_min * (len(self.history) - 1))
+            if start < EARLIEST or end > LATEST:
+                raise ValueError(f"the history spans {start:%Y-%m-%d} to {end:%Y-%m-%d}; it "
+                                 f"must lie between {EARLIEST:%Y} and {LATEST:%Y}")
+        return self
 
 
 class ForecastResponse(BaseModel):

@@ -168,15 +168,17 @@ def run_here(scn: Scenario, jobs: list[Job], policy: Policy, dynamics: Dynamics,
     return results
 
 
-def study_demand(scn: Scenario, seed: int, faults, serve_url: str | None) -> DemandPlanner:
+def study_demand(scn: Scenario, seed: int, faults, options: dict) -> DemandPlanner:
     """Demand planning for a study: pools above the failure-rate floor (under faults) and holds
-    for the scenario's announced jobs, from a forecaster in process or behind `serve_url`."""
+    for the scenario's announced jobs, from a forecaster in process or behind the policy
+    options' `serve_url`."""
     floor, known = dict(faults.floor) if faults else {}, {j.name for j in scn.jobs}
-    if not serve_url:
+    if not options.get("serve_url"):
         return DemandPlanner(floor, known, seed=seed)
     from xdscheduler.serving.client import ForecastClient
 
-    return DemandPlanner(floor, known, ForecastClient(serve_url), seed)
+    client = ForecastClient(options["serve_url"], options.get("serve_token"))
+    return DemandPlanner(floor, known, client, seed)
 
 
 def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: Path,
@@ -221,7 +223,7 @@ def _run_study(scn: Scenario, policies: list[str], hours: float, seed: int,
     runs: dict[str, Results] = {}
     journal_path = str(folder.journal) if journal and not local else None
     injected = None if faults is None else study_faults(scn, seed, hours, faults)
-    planner = study_demand(scn, seed, injected, (policy_options or {}).get("serve_url")) if (
+    planner = study_demand(scn, seed, injected, policy_options or {}) if (
         forecast or (forecast is None and injected is not None)) else None
     for name in policies:
         mine = copy.deepcopy(injected)  # the same faults for every policy

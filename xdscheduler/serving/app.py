@@ -9,13 +9,15 @@ One ingress deployment holds the trained agents for one scenario and the demand 
 """
 
 # No `from __future__ import annotations`: FastAPI reads the route annotations as classes.
+import os
 import time
 import urllib.request
 from pathlib import Path
 
 import ray
-from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi import FastAPI, HTTPException
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 from ray import serve
@@ -33,10 +35,12 @@ from xdscheduler.monitor import views
 from xdscheduler.monitor.board import board as find_board
 from xdscheduler.monitor.metrics import endpoint_metrics
 from xdscheduler.planner.view import ClusterView
-from xdscheduler.scenario import Scenario, parse_scenario
+from xdscheduler.scenario import Job, Scenario, parse_scenario
+from xdscheduler.serving.gate import TOKEN_ENV, Gate, configure, secured_openapi
 from xdscheduler.serving.schemas import (
     ActRequest,
     ActResponse,
+    ChoiceIn,
     DecideRequest,
     DecideResponse,
     RankedChoice,
@@ -47,28 +51,51 @@ from xdscheduler.serving.schemas import (
 )
 
 APP_NAME = "xds"
+EXAMPLE_JOB = Job(name="example", model="llama2-7b", global_batch=256, tokens=1e9)
 app = FastAPI(title="xdscheduler", description="Placement policy and demand forecast.")
 
 
-@app.middleware("http")
-async def time_requests(request: Request, call_next):
-    start = time.perf_counter()
-    response = await call_next(request)
-    route = request.scope.get("route")
-    endpoint_metrics().observe(getattr(route, "path", "unmatched"),
-                               time.perf_counter() - start)
-    return response
 
 
-@serve.deployment(ray_actor_options={"num_cpus": 0.5}, max_ongoing_requests=16)
+def _observe(route: str, seconds: float) -> None:
+    endpoint_metrics().observe(route, seconds)
+
+
+def _openapi() -> dict:
+    return secured_openapi(app)
+
+
+app.add_middleware(Gate, observe=_observe)
+app.openapi = _openapi
+
+
+@app.exception_handler(RequestValidationError)
+async def refuse_invalid(request, exc: RequestValidationError) -> JSONResponse:
+    """422 with where, what and why of each error, without echoing the input: it may be
+    megabytes, or not representable in JSON at all (NaN)."""
+    return JSONResponse(status_code=422, content={"detail": [
+        {k: e[k] for k in ("type", "loc", "msg")} for e in exc.errors()]})
+
+
+def unprocessable(err: Exception, where: str):
+    """A request that passed the schema but not the checks behind it: 422 in the same shape
+    as the schema's own (FastAPI's validation error), naming where."""
+    return RequestValidationError([{"type": "value_error", "loc": ["body", where],
+                                    "msg": str(err)}])
+
+
+# A replica takes every request it is sent: the router backs off 25 ms and more from a full
+# one (20 clients on 16 slots doubled p99).
+@serve.deployment(ray_actor_options={"num_cpus": 0.5}, max_ongoing_requests=100)
 @serve.ingress(app)
 class XdsService:
-    def __init__(self, scenario: dict, policy_path: str | None = None,
+    def __init__(self, scenario: dict, token: str, policy_path: str | None = None,
                  forecaster: Forecaster | None = None):
         from xdscheduler.rl.agents import Agents
 
+        configure(token)
         scn = parse_scenario(scenario)
-        self.scenario = scn.name
+        self.scenario, self.jobs = scn.name, scn.jobs
         self.base = ClusterView.from_scenario(scn)
         self.agents = Agents(scn.weights, policy_path)
         # A forecaster fitted by the caller answers every series; without one, the model the
@@ -78,8 +105,8 @@ class XdsService:
         self.forecasts = OnlineModels()
         self.board = None  # the live studies' board, once found (`_board`)
 
-    @app.post("/policy/act")
-    def act(self, request: ActRequest) -> ActResponse:
+    @app.post("/policy/act")  # async: milliseconds of work, no thread hop
+    async def act(self, request: ActRequest) -> ActResponse:
         from xdscheduler.rl.candidates import WAIT
 
         start = time.perf_counter()
@@ -87,7 +114,7 @@ class XdsService:
         try:
             obs = observation_arrays(request.observation, space)
         except UserError as err:
-            raise HTTPException(status_code=422, detail=str(err)) from None
+            raise unprocessable(err, "observation") from None
         options = {c.index: c.model_dump() for c in request.choices}
         step = self.agents.step(request.agent, obs, options)
         wait = request.agent == "upper" and step.choice == WAIT
@@ -106,7 +133,8 @@ class XdsService:
             view = view_of(self.base, request.domains, request.links)
             spec = job_spec(request.job)
         except (UserError, ValidationError, ValueError) as err:
-            raise HTTPException(status_code=422, detail=str(err)) from None
+            raise unprocessable(err, "job" if isinstance(err, ValidationError) else "domains"
+                                ) from None
         verdict = self.agents.decide(spec, view, request.queue_len, request.now_s)
         ms = (time.perf_counter() - start) * 1000
         if verdict is None:
@@ -120,10 +148,28 @@ class XdsService:
                               alternatives=verdict.alternatives,
                               explanation=verdict.explanation, decision_ms=ms)
 
-    @app.post("/forecast")
+    @app.get("/policy/example")
+    def example(self) -> ActRequest:
+        """A valid `POST /policy/act` body for the served scenario (its first job on the
+        idle cluster), to copy and change."""
+        from xdscheduler.planner.search import JobSpec
+        from xdscheduler.rl.agents import upper_options
+        from xdscheduler.rl.candidates import choices, upper_observation
+
+        job = JobSpec.of(self.jobs[0] if self.jobs else EXAMPLE_JOB)
+        ch = choices(job, self.base, self.agents.weights, 0.0)
+        if ch is None:
+            raise HTTPException(404, f"{job.name} fits nowhere on the idle cluster")
+        return ActRequest(agent="upper", job=job.name, observation={
+            k: v.tolist() for k, v in upper_observation(ch, 1).items()}, choices=[
+            ChoiceIn(index=i, **o) for i, o in upper_options(ch).items()])
+
+    @app.post("/forecast")  # in a thread: a series' daily refit takes seconds
     def forecast(self, request: ForecastRequest) -> ForecastResponse:
-        fitted = self.forecaster or self.forecasts.fitted(request)
-        return forecast(request, fitted)
+        try:
+            return forecast(request, self.forecaster or self.forecasts.fitted(request))
+        except UserError as err:
+            raise unprocessable(err, "history") from None
 
     @app.get("/", response_class=HTMLResponse)
     def dashboard(self, policy: str | None = None) -> HTMLResponse:
@@ -145,7 +191,7 @@ class XdsService:
         return {"policy": name, "policies": list(shown),
                 "sections": views.fragments(shown[name])}
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     def metrics(self) -> Response:
         studies = self._board("metrics_text") or b""
         return Response(studies + endpoint_metrics().text(), media_type=CONTENT_TYPE_LATEST)
@@ -168,31 +214,47 @@ class XdsService:
                 "forecaster": "given" if self.forecaster else "fitted per series"}
 
 
-def application(scn: Scenario, policy_path: str | Path | None = None,
+def application(scn: Scenario, token: str, policy_path: str | Path | None = None,
                 forecaster: Forecaster | None = None):
-    """The app for one scenario: the trained agents at `policy_path` (default: the shipped
-    ones) and, when given, one fitted forecaster answering every demand series."""
-    return XdsService.bind(scn.model_dump(), str(policy_path) if policy_path else None,
-                           forecaster)
+    """The app for one scenario, asking every request but `/healthz` for `token`: the trained
+    agents at `policy_path` (default: the shipped ones) and, when given, one fitted
+    forecaster answering every demand series."""
+    return XdsService.bind(scn.model_dump(), token,
+                           str(policy_path) if policy_path else None, forecaster)
 
 
 def build(args: dict):
     """Application builder for Serve config files (serve_apps/xds.yaml): args `scenario`
-    (a YAML path, default the default scenario) and `policy_path`."""
+    (a YAML path, default the default scenario) and `policy_path`; the API token from
+    XDS_API_TOKEN (the config's runtime_env env_vars, or the environment of `serve run`)."""
     from xdscheduler.scenario import default_scenario_path, load_scenario
 
+    token = os.environ.get(TOKEN_ENV)
+    if not token:
+        raise UserError(f"set {TOKEN_ENV} (at least 16 characters) for the app's API token: "
+                        f"in the environment of `serve run`, or the config's runtime_env")
     scn = load_scenario(args.get("scenario") or default_scenario_path())
-    return application(scn, args.get("policy_path"))
+    return application(scn, token, args.get("policy_path"))
 
 
 def start(address: str | None, policy_path: str | Path | None, scn: Scenario,
-          port: int = 8000) -> str:
-    """Deploy on the Ray cluster (connecting first) and return the base URL once healthy."""
-    from xdscheduler.ray_cluster import connect
+          port: int = 8000, token: str | None = None) -> str:
+    """Deploy on the Ray cluster (connecting first) and return the base URL once healthy;
+    requests need `token` (default: XDS_API_TOKEN, which must then be set). On a Ray started
+    here the replica serves HTTP itself (`direct_ingress`)."""
+    from xdscheduler.ray_cluster import connect, free_port, starts_local
 
+    token = token or os.environ.get(TOKEN_ENV)
+    if not token:
+        raise UserError(f"the app needs an API token: set {TOKEN_ENV}")
+    direct = starts_local(address)
+    if direct:
+        os.environ.update(direct_ingress(port))
     connect(address)
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(application(scn, policy_path), name=APP_NAME, route_prefix="/", blocking=False)
+    # Serve still starts its proxy: aside (on a free port) where the replica serves `port`
+    serve.start(http_options={"host": "127.0.0.1", "port": free_port() if direct else port})
+    serve.run(application(scn, token, policy_path), name=APP_NAME, route_prefix="/",
+              blocking=False)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -203,3 +265,14 @@ def start(address: str | None, policy_path: str | Path | None, scn: Scenario,
         except OSError:
             time.sleep(0.5)
     raise UserError(f"the Serve application did not become healthy at {url} within 60 s")
+
+
+def direct_ingress(port: int) -> dict[str, str]:
+    """Serve's throughput-optimised mode for a Ray started here, its one replica answering
+    HTTP on `port` itself: no proxy actor in between, whose hop (an actor call for the body,
+    another for each answer) cost 6 of the 8.5 CPU-ms of a `POST /policy/act` on 2 cores
+    (`benchmarks/bench_endpoint_load.py`). Read by Serve's processes when they start."""
+    return {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
+            # the first port of the range is taken; a range of one port is refused
+            "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(port),
+            "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(port + 1)}

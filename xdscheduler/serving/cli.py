@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 from xdscheduler.arguments import port
 from xdscheduler.errors import UserError
+from xdscheduler.serving.gate import TOKEN_ENV, api_token
 
 
 def cmd_serve(args) -> None:
@@ -14,12 +18,26 @@ def cmd_serve(args) -> None:
         raise UserError("--detach leaves the app on a Ray cluster that outlives this process: "
                         "give its --address (an embedded Ray ends with this process)")
     scn = load_scenario(args.scenario or default_scenario_path())
-    url = start(args.address, args.policy_path, scn, port=args.port)
-    print(f"serving POST {url}/policy/act, POST {url}/forecast, GET {url}/healthz, and live "
-          f"studies at GET {url}/ (dashboard) and {url}/metrics (scenario {scn.name}); "
-          f"`serve shutdown` or Ctrl-C ends it")
+    token = api_token()
+    url = start(args.address, args.policy_path, scn, port=args.port, token=token)
+    print(f"serving POST {url}/policy/act, POST {url}/policy/decide, POST {url}/forecast, "
+          f"GET {url}/healthz, and live studies at GET {url}/ (dashboard) and {url}/metrics "
+          f"(scenario {scn.name}; API documented at {url}/docs); `serve shutdown` or Ctrl-C "
+          f"ends it")
+    announce_token(url, token)
     if not args.detach:
         block_until_interrupted()
+
+
+def announce_token(url: str, token: str) -> None:
+    """Say once how to authenticate: the token itself only when this process made it up."""
+    if os.environ.get(TOKEN_ENV) == token:
+        print(f"requests need 'Authorization: Bearer ${TOKEN_ENV}'; in a browser open "
+              f"{url}/?token=${TOKEN_ENV} once", file=sys.stderr)
+        return
+    print(f"API token (shown once; set {TOKEN_ENV} to choose it): {token}\n"
+          f"requests need 'Authorization: Bearer {token}'; in a browser open "
+          f"{url}/?token={token} once", file=sys.stderr)
 
 
 def block_until_interrupted() -> None:

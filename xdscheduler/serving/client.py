@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 from urllib.parse import urlparse
 
 from xdscheduler.errors import UserError
@@ -14,15 +15,20 @@ from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.rl.agents import AgentDecision, PPOPolicy, Step, decide
 from xdscheduler.scenario import Weights
+from xdscheduler.serving.gate import TOKEN_ENV, bearer
 from xdscheduler.serving.schemas import DecideRequest, job_in, placement_from, state_of
 
 
 class PolicyClient:
-    def __init__(self, url: str, timeout_s: float = 10.0):
+    """POSTs to the app at `url` with its API token (default: XDS_API_TOKEN)."""
+
+    def __init__(self, url: str, token: str | None = None, timeout_s: float = 10.0):
         u = urlparse(url)
         if u.scheme != "http" or not u.hostname:
             raise UserError(f"--serve-url must look like http://HOST:PORT, got {url!r}")
         self.host, self.port, self.timeout_s = u.hostname, u.port or 80, timeout_s
+        self.headers = {"Content-Type": "application/json",
+                        **bearer(token or os.environ.get(TOKEN_ENV))}
         self.conn: http.client.HTTPConnection | None = None
 
     def __getstate__(self) -> dict:  # a copy (or a snapshot) opens a connection of its own
@@ -34,7 +40,7 @@ class PolicyClient:
                 self.conn = http.client.HTTPConnection(self.host, self.port,
                                                        timeout=self.timeout_s)
             try:
-                self.conn.request("POST", path, body, {"Content-Type": "application/json"})
+                self.conn.request("POST", path, body, self.headers)
                 resp = self.conn.getresponse()
                 data = resp.read()
             except (OSError, http.client.HTTPException):
@@ -43,6 +49,9 @@ class PolicyClient:
                 if attempt:
                     raise
                 continue
+            if resp.status == 401:
+                raise UserError(f"POST {path} answered 401: give the server's API token "
+                                f"({TOKEN_ENV})")
             if resp.status != 200:
                 raise UserError(f"POST {path} answered {resp.status}: {data[:300]!r}")
             return json.loads(data)
@@ -76,20 +85,21 @@ class ForecastClient:
 
     source = "http"
 
-    def __init__(self, url: str):
-        self.client = PolicyClient(url)
+    def __init__(self, url: str, token: str | None = None):
+        self.client = PolicyClient(url, token)
 
     def answer(self, request: ForecastRequest) -> ForecastResponse:
         return ForecastResponse.model_validate(
             self.client.post("/forecast", request.model_dump_json()))
 
 
-def served_policy(weights: Weights, url: str) -> PPOPolicy:
+def served_policy(weights: Weights, url: str, token: str | None = None) -> PPOPolicy:
     """The `ppo` policy with the agents' steps taken by the endpoint at `url`."""
-    client = PolicyClient(url)
+    client = PolicyClient(url, token)
     return PPOPolicy(weights, lambda job, view, q, now: decide(client, weights, job, view, q,
                                                                now))
 
 
 # The registry's entries from this layer, used when a policy is to decide through `serve_url`.
-SERVED_POLICIES = {"ppo": lambda weights, options: served_policy(weights, options["serve_url"])}
+SERVED_POLICIES = {"ppo": lambda weights, options: served_policy(
+    weights, options["serve_url"], options.get("serve_token"))}

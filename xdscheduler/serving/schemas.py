@@ -13,7 +13,7 @@ accelerators, health, indicators, links now), the placement out.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import Field
@@ -21,51 +21,89 @@ from pydantic import Field
 from xdscheduler.catalog import ModelArch
 from xdscheduler.costmodel.plan import Plan
 from xdscheduler.errors import UserError
-from xdscheduler.perception.graph import INDICATOR_NAMES
+from xdscheduler.perception.graph import INDICATOR_NAMES, graph_size
 from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.rl.candidates import observation_space
-from xdscheduler.scenario import Architecture, GpuRequest, Job, Strict
+from xdscheduler.scenario import (
+    MAX_DOMAIN_GPUS,
+    MAX_DOMAINS,
+    YEAR_S,
+    Architecture,
+    FileModel,
+    GpuRequest,
+    Job,
+    Strict,
+)
+
+MAX_LINK_GBPS = 10_000.0  # as a scenario's links
+MAX_RTT_MS = 2000.0
+Indicator = Annotated[float, Field(ge=-1e12, le=1e12)]
+Term = Annotated[float | None, Field(ge=-1e12, le=1e12)]
 
 
-class JobIn(Strict):
-    name: str
-    model: str | None = None
+class Body(FileModel):
+    """A request body: strict types, finite numbers, no unknown keys."""
+
+
+class JobIn(Body):
+    name: str = Field(min_length=1, max_length=200)
+    model: str | None = Field(default=None, max_length=200)
     architecture: Architecture | None = None
-    global_batch: int = Field(gt=0)
-    seq_len: int | None = Field(default=None, gt=0)
+    global_batch: int = Field(gt=0, le=1 << 24)
+    seq_len: int | None = Field(default=None, gt=0, le=1 << 24)
     gpus: GpuRequest = GpuRequest()
-    tokens: float = Field(default=1.0, gt=0)  # to train: with arrival_s, what the job's
-    arrival_s: float = Field(default=0.0, ge=0)  # efficiency and its wait are measured by
+    tokens: float = Field(default=1.0, gt=0, le=1e16)  # to train: with arrival_s, what the
+    arrival_s: float = Field(default=0.0, ge=0, le=YEAR_S)  # job's efficiency and wait are by
 
 
-class DomainIn(Strict):
-    name: str
-    free_gpus: int
-    reserved_gpus: int = Field(default=0, ge=0)
+class DomainIn(Body):
+    name: str = Field(min_length=1, max_length=200)
+    free_gpus: int = Field(ge=0, le=MAX_DOMAIN_GPUS)
+    reserved_gpus: int = Field(default=0, ge=0, le=MAX_DOMAIN_GPUS)
     up: bool = True
-    indicators: dict[str, float] = Field(default_factory=dict)
+    indicators: dict[str, Indicator] = Field(default_factory=dict, max_length=64)
 
 
-class LinkIn(Strict):
-    a: str
-    b: str
-    bandwidth_gbps: float = Field(ge=0)  # a → b now
-    rtt_ms: float = Field(ge=0)
+class LinkIn(Body):
+    a: str = Field(max_length=200)
+    b: str = Field(max_length=200)
+    bandwidth_gbps: float = Field(ge=0, le=MAX_LINK_GBPS)  # a → b now
+    rtt_ms: float = Field(ge=0, le=MAX_RTT_MS)
 
 
-class ChoiceIn(Strict):
-    index: int = Field(ge=0)
-    summary: str
-    terms: dict[str, float | None]  # efficiency, utilization, cost, objective, step_time_s
+class ChoiceIn(Body):
+    index: int = Field(ge=0, lt=1024)
+    summary: str = Field(max_length=2000)
+    terms: dict[str, Term] = Field(max_length=16)  # efficiency, utilization, cost, objective,
+    # step_time_s
 
 
-class ActRequest(Strict):
+Row = list[float]
+
+
+class Observation(Body):
+    """One agent's view, as `rl.candidates` builds it: the resource graph (N nodes padded to
+    at least 8, E links), the C choices open and the context. Shapes in the 422 when they do
+    not fit the served policy; `GET /policy/example` gives a whole body."""
+
+    nodes: list[Row]  # [N, node features]
+    node_mask: Row  # [N]
+    edge_index: list[Row]  # [2, E]: node indices
+    edges: list[Row]  # [E, edge features]
+    edge_mask: Row  # [E]
+    choices: list[Row]  # [C, choice features]
+    choice_nodes: list[Row]  # [C, N]
+    action_mask: Row  # [C]: 1 where the choice is open
+    context: Row  # [context features]
+
+
+class ActRequest(Body):
     agent: Literal["upper", "lower"]
-    job: str = ""
-    observation: dict[str, list]
-    choices: list[ChoiceIn] = Field(default_factory=list)
+    job: str = Field(default="", max_length=200)
+    observation: Observation
+    choices: list[ChoiceIn] = Field(default_factory=list, max_length=1024)
 
 
 class RankedChoice(Strict):
@@ -85,12 +123,12 @@ class ActResponse(Strict):
     inference_ms: float
 
 
-class DecideRequest(Strict):
+class DecideRequest(Body):
     job: JobIn
-    domains: list[DomainIn]
-    links: list[LinkIn] = Field(default_factory=list)
-    queue_len: int = Field(default=1, ge=0)
-    now_s: float = Field(default=0.0, ge=0)  # the controller's clock, as arrival_s
+    domains: list[DomainIn] = Field(max_length=MAX_DOMAINS)
+    links: list[LinkIn] = Field(default_factory=list, max_length=MAX_DOMAINS * MAX_DOMAINS)
+    queue_len: int = Field(default=1, ge=0, le=1_000_000)
+    now_s: float = Field(default=0.0, ge=0, le=YEAR_S)  # the controller's clock, as arrival_s
 
 
 class DecideResponse(Strict):
@@ -102,27 +140,50 @@ class DecideResponse(Strict):
     decision_ms: float
 
 
-def observation_arrays(observation: dict[str, list], space) -> dict[str, np.ndarray]:
-    """The JSON observation as the arrays the module takes; refused unless it fits `space`, or
-    the same space for a larger cluster (the module takes graphs of any size)."""
-    nodes = np.shape(observation.get("nodes") or [])[:1]
-    if nodes and nodes[0] > space["nodes"].shape[0]:
-        space = observation_space(space["choices"].shape[0], nodes[0])
+def observation_arrays(observation: dict[str, list] | Observation, space
+                       ) -> dict[str, np.ndarray]:
+    """The JSON observation as the arrays the module takes; refused (UserError) unless it fits
+    `space`, or the same space for a larger cluster up to MAX_DOMAINS (the module takes graphs
+    of any size): shapes, finite values within each box's bounds, node indices that exist, and
+    at least one choice open."""
+    if isinstance(observation, Observation):
+        observation = observation.model_dump()
+    nodes = len(observation.get("nodes") or [])
+    if nodes > space["nodes"].shape[0]:
+        if nodes > graph_size(MAX_DOMAINS)[0]:
+            raise UserError(f"observation['nodes'] has {nodes} rows; at most "
+                            f"{graph_size(MAX_DOMAINS)[0]} ({MAX_DOMAINS} domains)")
+        space = observation_space(space["choices"].shape[0], nodes)
     if set(observation) != set(space.spaces):
-        raise UserError(f"observation keys must be {sorted(space.spaces)}, "
-                        f"got {sorted(observation)}")
-    out = {}
-    for key, sub in space.spaces.items():
-        try:
-            arr = np.asarray(observation[key], dtype=np.float32)
-        except (TypeError, ValueError):
-            raise UserError(f"observation[{key!r}] is not an array of numbers") from None
-        if arr.shape != sub.shape:
-            raise UserError(f"observation[{key!r}] has shape {arr.shape}, expected {sub.shape}")
-        if not np.isfinite(arr).all():
-            raise UserError(f"observation[{key!r}] holds a value that is not finite")
-        out[key] = arr
+        raise UserError("observation must have exactly the keys " + ", ".join(
+            f"{k} {list(sub.shape)}" for k, sub in space.spaces.items())
+            + f"; got {sorted(observation)}")
+    out = {key: _array(observation[key], key, sub) for key, sub in space.spaces.items()}
+    n = out["nodes"].shape[0]
+    index = out["edge_index"]
+    if (index >= n).any() or (index != np.round(index)).any():
+        raise UserError(f"observation['edge_index'] holds values that are not node indices "
+                        f"0..{n - 1}")
+    if not (out["action_mask"] > 0.5).any():
+        raise UserError("observation['action_mask'] opens no choice: at least one must be 1")
     return out
+
+
+def _array(value, key: str, sub) -> np.ndarray:
+    try:
+        arr = np.asarray(value, dtype=np.float32)
+    except (TypeError, ValueError, OverflowError):
+        raise UserError(f"observation[{key!r}] is not an array of numbers") from None
+    if arr.shape != sub.shape:
+        raise UserError(f"observation[{key!r}] has shape {list(arr.shape)}, expected "
+                        f"{list(sub.shape)}")
+    if not np.isfinite(arr).all():
+        raise UserError(f"observation[{key!r}] holds a value that is not finite")
+    low, high = np.broadcast_to(sub.low, sub.shape), np.broadcast_to(sub.high, sub.shape)
+    if (arr < low).any() or (arr > high).any():
+        bounds = f"{low.min():g}..{high.max():g}" if np.isfinite(low).all() else "its bounds"
+        raise UserError(f"observation[{key!r}] holds values outside {bounds}")
+    return arr
 
 
 def job_in(spec: JobSpec) -> JobIn:

@@ -1,0 +1,171 @@
+"""What every request to the Serve app passes first: a bounded body, the API token, a timer.
+
+One pure ASGI middleware (Starlette's `BaseHTTPMiddleware` costs a task and a copy per
+request). The token is a bearer token (`Authorization: Bearer <token>`); a browser opens the
+dashboard or `/docs` once with `?token=<token>` and carries it on as a cookie. Only `/healthz`
+is open, so that load balancers and Serve's own checks need no secret.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import secrets
+import time
+from http.cookies import SimpleCookie
+from urllib.parse import parse_qs
+
+TOKEN_ENV = "XDS_API_TOKEN"
+OPEN_PATHS = frozenset({"/healthz"})
+MAX_BODY_BYTES = 2 << 20  # the largest valid body (64 domains, a month of history) is ~1 MiB
+COOKIE = "xds_token"
+
+
+def api_token() -> str:
+    """The token from XDS_API_TOKEN, else a fresh random one (for the caller to print once)."""
+    return os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(24)
+
+
+def configure(token: str) -> None:
+    """Set the token the app in this process asks for (a replica's constructor calls it). It
+    lives in the process's environment, not in a module global: Serve ships the app and its
+    middleware to the replica by value, with copies of the globals they name."""
+    if not token or len(token) < 16:
+        raise ValueError("the API token must have at least 16 characters")
+    os.environ[TOKEN_ENV] = token
+
+
+def bearer(token: str | None) -> dict[str, str]:
+    """The request header that carries `token` (none without one)."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+class Gate:
+    """ASGI middleware: 413 above MAX_BODY_BYTES, 401 without the token, and each request's
+    latency observed by `observe(route_path, seconds)`."""
+
+    def __init__(self, app, observe=None):
+        self.app, self.observe = app, observe
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start = time.perf_counter()
+        try:
+            await self._pass(scope, receive, send)
+        finally:
+            if self.observe is not None:
+                route = scope.get("route")
+                self.observe(getattr(route, "path", "unmatched"), time.perf_counter() - start)
+
+    async def _pass(self, scope, receive, send):
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length", b"0")
+        if not length.isdigit() or int(length) > MAX_BODY_BYTES:
+            return await _refuse(send, 413, f"request bodies are at most {MAX_BODY_BYTES} bytes")
+        if _route_path(scope) not in OPEN_PATHS:
+            given, from_query = _presented(scope, headers)
+            token = os.environ.get(TOKEN_ENV, "")
+            if not token or not hmac.compare_digest(given.encode(), token.encode()):
+                return await _refuse(send, 401, "missing or wrong API token: send the header "
+                                     f"'Authorization: Bearer <token>' (the server's "
+                                     f"{TOKEN_ENV})", {"www-authenticate": "Bearer"})
+            if from_query:  # a browser's first visit: carry the token on as a cookie
+                send = _with_cookie(send, given)
+        started = False
+
+        async def sending(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, _bounded(receive), sending)
+        except BodyTooLarge:
+            if started:
+                raise
+            await _refuse(send, 413, f"request bodies are at most {MAX_BODY_BYTES} bytes")
+
+
+def _route_path(scope) -> str:
+    """The path inside the app: without the prefix it is served under (Serve's route_prefix)."""
+    path, root = scope["path"], scope.get("root_path", "")
+    return path[len(root):] or "/" if root and path.startswith(root) else path
+
+
+def _presented(scope, headers: dict) -> tuple[str, bool]:
+    """The token a request presents (header, cookie, or ?token=) and whether from the query."""
+    auth = headers.get(b"authorization", b"").decode("latin-1")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip(), False
+    cookie = SimpleCookie(headers.get(b"cookie", b"").decode("latin-1"))
+    if COOKIE in cookie:
+        return cookie[COOKIE].value, False
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token")
+    return (query[0], True) if query else ("", False)
+
+
+def _bounded(receive):
+    """`receive` that stops a chunked body (no Content-Length) past MAX_BODY_BYTES."""
+    seen = 0
+
+    async def bounded():
+        nonlocal seen
+        message = await receive()
+        seen += len(message.get("body", b""))
+        if seen > MAX_BODY_BYTES:
+            raise BodyTooLarge
+        return message
+
+    return bounded
+
+
+class BodyTooLarge(Exception):
+    """A streamed body went past MAX_BODY_BYTES (the app answers 413)."""
+
+
+def _with_cookie(send, token: str):
+    async def sending(message):
+        if message["type"] == "http.response.start":
+            cookie = f"{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict".encode()
+            message = {**message, "headers": [*message.get("headers", []),
+                                              (b"set-cookie", cookie)]}
+        await send(message)
+
+    return sending
+
+
+async def _refuse(send, status: int, detail: str, extra: dict | None = None) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(body)).encode())]
+    headers += [(k.encode(), v.encode()) for k, v in (extra or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def secured_openapi(app) -> dict:
+    """The app's OpenAPI schema with the bearer scheme on every route but the open ones, and
+    the answers the gate gives (401, 413) documented."""
+    if app.openapi_schema is None:
+        from fastapi.openapi.utils import get_openapi
+
+        schema = get_openapi(title=app.title, version=app.version,
+                             description=app.description, routes=app.routes)
+        schema.setdefault("components", {})["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer",
+                       "description": f"the server's {TOKEN_ENV}"}}
+        message = {"description": "refused by the gate", "content": {"application/json": {
+            "schema": {"type": "object", "properties": {"detail": {"type": "string"}},
+                       "required": ["detail"]}}}}
+        for path, operations in schema["paths"].items():
+            for op in operations.values():
+                op.setdefault("responses", {})["413"] = message
+                if "requestBody" in op:  # a body that is not JSON at all
+                    op["responses"]["400"] = message
+                if path not in OPEN_PATHS:
+                    op["security"] = [{"bearer": []}]
+                    op["responses"]["401"] = message
+        app.openapi_schema = schema
+    return app.openapi_schema
