@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 from pathlib import Path
 
 import pytest
+
+from xdscheduler.ray_cluster import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = REPO / "scenarios"
@@ -61,12 +62,6 @@ def serve_port(ray_session) -> int:
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     yield port
     serve.shutdown()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def small_scenario(hours_of_jobs: bool = True):

@@ -4,7 +4,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -15,17 +14,13 @@ import pytest
 
 pytest.importorskip("ray")
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from xdscheduler.ray_cluster import free_port
 
 
 @pytest.fixture
 def head(tmp_path):
     """A head node of our own, in its own process group so that we stop exactly it."""
-    gcs, dash, agent, agent_grpc, runtime_env = (_free_port() for _ in range(5))
+    gcs, dash, agent, agent_grpc, runtime_env = (free_port() for _ in range(5))
     # A temp folder of its own: `ray start` leaves a pointer to the cluster it started
     # (ray_current_cluster) in TMPDIR/ray, where a later `serve run` would follow it to a
     # cluster long gone. (Short: Ray's socket paths live under it.)

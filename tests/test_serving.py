@@ -18,6 +18,7 @@ from xdscheduler.rl.agents import local_policy
 from xdscheduler.runtime.study import run_here, run_study
 from xdscheduler.scenario import default_scenario_path, load_scenario
 from xdscheduler.serving.schemas import DecideRequest, job_in, state_of
+from xdscheduler.serving.schemas import act_body as step_body
 from xdscheduler.sim.inputs import study_dynamics, study_jobs
 from xdscheduler.sim.truth import Truth
 
@@ -92,10 +93,7 @@ def act_body(scn, agent: str = "upper") -> tuple[dict, int]:
     obs, options = ((upper_observation(ch, 1), upper_options(ch)) if agent == "upper"
                     else (lower_observation(ch, 0, 1), lower_options(ch, 0)))
     local = Agents(scn.weights).step(agent, obs, options)
-    body = {"agent": agent, "job": scn.jobs[0].name,
-            "observation": {k: v.tolist() for k, v in obs.items()},
-            "choices": [{"index": i, **o} for i, o in options.items()]}
-    return body, local.choice
+    return step_body(agent, obs, options, scn.jobs[0].name), local.choice
 
 
 @pytest.mark.parametrize("agent", ["upper", "lower"])

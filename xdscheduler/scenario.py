@@ -24,8 +24,8 @@ class Strict(BaseModel):
 
 
 class FileModel(Strict):
-    """A part of a scenario file: `count: true` is not 1 and `"8"` is not 8 (strict types),
-    and every number is finite."""
+    """A part of a scenario file or of a request body: `count: true` is not 1 and `"8"` is not
+    8 (strict types), and every number is finite."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 

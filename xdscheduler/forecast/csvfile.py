@@ -137,6 +137,11 @@ def _times(values: pd.Series) -> pd.DatetimeIndex:
     return t.tz_convert(None) if t.tz is not None else t
 
 
+def by_key(keys, values: np.ndarray) -> pd.Series:
+    """Values by key (a time, a step), sorted, one per key: the rows of one key averaged."""
+    return pd.Series(values, index=keys).groupby(level=0).mean()
+
+
 def _cell(value) -> str:
     """A cell as a message quotes it: empty, or its text cut to a readable length."""
     text = "" if value is None or (isinstance(value, float) and np.isnan(value)) else str(value)

@@ -22,7 +22,7 @@ import ruptures as rpt
 from scipy.optimize import least_squares
 
 from xdscheduler.errors import UserError
-from xdscheduler.forecast.csvfile import numbers, read_csv
+from xdscheduler.forecast.csvfile import by_key, numbers, read_csv
 
 PHASES = ("warm-up", "fast convergence", "stable convergence")
 FLAT, DIVERGING = 3, 4  # the labels of a curve without those phases, every step the same
@@ -160,7 +160,7 @@ def label_csv(path: str | Path) -> dict:
     # steps up to 1e15: whole numbers a float holds exactly
     steps = (numbers(df, "step", where, high=1e15, whole=True) if "step" in df
              else np.arange(len(loss)))
-    curve = pd.Series(loss, index=steps).groupby(level=0).mean()
+    curve = by_key(steps, loss)
     if not MIN_STEPS <= len(curve) <= MAX_STEPS:
         raise UserError(f"{where}: {len(curve):,} steps; a loss curve of {MIN_STEPS} to "
                         f"{MAX_STEPS:,} steps is read (thin a longer one: every k-th row)")

@@ -10,7 +10,7 @@ import pandas as pd
 
 from xdscheduler.errors import UserError
 from xdscheduler.forecast import HORIZONS, TARGETS
-from xdscheduler.forecast.csvfile import numbers, pick, read_csv, timestamps
+from xdscheduler.forecast.csvfile import by_key, numbers, pick, read_csv, timestamps
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def from_frame(
     cols = pick(df.columns, _needs(target), where)[1:]
     y = np.sum([numbers(df, c, where, high=MAX_GPUS) for c in cols], axis=0)
     time = timestamps(df, "time", where)
-    s = _by_time(time, y)
+    s = by_key(time, y)
     if len(s) < 3:
         raise UserError(f"{where}: needs at least 3 distinct times, got {len(s)}")
     step_min = _step_min(s.index, where)
@@ -78,11 +78,6 @@ def _needs(target: str) -> list[tuple[str, ...]]:
     if target not in TARGETS:
         raise UserError(f"unknown target {target!r}; use occupancy or arrivals")
     return [("time", *cols) for cols in COLUMNS[target]]
-
-
-def _by_time(time: pd.DatetimeIndex, values: np.ndarray) -> pd.Series:
-    """Values by time, sorted, one per time (rows of one time averaged)."""
-    return pd.Series(values, index=time).groupby(level=0).mean()
 
 
 def _step_min(index: pd.DatetimeIndex, where: str) -> int:
@@ -118,4 +113,4 @@ def load_lucid(path: str | Path) -> pd.Series:
     df = read_csv(path, "published prediction", [("time", "pred_gpu_num")])
     where = str(path)
     pred = numbers(df, "pred_gpu_num", where, low=-MAX_GPUS, high=MAX_GPUS)
-    return _by_time(timestamps(df, "time", where), pred)
+    return by_key(timestamps(df, "time", where), pred)

@@ -15,25 +15,19 @@ from typing import Annotated
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from xdscheduler.errors import UserError
 from xdscheduler.forecast.hybrid import Forecaster, HorizonForecast
 from xdscheduler.forecast.structure import KnownJob, structural_demand
-from xdscheduler.scenario import MAX_DOMAIN_GPUS, MAX_DOMAINS
+from xdscheduler.scenario import MAX_DOMAIN_GPUS, MAX_DOMAINS, FileModel
 
 MAX_MINUTES = 1e7  # ~19 years: further than any plan looks
 MAX_HISTORY = 100_000  # values per request (69 days of minutes)
 EARLIEST, LATEST = datetime(1971, 1, 1), datetime(2200, 1, 1)  # within pandas' range
 
 
-class Bounded(BaseModel):
-    """A request body: finite numbers, no unknown keys."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
-
-
-class KnownJobIn(Bounded):
+class KnownJobIn(FileModel):
     """A job the caller knows about: when it frees its accelerators, or starts holding them."""
 
     name: str = Field(max_length=200)
@@ -50,7 +44,7 @@ class KnownJobIn(Bounded):
         )
 
 
-class ForecastRequest(Bounded):
+class ForecastRequest(FileModel):
     # demand per step (accelerators), oldest first (≥ a day helps)
     history: list[Annotated[float, Field(ge=0, le=MAX_DOMAIN_GPUS * MAX_DOMAINS)]] = Field(
         min_length=1, max_length=MAX_HISTORY)

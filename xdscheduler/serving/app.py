@@ -36,14 +36,14 @@ from xdscheduler.monitor.board import board as find_board
 from xdscheduler.monitor.metrics import endpoint_metrics
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Job, Scenario, parse_scenario
-from xdscheduler.serving.gate import TOKEN_ENV, Gate, configure, secured_openapi
+from xdscheduler.serving.gate import Gate, checked_token, configure, secured_openapi
 from xdscheduler.serving.schemas import (
     ActRequest,
     ActResponse,
-    ChoiceIn,
     DecideRequest,
     DecideResponse,
     RankedChoice,
+    act_body,
     job_spec,
     observation_arrays,
     placement_json,
@@ -112,7 +112,7 @@ class XdsService:
         start = time.perf_counter()
         space = self.agents.modules[request.agent].observation_space
         try:
-            obs = observation_arrays(request.observation, space)
+            obs = observation_arrays(request.observation.model_dump(), space)
         except UserError as err:
             raise unprocessable(err, "observation") from None
         options = {c.index: c.model_dump() for c in request.choices}
@@ -160,9 +160,8 @@ class XdsService:
         ch = choices(job, self.base, self.agents.weights, 0.0)
         if ch is None:
             raise HTTPException(404, f"{job.name} fits nowhere on the idle cluster")
-        return ActRequest(agent="upper", job=job.name, observation={
-            k: v.tolist() for k, v in upper_observation(ch, 1).items()}, choices=[
-            ChoiceIn(index=i, **o) for i, o in upper_options(ch).items()])
+        return ActRequest.model_validate(
+            act_body("upper", upper_observation(ch, 1), upper_options(ch), job.name))
 
     @app.post("/forecast")  # in a thread: a series' daily refit takes seconds
     def forecast(self, request: ForecastRequest) -> ForecastResponse:
@@ -229,10 +228,7 @@ def build(args: dict):
     XDS_API_TOKEN (the config's runtime_env env_vars, or the environment of `serve run`)."""
     from xdscheduler.scenario import default_scenario_path, load_scenario
 
-    token = os.environ.get(TOKEN_ENV)
-    if not token:
-        raise UserError(f"set {TOKEN_ENV} (at least 16 characters) for the app's API token: "
-                        f"in the environment of `serve run`, or the config's runtime_env")
+    token = checked_token(None)  # from `serve run`'s environment or the config's runtime_env
     scn = load_scenario(args.get("scenario") or default_scenario_path())
     return application(scn, token, args.get("policy_path"))
 
@@ -244,9 +240,7 @@ def start(address: str | None, policy_path: str | Path | None, scn: Scenario,
     here the replica serves HTTP itself (`direct_ingress`)."""
     from xdscheduler.ray_cluster import connect, free_port, starts_local
 
-    token = token or os.environ.get(TOKEN_ENV)
-    if not token:
-        raise UserError(f"the app needs an API token: set {TOKEN_ENV}")
+    token = checked_token(token)
     direct = starts_local(address)
     if direct:
         os.environ.update(direct_ingress(port))

@@ -16,7 +16,13 @@ from xdscheduler.planner.view import ClusterView
 from xdscheduler.rl.agents import AgentDecision, PPOPolicy, Step, decide
 from xdscheduler.scenario import Weights
 from xdscheduler.serving.gate import TOKEN_ENV, bearer
-from xdscheduler.serving.schemas import DecideRequest, job_in, placement_from, state_of
+from xdscheduler.serving.schemas import (
+    DecideRequest,
+    act_body,
+    job_in,
+    placement_from,
+    state_of,
+)
 
 
 class PolicyClient:
@@ -59,9 +65,7 @@ class PolicyClient:
 
     def step(self, agent: str, obs: dict, options: dict[int, dict]) -> Step:
         """One agent's step by the endpoint (the same contract as `Agents.step`)."""
-        body = {"agent": agent, "observation": {k: v.tolist() for k, v in obs.items()},
-                "choices": [{"index": i, **o} for i, o in options.items()]}
-        out = self.post("/policy/act", json.dumps(body))
+        out = self.post("/policy/act", json.dumps(act_body(agent, obs, options)))
         return Step(agent, out["choice"], out["probabilities"],
                     [r["index"] for r in out["ranking"]], out["explanation"])
 

@@ -16,10 +16,16 @@ import time
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qs
 
+from xdscheduler.errors import UserError
+
 TOKEN_ENV = "XDS_API_TOKEN"
 OPEN_PATHS = frozenset({"/healthz"})
 MAX_BODY_BYTES = 2 << 20  # the largest valid body (64 domains, a month of history) is ~1 MiB
+TOO_LARGE = f"request bodies are at most {MAX_BODY_BYTES} bytes"
 COOKIE = "xds_token"
+
+
+MIN_TOKEN_CHARS = 16
 
 
 def api_token() -> str:
@@ -27,12 +33,19 @@ def api_token() -> str:
     return os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(24)
 
 
+def checked_token(token: str | None) -> str:
+    """`token`, or XDS_API_TOKEN where None; UserError when that is unset or too short."""
+    token = token or os.environ.get(TOKEN_ENV)
+    if not token or len(token) < MIN_TOKEN_CHARS:
+        raise UserError(f"the app needs an API token of at least {MIN_TOKEN_CHARS} characters: "
+                        f"set {TOKEN_ENV}")
+    return token
+
+
 def configure(token: str) -> None:
     """Set the token the app in this process asks for (a replica's constructor calls it). It
     lives in the process's environment, not in a module global: Serve ships the app and its
     middleware to the replica by value, with copies of the globals they name."""
-    if not token or len(token) < 16:
-        raise ValueError("the API token must have at least 16 characters")
     os.environ[TOKEN_ENV] = token
 
 
@@ -63,7 +76,7 @@ class Gate:
         headers = dict(scope["headers"])
         length = headers.get(b"content-length", b"0")
         if not length.isdigit() or int(length) > MAX_BODY_BYTES:
-            return await _refuse(send, 413, f"request bodies are at most {MAX_BODY_BYTES} bytes")
+            return await _refuse(send, 413, TOO_LARGE)
         if _route_path(scope) not in OPEN_PATHS:
             given, from_query = _presented(scope, headers)
             token = os.environ.get(TOKEN_ENV, "")
@@ -85,7 +98,7 @@ class Gate:
         except BodyTooLarge:
             if started:
                 raise
-            await _refuse(send, 413, f"request bodies are at most {MAX_BODY_BYTES} bytes")
+            await _refuse(send, 413, TOO_LARGE)
 
 
 def _route_path(scope) -> str:

@@ -43,11 +43,7 @@ Indicator = Annotated[float, Field(ge=-1e12, le=1e12)]
 Term = Annotated[float | None, Field(ge=-1e12, le=1e12)]
 
 
-class Body(FileModel):
-    """A request body: strict types, finite numbers, no unknown keys."""
-
-
-class JobIn(Body):
+class JobIn(FileModel):
     name: str = Field(min_length=1, max_length=200)
     model: str | None = Field(default=None, max_length=200)
     architecture: Architecture | None = None
@@ -58,7 +54,7 @@ class JobIn(Body):
     arrival_s: float = Field(default=0.0, ge=0, le=YEAR_S)  # job's efficiency and wait are by
 
 
-class DomainIn(Body):
+class DomainIn(FileModel):
     name: str = Field(min_length=1, max_length=200)
     free_gpus: int = Field(ge=0, le=MAX_DOMAIN_GPUS)
     reserved_gpus: int = Field(default=0, ge=0, le=MAX_DOMAIN_GPUS)
@@ -66,14 +62,14 @@ class DomainIn(Body):
     indicators: dict[str, Indicator] = Field(default_factory=dict, max_length=64)
 
 
-class LinkIn(Body):
+class LinkIn(FileModel):
     a: str = Field(max_length=200)
     b: str = Field(max_length=200)
     bandwidth_gbps: float = Field(ge=0, le=MAX_LINK_GBPS)  # a → b now
     rtt_ms: float = Field(ge=0, le=MAX_RTT_MS)
 
 
-class ChoiceIn(Body):
+class ChoiceIn(FileModel):
     index: int = Field(ge=0, lt=1024)
     summary: str = Field(max_length=2000)
     terms: dict[str, Term] = Field(max_length=16)  # efficiency, utilization, cost, objective,
@@ -83,7 +79,7 @@ class ChoiceIn(Body):
 Row = list[float]
 
 
-class Observation(Body):
+class Observation(FileModel):
     """One agent's view, as `rl.candidates` builds it: the resource graph (N nodes padded to
     at least 8, E links), the C choices open and the context. Shapes in the 422 when they do
     not fit the served policy; `GET /policy/example` gives a whole body."""
@@ -99,7 +95,7 @@ class Observation(Body):
     context: Row  # [context features]
 
 
-class ActRequest(Body):
+class ActRequest(FileModel):
     agent: Literal["upper", "lower"]
     job: str = Field(default="", max_length=200)
     observation: Observation
@@ -123,7 +119,7 @@ class ActResponse(Strict):
     inference_ms: float
 
 
-class DecideRequest(Body):
+class DecideRequest(FileModel):
     job: JobIn
     domains: list[DomainIn] = Field(max_length=MAX_DOMAINS)
     links: list[LinkIn] = Field(default_factory=list, max_length=MAX_DOMAINS * MAX_DOMAINS)
@@ -140,14 +136,11 @@ class DecideResponse(Strict):
     decision_ms: float
 
 
-def observation_arrays(observation: dict[str, list] | Observation, space
-                       ) -> dict[str, np.ndarray]:
+def observation_arrays(observation: dict[str, list], space) -> dict[str, np.ndarray]:
     """The JSON observation as the arrays the module takes; refused (UserError) unless it fits
     `space`, or the same space for a larger cluster up to MAX_DOMAINS (the module takes graphs
     of any size): shapes, finite values within each box's bounds, node indices that exist, and
     at least one choice open."""
-    if isinstance(observation, Observation):
-        observation = observation.model_dump()
     nodes = len(observation.get("nodes") or [])
     if nodes > space["nodes"].shape[0]:
         if nodes > graph_size(MAX_DOMAINS)[0]:
@@ -184,6 +177,13 @@ def _array(value, key: str, sub) -> np.ndarray:
         bounds = f"{low.min():g}..{high.max():g}" if np.isfinite(low).all() else "its bounds"
         raise UserError(f"observation[{key!r}] holds values outside {bounds}")
     return arr
+
+
+def act_body(agent: str, obs: dict[str, np.ndarray], options: dict[int, dict],
+             job: str = "") -> dict:
+    """An agent step (what `Agents.step` takes) as the JSON body of `POST /policy/act`."""
+    return {"agent": agent, "job": job, "observation": {k: v.tolist() for k, v in obs.items()},
+            "choices": [{"index": i, **o} for i, o in options.items()]}
 
 
 def job_in(spec: JobSpec) -> JobIn:
