@@ -67,9 +67,10 @@ def main() -> None:
 
     import ray
 
+    from xdscheduler.ray_cluster import start_local
     from xdscheduler.runtime.gateway import ActorDomains
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    start_local()
     start = time.perf_counter()
     actors = ActorDomains(scn, dyn)
     ray.get([a.ping.remote() for a in actors.actors])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
 import time
 from pathlib import Path
 
@@ -66,17 +65,19 @@ def main() -> None:
     import ray
     from ray import serve
 
+    from xdscheduler.ray_cluster import free_port, start_local
     from xdscheduler.scenario import default_scenario_path, load_scenario
     from xdscheduler.serving.app import application
     from xdscheduler.serving.gate import api_token, bearer
 
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    start_local()
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
     token = api_token()
     serve.run(application(load_scenario(default_scenario_path()), token, forecaster=fc),
               name="xds", route_prefix="/", blocking=False)
     payloads = [r.model_dump_json().encode() for r in reqs]
-    conn = http.client.HTTPConnection("127.0.0.1", 8000, timeout=30)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     headers = {"Content-Type": "application/json", **bearer(token)}
     for p in payloads[:20]:  # warm-up: first requests pay for routing and imports
         conn.request("POST", "/forecast", p, headers)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from xdscheduler.ray_cluster import free_port
+from xdscheduler.ray_cluster import free_port, start_local
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = REPO / "scenarios"
@@ -44,10 +44,8 @@ def data_dir() -> Path:
 def ray_session():
     """One local Ray cluster for every test that needs actors."""
     ray = pytest.importorskip("ray")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if not ray.is_initialized():
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 object_store_memory=256 * 2**20)
+        start_local(object_store_memory=256 * 2**20)
     yield ray
     ray.shutdown()
 

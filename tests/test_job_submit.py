@@ -2,6 +2,7 @@
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 
 pytest.importorskip("ray")
 
+from tests.test_ray_cluster import LOOPBACK, listening_addresses
 from xdscheduler.ray_cluster import free_port
 
 
@@ -27,7 +29,10 @@ def head(tmp_path):
     own_tmp = tempfile.mkdtemp(prefix="xds-ray-")
     pointer = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
     before = pointer.read_bytes() if pointer.exists() else None
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+    # The README's recipe: token authentication with a token of this cluster's own (in the
+    # environment, not the user's ~/.ray), every port on 127.0.0.1.
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
+           "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
            "TMPDIR": own_tmp}
     ray_bin = Path(sys.executable).with_name("ray")
     proc = subprocess.Popen(
@@ -49,7 +54,7 @@ def head(tmp_path):
     else:
         os.killpg(proc.pid, signal.SIGKILL)
         pytest.fail("the Ray head did not come up within 60 s")
-    yield address, env, ray_bin
+    yield address, env, ray_bin, proc.pid
     os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout=5)
@@ -62,7 +67,14 @@ def head(tmp_path):
 
 @pytest.mark.slow
 def test_xds_run_through_ray_job_submit(head, tmp_path):
-    address, env, ray_bin = head
+    address, env, ray_bin, head_pid = head
+    assert listening_addresses(head_pid) <= LOOPBACK, "the head listens beyond 127.0.0.1"
+    for token in ("0" * 64, ""):  # a wrong token, and none
+        refused = subprocess.run([str(ray_bin), "job", "list", "--address", address],
+                                 env={**env, "RAY_AUTH_TOKEN": token}, capture_output=True,
+                                 text=True)
+        assert refused.returncode != 0, f"the job API answered a client with token {token!r}"
+        assert "token" in (refused.stdout + refused.stderr).lower(), refused.stderr[-500:]
     out = tmp_path / "study"
     for _ in range(6):  # the head's job agent may still be starting on a busy machine
         run = subprocess.run(

@@ -23,9 +23,24 @@ def connect(address: str | None) -> None:
     elif os.environ.get("RAY_ADDRESS"):
         ray.init(log_to_driver=False)
     else:
-        # on the loopback address: a cluster started here is for this machine alone
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 _node_ip_address="127.0.0.1")
+        start_local()
+
+
+def start_local(**options) -> None:
+    """Start a Ray of two CPUs for this machine alone: every port it opens (GCS, raylet, workers,
+    agents, metrics) listens on 127.0.0.1 only, and Ray's token authentication stays as Ray sets
+    it (on by default in 2.60)."""
+    import ray
+    from ray._private import ray_constants
+
+    # Ray turns a loopback node address into the machine's own unless it runs as a
+    # single-machine cluster (its mode on macOS and Windows). Its processes read the switch from
+    # the environment; this driver read it when ray was imported, hence the constant too.
+    os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             **options)
 
 
 def starts_local(address: str | None) -> bool:
