@@ -8,48 +8,96 @@ import os
 import pytest
 
 psutil = pytest.importorskip("psutil")
+grpc = pytest.importorskip("grpc")
 
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
+# Serve 2.60 binds each replica's inter-deployment gRPC server to [::]:0 (hard-coded); Ray's
+# token interceptor guards it.
+SERVE_REPLICA = "ray::ServeReplica"
 
 
-def listening_addresses(root_pid: int) -> set[str]:
-    """The addresses that a process and everything it started listen on."""
+def listening_sockets(root_pid: int) -> list[tuple[str, str, int]]:
+    """(process name, address, port) of every socket a process and everything it started
+    listen on."""
     root = psutil.Process(root_pid)
-    found = set()
+    found = []
     for proc in [root, *root.children(recursive=True)]:
         try:
-            found |= {c.laddr.ip for c in proc.net_connections(kind="inet")
-                      if c.status == psutil.CONN_LISTEN}
+            found += [(proc.name(), c.laddr.ip, c.laddr.port)
+                      for c in proc.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
         except psutil.NoSuchProcess:  # a worker that ended meanwhile
             continue
     return found
 
 
+def beyond_loopback(root_pid: int) -> list[tuple[str, str, int]]:
+    return [s for s in listening_sockets(root_pid) if s[1] not in LOOPBACK]
+
+
+def ray_token() -> str:
+    from ray._raylet import AuthenticationTokenLoader
+
+    return AuthenticationTokenLoader.instance().get_raw_token()
+
+
+def needs_token_auth():
+    if os.environ.get("RAY_AUTH_MODE", "token").lower() != "token":
+        pytest.skip("RAY_AUTH_MODE is set to something other than token by the user")
+
+
+def refusals(address: str, method: str, request: bytes) -> list[grpc.StatusCode]:
+    """The status codes of one call without a token and one with a wrong token."""
+    codes = []
+    with grpc.insecure_channel(address) as channel:
+        call = channel.unary_unary(method, request_serializer=bytes,
+                                   response_deserializer=bytes)
+        for metadata in ([], [("authorization", "Bearer " + "0" * 64)]):
+            try:
+                call(request, timeout=10, metadata=metadata)
+                codes.append(grpc.StatusCode.OK)
+            except grpc.RpcError as err:
+                codes.append(err.code())
+    return codes
+
+
 def test_a_ray_started_here_listens_on_loopback_only(ray_session):
-    addresses = listening_addresses(os.getpid())
-    assert addresses, "found no listening socket of the Ray this session started"
-    assert addresses <= LOOPBACK, f"Ray listens beyond 127.0.0.1: {sorted(addresses - LOOPBACK)}"
+    assert listening_sockets(os.getpid()), "no listening socket of the Ray this session started"
+    wide = [s for s in beyond_loopback(os.getpid()) if not s[0].startswith(SERVE_REPLICA)]
+    assert not wide, f"Ray listens beyond 127.0.0.1: {wide}"
 
 
 def test_its_grpc_ports_ask_for_the_clusters_token(ray_session):
     """The GCS answers a caller with Ray's token and refuses one without it or with another."""
-    if os.environ.get("RAY_AUTH_MODE", "token").lower() != "token":
-        pytest.skip("RAY_AUTH_MODE is set to something other than token by the user")
-    grpc = pytest.importorskip("grpc")
-    from ray._raylet import AuthenticationTokenLoader
+    needs_token_auth()
     from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 
-    ray = ray_session
-    address = ray._private.worker.global_worker.node.gcs_address
-    token = AuthenticationTokenLoader.instance().get_raw_token()
+    address = ray_session._private.worker.global_worker.node.gcs_address
     with grpc.insecure_channel(address) as channel:
         nodes = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetAllNodeInfo
+        answer = nodes(gcs_service_pb2.GetAllNodeInfoRequest(), timeout=10,
+                       metadata=[("authorization", f"Bearer {ray_token()}")])
+        assert len(answer.node_info_list) >= 1
+    method = "/ray.rpc.NodeInfoGcsService/GetAllNodeInfo"
+    assert refusals(address, method, b"") == [grpc.StatusCode.UNAUTHENTICATED] * 2
 
-        def ask(metadata):
-            return nodes(gcs_service_pb2.GetAllNodeInfoRequest(), timeout=10, metadata=metadata)
 
-        assert len(ask([("authorization", f"Bearer {token}")]).node_info_list) >= 1
-        for metadata in ([], [("authorization", "Bearer " + "0" * len(token))]):
-            with pytest.raises(grpc.RpcError) as refused:
-                ask(metadata)
-            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+def test_a_serve_replicas_wide_port_asks_for_the_token(serve_port):
+    """The one port beyond loopback (Serve's, see SERVE_REPLICA) refuses a caller without
+    Ray's token."""
+    needs_token_auth()
+    from ray import serve
+
+    @serve.deployment
+    class Probe:
+        def __call__(self, request):
+            return "ok"
+
+    serve.run(Probe.bind(), name="port-probe", route_prefix="/port-probe")
+    try:
+        wide = [s for s in beyond_loopback(os.getpid()) if s[0].startswith(SERVE_REPLICA)]
+        assert wide, "expected Serve's inter-deployment port on every interface; is it gone?"
+        for _, _, port in wide:
+            codes = refusals(f"127.0.0.1:{port}", "/ray.serve.ASGIService/HandleRequest", b"")
+            assert codes == [grpc.StatusCode.UNAUTHENTICATED] * 2, (port, codes)
+    finally:
+        serve.delete("port-probe")

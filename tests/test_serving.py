@@ -6,14 +6,17 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from tests.conftest import API_TOKEN, AUTH
 from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.view import ClusterView
+from xdscheduler.ray_cluster import free_port
 from xdscheduler.rl.agents import local_policy
 from xdscheduler.runtime.study import run_here, run_study
 from xdscheduler.scenario import default_scenario_path, load_scenario
@@ -278,3 +281,36 @@ def test_schemathesis_finds_no_failure(served, tmp_path):
          "--max-examples", examples, "--seed", "1", "--no-color"],
         capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-4000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
+def test_xds_serve_serves_until_stopped(tmp_path, stop):
+    """`xds serve` on a Ray of its own answers until Ctrl-C (or a plain kill), then ends with
+    everything it started."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "xdscheduler.cli", "serve", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not healthy(port):
+            assert proc.poll() is None, "xds serve ended before serving"
+            assert time.monotonic() < deadline, "xds serve did not become healthy in 120 s"
+            time.sleep(1)
+        time.sleep(5)
+        assert proc.poll() is None and healthy(port), "xds serve stopped serving on its own"
+        proc.send_signal(stop)
+        assert proc.wait(timeout=60) == 0, "xds serve did not end on the signal"
+        assert not healthy(port)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def healthy(port: int) -> bool:
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+        conn.request("GET", "/healthz")
+        return conn.getresponse().status == 200
+    except OSError:
+        return False

@@ -41,9 +41,12 @@ def announce_token(url: str, token: str) -> None:
 
 
 def block_until_interrupted() -> None:
-    """Keep this process (and what it serves) alive until Ctrl-C."""
+    """Keep this process (and what it serves) alive until Ctrl-C, or a SIGTERM (a service
+    manager's stop), either ending it cleanly with status 0."""
+    import signal
     import time
 
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         while True:
             time.sleep(3600)
