@@ -4,6 +4,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from tests.conftest import SCENARIOS
 from xdscheduler import catalog
 from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch, WanUse
 from xdscheduler.costmodel.steptime import estimate
@@ -83,7 +84,7 @@ def brute_force(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchO
     big = sorted([i for i in range(k) if free[i] > 0], key=lambda i: -free[i])
     big = big[: opts.combo_domains]
     places = [("single", (i,)) for i in range(k) if free[i] > 0]
-    for size in range(2, opts.max_domains + 1):
+    for size in range(2, (opts.max_domains or k) + 1):
         for members in itertools.combinations(sorted(big), size):
             linked = all(bw[a, b] > 0 and bw[b, a] > 0
                          for a, b in itertools.combinations(members, 2))
@@ -103,7 +104,7 @@ def brute_force(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchO
             memory_gbs=min(a.memory_gbs for a in accs),
             scaleup_gbs=min(d.scaleup_gbs for d in doms),
             scaleout_gbps=min(d.scaleout_gbps for d in doms),
-            gpus_per_node=min(a.gpus_per_node for a in accs))
+            gpus_per_node=min(d.node_gpus for d in doms))
         pairs = list(itertools.combinations(members, 2))
         hops = list(itertools.pairwise(members))
         if kind == "pipeline":
@@ -314,3 +315,47 @@ def test_jobs_one_domain_holds_go_before_giants_and_a_giant_takes_its_minimum_wh
     other = replace(giant, name="other", arrival_s=50.0)
     first, *_ = PlannerPolicy(Weights()).decide([other, giant], view, 100.0)
     assert alone.total_gpus == 32 and first.job == "giant" and first.total_gpus == 24
+
+
+# ------------------------------------------------------------------ any number of domains
+
+
+def ring_of(k: int, gpus: int = 128, gbps: float = 5.0) -> ClusterView:
+    acc = catalog.accelerator("H100-SXM")
+    doms = tuple(DomainView(f"d{i}", acc, gpus, acc.scaleup_gbs, 400, 2.0) for i in range(k))
+    bw = np.full((k, k), gbps)
+    np.fill_diagonal(bw, 0)
+    return ClusterView(doms, bw, np.full((k, k), 20.0), np.full((k, k), 0.02))
+
+
+def test_a_job_larger_than_three_domains_spans_as_many_as_it_needs():
+    view = ring_of(8)
+    arch = catalog.model("gpt3-175b")
+    job = JobSpec("big", arch, 1536, arch.seq_len, 512, 1024)
+    best = search(job, view, Weights(), pareto=False).best
+    assert 4 <= len(best.domains) <= 8 and sum(best.gpus) >= 512
+    with pytest.raises(UserError, match="no feasible plan"):
+        search(job, view, Weights(), SearchOptions(max_domains=3), pareto=False)
+
+
+def test_domain_sets_grow_only_while_the_job_can_use_them():
+    """Past the few largest domains, sets are grown along the widest links and stop once they
+    hold the most the job can use: K² sets, not 2^K."""
+    from xdscheduler.planner.space import placements
+
+    view = ring_of(64)
+    pl = placements(view, SearchOptions(), gpus_min=256, gpus_max=512)
+    members = (pl.domains >= 0).sum(axis=1)
+    assert members.max() == 4  # 4 × 128 hold 512: a fifth domain is never needed
+    assert len(pl) < 64 * 64
+
+
+def test_the_scenarios_node_shape_bounds_tensor_parallelism():
+    """Sailor's zones are 4-GPU VMs: tensor parallelism of 8 would span two nodes."""
+    scn = load_scenario(SCENARIOS / "sailor_five_zones.yaml")
+    view = ClusterView.from_scenario(scn)
+    assert {d.node_gpus for d in view.domains} == {4}
+    job = JobSpec.of(scn.job("opt-350m-sailor"))
+    assert search(job, view, scn.weights, SearchOptions(tensor=(4,)), pareto=False)
+    with pytest.raises(UserError, match="no feasible plan"):
+        search(job, view, scn.weights, SearchOptions(tensor=(8,)), pareto=False)

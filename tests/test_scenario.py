@@ -74,3 +74,21 @@ def test_cli_reports_a_bad_file_with_status_2_and_no_traceback(tmp_path, default
     assert run.returncode == 2
     assert "domains[0].nodes[0].count" in run.stderr and "Traceback" not in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1
+
+
+def test_sailor_scenario_is_sailors_geo_setup_with_opt_350m():
+    scn = load_scenario(SCENARIOS / "sailor_five_zones.yaml")
+    zones = ["us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f", "us-west1-b"]
+    assert [d.name for d in scn.domains] == [f"gcp-{z}" for z in zones]
+    assert all(d.gpus == 32 and d.accelerator.name == "A100-40GB" for d in scn.domains)
+    assert len(scn.links) == 10
+    for link in scn.links:  # Sailor's profile: ~50 Gbit/s inside Iowa, < 10 to Oregon
+        to_oregon = "gcp-us-west1-b" in (link.a, link.b)
+        assert (link.bandwidth_gbps < 10) == to_oregon and (link.rtt_ms > 30) == to_oregon
+    job = scn.job("opt-350m-sailor")
+    assert (job.global_batch, job.gpus.min, job.gpus.max) == (1024, 8, 160)
+    arch = job.arch
+    assert arch.name == "opt-350m" and not arch.gated_mlp and arch.tied_embeddings
+    assert (arch.layers, arch.hidden, arch.heads, arch.ffn_hidden, arch.vocab, arch.seq_len) == (
+        24, 1024, 16, 4096, 50272, 2048)
+    assert arch.params / 1e6 == pytest.approx(354, rel=0.01)

@@ -107,6 +107,12 @@ class ModelArch:
     def params(self) -> int:
         return self.layers * self.params_per_layer + self.embedding_params
 
+    @property
+    def size(self) -> str:
+        """The parameter count as people say it: 350M, 70B."""
+        p = self.params
+        return f"{p / 1e9:.0f}B" if p >= 1e9 else f"{p / 1e6:.0f}M"
+
     def validate(self) -> None:
         problems = []
         for field in ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len"):
@@ -120,10 +126,10 @@ class ModelArch:
             raise UserError(f"model {self.name!r}: " + "; ".join(problems))
 
 
-def _gpt(name: str, layers: int, hidden: int, heads: int) -> ModelArch:
+def _gpt(name: str, layers: int, hidden: int, heads: int, vocab: int = 51200) -> ModelArch:
     # GPT-3 (Brown et al. 2020, Table 2.1): FFN 4h, GeLU, vocab 50257 padded to 51200 as
     # Megatron-LM does, context 2048, tied input/output embeddings.
-    return ModelArch(name, layers, hidden, 4 * hidden, heads, heads, 51200, 2048, False, True)
+    return ModelArch(name, layers, hidden, 4 * hidden, heads, heads, vocab, 2048, False, True)
 
 
 MODELS: dict[str, ModelArch] = {
@@ -137,6 +143,12 @@ MODELS: dict[str, ModelArch] = {
         _gpt("gpt3-6.7b", 32, 4096, 32),
         _gpt("gpt3-13b", 40, 5120, 40),  # the paper's d_model 5140 is a typo for 5120
         _gpt("gpt3-175b", 96, 12288, 96),
+        # OPT-350M (Zhang et al. 2022; facebook/opt-350m config.json): 24 layers, hidden 1024,
+        # 16 heads, FFN 4096 (ReLU: two matrices, as GeLU), vocabulary 50272, context 2048, tied
+        # embeddings; the same numbers Sailor (SOSP'25, github.com/eth-easl/sailor) trains it
+        # with. The released weights embed at 512 and project to 1024; Sailor's Megatron
+        # model, like this entry, embeds at the full 1024.
+        _gpt("opt-350m", 24, 1024, 16, vocab=50272),
         # Llama 2 (Touvron et al. 2023; params.json of the released weights).
         ModelArch("llama2-7b", 32, 4096, 11008, 32, 32, 32000, 4096, True, False),
         ModelArch("llama2-13b", 40, 5120, 13824, 40, 40, 32000, 4096, True, False),

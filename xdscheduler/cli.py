@@ -154,7 +154,7 @@ def cmd_plan(args) -> None:
     from xdscheduler.planner.search import describe
 
     best = result.best.estimate
-    print(f"{job.name} ({job.arch.params / 1e9:.0f}B) in {scn.name}: decided in "
+    print(f"{job.name} ({job.arch.size}) in {scn.name}: decided in "
           f"{result.decision_ms:.0f} ms over {result.evaluated} plans")
     print(f"  plan   {describe(result.best)}")
     print(f"  step   {best.step_time_s:.2f} s, {best.tokens_per_s:,.0f} tokens/s, "

@@ -100,7 +100,16 @@ class Domain(FileModel):
     @cached_property
     def accelerator(self) -> catalog.Accelerator:
         """The accelerator most of the domain has: the one a mixed domain is planned on."""
-        return max(self.nodes, key=lambda g: g.count * g.gpus_each).spec
+        return self._main_group.spec
+
+    @cached_property
+    def gpus_per_node(self) -> int:
+        """Accelerators per node of that main group (the scenario's, else the catalog's)."""
+        return self._main_group.gpus_each
+
+    @cached_property
+    def _main_group(self) -> NodeGroup:
+        return max(self.nodes, key=lambda g: g.count * g.gpus_each)
 
 
 class Link(FileModel):

@@ -101,7 +101,7 @@ def search(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchOption
     if ev is None:
         free = ", ".join(f"{d.name}={d.free_gpus}" for d in view.domains)
         raise UserError(
-            f"no feasible plan for job {job.name!r} ({job.arch.params / 1e9:.0f}B parameters, "
+            f"no feasible plan for job {job.name!r} ({job.arch.size} parameters, "
             f"{job.gpus_min}-{job.gpus_max} GPUs) on the free accelerators ({free})"
         )
     order = np.argsort(-ev.terms["objective"], kind="stable")
@@ -144,7 +144,7 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights,
                    opts: SearchOptions) -> Evaluated | None:
     """All feasible (placement, plan) pairs of the space, evaluated; None if there are none."""
     grid = parallel_grid(job.arch, job.global_batch, job.seq, job.gpus_max, opts)
-    pl = placements(view, opts, job.gpus_min)
+    pl = placements(view, opts, job.gpus_min, job.gpus_max)
     if len(pl) == 0 or len(grid.plans) == 0:
         return None
     g, hw = grid.plans, pl.hardware
@@ -155,15 +155,14 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights,
     limits, limit_of = np.unique(np.asarray(hw.memory_gib), return_inverse=True)
     fits = grid.memory_gib[:, :, None] <= limits[None, None, :]
     first = np.where(fits.any(axis=1), fits.argmax(axis=1), -1)  # (C, L)
-    c_idx, p_idx = (x.ravel() for x in np.meshgrid(np.arange(len(g)), np.arange(len(pl)),
-                                                    indexing="ij"))
-    n = (g.dp * g.tp * g.pp * g.cp)[c_idx]
-    kind = pl.kind[p_idx]
-    rung = first[c_idx, limit_of[p_idx]]
-    ok = ((n >= job.gpus_min) & (n <= room[p_idx]) & (rung >= 0)
-          & (g.tp[c_idx] <= np.asarray(hw.gpus_per_node)[p_idx])
-          & ((g.diloco_h[c_idx] == 0) | (kind == DATA)))
-    c_idx, p_idx, rung, kind = c_idx[ok], p_idx[ok], rung[ok], kind[ok]
+    # (plan, placement) pairs as a C × P mask first: cheap where most pairs do not fit
+    n = (g.dp * g.tp * g.pp * g.cp)[:, None]
+    gpn = np.broadcast_to(np.asarray(hw.gpus_per_node), (len(pl),))
+    ok = ((n >= job.gpus_min) & (n <= room[None, :]) & (first[:, limit_of] >= 0)
+          & (g.tp[:, None] <= gpn[None, :])
+          & ((g.diloco_h[:, None] == 0) | (pl.kind == DATA)[None, :]))
+    c_idx, p_idx = np.nonzero(ok)
+    rung, kind = first[c_idx, limit_of[p_idx]], pl.kind[p_idx]
 
     slots = slots_all[p_idx]
     caps = np.where(slots >= 0, free[np.where(slots >= 0, slots, 0)], 0)
@@ -175,7 +174,12 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights,
     parts[single, 0] = 1  # fits: n <= room was checked above
     multi = ~single
     if multi.any():
-        parts[multi] = share(total[multi], caps[multi] // unit[multi, None])
+        # The split depends on the placement, the unit and the total alone: split each
+        # distinct triple once (a few per cent of the candidates on large clusters).
+        u, t = unit[multi], total[multi]
+        key = (p_idx[multi] * (u.max() + 1) + u) * (t.max() + 1) + t
+        _, first, back = np.unique(key, return_index=True, return_inverse=True)
+        parts[multi] = share(t[first], caps[multi][first] // u[first, None])[back]
     ok = (parts.sum(axis=1) == total) & np.where(
         single, True, (parts > 0).sum(axis=1) == (slots >= 0).sum(axis=1))
     if not ok.any():

@@ -4,7 +4,11 @@ A placement puts a job in one domain, splits its pipeline stages over a chain of
 (the WAN carries activations at stage boundaries), or splits its data-parallel replicas
 over a set of domains (the WAN carries gradients, every step or every H steps with
 DiLoCo). Stages and replicas are shared out in proportion to free accelerators, so every
-placement has exactly one split and the space stays small enough to search exhaustively.
+placement has exactly one split.
+
+Domain sets: every set of the few largest domains, exactly; beyond them (any number of
+domains, up to every one the cluster has), the prefixes of chains grown from each of the
+largest along the widest link, so the space grows with K², not 2^K.
 """
 
 from __future__ import annotations
@@ -29,10 +33,10 @@ MEMORY_LADDER = ((1, 0), (1, 1), (1, 2), (3, 2))  # (zero stage, recompute index
 class SearchOptions:
     """Which plans the search considers."""
 
-    max_domains: int = 3
-    """Most domains one job may span."""
+    max_domains: int | None = None
+    """Most domains one job may span; None: as many as the cluster has."""
     combo_domains: int = 5
-    """Multi-domain placements are built from the this many largest domains (exact below it)."""
+    """Every set of this many largest domains is searched; beyond them, grown chains."""
     tensor: tuple[int, ...] = (1, 2, 4, 8)
     max_pipeline: int = 32
     context: tuple[int, ...] = (1, 2, 4)
@@ -65,35 +69,65 @@ def _divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
-def placements(view: ClusterView, opts: SearchOptions, gpus_min: int) -> Placements:
-    """Every single-domain placement, and multi-domain ones over the largest domains."""
+def placements(view: ClusterView, opts: SearchOptions, gpus_min: int,
+               gpus_max: int | None = None) -> Placements:
+    """Every single-domain placement, and multi-domain ones (see the module's docstring) that
+    hold at least `gpus_min` and need every member to reach `gpus_max`: a domain more only adds
+    WAN hops to a job that cannot use its accelerators."""
     free = np.array([d.available for d in view.domains])
     # Domains alike in every way the objective sees give the same single-domain plans: keep
     # one of each kind (the first), so 64 domains of 8 types search like 8.
     alike, speed = {}, view.speed
     for i, d in enumerate(view.domains):
         key = (d.accelerator.name, free[i], d.scaleup_gbs, d.scaleout_gbps, d.price_per_gpu_hour,
-               speed[i])
+               speed[i], d.node_gpus)
         alike.setdefault(key, i)
     singles = [(SINGLE, (i,)) for i in sorted(alike.values()) if free[i] > 0]
     singles = singles if SINGLE in opts.kinds else []
+    limit = min(opts.max_domains or len(free), len(free))
     big = sorted(np.flatnonzero(free > 0), key=lambda i: -free[i])[: opts.combo_domains]
+    sets = [m for size in range(2, limit + 1) for m in itertools.combinations(sorted(big), size)]
+    chains = [c for m in sets for c in _chains(m)]
+    grown = [g for seed in big for g in _grown(view, free, int(seed), limit, gpus_max)]
+    if gpus_max is not None:
+        sets = [m for m in sets if free[list(m)].sum() - free[list(m)].min() < gpus_max]
+        chains = [c for c in chains if free[list(c)].sum() - free[list(c)].min() < gpus_max]
+    seen = set(sets)
+    sets += [m for m in (tuple(sorted(g)) for g in grown) if not (m in seen or seen.add(m))]
+    seen = set(chains)
+    chains += [c for c in (min(g, g[::-1]) for g in grown) if not (c in seen or seen.add(c))]
     combos = []
-    for size in range(2, opts.max_domains + 1):
-        for members in itertools.combinations(sorted(big), size):
-            if free[list(members)].sum() < gpus_min or not _connected(view, members):
-                continue
-            if DATA in opts.kinds:
-                combos.append((DATA, members))
-            for chain in _chains(members) if PIPELINE in opts.kinds else ():
-                if all(view.bandwidth_gbps[a, b] > 0 for a, b in itertools.pairwise(chain)):
-                    combos.append((PIPELINE, chain))
+    if DATA in opts.kinds:
+        combos += [(DATA, m) for m in sets
+                   if free[list(m)].sum() >= gpus_min and _connected(view, m)]
+    if PIPELINE in opts.kinds:
+        combos += [(PIPELINE, c) for c in chains if free[list(c)].sum() >= gpus_min
+                   and all(view.bandwidth_gbps[a, b] > 0 for a, b in itertools.pairwise(c))]
     rows = singles + combos
     width = max((len(m) for _, m in rows), default=1)
     doms = np.full((len(rows), width), -1)
     for r, (_, members) in enumerate(rows):
         doms[r, : len(members)] = members
     return describe_placements(view, np.array([kind for kind, _ in rows], dtype=object), doms)
+
+
+def _grown(view: ClusterView, free: np.ndarray, seed: int, limit: int,
+           gpus_max: int | None) -> list[tuple[int, ...]]:
+    """The chains of 2 to `limit` domains grown from `seed`, each adding the free domain with
+    the widest link (both ways) to the last one taken, until they hold `gpus_max`."""
+    bw = np.minimum(view.bandwidth_gbps, view.bandwidth_gbps.T)
+    chain, out = [seed], []
+    left = free > 0
+    left[seed] = False
+    while len(chain) < limit and left.any() and free[chain].sum() < (gpus_max or np.inf):
+        reach = np.where(left, bw[chain[-1]], 0.0)
+        if reach.max() <= 0:
+            break
+        nxt = int(np.argmax(reach))
+        chain.append(nxt)
+        left[nxt] = False
+        out.append(tuple(chain))
+    return out
 
 
 def _connected(view: ClusterView, members) -> bool:
@@ -125,7 +159,7 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
         memory_gbs=slowest([a.memory_gbs for a in accs], speed),
         scaleup_gbs=slowest([d.scaleup_gbs for d in view.domains]),
         scaleout_gbps=slowest([d.scaleout_gbps for d in view.domains]),
-        gpus_per_node=slowest([a.gpus_per_node for a in accs]),
+        gpus_per_node=slowest([d.node_gpus for d in view.domains]),
     )
     n_dom = valid.sum(axis=1)
     bw, rtt, price = view.goodput_gbps, view.rtt_ms / 1000.0, view.price_per_gb
@@ -232,6 +266,8 @@ def share(total: np.ndarray, caps: np.ndarray) -> np.ndarray:
     # Hand out what rounding left over (or take back an excess) one slot at a time.
     for _ in range(caps.shape[1] + 1):
         gap = total - parts.sum(axis=1)
+        if not gap.any():
+            break
         room = np.where(used, np.where(gap[:, None] > 0, caps - parts, parts - 1), -1)
         slot = room.argmax(axis=1)
         step = np.where(room.max(axis=1) > 0, np.sign(gap), 0)

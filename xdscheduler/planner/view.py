@@ -29,6 +29,12 @@ class DomainView:
     # holding them give them back (`Placement.preemptible`)
     reclaimable_gpus: int = 0
     up: bool = True
+    gpus_per_node: int = 0  # the domain's node shape; 0: the accelerator's usual one
+
+    @property
+    def node_gpus(self) -> int:
+        """Accelerators that share one node's scale-up links (NVLink, HCCS)."""
+        return self.gpus_per_node or self.accelerator.gpus_per_node
 
     @property
     def available(self) -> int:
@@ -75,7 +81,7 @@ class ClusterView:
                 name=d.name, accelerator=acc, free_gpus=free_gpus.get(d.name, d.gpus),
                 scaleup_gbs=(d.intra_node_gbps / 8 if d.intra_node_gbps else acc.scaleup_gbs),
                 scaleout_gbps=d.intra_domain_gbps, price_per_gpu_hour=d.price_per_gpu_hour,
-                total_gpus=d.gpus,
+                total_gpus=d.gpus, gpus_per_node=d.gpus_per_node,
             ))
         k = len(domains)
         index = {d.name: i for i, d in enumerate(domains)}

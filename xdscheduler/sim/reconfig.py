@@ -346,7 +346,7 @@ def _wan_path(view: ClusterView, s: int, d: int, share: float, params: float) ->
 
 
 def _per_node(view: ClusterView, d: int) -> int:
-    return view.domains[d].accelerator.gpus_per_node
+    return view.domains[d].node_gpus
 
 
 def node_share(p: Placement, gpus: int) -> float:
