@@ -15,7 +15,9 @@ from tests.test_parity import ENGINE, GOLDEN, STUDIES, study_report
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name in STUDIES:
-            (GOLDEN / name).write_text(json.dumps(study_report(name, Path(tmp)), indent=1))
+            # a folder each: a study folder holds one study
+            report = study_report(name, Path(tmp) / name)
+            (GOLDEN / name).write_text(json.dumps(report, indent=1))
             print(f"wrote {GOLDEN / name}")
     for name, make in ENGINE.items():
         (GOLDEN / name).write_text(json.dumps(make()))

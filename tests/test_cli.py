@@ -49,14 +49,27 @@ def test_estimate_explicit_architecture(capsys):
 @pytest.mark.parametrize("change,message", [
     (["--tp", "3"], "not divisible by TP×PP×CP"),
     (["--gpus", "960", "--tp", "5", "--pp", "2"], "TP 5 does not divide the 96"),
-    (["--pp", "7", "--gpus", "1120"], "does not divide the 96 layers"),
-    (["--global-batch", "1001"], "not divisible by DP×micro-batch"),
+    (["--pp", "128"], "PP 128 is more stages than the 96 layers"),
+    (["--vp", "5"], "VP 5 does not divide the 6 layers of the heaviest"),
+    (["--micro-batch", "5"], "does not divide the 192 samples of the busiest"),
     (["--dtype", "fp8"], "no FP8"),
     (["--gpu", "TPU9"], "unknown accelerator"),
 ])
 def test_estimate_rejects_invalid_plans_with_status_2(capsys, change, message):
     code, out, err = run(capsys, *with_flags(ESTIMATE, change))
     assert code == 2 and out == "" and message in err
+
+
+def test_estimate_takes_uneven_stages_and_replicas(capsys):
+    """Llama 3.1 405B as Megatron runs it (126 layers over PP 16 × VP 4), and a global batch
+    that 7 replicas do not divide."""
+    code, out, _ = run(capsys, "estimate", "--gpu", "H100-SXM", "--model", "llama3.1-405b",
+                       "--gpus", "1024", "--tp", "8", "--pp", "16", "--vp", "4",
+                       "--global-batch", "512", "--micro-batch", "1", "--json")
+    plan = json.loads(out)["plan"]
+    assert code == 0 and plan["layers_per_stage"] == {"heaviest": 8, "last": 7}
+    code, out, _ = run(capsys, *with_flags(ESTIMATE, ["--gpus", "896", "--global-batch", "1000"]))
+    assert code == 0 and json.loads(out)["plan"]["micro_batches"] == 143  # ceil(1000 / 7)
 
 
 def test_estimate_that_does_not_fit_says_why(capsys):
@@ -77,6 +90,19 @@ def test_plan_json_contract(capsys, default_scenario_path):
                 "alternatives", "explanation"):
         assert key in data
     assert len(data["alternatives"]) == 2 and data["decision_ms"] < 5000
+    assert data["cost_per_hour"] > 0
+
+
+def test_plan_within_a_budget(capsys, default_scenario_path):
+    code, out, _ = run(capsys, "plan", str(default_scenario_path), "--json")
+    budget = json.loads(out)["cost_per_hour"] / 3
+    code, out, _ = run(capsys, "plan", str(default_scenario_path), "--budget", str(budget),
+                       "--json")
+    data = json.loads(out)
+    assert code == 0 and data["cost_per_hour"] <= budget
+    assert all(a["cost_per_hour"] <= budget for a in data["alternatives"])
+    code, _, err = run(capsys, "plan", str(default_scenario_path), "--budget", "0.01")
+    assert code == 2 and "no plan meets a budget of $0.01/h" in err
 
 
 def test_plan_rejects_bad_weights_and_jobs(capsys, default_scenario_path):

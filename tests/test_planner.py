@@ -198,7 +198,7 @@ def random_instance(rng: np.random.Generator):
 def test_search_equals_brute_force_on_random_small_instances():
     rng = np.random.default_rng(2024)
     opts = SearchOptions(tensor=(1, 2, 4, 8), max_pipeline=8, virtual=(1, 2),
-                         micro_batch=(1, 2), diloco_h=(0, 10))
+                         micro_batch=(1, 2), diloco_h=(0, 10), uneven=False)
     checked = 0
     while checked < 100:
         job, view, weights = random_instance(rng)
@@ -359,3 +359,103 @@ def test_the_scenarios_node_shape_bounds_tensor_parallelism():
     assert search(job, view, scn.weights, SearchOptions(tensor=(4,)), pareto=False)
     with pytest.raises(UserError, match="no feasible plan"):
         search(job, view, scn.weights, SearchOptions(tensor=(8,)), pareto=False)
+
+
+# ------------------------------------------------------------------ budget and throughput floor
+
+
+def sailor():
+    scn = load_scenario(SCENARIOS / "sailor_five_zones.yaml")
+    return JobSpec.of(scn.job("opt-350m-sailor")), ClusterView.from_scenario(scn), scn.weights
+
+
+def test_a_budget_keeps_every_plan_within_it():
+    from xdscheduler.planner.search import Limits, placement_cost_per_hour
+
+    job, view, weights = sailor()
+    free = search(job, view, weights, pareto=False)
+    budget = placement_cost_per_hour(free.best, view) / 2
+    capped = search(job, view, weights, limits=Limits(budget_per_hour=budget), pareto=False)
+    for p in (capped.best, *capped.alternatives):
+        assert placement_cost_per_hour(p, view) <= budget
+    assert capped.best.estimate.tokens_per_s < free.best.estimate.tokens_per_s
+    with pytest.raises(UserError, match=r"budget of \$1\.00/h \(the cheapest plan costs"):
+        search(job, view, weights, limits=Limits(budget_per_hour=1.0))
+
+
+def test_a_throughput_floor_alone_picks_the_cheapest_plan_per_token_that_reaches_it():
+    from xdscheduler.planner.search import Limits, placement_cost_per_hour
+
+    job, view, weights = sailor()
+    floor = 1.5e6
+    r = search(job, view, weights, top_k=8, limits=Limits(min_tokens_per_s=floor),
+               pareto=False)
+
+    def per_token(p):
+        return placement_cost_per_hour(p, view) / p.estimate.tokens_per_s
+
+    assert all(p.estimate.tokens_per_s >= floor for p in (r.best, *r.alternatives))
+    assert all(per_token(r.best) <= per_token(p) for p in r.alternatives)
+    with pytest.raises(UserError, match="the fastest plan reaches"):
+        search(job, view, weights, limits=Limits(min_tokens_per_s=1e12))
+
+
+def test_uneven_data_parallelism_uses_accelerators_a_divisor_would_leave_idle():
+    """160 accelerators, a global batch of 1024: the even grid stops at DP 128; an uneven one
+    runs more replicas (some a sample lighter) and finishes a step sooner."""
+    acc = catalog.accelerator("A100-40GB")
+    view = ClusterView((DomainView("z", acc, 160, acc.scaleup_gbs, 100, 3.7),),
+                       np.zeros((1, 1)), np.zeros((1, 1)), np.zeros((1, 1)))
+    arch = catalog.model("opt-350m")
+    job = JobSpec("opt", arch, 1024, arch.seq_len, 8, 160)
+    even = search(job, view, THROUGHPUT, SearchOptions(uneven=False), pareto=False).best
+    uneven = search(job, view, THROUGHPUT, pareto=False).best
+    assert even.total_gpus <= 128 < uneven.total_gpus
+    assert 1024 % uneven.plan.dp and uneven.estimate.step_time_s < even.estimate.step_time_s
+
+
+THROUGHPUT = Weights(efficiency=1.0, utilization=0.0, cost=0.0)
+
+
+# ------------------------------------------------------------------ mixed accelerators
+
+
+def test_a_balanced_split_by_hand():
+    """80 layers over two stages of speed 2 and two of speed 1: 27 + 27 + 13 + 13, the pace
+    max(27/2, 13/1) = 13.5; 10 layers over speeds 3 and 1: 8 + 2 (7 + 3 would pace 3)."""
+    from xdscheduler.planner.space import balanced_pace
+
+    units, pace = balanced_pace(np.array([80.0, 10.0]), np.array([[2, 2], [1, 1]]),
+                                np.array([[2.0, 1.0], [3.0, 1.0]]))
+    assert units.tolist() == [[27, 13], [8, 2]] and pace.tolist() == [13.5, 8 / 3]
+
+
+def h100_and_910b() -> ClusterView:
+    h, a = catalog.accelerator("H100-SXM"), catalog.accelerator("Ascend-910B")
+    doms = (DomainView("h100", h, 64, h.scaleup_gbs, 400, 2.5),
+            DomainView("910b", a, 64, a.scaleup_gbs, 200, 1.5))
+    bw = np.array([[0, 100.0], [100.0, 0]])
+    return ClusterView(doms, bw, np.full((2, 2), 2.0), np.full((2, 2), 0.01))
+
+
+@pytest.mark.parametrize("kind", ["pipeline", "data"])
+def test_a_mixed_job_splits_work_by_speed_and_beats_the_even_split(kind):
+    """H100 and Ascend 910B: the faster domain takes more layers a stage (pipeline) or
+    micro-batches a replica (replicas), and the job runs faster than with even shares on the
+    same accelerators."""
+    view = h100_and_910b()
+    arch = catalog.model("llama2-70b")
+    job = JobSpec("mixed", arch, 512, arch.seq_len, 128, 128)
+    opts = SearchOptions(kinds=(kind,))
+    even = search(job, view, THROUGHPUT, replace(opts, balance=False), pareto=False).best
+    mixed = search(job, view, THROUGHPUT, opts, pareto=False).best
+    assert mixed.split and mixed.split[0] > mixed.split[1]  # the H100 domain comes first
+    p = mixed.plan
+    if kind == "pipeline":
+        stages = [g // (p.dp * p.tp * p.cp) for g in mixed.gpus]
+        assert sum(s * x for s, x in zip(stages, mixed.split, strict=True)) >= arch.layers
+    else:
+        replicas = [g // (p.tp * p.pp * p.cp) for g in mixed.gpus]
+        assert sum(r * x for r, x in zip(replicas, mixed.split, strict=True)) * p.micro_batch \
+            >= job.global_batch
+    assert mixed.estimate.tokens_per_s > 1.2 * even.estimate.tokens_per_s

@@ -152,3 +152,37 @@ def test_chunked_evaluation_matches_one_pass(monkeypatch):
     np.testing.assert_array_equal(whole.step_time_s, parts.step_time_s)
     np.testing.assert_array_equal(whole.memory_gib, parts.memory_gib)
     np.testing.assert_array_equal(whole.breakdown_s["bubble"], parts.breakdown_s["bubble"])
+
+
+# ------------------------------------------------------------------ uneven splits
+
+
+def test_uneven_stages_take_the_shortfall_off_the_last_stage_first():
+    """By hand: 126 layers over 16 stages are 7 + 14 x 8 + 7; the heaviest has 8, the last 7."""
+    from xdscheduler.costmodel.steptime import stage_layers
+
+    assert [tuple(map(int, stage_layers(126, p))) for p in (16, 8, 9, 1)] == [
+        (8, 7), (16, 15), (14, 14), (126, 126)]
+    assert tuple(map(int, stage_layers(7, 3))) == (3, 2)
+
+
+def test_an_uneven_pipeline_runs_at_the_pace_of_its_heaviest_stage():
+    """126 layers over 16 stages: no faster than 7 layers a stage everywhere (112 layers), no
+    slower than 8 everywhere (128), where the last stage also computes the output layer."""
+    base = catalog.model("llama3.1-405b")
+    plan = Plan(dp=1, tp=8, pp=16, micro_batch=1)
+    step = {n: one(dataclasses.replace(base, layers=n), 64, plan)[1] for n in (112, 126, 128)}
+    assert step[112] < step[126] <= step[128]
+
+
+def test_an_uneven_data_parallel_split_waits_for_the_busiest_replica():
+    """1024 samples over 147 or over 160 replicas: 7 on the busiest either way."""
+    from xdscheduler.costmodel.steptime import replica_micro_batches
+
+    assert replica_micro_batches(1024, 160, 1) == 7 == replica_micro_batches(1024, 147, 1)
+    assert replica_micro_batches(1024, 128, 8) == 1
+    arch = catalog.model("llama2-7b")
+    compute = [one(arch, 1024, Plan(dp=d, micro_batch=1))[0].breakdown_s["compute"][0]
+               for d in (128, 147, 160)]
+    assert compute[1] == pytest.approx(compute[2]) and compute[1] == pytest.approx(
+        compute[0] * 7 / 8)

@@ -128,7 +128,7 @@ def cmd_estimate(args) -> None:
 
 
 def cmd_plan(args) -> None:
-    from xdscheduler.planner.search import JobSpec, search
+    from xdscheduler.planner.search import JobSpec, Limits, placement_cost_per_hour, search
     from xdscheduler.planner.space import SearchOptions
     from xdscheduler.planner.view import ClusterView
     from xdscheduler.scenario import Weights, default_scenario_path, load_scenario
@@ -140,13 +140,19 @@ def cmd_plan(args) -> None:
         weights = Weights(efficiency=w[0], utilization=w[1], cost=w[2])
     job = scn.job(args.job)
     opts = SearchOptions(diloco_h=(0, args.diloco) if args.diloco else (0,), dtype=args.dtype)
-    result = search(JobSpec.of(job), ClusterView.from_scenario(scn), weights, opts, args.top)
+    view = ClusterView.from_scenario(scn)
+    limits = Limits(args.budget, args.min_throughput)
+    result = search(JobSpec.of(job), view, weights, opts, args.top, limits=limits)
+
+    def as_json(p):
+        return {**p.to_json(), "cost_per_hour": placement_cost_per_hour(p, view)}
+
     out = {
-        "scenario": scn.name, "job": job.name, **result.best.to_json(),
+        "scenario": scn.name, "job": job.name, **as_json(result.best),
         "decision_ms": result.decision_ms, "plans_evaluated": result.evaluated,
         "explanation": result.explanation,
-        "alternatives": [c.to_json() for c in result.alternatives],
-        "pareto": [c.to_json() for c in result.pareto],
+        "alternatives": [as_json(c) for c in result.alternatives],
+        "pareto": [as_json(c) for c in result.pareto],
     }
     if args.json:
         _print_json(out)
@@ -158,11 +164,12 @@ def cmd_plan(args) -> None:
           f"{result.decision_ms:.0f} ms over {result.evaluated} plans")
     print(f"  plan   {describe(result.best)}")
     print(f"  step   {best.step_time_s:.2f} s, {best.tokens_per_s:,.0f} tokens/s, "
-          f"{best.cross_domain_gb_per_step:.2f} GB over the WAN per step")
+          f"{best.cross_domain_gb_per_step:.2f} GB over the WAN per step, "
+          f"${out['cost_per_hour']:,.2f}/h")
     print(f"  why    {result.explanation['summary']}")
     for i, alt in enumerate(result.alternatives, 1):
         print(f"  alt {i}  R={alt.objective.objective:.3f}  {alt.estimate.step_time_s:.2f} s  "
-              f"{describe(alt)}")
+              f"${placement_cost_per_hour(alt, view):,.2f}/h  {describe(alt)}")
 
 
 # ---------------------------------------------------------------- run
@@ -377,6 +384,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--diloco", type=number(int, 0, 1 << 20), default=0,
                    help="also consider DiLoCo-style outer sync every H steps across domains")
     p.add_argument("--dtype", choices=("bf16", "fp8"), default="bf16")
+    p.add_argument("--budget", type=number(float, 0, 1e9, above=True), metavar="DOLLARS",
+                   help="most to pay per hour (accelerators and WAN traffic): the best plan by "
+                        "R within it")
+    p.add_argument("--min-throughput", type=number(float, 0, 1e15, above=True),
+                   metavar="TOKENS_PER_S", help="fewest tokens/s: alone, the plan that reaches it "
+                                                "for the fewest dollars per token; with "
+                                                "--budget, a floor")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
     p = command("run", cmd_run, "run a study: every policy over days of jobs, with a report")

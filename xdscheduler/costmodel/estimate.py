@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from xdscheduler import catalog
 from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch, Stack
-from xdscheduler.costmodel.steptime import estimate
+from xdscheduler.costmodel.steptime import estimate, replica_micro_batches, stage_layers
 from xdscheduler.errors import UserError
 
 
@@ -23,17 +23,23 @@ def check_plan(arch: catalog.ModelArch, acc: catalog.Accelerator, gpus: int, pla
         raise UserError(f"TP {tp} does not divide the {arch.heads} attention heads of {arch.name}")
     if arch.kv_heads % tp and tp % arch.kv_heads:
         raise UserError(f"TP {tp} and the {arch.kv_heads} KV heads of {arch.name} do not divide")
-    if arch.layers % (pp * vp):
-        raise UserError(f"PP×VP = {pp * vp} does not divide the {arch.layers} layers of "
-                        f"{arch.name}")
+    # Uneven splits are allowed as Megatron allows them: the pipeline's end stages a layer
+    # lighter, some replicas a sample lighter (stage_layers, replica_micro_batches).
+    heaviest = -(-arch.layers // pp)
+    if pp > arch.layers:
+        raise UserError(f"PP {pp} is more stages than the {arch.layers} layers of {arch.name}")
     if vp > 1 and pp == 1:
         raise UserError("--vp (interleaved stages) needs --pp of at least 2")
-    if global_batch % (dp * mb):
-        raise UserError(f"--global-batch {global_batch} is not divisible by DP×micro-batch = "
-                        f"{dp}×{mb}")
-    if vp > 1 and (global_batch // (dp * mb)) % pp:
-        raise UserError(f"interleaving needs the {global_batch // (dp * mb)} micro-batches per "
-                        f"step to be a multiple of PP {pp}")
+    if heaviest % vp:
+        raise UserError(f"VP {vp} does not divide the {heaviest} layers of the heaviest of "
+                        f"{pp} stages of {arch.name}")
+    share = -(-global_batch // dp)
+    if dp > global_batch or share % mb:
+        raise UserError(f"--micro-batch {mb} does not divide the {share} samples of the busiest "
+                        f"of {dp} data-parallel replicas (--global-batch {global_batch})")
+    if vp > 1 and (share // mb) % pp:
+        raise UserError(f"interleaving needs the {share // mb} micro-batches per step to be a "
+                        f"multiple of PP {pp}")
     if arch.seq_len % cp:
         raise UserError(f"CP {cp} does not divide the sequence length {arch.seq_len}")
     if plan_args["dtype"] == "fp8":
@@ -54,6 +60,7 @@ def estimate_one(gpu: str, arch: catalog.ModelArch, gpus: int, tp: int, pp: int,
                       global_batch)
     est = estimate(arch, global_batch, PlanBatch.of([plan]), Hardware.of(acc), stack=software)
     step = float(est.step_time_s[0])
+    heaviest, last = stage_layers(arch.layers, pp)
     memory = {k: float(v[0]) for k, v in est.memory_parts_gib.items()}
     need = float(est.memory_gib[0])
     fits = bool(est.fits[0])
@@ -68,7 +75,9 @@ def estimate_one(gpu: str, arch: catalog.ModelArch, gpus: int, tp: int, pp: int,
     model_tflops = est.model_flops / step / gpus / 1e12
     return {
         "gpu": acc.name, "model": arch.name, "params_b": arch.params / 1e9, "gpus": gpus,
-        "plan": {**plan.as_dict(), "micro_batches": global_batch // (plan.dp * micro_batch)},
+        "plan": {**plan.as_dict(), "micro_batches": int(replica_micro_batches(
+            global_batch, plan.dp, micro_batch)), "layers_per_stage": {
+                "heaviest": int(heaviest), "last": int(last)}},
         "stack": stack,
         "step_time_s": step,
         "tokens_per_s_per_gpu": est.tokens / step / gpus,

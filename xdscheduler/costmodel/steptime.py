@@ -139,9 +139,9 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     dp, tp, pp, cp, vp, mb = (_f(x) for x in (plans.dp, plans.tp, plans.pp, plans.cp,
                                                plans.vp, plans.micro_batch))
     batch = _f(global_batch)
-    micro_batches = batch / (dp * mb)
+    micro_batches = replica_micro_batches(batch, dp, mb)
     tok = mb * s / cp  # tokens of one micro-batch on one GPU
-    layers_per_stage = arch.layers / pp
+    heaviest, last = stage_layers(arch.layers, pp)
 
     fp8 = _f(plans.fp8) > 0
     bf16_peak = _f(hw.peak_tflops) * 1e12
@@ -210,7 +210,11 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     # FP8 recipes keep the output layer in BF16 (Transformer Engine casts only the blocks).
     logits = (3 * gemm(tok, h, vocab / tp, bf16_eff_peak, 2.0)
               + 3 * calib.memory_passes * tok * vocab / tp * 4 / mem_bw)
-    stage_compute = layers_per_stage * (layer_fwd + layer_bwd) + logits
+    # The slowest stage sets the pace: the heaviest, or the last with the output layer.
+    per_layer_t = layer_fwd + layer_bwd + layer_rec + tp_fwd_exposed + tp_bwd_exposed
+    last_binds = last * per_layer_t + logits >= heaviest * per_layer_t
+    layers_per_stage = np.where(last_binds, last, heaviest)
+    stage_compute = layers_per_stage * (layer_fwd + layer_bwd) + np.where(last_binds, logits, 0.0)
     stage_rec = layers_per_stage * layer_rec
     stage_tp = layers_per_stage * (tp_fwd_exposed + tp_bwd_exposed)
     t_mb = stage_compute + stage_rec + stage_tp
@@ -371,9 +375,9 @@ def memory_gib(arch: ModelArch, global_batch, plans: PlanBatch, stack: Stack | N
     sp_div = tp if stack.sequence_parallel else 1.0
     per_layer = np.where(recompute == 2, tok * 2 * arch.hidden / sp_div,
                          np.where(recompute == 1, act, full_layer))
-    micro_batches = _f(global_batch) / (dp * mb)
+    micro_batches = replica_micro_batches(_f(global_batch), dp, mb)
     in_flight = np.minimum(micro_batches, pp) * np.where(vp > 1, 1 + (pp - 1) / (pp * vp), 1.0)
-    activations = per_layer * arch.layers / pp * in_flight
+    activations = per_layer * stage_layers(arch.layers, pp)[0] * in_flight
     activations = activations + np.where(recompute == 2, full_layer, 0.0)  # one layer rebuilt
     logits = tok * arch.vocab / tp * 4 * 2  # fp32 logits and their gradient, last stage
     return {
@@ -388,5 +392,25 @@ def memory_gib(arch: ModelArch, global_batch, plans: PlanBatch, stack: Stack | N
 
 def _stage_params(arch: ModelArch, pp):
     """Parameters of the heaviest pipeline stage: its layers plus one embedding table."""
-    return arch.layers / pp * arch.params_per_layer + np.where(
+    return stage_layers(arch.layers, pp)[0] * arch.params_per_layer + np.where(
         pp > 1, arch.vocab * arch.hidden, arch.embedding_params)
+
+
+def stage_layers(layers: int, pp) -> tuple[np.ndarray, np.ndarray]:
+    """Layers of the heaviest pipeline stage and of the last one.
+
+    Where `pp` divides the layers every stage has as many. Otherwise, as Megatron's
+    first/last-stage options allow, stages get ceil(layers/pp) and the shortfall comes off the
+    ends, the last stage (which also computes the output layer) first: 126 layers over 16
+    stages are 7 + 14 x 8 + 7.
+    """
+    pp = _f(pp)
+    heaviest = np.ceil(layers / pp - 1e-9)
+    return heaviest, np.where(heaviest * pp > layers, heaviest - 1, heaviest)
+
+
+def replica_micro_batches(batch, dp, mb):
+    """Micro-batches of the busiest data-parallel replica: a global batch that `dp` does not
+    divide leaves some replicas one sample more (ceil(batch/dp)), and the step waits for
+    them."""
+    return np.ceil(np.ceil(batch / dp - 1e-9) / mb - 1e-9)

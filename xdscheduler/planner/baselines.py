@@ -23,7 +23,10 @@ from xdscheduler.planner.view import ClusterView
 
 # The online grid: micro-batches of 1-2 cover nearly all of the best plans and halve the
 # candidates; replicas across domains may sync every step or, DiLoCo-style, every 100.
-ONLINE = SearchOptions(micro_batch=(1, 2), diloco_h=(0, 100))
+# Studies decide thousands of times: the even grid of few micro-batch sizes (the yardstick,
+# IDEAL_OPTIONS, searches the same kinds of plans).
+ONLINE = SearchOptions(micro_batch=(1, 2), virtual=(1, 2), uneven=False, balance=False,
+                       diloco_h=(0, 100))
 
 
 def megatron_default(job: JobSpec, gpus: int, hw: Hardware, stack: Stack | None = None

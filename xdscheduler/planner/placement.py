@@ -64,6 +64,9 @@ class Placement:
     preemptible: bool = False
     explanation: str = field(default="", compare=False)  # why; not what
     decision_ms: float = field(default=0.0, compare=False)
+    # across domains of different speeds: layers a stage (pipeline) or micro-batches a replica
+    # (replicas) in each domain, in proportion to speed; () where every one takes as many
+    split: tuple[int, ...] = ()
 
     @property
     def objective(self) -> Objective | None:
@@ -120,6 +123,9 @@ class Placement:
         out = {"plan": {**plan, "vp": vp, "placement": self.kind,
                         "stage_to_domain": self.stage_to_domain,
                         "gpus_per_domain": self.gpus_per_domain}}
+        if self.split:
+            key = "layers_per_stage" if self.kind == PIPELINE else "micro_batches_per_replica"
+            out["plan"][key] = dict(zip(self.names, self.split, strict=True))
         est = self.estimate
         if est is not None:
             out.update({

@@ -22,6 +22,7 @@ from xdscheduler.planner.space import (
     SINGLE,
     Placements,
     SearchOptions,
+    balanced_pace,
     describe_placements,
     parallel_grid,
     placements,
@@ -86,25 +87,42 @@ class Evaluated:
     est: StepEstimate
     terms: dict[str, np.ndarray]
     wan_price_per_gb: np.ndarray  # per candidate
+    # layers a stage, or micro-batches a replica, in each slot where split by speed (0: evenly)
+    shares: np.ndarray
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Sailor's two constraints on a plan. With a budget the best plan by R within it wins
+    (R with weights 1,0,0: the fastest, as Sailor); with only a throughput floor, the plan that
+    reaches it for the fewest dollars per token trained."""
+
+    budget_per_hour: float | None = None
+    """Most to pay per hour: its accelerators at the domains' prices, and its WAN traffic."""
+    min_tokens_per_s: float | None = None
+
+    @property
+    def cheapest(self) -> bool:
+        return self.min_tokens_per_s is not None and self.budget_per_hour is None
 
 
 def search(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchOptions | None = None,
-           top_k: int = 5, pareto: bool = True) -> SearchResult:
+           top_k: int = 5, pareto: bool = True, limits: Limits | None = None) -> SearchResult:
     """Best plan for `job` on the free accelerators of `view`, with alternatives and reasons.
 
     `pareto=False` skips the Pareto front (quadratic in the candidates kept) when only the
     decision is wanted, as in a running study.
     """
-    opts = opts or SearchOptions()
+    opts, limits = opts or SearchOptions(), limits or Limits()
     start = time.perf_counter()
-    ev = evaluate_space(job, view, weights, opts)
+    ev = refined_space(job, view, weights, opts)
     if ev is None:
         free = ", ".join(f"{d.name}={d.free_gpus}" for d in view.domains)
         raise UserError(
             f"no feasible plan for job {job.name!r} ({job.arch.size} parameters, "
             f"{job.gpus_min}-{job.gpus_max} GPUs) on the free accelerators ({free})"
         )
-    order = np.argsort(-ev.terms["objective"], kind="stable")
+    order = ranked(ev, view, limits)
     picked = distinct(ev, order, top_k + 1)
     cands = [placement_at(ev, i, view, job) for i in picked]
     front_idx = []
@@ -121,9 +139,56 @@ def search(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchOption
     return SearchResult(job.name, best, cands[1:], front_cands, explanation, ms, len(ev.place))
 
 
+def cost_per_hour(ev: Evaluated, view: ClusterView) -> np.ndarray:
+    """Dollars per hour of every candidate: its accelerators and its WAN traffic."""
+    price = np.array([d.price_per_gpu_hour for d in view.domains])
+    slots = ev.placements.domains[ev.place]
+    gpu = np.where(slots >= 0, ev.gpus * price[np.where(slots >= 0, slots, 0)], 0.0).sum(axis=1)
+    return gpu + ev.terms["wan_cost_per_hour"]
+
+
+def placement_cost_per_hour(p: Placement, view: ClusterView) -> float:
+    """Dollars per hour of one placement: its accelerators and its WAN traffic."""
+    gpus = sum(g * view.domains[d].price_per_gpu_hour for d, g in zip(p.domains, p.gpus,
+                                                                        strict=True))
+    return gpus + (p.objective.wan_cost_per_hour if p.objective else 0.0)
+
+
+def ranked(ev: Evaluated, view: ClusterView, limits: Limits) -> np.ndarray:
+    """Candidates within the limits, best first (UserError, saying how near any came, if
+    none is)."""
+    if limits == Limits():  # what a running study asks: no dollars to count
+        return np.argsort(-ev.terms["objective"], kind="stable")
+    cost, speed = cost_per_hour(ev, view), ev.terms["tokens_per_s"]
+    ok = np.ones(len(cost), dtype=bool)
+    if limits.budget_per_hour is not None:
+        ok &= cost <= limits.budget_per_hour
+    if limits.min_tokens_per_s is not None:
+        ok &= speed >= limits.min_tokens_per_s
+    if not ok.any():
+        raise UserError(_out_of_limits(cost, speed, limits))
+    idx = np.flatnonzero(ok)
+    # cheapest: the fewest dollars per token, i.e. for the whole job
+    keys = (-ev.terms["objective"][idx], cost[idx] / speed[idx]) if limits.cheapest else (
+        -ev.terms["objective"][idx],)
+    return idx[np.lexsort(keys)]
+
+
+def _out_of_limits(cost: np.ndarray, speed: np.ndarray, limits: Limits) -> str:
+    parts = []
+    if limits.budget_per_hour is not None:
+        parts.append(f"a budget of ${limits.budget_per_hour:,.2f}/h (the cheapest plan costs "
+                     f"${cost.min():,.2f}/h)")
+    if limits.min_tokens_per_s is not None:
+        parts.append(f"{limits.min_tokens_per_s:,.0f} tokens/s (the fastest plan reaches "
+                     f"{speed.max():,.0f})")
+    return "no plan meets " + " and ".join(parts)
+
+
 THROUGHPUT_ONLY = Weights(efficiency=1.0, utilization=0.0, cost=0.0)
 # The yardstick's plan space: every plan a policy may run, low-communication ones included.
-IDEAL_OPTIONS = SearchOptions(diloco_h=(0, 100))
+IDEAL_OPTIONS = SearchOptions(micro_batch=(1, 2, 4), virtual=(1, 2), uneven=False,
+                              balance=False, diloco_h=(0, 100))
 _IDEAL: dict[tuple, float] = {}
 
 
@@ -140,11 +205,38 @@ def ideal_tokens_per_s(job: JobSpec, view: ClusterView) -> float:
     return _IDEAL[key]
 
 
-def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights,
-                   opts: SearchOptions) -> Evaluated | None:
-    """All feasible (placement, plan) pairs of the space, evaluated; None if there are none."""
+# The even grid picks these many placements; the whole grid is searched on them alone.
+REFINED_PLACEMENTS = 12
+
+
+def refined_space(job: JobSpec, view: ClusterView, weights: Weights,
+                  opts: SearchOptions) -> Evaluated | None:
+    """The space evaluated in two passes where it is large: the even grid (parallel degrees
+    that divide layers and batch, few micro-batch sizes, as many layers or micro-batches on
+    every domain) over every placement, then every plan, split by speed, over the placements
+    whose even plans ranked best. Uneven plans refine a placement; they seldom change which
+    one wins, and evaluating them everywhere costs 20-30x."""
+    if not (opts.uneven or opts.balance):
+        return evaluate_space(job, view, weights, opts)
+    coarse = evaluate_space(job, view, weights, replace(
+        opts, uneven=False, balance=False, micro_batch=(1, 2, 4), virtual=(1, 2)))
+    if coarse is None or len(coarse.placements) <= REFINED_PLACEMENTS:
+        return evaluate_space(job, view, weights, opts)
+    by_rank = coarse.place[np.argsort(-coarse.terms["objective"], kind="stable")]
+    _, first = np.unique(by_rank, return_index=True)
+    best = by_rank[np.sort(first)[:REFINED_PLACEMENTS]]
+    return evaluate_space(job, view, weights, opts, only=np.sort(best))
+
+
+def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchOptions,
+                   only: np.ndarray | None = None) -> Evaluated | None:
+    """All feasible (placement, plan) pairs of the space (of the placements `only` indexes,
+    where given), evaluated; None if there are none."""
     grid = parallel_grid(job.arch, job.global_batch, job.seq, job.gpus_max, opts)
     pl = placements(view, opts, job.gpus_min, job.gpus_max)
+    if only is not None:
+        pl = Placements(pl.kind[only], pl.domains[only], _take_hw(pl.hardware, only),
+                        _take_wan(pl.wan, only), pl.wan_price_per_gb[only])
     if len(pl) == 0 or len(grid.plans) == 0:
         return None
     g, hw = grid.plans, pl.hardware
@@ -185,18 +277,71 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights,
     if not ok.any():
         return None
     c_idx, p_idx, rung, parts, unit = c_idx[ok], p_idx[ok], rung[ok], parts[ok], unit[ok]
+    kind = kind[ok]
 
     zero = np.array([z for z, _ in MEMORY_LADDER])[rung]
     recompute = np.array([r for _, r in MEMORY_LADDER])[rung]
     plans = g.take(c_idx)
     plans = PlanBatch(**{**plans.__dict__, "zero": zero, "recompute": recompute})
-    est = estimate(job.arch, job.global_batch, plans, _take_hw(hw, p_idx), _take_wan(pl.wan, p_idx),
+    slots = pl.domains[p_idx]
+    cand_hw, shares, mixed = _take_hw(hw, p_idx), np.zeros(parts.shape), np.zeros(0, dtype=int)
+    if opts.balance:
+        cand_hw, shares, mixed = _balanced(job, view, kind == PIPELINE, plans, slots, parts,
+                                           cand_hw)
+    est = estimate(job.arch, job.global_batch, plans, cand_hw, _take_wan(pl.wan, p_idx),
                    opts.stack, seq=job.seq)
     gpus = parts * unit[:, None]
-    terms = score(job, est, gpus, pl.domains[p_idx], view, pl.wan_price_per_gb[p_idx], weights)
+    terms = score(job, est, gpus, slots, view, pl.wan_price_per_gb[p_idx], weights)
     keep = est.fits  # the ladder chose by memory; the estimate confirms it
+    if len(mixed):  # each stage's own layers against its own accelerator's memory
+        keep[mixed] = _stages_fit(job, view, kind[mixed] == PIPELINE, plans, est, slots[mixed],
+                                  shares[mixed], mixed)
     return Evaluated(pl, plans.take(keep), p_idx[keep], gpus[keep], _take_est(est, keep),
-                     {k: v[keep] for k, v in terms.items()}, pl.wan_price_per_gb[p_idx[keep]])
+                     {k: v[keep] for k, v in terms.items()}, pl.wan_price_per_gb[p_idx[keep]],
+                     shares[keep])
+
+
+def _balanced(job: JobSpec, view: ClusterView, staged: np.ndarray, plans: PlanBatch,
+              slots: np.ndarray, parts: np.ndarray,
+              hw: Hardware) -> tuple[Hardware, np.ndarray, np.ndarray]:
+    """Candidates over domains of different speeds with layers (pipeline stages) or
+    micro-batches (replicas) in proportion to speed: the hardware that keeps their pace, the
+    units each worker of a slot takes, and which candidates these are."""
+    used = slots >= 0
+    speed = (view.peak_tflops * view.speed)[np.where(used, slots, 0)]
+    slowest = np.where(used, speed, np.inf).min(axis=1)
+    faster = (np.where(used, speed, slowest[:, None]) > slowest[:, None]).any(axis=1)
+    mixed = np.flatnonzero(((parts > 0).sum(axis=1) > 1) & faster)
+    shares = np.zeros(parts.shape)
+    if not len(mixed):
+        return hw, shares, mixed
+    # stages over domains split the layers; replicas over domains the micro-batches of a step
+    pipeline = staged[mixed]
+    workers = np.where(pipeline, plans.pp[mixed], plans.dp[mixed])
+    total = np.where(pipeline, job.arch.layers,
+                     -(-job.global_batch // plans.micro_batch[mixed])).astype(float)
+    shares[mixed], pace = balanced_pace(total, parts[mixed], speed[mixed])
+    # the same pace from every worker at even shares: the slowest's speed scaled up
+    gain = np.ones(len(parts))
+    gain[mixed] = (total / workers) / pace / slowest[mixed]
+    fields = {k: np.asarray(v, dtype=float) * (gain if k in SPEED_FIELDS else 1.0)
+              for k, v in hw.__dict__.items()}
+    return Hardware(**fields), shares, mixed
+
+
+SPEED_FIELDS = ("peak_tflops", "peak_fp8_tflops", "memory_gbs")
+
+
+def _stages_fit(job: JobSpec, view: ClusterView, pipeline: np.ndarray, plans: PlanBatch, est,
+                slots: np.ndarray, shares: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """A balanced pipeline's stages hold layers in proportion to speed: each stage's memory
+    (the estimate's, scaled by its layers over the even share) within its own accelerator's."""
+    even = job.arch.layers / plans.pp[rows]
+    scale = np.where(pipeline[:, None], shares / even[:, None], 1.0)
+    memory = np.array([d.accelerator.memory_gib for d in view.domains])
+    limit = np.where(slots >= 0, memory[np.where(slots >= 0, slots, 0)], np.inf)
+    need = est.memory_gib[rows][:, None] * np.maximum(scale, 0.0)
+    return ((need <= limit) | (shares == 0)).all(axis=1)
 
 
 def _pick(x, idx: np.ndarray):
@@ -261,14 +406,16 @@ def placement_at(ev: Evaluated, i: int, view: ClusterView, job: JobSpec, explana
     a pipeline), those it takes nothing in left out."""
     slots = ev.placements.domains[ev.place[i]]
     kind = str(ev.placements.kind[ev.place[i]])
-    members = [(int(s), int(ev.gpus[i, j])) for j, s in enumerate(slots)
+    members = [(int(s), int(ev.gpus[i, j]), int(ev.shares[i, j])) for j, s in enumerate(slots)
                if s >= 0 and ev.gpus[i, j] > 0]
     objective = Objective(**{k: float(v[i]) for k, v in ev.terms.items()})
+    split = tuple(x for *_, x in members)
     return Placement(
-        job.name, kind, tuple(d for d, _ in members), tuple(g for _, g in members),
-        ev.plans.plan(i), tuple(view.domains[d].name for d, _ in members),
+        job.name, kind, tuple(d for d, *_ in members), tuple(g for _, g, _ in members),
+        ev.plans.plan(i), tuple(view.domains[d].name for d, *_ in members),
         _estimate_at(ev.est, i, ev.wan_price_per_gb[i], objective),
-        explanation=explanation, decision_ms=decision_ms)
+        explanation=explanation, decision_ms=decision_ms,
+        split=split if any(split) else ())
 
 
 def estimate_placement(p: Placement, job: JobSpec, view: ClusterView,
@@ -292,6 +439,10 @@ def describe(c: Placement) -> str:
         DATA: "replicas over " + "+".join(c.names),
     }[c.kind]
     extra = f", DiLoCo sync every {p.diloco_h} steps" if p.diloco_h else ""
+    if c.split:  # by speed: more layers a stage, or micro-batches a replica, on faster domains
+        unit = "layers a stage" if c.kind == PIPELINE else "micro-batches a replica"
+        where += " (" + ", ".join(f"{n} {x}" for n, x in zip(c.names, c.split, strict=True)) \
+            + f" {unit}, in proportion to speed)"
     return (f"{where}: TP {p.tp} × PP {p.pp} × DP {p.dp}" + (f" × CP {p.cp}" if p.cp > 1 else "")
             + f" on {p.gpus} GPUs, micro-batch {p.micro_batch}"
             + (f", {p.vp} virtual stages" if p.vp > 1 else "")

@@ -41,8 +41,16 @@ class SearchOptions:
     max_pipeline: int = 32
     context: tuple[int, ...] = (1, 2, 4)
     """Context-parallel sizes, used for sequences of 8k tokens and longer."""
-    virtual: tuple[int, ...] = (1, 2)
-    micro_batch: tuple[int, ...] = (1, 2, 4)
+    virtual: tuple[int, ...] = (1, 2, 4)
+    micro_batch: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    balance: bool = True
+    """Across domains of different accelerators, layers (pipeline) or micro-batches
+    (replicas) in proportion to speed, not as many on each: the slowest no longer sets the
+    pace of all."""
+    uneven: bool = True
+    """Also pipeline degrees that do not divide the layers (the ends lighter) and
+    data-parallel degrees that do not divide the global batch (some replicas a sample more):
+    for each stage or replica load, the fewest stages or replicas that reach it."""
     diloco_h: tuple[int, ...] = (0,)
     """Outer-sync intervals for cross-domain data parallelism; 0 = synchronous every step."""
     kinds: tuple[str, ...] = ("single", "pipeline", "data")
@@ -67,6 +75,15 @@ class Placements:
 
 def _divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def _degrees(n: int, limit: int, uneven: bool) -> list[int]:
+    """Ways to split n units (layers, samples) up to `limit` ways: the divisors of n, and where
+    uneven splits are allowed, for each largest part k the fewest parts that reach it,
+    ceil(n/k) (more parts with the same largest one only cost more)."""
+    if not uneven:
+        return _divisors(n, limit)
+    return sorted({-(-n // k) for k in range(1, n + 1)} & set(range(1, min(n, limit) + 1)))
 
 
 def placements(view: ClusterView, opts: SearchOptions, gpus_min: int,
@@ -205,16 +222,19 @@ class ParallelGrid:
 def parallel_grid(arch: ModelArch, global_batch: int, seq: int, gpus_max: int,
                   opts: SearchOptions) -> ParallelGrid:
     tp = [t for t in opts.tensor if arch.heads % t == 0 and arch.kv_heads % t == 0]
-    pp = _divisors(arch.layers, opts.max_pipeline)
+    pp = _degrees(arch.layers, opts.max_pipeline, opts.uneven)
     cp = [c for c in opts.context if seq % (2 * c) == 0] if seq >= 8192 else [1]
     grid = np.array(list(itertools.product(
-        tp, pp, cp, opts.virtual, opts.micro_batch, _divisors(global_batch, gpus_max),
-        opts.diloco_h)), dtype=np.int64)
+        tp, pp, cp, opts.virtual, opts.micro_batch,
+        _degrees(global_batch, gpus_max, opts.uneven), opts.diloco_h)), dtype=np.int64)
     t, p, c, v, mb, d, h = grid.T
-    ok = (global_batch % (d * mb) == 0) & (d * t * p * c <= gpus_max)
-    micro = global_batch // np.maximum(d * mb, 1)
+    share = -(-global_batch // d)  # samples of the busiest replica
+    fits = (share % mb == 0) if opts.uneven else (global_batch % (d * mb) == 0)
+    ok = fits & (d * t * p * c <= gpus_max)
+    micro = share // mb
+    heaviest = -(-arch.layers // p)
     # Interleaving needs more than one stage, whole chunks and micro-batches in multiples of pp.
-    ok &= (v == 1) | ((p > 1) & ((arch.layers // p) % v == 0) & (micro % p == 0))
+    ok &= (v == 1) | ((p > 1) & (heaviest % v == 0) & (micro % p == 0))
     t, p, c, v, mb, d, h = (x[ok] for x in (t, p, c, v, mb, d, h))
     one = np.ones_like(t)
     plans = PlanBatch(dp=d, tp=t, pp=p, cp=c, vp=v, micro_batch=mb, zero=one,
@@ -232,6 +252,28 @@ def parallel_grid(arch: ModelArch, global_batch: int, seq: int, gpus_max: int,
 def _with(plans: PlanBatch, **scalars) -> PlanBatch:
     cols = {k: np.full(len(plans), v) for k, v in scalars.items()}
     return PlanBatch(**{**plans.__dict__, **cols})
+
+
+def balanced_pace(total: np.ndarray, counts: np.ndarray, speeds: np.ndarray,
+                  rounds: int = 40) -> tuple[np.ndarray, np.ndarray]:
+    """`total` whole units (layers, samples) over groups of counts[:, i] workers of speed
+    speeds[:, i], every worker of a group taking as many: the units each worker of a group
+    takes (N, k) and the pace, the largest units/speed of any worker (N,), as small as it
+    gets. By hand: 80 layers over 2 stages of speed 2 and 2 of speed 1 are 27, 27, 13, 13
+    (pace 13.5).
+
+    Bisects on the pace: at pace T a worker of speed s takes floor(T·s) units.
+    """
+    used = counts > 0
+    c, s = np.where(used, counts, 0).astype(float), np.where(used, speeds, 1.0)
+    lo = np.zeros(len(total))
+    hi = np.ceil(total / np.maximum(c.sum(axis=1), 1)) / np.where(used, s, np.inf).min(axis=1)
+    for _ in range(rounds):
+        mid = (lo + hi) / 2
+        ok = (c * np.floor(mid[:, None] * s + 1e-9)).sum(axis=1) >= total
+        hi, lo = np.where(ok, mid, hi), np.where(ok, lo, mid)
+    units = np.where(used, np.floor(hi[:, None] * s + 1e-9), 0.0)
+    return units, np.where(used, units / s, 0.0).max(axis=1)
 
 
 def split(total: int, caps: list[int]) -> list[int] | None:
