@@ -14,211 +14,35 @@ from __future__ import annotations
 
 import argparse
 import csv
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks._table import print_table
-from xdscheduler import catalog
+from xdscheduler.costmodel.calibration import (
+    FITTED,
+    SHARDED,
+    Run,
+    errors,
+    every_other,
+    fit,
+    load_runs,
+    predict,
+)
 from xdscheduler.costmodel.constants import DEFAULT, Calibration
-from xdscheduler.costmodel.plan import STACKS, Hardware, Plan, PlanBatch, Stack
-from xdscheduler.costmodel.steptime import estimate
 
 HERE = Path(__file__).resolve().parent
-FITTED = ("gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "memory_passes",
-          "kernel_overhead_s")
-
-
-@dataclass(frozen=True)
-class Run:
-    """One published measurement."""
-
-    source: str
-    ref: str
-    gpu: catalog.Accelerator
-    arch: catalog.ModelArch
-    gpus: int
-    plan: Plan
-    global_batch: int
-    stack: str
-    metric: str
-    convention: str
-    value: float
-
-    @property
-    def label(self) -> str:
-        p = self.plan
-        return (f"{self.arch.name} {self.gpus}×{self.gpu.name} TP{p.tp} PP{p.pp}"
-                + (f" CP{p.cp}" if p.cp > 1 else "") + (f" VP{p.vp}" if p.vp > 1 else "")
-                + f" mb{p.micro_batch} GBS{self.global_batch} {p.dtype}")
-
-
-# Vocabularies the tables leave blank, from each family's released tokenizer.
-VOCAB_BY_FAMILY = {"gpt3": 51200, "llama2": 32000, "nemotron": 256000}
-# Software each source ran (see Stack.preset).
-STACK_BY_SOURCE = {"narayanan": "megatron-2021", "korthikanti": "megatron-2022",
-                   "llama team": "unknown interleaving depth",
-                   "mosaicml": "fsdp", "megatron-lm readme": "megatron-core-tp-overlap",
-                   "nemo": "megatron-core"}
-METRIC_PREFERENCE = ("tokens_per_s_per_gpu", "iteration_time_s", "tflops_per_gpu", "mfu")
-DTYPES = {"fp8": "fp8", "fp8-cs": "fp8", "bf16": "bf16", "mixed precision 16-bit": "bf16"}
-
-
-def _num(row: dict, key: str, default: float | None = None) -> float | None:
-    value = (row.get(key) or "").strip().rstrip("%")
-    return float(value) if value else default
-
-
-def _lookup(table: dict, text: str, what: str) -> str:
-    for key, value in table.items():
-        if key in text.lower():
-            return value
-    raise ValueError(f"no {what} for {text!r}")
-
-
-def convention_of(row: dict) -> str:
-    text = (row.get("flops_convention") or "").lower()
-    if "96" in text:
-        return "megatron-96"
-    if "hardware" in text or "hfu" in text.split(";")[0]:
-        return "hardware"
-    return "model"
-
-
-def parse_row(row: dict) -> Run:
-    """One CSV row as a Run, or ValueError saying why it cannot be modelled."""
-    dtype = (row.get("dtype") or "").strip().lower().split(" (")[0]
-    if not dtype and "megatron-lm readme" in row["source"].lower():
-        dtype = "bf16"  # its MFU figures are against the dense BF16 peak
-    dtype = DTYPES.get(dtype)
-    if dtype is None:
-        raise ValueError(f"precision {row.get('dtype')!r} is not modelled (bf16, fp8 only)")
-    if not (row.get("layers") and row.get("hidden") and row.get("gpu_count")):
-        raise ValueError("the source gives no full architecture or GPU count")
-    try:
-        gpu = catalog.accelerator(row["gpu"])
-    except Exception:
-        raise ValueError(f"accelerator {row['gpu']!r} is not in the catalog") from None
-    layers, hidden, heads = (int(_num(row, k)) for k in ("layers", "hidden", "heads"))
-    ffn = int(_num(row, "ffn_hidden", 4 * hidden))
-    vocab = _num(row, "vocab") or _lookup(VOCAB_BY_FAMILY, row["model"].replace(" ", ""),
-                                          "vocabulary")
-    gated = ffn != 4 * hidden
-    arch = catalog.ModelArch(row["model"], layers, hidden, ffn, heads,
-                             int(_num(row, "kv_heads", heads)), int(vocab),
-                             int(_num(row, "seq")), gated, not gated)
-    gpus = int(_num(row, "gpu_count"))
-    tp, pp, cp = (int(_num(row, k, 1)) for k in ("tp", "pp", "cp"))
-    dp = int(_num(row, "dp", gpus // (tp * pp * cp)))
-    if dp * tp * pp * cp != gpus:
-        raise ValueError(f"TP×PP×CP×DP = {dp * tp * pp * cp} differs from {gpus} GPUs")
-    batch = int(_num(row, "global_batch", 0))
-    if batch == 0:
-        raise ValueError("no global batch")
-    stack = _lookup(STACK_BY_SOURCE, row["source"], "software stack")
-    if stack not in STACKS:
-        raise ValueError(f"not modelled: {stack}")
-    recompute = (row.get("recompute") or "").strip() or "none"
-    plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, vp=int(_num(row, "vp", 1)),
-                micro_batch=int(_num(row, "micro_batch", 1)),
-                zero=3 if stack == "fsdp" else (0 if stack == "megatron-2021" else 1),
-                recompute=recompute, dtype=dtype)
-    value = _num(row, "value")
-    if row["metric"] == "mfu":
-        value /= 100
-    return Run(row["source"], row["source_ref"], gpu, arch, gpus, plan, batch, stack,
-               row["metric"], convention_of(row), value)
-
-
-def load_runs(path: Path) -> tuple[list[Run], list[tuple[dict, str]]]:
-    """Modelled runs, one metric per configuration, and the rows left out with the reason."""
-    runs, skipped, seen = [], [], set()
-    with path.open() as f:
-        rows = list(csv.DictReader(f))
-    rank = {m: i for i, m in enumerate(METRIC_PREFERENCE)}
-    for row in sorted(rows, key=lambda r: rank.get(r["metric"], 99)):
-        try:
-            run = parse_row(row)
-        except ValueError as err:
-            skipped.append((row, str(err)))
-            continue
-        key = (run.source, run.label, run.gpus, run.value if run.metric == "x" else 0)
-        if (run.source, run.label, run.gpus) in seen:
-            continue  # the same configuration in a less direct metric
-        seen.add(key[:3])
-        runs.append(run)
-    return runs, skipped
-
-
-def source_flops(run: Run, step_s: np.ndarray, hardware_flops: np.ndarray,
-                 model_flops: float) -> np.ndarray:
-    """FLOPs of one step as the source counts them."""
-    a, B = run.arch, run.global_batch
-    s, L, h, V = a.seq_len, a.layers, a.hidden, a.vocab
-    if run.convention == "megatron-96":
-        return np.full_like(step_s, 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h)))
-    if run.convention == "hardware":
-        return hardware_flops
-    return np.full_like(step_s, model_flops)
-
-
-def predict(run: Run, calib: Calibration) -> float:
-    est = estimate(run.arch, run.global_batch, PlanBatch.of([run.plan]), Hardware.of(run.gpu),
-                   stack=Stack.preset(run.stack), calib=calib)
-    step = est.step_time_s
-    if run.metric == "iteration_time_s":
-        return float(step[0])
-    if run.metric == "tokens_per_s_per_gpu":
-        return float(run.global_batch * run.arch.seq_len / step[0] / run.gpus)
-    flops = source_flops(run, step, est.hardware_flops, est.model_flops)
-    per_gpu = flops[0] / step[0] / run.gpus / 1e12
-    if run.metric == "tflops_per_gpu":
-        return float(per_gpu)
-    if run.metric in ("mfu", "hfu"):
-        return float(per_gpu / run.gpu.peak_tflops("bf16"))
-    raise ValueError(f"unknown metric {run.metric!r}")
-
-
-def errors(runs: list[Run], calib: Calibration) -> np.ndarray:
-    """Relative error of each prediction, with time-like metrics inverted to throughput."""
-    out = []
-    for run in runs:
-        ratio = predict(run, calib) / run.value
-        out.append(1 / ratio - 1 if run.metric == "iteration_time_s" else ratio - 1)
-    return np.array(out)
 
 
 def split_fit(runs: list[Run]) -> list[bool]:
     """Every other configuration of each Megatron-family source (by model size) is fitted;
     the rest, and every run of another software stack, is held out."""
-    chosen = [False] * len(runs)
-    by_source: dict[str, list[int]] = {}
-    for i, run in enumerate(runs):
-        if run.stack != "fsdp":
-            by_source.setdefault(run.source, []).append(i)
-    for idx in by_source.values():
-        for k, i in enumerate(sorted(idx, key=lambda i: (runs[i].arch.params, runs[i].gpus))):
-            chosen[i] = k % 2 == 0
-    return chosen
-
-
-def fit(runs: list[Run]) -> Calibration:
-    from scipy.optimize import least_squares
-
-    def residual(x):
-        calib = replace(DEFAULT, **dict(zip(FITTED, x, strict=True)))
-        return np.log1p(errors(runs, calib))
-
-    start = [getattr(DEFAULT, k) for k in FITTED]
-    bounds = ([0.3, 0.2, 0.2, 0.1, 0.0], [1.0, 1.0, 1.0, 8.0, 1e-3])  # physical ranges
-    result = least_squares(residual, start, bounds=bounds)
-    return replace(DEFAULT, **dict(zip(FITTED, result.x, strict=True)))
+    return [f and in_family(r) for r, f in zip(runs, every_other(runs), strict=True)]
 
 
 def in_family(run: Run) -> bool:
     """Megatron-LM / NeMo runs: the software whose mechanisms the model describes."""
-    return run.stack != "fsdp"
+    return run.stack not in SHARDED
 
 
 def summary_rows(runs: list[Run], errs: np.ndarray, fitted: list[bool]) -> list[list]:
@@ -228,7 +52,8 @@ def summary_rows(runs: list[Run], errs: np.ndarray, fitted: list[bool]) -> list[
                                                                            strict=True)],
         "Megatron-LM / NeMo, held out": [in_family(r) and not f
                                          for r, f in zip(runs, fitted, strict=True)],
-        "other stack (Composer FSDP), held out": [not in_family(r) for r in runs],
+        "other stacks (Composer FSDP, TorchTitan FSDP2), held out": [
+            not in_family(r) for r in runs],
     }
     rows = []
     for name, mask in groups.items():
@@ -255,8 +80,9 @@ def write_report(path: Path, runs: list[Run], errs: np.ndarray, fitted: list[boo
         "recompute included; NVIDIA tables: model FLOPs with full attention).",
         "The constants were fitted (least squares on log error) on every other",
         "configuration of each Megatron-LM/NeMo source, ordered by model size; the rest",
-        "are held out. Runs of another software stack (MosaicML Composer with PyTorch FSDP)",
-        "were never fitted and are shown as an out-of-family check.",
+        "are held out. Runs of other software stacks (MosaicML Composer with PyTorch FSDP,",
+        "TorchTitan with FSDP2) were never fitted here and are shown as an out-of-family",
+        "check; `xds calibrate --stack fsdp2` fits a stack's own constants.",
         "",
         "## Summary",
         "",

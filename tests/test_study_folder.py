@@ -16,7 +16,8 @@ import yaml
 from tests.conftest import REPO, small_scenario
 from xdscheduler.cli import main
 from xdscheduler.errors import UserError
-from xdscheduler.runtime.folder import StudyFolder, write_atomic
+from xdscheduler.runtime.folder import StudyFolder
+from xdscheduler.textfile import write_atomic
 
 LOCAL = ["run", "--local", "--policies", "planner", "--hours", "1"]
 

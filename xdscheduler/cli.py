@@ -13,6 +13,7 @@ import numpy as np
 
 from xdscheduler import catalog
 from xdscheduler.arguments import Parser, number, one_line, port, seed
+from xdscheduler.costmodel import cli as costmodel_cli
 from xdscheduler.errors import UserError
 from xdscheduler.faults import cli as faults_cli
 from xdscheduler.forecast import cli as forecast_cli
@@ -107,7 +108,8 @@ def cmd_estimate(args) -> None:
     result = estimate_one(
         gpu=args.gpu, arch=arch, gpus=args.gpus, tp=args.tp, pp=args.pp, cp=args.cp, vp=args.vp,
         global_batch=args.global_batch, micro_batch=args.micro_batch, recompute=args.recompute,
-        dtype=args.dtype, zero=args.zero, stack=args.stack,
+        dtype=args.dtype, zero=args.zero, **{"stack": args.stack,
+                                             **_profile_options(args.profile)},
     )
     if args.json:
         _print_json(result)
@@ -128,6 +130,7 @@ def cmd_estimate(args) -> None:
 
 
 def cmd_plan(args) -> None:
+    from xdscheduler.costmodel.plan import Stack
     from xdscheduler.planner.search import JobSpec, Limits, placement_cost_per_hour, search
     from xdscheduler.planner.space import SearchOptions
     from xdscheduler.planner.view import ClusterView
@@ -139,7 +142,11 @@ def cmd_plan(args) -> None:
         w = _csv_floats(args.weights, 3, "--weights")
         weights = Weights(efficiency=w[0], utilization=w[1], cost=w[2])
     job = scn.job(args.job)
-    opts = SearchOptions(diloco_h=(0, args.diloco) if args.diloco else (0,), dtype=args.dtype)
+    profile = _profile_options(args.profile)
+    if profile:
+        profile["stack"] = Stack.preset(profile["stack"])
+    opts = SearchOptions(diloco_h=(0, args.diloco) if args.diloco else (0,), dtype=args.dtype,
+                         **profile)
     view = ClusterView.from_scenario(scn)
     limits = Limits(args.budget, args.min_throughput)
     result = search(JobSpec.of(job), view, weights, opts, args.top, limits=limits)
@@ -170,6 +177,17 @@ def cmd_plan(args) -> None:
     for i, alt in enumerate(result.alternatives, 1):
         print(f"  alt {i}  R={alt.objective.objective:.3f}  {alt.estimate.step_time_s:.2f} s  "
               f"${placement_cost_per_hour(alt, view):,.2f}/h  {describe(alt)}")
+
+
+def _profile_options(path: str | None) -> dict:
+    """The stack and constants of a profile written by `xds calibrate` (none: the shipped),
+    as keyword arguments of SearchOptions and estimate_one."""
+    if path is None:
+        return {}
+    from xdscheduler.costmodel.calibration import Profile
+
+    profile = Profile.load(path)
+    return {"stack": profile.stack, "calibration": profile.calibration}
 
 
 # ---------------------------------------------------------------- run
@@ -373,7 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=1)
     p.add_argument("--stack", default="megatron-core",
                    help="software stack preset: megatron-core, megatron-core-tp-overlap, "
-                        "megatron-2022, megatron-2021")
+                        "megatron-2022, megatron-2021, fsdp, fsdp2")
+    p.add_argument("--profile", help="a profile from xds calibrate: its stack and constants")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
     p = command("plan", cmd_plan, "best placement and parallel plan for a job of a scenario")
@@ -387,6 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=number(float, 0, 1e9, above=True), metavar="DOLLARS",
                    help="most to pay per hour (accelerators and WAN traffic): the best plan by "
                         "R within it")
+    p.add_argument("--profile", help="a software stack's profile from xds calibrate (default: "
+                                      "Megatron-Core with the shipped constants)")
     p.add_argument("--min-throughput", type=number(float, 0, 1e15, above=True),
                    metavar="TOKENS_PER_S", help="fewest tokens/s: alone, the plan that reaches it "
                                                 "for the fewest dollars per token; with "
@@ -462,6 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
     rl_cli.register(sub)
     runtime_cli.register(sub)
     serving_cli.register(sub)
+    costmodel_cli.register(sub)
     return parser
 
 

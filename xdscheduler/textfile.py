@@ -1,8 +1,9 @@
 """Reading a text file a user hands us (a scenario, a trace, a loss curve), checked before it is
-parsed: a regular file, of bounded size, UTF-8 text."""
+parsed: a regular file, of bounded size, UTF-8 text; and writing ours whole or not at all."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from xdscheduler.errors import UserError
@@ -32,3 +33,17 @@ def read_text(path: Path, what: str, max_bytes: int, kind: str) -> str:
     except UnicodeDecodeError as err:
         raise UserError(f"{what} {path} is not UTF-8 text (byte {err.start}); save it as "
                         f"UTF-8") from None
+
+
+def write_atomic(path: Path, data: str | bytes | Callable[[Path], object]) -> Path:
+    """Write `data` (text, bytes, or a function writing the file at the path it is given)
+    through a temporary file renamed over `path`: a reader (or a full disk) never sees half a
+    file. The temporary file keeps the suffix, which some writers read the format from."""
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    if isinstance(data, str):
+        tmp.write_text(data, encoding="utf-8")
+    elif isinstance(data, bytes):
+        tmp.write_bytes(data)
+    else:
+        data(tmp)
+    return tmp.replace(path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from xdscheduler import catalog
+from xdscheduler.costmodel.constants import DEFAULT, Calibration
 from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch, Stack
 from xdscheduler.costmodel.steptime import estimate, replica_micro_batches, stage_layers
 from xdscheduler.errors import UserError
@@ -49,7 +50,8 @@ def check_plan(arch: catalog.ModelArch, acc: catalog.Accelerator, gpus: int, pla
 
 def estimate_one(gpu: str, arch: catalog.ModelArch, gpus: int, tp: int, pp: int, cp: int,
                  vp: int, global_batch: int, micro_batch: int, recompute: str, dtype: str,
-                 zero: int, stack: str = "megatron-core") -> dict:
+                 zero: int, stack: str = "megatron-core",
+                 calibration: Calibration = DEFAULT) -> dict:
     acc = catalog.accelerator(gpu)
     try:
         software = Stack.preset(stack)
@@ -58,7 +60,8 @@ def estimate_one(gpu: str, arch: catalog.ModelArch, gpus: int, tp: int, pp: int,
     plan = check_plan(arch, acc, gpus, dict(tp=tp, pp=pp, cp=cp, vp=vp, micro_batch=micro_batch,
                                             zero=zero, recompute=recompute, dtype=dtype),
                       global_batch)
-    est = estimate(arch, global_batch, PlanBatch.of([plan]), Hardware.of(acc), stack=software)
+    est = estimate(arch, global_batch, PlanBatch.of([plan]), Hardware.of(acc), stack=software,
+                   calib=calibration)
     step = float(est.step_time_s[0])
     heaviest, last = stage_layers(arch.layers, pp)
     memory = {k: float(v[0]) for k, v in est.memory_parts_gib.items()}

@@ -128,6 +128,7 @@ class Stack:
     overlap_param_gather: bool = True
     tp_comm_overlap: bool = False
     grad_reduce_bytes: int = 2  # bf16 gradient reduction (Megatron-Core default)
+    sharded: bool = False  # FSDP: parameters, gradients and optimizer state always sharded
 
     @classmethod
     def preset(cls, name: str) -> Stack:
@@ -146,8 +147,21 @@ class Stack:
             return cls(tp_comm_overlap=True)
         if name == "fsdp":
             # PyTorch FSDP (ZeRO-3) with flash attention, no tensor parallelism to split by.
-            return cls(sequence_parallel=False)
+            return cls(sequence_parallel=False, sharded=True)
+        if name in ("fsdp2", "fsdp2-eager"):
+            # PyTorch FSDP2 as TorchTitan runs it: per-parameter sharding (ZeRO-3), sequence
+            # parallelism with its tensor parallelism, gradients reduced in fp32 (its default
+            # mixed-precision policy); compiled (torch.compile) or eager, which differ in their
+            # constants, not their mechanisms.
+            return cls(grad_reduce_bytes=4, sharded=True)
+        if name == "fsdp2-async-tp":
+            # with asynchronous tensor parallelism: TP communication overlapped with its GEMMs
+            return cls(grad_reduce_bytes=4, tp_comm_overlap=True, sharded=True)
         raise ValueError(f"unknown software stack {name!r}; known: {', '.join(STACKS)}")
 
 
-STACKS = ("megatron-core", "megatron-core-tp-overlap", "megatron-2022", "megatron-2021", "fsdp")
+# Stacks that differ from another only by a mechanism the model has (TP communication
+# overlapped): they share its constants, and calibrate with it.
+VARIANT_OF = {"megatron-core-tp-overlap": "megatron-core", "fsdp2-async-tp": "fsdp2"}
+STACKS = ("megatron-core", "megatron-core-tp-overlap", "megatron-2022", "megatron-2021", "fsdp",
+          "fsdp2", "fsdp2-eager", "fsdp2-async-tp")

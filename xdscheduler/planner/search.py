@@ -17,13 +17,13 @@ from xdscheduler.planner.objective import Objective, Weights, pareto_mask, score
 from xdscheduler.planner.placement import Estimate, Placement
 from xdscheduler.planner.space import (
     DATA,
-    MEMORY_LADDER,
     PIPELINE,
     SINGLE,
     Placements,
     SearchOptions,
     balanced_pace,
     describe_placements,
+    memory_ladder,
     parallel_grid,
     placements,
     share,
@@ -279,8 +279,9 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: Sear
     c_idx, p_idx, rung, parts, unit = c_idx[ok], p_idx[ok], rung[ok], parts[ok], unit[ok]
     kind = kind[ok]
 
-    zero = np.array([z for z, _ in MEMORY_LADDER])[rung]
-    recompute = np.array([r for _, r in MEMORY_LADDER])[rung]
+    ladder = memory_ladder(opts.stack)
+    zero = np.array([z for z, _ in ladder])[rung]
+    recompute = np.array([r for _, r in ladder])[rung]
     plans = g.take(c_idx)
     plans = PlanBatch(**{**plans.__dict__, "zero": zero, "recompute": recompute})
     slots = pl.domains[p_idx]
@@ -289,7 +290,7 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: Sear
         cand_hw, shares, mixed = _balanced(job, view, kind == PIPELINE, plans, slots, parts,
                                            cand_hw)
     est = estimate(job.arch, job.global_batch, plans, cand_hw, _take_wan(pl.wan, p_idx),
-                   opts.stack, seq=job.seq)
+                   opts.stack, opts.calibration, seq=job.seq)
     gpus = parts * unit[:, None]
     terms = score(job, est, gpus, slots, view, pl.wan_price_per_gb[p_idx], weights)
     keep = est.fits  # the ladder chose by memory; the estimate confirms it

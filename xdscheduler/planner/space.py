@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from xdscheduler.catalog import ModelArch
+from xdscheduler.costmodel.constants import DEFAULT, Calibration
 from xdscheduler.costmodel.plan import Hardware, PlanBatch, Stack, WanUse
 from xdscheduler.costmodel.steptime import memory_gib
 from xdscheduler.planner.view import ClusterView
@@ -27,6 +28,11 @@ from xdscheduler.planner.view import ClusterView
 SINGLE, PIPELINE, DATA = "single", "pipeline", "data"
 # Cheapest first: the first rung whose memory fits is the one a plan uses.
 MEMORY_LADDER = ((1, 0), (1, 1), (1, 2), (3, 2))  # (zero stage, recompute index)
+SHARDED_LADDER = ((3, 0), (3, 1), (3, 2))  # FSDP shards every state, whatever fits
+
+
+def memory_ladder(stack: Stack) -> tuple[tuple[int, int], ...]:
+    return SHARDED_LADDER if stack.sharded else MEMORY_LADDER
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,8 @@ class SearchOptions:
     """Placements considered: inside one domain, stages over domains, replicas over domains."""
     dtype: str = "bf16"
     stack: Stack = field(default_factory=Stack)
+    calibration: Calibration = DEFAULT
+    """The step-time model's constants: the shipped ones, or a profile's (`xds calibrate`)."""
 
 
 @dataclass(frozen=True)
@@ -215,7 +223,7 @@ class ParallelGrid:
     """Parallel plans of one job, independent of where it runs, with their memory ladder."""
 
     plans: PlanBatch  # zero and recompute set to the first rung; see memory
-    memory_gib: np.ndarray  # (C, len(MEMORY_LADDER))
+    memory_gib: np.ndarray  # (C, rungs of the stack's memory_ladder)
 
 
 @functools.lru_cache(maxsize=256)  # every decision for a job asks again; read-only arrays
@@ -242,7 +250,7 @@ def parallel_grid(arch: ModelArch, global_batch: int, seq: int, gpus_max: int,
     mem = np.stack([
         sum(memory_gib(arch, global_batch, _with(plans, zero=z, recompute=r), opts.stack,
                        seq).values())
-        for z, r in MEMORY_LADDER
+        for z, r in memory_ladder(opts.stack)
     ], axis=1)
     for a in (*plans.__dict__.values(), mem):
         a.flags.writeable = False  # shared by every caller through the cache

@@ -42,8 +42,8 @@ from matplotlib.ticker import FuncFormatter, SymmetricalLogLocator
 from tqdm import tqdm
 
 from xdscheduler.errors import UserError
-from xdscheduler.runtime.folder import write_atomic
 from xdscheduler.sim.records import PolicyMetrics, Relocations, Report, Swings
+from xdscheduler.textfile import write_atomic
 
 COLUMNS = {
     "domains": ["policy", "time_s", "domain", "gpus_total", "gpus_busy", "utilization",

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from xdscheduler.errors import UserError
+from xdscheduler.textfile import write_atomic
 
 LOCK = ".xds-lock"
 SPEC = "study.json"
@@ -115,15 +115,3 @@ class StudyFolder:
         return (self.path / JOURNAL).resolve()
 
 
-def write_atomic(path: Path, data: str | bytes | Callable[[Path], object]) -> Path:
-    """Write `data` (text, bytes, or a function writing the file at the path it is given)
-    through a temporary file renamed over `path`: a reader (or a full disk) never sees half a
-    file. The temporary file keeps the suffix, which some writers read the format from."""
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    if isinstance(data, str):
-        tmp.write_text(data, encoding="utf-8")
-    elif isinstance(data, bytes):
-        tmp.write_bytes(data)
-    else:
-        data(tmp)
-    return tmp.replace(path)

@@ -18,7 +18,7 @@ from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.ray_cluster import connect
 from xdscheduler.registry import check, make_policy
-from xdscheduler.runtime.folder import StudyFolder, StudySpec, write_atomic
+from xdscheduler.runtime.folder import StudyFolder, StudySpec
 from xdscheduler.scenario import Job, Scenario
 from xdscheduler.sim.demand import DemandPlanner
 from xdscheduler.sim.domain import LocalDomains
@@ -47,6 +47,7 @@ from xdscheduler.sim.records import (
 )
 from xdscheduler.sim.recovery import study_faults
 from xdscheduler.sim.truth import Truth
+from xdscheduler.textfile import write_atomic
 
 CHUNK_S = 3600.0  # the driver advances each controller an hour at a time (progress, control)
 LOG_EVERY_S = 30.0  # off a terminal: a progress line this often
