@@ -370,7 +370,7 @@ def sailor():
 
 
 def test_a_budget_keeps_every_plan_within_it():
-    from xdscheduler.planner.search import Limits, placement_cost_per_hour
+    from xdscheduler.planner.limits import Limits, placement_cost_per_hour
 
     job, view, weights = sailor()
     free = search(job, view, weights, pareto=False)
@@ -384,7 +384,7 @@ def test_a_budget_keeps_every_plan_within_it():
 
 
 def test_a_throughput_floor_alone_picks_the_cheapest_plan_per_token_that_reaches_it():
-    from xdscheduler.planner.search import Limits, placement_cost_per_hour
+    from xdscheduler.planner.limits import Limits, placement_cost_per_hour
 
     job, view, weights = sailor()
     floor = 1.5e6
@@ -423,7 +423,7 @@ THROUGHPUT = Weights(efficiency=1.0, utilization=0.0, cost=0.0)
 def test_a_balanced_split_by_hand():
     """80 layers over two stages of speed 2 and two of speed 1: 27 + 27 + 13 + 13, the pace
     max(27/2, 13/1) = 13.5; 10 layers over speeds 3 and 1: 8 + 2 (7 + 3 would pace 3)."""
-    from xdscheduler.planner.space import balanced_pace
+    from xdscheduler.planner.balance import balanced_pace
 
     units, pace = balanced_pace(np.array([80.0, 10.0]), np.array([[2, 2], [1, 1]]),
                                 np.array([[2.0, 1.0], [3.0, 1.0]]))

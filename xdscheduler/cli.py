@@ -131,7 +131,8 @@ def cmd_estimate(args) -> None:
 
 def cmd_plan(args) -> None:
     from xdscheduler.costmodel.plan import Stack
-    from xdscheduler.planner.search import JobSpec, Limits, placement_cost_per_hour, search
+    from xdscheduler.planner.limits import Limits, placement_cost_per_hour
+    from xdscheduler.planner.search import JobSpec, search
     from xdscheduler.planner.space import SearchOptions
     from xdscheduler.planner.view import ClusterView
     from xdscheduler.scenario import Weights, default_scenario_path, load_scenario

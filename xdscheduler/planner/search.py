@@ -13,6 +13,8 @@ from xdscheduler.catalog import ModelArch
 from xdscheduler.costmodel.plan import Hardware, PlanBatch, Stack, WanUse
 from xdscheduler.costmodel.steptime import StepEstimate, estimate, model_flops_per_step
 from xdscheduler.errors import UserError
+from xdscheduler.planner.balance import balanced, stages_fit
+from xdscheduler.planner.limits import Limits, ranked
 from xdscheduler.planner.objective import Objective, Weights, pareto_mask, score
 from xdscheduler.planner.placement import Estimate, Placement
 from xdscheduler.planner.space import (
@@ -21,7 +23,6 @@ from xdscheduler.planner.space import (
     SINGLE,
     Placements,
     SearchOptions,
-    balanced_pace,
     describe_placements,
     memory_ladder,
     parallel_grid,
@@ -91,21 +92,6 @@ class Evaluated:
     shares: np.ndarray
 
 
-@dataclass(frozen=True)
-class Limits:
-    """Sailor's two constraints on a plan. With a budget the best plan by R within it wins
-    (R with weights 1,0,0: the fastest, as Sailor); with only a throughput floor, the plan that
-    reaches it for the fewest dollars per token trained."""
-
-    budget_per_hour: float | None = None
-    """Most to pay per hour: its accelerators at the domains' prices, and its WAN traffic."""
-    min_tokens_per_s: float | None = None
-
-    @property
-    def cheapest(self) -> bool:
-        return self.min_tokens_per_s is not None and self.budget_per_hour is None
-
-
 def search(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchOptions | None = None,
            top_k: int = 5, pareto: bool = True, limits: Limits | None = None) -> SearchResult:
     """Best plan for `job` on the free accelerators of `view`, with alternatives and reasons.
@@ -137,52 +123,6 @@ def search(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchOption
     explanation = explain(job, best, runner, weights)
     ms = (time.perf_counter() - start) * 1000
     return SearchResult(job.name, best, cands[1:], front_cands, explanation, ms, len(ev.place))
-
-
-def cost_per_hour(ev: Evaluated, view: ClusterView) -> np.ndarray:
-    """Dollars per hour of every candidate: its accelerators and its WAN traffic."""
-    price = np.array([d.price_per_gpu_hour for d in view.domains])
-    slots = ev.placements.domains[ev.place]
-    gpu = np.where(slots >= 0, ev.gpus * price[np.where(slots >= 0, slots, 0)], 0.0).sum(axis=1)
-    return gpu + ev.terms["wan_cost_per_hour"]
-
-
-def placement_cost_per_hour(p: Placement, view: ClusterView) -> float:
-    """Dollars per hour of one placement: its accelerators and its WAN traffic."""
-    gpus = sum(g * view.domains[d].price_per_gpu_hour for d, g in zip(p.domains, p.gpus,
-                                                                        strict=True))
-    return gpus + (p.objective.wan_cost_per_hour if p.objective else 0.0)
-
-
-def ranked(ev: Evaluated, view: ClusterView, limits: Limits) -> np.ndarray:
-    """Candidates within the limits, best first (UserError, saying how near any came, if
-    none is)."""
-    if limits == Limits():  # what a running study asks: no dollars to count
-        return np.argsort(-ev.terms["objective"], kind="stable")
-    cost, speed = cost_per_hour(ev, view), ev.terms["tokens_per_s"]
-    ok = np.ones(len(cost), dtype=bool)
-    if limits.budget_per_hour is not None:
-        ok &= cost <= limits.budget_per_hour
-    if limits.min_tokens_per_s is not None:
-        ok &= speed >= limits.min_tokens_per_s
-    if not ok.any():
-        raise UserError(_out_of_limits(cost, speed, limits))
-    idx = np.flatnonzero(ok)
-    # cheapest: the fewest dollars per token, i.e. for the whole job
-    keys = (-ev.terms["objective"][idx], cost[idx] / speed[idx]) if limits.cheapest else (
-        -ev.terms["objective"][idx],)
-    return idx[np.lexsort(keys)]
-
-
-def _out_of_limits(cost: np.ndarray, speed: np.ndarray, limits: Limits) -> str:
-    parts = []
-    if limits.budget_per_hour is not None:
-        parts.append(f"a budget of ${limits.budget_per_hour:,.2f}/h (the cheapest plan costs "
-                     f"${cost.min():,.2f}/h)")
-    if limits.min_tokens_per_s is not None:
-        parts.append(f"{limits.min_tokens_per_s:,.0f} tokens/s (the fastest plan reaches "
-                     f"{speed.max():,.0f})")
-    return "no plan meets " + " and ".join(parts)
 
 
 THROUGHPUT_ONLY = Weights(efficiency=1.0, utilization=0.0, cost=0.0)
@@ -287,7 +227,7 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: Sear
     slots = pl.domains[p_idx]
     cand_hw, shares, mixed = _take_hw(hw, p_idx), np.zeros(parts.shape), np.zeros(0, dtype=int)
     if opts.balance:
-        cand_hw, shares, mixed = _balanced(job, view, kind == PIPELINE, plans, slots, parts,
+        cand_hw, shares, mixed = balanced(job, view, kind == PIPELINE, plans, slots, parts,
                                            cand_hw)
     est = estimate(job.arch, job.global_batch, plans, cand_hw, _take_wan(pl.wan, p_idx),
                    opts.stack, opts.calibration, seq=job.seq)
@@ -295,54 +235,11 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: Sear
     terms = score(job, est, gpus, slots, view, pl.wan_price_per_gb[p_idx], weights)
     keep = est.fits  # the ladder chose by memory; the estimate confirms it
     if len(mixed):  # each stage's own layers against its own accelerator's memory
-        keep[mixed] = _stages_fit(job, view, kind[mixed] == PIPELINE, plans, est, slots[mixed],
+        keep[mixed] = stages_fit(job, view, kind[mixed] == PIPELINE, plans, est, slots[mixed],
                                   shares[mixed], mixed)
     return Evaluated(pl, plans.take(keep), p_idx[keep], gpus[keep], _take_est(est, keep),
                      {k: v[keep] for k, v in terms.items()}, pl.wan_price_per_gb[p_idx[keep]],
                      shares[keep])
-
-
-def _balanced(job: JobSpec, view: ClusterView, staged: np.ndarray, plans: PlanBatch,
-              slots: np.ndarray, parts: np.ndarray,
-              hw: Hardware) -> tuple[Hardware, np.ndarray, np.ndarray]:
-    """Candidates over domains of different speeds with layers (pipeline stages) or
-    micro-batches (replicas) in proportion to speed: the hardware that keeps their pace, the
-    units each worker of a slot takes, and which candidates these are."""
-    used = slots >= 0
-    speed = (view.peak_tflops * view.speed)[np.where(used, slots, 0)]
-    slowest = np.where(used, speed, np.inf).min(axis=1)
-    faster = (np.where(used, speed, slowest[:, None]) > slowest[:, None]).any(axis=1)
-    mixed = np.flatnonzero(((parts > 0).sum(axis=1) > 1) & faster)
-    shares = np.zeros(parts.shape)
-    if not len(mixed):
-        return hw, shares, mixed
-    # stages over domains split the layers; replicas over domains the micro-batches of a step
-    pipeline = staged[mixed]
-    workers = np.where(pipeline, plans.pp[mixed], plans.dp[mixed])
-    total = np.where(pipeline, job.arch.layers,
-                     -(-job.global_batch // plans.micro_batch[mixed])).astype(float)
-    shares[mixed], pace = balanced_pace(total, parts[mixed], speed[mixed])
-    # the same pace from every worker at even shares: the slowest's speed scaled up
-    gain = np.ones(len(parts))
-    gain[mixed] = (total / workers) / pace / slowest[mixed]
-    fields = {k: np.asarray(v, dtype=float) * (gain if k in SPEED_FIELDS else 1.0)
-              for k, v in hw.__dict__.items()}
-    return Hardware(**fields), shares, mixed
-
-
-SPEED_FIELDS = ("peak_tflops", "peak_fp8_tflops", "memory_gbs")
-
-
-def _stages_fit(job: JobSpec, view: ClusterView, pipeline: np.ndarray, plans: PlanBatch, est,
-                slots: np.ndarray, shares: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """A balanced pipeline's stages hold layers in proportion to speed: each stage's memory
-    (the estimate's, scaled by its layers over the even share) within its own accelerator's."""
-    even = job.arch.layers / plans.pp[rows]
-    scale = np.where(pipeline[:, None], shares / even[:, None], 1.0)
-    memory = np.array([d.accelerator.memory_gib for d in view.domains])
-    limit = np.where(slots >= 0, memory[np.where(slots >= 0, slots, 0)], np.inf)
-    need = est.memory_gib[rows][:, None] * np.maximum(scale, 0.0)
-    return ((need <= limit) | (shares == 0)).all(axis=1)
 
 
 def _pick(x, idx: np.ndarray):

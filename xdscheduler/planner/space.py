@@ -262,28 +262,6 @@ def _with(plans: PlanBatch, **scalars) -> PlanBatch:
     return PlanBatch(**{**plans.__dict__, **cols})
 
 
-def balanced_pace(total: np.ndarray, counts: np.ndarray, speeds: np.ndarray,
-                  rounds: int = 40) -> tuple[np.ndarray, np.ndarray]:
-    """`total` whole units (layers, samples) over groups of counts[:, i] workers of speed
-    speeds[:, i], every worker of a group taking as many: the units each worker of a group
-    takes (N, k) and the pace, the largest units/speed of any worker (N,), as small as it
-    gets. By hand: 80 layers over 2 stages of speed 2 and 2 of speed 1 are 27, 27, 13, 13
-    (pace 13.5).
-
-    Bisects on the pace: at pace T a worker of speed s takes floor(T·s) units.
-    """
-    used = counts > 0
-    c, s = np.where(used, counts, 0).astype(float), np.where(used, speeds, 1.0)
-    lo = np.zeros(len(total))
-    hi = np.ceil(total / np.maximum(c.sum(axis=1), 1)) / np.where(used, s, np.inf).min(axis=1)
-    for _ in range(rounds):
-        mid = (lo + hi) / 2
-        ok = (c * np.floor(mid[:, None] * s + 1e-9)).sum(axis=1) >= total
-        hi, lo = np.where(ok, mid, hi), np.where(ok, lo, mid)
-    units = np.where(used, np.floor(hi[:, None] * s + 1e-9), 0.0)
-    return units, np.where(used, units / s, 0.0).max(axis=1)
-
-
 def split(total: int, caps: list[int]) -> list[int] | None:
     """Scalar reference of `share`: `total` units over slots in proportion to `caps`.
 
