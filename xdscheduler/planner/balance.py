@@ -42,8 +42,8 @@ def balanced_pace(total: np.ndarray, counts: np.ndarray, speeds: np.ndarray,
 
 
 def balanced(job: JobSpec, view: ClusterView, staged: np.ndarray, plans: PlanBatch,
-              slots: np.ndarray, parts: np.ndarray,
-              hw: Hardware) -> tuple[Hardware, np.ndarray, np.ndarray]:
+             slots: np.ndarray, parts: np.ndarray,
+             hw: Hardware) -> tuple[Hardware, np.ndarray, np.ndarray]:
     """Candidates over domains of different speeds with layers (pipeline stages) or
     micro-batches (replicas) in proportion to speed: the hardware that keeps their pace, the
     units each worker of a slot takes, and which candidates these are."""
@@ -70,7 +70,7 @@ def balanced(job: JobSpec, view: ClusterView, staged: np.ndarray, plans: PlanBat
 
 
 def stages_fit(job: JobSpec, view: ClusterView, pipeline: np.ndarray, plans: PlanBatch, est,
-                slots: np.ndarray, shares: np.ndarray, rows: np.ndarray) -> np.ndarray:
+               slots: np.ndarray, shares: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """A balanced pipeline's stages hold layers in proportion to speed: each stage's memory
     (the estimate's, scaled by its layers over the even share) within its own accelerator's."""
     even = job.arch.layers / plans.pp[rows]

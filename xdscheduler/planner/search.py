@@ -228,7 +228,7 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: Sear
     cand_hw, shares, mixed = _take_hw(hw, p_idx), np.zeros(parts.shape), np.zeros(0, dtype=int)
     if opts.balance:
         cand_hw, shares, mixed = balanced(job, view, kind == PIPELINE, plans, slots, parts,
-                                           cand_hw)
+                                          cand_hw)
     est = estimate(job.arch, job.global_batch, plans, cand_hw, _take_wan(pl.wan, p_idx),
                    opts.stack, opts.calibration, seq=job.seq)
     gpus = parts * unit[:, None]
@@ -236,7 +236,7 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: Sear
     keep = est.fits  # the ladder chose by memory; the estimate confirms it
     if len(mixed):  # each stage's own layers against its own accelerator's memory
         keep[mixed] = stages_fit(job, view, kind[mixed] == PIPELINE, plans, est, slots[mixed],
-                                  shares[mixed], mixed)
+                                 shares[mixed], mixed)
     return Evaluated(pl, plans.take(keep), p_idx[keep], gpus[keep], _take_est(est, keep),
                      {k: v[keep] for k, v in terms.items()}, pl.wan_price_per_gb[p_idx[keep]],
                      shares[keep])
