@@ -23,11 +23,11 @@ from xdscheduler.costmodel.calibration import (
     FITTED,
     SHARDED,
     Run,
-    errors,
     every_other,
     fit,
     load_runs,
     predict,
+    relative_error,
 )
 from xdscheduler.costmodel.constants import DEFAULT, Calibration
 
@@ -66,8 +66,9 @@ def summary_rows(runs: list[Run], errs: np.ndarray, fitted: list[bool]) -> list[
     return rows
 
 
-def write_report(path: Path, runs: list[Run], errs: np.ndarray, fitted: list[bool],
-                 calib: Calibration, skipped: list[tuple[dict, str]], data: Path) -> None:
+def write_report(path: Path, runs: list[Run], preds: list[float], errs: np.ndarray,
+                 fitted: list[bool], calib: Calibration, skipped: list[tuple[dict, str]],
+                 data: Path) -> None:
     lines = [
         "# Calibration of the step-time model against published measurements",
         "",
@@ -102,10 +103,10 @@ def write_report(path: Path, runs: list[Run], errs: np.ndarray, fitted: list[boo
         "| source | configuration | stack | metric | published | model | error | role |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for run, err, was_fit in zip(runs, errs, fitted, strict=True):
+    for run, pred, err, was_fit in zip(runs, preds, errs, fitted, strict=True):
         lines.append(
             f"| {run.source} ({run.ref}) | {run.label} | {run.stack} | {_metric(run)} | "
-            f"{_num_text(run.value)} | {_num_text(predict(run, calib))} | "
+            f"{_num_text(run.value)} | {_num_text(pred)} | "
             f"{err:+.1%} | {'fit' if was_fit else 'held out'} |")
     lines += ["", "## Rows not modelled", "", "| source | model | GPU | metric | reason |",
               "|---|---|---|---|---|"]
@@ -149,9 +150,11 @@ def main() -> None:
     runs, skipped = load_runs(Path(args.data))
     fitted = split_fit(runs)
     calib = fit([r for r, f in zip(runs, fitted, strict=True) if f]) if args.fit else DEFAULT
-    errs = errors(runs, calib)
-    rows = [[r.source[:40], r.label, r.metric, r.value, predict(r, calib), f"{e:+.1%}",
-             "fit" if f else "held out"] for r, e, f in zip(runs, errs, fitted, strict=True)]
+    preds = [predict(r, calib) for r in runs]
+    errs = np.array([relative_error(r, m) for r, m in zip(runs, preds, strict=True)])
+    rows = [[r.source[:40], r.label, r.metric, r.value, m, f"{e:+.1%}",
+             "fit" if f else "held out"]
+            for r, m, e, f in zip(runs, preds, errs, fitted, strict=True)]
     print_table("Step-time model against published measurements",
                 ["source", "configuration", "metric", "published", "model", "error", "role"],
                 rows)
@@ -160,7 +163,7 @@ def main() -> None:
                 summary_rows(runs, errs, fitted))
     print("constants: " + ", ".join(f"{k}={getattr(calib, k):.4g}" for k in FITTED)
           + ("" if args.fit else " (shipped)"))
-    write_report(Path(args.out), runs, errs, fitted, calib, skipped, Path(args.data))
+    write_report(Path(args.out), runs, preds, errs, fitted, calib, skipped, Path(args.data))
     print(f"wrote {args.out} ({len(skipped)} rows not modelled, reasons listed there)")
 
 

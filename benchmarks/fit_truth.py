@@ -37,7 +37,8 @@ import numpy as np
 import pandas as pd
 
 from benchmarks._table import print_table
-from benchmarks.calibrate import HERE, errors, in_family, load_runs
+from benchmarks.calibrate import HERE, in_family
+from xdscheduler.costmodel.calibration import errors, load_runs
 from xdscheduler.costmodel.constants import DEFAULT
 from xdscheduler.network.measurements import load_wan, shared_data_dir
 

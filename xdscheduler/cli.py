@@ -105,11 +105,13 @@ def cmd_estimate(args) -> None:
     from xdscheduler.costmodel.estimate import estimate_one
 
     arch = _arch_from_args(args)
+    profile = _profile(args.profile)
     result = estimate_one(
         gpu=args.gpu, arch=arch, gpus=args.gpus, tp=args.tp, pp=args.pp, cp=args.cp, vp=args.vp,
         global_batch=args.global_batch, micro_batch=args.micro_batch, recompute=args.recompute,
-        dtype=args.dtype, zero=args.zero, **{"stack": args.stack,
-                                             **_profile_options(args.profile)},
+        dtype=args.dtype, zero=args.zero,
+        **({"stack": profile.stack, "calibration": profile.calibration} if profile
+           else {"stack": args.stack}),
     )
     if args.json:
         _print_json(result)
@@ -143,11 +145,11 @@ def cmd_plan(args) -> None:
         w = _csv_floats(args.weights, 3, "--weights")
         weights = Weights(efficiency=w[0], utilization=w[1], cost=w[2])
     job = scn.job(args.job)
-    profile = _profile_options(args.profile)
-    if profile:
-        profile["stack"] = Stack.preset(profile["stack"])
+    profile = _profile(args.profile)
+    tuned = {"stack": Stack.preset(profile.stack), "calibration": profile.calibration} \
+        if profile else {}
     opts = SearchOptions(diloco_h=(0, args.diloco) if args.diloco else (0,), dtype=args.dtype,
-                         **profile)
+                         **tuned)
     view = ClusterView.from_scenario(scn)
     limits = Limits(args.budget, args.min_throughput)
     result = search(JobSpec.of(job), view, weights, opts, args.top, limits=limits)
@@ -180,15 +182,14 @@ def cmd_plan(args) -> None:
               f"${placement_cost_per_hour(alt, view):,.2f}/h  {describe(alt)}")
 
 
-def _profile_options(path: str | None) -> dict:
-    """The stack and constants of a profile written by `xds calibrate` (none: the shipped),
-    as keyword arguments of SearchOptions and estimate_one."""
+def _profile(path: str | None):
+    """The profile `xds calibrate` wrote (a file or a shipped name); None: the shipped
+    constants of the --stack given."""
     if path is None:
-        return {}
+        return None
     from xdscheduler.costmodel.calibration import Profile
 
-    profile = Profile.load(path)
-    return {"stack": profile.stack, "calibration": profile.calibration}
+    return Profile.load(path)
 
 
 # ---------------------------------------------------------------- run

@@ -191,11 +191,12 @@ def predict(run: Run, calib: Calibration) -> float:
 
 def errors(runs: list[Run], calib: Calibration) -> np.ndarray:
     """Relative error of each prediction, with time-like metrics inverted to throughput."""
-    out = []
-    for run in runs:
-        ratio = predict(run, calib) / run.value
-        out.append(1 / ratio - 1 if run.metric == "iteration_time_s" else ratio - 1)
-    return np.array(out)
+    return np.array([relative_error(run, predict(run, calib)) for run in runs])
+
+
+def relative_error(run: Run, predicted: float) -> float:
+    ratio = predicted / run.value
+    return 1 / ratio - 1 if run.metric == "iteration_time_s" else ratio - 1
 
 
 def fit(runs: list[Run], start: Calibration = DEFAULT,
@@ -295,10 +296,9 @@ def calibrate(runs: list[Run], held_out: list[bool], data: str = "") -> Profile:
     if len(train) < 2:
         raise UserError(f"{len(train)} run(s) to fit on: at least 2 are needed")
     calib = fit(train)
-    errs = errors(runs, calib)
     rows = [RowError(configuration=r.label, source=r.source, metric=r.metric, measured=r.value,
-                     model=predict(r, calib), error=float(e))
-            for r, e in zip(runs, errs, strict=True)]
+                     model=m, error=relative_error(r, m))
+            for r, m in ((r, predict(r, calib)) for r in runs)]
     return Profile(stack=family, constants={k: getattr(calib, k) for k in FITTED},
                    data=data,
                    fitted=[row for row, h in zip(rows, held_out, strict=True) if not h],

@@ -32,13 +32,7 @@ def register(subparsers) -> None:
 def cmd_calibrate(args) -> None:
     import yaml
 
-    from xdscheduler.costmodel.calibration import (
-        calibrate,
-        every_other,
-        load_runs,
-        median_error,
-        of_stack,
-    )
+    from xdscheduler.costmodel.calibration import calibrate, median_error, of_stack
     from xdscheduler.costmodel.plan import STACKS
     from xdscheduler.textfile import write_atomic
 
@@ -47,10 +41,10 @@ def cmd_calibrate(args) -> None:
     out = Path(args.out)
     if out.exists() and not args.force:
         raise UserError(f"{out} exists: --force to replace it")
-    runs = [r for r in _runs(args.csv, load_runs) if of_stack(r, args.stack)]
+    runs = [r for r in _runs(args.csv) if of_stack(r, args.stack)]
     if not runs:
         raise UserError(f"{args.csv} has no modelled runs of stack {args.stack!r}")
-    held = _held_out(runs, args.hold_out, every_other)
+    held = _held_out(runs, args.hold_out)
     profile = calibrate(runs, held, data=str(args.csv))
     text = yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
     write_atomic(out, text)
@@ -64,7 +58,9 @@ def cmd_calibrate(args) -> None:
     _print(profile, summary)
 
 
-def _runs(path: str, load_runs):
+def _runs(path: str):
+    from xdscheduler.costmodel.calibration import load_runs
+
     p = Path(path)
     if not p.is_file():
         raise UserError(f"{path}: no such file (a CSV of measured runs)")
@@ -76,8 +72,10 @@ def _runs(path: str, load_runs):
     return runs
 
 
-def _held_out(runs, pattern: str | None, every_other) -> list[bool]:
+def _held_out(runs, pattern: str | None) -> list[bool]:
     """The runs held out, named before anything is fitted."""
+    from xdscheduler.costmodel.calibration import every_other
+
     if pattern is None:  # one stack: alternate over all its runs, whatever their source
         return [not f for f in every_other(runs, group=lambda run: 0)]
     try:

@@ -18,15 +18,14 @@ from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch, Stack
 from xdscheduler.costmodel.steptime import memory_gib
 from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.search import THROUGHPUT_ONLY, JobSpec, evaluate_space, placement_at
-from xdscheduler.planner.space import DATA, SINGLE, SearchOptions, describe_placements
+from xdscheduler.planner.space import DATA, SINGLE, SearchOptions, describe_placements, even_grid
 from xdscheduler.planner.view import ClusterView
 
-# The online grid: micro-batches of 1-2 cover nearly all of the best plans and halve the
-# candidates; replicas across domains may sync every step or, DiLoCo-style, every 100.
-# Studies decide thousands of times: the even grid of few micro-batch sizes (the yardstick,
-# IDEAL_OPTIONS, searches the same kinds of plans).
-ONLINE = SearchOptions(micro_batch=(1, 2), virtual=(1, 2), uneven=False, balance=False,
-                       diloco_h=(0, 100))
+# The online grid: studies decide thousands of times, so the even grid (the yardstick,
+# IDEAL_OPTIONS, searches the same kinds of plans) with micro-batches of 1-2, which cover
+# nearly all of the best plans and halve the candidates; replicas across domains may sync
+# every step or, DiLoCo-style, every 100.
+ONLINE = replace(even_grid(SearchOptions(diloco_h=(0, 100))), micro_batch=(1, 2))
 
 
 def megatron_default(job: JobSpec, gpus: int, hw: Hardware, stack: Stack | None = None

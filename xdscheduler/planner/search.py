@@ -10,7 +10,7 @@ from functools import cached_property
 import numpy as np
 
 from xdscheduler.catalog import ModelArch
-from xdscheduler.costmodel.plan import Hardware, PlanBatch, Stack, WanUse
+from xdscheduler.costmodel.plan import PlanBatch, Stack
 from xdscheduler.costmodel.steptime import StepEstimate, estimate, model_flops_per_step
 from xdscheduler.errors import UserError
 from xdscheduler.planner.balance import balanced, stages_fit
@@ -24,10 +24,12 @@ from xdscheduler.planner.space import (
     Placements,
     SearchOptions,
     describe_placements,
+    even_grid,
     memory_ladder,
     parallel_grid,
     placements,
     share,
+    take_rows,
 )
 from xdscheduler.planner.view import ClusterView
 
@@ -127,8 +129,7 @@ def search(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchOption
 
 THROUGHPUT_ONLY = Weights(efficiency=1.0, utilization=0.0, cost=0.0)
 # The yardstick's plan space: every plan a policy may run, low-communication ones included.
-IDEAL_OPTIONS = SearchOptions(micro_batch=(1, 2, 4), virtual=(1, 2), uneven=False,
-                              balance=False, diloco_h=(0, 100))
+IDEAL_OPTIONS = even_grid(SearchOptions(diloco_h=(0, 100)))
 _IDEAL: dict[tuple, float] = {}
 
 
@@ -156,27 +157,25 @@ def refined_space(job: JobSpec, view: ClusterView, weights: Weights,
     every domain) over every placement, then every plan, split by speed, over the placements
     whose even plans ranked best. Uneven plans refine a placement; they seldom change which
     one wins, and evaluating them everywhere costs 20-30x."""
-    if not (opts.uneven or opts.balance):
-        return evaluate_space(job, view, weights, opts)
-    coarse = evaluate_space(job, view, weights, replace(
-        opts, uneven=False, balance=False, micro_batch=(1, 2, 4), virtual=(1, 2)))
-    if coarse is None or len(coarse.placements) <= REFINED_PLACEMENTS:
-        return evaluate_space(job, view, weights, opts)
+    pl = placements(view, opts, job.gpus_min, job.gpus_max)
+    if not (opts.uneven or opts.balance) or len(pl) <= REFINED_PLACEMENTS:
+        return evaluate_space(job, view, weights, opts, pl)
+    coarse = evaluate_space(job, view, weights, even_grid(opts), pl)
+    if coarse is None:
+        return evaluate_space(job, view, weights, opts, pl)
     by_rank = coarse.place[np.argsort(-coarse.terms["objective"], kind="stable")]
     _, first = np.unique(by_rank, return_index=True)
     best = by_rank[np.sort(first)[:REFINED_PLACEMENTS]]
-    return evaluate_space(job, view, weights, opts, only=np.sort(best))
+    return evaluate_space(job, view, weights, opts, pl.take(np.sort(best)))
 
 
 def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchOptions,
-                   only: np.ndarray | None = None) -> Evaluated | None:
-    """All feasible (placement, plan) pairs of the space (of the placements `only` indexes,
-    where given), evaluated; None if there are none."""
+                   pl: Placements | None = None) -> Evaluated | None:
+    """All feasible (placement, plan) pairs of the space (over the placements `pl`, where
+    given), evaluated; None if there are none."""
     grid = parallel_grid(job.arch, job.global_batch, job.seq, job.gpus_max, opts)
-    pl = placements(view, opts, job.gpus_min, job.gpus_max)
-    if only is not None:
-        pl = Placements(pl.kind[only], pl.domains[only], _take_hw(pl.hardware, only),
-                        _take_wan(pl.wan, only), pl.wan_price_per_gb[only])
+    if pl is None:
+        pl = placements(view, opts, job.gpus_min, job.gpus_max)
     if len(pl) == 0 or len(grid.plans) == 0:
         return None
     g, hw = grid.plans, pl.hardware
@@ -210,8 +209,8 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: Sear
         # distinct triple once (a few per cent of the candidates on large clusters).
         u, t = unit[multi], total[multi]
         key = (p_idx[multi] * (u.max() + 1) + u) * (t.max() + 1) + t
-        _, first, back = np.unique(key, return_index=True, return_inverse=True)
-        parts[multi] = share(t[first], caps[multi][first] // u[first, None])[back]
+        _, one, back = np.unique(key, return_index=True, return_inverse=True)
+        parts[multi] = share(t[one], caps[multi][one] // u[one, None])[back]
     ok = (parts.sum(axis=1) == total) & np.where(
         single, True, (parts > 0).sum(axis=1) == (slots >= 0).sum(axis=1))
     if not ok.any():
@@ -225,11 +224,11 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: Sear
     plans = g.take(c_idx)
     plans = PlanBatch(**{**plans.__dict__, "zero": zero, "recompute": recompute})
     slots = pl.domains[p_idx]
-    cand_hw, shares, mixed = _take_hw(hw, p_idx), np.zeros(parts.shape), np.zeros(0, dtype=int)
+    cand_hw, shares, mixed = take_rows(hw, p_idx), np.zeros(parts.shape), np.zeros(0, dtype=int)
     if opts.balance:
         cand_hw, shares, mixed = balanced(job, view, kind == PIPELINE, plans, slots, parts,
                                           cand_hw)
-    est = estimate(job.arch, job.global_batch, plans, cand_hw, _take_wan(pl.wan, p_idx),
+    est = estimate(job.arch, job.global_batch, plans, cand_hw, take_rows(pl.wan, p_idx),
                    opts.stack, opts.calibration, seq=job.seq)
     gpus = parts * unit[:, None]
     terms = score(job, est, gpus, slots, view, pl.wan_price_per_gb[p_idx], weights)
@@ -240,18 +239,6 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: Sear
     return Evaluated(pl, plans.take(keep), p_idx[keep], gpus[keep], _take_est(est, keep),
                      {k: v[keep] for k, v in terms.items()}, pl.wan_price_per_gb[p_idx[keep]],
                      shares[keep])
-
-
-def _pick(x, idx: np.ndarray):
-    return np.asarray(x)[idx] if np.ndim(x) else x
-
-
-def _take_hw(hw: Hardware, idx: np.ndarray) -> Hardware:
-    return Hardware(**{k: _pick(v, idx) for k, v in hw.__dict__.items()})
-
-
-def _take_wan(wan: WanUse, idx: np.ndarray) -> WanUse:
-    return WanUse(**{k: _pick(v, idx) for k, v in wan.__dict__.items()})
 
 
 def _take_est(est, keep):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -80,6 +80,23 @@ class Placements:
     def __len__(self) -> int:
         return len(self.kind)
 
+    def take(self, idx: np.ndarray) -> Placements:
+        return Placements(self.kind[idx], self.domains[idx], take_rows(self.hardware, idx),
+                          take_rows(self.wan, idx), self.wan_price_per_gb[idx])
+
+
+def take_rows(arrays, idx: np.ndarray):
+    """The same dataclass of per-placement arrays, rows `idx` (scalars stay as they are)."""
+    return type(arrays)(**{k: np.asarray(v)[idx] if np.ndim(v) else v
+                           for k, v in arrays.__dict__.items()})
+
+
+def even_grid(opts: SearchOptions) -> SearchOptions:
+    """The even plans of `opts`: degrees that divide layers and batch, a few micro-batch sizes,
+    as many layers or micro-batches on every domain (what studies search, and the first pass
+    of a large search)."""
+    return replace(opts, uneven=False, balance=False, micro_batch=(1, 2, 4), virtual=(1, 2))
+
 
 def _divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
@@ -117,10 +134,8 @@ def placements(view: ClusterView, opts: SearchOptions, gpus_min: int,
     if gpus_max is not None:
         sets = [m for m in sets if free[list(m)].sum() - free[list(m)].min() < gpus_max]
         chains = [c for c in chains if free[list(c)].sum() - free[list(c)].min() < gpus_max]
-    seen = set(sets)
-    sets += [m for m in (tuple(sorted(g)) for g in grown) if not (m in seen or seen.add(m))]
-    seen = set(chains)
-    chains += [c for c in (min(g, g[::-1]) for g in grown) if not (c in seen or seen.add(c))]
+    sets = list(dict.fromkeys(sets + [tuple(sorted(g)) for g in grown]))
+    chains = list(dict.fromkeys(chains + [min(g, g[::-1]) for g in grown]))
     combos = []
     if DATA in opts.kinds:
         combos += [(DATA, m) for m in sets
