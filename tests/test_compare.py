@@ -21,9 +21,9 @@ from xdscheduler.report.compare import (
     mean_ci,
     paired,
     paired_change,
-    splice_readme,
     summary,
 )
+from xdscheduler.report.readme import splice_readme
 from xdscheduler.runtime.cli import parse_seeds
 from xdscheduler.sim.arrivals import Replay, arrival_times_s, load_replay, window
 from xdscheduler.sim.cell import cell_workload
@@ -239,4 +239,4 @@ def test_readme_needs_its_markers(tmp_path):
     path = tmp_path / "R.md"
     path.write_text("no markers\n")
     with pytest.raises(UserError, match="compare:begin"):
-        splice_readme(path, "table", "made by")
+        splice_readme(path, "compare", "table", "made by")

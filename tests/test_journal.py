@@ -85,6 +85,15 @@ def test_a_damaged_or_tampered_log_is_refused_and_nothing_in_it_runs(study, tmp_
     assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
 
 
+def run_to_end(ray, controller, t: float):
+    """A controller's study from `t` on, an hour at a time, to its results (then it goes)."""
+    while not ray.get(controller.advance.remote(t))["finished"]:
+        t += 3600
+    res = ray.get(controller.results.remote())
+    ray.kill(controller)
+    return res
+
+
 def test_killing_the_controller_mid_run_loses_nothing(ray_session, study, tmp_path):
     ray = ray_session
     from xdscheduler.runtime.controller import Controller
@@ -100,12 +109,7 @@ def test_killing_the_controller_mid_run_loses_nothing(ray_session, study, tmp_pa
     ray.get(first.advance.remote(3600))
     ray.get(first.advance.remote(7200))
     ray.kill(first)  # mid-run: its domain actors die with it
-    second = controller()
-    t = 7200.0
-    while not ray.get(second.advance.remote(t))["finished"]:
-        t += 3600
-    res = ray.get(second.results.remote())
-    ray.kill(second)
+    res = run_to_end(ray, controller(), 7200.0)
     assert job_table(res) == job_table(whole)
     assert decisions(res) == decisions(whole)
     assert len(Journal(path, "planner").decisions()) == len(whole.decisions)

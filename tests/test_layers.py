@@ -25,15 +25,15 @@ FORBIDDEN = ("ray", "torch", "torch_geometric", "fastapi", "uvicorn", "starlette
 # Layers, bottom up: a folder may import only from its own layer or below (DESIGN.md).
 LAYERS = [
     # leaves: errors for users, joining a Ray cluster, reading a user's files and arguments
-    {"errors", "ray_cluster", "textfile", "yamlfile", "arguments"},
-    {"catalog", "scenario", "costmodel", "network", "workload", "datamove"},
+    {"errors", "ray_cluster", "textfile", "yamlfile", "arguments", "schema"},
+    {"catalog", "scenario", "tenants", "costmodel", "network", "workload", "datamove"},
     {"planner", "forecast", "faults", "perception"},
     {"sim"},
     {"monitor"},  # live state, metrics and views of studies (the board is a Ray actor)
     {"rl"},
     {"serving"},
     {"registry"},
-    {"runtime", "report"},
+    {"runtime", "report", "sharing"},
     {"cli"},
 ]
 

@@ -17,10 +17,12 @@ from xdscheduler.costmodel import cli as costmodel_cli
 from xdscheduler.errors import UserError
 from xdscheduler.faults import cli as faults_cli
 from xdscheduler.forecast import cli as forecast_cli
+from xdscheduler.report import cli as report_cli
 from xdscheduler.rl import cli as rl_cli
 from xdscheduler.runtime import cli as runtime_cli
 from xdscheduler.serving import cli as serving_cli
 from xdscheduler.serving.gate import TOKEN_ENV, api_token
+from xdscheduler.sharing import cli as sharing_cli
 
 
 def _print_json(obj) -> None:
@@ -486,6 +488,8 @@ def build_parser() -> argparse.ArgumentParser:
     runtime_cli.register(sub)
     serving_cli.register(sub)
     costmodel_cli.register(sub)
+    sharing_cli.register(sub)
+    report_cli.register(sub)
     return parser
 
 

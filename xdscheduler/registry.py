@@ -17,7 +17,8 @@ from pydantic import Field
 from xdscheduler.catalog import did_you_mean
 from xdscheduler.errors import UserError
 from xdscheduler.planner.policy import Policy
-from xdscheduler.scenario import Strict, Weights
+from xdscheduler.scenario import Weights
+from xdscheduler.schema import Strict
 
 # Provider modules, in the order their policies are listed; each has a `POLICIES` dict.
 PROVIDERS = ("xdscheduler.planner.policies", "xdscheduler.rl.agents")

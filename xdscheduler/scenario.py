@@ -4,30 +4,18 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from xdscheduler import catalog
 from xdscheduler.errors import UserError
+from xdscheduler.schema import FileModel, NonNegative, Positive
+from xdscheduler.tenants import Tenancy
 from xdscheduler.yamlfile import read_yaml
 
-Positive = Annotated[float, Field(gt=0)]
-NonNegative = Annotated[float, Field(ge=0)]
 MAX_DOMAIN_GPUS = 1_000_000  # accelerators in one domain (and asked by one job)
 MAX_DOMAINS = 256
 YEAR_S = 365 * 86400.0
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class FileModel(Strict):
-    """A part of a scenario file or of a request body: `count: true` is not 1 and `"8"` is not
-    8 (strict types), and every number is finite."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class Location(FileModel):
@@ -221,6 +209,7 @@ class Scenario(FileModel):
     links: list[Link] = Field(default=[], max_length=MAX_DOMAINS * (MAX_DOMAINS - 1) // 2)
     jobs: list[Job] = Field(default=[], max_length=10_000)
     workload: Workload | None = None
+    tenancy: Tenancy | None = None  # tenants, quotas and preemption (None: one queue for all)
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
@@ -242,7 +231,21 @@ class Scenario(FileModel):
         jobs = [j.name for j in self.jobs]
         if len(set(jobs)) != len(jobs):
             raise ValueError("job names must be unique")
+        if self.tenancy is not None:
+            self._tenants_known()
         return self
+
+    def _tenants_known(self) -> None:
+        tenancy = self.tenancy
+        classes: dict[str, int] = {}
+        for d in self.domains:
+            classes[d.accelerator.name] = classes.get(d.accelerator.name, 0) + d.gpus
+        tenancy.check_against(classes)
+        names = [t.name for t in tenancy.tenants]
+        for i, job in enumerate(self.jobs):
+            if job.tenant not in names:
+                raise ValueError(f"jobs[{i}].tenant: unknown tenant {job.tenant!r}; "
+                                 f"tenants: {', '.join(names)}")
 
     def job(self, name: str | None = None) -> Job:
         if not self.jobs:

@@ -99,8 +99,10 @@ def mean_jobs(hours: float, total_gpus: int, seed: int, load: float = 0.9,
 
 def generate_jobs(hours: float, total_gpus: int, seed: int, load: float = 0.9,
                   cluster: str = "kalos", min_gpus: int = 8,
-                  peak_tflops: float = PEAK_TFLOPS) -> list[Job]:
-    """Jobs arriving over `hours`, offering `load` × the cluster's accelerator-time.
+                  peak_tflops: float = PEAK_TFLOPS, tenants: tuple[str, ...] = TENANTS
+                  ) -> list[Job]:
+    """Jobs arriving over `hours`, offering `load` × the cluster's accelerator-time, each of
+    one of `tenants` (uniformly).
 
     A job's tokens are what its accelerators would train in its run time at 40% of
     `peak_tflops` (the cluster's mean accelerator), so a run time means the same work
@@ -121,7 +123,7 @@ def generate_jobs(hours: float, total_gpus: int, seed: int, load: float = 0.9,
         jobs.append(Job(
             name=f"gen-{i:04d}", model=model, global_batch=batch,
             tokens=float(runs[i] * gpus[i] * tokens_per_gpu_s),
-            tenant=TENANTS[int(rng.integers(len(TENANTS)))],
+            tenant=tenants[int(rng.integers(len(tenants)))],
             priority=int(rng.integers(0, 3)), arrival_s=float(arrivals[i]),
             gpus=GpuRequest(min=max(min_gpus, int(gpus[i]) // 4), max=int(gpus[i]))))
     return jobs

@@ -22,7 +22,7 @@ from xdscheduler.costmodel.constants import DEFAULT, Calibration
 from xdscheduler.costmodel.plan import STACKS, VARIANT_OF, Hardware, Plan, PlanBatch, Stack
 from xdscheduler.costmodel.steptime import estimate
 from xdscheduler.errors import UserError
-from xdscheduler.scenario import FileModel
+from xdscheduler.schema import FileModel
 
 FITTED = ("gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "memory_passes",
           "kernel_overhead_s")

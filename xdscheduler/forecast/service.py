@@ -20,7 +20,8 @@ from pydantic import BaseModel, Field, model_validator
 from xdscheduler.errors import UserError
 from xdscheduler.forecast.hybrid import Forecaster, HorizonForecast
 from xdscheduler.forecast.structure import KnownJob, structural_demand
-from xdscheduler.scenario import MAX_DOMAIN_GPUS, MAX_DOMAINS, FileModel
+from xdscheduler.scenario import MAX_DOMAIN_GPUS, MAX_DOMAINS
+from xdscheduler.schema import FileModel
 
 MAX_MINUTES = 1e7  # ~19 years: further than any plan looks
 MAX_HISTORY = 100_000  # values per request (69 days of minutes)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +29,6 @@ from xdscheduler.report.writer import _clean, _save
 
 CONFIDENCE = 0.95
 KEYS = ["scenario", "load", "policy"]
-BEGIN, END = "<!-- compare:begin -->", "<!-- compare:end -->"
 
 
 @dataclass(frozen=True)
@@ -321,23 +319,3 @@ def load(folder: Path) -> tuple[pd.DataFrame, dict]:
     return cells, {k: saved[k] for k in META}
 
 
-MARKED = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
-
-
-def check_readme(path: Path) -> str:
-    """The text of `path`, which must hold one pair of compare markers (UserError otherwise)."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise UserError(f"cannot read {path}: {err.strerror}") from None
-    if len(MARKED.findall(text)) != 1:
-        raise UserError(f"{path} must hold one {BEGIN} ... {END} pair to replace")
-    return text
-
-
-def splice_readme(path: Path, text: str, provenance: str) -> None:
-    """Replace what stands between the compare markers in `path` with `text` and a line
-    saying what made it."""
-    block = f"{BEGIN}\n{provenance}\n\n{text.rstrip()}\n{END}"
-    Path(path).write_text(MARKED.sub(lambda _: block, check_readme(path)))

@@ -88,10 +88,11 @@ def _scenario_paths(given: list[str]) -> list[Path]:
 
 
 def cmd_compare(args) -> None:
-    from xdscheduler.report.compare import check_readme, load, splice_readme, write
+    from xdscheduler.report.compare import load, write
+    from xdscheduler.report.readme import check_readme, splice_readme
 
     if args.readme:
-        check_readme(Path(args.readme))  # before the grid, not after it
+        check_readme(Path(args.readme), "compare")  # before the grid, not after it
     if args.saved:
         out, (cells, meta) = Path(args.saved), load(Path(args.saved))
         if args.baseline:
@@ -103,7 +104,7 @@ def cmd_compare(args) -> None:
         out, (cells, meta) = Path(args.out), _run(args)
     doc = write(out, cells, meta)
     if args.readme:
-        splice_readme(Path(args.readme), doc["markdown"], provenance(meta))
+        splice_readme(Path(args.readme), "compare", doc["markdown"], provenance(meta))
     if args.json:
         print(json.dumps(doc, indent=2))
         return

@@ -19,7 +19,8 @@ from xdscheduler.planner.view import ClusterView
 from xdscheduler.ray_cluster import connect
 from xdscheduler.registry import check, make_policy
 from xdscheduler.runtime.study import run_here
-from xdscheduler.scenario import Job, Scenario, Strict, load_scenario
+from xdscheduler.scenario import Job, Scenario, load_scenario
+from xdscheduler.schema import Strict
 from xdscheduler.sim.arrivals import ARRIVALS, load_replay
 from xdscheduler.sim.cell import CellWorkload, cell_workload
 from xdscheduler.sim.inputs import study_dynamics

@@ -10,6 +10,7 @@ from xdscheduler.monitor.board import Publisher
 from xdscheduler.registry import make_policy
 from xdscheduler.runtime.gateway import ActorDomains
 from xdscheduler.runtime.journal import Journal
+from xdscheduler.runtime.ledger import Ledger
 from xdscheduler.scenario import Job, parse_scenario
 from xdscheduler.sim.engine import Engine
 from xdscheduler.sim.measurement import Results
@@ -40,7 +41,7 @@ class Controller:
     def __init__(self, scenario: dict, jobs: list[dict], policy: str, dynamics,
                  horizon_s: float, realtime: bool = False, policy_options: dict | None = None,
                  journal: str | None = None, faults=None, demand=None, truth=None,
-                 speed: float = 1.0):
+                 speed: float = 1.0, ledger: str | None = None):
         scn = parse_scenario(scenario)
         self.domains = ActorDomains(scn, dynamics)
         clock = RealTimeClock(speed) if realtime else None
@@ -53,6 +54,9 @@ class Controller:
         self.publish = Publisher(self.engine, policy) if realtime else None
         if clock:
             clock.on_tick = self.publish
+        self.ledger = Ledger(ledger, policy) if ledger else None
+        if self.ledger:  # before any replay: records made again are kept once
+            self.engine.meter_to(self.ledger.record)
         self.journal = Journal(journal, policy) if journal else None
         if self.journal:
             self.engine.subscribe(self.journal.record)  # re-made decisions checked on the log

@@ -21,6 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from xdscheduler.errors import UserError
+from xdscheduler.runtime.ledger import LEDGER
 from xdscheduler.textfile import write_atomic
 
 LOCK = ".xds-lock"
@@ -88,7 +89,8 @@ class StudyFolder:
         if self.mode == "resume":
             self.resumable()
         if self.mode == "force":
-            for name in (REPORT, SPEC, JOURNAL, f"{JOURNAL}-wal", f"{JOURNAL}-shm"):
+            for name in (REPORT, SPEC, *(f"{db}{end}" for db in (JOURNAL, LEDGER)
+                                         for end in ("", "-wal", "-shm"))):
                 (self.path / name).unlink(missing_ok=True)
 
     def resumable(self) -> None:
@@ -113,5 +115,9 @@ class StudyFolder:
     @property
     def journal(self) -> Path:
         return (self.path / JOURNAL).resolve()
+
+    @property
+    def ledger(self) -> Path:
+        return (self.path / LEDGER).resolve()
 
 

@@ -28,13 +28,19 @@ class DivergedError(RuntimeError):
     """A resumed controller made a decision different from the one in the log."""
 
 
+def open_log(path: Path, schema: str) -> sqlite3.Connection:
+    """An append-only log in SQLite: each write committed at once, readers never blocked."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path, isolation_level=None)  # autocommit each write
+    db.execute("PRAGMA journal_mode=WAL")
+    db.executescript(schema)
+    return db
+
+
 class Journal:
     def __init__(self, path: str | Path, policy: str):
         self.path, self.policy = Path(path), policy
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path, isolation_level=None)  # autocommit each write
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.executescript(SCHEMA)
+        self.db = open_log(self.path, SCHEMA)
         self.logged = self.db.execute("SELECT COUNT(*) FROM decisions WHERE policy = ?",
                                       (policy,)).fetchone()[0]
 

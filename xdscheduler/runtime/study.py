@@ -19,6 +19,7 @@ from xdscheduler.planner.view import ClusterView
 from xdscheduler.ray_cluster import connect
 from xdscheduler.registry import check, make_policy
 from xdscheduler.runtime.folder import StudyFolder, StudySpec
+from xdscheduler.runtime.ledger import Ledger
 from xdscheduler.scenario import Job, Scenario
 from xdscheduler.sim.demand import DemandPlanner
 from xdscheduler.sim.domain import LocalDomains
@@ -109,7 +110,8 @@ def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, 
                realtime: bool = False, show: bool = False,
                policy_options: dict | None = None, journal: str | None = None,
                faults=None, demand: DemandPlanner | None = None,
-               truth: Truth | None = None, speed: float = 1.0) -> Results:
+               truth: Truth | None = None, speed: float = 1.0, ledger: str | None = None
+               ) -> Results:
     """One policy's study under a controller actor. With a journal, a controller that dies is
     replaced by one that resumes from the journal, and the study goes on. `realtime`: events
     keep pace with the wall clock, `speed` simulated seconds per second, and the study shows
@@ -127,7 +129,7 @@ def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, 
     def start():
         return Controller.remote(scn.model_dump(), [j.model_dump() for j in jobs], policy,
                                  dynamics, hours * 3600, realtime, policy_options, journal,
-                                 faults, demand, truth, speed)
+                                 faults, demand, truth, speed, ledger)
 
     controller = start()
 
@@ -151,13 +153,17 @@ def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, 
 
 def run_here(scn: Scenario, jobs: list[Job], policy: Policy, dynamics: Dynamics, hours: float,
              show: bool = False, faults=None, demand: DemandPlanner | None = None,
-             replan: Switch = Switch.MAKE_BEFORE_BREAK, truth: Truth | None = None) -> Results:
+             replan: Switch = Switch.MAKE_BEFORE_BREAK, truth: Truth | None = None,
+             ledger: str | None = None) -> Results:
     """The same study in this process, the domains as plain objects; `replan`: how running
     jobs move (make-before-break, or the old checkpoint-and-restart); `truth`: what jobs
-    really run at (None: the model)."""
+    really run at (None: the model); `ledger`: where its usage records go."""
     start = time.perf_counter()
     engine = Engine(scn, jobs, policy, dynamics, LocalDomains(scn.domains, dynamics),
                     hours * 3600, faults=faults, demand=demand, truth=truth, replan=replan)
+    book = Ledger(ledger, policy.name) if ledger else None
+    if book:
+        engine.meter_to(book.record)
 
     def advance(t: float) -> dict:
         engine.run(until_s=t)
@@ -166,6 +172,8 @@ def run_here(scn: Scenario, jobs: list[Job], policy: Policy, dynamics: Dynamics,
     _follow(advance, len(jobs), policy.name, show)
     results = engine.results()
     results.wall_s = time.perf_counter() - start
+    if book:
+        book.close()
     return results
 
 
@@ -231,14 +239,17 @@ def _run_study(scn: Scenario, policies: list[str], hours: float, seed: int,
         demand = planner.for_policy(name) if planner else None  # a demand series of its own
         if local:
             runs[name] = run_here(scn, jobs, make_policy(name, scn.weights, policy_options),
-                                  dynamics, hours, show, mine, demand, truth=real)
+                                  dynamics, hours, show, mine, demand, truth=real,
+                                  ledger=str(folder.ledger))
         else:
             runs[name] = run_on_ray(scn, jobs, name, dynamics, hours, realtime, show,
-                                    policy_options, journal_path, mine, demand, real, speed)
+                                    policy_options, journal_path, mine, demand, real, speed,
+                                    ledger=str(folder.ledger))
     policies = {n: PolicyReport(**dict(summarise(r, scn.weights, ideal, view, hours * 3600)),
                                 single_domain=r.single_domain,
                                 swings=swing_summary(r.swings, moves=r.relocations),
-                                forecast=None if r.faults else r.demand)
+                                forecast=None if r.faults else r.demand,
+                                tenants=r.tenants)
                 for n, r in runs.items()}
     report = Report(scenario=scn.name, seed=seed, hours=hours, jobs=len(jobs),
                     offered_load=offered_load(specs, view, hours * 3600),

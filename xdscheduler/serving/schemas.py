@@ -31,11 +31,10 @@ from xdscheduler.scenario import (
     MAX_DOMAINS,
     YEAR_S,
     Architecture,
-    FileModel,
     GpuRequest,
     Job,
-    Strict,
 )
+from xdscheduler.schema import FileModel, Strict
 
 MAX_LINK_GBPS = 10_000.0  # as a scenario's links
 MAX_RTT_MS = 2000.0

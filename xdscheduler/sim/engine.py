@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from bisect import insort
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from xdscheduler.planner.placement import Estimate, Placement
 from xdscheduler.planner.policy import Policy
@@ -48,9 +48,11 @@ from xdscheduler.sim.measurement import (
     SwingMeter,
     domain_samples,
 )
+from xdscheduler.sim.metering import Metering, Usage
 from xdscheduler.sim.recovery import restore_s
 from xdscheduler.sim.replanning import Replanning
 from xdscheduler.sim.sensing import Sensing
+from xdscheduler.sim.tenancy import TenancyState
 
 DRAIN_FACTOR = 4.0  # after arrivals stop, queued jobs may drain for up to 3x as long
 PREPARING = "#next"  # suffix of the allocation a job holds for its next plan while preparing
@@ -76,8 +78,9 @@ class Engine:
         self.base_view = ClusterView.from_scenario(scn)
         self.names = self.base_view.names
         order = sorted(jobs, key=lambda j: (j.arrival_s, j.name))
-        self.runs = [JobRun(JobSpec.of(j), j.tokens, j.arrival_s, j.priority, k, j.tenant)
-                     for k, j in enumerate(order)]
+        self.tenancy = (TenancyState(scn.tenancy, [d.accelerator.name for d in scn.domains])
+                        if scn.tenancy else None)
+        self.runs = [self._run_of(j, k) for k, j in enumerate(order)]
         self.horizon_s = horizon_s
         self.end_limit_s = horizon_s * DRAIN_FACTOR  # stop draining the queue after this
         self.clock = clock  # called with each event time (real-time mode sleeps there)
@@ -98,12 +101,21 @@ class Engine:
         self.correction = Correction.start(len(self.names)) if truth else None
         self.predictions: list[Prediction] = []  # each placement's step, predicted and true
         self.log = DecisionLog()
+        self.metering = Metering(list(self.names), [d.accelerator.name for d in scn.domains],
+                                 [d.price_per_gpu_hour for d in scn.domains])
         self.swing_meter = SwingMeter()
         self.samples: list[dict] = []
         self._deciding = False  # stopped at a decision point, the rest of the step to come
         for key, t in ((ARRIVAL, self.runs[0].arrival_s if self.runs else math.inf),
                        (SAMPLE, 0.0), (FAULT, faults.next_time() if faults else math.inf)):
             self.events.schedule(key, t)
+
+    def _run_of(self, job: Job, index: int) -> JobRun:
+        spec, priority = JobSpec.of(job), job.priority
+        if self.tenancy:  # a tenant's priority is a floor for its jobs'
+            priority = self.tenancy.priority(job.tenant, priority)
+            spec = replace(spec, priority=priority)
+        return JobRun(spec, job.tokens, job.arrival_s, priority, index, job.tenant)
 
     # ------------------------------------------------------------------ the loop
 
@@ -165,6 +177,8 @@ class Engine:
                 self.faults.resize(pools)
         if self.faults:
             self.faults.apply(self, t)
+        if self.tenancy:
+            self.tenancy.evict_due(self, t)
         seen = self.sensing.observe(self.domains, self.base_view, t,
                                     self.faults.cut if self.faults else set(),
                                     scheduling.held_back(self))
@@ -188,6 +202,7 @@ class Engine:
                 self.refresh_speed(r)  # links change the speed of jobs across domains
             self.samples += domain_samples(t, self.view, self.held(), len(self.queue),
                                            self.dynamics.load(t))
+            self.metering.flush(t, self.active)
             self.next_sample_s = t + self.dynamics.step_s
             self.events.schedule(SAMPLE, self.next_sample_s)
         self.swing_meter.close(t, self.replanning.settled)
@@ -216,7 +231,10 @@ class Engine:
 
     def _advance(self, t: float) -> None:
         if t > self.now:
+            if self.tenancy:
+                self.tenancy.meter(self.active, t - self.now)
             for r in self.active:
+                r.hold(t - self.now)
                 self.busy_gpu_s += r.held_gpus * (t - self.now)
                 self.useful_flop += r.advance(self.now, t, self.horizon_s) * r.flops_per_token
         self.now = t
@@ -248,8 +266,11 @@ class Engine:
         before = {d.name: d.free_gpus for d in self.view.domains}
         self.domains.apply(r.name, p.taken, t)
         r.placement = p
+        self.metering.touch(r)
         if r.start_s is None:
             r.start_s = t
+            if self.tenancy:
+                self.tenancy.started(r)
         if self.faults:
             r.checkpoint_every_s = self.faults.checkpoint_every_s(self.scn, r)
         r.next_checkpoint_s = t + r.checkpoint_every_s
@@ -266,6 +287,17 @@ class Engine:
         if r not in self.active:
             insort(self.active, r, key=lambda x: x.index)
 
+    def replan_spec(self, r: JobRun) -> JobSpec:
+        """What a running job may be re-planned to: its spec, within its tenant's quota (what
+        it holds and the room its tenant has left)."""
+        if self.tenancy is None:
+            return r.spec
+        room = self.tenancy.room(self.tenancy.used(self.active), r.tenant)
+        if room is None or r.placement.total_gpus + room >= r.spec.gpus_max:
+            return r.spec
+        cap = r.placement.total_gpus + room
+        return replace(r.spec, gpus_max=cap, gpus_min=min(r.spec.gpus_min, cap))
+
     def restart(self, r: JobRun, new: Placement, pause_s: float) -> None:
         """Save, stop, and start the new plan `pause_s` from now."""
         self.release(r)
@@ -281,11 +313,12 @@ class Engine:
         self.queue.append(r)
         self._wake(r)
 
-    def preempt(self, r: JobRun, why: str) -> None:
-        """The job saves a checkpoint, gives its accelerators back and waits in the queue; when
-        it starts again it pays for writing and loading that checkpoint."""
+    def preempt(self, r: JobRun, why: str, lose_work: bool = False) -> None:
+        """The job saves a checkpoint (`lose_work`: it cannot, and goes back to its last one),
+        gives its accelerators back and waits in the queue; when it starts again it pays for
+        writing and loading that checkpoint."""
         self.cancel_switch(r)
-        r.save()
+        r.lose_work() if lose_work else r.save()
         self.release(r)
         self.log_decision(r, Action.REQUEUE, r.placement, why, 0.0)
         r.next_checkpoint_s, r.paused_until, r.resuming = math.inf, 0.0, True
@@ -431,6 +464,10 @@ class Engine:
         """Call `listener(index, record)` with every decision as it is logged (a journal)."""
         self.log.on_record = listener
 
+    def meter_to(self, listener: Callable[[list[Usage]], None]) -> None:
+        """Call `listener(usages)` with the usage records of each flush (a ledger)."""
+        self.metering.listener = listener
+
     @property
     def decisions(self) -> list[DecisionRecord]:
         return self.log.records
@@ -446,6 +483,7 @@ class Engine:
                 "down": sorted(self.down), "finished": self.finished}
 
     def results(self) -> Results:
+        self.metering.flush(self.now, self.active)  # what was used since the last sample
         capacity = sum(d.total_gpus for d in self.base_view.domains)
         return Results(self.policy.name, self.runs, self.decisions, self.samples,
                        self.sensing.rejected, self.now, self.busy_gpu_s, capacity * self.now,
@@ -456,4 +494,7 @@ class Engine:
                        demand=self.demand.summary() if self.demand else None,
                        swings=list(self.swing_meter.records),
                        relocations=list(self.replanning.relocations),
-                       predictions=list(self.predictions))
+                       predictions=list(self.predictions),
+                       tenants=self.tenancy.figures(
+                           self.runs, [d.price_per_gpu_hour for d in self.scn.domains],
+                           self.now) if self.tenancy else None)

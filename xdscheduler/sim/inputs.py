@@ -5,7 +5,7 @@ from __future__ import annotations
 from xdscheduler.errors import UserError
 from xdscheduler.network.dynamics import Dynamics
 from xdscheduler.scenario import Job, Scenario, Workload
-from xdscheduler.workload import generate_jobs, mean_jobs
+from xdscheduler.workload import TENANTS, generate_jobs, mean_jobs
 
 # The network is drawn for ten times the arrival window, beyond the engine's drain limit
 # (`engine.DRAIN_FACTOR`): a draw depends on its length, so this span is part of what makes a
@@ -52,8 +52,10 @@ def generated_jobs(scn: Scenario, hours: float, seed: int, load: float | None = 
     spec = scn.workload or Workload()
     gpus = sum(d.gpus for d in scn.domains)
     peak = sum(d.gpus * d.accelerator.bf16_tflops for d in scn.domains) / gpus
+    tenants = tuple(t.name for t in scn.tenancy.tenants) if scn.tenancy else TENANTS
     return generate_jobs(hours, gpus, seed, load=spec.load if load is None else load,
-                         cluster=spec.cluster, min_gpus=spec.min_gpus, peak_tflops=peak)
+                         cluster=spec.cluster, min_gpus=spec.min_gpus, peak_tflops=peak,
+                         tenants=tenants)
 
 
 def study_dynamics(scn: Scenario, seed: int, hours: float) -> Dynamics:

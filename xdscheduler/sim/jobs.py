@@ -8,7 +8,7 @@ counters). Other parts read it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from xdscheduler.planner.placement import Placement
@@ -54,6 +54,7 @@ class JobRun:
     wan_gb: float = 0.0
     wan_cost: float = 0.0
     lost_gpu_s: float = 0.0  # work redone after faults, in accelerator-seconds
+    gpu_s: dict[int, float] = field(default_factory=dict)  # accelerator-seconds held, by domain
     next: Placement | None = None  # the plan being prepared alongside (make-before-break)
     switch_at: float = math.inf  # when it is ready and the job switches to it
     switch_pause_s: float = 0.0  # how long the switch stops training
@@ -118,6 +119,13 @@ class JobRun:
             self.checkpoint = self.done
             self.next_checkpoint_s += self.checkpoint_every_s
         return min(gained, self.rate * max(min(t, window_end_s) - start, 0.0))
+
+    def hold(self, dt: float) -> None:
+        """Its accelerators (and those of a plan being prepared) held for `dt` more seconds:
+        what it is metered and billed for."""
+        for taken in (self.placement.taken, self.preparing):
+            for i, n in taken.items():
+                self.gpu_s[i] = self.gpu_s.get(i, 0.0) + n * dt
 
     def charge_wan(self, gb: float, cost: float) -> None:
         """What crossed the WAN for it goes on its bill."""

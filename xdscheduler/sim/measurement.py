@@ -124,3 +124,4 @@ class Results:
     swings: list = field(default_factory=list)  # every triggered re-plan, measured
     relocations: list = field(default_factory=list)  # moves to other domains
     predictions: list = field(default_factory=list)  # correction.Prediction per placement run
+    tenants: dict | None = None  # per tenant (records.TenantFigures), with tenancy

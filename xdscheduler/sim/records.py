@@ -245,6 +245,30 @@ class PolicyMetrics(Record):
     wall_s: float = Field(description="wall-clock seconds the policy's study took")
 
 
+class TenantFigures(Record):
+    """One tenant under one policy: its quota, what it used, borrowed and lent, how its jobs
+    fared, and its bill."""
+
+    quota: dict[str, int] = Field(description="nominal quota per accelerator class ('all': any)")
+    cohort: str | None = Field(description="the cohort it lends to and borrows from")
+    weight: float = Field(description="its fair-share weight")
+    jobs: int = Field(description="its jobs in the study")
+    admitted: int = Field(description="of them, started at least once")
+    completed: int = Field(description="of them, finished")
+    preempted: int = Field(description="preemptions of its jobs")
+    lost_gpu_h: float = Field(description="accelerator-hours of work its jobs lost to "
+                                          "preemption")
+    mean_wait_s: Figure = Field(description="mean time from arrival to first start (to the "
+                                            "study's end for a job never started)")
+    use_gpu_h: float = Field(description="accelerator-hours its jobs held")
+    borrowed_gpu_h: float = Field(description="of them, beyond its nominal 'all' quota")
+    lent_gpu_h: float = Field(description="accelerator-hours of its idle quota others used")
+    accelerators_usd: float = Field(description="its jobs' accelerator-time at each domain's "
+                                                "price")
+    wan_usd: float = Field(description="its jobs' WAN traffic at the links' prices")
+    bill_usd: float = Field(description="accelerators and WAN together")
+
+
 class PolicyReport(PolicyMetrics):
     """A policy's entry in report.json."""
 
@@ -252,6 +276,8 @@ class PolicyReport(PolicyMetrics):
     swings: Swings
     forecast: Forecast | None = Field(None, description="the demand forecast's use, in a "
                                                          "study without faults")
+    tenants: dict[str, TenantFigures] | None = Field(None, description="per tenant, in a "
+                                                     "scenario with tenancy")
 
 
 class GroundTruth(Record):

@@ -183,7 +183,7 @@ class Faults:
             self.resumed(r.spec.name, r.paused_until)
             return
         eng.release(r)
-        new = eng.policy.replan(r.spec, r.placement, with_pools(eng).adjust_free(
+        new = eng.policy.replan(eng.replan_spec(r), r.placement, with_pools(eng).adjust_free(
             {i: -n for i, n in r.placement.taken.items()}))
         r.count_replan()
         if new is None:

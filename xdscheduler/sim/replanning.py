@@ -99,7 +99,7 @@ class Replanning:
             if self.mode != Switch.RESTART:
                 self._respond(eng, r, t, cause)
                 continue
-            new = eng.policy.replan(r.spec, r.placement, eng.view)
+            new = eng.policy.replan(eng.replan_spec(r), r.placement, eng.view)
             if new is None or new.same_as(r.placement):
                 self._kept(eng, r, t, cause)
                 continue
@@ -111,7 +111,7 @@ class Replanning:
         yielded = getattr(eng.policy, "yielded", None)
         if yielded is None or not eng.queue or len(r.placement.domains) < 2:
             return False
-        new = yielded(r.spec, r.placement, eng.view, [q.spec for q in eng.queue], t)
+        new = yielded(eng.replan_spec(r), r.placement, eng.view, [q.spec for q in eng.queue], t)
         if new is None:
             return False
         rate, cost, _ = _move_cost(eng, r, r.placement, new)
@@ -172,8 +172,9 @@ class Replanning:
         now_rate = eng.speed(r, r.placement)[0]
         own = eng.view.with_down({n for i, n in enumerate(eng.names)
                                   if i not in r.placement.domains})
-        here = eng.policy.replan(r.spec, r.placement, own)
-        far = [p for p in (here, eng.policy.replan(r.spec, r.placement, eng.view))
+        spec = eng.replan_spec(r)
+        here = eng.policy.replan(spec, r.placement, own)
+        far = [p for p in (here, eng.policy.replan(spec, r.placement, eng.view))
                if p is not None and not p.same_as(r.placement)]
         adjust = self._switch_option(eng, r, here, now_rate, left) if (
             here is not None and not here.same_as(r.placement)) else None

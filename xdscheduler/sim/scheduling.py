@@ -31,8 +31,17 @@ def decide(eng, policy: Policy, t: float) -> None:
         for p in policy.decide([r.spec for r in urgent], pools, t):
             eng.place(by_name[p.job], p)
         order = [r for r in order if r in eng.queue]
+    tenancy = eng.tenancy
+    if tenancy:  # room for jobs that may preempt; then only what quotas admit
+        tenancy.preempt_for(eng, order, t)
+        order = [r for r in order if r in eng.queue]
+        specs, used = tenancy.admissible(order, eng.active)
+    else:
+        specs, used = [r.spec for r in order], None
     view = eng.view.with_releases(releases).with_reclaimable(reclaimable(eng))
-    for p in policy.decide([r.spec for r in order], view, t):
+    for p in policy.decide(specs, view, t):
+        if tenancy and not tenancy.accept(by_name[p.job].tenant, p.taken, used):
+            continue  # with the tenant's other placements of this pass, over its quota
         reclaim(eng, p)
         eng.place(by_name[p.job], p)
 

@@ -1,0 +1,22 @@
+"""The base of every validated file and request body: strict types, finite numbers, no unknown
+fields."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Positive = Annotated[float, Field(gt=0)]
+NonNegative = Annotated[float, Field(ge=0)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FileModel(Strict):
+    """A part of a scenario file or of a request body: `count: true` is not 1 and `"8"` is not
+    8 (strict types), and every number is finite."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)

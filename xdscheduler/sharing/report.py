@@ -1,0 +1,102 @@
+"""The packing benchmark's report: a headline, a table, the curves (CSV) and their plot."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # no screen: render to files
+import matplotlib.pyplot as plt
+
+from xdscheduler.sharing.inflation import GRID, Curve, mean_curves
+from xdscheduler.textfile import write_atomic
+
+
+def finite(x):
+    """JSON has no NaN: a half-width of one seed is null."""
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+def _change(entry: dict, peer: str) -> str:
+    key = "change_vs_" + peer.replace("-", "_")
+    ci = entry.get(key + "_ci95")
+    return (f"{-100 * entry[key]:.1f}%" + ("" if ci is None else f" ± {100 * ci:.1f}%")
+            + f" fewer than {peer}")
+
+
+def headline(packers: dict, ours: str) -> str:
+    """Who leaves the fewest accelerators unallocated, against best-fit (the usual packer) and
+    FGD (the strongest published), by how much."""
+    best = min(packers, key=lambda p: packers[p]["unallocated_share_at_capacity"])
+    b = packers[best]
+    line = (f"{best}{' (ours)' if best == ours else ''} leaves the fewest accelerators "
+            f"unallocated when the arrived workload reaches capacity: "
+            f"{100 * b['unallocated_share_at_capacity']:.2f}%")
+    against = [p for p in ("best-fit", "fgd") if p in packers and p != best]
+    if against:
+        line += ", " + " and ".join(_change(b, p) for p in against)
+        line += " (95% CIs, paired by seed)"
+    if ours in packers and best != ours:
+        line += (f"; ours ({ours}): "
+                 f"{100 * packers[ours]['unallocated_share_at_capacity']:.2f}%")
+    return line + "."
+
+
+def table(packers: dict) -> str:
+    rows = ["| packer | unallocated at capacity (%) | vs best-fit (%) | vs fgd (%) | "
+            "pods turned away | s a run |", "|---|---:|---:|---:|---:|---:|"]
+    order = sorted(packers, key=lambda p: packers[p]["unallocated_share_at_capacity"])
+    for p in order:
+        e = packers[p]
+        ci = "" if e["ci95"] is None else f" ± {100 * e['ci95']:.2f}"
+        changes = " | ".join(_signed(e, peer) for peer in ("best_fit", "fgd"))
+        rows.append(f"| {p} | {100 * e['unallocated_share_at_capacity']:.2f}{ci} | {changes} | "
+                    f"{e['pods_turned_away']:.0f} | {e['seconds_per_run']:.1f} |")
+    return "\n".join(rows)
+
+
+def _signed(entry: dict, peer: str) -> str:
+    key = f"change_vs_{peer}"
+    if key not in entry:
+        return "–"
+    ci = entry[key + "_ci95"]
+    return f"{100 * entry[key]:+.1f}" + ("" if ci is None else f" ± {100 * ci:.1f}")
+
+
+def plot(curves: list[Curve], path: Path, title: str) -> None:
+    """Unallocated share against arrived workload per packer: the whole run, and near capacity
+    (where packers differ)."""
+    means = mean_curves(curves)
+    fig, (whole, near) = plt.subplots(1, 2, figsize=(11, 4.5))
+    zoom = (GRID >= 0.8) & (GRID <= 1.2)
+    for packer in means.columns:
+        whole.plot(100 * GRID, 100 * means[packer], label=packer)
+        near.plot(100 * GRID[zoom], 100 * means[packer][zoom], label=packer, marker=".")
+    for ax in (whole, near):
+        ax.axvline(100, color="0.5", linestyle="--", linewidth=1)
+        ax.set(xlabel="arrived workload (% of the cluster's GPUs)",
+               ylabel="GPUs unallocated (% of the cluster's)")
+        ax.grid(alpha=0.3)
+    whole.set(title=title, ylim=(0, 102))
+    near.set(title="near capacity", ylim=(0, None))
+    near.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(out: Path, curves: list[Curve], result: dict) -> None:
+    """share_bench.json, .md, .csv (mean curve per packer) and .png into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "share_bench.json", json.dumps(finite(result), indent=2))
+    write_atomic(out / "share_bench.md", result["headline"] + "\n\n" + result["setup"] + "\n\n"
+                 + table(finite(result["packers"])) + "\n")
+    frame = mean_curves(curves).rename_axis("arrived_share").reset_index()
+    write_atomic(out / "share_bench.csv", frame.to_csv(index=False))
+    plot(curves, out / "share_bench.png", f"openb {result['trace']}: {result['seeds']} seeds")
+
