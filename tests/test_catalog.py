@@ -40,3 +40,80 @@ def test_invalid_architecture_is_explained():
     bad = catalog.ModelArch("x", 4, 1000, 4000, 7, 7, 100, 128, False, True)
     with pytest.raises(UserError, match="hidden 1000 is not divisible by heads 7"):
         bad.validate()
+
+
+def test_the_shipped_catalog_is_a_file_with_a_source_for_every_entry():
+    import yaml
+
+    shipped = yaml.safe_load(catalog.SHIPPED.read_text())["accelerators"]
+    assert {e["name"] for e in shipped} <= set(catalog.ACCELERATORS)
+    assert all(len(catalog.ACCELERATORS[e["name"]].source) > 20 for e in shipped)
+    gh200 = catalog.accelerator("GH200")  # Sailor's GH200 runs: four a node
+    assert (gh200.bf16_tflops, gh200.memory_gib, gh200.gpus_per_node) == (989.4, 96, 4)
+
+
+def _entry(name: str, **figures) -> dict:
+    return {"name": name, "vendor": "Acme", "bf16_tflops": 500.0, "memory_gib": 96.0,
+            "memory_gbs": 3000.0, "scaleup_gbs": 200.0, "scaleout_gbps": 200.0,
+            "gpus_per_node": 8, "power_w": 600.0, "source": "measured", **figures}
+
+
+def test_a_scenario_plans_on_an_accelerator_of_its_own(tmp_path, capsys):
+    import json
+
+    import yaml
+
+    from tests.test_cli import run
+    from xdscheduler.scenario import parse_scenario
+
+    data = {"name": "own", "accelerators": [_entry("TestChip-A")],
+            "domains": [{"name": "a", "location": {"city": "x"},
+                         "nodes": [{"accelerator": "testchip-a", "count": 4}]}],
+            "jobs": [{"name": "j", "model": "llama3-8b", "global_batch": 512,
+                      "tokens": 1e10, "gpus": {"min": 8, "max": 32}}]}
+    scn = parse_scenario(data)
+    assert scn.domains[0].accelerator.bf16_tflops == 500.0 and scn.domains[0].gpus == 32
+    again = parse_scenario(scn.model_dump(mode="json"))  # as a controller receives it
+    assert again.domains[0].accelerator.name == "TestChip-A"
+    path = tmp_path / "own.yaml"
+    path.write_text(yaml.safe_dump(data))
+    code, out, _ = run(capsys, "plan", str(path), "--json")
+    plan = json.loads(out)
+    assert code == 0 and set(plan["plan"]["gpus_per_domain"]) == {"a"}
+    assert plan["predicted_step_time_s"] > 0
+
+
+@pytest.mark.parametrize("entry, message", [
+    (_entry("TestChip-B", bf16_tflops=-1.0), r"accelerators\[0\]\.bf16_tflops"),
+    (_entry("H100", bf16_tflops=1000.0), "already known as 'H100-SXM'"),
+    ({**_entry("TestChip-C"), "source": ""}, r"accelerators\[0\]\.source"),
+])
+def test_bad_accelerators_of_a_scenario_are_named(entry, message):
+    from xdscheduler.scenario import parse_scenario
+
+    data = {"name": "own", "accelerators": [entry],
+            "domains": [{"name": "a", "location": {"city": "x"},
+                         "nodes": [{"accelerator": "H100", "count": 1}]}]}
+    with pytest.raises(UserError, match=message):
+        parse_scenario(data, "s.yaml")
+
+
+def test_catalog_files_extend_the_catalog(tmp_path, monkeypatch, capsys):
+    import json
+
+    import yaml
+
+    from tests.test_cli import run
+
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump({"accelerators": [_entry("TestChip-D", aliases=["tcd"])]}))
+    code, out, _ = run(capsys, "catalog", "--accelerators", str(path), "--json")
+    assert code == 0
+    assert "TestChip-D" in {a["name"] for a in json.loads(out)["accelerators"]}
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({"accelerators": [_entry("TestChip-E")]}))
+    monkeypatch.setenv("XDS_ACCELERATORS", str(other))
+    assert catalog.accelerator("TestChip-E").bf16_tflops == 500.0
+    (tmp_path / "bad.yaml").write_text("accelerators: [{name: x}]\n")
+    code, _, err = run(capsys, "catalog", "--accelerators", str(tmp_path / "bad.yaml"))
+    assert code == 2 and r"accelerators[0].vendor: Field required" in err

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import Field, ValidationError
 
 from xdscheduler.errors import UserError
+from xdscheduler.schema import FileModel
+from xdscheduler.yamlfile import read_yaml
 
 
 @dataclass(frozen=True)
@@ -24,6 +30,7 @@ class Accelerator:
     power_w: float
     vendor: str
     aliases: tuple[str, ...] = ()
+    source: str = ""  # where the figures come from: a datasheet, a measurement
 
     def peak_tflops(self, dtype: str) -> float:
         if dtype == "fp8":
@@ -33,48 +40,78 @@ class Accelerator:
         return self.bf16_tflops
 
 
-# Sources: vendor datasheets; bidirectional NVLink figures are halved to get "per direction".
-ACCELERATORS: dict[str, Accelerator] = {
-    a.name: a
-    for a in [
-        # NVIDIA H100 Tensor Core GPU datasheet (SXM5): 989 TF BF16, 1979 TF FP8 dense,
-        # 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s; DGX H100: 8 GPUs, 8x400G ConnectX-7.
-        Accelerator("H100-SXM", 989.4, 1978.9, 80, 3350, 450, 400, 8, 700, "NVIDIA",
-                    ("H100", "H100-80GB", "H100-SXM5")),
-        # NVIDIA H800 SXM (China SKU): H100 compute and memory, NVLink limited to 400 GB/s.
-        Accelerator("H800", 989.4, 1978.9, 80, 3350, 200, 400, 8, 700, "NVIDIA",
-                    ("H800-SXM",)),
-        # NVIDIA H20 product brief: 148 TF BF16, 296 TF FP8, 96 GB HBM3 at 4.0 TB/s,
-        # NVLink 900 GB/s.
-        Accelerator("H20", 148.0, 296.0, 96, 4000, 450, 400, 8, 400, "NVIDIA"),
-        # NVIDIA H200 datasheet (SXM): H100 compute, 141 GB HBM3e at 4.8 TB/s, NVLink 900 GB/s.
-        Accelerator("H200", 989.4, 1978.9, 141, 4800, 450, 400, 8, 700, "NVIDIA",
-                    ("H200-SXM",)),
-        # NVIDIA HGX B200 datasheet, per GPU: 2.25 PF BF16 and 4.5 PF FP8 dense,
-        # 180 GB HBM3e at 7.7 TB/s, NVLink 5 1.8 TB/s.
-        Accelerator("B200", 2250.0, 4500.0, 180, 7700, 900, 400, 8, 1000, "NVIDIA"),
-        # NVIDIA A100 datasheet (SXM4 80GB): 312 TF BF16, 80 GB HBM2e at 2,039 GB/s,
-        # NVLink 600 GB/s; DGX A100: 8 GPUs, 8x200G HDR.
-        Accelerator("A100-80GB", 312.0, None, 80, 2039, 300, 200, 8, 400, "NVIDIA",
-                    ("A100", "A100-SXM", "A100-SXM4-80GB")),
-        # Same datasheet, SXM4 40GB: 1,555 GB/s HBM2.
-        Accelerator("A100-40GB", 312.0, None, 40, 1555, 300, 200, 8, 400, "NVIDIA",
-                    ("A100-SXM4-40GB",)),
-        # NVIDIA A800 SXM4 80GB (China SKU): A100 compute, NVLink limited to 400 GB/s.
-        Accelerator("A800", 312.0, None, 80, 2039, 200, 200, 8, 400, "NVIDIA",
-                    ("A800-80GB",)),
-        # NVIDIA L40S datasheet: 362 TF BF16 and 733 TF FP8 dense (half the sparse figures),
-        # 48 GB GDDR6 at 864 GB/s, no NVLink: PCIe Gen4 x16 (32 GB/s per direction).
-        Accelerator("L40S", 362.05, 733.0, 48, 864, 32, 200, 8, 350, "NVIDIA"),
-        # Huawei Atlas 800T A2 / Ascend 910B (910B2): 376 TF FP16, 64 GB HBM2e at 1.6 TB/s,
-        # HCCS 392 GB/s (196 per direction), 8 NPUs per server, 200G RoCE per NPU.
-        Accelerator("Ascend-910B", 376.0, None, 64, 1600, 196, 200, 8, 400, "Huawei",
-                    ("910B", "Ascend910B")),
-        # AMD Instinct MI300X datasheet: 1307 TF BF16, 2615 TF FP8 dense, 192 GB HBM3 at
-        # 5.3 TB/s, Infinity Fabric 896 GB/s aggregate (448 per direction), 8 per platform.
-        Accelerator("MI300X", 1307.4, 2614.9, 192, 5300, 448, 400, 8, 750, "AMD"),
-    ]
-}
+class AcceleratorEntry(FileModel):
+    """One accelerator as a catalog file or a scenario's `accelerators:` list gives it."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=100)
+    aliases: list[str] = Field(default=[], max_length=20)
+    vendor: str = Field(min_length=1, max_length=100)
+    bf16_tflops: float = Field(gt=0, le=1e5)
+    fp8_tflops: float | None = Field(default=None, gt=0, le=1e5)
+    memory_gib: float = Field(gt=0, le=1e4)
+    memory_gbs: float = Field(gt=0, le=1e6)
+    scaleup_gbs: float = Field(gt=0, le=1e5)
+    scaleout_gbps: float = Field(gt=0, le=1e5)
+    gpus_per_node: int = Field(gt=0, le=128)
+    power_w: float = Field(gt=0, le=1e5)
+    source: str = Field(min_length=1, max_length=2000)  # a datasheet, or a measurement
+
+    def accelerator(self) -> Accelerator:
+        return Accelerator(**{**self.model_dump(), "aliases": tuple(self.aliases)})
+
+
+class CatalogFile(FileModel):
+    accelerators: list[AcceleratorEntry] = Field(min_length=1, max_length=1000)
+
+
+SHIPPED = Path(__file__).with_name("accelerators.yaml")
+ACCELERATORS: dict[str, Accelerator] = {}  # by name: the shipped catalog, then users' own
+_ACCELERATOR_KEYS: dict[str, Accelerator] = {}  # by every name and alias, normalised
+
+
+def register(entry: AcceleratorEntry | Accelerator, where: str = "catalog") -> Accelerator:
+    """Add an accelerator to the catalog; one already known by any of its names must be the
+    same, figure for figure (ValueError naming the first that differs)."""
+    acc = entry.accelerator() if isinstance(entry, AcceleratorEntry) else entry
+    for name in (acc.name, *acc.aliases):
+        known = _ACCELERATOR_KEYS.get(_key(name))
+        if known is None or known == acc:
+            continue
+        differs = next((f for f in Accelerator.__dataclass_fields__
+                        if getattr(known, f) != getattr(acc, f)), "name")
+        raise ValueError(f"{where}: accelerator {acc.name!r} is already known as "
+                         f"{known.name!r} with {differs} {getattr(known, differs)!r}, not "
+                         f"{getattr(acc, differs)!r}: give yours another name")
+    ACCELERATORS[acc.name] = acc
+    for name in (acc.name, *acc.aliases):
+        _ACCELERATOR_KEYS[_key(name)] = acc
+    return acc
+
+
+def load_catalog(path: str | Path) -> list[Accelerator]:
+    """Read a catalog file (like the shipped accelerators.yaml) and register its accelerators."""
+    data = read_yaml(path, "accelerator catalog")
+    try:
+        entries = CatalogFile.model_validate(data).accelerators
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in first["loc"])
+        raise UserError(f"{path}: {where.lstrip('.')}: {first['msg']}") from None
+    try:
+        return [register(e, str(path)) for e in entries]
+    except ValueError as err:
+        raise UserError(str(err)) from None
+
+
+_USER_CATALOGS: set[str] = set()  # XDS_ACCELERATORS entries already read
+
+
+def user_catalogs() -> None:
+    """Register the catalogs XDS_ACCELERATORS names (paths separated by ':'), each once."""
+    for path in filter(None, os.environ.get("XDS_ACCELERATORS", "").split(os.pathsep)):
+        if path not in _USER_CATALOGS:
+            load_catalog(path)
+            _USER_CATALOGS.add(path)
 
 
 @dataclass(frozen=True)
@@ -167,9 +204,8 @@ def _key(name: str) -> str:
     return re.sub(r"[^a-z0-9.]", "", name.lower())
 
 
-_ACCELERATOR_KEYS = {
-    _key(alias): acc for acc in ACCELERATORS.values() for alias in (acc.name, *acc.aliases)
-}
+for _entry in CatalogFile.model_validate(read_yaml(SHIPPED, "accelerator catalog")).accelerators:
+    register(_entry, str(SHIPPED))
 _MODEL_KEYS = {_key(m.name): m for m in MODELS.values()}
 
 
@@ -185,6 +221,7 @@ def did_you_mean(name: str, known) -> str:
 
 def accelerator(name: str) -> Accelerator:
     """Look an accelerator up by name or alias, ignoring case and punctuation."""
+    user_catalogs()
     found = _ACCELERATOR_KEYS.get(_key(name))
     if found is None:
         raise UserError(f"unknown accelerator {name!r}{did_you_mean(name, ACCELERATORS)}; "

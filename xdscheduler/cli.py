@@ -52,11 +52,15 @@ def _csv_floats(text: str, n: int, what: str) -> list[float]:
 
 
 def cmd_catalog(args) -> None:
+    for path in args.accelerators or []:
+        catalog.load_catalog(path)
+    catalog.user_catalogs()
     accs = [
         {"name": a.name, "vendor": a.vendor, "bf16_tflops": a.bf16_tflops,
          "fp8_tflops": a.fp8_tflops, "memory_gib": a.memory_gib, "memory_gbs": a.memory_gbs,
          "scaleup_gbs": a.scaleup_gbs, "scaleout_gbps": a.scaleout_gbps,
-         "gpus_per_node": a.gpus_per_node, "power_w": a.power_w, "aliases": list(a.aliases)}
+         "gpus_per_node": a.gpus_per_node, "power_w": a.power_w, "aliases": list(a.aliases),
+         "source": a.source}
         for a in catalog.ACCELERATORS.values()
     ]
     models = [
@@ -371,6 +375,10 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = command("catalog", cmd_catalog, "list accelerators and model architectures")
+    p.add_argument("--accelerators", action="append", metavar="FILE",
+                   help="a catalog file of your own accelerators to check and list with the "
+                        "shipped ones (like xdscheduler/accelerators.yaml; repeatable; "
+                        "XDS_ACCELERATORS names such files for every command)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
     p = command("estimate", cmd_estimate, "step time, throughput and memory of one plan")

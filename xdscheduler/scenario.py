@@ -210,6 +210,23 @@ class Scenario(FileModel):
     jobs: list[Job] = Field(default=[], max_length=10_000)
     workload: Workload | None = None
     tenancy: Tenancy | None = None  # tenants, quotas and preemption (None: one queue for all)
+    # accelerators of the scenario's own (another SKU, measured figures), added to the catalog
+    accelerators: list[catalog.AcceleratorEntry] = Field(default=[], max_length=100)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _own_accelerators(cls, data):
+        """The scenario's accelerators join the catalog before its domains name them."""
+        entries = data.get("accelerators") if isinstance(data, dict) else None
+        for i, entry in enumerate(entries if isinstance(entries, list) else []):
+            try:
+                catalog.register(catalog.AcceleratorEntry.model_validate(entry),
+                                 f"accelerators[{i}]")
+            except ValidationError as err:
+                first = err.errors()[0]
+                where = ".".join(str(x) for x in first["loc"])
+                raise ValueError(f"accelerators[{i}].{where}: {first['msg']}") from None
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
