@@ -240,3 +240,24 @@ def test_readme_needs_its_markers(tmp_path):
     path.write_text("no markers\n")
     with pytest.raises(UserError, match="compare:begin"):
         splice_readme(path, "compare", "table", "made by")
+
+
+def test_the_crossing_headroom_fluid_by_hand():
+    """SRPT on fluid pools: worked by hand for two jobs."""
+    import numpy as np
+
+    from benchmarks.crossing_headroom import fluid
+
+    arrival, work = np.array([0.0, 0.0]), np.array([10.0, 30.0])
+    # one pool of 2/s, each job at most 2/s: the short one first (5 s), then the long (+15 s)
+    np.testing.assert_allclose(fluid(arrival, work, np.full((2, 1), 2.0), np.array([2.0])),
+                               [5.0, 20.0])
+    # capped at 1/s each, both run at once on the pool of 2/s
+    np.testing.assert_allclose(fluid(arrival, work, np.full((2, 1), 1.0), np.array([2.0])),
+                               [10.0, 30.0])
+    # two pools of 1/s: the second job goes where it finishes first, the empty one
+    np.testing.assert_allclose(fluid(arrival, work, np.ones((2, 2)), np.array([1.0, 1.0])),
+                               [10.0, 30.0])
+    # a job that fits only pool 1 waits there behind the shorter one
+    cap = np.array([[0.0, 1.0], [0.0, 1.0]])
+    np.testing.assert_allclose(fluid(arrival, work, cap, np.array([1.0, 1.0])), [10.0, 40.0])
