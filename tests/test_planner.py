@@ -459,3 +459,18 @@ def test_a_mixed_job_splits_work_by_speed_and_beats_the_even_split(kind):
         assert sum(r * x for r, x in zip(replicas, mixed.split, strict=True)) * p.micro_batch \
             >= job.global_batch
     assert mixed.estimate.tokens_per_s > 1.2 * even.estimate.tokens_per_s
+
+
+def test_a_mixed_plan_beats_the_best_single_type_plan_on_the_same_accelerators():
+    """64 H100 and 64 Ascend 910B joined at 100 Gbit/s: the job's best plan uses both, split by
+    speed, and is faster than its best plan on either type alone."""
+    view = h100_and_910b()
+    arch = catalog.model("llama2-70b")
+    job = JobSpec("mixed", arch, 512, arch.seq_len, 32, 128)
+    both = search(job, view, THROUGHPUT, SearchOptions(), pareto=False).best
+    assert set(both.names) == {"h100", "910b"} and both.split and both.split[0] > both.split[1]
+    for name in ("h100", "910b"):
+        alone = view.with_free({d.name: 0 for d in view.domains if d.name != name})
+        single = search(job, alone, THROUGHPUT, SearchOptions(), pareto=False).best
+        assert single.names == (name,)
+        assert both.estimate.tokens_per_s > 1.15 * single.estimate.tokens_per_s

@@ -11,6 +11,7 @@ of its cohort needs its own quota (reclaim). A tenant's `priority` is a floor fo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Annotated
 
 from pydantic import Field, model_validator
@@ -111,8 +112,12 @@ class Quotas:
 
     tenancy: Tenancy
 
+    @cached_property
+    def _by_name(self) -> dict[str, Tenant]:
+        return {t.name: t for t in self.tenancy.tenants}
+
     def tenant(self, name: str) -> Tenant:
-        return next(t for t in self.tenancy.tenants if t.name == name)
+        return self._by_name[name]
 
     def nominal(self, name: str, key: str) -> int | None:
         """Its quota of `key` (None: no limit on that key)."""

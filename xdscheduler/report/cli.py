@@ -48,6 +48,8 @@ def _policy(asked: str | None, have: list[str]) -> str:
 def cmd_bill(args) -> None:
     import math
 
+    import pandas as pd
+
     from xdscheduler.report.bill import bill, render
     from xdscheduler.runtime.ledger import read_ledger
     from xdscheduler.textfile import write_atomic
@@ -59,8 +61,6 @@ def cmd_bill(args) -> None:
     csv = Path(args.csv) if args.csv else Path(args.study) / f"bill-{args.tenant}-{policy}.csv"
     total = {"job": "TOTAL", "kind": "", "domain": "", "accelerator": "", "unit": "",
              "quantity": float("nan"), "usd": b.total_usd}
-    import pandas as pd
-
     write_atomic(csv, pd.concat([b.items, pd.DataFrame([total])]).to_csv(index=False))
     if args.json:
         out = b.as_dict()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,24 +72,16 @@ def _run(args) -> Curve:
 
 
 def bench(nodes: Nodes, pods: Pods, packers: list[str], seeds: list[int], until: float = 1.2,
-          workers: int = 1, progress=None) -> list[Curve]:
-    """Every packer on every seed; `workers` processes at once; `progress(curve)` after each."""
+          workers: int = 1) -> list[Curve]:
+    """Every packer on every seed, `workers` processes at once; each run logged as it ends."""
     work = Workload.of(pods)
     jobs = [(nodes, pods, work, p, s, until) for s in seeds for p in packers]
-    out = []
-    if workers <= 1:
-        results = map(_run, jobs)
-    else:
-        pool = ProcessPoolExecutor(workers)
-        results = pool.map(_run, jobs)
-    for curve in results:
-        log.info("packer %s seed %d: %.1f%% unallocated at capacity (%.1f s)", curve.packer,
-                 curve.seed, 100 * at_capacity(curve), curve.seconds)
-        if progress:
-            progress(curve)
-        out.append(curve)
-    if workers > 1:
-        pool.shutdown()
+    with ProcessPoolExecutor(workers) if workers > 1 else nullcontext() as pool:
+        out = []
+        for curve in (pool.map(_run, jobs) if pool else map(_run, jobs)):
+            log.info("packer %s seed %d: %.1f%% unallocated at capacity (%.1f s)", curve.packer,
+                     curve.seed, 100 * at_capacity(curve), curve.seconds)
+            out.append(curve)
     return out
 
 

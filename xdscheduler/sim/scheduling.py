@@ -4,7 +4,8 @@ deciding them.
 Jobs hit by faults go first, on a view where the backup pools (and holds for announced jobs)
 are free to them; then the whole queue, by priority and arrival, on a view without them. The
 policy's placements start at once; one that takes accelerators a preemptible placement holds
-preempts it first (`reclaim`).
+preempts it first (`reclaim`). With tenants (`sim.tenancy`), queued jobs that may preempt
+make room first, and the policy sees only what quotas admit.
 """
 
 from __future__ import annotations

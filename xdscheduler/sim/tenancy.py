@@ -86,13 +86,13 @@ class TenancyState:
         return used
 
     def room(self, used: dict, tenant: str) -> int | None:
-        """The most accelerators of any class the tenant may take now (None: no limit)."""
-        rooms = [self.quotas.headroom(used, tenant, key)
-                 for key in self.quotas.tenant(tenant).quota]
-        rooms = [r for r in rooms if r is not None]
-        if ALL in self.quotas.tenant(tenant).quota:
+        """The most accelerators the tenant may take now: its room in all, or else the sum of
+        its rooms per class (None: no limit)."""
+        quota = self.quotas.tenant(tenant).quota
+        if ALL in quota:
             return self.quotas.headroom(used, tenant, ALL)
-        return sum(rooms) if rooms else None
+        rooms = [self.quotas.headroom(used, tenant, key) for key in quota]
+        return sum(r for r in rooms if r is not None)
 
     # ------------------------------------------------------------------ admission
 
@@ -188,10 +188,9 @@ class TenancyState:
     def preempt_for(self, eng, order: list[JobRun], now: float) -> None:
         """Free room for the first queued jobs that may take it (see the module's docstring)."""
         active = [r for r in eng.active if r.name not in self.evicting]
-        evicting = {n for n in self.evicting}
         free = [max(d.available, 0) for d in eng.view.domains]
         for r in eng.active:  # what is already being given back counts as free
-            if r.name in evicting:
+            if r.name in self.evicting:
                 for i, n in r.placement.taken.items():
                     free[i] += n
         used = self.used(active)
