@@ -25,7 +25,7 @@ def random_plans(n: int, seed: int = 0) -> PlanBatch:
         pp=rng.choice([1, 2, 4, 5, 8, 10, 16], n), cp=rng.choice([1, 2], n),
         vp=rng.choice([1, 2], n), micro_batch=rng.choice([1, 2, 4], n),
         zero=rng.integers(0, 4, n), recompute=rng.integers(0, 3, n),
-        fp8=rng.random(n) < 0.3, diloco_h=np.zeros(n, dtype=int))
+        precision=np.where(rng.random(n) < 0.3, 1, 0), diloco_h=np.zeros(n, dtype=int))
 
 
 def best_rate(fn, n: int, repeats: int) -> float:

@@ -100,6 +100,8 @@ def brute_force(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchO
         hw = Hardware(
             peak_tflops=min(a.bf16_tflops for a in accs),
             peak_fp8_tflops=min(a.fp8_tflops or 0.0 for a in accs),
+            peak_tf32_tflops=min(a.tf32_tflops or 0.0 for a in accs),
+            peak_fp32_tflops=min(a.fp32_tflops or 0.0 for a in accs),
             memory_gib=min(a.memory_gib for a in accs),
             memory_gbs=min(a.memory_gbs for a in accs),
             scaleup_gbs=min(d.scaleup_gbs for d in doms),

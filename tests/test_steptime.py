@@ -186,3 +186,46 @@ def test_an_uneven_data_parallel_split_waits_for_the_busiest_replica():
                for d in (128, 147, 160)]
     assert compute[1] == pytest.approx(compute[2]) and compute[1] == pytest.approx(
         compute[0] * 7 / 8)
+
+
+def test_precisions_by_hand():
+    """The same plan on H100 in every precision: fp16 computes at the 16-bit rate of bf16; a
+    step in TF32 or FP32 takes between twice as long (every byte doubles) and the peak ratio
+    longer (989 / 495 TF; 989 / 67); 32-bit plans hold 4-byte weights (no separate master copy:
+    Adam's m and v alone are the optimizer state) and 4-byte activations."""
+    arch = catalog.model("gpt3-13b")
+    base = dict(dp=8, tp=8, pp=1, micro_batch=1, zero=1)
+    est = {d: one(arch, 512, Plan(**base, dtype=d))[0]
+           for d in ("bf16", "fp16", "tf32", "fp32")}
+    step = {d: float(e.step_time_s[0]) for d, e in est.items()}
+    assert step["fp16"] == step["bf16"]
+    assert 1.6 < step["tf32"] / step["bf16"] <= 989.4 / 494.7
+    assert 2.0 < step["fp32"] / step["bf16"] <= 989.4 / 66.9
+    mem = {d: {k: float(v[0]) for k, v in e.memory_parts_gib.items()} for d, e in est.items()}
+    assert mem["fp32"]["weights"] == pytest.approx(2 * mem["bf16"]["weights"])
+    assert mem["fp32"]["optimizer"] == pytest.approx(8 / 12 * mem["bf16"]["optimizer"])
+    assert mem["fp32"]["gradients"] == pytest.approx(mem["bf16"]["gradients"])
+    assert mem["fp32"]["activations"] == pytest.approx(2 * mem["bf16"]["activations"])
+    assert mem["tf32"] == mem["fp32"]
+
+
+def test_a_precision_the_catalog_does_not_rate_is_refused_or_planned_around():
+    from xdscheduler.errors import UserError
+    from xdscheduler.planner.search import THROUGHPUT_ONLY, JobSpec, search
+    from xdscheduler.planner.space import SearchOptions
+    from xdscheduler.planner.view import ClusterView, DomainView
+
+    npu = catalog.accelerator("Ascend-910B")
+    with pytest.raises(UserError, match="no FP32 peak rated"):
+        npu.peak_tflops("fp32")
+    h100 = catalog.accelerator("H100-SXM")
+    view = ClusterView((DomainView("npu", npu, 64, npu.scaleup_gbs, 200, 1.0),
+                        DomainView("gpu", h100, 16, h100.scaleup_gbs, 400, 2.0)),
+                       np.array([[0, 100.0], [100.0, 0]]), np.full((2, 2), 2.0),
+                       np.full((2, 2), 0.01))
+    arch = catalog.model("llama2-7b")
+    job = JobSpec("j", arch, 512, arch.seq_len, 8, 64)
+    fp32 = search(job, view, THROUGHPUT_ONLY, SearchOptions(dtype="fp32"), pareto=False).best
+    assert fp32.names == ("gpu",)  # the NPUs have no FP32 figure: never planned in FP32
+    bf16 = search(job, view, THROUGHPUT_ONLY, SearchOptions(), pareto=False).best
+    assert "npu" in bf16.names

@@ -31,13 +31,20 @@ class Accelerator:
     vendor: str
     aliases: tuple[str, ...] = ()
     source: str = ""  # where the figures come from: a datasheet, a measurement
+    tf32_tflops: float | None = None  # dense TF32 tensor cores; None: none
+    fp32_tflops: float | None = None  # FP32 without tensor cores; None: not rated
 
     def peak_tflops(self, dtype: str) -> float:
-        if dtype == "fp8":
-            if self.fp8_tflops is None:
-                raise UserError(f"{self.name} has no FP8 tensor cores; use --dtype bf16")
-            return self.fp8_tflops
-        return self.bf16_tflops
+        """The dense peak a plan in `dtype` computes at (fp16 at the 16-bit rate of bf16)."""
+        rated = {"bf16": self.bf16_tflops, "fp16": self.bf16_tflops, "fp8": self.fp8_tflops,
+                 "tf32": self.tf32_tflops, "fp32": self.fp32_tflops}
+        if dtype not in rated:
+            raise UserError(f"unknown dtype {dtype!r}; known: {', '.join(rated)}")
+        if rated[dtype] is None:
+            what = "FP32 peak rated" if dtype == "fp32" else f"{dtype.upper()} tensor cores"
+            raise UserError(f"{self.name} has no {what} in the catalog; use --dtype bf16, or "
+                            f"add {dtype}_tflops to its entry")
+        return rated[dtype]
 
 
 class AcceleratorEntry(FileModel):
@@ -48,6 +55,8 @@ class AcceleratorEntry(FileModel):
     vendor: str = Field(min_length=1, max_length=100)
     bf16_tflops: float = Field(gt=0, le=1e5)
     fp8_tflops: float | None = Field(default=None, gt=0, le=1e5)
+    tf32_tflops: float | None = Field(default=None, gt=0, le=1e5)
+    fp32_tflops: float | None = Field(default=None, gt=0, le=1e5)
     memory_gib: float = Field(gt=0, le=1e4)
     memory_gbs: float = Field(gt=0, le=1e6)
     scaleup_gbs: float = Field(gt=0, le=1e5)

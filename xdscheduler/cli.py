@@ -14,6 +14,7 @@ import numpy as np
 from xdscheduler import catalog
 from xdscheduler.arguments import Parser, number, one_line, port, seed
 from xdscheduler.costmodel import cli as costmodel_cli
+from xdscheduler.costmodel.plan import DTYPES
 from xdscheduler.errors import UserError
 from xdscheduler.faults import cli as faults_cli
 from xdscheduler.forecast import cli as forecast_cli
@@ -57,7 +58,8 @@ def cmd_catalog(args) -> None:
     catalog.user_catalogs()
     accs = [
         {"name": a.name, "vendor": a.vendor, "bf16_tflops": a.bf16_tflops,
-         "fp8_tflops": a.fp8_tflops, "memory_gib": a.memory_gib, "memory_gbs": a.memory_gbs,
+         "fp8_tflops": a.fp8_tflops, "tf32_tflops": a.tf32_tflops, "fp32_tflops": a.fp32_tflops,
+         "memory_gib": a.memory_gib, "memory_gbs": a.memory_gbs,
          "scaleup_gbs": a.scaleup_gbs, "scaleout_gbps": a.scaleout_gbps,
          "gpus_per_node": a.gpus_per_node, "power_w": a.power_w, "aliases": list(a.aliases),
          "source": a.source}
@@ -399,7 +401,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sequences per step")
     p.add_argument("--micro-batch", type=number(int, 1, 1 << 16), default=1)
     p.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
-    p.add_argument("--dtype", choices=("bf16", "fp8"), default="bf16")
+    p.add_argument("--dtype", choices=DTYPES, default="bf16",
+                   help="precision of the GEMMs (fp16 at the 16-bit rate; tf32 and fp32 keep "
+                        "weights, activations and gradients in 4 bytes)")
     p.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=1)
     p.add_argument("--stack", default="megatron-core",
                    help="software stack preset: megatron-core, megatron-core-tp-overlap, "
@@ -414,7 +418,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=number(int, 0, 100), default=5, help="alternatives to list")
     p.add_argument("--diloco", type=number(int, 0, 1 << 20), default=0,
                    help="also consider DiLoCo-style outer sync every H steps across domains")
-    p.add_argument("--dtype", choices=("bf16", "fp8"), default="bf16")
+    p.add_argument("--dtype", choices=DTYPES, default="bf16",
+                   help="precision of the GEMMs (fp16 at the 16-bit rate; tf32 and fp32 keep "
+                        "weights, activations and gradients in 4 bytes)")
     p.add_argument("--budget", type=number(float, 0, 1e9, above=True), metavar="DOLLARS",
                    help="most to pay per hour (accelerators and WAN traffic): the best plan by "
                         "R within it")

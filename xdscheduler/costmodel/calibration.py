@@ -43,7 +43,8 @@ STACK_BY_SOURCE = {"narayanan": "megatron-2021", "korthikanti": "megatron-2022",
                    "asynctp": "fsdp2-async-tp", "torchtitan": "fsdp2",
                    "megatron-lm readme": "megatron-core-tp-overlap", "nemo": "megatron-core"}
 METRIC_PREFERENCE = ("tokens_per_s_per_gpu", "iteration_time_s", "tflops_per_gpu", "mfu")
-DTYPES = {"fp8": "fp8", "fp8-cs": "fp8", "bf16": "bf16", "mixed precision 16-bit": "bf16"}
+DTYPES = {"fp8": "fp8", "fp8-cs": "fp8", "bf16": "bf16", "mixed precision 16-bit": "bf16",
+          "fp16": "fp16", "tf32": "tf32", "fp32": "fp32"}
 SHIPPED = Path(__file__).with_name("profiles")  # fitted on benchmarks/published_runs.csv
 SHARDED = ("fsdp", "fsdp2", "fsdp2-eager", "fsdp2-async-tp")  # ZeRO-3: all state sharded
 
@@ -101,7 +102,8 @@ def parse_row(row: dict) -> Run:
         dtype = "bf16"  # its MFU figures are against the dense BF16 peak
     dtype = DTYPES.get(dtype)
     if dtype is None:
-        raise ValueError(f"precision {row.get('dtype')!r} is not modelled (bf16, fp8 only)")
+        raise ValueError(f"precision {row.get('dtype')!r} is not modelled (bf16, fp16, fp8, "
+                         f"tf32, fp32)")
     if not (row.get("layers") and row.get("hidden") and row.get("gpu_count")):
         raise ValueError("the source gives no full architecture or GPU count")
     try:

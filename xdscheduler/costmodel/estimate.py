@@ -43,8 +43,7 @@ def check_plan(arch: catalog.ModelArch, acc: catalog.Accelerator, gpus: int, pla
                         f"multiple of PP {pp}")
     if arch.seq_len % cp:
         raise UserError(f"CP {cp} does not divide the sequence length {arch.seq_len}")
-    if plan_args["dtype"] == "fp8":
-        acc.peak_tflops("fp8")  # raises for accelerators without FP8
+    acc.peak_tflops(plan_args["dtype"])  # raises where the catalog rates no such peak
     return Plan(dp=dp, **plan_args)
 
 

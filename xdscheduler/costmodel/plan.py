@@ -7,7 +7,9 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 RECOMPUTE = ("none", "selective", "full")
-DTYPES = ("bf16", "fp8")
+DTYPES = ("bf16", "fp8", "fp16", "tf32", "fp32")
+# bytes of one GEMM operand in each (fp8 recipes keep activations in bf16; see steptime)
+OPERAND_BYTES = (2.0, 1.0, 2.0, 4.0, 4.0)
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class PlanBatch:
     micro_batch: np.ndarray
     zero: np.ndarray
     recompute: np.ndarray  # index into RECOMPUTE
-    fp8: np.ndarray  # bool
+    precision: np.ndarray  # index into DTYPES
     diloco_h: np.ndarray
 
     @classmethod
@@ -56,7 +58,7 @@ class PlanBatch:
             cp=np.array(cols["cp"]), vp=np.array(cols["vp"]),
             micro_batch=np.array(cols["micro_batch"]), zero=np.array(cols["zero"]),
             recompute=np.array([RECOMPUTE.index(r) for r in cols["recompute"]]),
-            fp8=np.array([d == "fp8" for d in cols["dtype"]]),
+            precision=np.array([DTYPES.index(d) for d in cols["dtype"]]),
             diloco_h=np.array(cols["diloco_h"]),
         )
 
@@ -72,7 +74,7 @@ class PlanBatch:
             dp=int(self.dp[i]), tp=int(self.tp[i]), pp=int(self.pp[i]), cp=int(self.cp[i]),
             vp=int(self.vp[i]), micro_batch=int(self.micro_batch[i]), zero=int(self.zero[i]),
             recompute=RECOMPUTE[int(self.recompute[i])],
-            dtype="fp8" if self.fp8[i] else "bf16", diloco_h=int(self.diloco_h[i]),
+            dtype=DTYPES[int(self.precision[i])], diloco_h=int(self.diloco_h[i]),
         )
 
     def take(self, index: np.ndarray) -> PlanBatch:
@@ -85,6 +87,8 @@ class Hardware:
 
     peak_tflops: np.ndarray | float  # bf16 dense
     peak_fp8_tflops: np.ndarray | float  # 0 where there is no FP8
+    peak_tf32_tflops: np.ndarray | float  # 0 where there is no TF32
+    peak_fp32_tflops: np.ndarray | float  # 0 where it is not rated
     memory_gib: np.ndarray | float
     memory_gbs: np.ndarray | float
     scaleup_gbs: np.ndarray | float  # per direction
@@ -95,6 +99,7 @@ class Hardware:
     def of(cls, acc, scaleup_gbs: float | None = None, scaleout_gbps: float | None = None):
         return cls(
             peak_tflops=acc.bf16_tflops, peak_fp8_tflops=acc.fp8_tflops or 0.0,
+            peak_tf32_tflops=acc.tf32_tflops or 0.0, peak_fp32_tflops=acc.fp32_tflops or 0.0,
             memory_gib=acc.memory_gib, memory_gbs=acc.memory_gbs,
             scaleup_gbs=scaleup_gbs or acc.scaleup_gbs,
             scaleout_gbps=scaleout_gbps or acc.scaleout_gbps,

@@ -16,7 +16,7 @@ import numpy as np
 
 from xdscheduler.catalog import ModelArch
 from xdscheduler.costmodel.constants import DEFAULT, Calibration
-from xdscheduler.costmodel.plan import Hardware, PlanBatch, Stack, WanUse
+from xdscheduler.costmodel.plan import DTYPES, OPERAND_BYTES, Hardware, PlanBatch, Stack, WanUse
 
 GIB = 2**30
 ADAM_BYTES_PER_PARAM = 30  # read fp32 master, m, v, grad; write master, m, v, bf16 weight
@@ -143,12 +143,22 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     tok = mb * s / cp  # tokens of one micro-batch on one GPU
     heaviest, last = stage_layers(arch.layers, pp)
 
-    fp8 = _f(plans.fp8) > 0
+    precision = np.asarray(plans.precision)
+    fp8, wide = precision == DTYPES.index("fp8"), _wide(plans)
     bf16_peak = _f(hw.peak_tflops) * 1e12
-    gemm_peak = np.where(fp8, _f(hw.peak_fp8_tflops) * 1e12, bf16_peak) * np.where(
-        fp8, calib.fp8_gemm_efficiency, calib.gemm_efficiency)
+    # the GEMMs' own peak: the 16-bit one for bf16 and fp16, else FP8, TF32 or FP32's
+    own_peak = np.select(
+        [fp8, precision == DTYPES.index("tf32"), precision == DTYPES.index("fp32")],
+        [_f(hw.peak_fp8_tflops) * 1e12, _f(hw.peak_tf32_tflops) * 1e12,
+         _f(hw.peak_fp32_tflops) * 1e12], bf16_peak)
+    gemm_peak = own_peak * np.where(fp8, calib.fp8_gemm_efficiency, calib.gemm_efficiency)
     mem_bw = _f(hw.memory_gbs) * 1e9
-    operand_bytes = np.where(fp8, 1.0, 2.0)
+    operand_bytes = np.asarray(OPERAND_BYTES)[precision]
+    # activations, their gradients and what crosses links: 4 bytes in fp32/tf32, else 2 (fp8
+    # recipes keep activations in bf16)
+    elem = np.where(wide, 4.0, 2.0)
+    # attention and the output layer run in 16 bits unless the whole plan is 32-bit
+    attn_base = np.where(wide, own_peak, bf16_peak)
 
     def gemm(m, k, n, peak=gemm_peak, elem=operand_bytes):
         # Additive roofline: small or thin matrices pay for their bytes on top of FLOPs.
@@ -158,23 +168,23 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     gemm_fwd = (gemm(tok, h, h * (1 + 2 * kv_frac) / tp) + gemm(tok, h / tp, h)
                 + gemm(tok, h, n_up * ffn / tp) + gemm(tok, ffn / tp, h))
 
-    bf16_eff_peak = bf16_peak * calib.gemm_efficiency
+    bf16_eff_peak = attn_base * calib.gemm_efficiency
     if stack.flash_attention:
         attn_flops = 4 * mb * (s / cp) * s * h / tp * 0.5  # causal blocks are skipped
-        attn_io = 4 * tok * h / tp * 2 / mem_bw
-        attn_peak = bf16_peak * calib.attention_efficiency
+        attn_io = 4 * tok * h / tp * elem / mem_bw
+        attn_peak = attn_base * calib.attention_efficiency
         attn_fwd = attn_flops / attn_peak + attn_io
         attn_bwd = FLASH_BACKWARD_FACTOR * attn_flops / attn_peak + 2 * attn_io
         s2_bytes_per_token = 0.0
     else:
         d_head = h / heads
-        per_head = (gemm(s / cp, d_head, s, bf16_eff_peak, 2.0)
-                    + gemm(s / cp, s, d_head, bf16_eff_peak, 2.0))
+        per_head = (gemm(s / cp, d_head, s, bf16_eff_peak, elem)
+                    + gemm(s / cp, s, d_head, bf16_eff_peak, elem))
         attn_fwd = mb * heads / tp * per_head
         attn_bwd = 2 * attn_fwd
         s2_bytes_per_token = _score_bytes_per_token(arch, tp, s, stack)
 
-    act_bytes_per_token = _activation_bytes_per_token(arch, tp, stack)
+    act_bytes_per_token = _activation_bytes_per_token(arch, tp, stack) * elem / 2
     # The fused softmax reads and writes each attention score once; the other element-wise
     # kernels (norms, activations, dropout, residuals) move their bytes `memory_passes` times.
     elem_s2_fwd = tok * s2_bytes_per_token / mem_bw
@@ -183,7 +193,7 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     # Tensor-parallel all-reduce (or reduce-scatter + all-gather): two per layer each way.
     gpn = _f(hw.gpus_per_node)
     tp_link = np.where(tp <= gpn, _f(hw.scaleup_gbs) * 1e9, _f(hw.scaleout_gbps) * 1e9 / 8)
-    coll = np.where(tp > 1, 2 * (tp - 1) / tp * tok * h * 2 / (calib.collective_efficiency
+    coll = np.where(tp > 1, 2 * (tp - 1) / tp * tok * h * elem / (calib.collective_efficiency
                                                               * tp_link), 0.0)
     tp_fwd = 2 * coll
     if stack.tp_comm_overlap:
@@ -195,7 +205,8 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     # Context parallelism passes K and V blocks round a ring of CP ranks while attention runs
     # (and dK, dV back in the backward pass): only what attention cannot cover is exposed.
     cp_link = np.where(tp * cp <= gpn, _f(hw.scaleup_gbs) * 1e9, _f(hw.scaleout_gbps) * 1e9 / 8)
-    kv_ring = (cp - 1) * 2 * tok * h * kv_frac / tp * 2 / (calib.collective_efficiency * cp_link)
+    kv_ring = (cp - 1) * 2 * tok * h * kv_frac / tp * elem / (calib.collective_efficiency
+                                                             * cp_link)
     cp_fwd = np.maximum(0.0, kv_ring - attn_fwd)
     cp_bwd = np.maximum(0.0, 2 * kv_ring - attn_bwd)
 
@@ -208,7 +219,7 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
         layer_rec = np.where(recompute == 1, 0.0, layer_rec)  # flash already recomputes
 
     # FP8 recipes keep the output layer in BF16 (Transformer Engine casts only the blocks).
-    logits = (3 * gemm(tok, h, vocab / tp, bf16_eff_peak, 2.0)
+    logits = (3 * gemm(tok, h, vocab / tp, bf16_eff_peak, elem)
               + 3 * calib.memory_passes * tok * vocab / tp * 4 / mem_bw)
     # The slowest stage sets the pace: the heaviest, or the last with the output layer.
     per_layer_t = layer_fwd + layer_bwd + layer_rec + tp_fwd_exposed + tp_bwd_exposed
@@ -223,9 +234,9 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     bubble = (pp - 1) / vp * t_mb
     scaleout = _f(hw.scaleout_gbps) * 1e9 / 8
     wan_bps = _f(wan.pp_gbps) * 1e9 / 8 * calib.wan_efficiency
-    p2p_intra = tok * h * 2 / tp / (calib.collective_efficiency * scaleout)
+    p2p_intra = tok * h * elem / tp / (calib.collective_efficiency * scaleout)
     crossings = _f(wan.pp_crossings)
-    p2p_wan = dp * mb * s * h * 2 / wan_bps  # all replicas share the link
+    p2p_wan = dp * mb * s * h * elem / wan_bps  # all replicas share the link
     link_busy = vp * np.where(crossings > 0, p2p_wan, p2p_intra)
     fill = 2 * ((pp - 1 - crossings) * p2p_intra + crossings * p2p_wan) + 2 * _f(wan.pp_latency_s)
     has_pp = pp > 1
@@ -234,14 +245,15 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
 
     # Data parallelism: reduce inside each domain, then across domains over the WAN.
     gpu_params = _stage_params(arch, pp) / tp
-    grad_bytes = gpu_params * stack.grad_reduce_bytes
+    grad_elem = np.where(wide, 4.0, stack.grad_reduce_bytes)  # fp32 gradients in fp32 plans
+    grad_bytes = gpu_params * grad_elem
     domains = _f(wan.dp_domains)
     local = np.maximum(dp / domains, 1.0)
     dp_intra = _allreduce_s(grad_bytes, local, tp * cp, gpn, _f(hw.scaleup_gbs) * 1e9, scaleout,
                             calib.collective_efficiency)
     diloco_h = _f(plans.diloco_h)
     spans = (domains > 1)
-    model_grad_bytes = arch.params * stack.grad_reduce_bytes
+    model_grad_bytes = arch.params * grad_elem
     dp_wan_bps = _f(wan.dp_gbps) * 1e9 / 8 * calib.wan_efficiency
     # Hierarchical: only 1/local of the gradients leaves each domain. A flat ring over every
     # rank sends all of them over each WAN link it crosses.
@@ -276,7 +288,8 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     convergence = np.where(diloco, (inner + sync_exposed) * DILOCO_EXTRA_TOKENS * (domains - 1),
                            0.0)
     opt_params = gpu_params / np.where(zero >= 1, dp, 1.0)
-    optimizer = opt_params * ADAM_BYTES_PER_PARAM / mem_bw
+    # fp32 plans have no separate bf16 copy of the weights to write
+    optimizer = opt_params * np.where(wide, ADAM_BYTES_PER_PARAM - 2, ADAM_BYTES_PER_PARAM) / mem_bw
 
     breakdown = {
         "compute": compute_part,
@@ -307,7 +320,7 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
                          np.where(recompute == 1, 4 * s * h * arch.layers, 0.0))
     hflops = mflops + rec_flops * tokens
 
-    pp_bytes = 2 * crossings * batch * s * h * 2 * vp
+    pp_bytes = 2 * crossings * batch * s * h * elem * vp
     dp_bytes = np.where(spans, np.where(flat, 2 * domains, 2 * (domains - 1)) * model_grad_bytes
                         / np.where(diloco_h > 0, diloco_h, 1.0), 0.0)
 
@@ -366,14 +379,16 @@ def memory_gib(arch: ModelArch, global_batch, plans: PlanBatch, stack: Stack | N
     zero, recompute = _f(plans.zero), _f(plans.recompute)
     tok = mb * s / cp
     gpu_params = _stage_params(arch, pp) / tp
-    weights = gpu_params * 2 / np.where(zero >= 3, dp, 1.0)
+    wide = _wide(plans)
+    # 16-bit plans keep bf16 weights beside an fp32 master copy; fp32 plans' weights are it
+    weights = gpu_params * np.where(wide, 4.0, 2.0) / np.where(zero >= 3, dp, 1.0)
     grads = gpu_params * 4 / np.where(zero >= 2, dp, 1.0)  # fp32 main gradients
-    optimizer = gpu_params * 12 / np.where(zero >= 1, dp, 1.0)  # fp32 master, Adam m and v
+    optimizer = gpu_params * np.where(wide, 8.0, 12.0) / np.where(zero >= 1, dp, 1.0)
 
-    act = tok * _activation_bytes_per_token(arch, tp, stack)
+    act = tok * _activation_bytes_per_token(arch, tp, stack) * np.where(wide, 2.0, 1.0)
     full_layer = act + tok * _score_bytes_per_token(arch, tp, s, stack)
     sp_div = tp if stack.sequence_parallel else 1.0
-    per_layer = np.where(recompute == 2, tok * 2 * arch.hidden / sp_div,
+    per_layer = np.where(recompute == 2, tok * np.where(wide, 4, 2) * arch.hidden / sp_div,
                          np.where(recompute == 1, act, full_layer))
     micro_batches = replica_micro_batches(_f(global_batch), dp, mb)
     in_flight = np.minimum(micro_batches, pp) * np.where(vp > 1, 1 + (pp - 1) / (pp * vp), 1.0)
@@ -388,6 +403,11 @@ def memory_gib(arch: ModelArch, global_batch, plans: PlanBatch, stack: Stack | N
         "logits": logits / GIB,
         "overhead": RUNTIME_OVERHEAD_GIB + 0 * dp,
     }
+
+
+def _wide(plans: PlanBatch) -> np.ndarray:
+    """Plans that compute in 32 bits (TF32 or FP32): 4-byte weights, activations, gradients."""
+    return np.asarray(plans.precision) >= DTYPES.index("tf32")
 
 
 def _stage_params(arch: ModelArch, pp):

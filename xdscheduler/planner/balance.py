@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 
 # what a faster accelerator does faster: its share of the work scales these
-SPEED_FIELDS = ("peak_tflops", "peak_fp8_tflops", "memory_gbs")
+SPEED_FIELDS = ("peak_tflops", "peak_fp8_tflops", "peak_tf32_tflops", "peak_fp32_tflops",
+                "memory_gbs")
 
 
 def balanced_pace(total: np.ndarray, counts: np.ndarray, speeds: np.ndarray,

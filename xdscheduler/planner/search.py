@@ -191,7 +191,8 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: Sear
     gpn = np.broadcast_to(np.asarray(hw.gpus_per_node), (len(pl),))
     ok = ((n >= job.gpus_min) & (n <= room[None, :]) & (first[:, limit_of] >= 0)
           & (g.tp[:, None] <= gpn[None, :])
-          & ((g.diloco_h[:, None] == 0) | (pl.kind == DATA)[None, :]))
+          & ((g.diloco_h[:, None] == 0) | (pl.kind == DATA)[None, :])
+          & rated(hw, opts.dtype, len(pl))[None, :])
     c_idx, p_idx = np.nonzero(ok)
     rung, kind = first[c_idx, limit_of[p_idx]], pl.kind[p_idx]
 
@@ -239,6 +240,14 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: Sear
     return Evaluated(pl, plans.take(keep), p_idx[keep], gpus[keep], _take_est(est, keep),
                      {k: v[keep] for k, v in terms.items()}, pl.wan_price_per_gb[p_idx[keep]],
                      shares[keep])
+
+
+def rated(hw, dtype: str, n: int) -> np.ndarray:
+    """Placements whose every accelerator has a rated peak in `dtype` (FP8, TF32 or FP32 units
+    some lack; 16-bit ones all have)."""
+    peak = {"fp8": hw.peak_fp8_tflops, "tf32": hw.peak_tf32_tflops,
+            "fp32": hw.peak_fp32_tflops}.get(dtype)
+    return np.ones(n, dtype=bool) if peak is None else np.broadcast_to(np.asarray(peak) > 0, (n,))
 
 
 def _take_est(est, keep):

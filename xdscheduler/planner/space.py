@@ -21,7 +21,7 @@ import numpy as np
 
 from xdscheduler.catalog import ModelArch
 from xdscheduler.costmodel.constants import DEFAULT, Calibration
-from xdscheduler.costmodel.plan import Hardware, PlanBatch, Stack, WanUse
+from xdscheduler.costmodel.plan import DTYPES, Hardware, PlanBatch, Stack, WanUse
 from xdscheduler.costmodel.steptime import memory_gib
 from xdscheduler.planner.view import ClusterView
 
@@ -195,6 +195,8 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
     hw = Hardware(
         peak_tflops=slowest([a.bf16_tflops for a in accs], speed),
         peak_fp8_tflops=slowest([a.fp8_tflops or 0.0 for a in accs], speed),
+        peak_tf32_tflops=slowest([a.tf32_tflops or 0.0 for a in accs], speed),
+        peak_fp32_tflops=slowest([a.fp32_tflops or 0.0 for a in accs], speed),
         memory_gib=slowest([a.memory_gib for a in accs]),
         memory_gbs=slowest([a.memory_gbs for a in accs], speed),
         scaleup_gbs=slowest([d.scaleup_gbs for d in view.domains]),
@@ -261,7 +263,8 @@ def parallel_grid(arch: ModelArch, global_batch: int, seq: int, gpus_max: int,
     t, p, c, v, mb, d, h = (x[ok] for x in (t, p, c, v, mb, d, h))
     one = np.ones_like(t)
     plans = PlanBatch(dp=d, tp=t, pp=p, cp=c, vp=v, micro_batch=mb, zero=one,
-                      recompute=0 * one, fp8=np.full(t.shape, opts.dtype == "fp8"), diloco_h=h)
+                      recompute=0 * one, precision=np.full(t.shape, DTYPES.index(opts.dtype)),
+                      diloco_h=h)
     mem = np.stack([
         sum(memory_gib(arch, global_batch, _with(plans, zero=z, recompute=r), opts.stack,
                        seq).values())
