@@ -27,24 +27,29 @@ def decide(eng, policy: Policy, t: float) -> None:
     by_name = {r.spec.name: r for r in order}
     urgent = [r for r in order if r.recovering]
     releases = expected_releases(eng)
+    tenancy = eng.tenancy
     if urgent and eng.faults:  # jobs that lost their accelerators may use the pools
         pools = with_pools(eng).with_releases(releases)
-        for p in policy.decide([r.spec for r in urgent], pools, t):
+        for p in _admitted(eng, policy, urgent, pools, t, by_name):
             eng.place(by_name[p.job], p)
         order = [r for r in order if r in eng.queue]
-    tenancy = eng.tenancy
-    if tenancy:  # room for jobs that may preempt; then only what quotas admit
+    if tenancy:  # room for jobs that may preempt first
         tenancy.preempt_for(eng, order, t)
         order = [r for r in order if r in eng.queue]
-        specs, used = tenancy.admissible(order, eng.active)
-    else:
-        specs, used = [r.spec for r in order], None
     view = eng.view.with_releases(releases).with_reclaimable(reclaimable(eng))
-    for p in policy.decide(specs, view, t):
-        if tenancy and not tenancy.accept(by_name[p.job].tenant, p.taken, used):
-            continue  # with the tenant's other placements of this pass, over its quota
+    for p in _admitted(eng, policy, order, view, t, by_name):
         reclaim(eng, p)
         eng.place(by_name[p.job], p)
+
+
+def _admitted(eng, policy: Policy, jobs: list, view: ClusterView, t: float, by_name: dict):
+    """The policy's placements of `jobs` on `view`; with tenants, of those quotas admit (each
+    at most its tenant's room), and only those keeping every tenant within its quota."""
+    if eng.tenancy is None:
+        return policy.decide([r.spec for r in jobs], view, t)
+    specs, used = eng.tenancy.admissible(jobs, eng.active)
+    return [p for p in policy.decide(specs, view, t)
+            if eng.tenancy.accept(by_name[p.job].tenant, p.taken, used)]
 
 
 def reclaimable(eng) -> dict[int, int]:
