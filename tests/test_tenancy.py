@@ -193,3 +193,20 @@ def test_a_job_of_an_unknown_tenant_is_named(tmp_path, capsys):
     path.write_text(yaml.safe_dump(data))
     code, _, err = run(capsys, "scenario", "check", str(path))
     assert code == 2 and "jobs[0].tenant: unknown tenant 'nobody'" in err
+
+
+def test_a_job_re_placed_after_a_fault_stays_within_its_quota():
+    """The fault path (jobs that lost their accelerators go first, on the backup pools) admits
+    as the queue does: a recovering job of a tenant with quota 16 gets at most 16."""
+    from xdscheduler.sim import scheduling
+    from xdscheduler.sim.recovery import Faults
+
+    eng = engine(scenario([{"name": "a", "quota": {"all": 16}}],
+                          [{"name": "j", "tenant": "a", "tokens": 5e9, "arrival_s": 0.0,
+                            "gpus": {"min": 8, "max": 64}}]), policy="planner")
+    eng.faults = Faults([], [], {}, node_rate_per_hour=1e-4)
+    point = eng.next_decision()
+    (job,) = point.queue
+    job.recovering = True
+    scheduling.decide(eng, eng.policy, point.time_s)
+    assert job.placement is not None and job.placement.total_gpus <= 16
