@@ -365,6 +365,12 @@ def _version() -> str:
         return "(not installed)"
 
 
+def _dtype_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dtype", choices=DTYPES, default="bf16",
+                   help="precision of the GEMMs (fp16 at the 16-bit rate; tf32 and fp32 keep "
+                        "weights, activations and gradients in 4 bytes)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="xds", description="Schedule large-model training across compute domains.")
@@ -401,9 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sequences per step")
     p.add_argument("--micro-batch", type=number(int, 1, 1 << 16), default=1)
     p.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
-    p.add_argument("--dtype", choices=DTYPES, default="bf16",
-                   help="precision of the GEMMs (fp16 at the 16-bit rate; tf32 and fp32 keep "
-                        "weights, activations and gradients in 4 bytes)")
+    _dtype_argument(p)
     p.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=1)
     p.add_argument("--stack", default="megatron-core",
                    help="software stack preset: megatron-core, megatron-core-tp-overlap, "
@@ -418,9 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=number(int, 0, 100), default=5, help="alternatives to list")
     p.add_argument("--diloco", type=number(int, 0, 1 << 20), default=0,
                    help="also consider DiLoCo-style outer sync every H steps across domains")
-    p.add_argument("--dtype", choices=DTYPES, default="bf16",
-                   help="precision of the GEMMs (fp16 at the 16-bit rate; tf32 and fp32 keep "
-                        "weights, activations and gradients in 4 bytes)")
+    _dtype_argument(p)
     p.add_argument("--budget", type=number(float, 0, 1e9, above=True), metavar="DOLLARS",
                    help="most to pay per hour (accelerators and WAN traffic): the best plan by "
                         "R within it")

@@ -9,7 +9,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from xdscheduler import catalog
 from xdscheduler.errors import UserError
-from xdscheduler.schema import FileModel, NonNegative, Positive
+from xdscheduler.schema import FileModel, NonNegative, Positive, unique
 from xdscheduler.tenants import Tenancy
 from xdscheduler.yamlfile import read_yaml
 
@@ -231,9 +231,7 @@ class Scenario(FileModel):
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
         names = [d.name for d in self.domains]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"domain names must be unique; repeated: {', '.join(dupes)}")
+        unique(names, "domain")
         seen = set()
         for i, link in enumerate(self.links):
             for end in (link.a, link.b):

@@ -16,7 +16,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from xdscheduler.schema import FileModel, NonNegative
+from xdscheduler.schema import FileModel, NonNegative, unique
 
 ALL = "all"  # the quota key for accelerators of any class
 Count = Annotated[int, Field(ge=0, le=10_000_000)]
@@ -60,10 +60,7 @@ class Tenancy(FileModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Tenancy:
-        names = [t.name for t in self.tenants]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"tenant names must be unique; repeated: {', '.join(dupes)}")
+        unique([t.name for t in self.tenants], "tenant")
         cohorts = {c.name: c.parent for c in self.cohorts}
         for i, c in enumerate(self.cohorts):
             if c.parent is not None and c.parent not in cohorts:

@@ -38,10 +38,13 @@ def register(subparsers) -> None:
 
 
 def _policy(asked: str | None, have: list[str]) -> str:
+    """The policy asked for, else planner, else the only one the study ran."""
     if asked is not None:
         return asked
-    if "planner" in have or len(have) == 1:
-        return "planner" if "planner" in have else have[0]
+    if "planner" in have:
+        return "planner"
+    if len(have) == 1:
+        return have[0]
     raise UserError(f"the study ran {', '.join(have)}: say which with --policy")
 
 

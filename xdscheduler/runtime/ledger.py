@@ -1,8 +1,8 @@
 """The ledger: every usage record of a study, append-only in SQLite beside its journal.
 
-A controller that dies and resumes replays its study and makes the same records again; those
-already in the ledger are checked and not written twice (as the journal does with decisions),
-so a bill after a crash is the bill of an uninterrupted run. `xds bill` reads it.
+A controller that dies and resumes replays its study and makes the same records again, with the
+same numbers; those already in the ledger are not written twice, so a bill after a crash is the
+bill of an uninterrupted run (the journal checks the replayed decisions). `xds bill` reads it.
 """
 
 from __future__ import annotations

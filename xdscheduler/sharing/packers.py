@@ -122,9 +122,10 @@ class Cluster:
         state (model, CPU left, GPU shares left in any order): most candidates repeat one."""
         state = np.column_stack([self.model_idx[opts.node], opts.cpu_left,
                                  np.sort(opts.left, axis=1)])
-        unique, inverse = np.unique(state, axis=0, return_inverse=True)
-        access = self.access[opts.node][np.unique(inverse, return_index=True)[1]]
-        frag = fragmentation(unique[:, 2:], unique[:, 1], access, self.work)
+        unique, first, inverse = np.unique(state, axis=0, return_index=True,
+                                           return_inverse=True)
+        frag = fragmentation(unique[:, 2:], unique[:, 1], self.access[opts.node[first]],
+                             self.work)
         return frag[inverse.ravel()]
 
 

@@ -22,11 +22,15 @@ def finite(x):
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
-def _change(entry: dict, peer: str) -> str:
+def _change(entry: dict, peer: str, fmt: str = "+.1f", sign: int = 1, unit: str = "") -> str:
+    """The entry's change against `peer` (paired by seed) with its 95% CI, in per cent; "–"
+    where it has none."""
     key = "change_vs_" + peer.replace("-", "_")
-    ci = entry.get(key + "_ci95")
-    return (f"{-100 * entry[key]:.1f}%" + ("" if ci is None else f" ± {100 * ci:.1f}%")
-            + f" fewer than {peer}")
+    if key not in entry:
+        return "–"
+    ci = entry[key + "_ci95"]
+    return (f"{sign * 100 * entry[key]:{fmt}}{unit}"
+            + ("" if ci is None else f" ± {100 * ci:.1f}{unit}"))
 
 
 def headline(packers: dict, ours: str) -> str:
@@ -39,7 +43,8 @@ def headline(packers: dict, ours: str) -> str:
             f"{100 * b['unallocated_share_at_capacity']:.2f}%")
     against = [p for p in ("best-fit", "fgd") if p in packers and p != best]
     if against:
-        line += ", " + " and ".join(_change(b, p) for p in against)
+        line += ", " + " and ".join(f"{_change(b, p, '.1f', -1, '%')} fewer than {p}"
+                                    for p in against)
         line += " (95% CIs, paired by seed)"
     if ours in packers and best != ours:
         line += (f"; ours ({ours}): "
@@ -54,18 +59,10 @@ def table(packers: dict) -> str:
     for p in order:
         e = packers[p]
         ci = "" if e["ci95"] is None else f" ± {100 * e['ci95']:.2f}"
-        changes = " | ".join(_signed(e, peer) for peer in ("best_fit", "fgd"))
+        changes = " | ".join(_change(e, peer) for peer in ("best-fit", "fgd"))
         rows.append(f"| {p} | {100 * e['unallocated_share_at_capacity']:.2f}{ci} | {changes} | "
                     f"{e['pods_turned_away']:.0f} | {e['seconds_per_run']:.1f} |")
     return "\n".join(rows)
-
-
-def _signed(entry: dict, peer: str) -> str:
-    key = f"change_vs_{peer}"
-    if key not in entry:
-        return "–"
-    ci = entry[key + "_ci95"]
-    return f"{100 * entry[key]:+.1f}" + ("" if ci is None else f" ± {100 * ci:.1f}")
 
 
 def plot(curves: list[Curve], path: Path, title: str) -> None:

@@ -78,8 +78,8 @@ class Engine:
         self.base_view = ClusterView.from_scenario(scn)
         self.names = self.base_view.names
         order = sorted(jobs, key=lambda j: (j.arrival_s, j.name))
-        self.tenancy = (TenancyState(scn.tenancy, [d.accelerator.name for d in scn.domains])
-                        if scn.tenancy else None)
+        classes = [d.accelerator.name for d in scn.domains]  # quota and price keys
+        self.tenancy = TenancyState(scn.tenancy, classes) if scn.tenancy else None
         self.runs = [self._run_of(j, k) for k, j in enumerate(order)]
         self.horizon_s = horizon_s
         self.end_limit_s = horizon_s * DRAIN_FACTOR  # stop draining the queue after this
@@ -101,7 +101,7 @@ class Engine:
         self.correction = Correction.start(len(self.names)) if truth else None
         self.predictions: list[Prediction] = []  # each placement's step, predicted and true
         self.log = DecisionLog()
-        self.metering = Metering(list(self.names), [d.accelerator.name for d in scn.domains],
+        self.metering = Metering(list(self.names), classes,
                                  [d.price_per_gpu_hour for d in scn.domains])
         self.swing_meter = SwingMeter()
         self.samples: list[dict] = []
@@ -234,8 +234,7 @@ class Engine:
             if self.tenancy:
                 self.tenancy.meter(self.active, t - self.now)
             for r in self.active:
-                r.hold(t - self.now)
-                self.busy_gpu_s += r.held_gpus * (t - self.now)
+                self.busy_gpu_s += r.hold(t - self.now)
                 self.useful_flop += r.advance(self.now, t, self.horizon_s) * r.flops_per_token
         self.now = t
 
@@ -269,8 +268,6 @@ class Engine:
         self.metering.touch(r)
         if r.start_s is None:
             r.start_s = t
-            if self.tenancy:
-                self.tenancy.started(r)
         if self.faults:
             r.checkpoint_every_s = self.faults.checkpoint_every_s(self.scn, r)
         r.next_checkpoint_s = t + r.checkpoint_every_s
@@ -495,6 +492,5 @@ class Engine:
                        swings=list(self.swing_meter.records),
                        relocations=list(self.replanning.relocations),
                        predictions=list(self.predictions),
-                       tenants=self.tenancy.figures(
-                           self.runs, [d.price_per_gpu_hour for d in self.scn.domains],
-                           self.now) if self.tenancy else None)
+                       tenants=self.tenancy.figures(self.runs, self.metering.prices, self.now)
+                       if self.tenancy else None)

@@ -120,12 +120,13 @@ class JobRun:
             self.next_checkpoint_s += self.checkpoint_every_s
         return min(gained, self.rate * max(min(t, window_end_s) - start, 0.0))
 
-    def hold(self, dt: float) -> None:
-        """Its accelerators (and those of a plan being prepared) held for `dt` more seconds:
-        what it is metered and billed for."""
+    def hold(self, dt: float) -> float:
+        """Its accelerators (and those of a plan being prepared) held for `dt` more seconds,
+        metered by domain (what it is billed for); returns the accelerator-seconds."""
         for taken in (self.placement.taken, self.preparing):
             for i, n in taken.items():
                 self.gpu_s[i] = self.gpu_s.get(i, 0.0) + n * dt
+        return self.held_gpus * dt
 
     def charge_wan(self, gb: float, cost: float) -> None:
         """What crossed the WAN for it goes on its bill."""

@@ -28,12 +28,10 @@ LOOKAHEAD = 8  # queued jobs that may preempt at one decision
 
 @dataclass
 class Meter:
-    """One tenant's running totals."""
+    """What a tenant's jobs' own meters do not tell: borrowing, lending, preemptions."""
 
-    gpu_s: float = 0.0  # accelerator-seconds its jobs held
-    borrowed_gpu_s: float = 0.0  # of them beyond its nominal quota
+    borrowed_gpu_s: float = 0.0  # accelerator-seconds held beyond its nominal quota
     lent_gpu_s: float = 0.0  # of its idle quota others used
-    admitted: int = 0  # jobs started from the queue the first time
     preempted: int = 0  # preemptions of its jobs
     lost_gpu_s: float = 0.0  # work its jobs lost to preemption
 
@@ -236,7 +234,8 @@ class TenancyState:
             if at <= now:
                 del self.evicting[r.name]
                 eng.preempt(r, why)
-        for name in [n for n in self.evicting if n not in {r.name for r in eng.active}]:
+        running = {r.name for r in eng.active}
+        for name in [n for n in self.evicting if n not in running]:
             del self.evicting[name]  # finished or lost meanwhile
 
     # ------------------------------------------------------------------ meters
@@ -249,31 +248,29 @@ class TenancyState:
         lent = self.quotas.lent(used, ALL)
         for t in self.tenancy.tenants:
             m = self.meters[t.name]
-            m.gpu_s += used[t.name].get(ALL, 0) * dt
             m.borrowed_gpu_s += self.quotas.borrowed(used, t.name, ALL) * dt
             m.lent_gpu_s += lent[t.name] * dt
 
-    def started(self, r: JobRun) -> None:
-        """A queued job started for the first time."""
-        self.meters[r.tenant].admitted += 1
-
     def figures(self, runs: list[JobRun], prices: list[float], end_s: float) -> dict[str, dict]:
-        """Each tenant's figures (`TenantFigures`); `prices`: $ an accelerator-hour per domain."""
+        """Each tenant's figures (`TenantFigures`) from its jobs' meters and its own;
+        `prices`: $ an accelerator-hour per domain."""
         out = {}
         for t in self.tenancy.tenants:
             mine = [r for r in runs if r.tenant == t.name]
             m = self.meters[t.name]
             waits = [(r.start_s if r.start_s is not None else end_s) - r.arrival_s
                      for r in mine if r.arrival_s <= end_s]
-            gpus = sum(n / 3600 * prices[i] for r in mine for i, n in r.gpu_s.items())
+            held = [(i, n) for r in mine for i, n in r.gpu_s.items()]
+            gpus = sum(n / 3600 * prices[i] for i, n in held)
             wan = sum(r.wan_cost for r in mine)
             out[t.name] = {
                 "quota": dict(t.quota), "cohort": t.cohort, "weight": t.weight,
-                "jobs": len(mine), "admitted": m.admitted,
+                "jobs": len(mine), "admitted": sum(r.start_s is not None for r in mine),
                 "completed": sum(r.end_s is not None for r in mine),
                 "preempted": m.preempted, "lost_gpu_h": m.lost_gpu_s / 3600,
                 "mean_wait_s": sum(waits) / len(waits) if waits else None,
-                "use_gpu_h": m.gpu_s / 3600, "borrowed_gpu_h": m.borrowed_gpu_s / 3600,
+                "use_gpu_h": sum(n for _, n in held) / 3600,
+                "borrowed_gpu_h": m.borrowed_gpu_s / 3600,
                 "lent_gpu_h": m.lent_gpu_s / 3600, "accelerators_usd": gpus, "wan_usd": wan,
                 "bill_usd": gpus + wan}
         return out
