@@ -120,6 +120,10 @@ def test_killing_the_controller_mid_run_leaves_the_bills_of_an_uninterrupted_run
     ray.kill(first)
     res = run_to_end(ray, controller(), 3600.0)
     killed, uninterrupted = read_ledger(tmp_path), read_ledger(tmp_path / "whole")
+    # a job's usage starts when it starts, not when it arrived
+    first = uninterrupted.groupby("job")["t0_s"].min()
+    starts = {r.name: r.start_s for r in whole.jobs if r.start_s is not None}
+    assert first.to_dict() == pytest.approx(starts)
     assert len(killed) == len(uninterrupted)  # nothing written twice, nothing missing
     for tenant in TENANTS:
         a = bill(killed, tenant, "planner").total_usd

@@ -265,7 +265,7 @@ class Engine:
         before = {d.name: d.free_gpus for d in self.view.domains}
         self.domains.apply(r.name, p.taken, t)
         r.placement = p
-        self.metering.touch(r)
+        self.metering.touch(r, t)
         if r.start_s is None:
             r.start_s = t
         if self.faults:

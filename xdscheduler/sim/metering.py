@@ -41,12 +41,15 @@ class Metering:
     listener: Callable[[list[Usage]], None] | None = None  # each flush's records
     count: int = 0
     read: dict[str, dict] = field(default_factory=dict)  # job -> meter readings
-    since: dict[str, float] = field(default_factory=dict)  # job -> time of its last record
+    since: dict[str, float] = field(default_factory=dict)  # job -> when its next record starts
     touched: dict[str, object] = field(default_factory=dict)  # jobs that held accelerators
     # since the last flush, by name (in the order they started)
 
-    def touch(self, r) -> None:
-        """The job holds accelerators from now: its meters move until it gives them back."""
+    def touch(self, r, now: float) -> None:
+        """The job holds accelerators from `now`: its meters move until it gives them back; its
+        next record starts now unless it already held some since the last flush."""
+        if r.name not in self.touched:
+            self.since[r.name] = now
         self.touched[r.name] = r
 
     def flush(self, now: float, active) -> None:
@@ -54,24 +57,20 @@ class Metering:
         that hold accelerators now (their meters go on moving)."""
         made: list[Usage] = []
         for r in self.touched.values():
-            last = self.read.setdefault(r.name, {})
-            t0 = self.since.get(r.name, r.arrival_s)
-            moved = False
+            last, t0 = self.read.setdefault(r.name, {}), self.since[r.name]
             for i, total in sorted(r.gpu_s.items()):
                 delta = total - last.get(i, 0.0)
                 if delta > 0:
                     made.append(self._usage(ACCELERATORS, t0, now, r, self.names[i],
                                             self.classes[i], delta, delta / 3600 * self.prices[i]))
                     last[i] = total
-                    moved = True
             gb, usd = r.wan_gb - last.get("gb", 0.0), r.wan_cost - last.get("usd", 0.0)
             if gb > 0 or usd > 0:
                 made.append(self._usage(WAN, t0, now, r, "", "", gb, usd))
                 last["gb"], last["usd"] = r.wan_gb, r.wan_cost
-                moved = True
-            if moved:
-                self.since[r.name] = now
         self.touched = {r.name: r for r in active}
+        for r in active:  # their next records start here
+            self.since[r.name] = now
         if made and self.listener:
             self.listener(made)
 
