@@ -18,6 +18,7 @@ from xdscheduler.costmodel.plan import DTYPES
 from xdscheduler.errors import UserError
 from xdscheduler.faults import cli as faults_cli
 from xdscheduler.forecast import cli as forecast_cli
+from xdscheduler.live import cli as live_cli
 from xdscheduler.report import cli as report_cli
 from xdscheduler.rl import cli as rl_cli
 from xdscheduler.runtime import cli as runtime_cli
@@ -502,6 +503,7 @@ def build_parser() -> argparse.ArgumentParser:
     faults_cli.register(sub)
     rl_cli.register(sub)
     runtime_cli.register(sub)
+    live_cli.register(sub)
     serving_cli.register(sub)
     costmodel_cli.register(sub)
     sharing_cli.register(sub)

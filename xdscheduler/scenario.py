@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
+from typing import TypeVar
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from xdscheduler import catalog
 from xdscheduler.errors import UserError
@@ -16,6 +17,7 @@ from xdscheduler.yamlfile import read_yaml
 MAX_DOMAIN_GPUS = 1_000_000  # accelerators in one domain (and asked by one job)
 MAX_DOMAINS = 256
 YEAR_S = 365 * 86400.0
+M = TypeVar("M", bound=BaseModel)
 
 
 class Location(FileModel):
@@ -284,16 +286,21 @@ def _where(loc: tuple) -> str:
 
 def parse_scenario(data: object, source: str = "scenario") -> Scenario:
     """Validate a parsed YAML document; raise UserError naming the first bad field."""
+    return validated(Scenario, data, source, "scenario")
+
+
+def validated(model: type[M], data: object, source: str, what: str) -> M:
+    """`data` as a `model`; UserError naming the first bad field and what is accepted."""
     if not isinstance(data, dict):
         raise UserError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
     try:
-        return Scenario.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]
         where = _where(tuple(p for p in first["loc"] if p not in ("function-after",)))
         msg = first["msg"].removeprefix("Value error, ")
         if first["type"] == "extra_forbidden":
-            msg = "unknown field (not part of the scenario schema)"
+            msg = f"unknown field (not part of the {what} schema)"
         more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
         raise UserError(f"{source}: {where}: {msg}{more}") from None
 

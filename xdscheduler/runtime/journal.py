@@ -28,10 +28,11 @@ class DivergedError(RuntimeError):
     """A resumed controller made a decision different from the one in the log."""
 
 
-def open_log(path: Path, schema: str) -> sqlite3.Connection:
-    """An append-only log in SQLite: each write committed at once, readers never blocked."""
+def open_log(path: Path, schema: str, threads: bool = False) -> sqlite3.Connection:
+    """An append-only log in SQLite: each write committed at once, readers never blocked.
+    `threads`: the connection is used from several threads (the caller serialises them)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(path, isolation_level=None)  # autocommit each write
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=not threads)
     db.execute("PRAGMA journal_mode=WAL")
     db.executescript(schema)
     return db

@@ -1,0 +1,185 @@
+"""The live control plane: a cluster of labelled Ray nodes in network namespaces with shaped
+links, real Ray Train jobs placed by the planner, and what `xds up`/`down` leave behind.
+
+The cluster tests run the `xds` commands as a user would, in processes of their own; they need
+root and iproute2 (namespaces, veth, tc) and skip, saying so, where those are absent."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO, SCENARIOS
+from xdscheduler.errors import UserError
+from xdscheduler.live import fabric
+from xdscheduler.live.jobs import load_job
+from xdscheduler.live.training import share
+
+JOBS = SCENARIOS / "jobs"
+LOCAL = SCENARIOS / "local_three_domains.yaml"
+
+
+def test_fabric_shapes_every_direction_at_its_own_rate():
+    bw = np.array([[0, 1.0, 0.5], [0.8, 0, 0.25], [0.5, 0.25, 0]])
+    f = fabric.Fabric.plan(["east", "west", "north"], bw, "ab12", "10.250.3")
+    assert f.ip(0) == "10.250.3.10" and f.head_ip == "10.250.3.1"
+    assert all(len(f.host_end(i)) <= 15 for i in range(3)) and len(f.bridge) <= 15
+    # east -> west at 1 Gbit/s of payload: the bucket counts the frames' headers too
+    rates = [c for c in f.shaping_commands(0) if "classid" in c and "1:101" in c]
+    assert rates and rates[0][rates[0].index("rate") + 1] == \
+        f"{1000 * fabric.WIRE_PER_PAYLOAD:.3f}mbit"
+    west = next(c for c in f.shaping_commands(1) if "1:100" in c and "classid" in c)
+    assert west[west.index("rate") + 1] == f"{800 * fabric.WIRE_PER_PAYLOAD:.3f}mbit"
+    down = f.down_commands()
+    assert ["ip", "netns", "del", "xdsab12-north"] in down and down[-1][-1] == "xdsbrab12"
+
+
+def test_fabric_refuses_a_pair_without_a_link():
+    bw = np.array([[0, 1.0, 0], [1.0, 0, 1.0], [0, 1.0, 0]])
+    with pytest.raises(UserError, match="no link between 'a' and 'c'"):
+        fabric.Fabric.plan(["a", "b", "c"], bw, "ab12", "10.250.3")
+
+
+def test_batch_shares_cover_the_global_batch():
+    for batch, world in ((16, 3), (32, 4), (5, 8)):
+        parts = [share(batch, world, r) for r in range(world)]
+        assert sum(parts) == batch and max(parts) - min(parts) <= 1
+
+
+def test_a_bad_job_file_names_the_field(tmp_path):
+    bad = tmp_path / "job.yaml"
+    bad.write_text("name: x\nworkers: {min: 4, max: 2}\n")
+    with pytest.raises(UserError, match=r"workers: min 4 is larger than max 2"):
+        load_job(str(bad))
+    bad.write_text("name: Bad Name\n")
+    with pytest.raises(UserError, match=r"job.yaml: name: String should match pattern"):
+        load_job(str(bad))
+
+
+def test_the_small_gpt_learns_the_corpus():
+    torch = pytest.importorskip("torch")
+    from xdscheduler.live.gpt import Gpt, GptShape, MarkovCorpus
+
+    torch.manual_seed(0)
+    model, corpus = Gpt(GptShape()), MarkovCorpus(512, 0)
+    assert torch.equal(corpus.batch(4, 64, 3, 1), corpus.batch(4, 64, 3, 1))  # resumable
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    first = float(model.loss(corpus.batch(16, 64, 0, 0)).detach())
+    assert abs(first - corpus.start_loss) < 0.3  # a fresh model knows nothing
+    for step in range(40):
+        opt.zero_grad()
+        loss = model.loss(corpus.batch(16, 64, step, 0))
+        loss.backward()
+        opt.step()
+    assert float(loss) < first - 2.0
+
+
+def test_the_planner_puts_the_jobs_as_the_live_runner_trains():
+    """One job that one domain holds, one that no domain holds: inside one, and across two,
+    with data-parallel plans only (what the live runner trains)."""
+    from xdscheduler.live.controller import LIVE_OPTIONS
+    from xdscheduler.planner.policies import PlannerPolicy
+    from xdscheduler.planner.view import ClusterView
+    from xdscheduler.scenario import load_scenario
+
+    scn = load_scenario(LOCAL)
+    small, wide = (load_job(str(JOBS / f)) for f in ("gpt-small.yaml", "gpt-wide.yaml"))
+    placed = PlannerPolicy(scn.weights, "planner", LIVE_OPTIONS).decide(
+        [small.spec(0.0), wide.spec(1.0)], ClusterView.from_scenario(scn), 2.0)
+    by_job = {p.job: p for p in placed}
+    assert by_job["gpt-small"].kind == "single" and len(by_job["gpt-small"].names) == 1
+    assert by_job["gpt-wide"].kind == "data" and len(by_job["gpt-wide"].names) >= 2
+    for p in placed:
+        assert p.plan.tp == p.plan.pp == 1 and p.plan.dp == p.total_gpus
+        assert p.explanation
+
+
+# ---- a live cluster on this machine
+needs_fabric = pytest.mark.skipif(fabric.available() is not None,
+                                  reason=f"no local cluster here: {fabric.available()}")
+
+
+def xds(*args: str, state, timeout: float = 300, check: bool = True) -> str:
+    env = {**os.environ, "XDS_CLUSTER": str(state)}
+    for var in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE"):
+        env.pop(var, None)  # the test session's Ray is not the cluster under test
+    done = subprocess.run([sys.executable, "-m", "xdscheduler.cli", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    state = tmp_path_factory.mktemp("live") / "cluster.json"
+    xds("up", str(LOCAL), "--json", state=state)
+    try:
+        yield state, json.loads(state.read_text())
+    finally:
+        if state.exists():
+            xds("down", state=state, check=False)
+
+
+@needs_fabric
+@pytest.mark.slow
+def test_links_measure_what_the_scenario_configures(cluster):
+    state, _ = cluster
+    rows = json.loads(xds("links", "probe", "--seconds", "1.5", "--json", state=state))["links"]
+    assert len(rows) == 6  # three links, both directions
+    for r in rows:
+        assert abs(r["measured_gbps"] / r["configured_gbps"] - 1) < 0.15, r
+
+
+@needs_fabric
+@pytest.mark.slow
+def test_two_jobs_train_one_inside_a_domain_one_across_two(cluster):
+    state, _ = cluster
+    for job in ("gpt-small.yaml", "gpt-wide.yaml"):
+        assert "submitted" in xds("submit", str(JOBS / job), state=state)
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline:
+        jobs = {j["job"]: j for j in json.loads(xds("jobs", "--json", state=state))["jobs"]}
+        if all(j["status"] in ("done", "failed") for j in jobs.values()):
+            break
+        time.sleep(3)
+    small, wide = jobs["gpt-small"], jobs["gpt-wide"]
+    assert small["status"] == wide["status"] == "done", jobs
+    assert len(small["domains"]) == 1 and len(wide["domains"]) >= 2
+    assert "the whole job runs inside" in small["reason"] and "replicas over" in wide["reason"]
+    for j in (small, wide):
+        assert j["step"] == j["steps"] and j["loss"] < j["first_loss"] - 1.0, j
+        assert j["measured_step_s"] > 0 and j["predicted_step_s"] > 0
+    table = xds("jobs", state=state)
+    assert "gpt-small" in table and "gpt-wide" in table
+    placed = [e for e in json.loads(xds("logs", "gpt-wide", "--json", state=state))["events"]
+              if e["event"] == "placed"]
+    assert placed and sorted(set(placed[0]["workers"])) == sorted(wide["domains"])
+    again = subprocess.run([sys.executable, "-m", "xdscheduler.cli", "submit",
+                            str(JOBS / "gpt-small.yaml")], capture_output=True, text=True,
+                           env={**os.environ, "XDS_CLUSTER": str(state)}, cwd=REPO)
+    assert again.returncode == 2 and "exists already" in again.stderr
+
+
+@needs_fabric
+@pytest.mark.slow
+def test_down_stops_exactly_what_up_started(tmp_path):
+    import psutil
+
+    state = tmp_path / "cluster.json"
+    xds("up", str(LOCAL), state=state)
+    started = json.loads(state.read_text())
+    pids = [p["pid"] for p in started["processes"]]
+    tree = {c.pid for p in pids for c in psutil.Process(p).children(recursive=True)} | set(pids)
+    out = xds("down", state=state)
+    assert "removed 3 namespaces" in out and not state.exists()
+    assert not [p for p in tree if psutil.pid_exists(p)
+                and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"xds{started['tag']}-" not in namespaces

@@ -1,0 +1,1 @@
+"""The live control plane: domains are labelled Ray nodes, jobs are Ray Train runs."""

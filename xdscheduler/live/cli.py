@@ -1,0 +1,188 @@
+"""`xds up`, `xds down`, `xds links probe`, `xds submit`, `xds jobs`, `xds logs`, `xds cancel`:
+the live control plane from the command line."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from xdscheduler.errors import UserError
+
+log = logging.getLogger("xdscheduler.live")
+
+
+def _state_path(args) -> Path:
+    from xdscheduler.live.cluster import default_state_path
+
+    return Path(args.state) if args.state else default_state_path()
+
+
+def _with_state(p) -> None:
+    p.add_argument("--state", metavar="FILE",
+                   help="the cluster's state file (default: XDS_CLUSTER, else ~/.xds/cluster.json)")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("up", help="start a local cluster of labelled Ray nodes for a scenario "
+                       "(or attach to one with --address)",
+                       description="Start a Ray head and, per domain of the scenario, Ray nodes "
+                       "labelled xds.domain=<name> in a network namespace of the domain's own, "
+                       "with every link shaped to its bandwidth; record it in a state file. "
+                       "With --address, only attach to a cluster whose nodes carry the labels.")
+    p.add_argument("scenario", help="scenario file, e.g. scenarios/local_three_domains.yaml")
+    p.add_argument("--address", help="a running Ray cluster (HOST:PORT) to attach to")
+    p.add_argument("--storage", help="where jobs checkpoint and the controller keeps its "
+                   "journal (default: beside the state file)")
+    _with_state(p)
+    p.add_argument("--json", action="store_true", help="print the state as one JSON object")
+    p.set_defaults(fn=cmd_up)
+
+    p = sub.add_parser("down", help="stop what `xds up` started (by process id) and remove its "
+                       "namespaces")
+    _with_state(p)
+    p.set_defaults(fn=cmd_down)
+
+    p = sub.add_parser("links", help="the live cluster's WAN links")
+    lsub = p.add_subparsers(dest="links_command", required=True, metavar="COMMAND")
+    q = lsub.add_parser("probe", help="measure every link through the path jobs use; "
+                        "configured vs measured")
+    _with_state(q)
+    q.add_argument("--seconds", type=float, default=2.0, help="how long each direction sends")
+    q.add_argument("--json", action="store_true",
+                   help="print one JSON object: a record per link and direction")
+    q.set_defaults(fn=cmd_links_probe)
+
+    p = sub.add_parser("submit", help="submit a training job to the live cluster")
+    p.add_argument("job", help="job file (YAML), e.g. scenarios/jobs/gpt-small.yaml")
+    _with_state(p)
+    p.add_argument("--json", action="store_true", help="print the job as one JSON object")
+    p.set_defaults(fn=cmd_submit)
+
+    p = sub.add_parser("jobs", help="the live cluster's jobs: where, how far, predicted and "
+                       "measured step time")
+    _with_state(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(fn=cmd_jobs)
+
+    p = sub.add_parser("logs", help="a job's decisions, steps and faults, from the journal")
+    p.add_argument("job", help="the job's name")
+    _with_state(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(fn=cmd_logs)
+
+    p = sub.add_parser("cancel", help="stop a job (at its next step boundary)")
+    p.add_argument("job", help="the job's name")
+    _with_state(p)
+    p.set_defaults(fn=cmd_cancel)
+
+
+def cmd_up(args) -> None:
+    from xdscheduler.live import cluster
+
+    path = _state_path(args)
+    state = cluster.up(args.scenario, path, address=args.address, storage=args.storage)
+    counts = cluster.check_labels(state, cluster.load_scenario(state.scenario))
+    cluster.disconnect()
+    if args.json:
+        print(json.dumps({**state.model_dump(exclude={"token"}), "nodes_per_domain": counts}))
+        return
+    how = "attached to" if state.attached else "started"
+    print(f"{how} a cluster at {state.address} (state in {path})")
+    for name, n in counts.items():
+        where = f" at {state.domains[name]}" if name in state.domains else ""
+        print(f"  domain {name}: {n} node(s){where}")
+    if state.dashboard:
+        print(f"  dashboard and job server: {state.dashboard} (token in the state file)")
+
+
+def cmd_down(args) -> None:
+    from xdscheduler.live import cluster
+
+    for line in cluster.down(_state_path(args)):
+        print(line)
+
+
+def cmd_links_probe(args) -> None:
+    from xdscheduler.live import cluster
+
+    if not 0.2 <= args.seconds <= 60:
+        raise UserError(f"--seconds {args.seconds:g}: give 0.2 to 60")
+    state = cluster.connect(_state_path(args))
+    from xdscheduler.live import probe  # imports ray: after connect set its token
+    rows = probe.probe_links(cluster.load_scenario(state.scenario), args.seconds)
+    cluster.disconnect()
+    if args.json:
+        print(json.dumps({"links": rows}))
+        return
+    print(f"{'link':<24} {'configured Gbit/s':>18} {'measured Gbit/s':>16} {'error':>8}")
+    for r in rows:
+        err = r["measured_gbps"] / r["configured_gbps"] - 1
+        print(f"{r['src'] + ' -> ' + r['dst']:<24} {r['configured_gbps']:>18.3f} "
+              f"{r['measured_gbps']:>16.3f} {err:>+8.1%}")
+
+
+def _ask(args, method: str, *call_args):
+    """The answer of the cluster's controller (started on first use) to one call; this
+    process leaves the cluster before anything is printed, so Ray adds nothing to stdout."""
+    from xdscheduler.live import cluster
+
+    state = cluster.connect(_state_path(args))
+    from xdscheduler.live import controller  # imports ray: after connect set its token
+
+    try:
+        return controller.ask(getattr(controller.controller(state), method), *call_args)
+    finally:
+        cluster.disconnect()
+
+
+def cmd_submit(args) -> None:
+    from xdscheduler.live.jobs import load_job
+
+    job = load_job(args.job)
+    row = _ask(args, "submit", job.model_dump())
+    print(json.dumps(row) if args.json else f"submitted {row['job']}: {row['status']}")
+
+
+def cmd_jobs(args) -> None:
+    rows = _ask(args, "list_jobs")
+    if args.json:
+        print(json.dumps({"jobs": rows}))
+        return
+    print(f"{'job':<20} {'status':<10} {'domains':<22} {'step':>9} {'loss':>7} "
+          f"{'pred. s':>8} {'meas. s':>8}")
+    for r in rows:
+        where = "+".join(f"{d}:{n}" for d, n in r["domains"].items()) or "-"
+        print(f"{r['job']:<20} {r['status']:<10} {where:<22} "
+              f"{r['step']:>4}/{r['steps']:<4} {_num(r['loss'], 3):>7} "
+              f"{_num(r['predicted_step_s'], 3):>8} {_num(r['measured_step_s'], 3):>8}")
+
+
+def cmd_logs(args) -> None:
+    events = _ask(args, "events", args.job)
+    if not events:
+        raise UserError(f"no job named {args.job!r}; `xds jobs` lists them")
+    if args.json:
+        print(json.dumps({"job": args.job, "events": events}))
+        return
+    import datetime
+
+    for e in events:
+        when = datetime.datetime.fromtimestamp(e.pop("time")).strftime("%H:%M:%S.%f")[:-3]
+        kind = e.pop("event")
+        text = e.get("reason") if kind == "placed" else \
+            ", ".join(f"{k}={_num(v, 4)}" for k, v in e.items())
+        print(f"{when} {kind:<10} {text}")
+
+
+def cmd_cancel(args) -> None:
+    row = _ask(args, "cancel_job", args.job)
+    if row is None:
+        raise UserError(f"no job named {args.job!r}; `xds jobs` lists them")
+    print(f"{args.job}: {row['status']}" + (" (stops at its next step boundary)"
+                                            if row["status"] == "running" else ""))
+
+
+def _num(v, digits: int) -> str:
+    return "-" if v is None else f"{v:.{digits}g}" if isinstance(v, float) else str(v)
+

@@ -1,0 +1,311 @@
+"""A live cluster: domains are Ray nodes labelled `xds.domain=<name>`.
+
+`up` starts one on this machine (a Ray head in the host's namespace, each domain's nodes in the
+domain's own network namespace, links shaped by `fabric`), or attaches to a running cluster
+whose nodes carry the labels already (KubeRay, `ray start --labels`). What it started is written
+to a state file (process ids, namespaces, the cluster's token); `down` stops exactly that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pydantic import Field
+
+from xdscheduler.errors import UserError
+from xdscheduler.live import fabric as fab
+from xdscheduler.network.dynamics import base_matrices
+from xdscheduler.scenario import Scenario, load_scenario
+from xdscheduler.schema import Strict
+from xdscheduler.textfile import write_atomic
+
+log = logging.getLogger("xdscheduler.live")
+
+DOMAIN_LABEL = "xds.domain"
+HEAD_LABEL = "xds.role"
+NAMESPACE = "xds-live"  # the Ray namespace of the controller and the domain actors
+NODE_TIMEOUT_S = 120.0  # a node that has not joined by then will not (2 busy cores: ~10 s)
+STOP_GRACE_S = 10.0
+
+
+def default_state_path() -> Path:
+    """Where `xds up` records its cluster: XDS_CLUSTER, else ~/.xds/cluster.json."""
+    env = os.environ.get("XDS_CLUSTER")
+    return Path(env) if env else Path.home() / ".xds" / "cluster.json"
+
+
+class Started(Strict):
+    pid: int
+    role: str  # head | node
+    domain: str | None = None
+
+
+class ClusterState(Strict):
+    """What a client needs to reach the cluster, and what `down` must stop."""
+
+    scenario: str  # the scenario file (absolute path)
+    address: str  # the GCS, HOST:PORT
+    dashboard: str | None = None  # http://HOST:PORT, for `ray job submit`
+    token: str | None = None  # Ray's token of this cluster (None: the environment's)
+    attached: bool = False  # True: someone else's cluster; down stops nothing
+    temp_dir: str | None = None
+    processes: list[Started] = Field(default_factory=list)
+    tag: str | None = None
+    subnet: str | None = None
+    domains: dict[str, str] = Field(default_factory=dict)  # name -> node IP (local clusters)
+    storage: str = ""  # where jobs checkpoint and the controller keeps its journal
+
+    def fabric(self, scn: Scenario) -> fab.Fabric:
+        bw, _, _ = base_matrices(scn)
+        return fab.Fabric.plan([d.name for d in scn.domains], bw, self.tag, self.subnet)
+
+    def environment(self) -> dict[str, str]:
+        """Variables a Ray client of this cluster needs."""
+        # no scheduler events or log dedup notes on a client's standard output: --json
+        env = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_SCHEDULER_EVENTS": "0", "RAY_DEDUP_LOGS": "0"}
+        if self.token:
+            env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token}
+        return env
+
+
+def save(state: ClusterState, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, state.model_dump_json(indent=2))
+    path.chmod(0o600)  # it holds the cluster's token
+
+
+def load(path: Path) -> ClusterState:
+    if not path.is_file():
+        raise UserError(f"no cluster recorded at {path}: start one with `xds up SCENARIO` "
+                        "(or set XDS_CLUSTER to its state file)")
+    try:
+        return ClusterState.model_validate_json(path.read_text())
+    except ValueError as err:
+        raise UserError(f"{path} is not a cluster state file: {str(err).splitlines()[0]}") \
+            from None
+
+
+def up(scenario_path: str, state_path: Path, address: str | None = None,
+       storage: str | None = None, cpus_per_accelerator: int = 1) -> ClusterState:
+    """Start a local cluster for the scenario (or attach to the one at `address`); jobs
+    checkpoint to `storage` (a folder, or any URI Ray Train's storage takes)."""
+    if state_path.exists():
+        raise UserError(f"a cluster is already recorded at {state_path}: `xds down` it first "
+                        "(or set XDS_CLUSTER to another state file)")
+    scn = load_scenario(scenario_path)
+    path = str(Path(scenario_path).resolve())
+    if address:
+        state = ClusterState(scenario=path, address=address, attached=True,
+                             token=os.environ.get("RAY_AUTH_TOKEN"),
+                             storage=storage or str(state_path.parent / "storage"))
+        check_labels(state, scn)
+        save(state, state_path)
+        return state
+    tag = secrets.token_hex(2)
+    subnet = f"10.{200 + int(tag[0], 16) % 50}.{int(tag[1:], 16) % 250}"
+    state = ClusterState(scenario=path, address="", tag=tag, subnet=subnet,
+                         token=secrets.token_hex(32), temp_dir=f"/tmp/xds-ray-{tag}",
+                         storage=storage or str(state_path.parent / f"storage-{tag}"))
+    fabric = state.fabric(scn)
+    fab.build(fabric)
+    state = state.model_copy(update={"domains": {n: fabric.ip(i)
+                                                 for i, n in enumerate(fabric.domains)}})
+    try:
+        state = _start_nodes(state, scn, fabric, cpus_per_accelerator, state_path)
+    except BaseException:
+        # stop what the state file says was started (it is saved after every process)
+        stop(load(state_path) if state_path.exists() else state)
+        state_path.unlink(missing_ok=True)
+        raise
+    return state
+
+
+def _start_nodes(state: ClusterState, scn: Scenario, fabric: fab.Fabric,
+                 cpus_per_accelerator: int, state_path: Path) -> ClusterState:
+    from xdscheduler.ray_cluster import free_port
+
+    port, dash = _free_port_on(fabric.head_ip), _free_port_on(fabric.head_ip)
+    address = f"{fabric.head_ip}:{port}"
+    head = _ray_start(state, ["--head", "--port", str(port), "--node-ip-address", fabric.head_ip,
+                              "--dashboard-host", fabric.head_ip, "--dashboard-port", str(dash),
+                              "--ray-client-server-port", str(free_port()),
+                              "--num-cpus", "1", "--labels", f"{HEAD_LABEL}=head",
+                              "--temp-dir", state.temp_dir], None)
+    state = state.model_copy(update={"address": address, "dashboard": f"http://{fabric.head_ip}:{dash}",
+                                     "processes": [Started(pid=head.pid, role="head")]})
+    save(state, state_path)  # from here on, `xds down` can stop what is running
+    _wait_nodes(state, 1)
+    for i, d in enumerate(scn.domains):
+        for group in d.nodes:
+            for _ in range(group.count):
+                cpus = group.gpus_each * cpus_per_accelerator
+                proc = _ray_start(state, ["--address", address, "--node-ip-address",
+                                          fabric.ip(i), "--num-cpus", str(cpus),
+                                          "--labels", f"{DOMAIN_LABEL}={d.name}"],
+                                  fabric.namespace(i))
+                state = state.model_copy(update={"processes": [
+                    *state.processes, Started(pid=proc.pid, role="node", domain=d.name)]})
+                save(state, state_path)
+                # one at a time: nodes joining at once race for the session's socket names
+                _wait_nodes(state, len(state.processes))
+                log.info("domain %s: a node of %d CPUs joined at %s", d.name, cpus, fabric.ip(i))
+    return state
+
+
+def _ray_start(state: ClusterState, args: list[str], namespace: str | None) -> subprocess.Popen:
+    """`ray start --block` as the leader of a process group of its own (so `down` stops it and
+    everything it started, and nothing else); its output goes to a log beside the session."""
+    env = {**os.environ, **state.environment(), "GLOO_SOCKET_IFNAME": "eth0"
+           if namespace else os.environ.get("GLOO_SOCKET_IFNAME", "lo")}
+    ray = str(Path(sys.executable).with_name("ray"))
+    cmd = [ray, "start", "--block", "--disable-usage-stats", "--object-store-memory",
+           str(128 * 2**20), *args]
+    if namespace:
+        cmd = ["ip", "netns", "exec", namespace, *cmd]
+    logs = Path(state.temp_dir or "/tmp")
+    logs.mkdir(parents=True, exist_ok=True)
+    out = (logs / f"ray-start-{namespace or 'head'}-{time.time_ns()}.log").open("w")
+    return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def _wait_nodes(state: ClusterState, count: int) -> None:
+    """Wait until `count` nodes are alive (asking the GCS), or say which process died."""
+    deadline = time.monotonic() + NODE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        for p in state.processes:
+            if not _alive(p.pid):
+                raise UserError(f"the Ray {p.role} {p.domain or ''} (pid {p.pid}) exited while "
+                                f"starting; its log is in {state.temp_dir}")
+        if len(alive_nodes(state)) >= count:
+            return
+        time.sleep(0.5)
+    raise UserError(f"only {len(alive_nodes(state))} of {count} Ray nodes joined within "
+                    f"{NODE_TIMEOUT_S:.0f} s; logs in {state.temp_dir}")
+
+
+def alive_nodes(state: ClusterState) -> list[dict]:
+    """The cluster's alive nodes, as `ray.nodes()` gives them (this process joins as a
+    driver on first use; [] while the GCS does not answer yet)."""
+    host, _, port = state.address.rpartition(":")
+    if "ray" not in sys.modules or not sys.modules["ray"].is_initialized():
+        if not _listening(host, int(port)):
+            return []
+        _join(state)
+    return [n for n in sys.modules["ray"].nodes() if n["Alive"]]
+
+
+def check_labels(state: ClusterState, scn: Scenario) -> dict[str, int]:
+    """Alive nodes per domain label of the cluster; UserError naming a domain without one."""
+    from xdscheduler.ray_cluster import check_address
+
+    check_address(state.address)
+    counts: dict[str, int] = {}
+    for n in alive_nodes(state):
+        name = n.get("Labels", {}).get(DOMAIN_LABEL)
+        counts[name] = counts.get(name, 0) + 1
+    absent = [d.name for d in scn.domains if not counts.get(d.name)]
+    if absent:
+        raise UserError(f"no alive node labelled {DOMAIN_LABEL}=<name> for domain(s) "
+                        f"{', '.join(absent)}; label the nodes (`ray start --labels "
+                        f"{DOMAIN_LABEL}={absent[0]}`) or fix the scenario")
+    return {d.name: counts[d.name] for d in scn.domains}
+
+
+def down(state_path: Path) -> list[str]:
+    """Stop what `up` started (by process id) and remove its namespaces; what was done."""
+    state = load(state_path)
+    done = stop(state)
+    state_path.unlink()
+    return done
+
+
+def stop(state: ClusterState) -> list[str]:
+    done = []
+    for p in reversed(state.processes):  # nodes before the head
+        if stop_process(p.pid):
+            done.append(f"stopped Ray {p.role} {p.domain or ''} (pid {p.pid})".replace("  ", " "))
+    if state.tag:
+        scn = load_scenario(state.scenario)
+        fab.teardown(state.fabric(scn))
+        done.append(f"removed {len(scn.domains)} namespaces and bridge xdsbr{state.tag}")
+    return done
+
+
+def stop_process(pid: int) -> bool:
+    """Stop process `pid` and every process under it (Ray's daemons leave the process group of
+    `ray start`, so the tree is taken before anything is signalled): SIGTERM, then SIGKILL for
+    what is left after the grace. False if it was gone already."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        tree = [*root.children(recursive=True), root]
+    except psutil.NoSuchProcess:
+        return False
+    for proc in tree:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(tree, timeout=STOP_GRACE_S)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=STOP_GRACE_S)
+    return True
+
+
+def _listening(host: str, port: int) -> bool:
+    import socket
+
+    try:
+        socket.create_connection((host, port), timeout=1.0).close()
+        return True
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _free_port_on(host: str) -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def connect(state_path: Path | None = None) -> ClusterState:
+    """Join the recorded cluster as a driver, with its token. Ray reads its authentication
+    settings when it is first imported: nothing may import ray before this."""
+    state = load(state_path or default_state_path())
+    _join(state)
+    return state
+
+
+def _join(state: ClusterState) -> None:
+    os.environ.update(state.environment())
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=state.address, log_to_driver=False, namespace=NAMESPACE)
+
+
+def disconnect() -> None:
+    import sys
+
+    if "ray" in sys.modules:
+        sys.modules["ray"].shutdown()

@@ -1,0 +1,336 @@
+"""The live control plane: a detached, named controller actor that owns one agent per domain,
+decides where submitted jobs run with the same policy the studies use, launches them as Ray
+Train runs pinned to their domains by label, hears every step, and writes a journal that a
+controller started after it replays (its running jobs go on from their last checkpoints)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field, replace
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from xdscheduler.live.cluster import DOMAIN_LABEL, HEAD_LABEL, NAMESPACE, ClusterState
+from xdscheduler.live.jobs import LiveJob
+from xdscheduler.live.training import train_loop
+from xdscheduler.planner.baselines import ONLINE
+from xdscheduler.planner.policies import PlannerPolicy
+from xdscheduler.planner.view import ClusterView
+from xdscheduler.runtime.journal import open_log
+from xdscheduler.scenario import load_scenario
+
+log = logging.getLogger("xdscheduler.live")
+
+CONTROLLER = "xds-controller"
+TICK_S = 0.5  # how often the controller hears its domains and decides
+PING_TIMEOUT_S = 1.0  # a heartbeat not back within this is missed
+MISSES_TO_DOWN = 2  # two missed heartbeats in a row: the domain is down (< 3 s)
+# The live runner trains data-parallel plans (hierarchical across domains, DiLoCo every H):
+# the planner searches those, in FP32 (what CPUs and gloo run), DiLoCo every 10 steps.
+LIVE_OPTIONS = replace(ONLINE, tensor=(1,), max_pipeline=1, context=(1,), virtual=(1,),
+                       kinds=("single", "data"), dtype="fp32", diloco_h=(0, 10),
+                       micro_batch=(1, 2, 4, 8, 16))
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    idx INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, job TEXT NOT NULL,
+    kind TEXT NOT NULL, record TEXT NOT NULL);
+"""
+
+
+@dataclass
+class JobRecord:
+    job: LiveJob
+    submitted: float
+    status: str = "queued"  # queued, running, done, failed, cancelled
+    placement: dict = field(default_factory=dict)  # domains, workers, plan, why, predicted
+    step: int = 0
+    loss: float | None = None
+    first_loss: float | None = None
+    step_times: list = field(default_factory=list)
+    attempts: int = 0
+    run: object = None  # the runner task's ObjectRef
+    cancel: bool = False
+
+    def row(self) -> dict:
+        measured = sorted(self.step_times)[len(self.step_times) // 2] if self.step_times \
+            else None
+        return {"job": self.job.name, "status": self.status, "step": self.step,
+                "steps": self.job.steps, "loss": self.loss, "first_loss": self.first_loss,
+                "domains": self.placement.get("domains", {}),
+                "kind": self.placement.get("kind"), "plan": self.placement.get("plan"),
+                "reason": self.placement.get("reason"),
+                "predicted_step_s": self.placement.get("predicted_step_s"),
+                "measured_step_s": measured, "attempts": self.attempts}
+
+
+@ray.remote(num_cpus=0)
+class DomainAgent:
+    """One domain's agent, on a node of that domain: reports what Ray says of its nodes."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def report(self) -> dict:
+        nodes = [n for n in ray.nodes()
+                 if n["Alive"] and n.get("Labels", {}).get(DOMAIN_LABEL) == self.name]
+        res = [n["Resources"] for n in nodes]
+        return {"domain": self.name, "nodes": len(nodes), "time": time.time(),
+                "cpus": int(sum(r.get("CPU", 0) for r in res)),
+                "gpus": int(sum(r.get("GPU", 0) for r in res))}
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def run_training(config: dict, workers: list[str], storage: str, use_gpu: bool) -> dict:
+    """One Ray Train run: a worker per entry of `workers`, pinned to that domain by label.
+    A run started again under the same name resumes from its last checkpoint."""
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    trainer = TorchTrainer(
+        train_loop, train_loop_config=config,
+        torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
+        scaling_config=ScalingConfig(
+            num_workers=len(workers), use_gpu=use_gpu,
+            resources_per_worker=None if use_gpu else {"CPU": 1},
+            label_selector=[{DOMAIN_LABEL: d} for d in workers]),
+        run_config=RunConfig(name=config["job"], storage_path=storage,
+                             failure_config=FailureConfig(max_failures=0)))
+    result = trainer.fit()
+    return {"error": str(result.error) if result.error else None}
+
+
+@ray.remote(num_cpus=0, max_concurrency=64)
+class LiveController:
+    def __init__(self, state: str):
+        self.state = ClusterState.model_validate_json(state)
+        self.scn = load_scenario(self.state.scenario)
+        self.names = [d.name for d in self.scn.domains]
+        self.storage = self.state.storage
+        self.policy = PlannerPolicy(self.scn.weights, "planner", LIVE_OPTIONS)
+        self.db = open_log(self._path("journal.sqlite"), SCHEMA, threads=True)
+        self.lock = threading.RLock()
+        self.jobs: dict[str, JobRecord] = {}
+        self.agents = {n: self._agent(n) for n in self.names}
+        self.misses = dict.fromkeys(self.names, 0)
+        self.down: dict[str, float] = {}  # domain -> when it was found down
+        self.started = time.time()
+        self._replay()
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    # ---- the API the CLI and the HTTP endpoints call
+    def submit(self, spec: dict) -> dict:
+        job = LiveJob.model_validate(spec)
+        with self.lock:
+            if job.name in self.jobs:
+                raise ValueError(f"a job named {job.name!r} exists already; pick another name")
+            self.jobs[job.name] = JobRecord(job, time.time())
+            self._event(job.name, "submitted", job.model_dump())
+        return self.jobs[job.name].row()
+
+    def list_jobs(self) -> list[dict]:
+        with self.lock:
+            return [r.row() for r in self.jobs.values()]
+
+    def job(self, name: str) -> dict | None:
+        rec = self.jobs.get(name)
+        return rec.row() if rec else None
+
+    def events(self, name: str) -> list[dict]:
+        with self.lock:
+            rows = self.db.execute("SELECT time, kind, record FROM events WHERE job = ? "
+                                   "ORDER BY idx", (name,)).fetchall()
+        return [{**json.loads(r), "time": t, "event": k} for t, k, r in rows]
+
+    def cancel_job(self, name: str) -> dict | None:
+        with self.lock:
+            rec = self.jobs.get(name)
+            if rec is None:
+                return None
+            rec.cancel = True
+            if rec.status == "queued":
+                rec.status = "cancelled"
+            self._event(name, "cancel", {"status": rec.status})
+            return rec.row()
+
+    def domains(self) -> dict:
+        return {n: {"down_since": self.down.get(n)} for n in self.names}
+
+    # ---- what the training workers call
+    def heard(self, name: str, metrics: dict) -> None:
+        rec = self.jobs.get(name)
+        if rec is None:
+            return
+        with self.lock:
+            rec.step, rec.loss = int(metrics["step"]), float(metrics["loss"])
+            rec.first_loss = rec.loss if rec.first_loss is None else rec.first_loss
+            rec.step_times.append(float(metrics["step_time_s"]))
+        self._event(name, "step", metrics)
+
+    def cancelled(self, name: str) -> bool:
+        rec = self.jobs.get(name)
+        return bool(rec and rec.cancel)
+
+    # ---- the loop
+    def _loop(self) -> None:
+        while True:
+            try:
+                self._heartbeats()
+                self._reap()
+                self._schedule()
+            except Exception:  # the loop must outlive any one bad round
+                log.exception("controller round failed")
+            time.sleep(TICK_S)
+
+    def _heartbeats(self) -> None:
+        refs = {n: a.report.remote() for n, a in self.agents.items()}
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=PING_TIMEOUT_S)
+        for n, ref in refs.items():
+            ok = ref in ready
+            if ok:
+                try:
+                    ok = ray.get(ref)["nodes"] > 0
+                except RayActorError:
+                    ok = False
+            self.misses[n] = 0 if ok else self.misses[n] + 1
+            if self.misses[n] >= MISSES_TO_DOWN and n not in self.down:
+                self.down[n] = time.time()
+                self._event("", "domain_down", {"domain": n, "misses": self.misses[n]})
+                self._fail_jobs_on(n)
+            elif ok and n in self.down:
+                del self.down[n]
+                self._event("", "domain_up", {"domain": n})
+            if not ok and self.misses[n] >= MISSES_TO_DOWN:
+                self.agents[n] = self._agent(n)  # a fresh agent waits for the domain
+
+    def _fail_jobs_on(self, domain: str) -> None:
+        """Jobs with workers in a lost domain stop, and queue again: they resume from their
+        last checkpoint wherever the policy puts them next."""
+        with self.lock:
+            for rec in self.jobs.values():
+                if rec.status == "running" and domain in rec.placement.get("domains", {}):
+                    ray.cancel(rec.run, force=True, recursive=True)
+                    rec.status, rec.run = "queued", None
+                    self._event(rec.job.name, "requeued",
+                                {"domain": domain, "from_step": rec.step})
+
+    def _reap(self) -> None:
+        running = {r.run: r for r in self.jobs.values() if r.status == "running" and r.run}
+        if not running:
+            return
+        done, _ = ray.wait(list(running), num_returns=len(running), timeout=0)
+        for ref in done:
+            rec = running[ref]
+            try:
+                error = ray.get(ref)["error"]
+            except Exception as err:  # the runner itself died
+                error = f"{type(err).__name__}: {err}"
+            with self.lock:
+                if error and not rec.cancel:
+                    rec.status = "failed"
+                else:
+                    rec.status = "cancelled" if rec.cancel and rec.step < rec.job.steps \
+                        else "done"
+                rec.run = None
+                self._event(rec.job.name, rec.status, {"step": rec.step, "error": error})
+
+    def _free(self) -> dict[str, int]:
+        held = dict.fromkeys(self.names, 0)
+        for rec in self.jobs.values():
+            if rec.status == "running":
+                for d, n in rec.placement["domains"].items():
+                    held[d] += n
+        return {d.name: 0 if d.name in self.down else d.gpus - held[d.name]
+                for d in self.scn.domains}
+
+    def _schedule(self) -> None:
+        with self.lock:
+            queued = [r for r in self.jobs.values() if r.status == "queued" and not r.cancel]
+            if not queued:
+                return
+            view = ClusterView.from_scenario(self.scn, self._free())
+            specs = [r.job.spec(r.submitted - self.started) for r in queued]
+            for p in self.policy.decide(specs, view, time.time() - self.started):
+                self._launch(self.jobs[p.job], p)
+
+    def _launch(self, rec: JobRecord, p) -> None:
+        workers = [name for name, n in zip(p.names, p.gpus, strict=True) for _ in range(n)]
+        plan = p.plan
+        rec.placement = {
+            "kind": p.kind, "domains": dict(zip(p.names, p.gpus, strict=True)),
+            "plan": f"DP {plan.dp}, micro-batch {plan.micro_batch}"
+                    + (f", DiLoCo every {plan.diloco_h} steps" if plan.diloco_h else ""),
+            "diloco_h": plan.diloco_h, "reason": p.explanation,
+            "predicted_step_s": p.estimate.step_time_s if p.estimate else None}
+        rec.status, rec.attempts = "running", rec.attempts + 1
+        cfg = rec.job.train_config(plan.diloco_h if len(p.names) > 1 else 0, CONTROLLER)
+        use_gpu = any(self.scn.domains[i].accelerator.vendor != "CPU" for i in p.domains)
+        rec.run = run_training.options(label_selector={HEAD_LABEL: "head"}).remote(
+            cfg.model_dump(), workers, self.storage, use_gpu)
+        self._event(rec.job.name, "placed", {**rec.placement, "workers": workers,
+                                             "attempt": rec.attempts})
+        log.info("%s: %s", rec.job.name, p.explanation)
+
+    # ---- plumbing
+    def _agent(self, name: str):
+        return DomainAgent.options(label_selector={DOMAIN_LABEL: name}).remote(name)
+
+    def _path(self, name: str):
+        from pathlib import Path
+
+        folder = Path(self.storage)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / name
+
+    def _event(self, job: str, kind: str, record: dict) -> None:
+        with self.lock:
+            self.db.execute("INSERT INTO events (time, job, kind, record) VALUES (?, ?, ?, ?)",
+                            (time.time(), job, kind, json.dumps(record, default=str)))
+
+    def _replay(self) -> None:
+        """Rebuild the job table from the journal: a job that was running queues again and
+        resumes from its last checkpoint when placed."""
+        rows = self.db.execute("SELECT time, job, kind, record FROM events ORDER BY idx")
+        for t, name, kind, record in rows.fetchall():
+            data = json.loads(record)
+            if kind == "submitted":
+                self.jobs[name] = JobRecord(LiveJob.model_validate(data), t)
+            elif name in self.jobs:
+                rec = self.jobs[name]
+                if kind == "step":
+                    rec.step, rec.loss = int(data["step"]), float(data["loss"])
+                    rec.first_loss = rec.first_loss if rec.first_loss is not None else rec.loss
+                elif kind == "placed":
+                    rec.placement, rec.attempts = data, int(data["attempt"])
+                    rec.status = "queued"  # its run died with the controller before this one
+                elif kind in ("done", "failed", "cancelled"):
+                    rec.status = kind
+                elif kind == "cancel":
+                    rec.cancel = True
+
+
+def controller(state: ClusterState):
+    """The cluster's controller: the running one, or a new one that replays the journal."""
+    return LiveController.options(
+        name=CONTROLLER, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+        label_selector={HEAD_LABEL: "head"}).remote(state.model_dump_json())
+
+
+def ask(method, *args, timeout_s: float = 120.0):
+    """A controller call's answer; UserError with the controller's own message when it
+    refuses, or when it does not answer in time."""
+    from ray.exceptions import RayTaskError
+
+    from xdscheduler.errors import UserError
+
+    try:
+        return ray.get(method.remote(*args), timeout=timeout_s)
+    except GetTimeoutError:
+        raise UserError(f"the controller did not answer within {timeout_s:.0f} s") from None
+    except RayTaskError as err:
+        cause = err.cause if err.cause is not None else err
+        raise UserError(str(cause).strip().splitlines()[-1]) from None

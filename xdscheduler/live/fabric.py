@@ -1,0 +1,156 @@
+"""The WAN of a local cluster: one network namespace per domain, joined by a bridge, with every
+link between two domains shaped by a token bucket to the scenario's bandwidth, per direction.
+
+Each domain's namespace has one interface (`eth0`) on a private /24 shared with the bridge in
+the host's namespace, where the Ray head lives. Traffic from domain i to domain j leaves i's
+`eth0` through an HTB class of the link's rate (i -> j); traffic to the head is not shaped (the
+control plane is not the WAN). `netem` is not needed: RTTs are not emulated, bandwidth is.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+import numpy as np
+
+from xdscheduler.errors import UserError
+
+# A link's bandwidth is what a job's bytes get (goodput); the bucket counts frames on the wire.
+# A full TCP segment carries 1448 bytes (MTU 1500 less IP, TCP and timestamp headers) in a
+# 1514-byte Ethernet frame, so the bucket runs that much faster than the link.
+WIRE_PER_PAYLOAD = 1514 / 1448
+UNSHAPED_MBIT = 100_000  # the head's control traffic: as fast as the machine moves it
+# HTB's default quantum (rate / r2q) is too large for fast classes; a fixed quantum of a few
+# MTUs keeps the classes fair without the kernel's warning.
+QUANTUM_BYTES = 60_000
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """The names and addresses of one local WAN; `tag` (4 hex digits) is in every name, so
+    several fabrics (a user's and a test's) live side by side."""
+
+    tag: str
+    subnet: str  # the first three octets, e.g. "10.203.7"
+    domains: tuple[str, ...]
+    rates_mbit: tuple[tuple[float, ...], ...]  # [i][j]: i -> j; 0 on the diagonal
+
+    @classmethod
+    def plan(cls, names: list[str], bandwidth_gbps: np.ndarray, tag: str,
+             subnet: str) -> Fabric:
+        """The fabric of domains `names` with `bandwidth_gbps[i, j]` from i to j; every pair
+        must have a link (a pair without one would be a partition, which no cluster is)."""
+        k = len(names)
+        if k > 200:
+            raise UserError(f"{k} domains; a local cluster has at most 200 (one /24)")
+        for i in range(k):
+            for j in range(i + 1, k):
+                if bandwidth_gbps[i, j] <= 0 or bandwidth_gbps[j, i] <= 0:
+                    raise UserError(f"no link between {names[i]!r} and {names[j]!r}: a local "
+                                    "cluster shapes every pair of domains; add one to links:")
+        rates = tuple(tuple(float(bandwidth_gbps[i, j]) * 1000 * WIRE_PER_PAYLOAD if i != j
+                            else 0.0
+                            for j in range(k)) for i in range(k))
+        return cls(tag, subnet, tuple(names), rates)
+
+    @property
+    def bridge(self) -> str:
+        return f"xdsbr{self.tag}"
+
+    @property
+    def head_ip(self) -> str:
+        return f"{self.subnet}.1"
+
+    def ip(self, i: int) -> str:
+        return f"{self.subnet}.{10 + i}"
+
+    def namespace(self, i: int) -> str:
+        return f"xds{self.tag}-{self.domains[i]}"
+
+    def host_end(self, i: int) -> str:
+        return f"xdsv{self.tag}{i}"  # at most 15 characters (Linux's limit)
+
+    def up_commands(self) -> list[list[str]]:
+        """`ip` and `tc` commands that build the fabric, in order."""
+        cmds = [["ip", "link", "add", self.bridge, "type", "bridge"],
+                ["ip", "addr", "add", f"{self.head_ip}/24", "dev", self.bridge],
+                ["ip", "link", "set", self.bridge, "up"]]
+        for i in range(len(self.domains)):
+            ns, host = self.namespace(i), self.host_end(i)
+            cmds += [["ip", "netns", "add", ns],
+                     ["ip", "link", "add", host, "type", "veth", "peer", "name", "eth0",
+                      "netns", ns],
+                     ["ip", "link", "set", host, "master", self.bridge, "up"],
+                     ["ip", "-n", ns, "addr", "add", f"{self.ip(i)}/24", "dev", "eth0"],
+                     ["ip", "-n", ns, "link", "set", "eth0", "up"],
+                     ["ip", "-n", ns, "link", "set", "lo", "up"],
+                     *self.shaping_commands(i)]
+        return cmds
+
+    def shaping_commands(self, i: int) -> list[list[str]]:
+        """HTB on domain i's way out: one class per link i -> j, unshaped to the head."""
+        tc = ["ip", "netns", "exec", self.namespace(i), "tc"]
+        cmds = [[*tc, "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "htb",
+                 "default", "1"],
+                [*tc, "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:1", "htb",
+                 "rate", f"{UNSHAPED_MBIT}mbit", "quantum", str(QUANTUM_BYTES)]]
+        for j, rate in enumerate(self.rates_mbit[i]):
+            if j == i:
+                continue
+            cls = f"1:{100 + j}"
+            cmds += [[*tc, "class", "add", "dev", "eth0", "parent", "1:", "classid", cls, "htb",
+                      "rate", f"{rate:.3f}mbit", "ceil", f"{rate:.3f}mbit",
+                      "quantum", str(QUANTUM_BYTES)],
+                     [*tc, "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip",
+                      "prio", "1", "u32", "match", "ip", "dst", f"{self.ip(j)}/32",
+                      "flowid", cls]]
+        return cmds
+
+    def down_commands(self) -> list[list[str]]:
+        """Commands that remove what `up_commands` built (a namespace takes its veth along)."""
+        return [*(["ip", "netns", "del", self.namespace(i)] for i in range(len(self.domains))),
+                ["ip", "link", "del", self.bridge]]
+
+
+def build(fabric: Fabric) -> None:
+    """Create the fabric; on any failure remove what was made and say which command failed."""
+    check_tools()
+    for cmd in fabric.up_commands():
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode:
+            teardown(fabric)
+            raise UserError(f"could not build the local WAN: `{' '.join(cmd)}` said "
+                            f"{done.stderr.strip() or done.returncode}")
+
+
+def teardown(fabric: Fabric) -> list[str]:
+    """Remove the fabric, as much of it as exists; the commands that found nothing to remove."""
+    missing = []
+    for cmd in fabric.down_commands():
+        if subprocess.run(cmd, capture_output=True).returncode:
+            missing.append(" ".join(cmd))
+    return missing
+
+
+def check_tools() -> None:
+    """Namespaces, veth pairs and tc need root and iproute2: say so plainly when absent."""
+    import os
+
+    if os.geteuid() != 0:
+        raise UserError("a local cluster builds network namespaces and shapes links with tc: "
+                        "run it as root (or attach to a running cluster with --address)")
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            raise UserError(f"`{tool}` (iproute2) is not installed; a local cluster needs it")
+
+
+def available() -> str | None:
+    """None when a local fabric can be built here, else why not (for tests to skip on)."""
+    try:
+        check_tools()
+    except UserError as err:
+        return str(err)
+    probe = subprocess.run(["ip", "netns", "list"], capture_output=True)
+    return None if probe.returncode == 0 else "network namespaces are not available here"

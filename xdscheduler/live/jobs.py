@@ -1,0 +1,64 @@
+"""A live job as a user submits it (`xds submit JOB.yaml`, `POST /jobs`), and what the planner and
+the trainer each read of it."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from xdscheduler.catalog import ModelArch
+from xdscheduler.live.gpt import GptShape
+from xdscheduler.live.training import TrainConfig
+from xdscheduler.planner.search import JobSpec
+from xdscheduler.scenario import validated
+from xdscheduler.schema import FileModel
+from xdscheduler.yamlfile import read_yaml
+
+MAX_WORKERS = 1024
+
+
+class Workers(FileModel):
+    min: int = Field(default=1, gt=0, le=MAX_WORKERS)
+    max: int = Field(default=2, gt=0, le=MAX_WORKERS)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Workers:
+        if self.min > self.max:
+            raise ValueError(f"min {self.min} is larger than max {self.max}")
+        return self
+
+
+class LiveJob(FileModel):
+    """A small GPT to train: its shape, batch and steps, and how many workers it may take (one
+    accelerator each; a CPU core on a local cluster)."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
+    model: GptShape = GptShape()
+    global_batch: int = Field(default=16, gt=0, le=4096)
+    steps: int = Field(default=60, gt=0, le=1_000_000)
+    lr: float = Field(default=3e-3, gt=0, le=1)
+    seed: int = Field(default=0, ge=0, lt=2**31)
+    workers: Workers = Workers()
+    priority: int = Field(default=1, ge=0, le=1000)
+    checkpoint_every: int = Field(default=10, gt=0, le=1_000_000)
+
+    def arch(self) -> ModelArch:
+        m = self.model
+        return ModelArch(self.name, m.layers, m.hidden, 4 * m.hidden, m.heads, m.heads, m.vocab,
+                         m.seq, False, True)
+
+    def spec(self, arrival_s: float) -> JobSpec:
+        """What the planner decides on: every sample of every step, as tokens."""
+        return JobSpec(self.name, self.arch(), self.global_batch, self.model.seq,
+                       self.workers.min, self.workers.max,
+                       tokens=float(self.steps * self.global_batch * self.model.seq),
+                       arrival_s=arrival_s, priority=self.priority)
+
+    def train_config(self, diloco_h: int, controller: str | None) -> TrainConfig:
+        return TrainConfig(job=self.name, shape=self.model, global_batch=self.global_batch,
+                           steps=self.steps, lr=self.lr, seed=self.seed, diloco_h=diloco_h,
+                           checkpoint_every=self.checkpoint_every, controller=controller)
+
+
+def load_job(path: str) -> LiveJob:
+    """Read and validate a job file; UserError naming the first bad field."""
+    return validated(LiveJob, read_yaml(path, "job"), str(path), "job")

@@ -1,0 +1,194 @@
+"""The training loop every worker of a live job runs under Ray Train's TorchTrainer.
+
+Data parallelism is hierarchical, as the cost model assumes: gradients are summed inside each
+domain, exchanged across domains by one leader per domain (the only traffic on the WAN), and
+broadcast back inside the domain. With `diloco_h` > 0 the domains train apart and average their
+weights every H steps (DiLoCo's outer step, here plain averaging). Rank 0 checkpoints every
+`checkpoint_every` steps to the run's storage; a run started again under the same name resumes
+from the last checkpoint, on whatever workers it now has.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+from pydantic import Field
+
+from xdscheduler.live.gpt import GptShape
+from xdscheduler.schema import Strict
+
+
+class TrainConfig(Strict):
+    """What one job's workers train: the model, the batch, how long, how to sync."""
+
+    job: str
+    shape: GptShape = GptShape()
+    global_batch: int = Field(default=16, gt=0, le=4096)
+    steps: int = Field(default=60, gt=0, le=1_000_000)
+    lr: float = Field(default=3e-3, gt=0, le=1)
+    seed: int = Field(default=0, ge=0)
+    diloco_h: int = Field(default=0, ge=0, le=10_000)  # 0: synchronous every step
+    checkpoint_every: int = Field(default=10, gt=0)
+    threads: int = Field(default=1, gt=0, le=256)  # torch threads per worker
+    controller: str | None = None  # the named actor that hears each step (None: nobody)
+
+
+def train_loop(config: dict) -> None:
+    """Ray Train's per-worker function."""
+    import ray
+    import torch
+    from ray import train
+
+    from xdscheduler.live.gpt import Gpt, MarkovCorpus
+
+    cfg = TrainConfig.model_validate(config)
+    torch.set_num_threads(cfg.threads)
+    ctx = train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    domain = ray.get_runtime_context().get_node_labels().get("xds.domain", "local")
+    sync = DomainSync(domain, rank, world)
+
+    torch.manual_seed(cfg.seed)
+    model = Gpt(cfg.shape)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    start = resume(model, opt)
+    sync.broadcast_params(model)  # every worker starts from the same weights
+    corpus = MarkovCorpus(cfg.shape.vocab, cfg.seed)
+    mine = share(cfg.global_batch, world, rank)
+    listener = ray.get_actor(cfg.controller) if cfg.controller else None
+
+    for step in range(start, cfg.steps):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=False)
+        loss = model.loss(corpus.batch(mine, cfg.shape.seq, step, rank))
+        loss.backward()
+        sync.gradients(model, cross=cfg.diloco_h == 0)
+        opt.step()
+        if cfg.diloco_h and (step + 1) % cfg.diloco_h == 0:
+            sync.average_params(model)
+        step_s = time.perf_counter() - t0
+        mean_loss = sync.mean(loss.detach())
+        metrics = {"step": step + 1, "loss": mean_loss, "step_time_s": step_s}
+        if listener is not None and rank == 0:
+            listener.heard.remote(cfg.job, metrics)
+        last = step + 1 == cfg.steps
+        if (step + 1) % cfg.checkpoint_every == 0 or last:
+            checkpoint(model, opt, step + 1, metrics, rank)
+        if listener is not None and (step + 1) % 5 == 0 and sync.agree(
+                rank == 0 and ray.get(listener.cancelled.remote(cfg.job))):
+            break  # cancelled: every rank leaves at the same step
+
+
+def share(batch: int, world: int, rank: int) -> int:
+    """Rank's samples of the global batch: as even as can be, the first ranks one more."""
+    return batch // world + (rank < batch % world)
+
+
+class DomainSync:
+    """Process groups of one job: every domain's ranks, and the domains' leaders (lowest rank
+    of each domain). Every rank builds every group, in the same order, as torch requires."""
+
+    def __init__(self, domain: str, rank: int, world: int):
+        import torch.distributed as dist
+
+        domains: list[str | None] = [None] * world
+        dist.all_gather_object(domains, domain)
+        self.names = sorted(set(domains))
+        self.members = {d: [r for r in range(world) if domains[r] == d] for d in self.names}
+        self.groups = {d: dist.new_group(self.members[d]) for d in self.names}
+        leaders = [self.members[d][0] for d in self.names]
+        self.cross = dist.new_group(leaders) if len(leaders) > 1 else None
+        self.domain, self.rank, self.world = domain, rank, world
+        self.leader = self.members[domain][0]
+
+    def _flat(self, tensors):
+        import torch
+
+        return torch.cat([t.reshape(-1) for t in tensors])
+
+    def _unflat(self, flat, tensors) -> None:
+        at = 0
+        for t in tensors:
+            t.copy_(flat[at: at + t.numel()].view_as(t))
+            at += t.numel()
+
+    def _hierarchical_sum(self, flat, cross: bool):
+        """Sum over the domain, then (when `cross`) over domains through the leaders only."""
+        import torch.distributed as dist
+
+        group = self.groups[self.domain]
+        dist.reduce(flat, dst=self.leader, group=group)
+        if cross and self.cross is not None and self.rank == self.leader:
+            dist.all_reduce(flat, group=self.cross)
+        dist.broadcast(flat, src=self.leader, group=group)
+        return flat
+
+    def gradients(self, model, cross: bool = True) -> None:
+        """Mean gradient over every rank (`cross`), or over the domain's ranks (DiLoCo)."""
+        grads = [p.grad for p in model.parameters()]
+        flat = self._hierarchical_sum(self._flat(grads), cross)
+        flat /= self.world if cross else len(self.members[self.domain])
+        self._unflat(flat, grads)
+
+    def average_params(self, model) -> None:
+        """DiLoCo's outer step: every rank takes the mean of the domains' weights, each
+        domain weighted by its ranks (the ranks of a domain hold the same weights)."""
+        import torch
+
+        params = [p.data for p in model.parameters()]
+        with torch.no_grad():
+            flat = self._flat(params) / self.world
+            self._unflat(self._hierarchical_sum(flat, cross=True), params)
+
+    def broadcast_params(self, model) -> None:
+        import torch.distributed as dist
+
+        for p in model.parameters():
+            dist.broadcast(p.data, src=0)
+
+    def agree(self, flag: bool) -> bool:
+        """Rank 0's flag, on every rank."""
+        import torch
+        import torch.distributed as dist
+
+        t = torch.tensor([int(flag)])
+        dist.broadcast(t, src=0)
+        return bool(t.item())
+
+    def mean(self, value) -> float:
+        import torch.distributed as dist
+
+        v = value.clone()
+        dist.all_reduce(v)
+        return float(v) / self.world
+
+
+def resume(model, opt) -> int:
+    """Load the run's last checkpoint, if it has one; the step to start from."""
+    import torch
+    from ray import train
+
+    ckpt = train.get_checkpoint()
+    if ckpt is None:
+        return 0
+    with ckpt.as_directory() as folder:
+        state = torch.load(os.path.join(folder, "state.pt"), weights_only=True)
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+    return int(state["step"])
+
+
+def checkpoint(model, opt, step: int, metrics: dict, rank: int) -> None:
+    """Every rank reports; rank 0 with the model and optimizer (all ranks hold the same)."""
+    import torch
+    from ray import train
+
+    if rank != 0:
+        train.report(metrics, checkpoint=None)
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step},
+                   os.path.join(folder, "state.pt"))
+        train.report(metrics, checkpoint=train.Checkpoint.from_directory(folder))
