@@ -9,15 +9,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from xdscheduler.costmodel.plan import Hardware, PlanBatch
+from xdscheduler.planner.space import domain_speeds
 from xdscheduler.planner.view import ClusterView
 
 if TYPE_CHECKING:
     from xdscheduler.planner.search import JobSpec
-
-
-# what a faster accelerator does faster: its share of the work scales these
-SPEED_FIELDS = ("peak_tflops", "peak_fp8_tflops", "peak_tf32_tflops", "peak_fp32_tflops",
-                "memory_gbs")
 
 
 def balanced_pace(total: np.ndarray, counts: np.ndarray, speeds: np.ndarray,
@@ -61,12 +57,19 @@ def balanced(job: JobSpec, view: ClusterView, staged: np.ndarray, plans: PlanBat
     workers = np.where(pipeline, plans.pp[mixed], plans.dp[mixed])
     total = np.where(pipeline, job.arch.layers,
                      -(-job.global_batch // plans.micro_batch[mixed])).astype(float)
-    shares[mixed], pace = balanced_pace(total, parts[mixed], speed[mixed])
-    # the same pace from every worker at even shares: the slowest's speed scaled up
-    gain = np.ones(len(parts))
-    gain[mixed] = (total / workers) / pace / slowest[mixed]
-    fields = {k: np.asarray(v, dtype=float) * (gain if k in SPEED_FIELDS else 1.0)
+    shares[mixed], _ = balanced_pace(total, parts[mixed], speed[mixed])
+    # Each slot's workers at even shares keep the pace of their own share on their own
+    # accelerator: its speeds scaled by even/own. The field-wise slowest of the slots is the
+    # hardware that paces the step (peaks alone set the split; a slot richer in memory
+    # bandwidth per FLOP than another must not lend it what it lacks).
+    even = (total / workers)[:, None]
+    scale = even / np.maximum(shares[mixed], 1.0)
+    held = used[mixed] & (parts[mixed] > 0)
+    fields = {k: np.asarray(v, dtype=float) * np.ones(len(parts))
               for k, v in hw.__dict__.items()}
+    for k, per_domain in domain_speeds(view).items():
+        paced = np.where(held, per_domain[np.where(used, slots, 0)][mixed] * scale, np.inf)
+        fields[k][mixed] = paced.min(axis=1)
     return Hardware(**fields), shares, mixed
 
 
