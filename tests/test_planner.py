@@ -502,29 +502,35 @@ def test_an_a100_and_v100_plan_beats_the_best_plan_on_either_alone():
     for name in ("a100", "v100"):
         alone = view.with_free({d.name: 0 for d in view.domains if d.name != name})
         single = search(job, alone, THROUGHPUT, VOLTA, pareto=False).best
-        assert both.estimate.tokens_per_s > 1.3 * single.estimate.tokens_per_s
+        assert both.estimate.tokens_per_s > 1.4 * single.estimate.tokens_per_s
     bf16 = search(job, view, THROUGHPUT, replace(VOLTA, dtype="bf16"), pareto=False).best
     assert bf16.names == ("a100",)
     with pytest.raises(UserError, match=r"leave out V100-SXM2-32GB.*fp16, fp32"):
         search(job, view.with_free({"a100": 0}), THROUGHPUT, replace(VOLTA, dtype="bf16"))
 
 
-def test_a_mixed_plan_is_paced_by_its_slowest_share_on_its_own_accelerator():
-    """The A100 replicas of the mixed plan take their share of micro-batches (23 of 32 at
-    micro-batch 2, split by peak 312:125) on an A100: the step cannot be shorter than that
-    share alone, though the V100 has more memory bandwidth per FLOP than the A100 (900 GB/s
-    for 125 TF against 1,555 for 312), which a V100 scaled up by the peaks' ratio would lend."""
+def test_a_mixed_plan_splits_by_the_models_own_speeds_and_is_paced_by_its_slowest_share():
+    """The peaks say an A100 is 2.5 V100s (312:125 TF, 23 of 32 micro-batches to the A100
+    replicas), but OPT-350M's kernels are partly memory bound and the V100 has more bandwidth
+    per FLOP (900 GB/s for 125 TF, the A100 1,555 for 312): the model's own times say 1.95, 21
+    of 32. The step is the slower share on its own accelerator, 11 micro-batches of 2 on a V100
+    (within the launch overhead of the 5 beyond the even 16), and shorter than the 23 on an A100
+    that the peaks' split would take."""
     view, arch = a100_and_v100(), catalog.model("opt-350m")
     job = JobSpec("opt", arch, 1024, arch.seq_len, 1, 32)
     both = search(job, view, THROUGHPUT, VOLTA, pareto=False).best
     p = both.plan
-    assert (both.kind, p.dp, p.micro_batch, both.split) == ("data", 32, 2, (23, 9))
-    share = Plan(dp=1, micro_batch=2, dtype="fp16")
-    a100 = Hardware.of(view.domains[0].accelerator)
-    own = estimate(arch, 23 * 2, PlanBatch.of([share]), a100, stack=VOLTA.stack)
-    compute = float(own.breakdown_s["compute"][0])
-    # within the fixed launch overhead of the 7 micro-batches beyond the even 16 (39 ms)
-    assert both.estimate.breakdown_s["compute"] == pytest.approx(compute, rel=0.015)
+    assert (both.kind, p.dp, p.micro_batch, both.split) == ("data", 32, 2, (21, 11))
+
+    def alone(domain: int, micro_batches: int) -> float:
+        hw = Hardware.of(view.domains[domain].accelerator)
+        own = estimate(arch, 2 * micro_batches, PlanBatch.of([Plan(dp=1, micro_batch=2,
+                                                                   dtype="fp16")]),
+                       hw, stack=VOLTA.stack)
+        return float(own.breakdown_s["compute"][0])
+
+    assert both.estimate.breakdown_s["compute"] == pytest.approx(alone(1, 11), rel=0.015)
+    assert both.estimate.breakdown_s["compute"] < alone(0, 23)
 
 
 @pytest.mark.parametrize("dtype, zones", [("bf16", 4), ("fp32", 5)])

@@ -227,8 +227,9 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: Sear
     slots = pl.domains[p_idx]
     cand_hw, shares, mixed = take_rows(hw, p_idx), np.zeros(parts.shape), np.zeros(0, dtype=int)
     if opts.balance:
-        cand_hw, shares, mixed = balanced(job, view, kind == PIPELINE, plans, slots, parts,
-                                          cand_hw)
+        plan_id = c_idx * len(ladder) + rung  # the grid's plan at its memory rung
+        cand_hw, shares, mixed = balanced(job, view, kind == PIPELINE, plans, plan_id, slots,
+                                          parts, cand_hw, opts)
     est = estimate(job.arch, job.global_batch, plans, cand_hw, take_rows(pl.wan, p_idx),
                    opts.stack, opts.calibration, seq=job.seq)
     gpus = parts * unit[:, None]
