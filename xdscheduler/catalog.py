@@ -49,10 +49,12 @@ class Accelerator:
         return self.rated_tflops["fp16"]
 
     def rates(self, dtype: str) -> bool:
+        """Whether the catalog rates a peak in `dtype`: plans are made only in those."""
         return self.rated_tflops.get(dtype) is not None
 
     def peak_tflops(self, dtype: str) -> float:
-        """The dense peak a plan in `dtype` computes at (fp16 at the 16-bit rate of bf16)."""
+        """The dense peak a plan in `dtype` computes at; UserError naming the precisions the
+        accelerator has where the catalog rates none in `dtype`."""
         rated = self.rated_tflops
         if dtype not in rated:
             raise UserError(f"unknown dtype {dtype!r}; known: {', '.join(rated)}")

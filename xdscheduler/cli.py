@@ -371,8 +371,9 @@ def _version() -> str:
 
 def _dtype_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=DTYPES, default="bf16",
-                   help="precision of the GEMMs (fp16 at the 16-bit rate; tf32 and fp32 keep "
-                        "weights, activations and gradients in 4 bytes)")
+                   help="precision of the GEMMs (fp16 at the 16-bit rate, the only 16-bit one on "
+                        "chips without BF16 such as V100; tf32 and fp32 keep weights, "
+                        "activations and gradients in 4 bytes)")
 
 
 def build_parser() -> argparse.ArgumentParser:
