@@ -117,7 +117,7 @@ def cell(path: str, load: float, seed: int) -> dict:
     pooled_cap = np.array([ideal_rates(specs, view)[s.name] for s in specs]) * flops
     inside = domain_rates(specs, view) * flops[:, None]
     bg = background_load(study_dynamics(inputs, seed, HOURS), view, HOURS * 3600)
-    peaks = np.array([d.total_gpus * d.accelerator.bf16_tflops * 1e12 for d in view.domains])
+    peaks = np.array([d.total_gpus * d.accelerator.half_tflops * 1e12 for d in view.domains])
     capacity = peaks * MFU_CAP * (1 - bg)
     pooled = fluid(arrival, total, pooled_cap[:, None], np.array([capacity.sum()]))
     parted = fluid(arrival, total, inside, capacity)

@@ -156,3 +156,19 @@ def test_the_readme_table_of_profiles_says_what_they_hold():
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[2:] == [str(len(p.fitted)), str(len(p.held_out)),
                              f"{median_error(p.fitted):.1%}", f"{median_error(p.held_out):.1%}"]
+
+
+def test_torchtitans_h100_runs_are_on_the_h100_they_ran_on():
+    """TorchTitan's H100 benchmarks ran on Grand Teton H100s (96GB HBM2e at 2.4 TB/s, 500 W,
+    peak between the SXM and NVL figures): every such run names that entry, whose peak lies
+    within those bounds, and the fsdp2 profile fitted on them holds out under 8%."""
+    from xdscheduler import catalog
+
+    runs, _ = load_runs(PUBLISHED)
+    h100 = {r.gpu.name for r in runs if "torchtitan" in r.source.lower()
+            and r.gpu.name.startswith("H100")}
+    assert h100 == {"H100-SXM-HBM2e"}
+    variant, sxm = catalog.accelerator("H100-SXM-HBM2e"), catalog.accelerator("H100-SXM")
+    assert (variant.memory_gbs, variant.power_w) == (2400, 500)
+    assert 835.5 < variant.bf16_tflops < sxm.bf16_tflops
+    assert median_error(Profile.load("fsdp2").held_out) < 0.08

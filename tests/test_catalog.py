@@ -23,6 +23,18 @@ def test_fp8_only_where_it_exists():
         catalog.accelerator("A100").peak_tflops("fp8")
 
 
+def test_v100_has_no_bf16_and_plans_in_fp16_or_fp32():
+    """V100 (Volta) has FP16 tensor cores and no BF16: its 16-bit peak, the yardstick of speed
+    and MFU, is the FP16 one; a BF16 plan is refused naming the precisions it has."""
+    v100 = catalog.accelerator("V100")
+    assert v100.bf16_tflops is None and v100.half_tflops == 125.0
+    assert (v100.peak_tflops("fp16"), v100.peak_tflops("fp32")) == (125.0, 15.7)
+    with pytest.raises(UserError, match=r"no BF16 tensor cores.*\(fp16, fp32\)"):
+        v100.peak_tflops("bf16")
+    a100 = catalog.accelerator("A100")  # both: FP16 at the BF16 rate
+    assert a100.peak_tflops("fp16") == a100.peak_tflops("bf16") == a100.half_tflops
+
+
 @pytest.mark.parametrize("name,billions", [
     ("gpt3-175b", 175), ("gpt3-6.7b", 6.7), ("llama2-7b", 6.7), ("llama2-13b", 13.0),
     ("llama2-70b", 69.0), ("llama3-8b", 8.0), ("llama3-70b", 70.6), ("llama3.1-405b", 405.8),
@@ -85,6 +97,8 @@ def test_a_scenario_plans_on_an_accelerator_of_its_own(tmp_path, capsys):
 
 @pytest.mark.parametrize("entry, message", [
     (_entry("TestChip-B", bf16_tflops=-1.0), r"accelerators\[0\]\.bf16_tflops"),
+    ({k: v for k, v in _entry("TestChip-F").items() if k != "bf16_tflops"},
+     r"accelerators\[0\].*give bf16_tflops, or fp16_tflops"),
     (_entry("H100", bf16_tflops=1000.0), "already known as 'H100-SXM'"),
     ({**_entry("TestChip-C"), "source": ""}, r"accelerators\[0\]\.source"),
 ])

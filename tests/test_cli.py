@@ -53,6 +53,7 @@ def test_estimate_explicit_architecture(capsys):
     (["--vp", "5"], "VP 5 does not divide the 6 layers of the heaviest"),
     (["--micro-batch", "5"], "does not divide the 192 samples of the busiest"),
     (["--dtype", "fp8"], "no FP8"),
+    (["--gpu", "V100"], "V100-SXM2-32GB has no BF16 tensor cores"),
     (["--gpu", "TPU9"], "unknown accelerator"),
 ])
 def test_estimate_rejects_invalid_plans_with_status_2(capsys, change, message):

@@ -6,7 +6,7 @@ import pytest
 
 from tests.conftest import SCENARIOS
 from xdscheduler import catalog
-from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch, WanUse
+from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch, Stack, WanUse
 from xdscheduler.costmodel.steptime import estimate
 from xdscheduler.errors import UserError
 from xdscheduler.planner.baselines import ONLINE
@@ -98,7 +98,7 @@ def brute_force(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchO
         doms = [view.domains[i] for i in members]
         accs = [d.accelerator for d in doms]
         hw = Hardware(
-            peak_tflops=min(a.bf16_tflops for a in accs),
+            peak_tflops=min(a.half_tflops for a in accs),
             peak_fp8_tflops=min(a.fp8_tflops or 0.0 for a in accs),
             peak_tf32_tflops=min(a.tf32_tflops or 0.0 for a in accs),
             peak_fp32_tflops=min(a.fp32_tflops or 0.0 for a in accs),
@@ -156,7 +156,7 @@ def brute_force(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchO
             else:
                 continue
             step = float(est.step_time_s[0])
-            peak = sum(g * view.domains[i].accelerator.bf16_tflops * 1e12
+            peak = sum(g * view.domains[i].accelerator.half_tflops * 1e12
                        for g, i in zip(gpus, members, strict=True))
             gpu_cost = sum(g * view.domains[i].price_per_gpu_hour
                            for g, i in zip(gpus, members, strict=True))
@@ -476,3 +476,73 @@ def test_a_mixed_plan_beats_the_best_single_type_plan_on_the_same_accelerators()
         single = search(job, alone, THROUGHPUT, SearchOptions(), pareto=False).best
         assert single.names == (name,)
         assert both.estimate.tokens_per_s > 1.15 * single.estimate.tokens_per_s
+
+
+def a100_and_v100(gpus: int = 16) -> ClusterView:
+    """16 A100-40GB and 16 V100 in one building (100 Gbit/s between them)."""
+    a, v = catalog.accelerator("A100-40GB"), catalog.accelerator("V100")
+    doms = (DomainView("a100", a, gpus, a.scaleup_gbs, 100, 3.7),
+            DomainView("v100", v, gpus, v.scaleup_gbs, 50, 2.5))
+    return ClusterView(doms, np.array([[0, 100.0], [100.0, 0]]), np.full((2, 2), 1.0),
+                       np.full((2, 2), 0.01))
+
+
+# V100 runs no FlashAttention-2 (Ampere and later): Megatron's fused softmax, in fp16
+VOLTA = SearchOptions(dtype="fp16", stack=Stack(flash_attention=False))
+
+
+def test_an_a100_and_v100_plan_beats_the_best_plan_on_either_alone():
+    """OPT-350M, global batch 1024 (Sailor's job) in fp16: the best plan uses both types, the
+    A100 replicas taking more micro-batches, and beats the best plan on either type alone;
+    in BF16 the V100 are left out, and the plan says so."""
+    view, arch = a100_and_v100(), catalog.model("opt-350m")
+    job = JobSpec("opt", arch, 1024, arch.seq_len, 1, 32)
+    both = search(job, view, THROUGHPUT, VOLTA, pareto=False).best
+    assert both.names == ("a100", "v100") and both.split[0] > both.split[1]
+    for name in ("a100", "v100"):
+        alone = view.with_free({d.name: 0 for d in view.domains if d.name != name})
+        single = search(job, alone, THROUGHPUT, VOLTA, pareto=False).best
+        assert both.estimate.tokens_per_s > 1.4 * single.estimate.tokens_per_s
+    bf16 = search(job, view, THROUGHPUT, replace(VOLTA, dtype="bf16"), pareto=False).best
+    assert bf16.names == ("a100",)
+    with pytest.raises(UserError, match=r"leave out V100-SXM2-32GB.*fp16, fp32"):
+        search(job, view.with_free({"a100": 0}), THROUGHPUT, replace(VOLTA, dtype="bf16"))
+
+
+def test_a_mixed_plan_splits_by_the_models_own_speeds_and_is_paced_by_its_slowest_share():
+    """The peaks say an A100 is 2.5 V100s (312:125 TF, 23 of 32 micro-batches to the A100
+    replicas), but OPT-350M's kernels are partly memory bound and the V100 has more bandwidth
+    per FLOP (900 GB/s for 125 TF, the A100 1,555 for 312): the model's own times say 1.95, 21
+    of 32. The step is the slower share on its own accelerator, 11 micro-batches of 2 on a V100
+    (within the launch overhead of the 5 beyond the even 16), and shorter than the 23 on an A100
+    that the peaks' split would take."""
+    view, arch = a100_and_v100(), catalog.model("opt-350m")
+    job = JobSpec("opt", arch, 1024, arch.seq_len, 1, 32)
+    both = search(job, view, THROUGHPUT, VOLTA, pareto=False).best
+    p = both.plan
+    assert (both.kind, p.dp, p.micro_batch, both.split) == ("data", 32, 2, (21, 11))
+
+    def alone(domain: int, micro_batches: int) -> float:
+        hw = Hardware.of(view.domains[domain].accelerator)
+        own = estimate(arch, 2 * micro_batches, PlanBatch.of([Plan(dp=1, micro_batch=2,
+                                                                   dtype="fp16")]),
+                       hw, stack=VOLTA.stack)
+        return float(own.breakdown_s["compute"][0])
+
+    assert both.estimate.breakdown_s["compute"] == pytest.approx(alone(1, 11), rel=0.015)
+    assert both.estimate.breakdown_s["compute"] < alone(0, 23)
+
+
+@pytest.mark.parametrize("dtype, zones", [("bf16", 4), ("fp32", 5)])
+def test_sailors_five_zones_get_the_best_plan_on_any_number_of_zones(dtype, zones):
+    """Sailor's setup at 8 A100-40GB a zone: the search's pick is the fastest of every candidate
+    (no gap), and the Oregon zone, 8 Gbit/s from the rest, is worth its gradient exchange only
+    where a step is long: in fp32 (five zones, 1.4% ahead of four), not in bf16 (four)."""
+    from benchmarks.sailor_zones import best_by_zones, setup
+
+    job, view = setup(8)
+    opts = SearchOptions(dtype=dtype)
+    pick = search(job, view, THROUGHPUT, opts, pareto=False).best
+    best = best_by_zones(job, view, opts)
+    assert len(pick.domains) == zones and pick.kind == "data"
+    assert pick.estimate.tokens_per_s == pytest.approx(max(best.values()))

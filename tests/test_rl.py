@@ -71,7 +71,7 @@ def test_choices_offer_the_planners_pick_and_ways_to_leave_faster_accelerators_f
     ch = choices(job, view, scn.weights)
     bests = [ch.objective(ch.best(g)) for g in range(len(ch.groups))]
     assert 1 < len(ch.groups) <= WAIT and bests[0] == max(bests) and ch.keep_off[0] == ()
-    peak = np.array([d.accelerator.bf16_tflops for d in view.domains])
+    peak = np.array([d.accelerator.half_tflops for d in view.domains])
     tiers = len(np.unique(peak)) - 1  # one per class of accelerators but the slowest
     assert len(ch.groups) == 1 + tiers and all(ch.keep_off[1:])
     for g, off in enumerate(ch.keep_off):

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from xdscheduler.errors import UserError
 from xdscheduler.schema import FileModel
@@ -20,7 +20,7 @@ class Accelerator:
     """Rated, dense (no sparsity) capabilities of one accelerator."""
 
     name: str
-    bf16_tflops: float
+    bf16_tflops: float | None  # None: no BF16 tensor cores (V100)
     fp8_tflops: float | None  # None: no FP8 tensor cores
     memory_gib: float
     memory_gbs: float  # HBM/GDDR bandwidth, GB/s
@@ -33,17 +33,36 @@ class Accelerator:
     source: str = ""  # where the figures come from: a datasheet, a measurement
     tf32_tflops: float | None = None  # dense TF32 tensor cores; None: none
     fp32_tflops: float | None = None  # FP32 without tensor cores; None: not rated
+    fp16_tflops: float | None = None  # dense FP16 tensor cores; None: at the BF16 rate
+
+    @property
+    def rated_tflops(self) -> dict[str, float | None]:
+        """Dense peak per precision, None where the catalog rates none; FP16 runs at the BF16
+        rate on every chip that has both, so an entry names it only where BF16 is missing."""
+        return {"bf16": self.bf16_tflops, "fp16": self.fp16_tflops or self.bf16_tflops,
+                "fp8": self.fp8_tflops, "tf32": self.tf32_tflops, "fp32": self.fp32_tflops}
+
+    @property
+    def half_tflops(self) -> float:
+        """The 16-bit tensor peak (BF16, or FP16 where there is no BF16): the yardstick of
+        speed, MFU and the compute index, which every accelerator has."""
+        return self.rated_tflops["fp16"]
+
+    def rates(self, dtype: str) -> bool:
+        """Whether the catalog rates a peak in `dtype`: plans are made only in those."""
+        return self.rated_tflops.get(dtype) is not None
 
     def peak_tflops(self, dtype: str) -> float:
-        """The dense peak a plan in `dtype` computes at (fp16 at the 16-bit rate of bf16)."""
-        rated = {"bf16": self.bf16_tflops, "fp16": self.bf16_tflops, "fp8": self.fp8_tflops,
-                 "tf32": self.tf32_tflops, "fp32": self.fp32_tflops}
+        """The dense peak a plan in `dtype` computes at; UserError naming the precisions the
+        accelerator has where the catalog rates none in `dtype`."""
+        rated = self.rated_tflops
         if dtype not in rated:
             raise UserError(f"unknown dtype {dtype!r}; known: {', '.join(rated)}")
         if rated[dtype] is None:
             what = "FP32 peak rated" if dtype == "fp32" else f"{dtype.upper()} tensor cores"
-            raise UserError(f"{self.name} has no {what} in the catalog; use --dtype bf16, or "
-                            f"add {dtype}_tflops to its entry")
+            has = ", ".join(d for d in rated if rated[d] is not None)
+            raise UserError(f"{self.name} has no {what} in the catalog; use --dtype with one "
+                            f"it has ({has}), or add {dtype}_tflops to its entry")
         return rated[dtype]
 
 
@@ -53,7 +72,8 @@ class AcceleratorEntry(FileModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=100)
     aliases: list[str] = Field(default=[], max_length=20)
     vendor: str = Field(min_length=1, max_length=100)
-    bf16_tflops: float = Field(gt=0, le=1e5)
+    bf16_tflops: float | None = Field(default=None, gt=0, le=1e5)
+    fp16_tflops: float | None = Field(default=None, gt=0, le=1e5)
     fp8_tflops: float | None = Field(default=None, gt=0, le=1e5)
     tf32_tflops: float | None = Field(default=None, gt=0, le=1e5)
     fp32_tflops: float | None = Field(default=None, gt=0, le=1e5)
@@ -64,6 +84,13 @@ class AcceleratorEntry(FileModel):
     gpus_per_node: int = Field(gt=0, le=128)
     power_w: float = Field(gt=0, le=1e5)
     source: str = Field(min_length=1, max_length=2000)  # a datasheet, or a measurement
+
+    @model_validator(mode="after")
+    def _a_16_bit_peak(self) -> AcceleratorEntry:
+        # every model and index is paced by the 16-bit peak: an entry needs one of the two
+        if self.bf16_tflops is None and self.fp16_tflops is None:
+            raise ValueError("give bf16_tflops, or fp16_tflops where the chip has no BF16")
+        return self
 
     def accelerator(self) -> Accelerator:
         return Accelerator(**{**self.model_dump(), "aliases": tuple(self.aliases)})

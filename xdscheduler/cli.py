@@ -58,8 +58,8 @@ def cmd_catalog(args) -> None:
         catalog.load_catalog(path)
     catalog.user_catalogs()
     accs = [
-        {"name": a.name, "vendor": a.vendor, "bf16_tflops": a.bf16_tflops,
-         "fp8_tflops": a.fp8_tflops, "tf32_tflops": a.tf32_tflops, "fp32_tflops": a.fp32_tflops,
+        {"name": a.name, "vendor": a.vendor,
+         **{f"{k}_tflops": v for k, v in a.rated_tflops.items()},
          "memory_gib": a.memory_gib, "memory_gbs": a.memory_gbs,
          "scaleup_gbs": a.scaleup_gbs, "scaleout_gbps": a.scaleout_gbps,
          "gpus_per_node": a.gpus_per_node, "power_w": a.power_w, "aliases": list(a.aliases),
@@ -76,11 +76,12 @@ def cmd_catalog(args) -> None:
     if args.json:
         _print_json({"accelerators": accs, "models": models})
         return
-    print(f"{'accelerator':<13}{'BF16 TF':>9}{'FP8 TF':>9}{'GiB':>6}{'HBM GB/s':>10}"
-          f"{'link GB/s':>10}")
+    print(f"{'accelerator':<15}{'BF16 TF':>9}{'FP16 TF':>9}{'FP8 TF':>9}{'GiB':>6}"
+          f"{'HBM GB/s':>10}{'link GB/s':>10}")
     for a in accs:
-        fp8 = f"{a['fp8_tflops']:.0f}" if a["fp8_tflops"] else "-"
-        print(f"{a['name']:<13}{a['bf16_tflops']:>9.0f}{fp8:>9}{a['memory_gib']:>6.0f}"
+        bf16, fp16, fp8 = (f"{a[k]:.0f}" if a[k] else "-"
+                           for k in ("bf16_tflops", "fp16_tflops", "fp8_tflops"))
+        print(f"{a['name']:<15}{bf16:>9}{fp16:>9}{fp8:>9}{a['memory_gib']:>6.0f}"
               f"{a['memory_gbs']:>10.0f}{a['scaleup_gbs']:>10.0f}")
     print(f"\n{'model':<15}{'params':>8}{'layers':>8}{'hidden':>8}{'heads':>7}{'kv':>5}{'seq':>7}")
     for m in models:
@@ -143,7 +144,7 @@ def cmd_estimate(args) -> None:
 def cmd_plan(args) -> None:
     from xdscheduler.costmodel.plan import Stack
     from xdscheduler.planner.limits import Limits, placement_cost_per_hour
-    from xdscheduler.planner.search import JobSpec, search
+    from xdscheduler.planner.search import JobSpec, search, unrated_note
     from xdscheduler.planner.space import SearchOptions
     from xdscheduler.planner.view import ClusterView
     from xdscheduler.scenario import Weights, default_scenario_path, load_scenario
@@ -172,6 +173,7 @@ def cmd_plan(args) -> None:
         "explanation": result.explanation,
         "alternatives": [as_json(c) for c in result.alternatives],
         "pareto": [as_json(c) for c in result.pareto],
+        "left_out": unrated_note(view, opts.dtype).lstrip("; "),
     }
     if args.json:
         _print_json(out)
@@ -186,6 +188,8 @@ def cmd_plan(args) -> None:
           f"{best.cross_domain_gb_per_step:.2f} GB over the WAN per step, "
           f"${out['cost_per_hour']:,.2f}/h")
     print(f"  why    {result.explanation['summary']}")
+    if out["left_out"]:
+        print(f"  note   {out['left_out']}")
     for i, alt in enumerate(result.alternatives, 1):
         print(f"  alt {i}  R={alt.objective.objective:.3f}  {alt.estimate.step_time_s:.2f} s  "
               f"${placement_cost_per_hour(alt, view):,.2f}/h  {describe(alt)}")
@@ -368,8 +372,9 @@ def _version() -> str:
 
 def _dtype_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=DTYPES, default="bf16",
-                   help="precision of the GEMMs (fp16 at the 16-bit rate; tf32 and fp32 keep "
-                        "weights, activations and gradients in 4 bytes)")
+                   help="precision of the GEMMs (fp16 at the 16-bit rate, the only 16-bit one on "
+                        "chips without BF16 such as V100; tf32 and fp32 keep weights, "
+                        "activations and gradients in 4 bytes)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -85,7 +85,7 @@ class PlanBatch:
 class Hardware:
     """The accelerators a plan runs on; scalars or arrays broadcast against a PlanBatch."""
 
-    peak_tflops: np.ndarray | float  # bf16 dense
+    peak_tflops: np.ndarray | float  # 16-bit dense: BF16, or FP16 where there is no BF16
     peak_fp8_tflops: np.ndarray | float  # 0 where there is no FP8
     peak_tf32_tflops: np.ndarray | float  # 0 where there is no TF32
     peak_fp32_tflops: np.ndarray | float  # 0 where it is not rated
@@ -98,7 +98,7 @@ class Hardware:
     @classmethod
     def of(cls, acc, scaleup_gbs: float | None = None, scaleout_gbps: float | None = None):
         return cls(
-            peak_tflops=acc.bf16_tflops, peak_fp8_tflops=acc.fp8_tflops or 0.0,
+            peak_tflops=acc.half_tflops, peak_fp8_tflops=acc.fp8_tflops or 0.0,
             peak_tf32_tflops=acc.tf32_tflops or 0.0, peak_fp32_tflops=acc.fp32_tflops or 0.0,
             memory_gib=acc.memory_gib, memory_gbs=acc.memory_gbs,
             scaleup_gbs=scaleup_gbs or acc.scaleup_gbs,

@@ -145,12 +145,12 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
 
     precision = np.asarray(plans.precision)
     fp8, wide = precision == DTYPES.index("fp8"), _wide(plans)
-    bf16_peak = _f(hw.peak_tflops) * 1e12
+    half_peak = _f(hw.peak_tflops) * 1e12
     # the GEMMs' own peak: the 16-bit one for bf16 and fp16, else FP8, TF32 or FP32's
     own_peak = np.select(
         [fp8, precision == DTYPES.index("tf32"), precision == DTYPES.index("fp32")],
         [_f(hw.peak_fp8_tflops) * 1e12, _f(hw.peak_tf32_tflops) * 1e12,
-         _f(hw.peak_fp32_tflops) * 1e12], bf16_peak)
+         _f(hw.peak_fp32_tflops) * 1e12], half_peak)
     gemm_peak = own_peak * np.where(fp8, calib.fp8_gemm_efficiency, calib.gemm_efficiency)
     mem_bw = _f(hw.memory_gbs) * 1e9
     operand_bytes = np.asarray(OPERAND_BYTES)[precision]
@@ -158,7 +158,7 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     # recipes keep activations in bf16)
     elem = np.where(wide, 4.0, 2.0)
     # attention and the output layer run in 16 bits unless the whole plan is 32-bit
-    attn_base = np.where(wide, own_peak, bf16_peak)
+    attn_base = np.where(wide, own_peak, half_peak)
 
     def gemm(m, k, n, peak=gemm_peak, elem=operand_bytes):
         # Additive roofline: small or thin matrices pay for their bytes on top of FLOPs.
@@ -168,7 +168,7 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     gemm_fwd = (gemm(tok, h, h * (1 + 2 * kv_frac) / tp) + gemm(tok, h / tp, h)
                 + gemm(tok, h, n_up * ffn / tp) + gemm(tok, ffn / tp, h))
 
-    bf16_eff_peak = attn_base * calib.gemm_efficiency
+    half_eff_peak = attn_base * calib.gemm_efficiency
     if stack.flash_attention:
         attn_flops = 4 * mb * (s / cp) * s * h / tp * 0.5  # causal blocks are skipped
         attn_io = 4 * tok * h / tp * elem / mem_bw
@@ -178,8 +178,8 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
         s2_bytes_per_token = 0.0
     else:
         d_head = h / heads
-        per_head = (gemm(s / cp, d_head, s, bf16_eff_peak, elem)
-                    + gemm(s / cp, s, d_head, bf16_eff_peak, elem))
+        per_head = (gemm(s / cp, d_head, s, half_eff_peak, elem)
+                    + gemm(s / cp, s, d_head, half_eff_peak, elem))
         attn_fwd = mb * heads / tp * per_head
         attn_bwd = 2 * attn_fwd
         s2_bytes_per_token = _score_bytes_per_token(arch, tp, s, stack)
@@ -219,7 +219,7 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
         layer_rec = np.where(recompute == 1, 0.0, layer_rec)  # flash already recomputes
 
     # FP8 recipes keep the output layer in BF16 (Transformer Engine casts only the blocks).
-    logits = (3 * gemm(tok, h, vocab / tp, bf16_eff_peak, elem)
+    logits = (3 * gemm(tok, h, vocab / tp, half_eff_peak, elem)
               + 3 * calib.memory_passes * tok * vocab / tp * 4 / mem_bw)
     # The slowest stage sets the pace: the heaviest, or the last with the output layer.
     per_layer_t = layer_fwd + layer_bwd + layer_rec + tp_fwd_exposed + tp_bwd_exposed

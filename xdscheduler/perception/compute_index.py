@@ -27,7 +27,7 @@ from xdscheduler.planner.view import ClusterView, DomainView
 
 # The capabilities a task can be sensitive to: Hardware field -> accelerator attribute.
 CAPABILITIES = {
-    "matrix_tflops": ("peak_tflops", "bf16_tflops"),
+    "matrix_tflops": ("peak_tflops", "half_tflops"),
     "memory_bandwidth": ("memory_gbs", "memory_gbs"),
     "scaleup_bandwidth": ("scaleup_gbs", "scaleup_gbs"),
     "scaleout_bandwidth": ("scaleout_gbps", "scaleout_gbps"),

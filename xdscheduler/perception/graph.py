@@ -76,7 +76,7 @@ def node_features(view: ClusterView) -> np.ndarray:
     ind = view.indicators if view.indicators is not None else np.zeros((k, len(INDICATOR_NAMES)))
     scaled = ind / np.array([SCALE[n] for n in INDICATOR_NAMES])
     extras = np.array([[d.available / max(d.total_gpus, 1), d.total_gpus / 512,
-                        d.price_per_gpu_hour / 3, d.accelerator.bf16_tflops / 1000,
+                        d.price_per_gpu_hour / 3, d.accelerator.half_tflops / 1000,
                         d.accelerator.memory_gib / 100, float(d.up)] for d in view.domains])
     return np.concatenate([scaled, extras], axis=1).astype(np.float32)
 

@@ -9,15 +9,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from xdscheduler.costmodel.plan import Hardware, PlanBatch
+from xdscheduler.costmodel.steptime import estimate
+from xdscheduler.planner.space import (
+    SINGLE,
+    SearchOptions,
+    describe_placements,
+    domain_speeds,
+    take_rows,
+)
 from xdscheduler.planner.view import ClusterView
 
 if TYPE_CHECKING:
     from xdscheduler.planner.search import JobSpec
-
-
-# what a faster accelerator does faster: its share of the work scales these
-SPEED_FIELDS = ("peak_tflops", "peak_fp8_tflops", "peak_tf32_tflops", "peak_fp32_tflops",
-                "memory_gbs")
 
 
 def balanced_pace(total: np.ndarray, counts: np.ndarray, speeds: np.ndarray,
@@ -42,18 +45,43 @@ def balanced_pace(total: np.ndarray, counts: np.ndarray, speeds: np.ndarray,
     return units, np.where(used, units / s, 0.0).max(axis=1)
 
 
+def slot_speeds(job: JobSpec, view: ClusterView, plans: PlanBatch, plan_id: np.ndarray,
+                slots: np.ndarray, held: np.ndarray, opts: SearchOptions) -> np.ndarray:
+    """How fast each held slot's accelerator runs these plans: 1 / the model's own time for a
+    replica's or a stage's work on it, so memory-bound parts, slow links inside a node and
+    every peak count as the model counts them (peaks alone overrate a chip poor in memory
+    bandwidth). Each distinct (plan, domain) is estimated once."""
+    domain = np.where(held, slots, 0)
+    key = plan_id[:, None] * len(view.domains) + domain
+    _, first, back = np.unique(key[held], return_index=True, return_inverse=True)
+    rows, doms = np.nonzero(held)[0][first], domain[held][first]
+    alone = describe_placements(view, np.full(len(view.domains), SINGLE, dtype=object),
+                                np.arange(len(view.domains))[:, None]).hardware
+    est = estimate(job.arch, job.global_batch, plans.take(rows), take_rows(alone, doms),
+                   stack=opts.stack, calib=opts.calibration, seq=job.seq)
+    busy = sum(est.breakdown_s[k] for k in ("compute", "recompute", "tp_comm"))
+    speed = np.ones(slots.shape)
+    speed[held] = (1.0 / busy)[back]
+    return speed
+
+
 def balanced(job: JobSpec, view: ClusterView, staged: np.ndarray, plans: PlanBatch,
-             slots: np.ndarray, parts: np.ndarray,
-             hw: Hardware) -> tuple[Hardware, np.ndarray, np.ndarray]:
+             plan_id: np.ndarray, slots: np.ndarray, parts: np.ndarray, hw: Hardware,
+             opts: SearchOptions) -> tuple[Hardware, np.ndarray, np.ndarray]:
     """Candidates over domains of different speeds with layers (pipeline stages) or
     micro-batches (replicas) in proportion to speed: the hardware that keeps their pace, the
-    units each worker of a slot takes, and which candidates these are."""
-    used = slots >= 0
-    speed = (view.peak_tflops * view.speed)[np.where(used, slots, 0)]
-    slowest = np.where(used, speed, np.inf).min(axis=1)
-    faster = (np.where(used, speed, slowest[:, None]) > slowest[:, None]).any(axis=1)
-    mixed = np.flatnonzero(((parts > 0).sum(axis=1) > 1) & faster)
+    units each worker of a slot takes, and which candidates these are. `plan_id` names each
+    candidate's parallel plan (equal ids: equal plans)."""
+    held = (slots >= 0) & (parts > 0)
+    multi = np.flatnonzero(held.sum(axis=1) > 1)
     shares = np.zeros(parts.shape)
+    if not len(multi):
+        return hw, shares, multi
+    speed = slot_speeds(job, view, plans.take(multi), plan_id[multi], slots[multi],
+                        held[multi], opts)
+    low = np.where(held[multi], speed, np.inf).min(axis=1)
+    differ = np.where(held[multi], speed, 0.0).max(axis=1) > low * (1 + 1e-9)
+    mixed, speed, held = multi[differ], speed[differ], held[multi][differ]
     if not len(mixed):
         return hw, shares, mixed
     # stages over domains split the layers; replicas over domains the micro-batches of a step
@@ -61,12 +89,16 @@ def balanced(job: JobSpec, view: ClusterView, staged: np.ndarray, plans: PlanBat
     workers = np.where(pipeline, plans.pp[mixed], plans.dp[mixed])
     total = np.where(pipeline, job.arch.layers,
                      -(-job.global_batch // plans.micro_batch[mixed])).astype(float)
-    shares[mixed], pace = balanced_pace(total, parts[mixed], speed[mixed])
-    # the same pace from every worker at even shares: the slowest's speed scaled up
-    gain = np.ones(len(parts))
-    gain[mixed] = (total / workers) / pace / slowest[mixed]
-    fields = {k: np.asarray(v, dtype=float) * (gain if k in SPEED_FIELDS else 1.0)
+    shares[mixed], _ = balanced_pace(total, parts[mixed], speed)
+    # The slot that finishes last (most units for its speed) paces the step: its accelerator,
+    # its speeds scaled by even/own share, is the hardware that takes as long at even shares.
+    pacer = np.where(held, shares[mixed] / speed, -1.0).argmax(axis=1)
+    row = np.arange(len(mixed))
+    scale = (total / workers) / shares[mixed][row, pacer]
+    fields = {k: np.asarray(v, dtype=float) * np.ones(len(parts))
               for k, v in hw.__dict__.items()}
+    for k, per_domain in domain_speeds(view).items():
+        fields[k][mixed] = per_domain[slots[mixed][row, pacer]] * scale
     return Hardware(**fields), shares, mixed
 
 

@@ -109,7 +109,7 @@ def search(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchOption
         raise UserError(
             f"no feasible plan for job {job.name!r} ({job.arch.size} parameters, "
             f"{job.gpus_min}-{job.gpus_max} GPUs) on the free accelerators ({free})"
-        )
+            + unrated_note(view, opts.dtype))
     order = ranked(ev, view, limits)
     picked = distinct(ev, order, top_k + 1)
     cands = [placement_at(ev, i, view, job) for i in picked]
@@ -192,7 +192,7 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: Sear
     ok = ((n >= job.gpus_min) & (n <= room[None, :]) & (first[:, limit_of] >= 0)
           & (g.tp[:, None] <= gpn[None, :])
           & ((g.diloco_h[:, None] == 0) | (pl.kind == DATA)[None, :])
-          & rated(hw, opts.dtype, len(pl))[None, :])
+          & rated(view, pl.domains, opts.dtype)[None, :])
     c_idx, p_idx = np.nonzero(ok)
     rung, kind = first[c_idx, limit_of[p_idx]], pl.kind[p_idx]
 
@@ -227,8 +227,9 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: Sear
     slots = pl.domains[p_idx]
     cand_hw, shares, mixed = take_rows(hw, p_idx), np.zeros(parts.shape), np.zeros(0, dtype=int)
     if opts.balance:
-        cand_hw, shares, mixed = balanced(job, view, kind == PIPELINE, plans, slots, parts,
-                                          cand_hw)
+        plan_id = c_idx * len(ladder) + rung  # the grid's plan at its memory rung
+        cand_hw, shares, mixed = balanced(job, view, kind == PIPELINE, plans, plan_id, slots,
+                                          parts, cand_hw, opts)
     est = estimate(job.arch, job.global_batch, plans, cand_hw, take_rows(pl.wan, p_idx),
                    opts.stack, opts.calibration, seq=job.seq)
     gpus = parts * unit[:, None]
@@ -242,12 +243,23 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: Sear
                      shares[keep])
 
 
-def rated(hw, dtype: str, n: int) -> np.ndarray:
-    """Placements whose every accelerator has a rated peak in `dtype` (FP8, TF32 or FP32 units
-    some lack; 16-bit ones all have)."""
-    peak = {"fp8": hw.peak_fp8_tflops, "tf32": hw.peak_tf32_tflops,
-            "fp32": hw.peak_fp32_tflops}.get(dtype)
-    return np.ones(n, dtype=bool) if peak is None else np.broadcast_to(np.asarray(peak) > 0, (n,))
+def rated(view: ClusterView, domains: np.ndarray, dtype: str) -> np.ndarray:
+    """Placements whose every accelerator has a rated peak in `dtype` (FP8, TF32, FP32 or BF16
+    units some lack: V100 has no BF16): a plan never runs at a peak the catalog cannot give."""
+    has = np.array([d.accelerator.rates(dtype) for d in view.domains])
+    valid = domains >= 0
+    return (has[np.where(valid, domains, 0)] | ~valid).all(axis=1)
+
+
+def unrated_note(view: ClusterView, dtype: str) -> str:
+    """What a plan in `dtype` leaves out, said to the user: the domains whose accelerator the
+    catalog rates no such peak for, and the precisions they have."""
+    out = {d.accelerator.name: d.accelerator for d in view.domains
+           if not d.accelerator.rates(dtype)}
+    return "".join(
+        f"; {dtype.upper()} plans leave out {name}, which has no {dtype.upper()} figure (it "
+        f"has {', '.join(k for k in acc.rated_tflops if acc.rates(k))}: --dtype)"
+        for name, acc in out.items())
 
 
 def _take_est(est, keep):

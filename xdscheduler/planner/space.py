@@ -180,25 +180,32 @@ def _chains(members: tuple[int, ...]) -> list[tuple[int, ...]]:
     return [p for p in itertools.permutations(members) if p[0] < p[-1]]
 
 
+def domain_speeds(view: ClusterView) -> dict[str, np.ndarray]:
+    """Per domain, the Hardware fields a faster accelerator does faster, at the view's speed
+    factors: the peaks (0 where the catalog rates none) and memory bandwidth."""
+    accs = [d.accelerator for d in view.domains]
+    rated = {"peak_tflops": [a.half_tflops for a in accs],
+             "peak_fp8_tflops": [a.fp8_tflops or 0.0 for a in accs],
+             "peak_tf32_tflops": [a.tf32_tflops or 0.0 for a in accs],
+             "peak_fp32_tflops": [a.fp32_tflops or 0.0 for a in accs],
+             "memory_gbs": [a.memory_gbs for a in accs]}
+    return {k: np.asarray(v, dtype=float) * view.speed for k, v in rated.items()}
+
+
 def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -> Placements:
     """The hardware and WAN use of each placement: its slowest member and narrowest links, at
     the view's speed and goodput factors."""
     accs = [d.accelerator for d in view.domains]
     valid = doms >= 0
     safe = np.where(valid, doms, 0)
-    speed = view.speed
 
-    def slowest(values, scale=1.0, fill=np.inf):
-        arr = (np.asarray(values, dtype=float) * scale)[safe]
+    def slowest(values, fill=np.inf):
+        arr = np.asarray(values, dtype=float)[safe]
         return np.where(valid, arr, fill).min(axis=1)
 
     hw = Hardware(
-        peak_tflops=slowest([a.bf16_tflops for a in accs], speed),
-        peak_fp8_tflops=slowest([a.fp8_tflops or 0.0 for a in accs], speed),
-        peak_tf32_tflops=slowest([a.tf32_tflops or 0.0 for a in accs], speed),
-        peak_fp32_tflops=slowest([a.fp32_tflops or 0.0 for a in accs], speed),
+        **{k: slowest(v) for k, v in domain_speeds(view).items()},
         memory_gib=slowest([a.memory_gib for a in accs]),
-        memory_gbs=slowest([a.memory_gbs for a in accs], speed),
         scaleup_gbs=slowest([d.scaleup_gbs for d in view.domains]),
         scaleout_gbps=slowest([d.scaleout_gbps for d in view.domains]),
         gpus_per_node=slowest([d.node_gpus for d in view.domains]),

@@ -180,8 +180,8 @@ class ClusterView:
 
     @cached_property
     def peak_tflops(self) -> np.ndarray:
-        """bf16 peak of one accelerator of each domain (a view is immutable: computed once)."""
-        return np.array([d.accelerator.bf16_tflops for d in self.domains])
+        """16-bit peak of one accelerator of each domain (a view is immutable: computed once)."""
+        return np.array([d.accelerator.half_tflops for d in self.domains])
 
     @property
     def mean_gpu_price(self) -> float:

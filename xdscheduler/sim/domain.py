@@ -66,7 +66,7 @@ class DomainState:
         linked = [j for j in range(len(names)) if j != self.index and bandwidth_row[j] > 0]
         src = f"domain:{spec.name}"
         values = {
-            "compute_index": self.total * acc.bf16_tflops / REFERENCE_TFLOPS,
+            "compute_index": self.total * acc.half_tflops / REFERENCE_TFLOPS,
             "free_accelerators": max(self.free(load), 0),
             "utilization": busy / self.total,
             "free_accelerator_memory": max(self.free(load), 0) * acc.memory_gib,

@@ -51,7 +51,7 @@ def generated_jobs(scn: Scenario, hours: float, seed: int, load: float | None = 
     without a `workload` block gets the default one (Kalos statistics, jobs of 8+)."""
     spec = scn.workload or Workload()
     gpus = sum(d.gpus for d in scn.domains)
-    peak = sum(d.gpus * d.accelerator.bf16_tflops for d in scn.domains) / gpus
+    peak = sum(d.gpus * d.accelerator.half_tflops for d in scn.domains) / gpus
     tenants = tuple(t.name for t in scn.tenancy.tenants) if scn.tenancy else TENANTS
     return generate_jobs(hours, gpus, seed, load=spec.load if load is None else load,
                          cluster=spec.cluster, min_gpus=spec.min_gpus, peak_tflops=peak,

@@ -41,7 +41,7 @@ def utilization_while_arriving(res: Results, horizon_s: float) -> float:
 
 def peak_flop_per_s(view: ClusterView) -> float:
     """Dense BF16 peak of every accelerator of the cluster together."""
-    return float(sum(d.total_gpus * d.accelerator.bf16_tflops for d in view.domains)) * 1e12
+    return float(sum(d.total_gpus * d.accelerator.half_tflops for d in view.domains)) * 1e12
 
 
 def summarise(res: Results, weights: Weights, ideal: dict[str, float], view: ClusterView,
