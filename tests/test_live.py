@@ -124,7 +124,7 @@ def cluster(tmp_path_factory):
         yield state, json.loads(state.read_text())
     finally:
         if state.exists():
-            xds("down", state=state, check=False)
+            xds("down", state=state)
 
 
 @needs_fabric
@@ -183,3 +183,46 @@ def test_down_stops_exactly_what_up_started(tmp_path):
                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert f"xds{started['tag']}-" not in namespaces
+
+
+def wait_for(state, job: str, until, timeout_s: float = 400) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        row = next(j for j in json.loads(xds("jobs", "--json", state=state))["jobs"]
+                   if j["job"] == job)
+        if until(row):
+            return row
+        time.sleep(1)
+    raise AssertionError(f"{job} never got there: {row}")
+
+
+@needs_fabric
+@pytest.mark.slow
+def test_a_lost_node_is_found_in_seconds_and_its_job_resumes_elsewhere(cluster):
+    """Kill the Ray node (raylet and all) under a running job: the controller finds the domain
+    down within 3 s, the job goes on from its last checkpoint in another domain and finishes,
+    and no checkpointed step is trained twice or lost."""
+    import psutil
+
+    state, started = cluster
+    xds("submit", str(JOBS / "gpt-long.yaml"), state=state)
+    row = wait_for(state, "gpt-long", lambda r: r["step"] >= 25)
+    (domain,) = row["domains"]
+    node = next(p["pid"] for p in started["processes"] if p.get("domain") == domain)
+    raylet = next(c for c in psutil.Process(node).children(recursive=True)
+                  if "raylet" in c.name())
+    raylet.kill()
+    killed_at = time.time()
+    done = wait_for(state, "gpt-long", lambda r: r["status"] in ("done", "failed"))
+    assert done["status"] == "done" and done["step"] == done["steps"], done
+    assert domain not in done["domains"]  # it finished somewhere else
+    events = json.loads(xds("logs", "gpt-long", "--json", state=state))["events"]
+    requeued = next(e for e in events if e["event"] == "requeued")
+    assert requeued["down_at"] - killed_at < 3.0, requeued["down_at"] - killed_at
+    steps = [e["step"] for e in events if e["event"] == "step"]
+    resumed_at = steps.index(requeued["from_step"]) + 1 if requeued["from_step"] in steps \
+        else len(steps)
+    after = steps[resumed_at:]
+    checkpointed = requeued["from_step"] // 10 * 10  # every 10 steps
+    assert after and after[0] == checkpointed + 1, (requeued, after[:3])
+    assert after == list(range(checkpointed + 1, done["steps"] + 1))

@@ -228,10 +228,15 @@ def down(state_path: Path) -> list[str]:
 
 
 def stop(state: ClusterState) -> list[str]:
+    """Stop every recorded process and remove the namespaces, whatever fails on the way (what
+    could not be done is said)."""
     done = []
     for p in reversed(state.processes):  # nodes before the head
-        if stop_process(p.pid):
-            done.append(f"stopped Ray {p.role} {p.domain or ''} (pid {p.pid})".replace("  ", " "))
+        what = f"Ray {p.role} {p.domain or ''} (pid {p.pid})".replace("  ", " ")
+        try:
+            done.append(f"stopped {what}" if stop_process(p.pid) else f"{what} had exited")
+        except Exception as err:  # go on: the rest must stop all the same
+            done.append(f"could not stop {what}: {err}")
     if state.tag:
         scn = load_scenario(state.scenario)
         fab.teardown(state.fabric(scn))
@@ -301,11 +306,21 @@ def _join(state: ClusterState) -> None:
     import ray
 
     if not ray.is_initialized():
+        # Ray prints the cluster's warnings to the driver's stdout whatever log_to_driver
+        # says; a command's stdout is its answer (--json), so they go to stderr until
+        # `disconnect`
+        global _stdout
+        _stdout, sys.stdout = sys.stdout, sys.stderr
         ray.init(address=state.address, log_to_driver=False, namespace=NAMESPACE)
 
 
-def disconnect() -> None:
-    import sys
+_stdout = None
 
+
+def disconnect() -> None:
+    """Leave the cluster (if this process joined it) and give stdout back."""
+    global _stdout
     if "ray" in sys.modules:
         sys.modules["ray"].shutdown()
+    if _stdout is not None:
+        sys.stdout, _stdout = _stdout, None

@@ -26,9 +26,11 @@ from xdscheduler.scenario import load_scenario
 log = logging.getLogger("xdscheduler.live")
 
 CONTROLLER = "xds-controller"
-TICK_S = 0.5  # how often the controller hears its domains and decides
-PING_TIMEOUT_S = 1.0  # a heartbeat not back within this is missed
+TICK_S = 0.25  # how often the controller hears its domains and decides
+PING_TIMEOUT_S = 0.5  # a heartbeat not back within this is missed
 MISSES_TO_DOWN = 2  # two missed heartbeats in a row: the domain is down (< 3 s)
+KEEP_CHECKPOINTS = 5  # per job, in its storage (Ray Train deletes the older ones)
+RESPAWN_EVERY = 20  # missed heartbeats between fresh agents for a domain that is down
 # The live runner trains data-parallel plans (hierarchical across domains, DiLoCo every H):
 # the planner searches those, in FP32 (what CPUs and gloo run), DiLoCo every 10 steps.
 LIVE_OPTIONS = replace(ONLINE, tensor=(1,), max_pipeline=1, context=(1,), virtual=(1,),
@@ -75,6 +77,9 @@ class DomainAgent:
     def __init__(self, name: str):
         self.name = name
 
+    def ping(self) -> float:
+        return time.time()
+
     def report(self) -> dict:
         nodes = [n for n in ray.nodes()
                  if n["Alive"] and n.get("Labels", {}).get(DOMAIN_LABEL) == self.name]
@@ -88,7 +93,7 @@ class DomainAgent:
 def run_training(config: dict, workers: list[str], storage: str, use_gpu: bool) -> dict:
     """One Ray Train run: a worker per entry of `workers`, pinned to that domain by label.
     A run started again under the same name resumes from its last checkpoint."""
-    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
     trainer = TorchTrainer(
@@ -99,6 +104,7 @@ def run_training(config: dict, workers: list[str], storage: str, use_gpu: bool) 
             resources_per_worker=None if use_gpu else {"CPU": 1},
             label_selector=[{DOMAIN_LABEL: d} for d in workers]),
         run_config=RunConfig(name=config["job"], storage_path=storage,
+                             checkpoint_config=CheckpointConfig(num_to_keep=KEEP_CHECKPOINTS),
                              failure_config=FailureConfig(max_failures=0)))
     result = trainer.fit()
     return {"error": str(result.error) if result.error else None}
@@ -117,6 +123,7 @@ class LiveController:
         self.jobs: dict[str, JobRecord] = {}
         self.agents = {n: self._agent(n) for n in self.names}
         self.misses = dict.fromkeys(self.names, 0)
+        self.heard_at = dict.fromkeys(self.names, time.time())  # last answered heartbeat
         self.down: dict[str, float] = {}  # domain -> when it was found down
         self.started = time.time()
         self._replay()
@@ -187,25 +194,33 @@ class LiveController:
             time.sleep(TICK_S)
 
     def _heartbeats(self) -> None:
-        refs = {n: a.report.remote() for n, a in self.agents.items()}
+        """Ping every domain's agent; a domain whose agent misses MISSES_TO_DOWN pings in a
+        row is down (its node, or the way to it, is lost) and its jobs queue again."""
+        refs = {n: a.ping.remote() for n, a in self.agents.items()}
         ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=PING_TIMEOUT_S)
+        now = time.time()
         for n, ref in refs.items():
             ok = ref in ready
             if ok:
                 try:
-                    ok = ray.get(ref)["nodes"] > 0
+                    ray.get(ref)
                 except RayActorError:
                     ok = False
             self.misses[n] = 0 if ok else self.misses[n] + 1
+            if ok:
+                self.heard_at[n] = now
             if self.misses[n] >= MISSES_TO_DOWN and n not in self.down:
-                self.down[n] = time.time()
-                self._event("", "domain_down", {"domain": n, "misses": self.misses[n]})
+                self.down[n] = now
+                self._event("", "domain_down", {"domain": n, "misses": self.misses[n],
+                                                "last_heartbeat": self.heard_at[n]})
                 self._fail_jobs_on(n)
             elif ok and n in self.down:
                 del self.down[n]
                 self._event("", "domain_up", {"domain": n})
-            if not ok and self.misses[n] >= MISSES_TO_DOWN:
-                self.agents[n] = self._agent(n)  # a fresh agent waits for the domain
+            if not ok and self.misses[n] % RESPAWN_EVERY == MISSES_TO_DOWN:
+                # a fresh agent waits (pending) for a node of the domain to come back
+                ray.kill(self.agents[n])
+                self.agents[n] = self._agent(n)
 
     def _fail_jobs_on(self, domain: str) -> None:
         """Jobs with workers in a lost domain stop, and queue again: they resume from their
@@ -216,7 +231,9 @@ class LiveController:
                     ray.cancel(rec.run, force=True, recursive=True)
                     rec.status, rec.run = "queued", None
                     self._event(rec.job.name, "requeued",
-                                {"domain": domain, "from_step": rec.step})
+                                {"domain": domain, "from_step": rec.step,
+                                 "down_at": self.down[domain],
+                                 "last_heartbeat": self.heard_at[domain]})
 
     def _reap(self) -> None:
         running = {r.run: r for r in self.jobs.values() if r.status == "running" and r.run}
@@ -267,7 +284,8 @@ class LiveController:
             "diloco_h": plan.diloco_h, "reason": p.explanation,
             "predicted_step_s": p.estimate.step_time_s if p.estimate else None}
         rec.status, rec.attempts = "running", rec.attempts + 1
-        cfg = rec.job.train_config(plan.diloco_h if len(p.names) > 1 else 0, CONTROLLER)
+        cfg = rec.job.train_config(plan.diloco_h if len(p.names) > 1 else 0, CONTROLLER,
+                                   self.storage)
         use_gpu = any(self.scn.domains[i].accelerator.vendor != "CPU" for i in p.domains)
         rec.run = run_training.options(label_selector={HEAD_LABEL: "head"}).remote(
             cfg.model_dump(), workers, self.storage, use_gpu)

@@ -53,9 +53,11 @@ class LiveJob(FileModel):
                        tokens=float(self.steps * self.global_batch * self.model.seq),
                        arrival_s=arrival_s, priority=self.priority)
 
-    def train_config(self, diloco_h: int, controller: str | None) -> TrainConfig:
-        return TrainConfig(job=self.name, shape=self.model, global_batch=self.global_batch,
-                           steps=self.steps, lr=self.lr, seed=self.seed, diloco_h=diloco_h,
+    def train_config(self, diloco_h: int, controller: str | None,
+                     storage: str | None = None) -> TrainConfig:
+        return TrainConfig(job=self.name, storage=storage, shape=self.model,
+                           global_batch=self.global_batch, steps=self.steps, lr=self.lr,
+                           seed=self.seed, diloco_h=diloco_h,
                            checkpoint_every=self.checkpoint_every, controller=controller)
 
 

@@ -33,6 +33,7 @@ class TrainConfig(Strict):
     checkpoint_every: int = Field(default=10, gt=0)
     threads: int = Field(default=1, gt=0, le=256)  # torch threads per worker
     controller: str | None = None  # the named actor that hears each step (None: nobody)
+    storage: str | None = None  # the runs' storage: resume from the newest checkpoint there
 
 
 def train_loop(config: dict) -> None:
@@ -53,7 +54,7 @@ def train_loop(config: dict) -> None:
     torch.manual_seed(cfg.seed)
     model = Gpt(cfg.shape)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
-    start = resume(model, opt)
+    start = resume(model, opt, cfg.storage, cfg.job)
     sync.broadcast_params(model)  # every worker starts from the same weights
     corpus = MarkovCorpus(cfg.shape.vocab, cfg.seed)
     mine = share(cfg.global_batch, world, rank)
@@ -165,19 +166,62 @@ class DomainSync:
         return float(v) / self.world
 
 
-def resume(model, opt) -> int:
-    """Load the run's last checkpoint, if it has one; the step to start from."""
+def resume(model, opt, storage: str | None, job: str) -> int:
+    """Load the job's newest complete checkpoint; the step to start from (0: none).
+
+    Ray Train's own record of the latest checkpoint lags the uploads (its controller hears the
+    workers' reports in rounds), so a run lost between the two would go back further than it
+    must: the checkpoints themselves, in the run's storage, say which step is newest."""
     import torch
     from ray import train
 
-    ckpt = train.get_checkpoint()
-    if ckpt is None:
-        return 0
-    with ckpt.as_directory() as folder:
-        state = torch.load(os.path.join(folder, "state.pt"), weights_only=True)
+    for folder in newest_checkpoints(storage, job) if storage else []:
+        try:
+            state = torch.load(folder.open("state.pt"), weights_only=True)
+        except (OSError, RuntimeError, EOFError):
+            continue  # cut short by the failure: the one before it is whole
+        break
+    else:
+        ckpt = train.get_checkpoint()
+        if ckpt is None:
+            return 0
+        with ckpt.as_directory() as where:
+            state = torch.load(os.path.join(where, "state.pt"), weights_only=True)
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["opt"])
     return int(state["step"])
+
+
+class StoredFolder:
+    """A checkpoint folder in the run's storage (a local path or any URI pyarrow reads)."""
+
+    def __init__(self, fs, path: str):
+        self.fs, self.path = fs, path
+
+    def open(self, name: str):
+        import io
+
+        with self.fs.open_input_stream(f"{self.path}/{name}") as f:
+            return io.BytesIO(f.read())
+
+    def step(self) -> int:
+        try:
+            return int(self.open("step").read())
+        except (OSError, ValueError):
+            return -1
+
+
+def newest_checkpoints(storage: str, job: str) -> list[StoredFolder]:
+    """The job's checkpoint folders, the newest step first."""
+    from pyarrow import fs as pafs
+
+    filesystem, root = pafs.FileSystem.from_uri(storage) if "://" in storage \
+        else (pafs.LocalFileSystem(), os.path.abspath(storage))
+    selector = pafs.FileSelector(f"{root}/{job}", allow_not_found=True)
+    folders = [StoredFolder(filesystem, info.path) for info in filesystem.get_file_info(selector)
+               if info.type == pafs.FileType.Directory
+               and info.base_name.startswith("checkpoint_")]
+    return sorted((f for f in folders if f.step() >= 0), key=StoredFolder.step, reverse=True)
 
 
 def checkpoint(model, opt, step: int, metrics: dict, rank: int) -> None:
@@ -191,4 +235,6 @@ def checkpoint(model, opt, step: int, metrics: dict, rank: int) -> None:
     with tempfile.TemporaryDirectory() as folder:
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step},
                    os.path.join(folder, "state.pt"))
+        with open(os.path.join(folder, "step"), "w") as f:  # written last: a whole folder
+            f.write(str(step))
         train.report(metrics, checkpoint=train.Checkpoint.from_directory(folder))
