@@ -226,3 +226,91 @@ def test_a_lost_node_is_found_in_seconds_and_its_job_resumes_elsewhere(cluster):
     checkpointed = requeued["from_step"] // 10 * 10  # every 10 steps
     assert after and after[0] == checkpointed + 1, (requeued, after[:3])
     assert after == list(range(checkpointed + 1, done["steps"] + 1))
+
+
+@pytest.fixture(scope="module")
+def existing_cluster(tmp_path_factory):
+    """A multi-node Ray cluster that `xds up` did not start: a head and one node per domain,
+    labelled by hand with `ray start --labels` (as KubeRay would), in namespaces of their own."""
+    import secrets
+
+    from xdscheduler.live.cluster import stop_process
+    from xdscheduler.network.dynamics import base_matrices
+    from xdscheduler.ray_cluster import free_port
+    from xdscheduler.scenario import load_scenario
+
+    scn = load_scenario(LOCAL)
+    net = fabric.Fabric.plan([d.name for d in scn.domains], base_matrices(scn)[0],
+                             secrets.token_hex(2), "10.251.9")
+    fabric.build(net)
+    token, port, dash = secrets.token_hex(32), free_port(), free_port()
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token,
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    ray = os.path.join(os.path.dirname(sys.executable), "ray")
+    logs = tmp_path_factory.mktemp("existing")
+    started = []
+
+    def start(args, ns=None, extra=None):
+        cmd = [ray, "start", "--block", "--object-store-memory", str(128 * 2**20), *args]
+        out = (logs / f"{ns or 'head'}.log").open("w")
+        started.append(subprocess.Popen(
+            ["ip", "netns", "exec", ns, *cmd] if ns else cmd, env={**env, **(extra or {})},
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True).pid)
+
+    head = f"{net.head_ip}:{port}"
+    try:
+        start(["--head", "--port", str(port), "--node-ip-address", net.head_ip,
+               "--dashboard-host", net.head_ip, "--dashboard-port", str(dash),
+               "--num-cpus", "1", "--labels", "xds.role=head"])
+        time.sleep(6)
+        for i, d in enumerate(net.domains):
+            start(["--address", head, "--node-ip-address", net.ip(i), "--num-cpus", "2",
+                   "--labels", f"xds.domain={d}"], net.namespace(i),
+                  {"GLOO_SOCKET_IFNAME": "eth0"})
+            time.sleep(4)  # one at a time: nodes joining at once race for socket names
+        yield head, f"http://{net.head_ip}:{dash}", env
+    finally:
+        for pid in reversed(started):
+            stop_process(pid)
+        fabric.teardown(net)
+
+
+@needs_fabric
+@pytest.mark.slow
+def test_the_same_commands_run_on_a_cluster_given_by_address(existing_cluster, tmp_path):
+    address, dashboard, env = existing_cluster
+    state = tmp_path / "attached.json"
+    base = {**env, "XDS_CLUSTER": str(state)}
+
+    def run(*args, check=True, **kw):
+        done = subprocess.run([sys.executable, "-m", "xdscheduler.cli", *args], cwd=REPO,
+                              env=base, capture_output=True, text=True, timeout=300, **kw)
+        assert not check or done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    deadline = time.monotonic() + 90
+    while run("up", str(LOCAL), "--address", address, check=False).returncode:
+        assert time.monotonic() < deadline, "the existing cluster's nodes never all joined"
+        time.sleep(3)
+    assert json.loads(state.read_text())["attached"] is True
+    run("submit", str(JOBS / "gpt-small.yaml"))
+    deadline = time.monotonic() + 300
+    while (row := json.loads(run("jobs", "--json").stdout)["jobs"][0])["status"] != "done":
+        assert time.monotonic() < deadline and row["status"] != "failed", row
+        time.sleep(2)
+    assert row["loss"] < row["first_loss"] - 1.0 and len(row["domains"]) == 1
+    # a `ray job submit` job runs the same commands against the cluster it runs in
+    job_env = {k: v for k, v in base.items() if k != "XDS_CLUSTER"}
+    submitted = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "ray"), "job", "submit", "--address",
+         dashboard, "--", sys.executable, "-m", "xdscheduler.cli", "jobs", "--json"],
+        env=job_env, capture_output=True, text=True, timeout=180, cwd=REPO)
+    assert submitted.returncode == 0, submitted.stderr[-3000:]
+    assert '"job": "gpt-small"' in submitted.stdout and '"status": "done"' in submitted.stdout
+    out = run("down").stdout
+    assert "the cluster runs on" in out and not state.exists()
+    # down stopped nothing of the cluster: it still answers with every node
+    again = run("up", str(LOCAL), "--address", address, "--json")
+    assert json.loads(again.stdout)["nodes_per_domain"] == {"east": 1, "west": 1, "north": 1}
+    run("down")

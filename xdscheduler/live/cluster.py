@@ -220,10 +220,27 @@ def check_labels(state: ClusterState, scn: Scenario) -> dict[str, int]:
 
 
 def down(state_path: Path) -> list[str]:
-    """Stop what `up` started (by process id) and remove its namespaces; what was done."""
+    """Stop what `up` started (by process id) and remove its namespaces; on a cluster it only
+    attached to, stop the controller it started there and nothing else. What was done."""
     state = load(state_path)
-    done = stop(state)
+    done = stop_controller(state) if state.attached else stop(state)
     state_path.unlink()
+    return done
+
+
+def stop_controller(state: ClusterState) -> list[str]:
+    """Kill the controller actor `xds` started on someone else's cluster (its journal stays)."""
+    _join(state)
+    import ray
+
+    from xdscheduler.live.controller import CONTROLLER
+
+    try:
+        ray.kill(ray.get_actor(CONTROLLER, namespace=NAMESPACE))
+        done = [f"stopped the controller on {state.address}; the cluster runs on"]
+    except ValueError:
+        done = [f"no controller on {state.address}; the cluster runs on"]
+    disconnect()
     return done
 
 
@@ -294,11 +311,33 @@ def _free_port_on(host: str) -> int:
 
 
 def connect(state_path: Path | None = None) -> ClusterState:
-    """Join the recorded cluster as a driver, with its token. Ray reads its authentication
-    settings when it is first imported: nothing may import ray before this."""
-    state = load(state_path or default_state_path())
+    """Join the recorded cluster as a driver, with its token; inside a `ray job submit` job
+    (RAY_ADDRESS set, no state file here), the cluster the job runs in, whose controller
+    holds the state. Ray reads its authentication settings when it is first imported:
+    nothing may import ray before this."""
+    path = state_path or default_state_path()
+    if not path.exists() and os.environ.get("RAY_ADDRESS"):
+        return _from_job()
+    state = load(path)
     _join(state)
     return state
+
+
+def _from_job() -> ClusterState:
+    global _stdout
+    import ray
+
+    _stdout, sys.stdout = sys.stdout, sys.stderr
+    ray.init(log_to_driver=False, namespace=NAMESPACE)
+    from xdscheduler.live.controller import CONTROLLER
+
+    try:
+        handle = ray.get_actor(CONTROLLER, namespace=NAMESPACE)
+    except ValueError:
+        disconnect()
+        raise UserError("this Ray cluster has no xds controller: `xds up SCENARIO "
+                        "--address ADDR` first") from None
+    return ClusterState.model_validate_json(ray.get(handle.state_json.remote()))
 
 
 def _join(state: ClusterState) -> None:

@@ -164,6 +164,9 @@ class LiveController:
             self._event(name, "cancel", {"status": rec.status})
             return rec.row()
 
+    def state_json(self) -> str:
+        return self.state.model_dump_json()
+
     def domains(self) -> dict:
         return {n: {"down_since": self.down.get(n)} for n in self.names}
 
