@@ -107,8 +107,9 @@ needs_fabric = pytest.mark.skipif(fabric.available() is not None,
 
 def xds(*args: str, state, timeout: float = 300, check: bool = True) -> str:
     env = {**os.environ, "XDS_CLUSTER": str(state)}
-    for var in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE"):
-        env.pop(var, None)  # the test session's Ray is not the cluster under test
+    for var in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE",
+                "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):
+        env.pop(var, None)  # the test session's Ray (one machine alone) is not the one tested
     done = subprocess.run([sys.executable, "-m", "xdscheduler.cli", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
     if check:
@@ -245,7 +246,7 @@ def existing_cluster(tmp_path_factory):
     fabric.build(net)
     token, port, dash = secrets.token_hex(32), free_port(), free_port()
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token,
-           "RAY_USAGE_STATS_ENABLED": "0"}
+           "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
     env.pop("RAY_ADDRESS", None)
     ray = os.path.join(os.path.dirname(sys.executable), "ray")
     logs = tmp_path_factory.mktemp("existing")
@@ -262,6 +263,7 @@ def existing_cluster(tmp_path_factory):
     try:
         start(["--head", "--port", str(port), "--node-ip-address", net.head_ip,
                "--dashboard-host", net.head_ip, "--dashboard-port", str(dash),
+               "--dashboard-agent-listen-port", str(free_port()),
                "--num-cpus", "1", "--labels", "xds.role=head"])
         time.sleep(6)
         for i, d in enumerate(net.domains):
@@ -314,3 +316,34 @@ def test_the_same_commands_run_on_a_cluster_given_by_address(existing_cluster, t
     again = run("up", str(LOCAL), "--address", address, "--json")
     assert json.loads(again.stdout)["nodes_per_domain"] == {"east": 1, "west": 1, "north": 1}
     run("down")
+
+
+def test_a_profile_becomes_a_catalog_entry_of_measured_figures():
+    from xdscheduler.catalog import CatalogFile
+    from xdscheduler.live.profile import entry
+    from xdscheduler.scenario import load_scenario
+
+    scn = load_scenario(LOCAL)
+    measured = {"domain": "west", "accelerators": 2, "memory_gbs": 7.5,
+                "gemm_tflops": {"fp32_256": 0.031, "fp32_1024": 0.036, "bf16_512": 0.15}}
+    e = entry(measured, scn, "CPU-core-west")
+    assert (e.fp32_tflops, e.bf16_tflops, e.memory_gbs) == (0.036, 0.15, 7.5)
+    assert e.gpus_per_node == 2 and "domain west" in e.source and "fp32_1024 0.036" in e.source
+    CatalogFile.model_validate({"accelerators": [e.model_dump()]})  # a valid catalog file
+
+
+@pytest.mark.skipif(not __import__("xdscheduler.live.quota", fromlist=["x"]).available(),
+                    reason="no CPU cgroups can be made here (not root, or no cpu controller)")
+def test_a_cpu_quota_holds_a_process_to_its_share():
+    from xdscheduler.live import quota
+
+    name = f"xds-test-{os.getpid()}"
+    procs = quota.create(name, 0.25)
+    try:
+        spin = "import time\nt=time.process_time()\nw=time.time()\n" \
+               "while time.time()-w<1.0: pass\nprint(time.process_time()-t)"
+        done = subprocess.run(quota.entering(procs, [sys.executable, "-c", spin]),
+                              capture_output=True, text=True, timeout=30)
+        assert float(done.stdout) < 0.4  # a quarter of a core, over one second of wall time
+    finally:
+        quota.remove(name)

@@ -53,6 +53,15 @@ def register(sub) -> None:
                    help="print one JSON object: a record per link and direction")
     q.set_defaults(fn=cmd_links_probe)
 
+    p = sub.add_parser("profile", help="measure each domain's accelerators (GEMMs per dtype "
+                       "and size, memory bandwidth) and links; write catalog entries")
+    p.add_argument("--domain", action="append", help="profile only this domain (repeatable)")
+    p.add_argument("--seconds", type=float, default=0.3, help="per measurement (0.05-10)")
+    p.add_argument("--out", help="write the entries as a catalog file (accelerators: ...)")
+    _with_state(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(fn=cmd_profile)
+
     p = sub.add_parser("submit", help="submit a training job to the live cluster")
     p.add_argument("job", help="job file (YAML), e.g. scenarios/jobs/gpt-small.yaml")
     _with_state(p)
@@ -149,13 +158,16 @@ def cmd_jobs(args) -> None:
     if args.json:
         print(json.dumps({"jobs": rows}))
         return
+    print("step times: predicted by the model (pred.), as corrected from the steps seen "
+          "(corr.), measured (meas., median)")
     print(f"{'job':<20} {'status':<10} {'domains':<22} {'step':>9} {'loss':>7} "
-          f"{'pred. s':>8} {'meas. s':>8}")
+          f"{'pred. s':>8} {'corr. s':>8} {'meas. s':>8}")
     for r in rows:
         where = "+".join(f"{d}:{n}" for d, n in r["domains"].items()) or "-"
         print(f"{r['job']:<20} {r['status']:<10} {where:<22} "
               f"{r['step']:>4}/{r['steps']:<4} {_num(r['loss'], 3):>7} "
-              f"{_num(r['predicted_step_s'], 3):>8} {_num(r['measured_step_s'], 3):>8}")
+              f"{_num(r['predicted_step_s'], 3):>8} {_num(r['corrected_step_s'], 3):>8} "
+              f"{_num(r['measured_step_s'], 3):>8}")
 
 
 def cmd_logs(args) -> None:
@@ -186,3 +198,42 @@ def cmd_cancel(args) -> None:
 def _num(v, digits: int) -> str:
     return "-" if v is None else f"{v:.{digits}g}" if isinstance(v, float) else str(v)
 
+
+
+def cmd_profile(args) -> None:
+    import yaml
+
+    from xdscheduler.live import cluster
+
+    if not 0.05 <= args.seconds <= 10:
+        raise UserError(f"--seconds {args.seconds:g}: give 0.05 to 10")
+    state = cluster.connect(_state_path(args))
+    scn = cluster.load_scenario(state.scenario)
+    names = [d.name for d in scn.domains]
+    for d in args.domain or []:
+        if d not in names:
+            raise UserError(f"no domain {d!r}; the scenario has {', '.join(names)}")
+    from xdscheduler.live import probe, profile  # import ray: after connect set its token
+
+    measured = [profile.measure_domain(d.name, d.gpus, args.seconds) for d in scn.domains
+                if not args.domain or d.name in args.domain]
+    links = probe.probe_links(scn, 1.0)
+    cluster.disconnect()
+    entries = [profile.entry(m, scn, f"{scn.domains[names.index(m['domain'])].accelerator.name}"
+                             f"-{m['domain']}") for m in measured]
+    if args.out:
+        Path(args.out).write_text(yaml.safe_dump(
+            {"accelerators": [e.model_dump() for e in entries]}, sort_keys=False))
+    if args.json:
+        print(json.dumps({"domains": measured, "links": links,
+                          "accelerators": [e.model_dump() for e in entries]}))
+        return
+    for m, e in zip(measured, entries, strict=True):
+        print(f"{m['domain']}: {e.name}: fp32 {e.fp32_tflops:.3f} TFLOP/s, bf16 "
+              f"{e.bf16_tflops:.3f} TFLOP/s, copy {e.memory_gbs:.1f} GB/s an accelerator")
+    for r in links:
+        print(f"  link {r['src']} -> {r['dst']}: {r['measured_gbps']:.3f} of "
+              f"{r['configured_gbps']:.3f} Gbit/s")
+    if args.out:
+        print(f"wrote {len(entries)} entries to {args.out} (name it in XDS_ACCELERATORS, or "
+              "copy them into the scenario's accelerators:)")

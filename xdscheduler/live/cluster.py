@@ -21,6 +21,7 @@ from pydantic import Field
 
 from xdscheduler.errors import UserError
 from xdscheduler.live import fabric as fab
+from xdscheduler.live import quota
 from xdscheduler.network.dynamics import base_matrices
 from xdscheduler.scenario import Scenario, load_scenario
 from xdscheduler.schema import Strict
@@ -45,6 +46,7 @@ class Started(Strict):
     pid: int
     role: str  # head | node
     domain: str | None = None
+    cgroup: str | None = None  # the CPU cgroup it runs in (removed by down)
 
 
 class ClusterState(Strict):
@@ -68,8 +70,10 @@ class ClusterState(Strict):
 
     def environment(self) -> dict[str, str]:
         """Variables a Ray client of this cluster needs."""
-        # no scheduler events or log dedup notes on a client's standard output: --json
-        env = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_SCHEDULER_EVENTS": "0", "RAY_DEDUP_LOGS": "0"}
+        # no scheduler events or log dedup notes on a client's standard output (--json); and a
+        # cluster of several nodes, whatever a single-machine Ray of this process's parent set
+        env = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_SCHEDULER_EVENTS": "0", "RAY_DEDUP_LOGS": "0",
+               "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
         if self.token:
             env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token}
         return env
@@ -93,7 +97,7 @@ def load(path: Path) -> ClusterState:
 
 
 def up(scenario_path: str, state_path: Path, address: str | None = None,
-       storage: str | None = None, cpus_per_accelerator: int = 1) -> ClusterState:
+       storage: str | None = None) -> ClusterState:
     """Start a local cluster for the scenario (or attach to the one at `address`); jobs
     checkpoint to `storage` (a folder, or any URI Ray Train's storage takes)."""
     if state_path.exists():
@@ -118,7 +122,7 @@ def up(scenario_path: str, state_path: Path, address: str | None = None,
     state = state.model_copy(update={"domains": {n: fabric.ip(i)
                                                  for i, n in enumerate(fabric.domains)}})
     try:
-        state = _start_nodes(state, scn, fabric, cpus_per_accelerator, state_path)
+        state = _start_nodes(state, scn, fabric, state_path)
     except BaseException:
         # stop what the state file says was started (it is saved after every process)
         stop(load(state_path) if state_path.exists() else state)
@@ -128,14 +132,21 @@ def up(scenario_path: str, state_path: Path, address: str | None = None,
 
 
 def _start_nodes(state: ClusterState, scn: Scenario, fabric: fab.Fabric,
-                 cpus_per_accelerator: int, state_path: Path) -> ClusterState:
+                 state_path: Path) -> ClusterState:
+    """The head, then each domain's nodes, each node in a CPU cgroup of its accelerators'
+    share of this machine's cores (where cgroups can be made), one Ray CPU an accelerator."""
     from xdscheduler.ray_cluster import free_port
+
+    share = min(1.0, (os.cpu_count() or 1) / sum(d.gpus for d in scn.domains)) \
+        if quota.available() else None
 
     port, dash = _free_port_on(fabric.head_ip), _free_port_on(fabric.head_ip)
     address = f"{fabric.head_ip}:{port}"
     head = _ray_start(state, ["--head", "--port", str(port), "--node-ip-address", fabric.head_ip,
                               "--dashboard-host", fabric.head_ip, "--dashboard-port", str(dash),
                               "--ray-client-server-port", str(free_port()),
+                              # not the agent's default port: another Ray here may hold it
+                              "--dashboard-agent-listen-port", str(free_port()),
                               "--num-cpus", "1", "--labels", f"{HEAD_LABEL}=head",
                               "--temp-dir", state.temp_dir], None)
     state = state.model_copy(update={"address": address, "dashboard": f"http://{fabric.head_ip}:{dash}",
@@ -145,13 +156,16 @@ def _start_nodes(state: ClusterState, scn: Scenario, fabric: fab.Fabric,
     for i, d in enumerate(scn.domains):
         for group in d.nodes:
             for _ in range(group.count):
-                cpus = group.gpus_each * cpus_per_accelerator
+                cpus = group.gpus_each
+                cgroup = f"xds-{state.tag}-{len(state.processes)}"
+                procs = quota.create(cgroup, cpus * share) if share else None
                 proc = _ray_start(state, ["--address", address, "--node-ip-address",
                                           fabric.ip(i), "--num-cpus", str(cpus),
                                           "--labels", f"{DOMAIN_LABEL}={d.name}"],
-                                  fabric.namespace(i))
+                                  fabric.namespace(i), procs)
                 state = state.model_copy(update={"processes": [
-                    *state.processes, Started(pid=proc.pid, role="node", domain=d.name)]})
+                    *state.processes, Started(pid=proc.pid, role="node", domain=d.name,
+                                              cgroup=cgroup if share else None)]})
                 save(state, state_path)
                 # one at a time: nodes joining at once race for the session's socket names
                 _wait_nodes(state, len(state.processes))
@@ -159,9 +173,10 @@ def _start_nodes(state: ClusterState, scn: Scenario, fabric: fab.Fabric,
     return state
 
 
-def _ray_start(state: ClusterState, args: list[str], namespace: str | None) -> subprocess.Popen:
-    """`ray start --block` as the leader of a process group of its own (so `down` stops it and
-    everything it started, and nothing else); its output goes to a log beside the session."""
+def _ray_start(state: ClusterState, args: list[str], namespace: str | None,
+               cgroup_procs: Path | None = None) -> subprocess.Popen:
+    """`ray start --block` as the leader of a process group of its own, in the namespace and
+    the CPU cgroup given; its output goes to a log beside the session."""
     env = {**os.environ, **state.environment(), "GLOO_SOCKET_IFNAME": "eth0"
            if namespace else os.environ.get("GLOO_SOCKET_IFNAME", "lo")}
     ray = str(Path(sys.executable).with_name("ray"))
@@ -169,6 +184,8 @@ def _ray_start(state: ClusterState, args: list[str], namespace: str | None) -> s
            str(128 * 2**20), *args]
     if namespace:
         cmd = ["ip", "netns", "exec", namespace, *cmd]
+    if cgroup_procs:
+        cmd = quota.entering(cgroup_procs, cmd)
     logs = Path(state.temp_dir or "/tmp")
     logs.mkdir(parents=True, exist_ok=True)
     out = (logs / f"ray-start-{namespace or 'head'}-{time.time_ns()}.log").open("w")
@@ -254,6 +271,8 @@ def stop(state: ClusterState) -> list[str]:
             done.append(f"stopped {what}" if stop_process(p.pid) else f"{what} had exited")
         except Exception as err:  # go on: the rest must stop all the same
             done.append(f"could not stop {what}: {err}")
+        if p.cgroup:
+            quota.remove(p.cgroup)
     if state.tag:
         scn = load_scenario(state.scenario)
         fab.teardown(state.fabric(scn))

@@ -19,9 +19,11 @@ from xdscheduler.live.jobs import LiveJob
 from xdscheduler.live.training import train_loop
 from xdscheduler.planner.baselines import ONLINE
 from xdscheduler.planner.policies import PlannerPolicy
+from xdscheduler.planner.search import estimate_placement
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.runtime.journal import open_log
 from xdscheduler.scenario import load_scenario
+from xdscheduler.sim.correction import Correction
 
 log = logging.getLogger("xdscheduler.live")
 
@@ -29,6 +31,8 @@ CONTROLLER = "xds-controller"
 TICK_S = 0.25  # how often the controller hears its domains and decides
 PING_TIMEOUT_S = 0.5  # a heartbeat not back within this is missed
 MISSES_TO_DOWN = 2  # two missed heartbeats in a row: the domain is down (< 3 s)
+WARMUP_STEPS = 3  # a run's first steps (allocation, first collectives) say nothing of speed
+OBSERVE_EVERY = 5  # steps between two corrections from one run
 KEEP_CHECKPOINTS = 5  # per job, in its storage (Ray Train deletes the older ones)
 RESPAWN_EVERY = 20  # missed heartbeats between fresh agents for a domain that is down
 # The live runner trains data-parallel plans (hierarchical across domains, DiLoCo every H):
@@ -57,16 +61,23 @@ class JobRecord:
     attempts: int = 0
     run: object = None  # the runner task's ObjectRef
     cancel: bool = False
+    chosen: object = None  # the Placement it runs on (this controller's decision)
+    observed: int = 0  # steps the correction has seen of this run
+
+    def measured(self, last: int = OBSERVE_EVERY) -> float | None:
+        """Median step time of the last steps of this run (its first steps warm up)."""
+        tail = self.step_times[WARMUP_STEPS:][-last:]
+        return float(sorted(tail)[len(tail) // 2]) if tail else None
 
     def row(self) -> dict:
-        measured = sorted(self.step_times)[len(self.step_times) // 2] if self.step_times \
-            else None
+        measured = self.measured(last=len(self.step_times))
         return {"job": self.job.name, "status": self.status, "step": self.step,
                 "steps": self.job.steps, "loss": self.loss, "first_loss": self.first_loss,
                 "domains": self.placement.get("domains", {}),
                 "kind": self.placement.get("kind"), "plan": self.placement.get("plan"),
                 "reason": self.placement.get("reason"),
                 "predicted_step_s": self.placement.get("predicted_step_s"),
+                "corrected_step_s": self.placement.get("corrected_step_s"),
                 "measured_step_s": measured, "attempts": self.attempts}
 
 
@@ -126,6 +137,9 @@ class LiveController:
         self.heard_at = dict.fromkeys(self.names, time.time())  # last answered heartbeat
         self.down: dict[str, float] = {}  # domain -> when it was found down
         self.started = time.time()
+        # the model's error as learnt from the runs' step times: a speed per domain, a goodput
+        # per link (the studies' correction, `sim.correction`)
+        self.correction = Correction.start(len(self.names))
         self._replay()
         threading.Thread(target=self._loop, daemon=True).start()
 
@@ -179,7 +193,25 @@ class LiveController:
             rec.step, rec.loss = int(metrics["step"]), float(metrics["loss"])
             rec.first_loss = rec.loss if rec.first_loss is None else rec.first_loss
             rec.step_times.append(float(metrics["step_time_s"]))
+            seen = len(rec.step_times) - WARMUP_STEPS
+            if rec.chosen is not None and seen >= OBSERVE_EVERY * (rec.observed + 1):
+                self._correct(rec)
         self._event(name, "step", metrics)
+
+    def _correct(self, rec: JobRecord) -> None:
+        """Move the model's factor under this run toward what its last steps took, and say
+        what every running job's estimate is now."""
+        spec, view = rec.job.spec(0.0), self._view()
+        self.correction = self.correction.observe(rec.chosen, spec, view, rec.measured())
+        rec.observed += 1
+        corrected = self.correction.apply(view)
+        for other in self.jobs.values():
+            if other.status == "running" and other.chosen is not None:
+                other.placement["corrected_step_s"] = estimate_placement(
+                    other.chosen, other.job.spec(0.0), corrected).step_time_s
+        self._event(rec.job.name, "correction", {
+            "measured_step_s": rec.measured(), "speed": self.correction.speed.tolist(),
+            "corrected_step_s": rec.placement["corrected_step_s"]})
 
     def cancelled(self, name: str) -> bool:
         rec = self.jobs.get(name)
@@ -272,10 +304,13 @@ class LiveController:
             queued = [r for r in self.jobs.values() if r.status == "queued" and not r.cancel]
             if not queued:
                 return
-            view = ClusterView.from_scenario(self.scn, self._free())
+            view = self.correction.apply(self._view())
             specs = [r.job.spec(r.submitted - self.started) for r in queued]
             for p in self.policy.decide(specs, view, time.time() - self.started):
                 self._launch(self.jobs[p.job], p)
+
+    def _view(self) -> ClusterView:
+        return ClusterView.from_scenario(self.scn, self._free())
 
     def _launch(self, rec: JobRecord, p) -> None:
         workers = [name for name, n in zip(p.names, p.gpus, strict=True) for _ in range(n)]
@@ -285,8 +320,10 @@ class LiveController:
             "plan": f"DP {plan.dp}, micro-batch {plan.micro_batch}"
                     + (f", DiLoCo every {plan.diloco_h} steps" if plan.diloco_h else ""),
             "diloco_h": plan.diloco_h, "reason": p.explanation,
-            "predicted_step_s": p.estimate.step_time_s if p.estimate else None}
-        rec.status, rec.attempts = "running", rec.attempts + 1
+            "predicted_step_s": self._nominal(rec, p), "corrected_step_s": (
+                p.estimate.step_time_s if p.estimate else None)}
+        rec.status, rec.attempts, rec.chosen = "running", rec.attempts + 1, p
+        rec.step_times, rec.observed = [], 0
         cfg = rec.job.train_config(plan.diloco_h if len(p.names) > 1 else 0, CONTROLLER,
                                    self.storage)
         use_gpu = any(self.scn.domains[i].accelerator.vendor != "CPU" for i in p.domains)
@@ -295,6 +332,10 @@ class LiveController:
         self._event(rec.job.name, "placed", {**rec.placement, "workers": workers,
                                              "attempt": rec.attempts})
         log.info("%s: %s", rec.job.name, p.explanation)
+
+    def _nominal(self, rec: JobRecord, p) -> float:
+        """The step time the model predicts without any correction (the profile alone)."""
+        return estimate_placement(p, rec.job.spec(0.0), self._view()).step_time_s
 
     # ---- plumbing
     def _agent(self, name: str):

