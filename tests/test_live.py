@@ -157,6 +157,8 @@ def test_two_jobs_train_one_inside_a_domain_one_across_two(cluster):
     for j in (small, wide):
         assert j["step"] == j["steps"] and j["loss"] < j["first_loss"] - 1.0, j
         assert j["measured_step_s"] > 0 and j["predicted_step_s"] > 0
+        # corrected online from the steps seen: within 5% of what the steps took
+        assert abs(j["corrected_step_s"] / j["measured_step_s"] - 1) < 0.05, j
     table = xds("jobs", state=state)
     assert "gpt-small" in table and "gpt-wide" in table
     placed = [e for e in json.loads(xds("logs", "gpt-wide", "--json", state=state))["events"]

@@ -202,7 +202,8 @@ class LiveController:
         """Move the model's factor under this run toward what its last steps took, and say
         what every running job's estimate is now."""
         spec, view = rec.job.spec(0.0), self._view()
-        self.correction = self.correction.observe(rec.chosen, spec, view, rec.measured())
+        self.correction = self.correction.observe(rec.chosen, spec, view, rec.measured(),
+                                                  spread_speed=True)
         rec.observed += 1
         corrected = self.correction.apply(view)
         for other in self.jobs.values():

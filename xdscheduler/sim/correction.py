@@ -60,19 +60,26 @@ class Correction:
         return view.with_factors(self.speed, self.goodput)
 
     def observe(self, p: Placement, spec: JobSpec, view: ClusterView, true_s: float,
-                step_s: float | None = None) -> Correction:
+                step_s: float | None = None, spread_speed: bool = False) -> Correction:
         """The factors after the job was seen stepping in `true_s` on p under the view's
-        links now; `step_s`: the model's step on p under these factors, when already known."""
+        links now; `step_s`: the model's step on p under these factors, when already known.
+        `spread_speed`: a cross-domain step that hardly depends on its narrowest link (DiLoCo,
+        communication hidden) moves the speed of its domains instead."""
+        if step_s is None:
+            step_s = estimate_placement(p, spec, self.apply(view)).step_time_s
         if p.kind == SINGLE:
-            name, cells = "speed", ([p.domains[0]],)
-        else:
-            a, b = _narrowest(p, self.apply(view))
-            name, cells = "goodput", ([a, b], [b, a])
+            return self._moved("speed", ([p.domains[0]],), p, spec, view, true_s, step_s)
+        a, b = _narrowest(p, self.apply(view))
+        moved = self._moved("goodput", ([a, b], [b, a]), p, spec, view, true_s, step_s)
+        if moved is self and spread_speed:
+            return self._moved("speed", (list(p.domains),), p, spec, view, true_s, step_s)
+        return moved
+
+    def _moved(self, name: str, cells: tuple, p: Placement, spec: JobSpec, view: ClusterView,
+               true_s: float, step_s: float) -> Correction:
         factor = getattr(self, name)
         bumped = factor.copy()
         bumped[cells] *= 1 + BUMP
-        if step_s is None:
-            step_s = estimate_placement(p, spec, self.apply(view)).step_time_s
         bumped_s = estimate_placement(p, spec, replace(self, **{name: bumped}).apply(view)
                                       ).step_time_s
         elasticity = math.log(step_s / bumped_s) / math.log1p(BUMP)
