@@ -62,28 +62,20 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(fn=cmd_profile)
 
-    p = sub.add_parser("submit", help="submit a training job to the live cluster")
-    p.add_argument("job", help="job file (YAML), e.g. scenarios/jobs/gpt-small.yaml")
-    _with_state(p)
-    p.add_argument("--json", action="store_true", help="print the job as one JSON object")
-    p.set_defaults(fn=cmd_submit)
-
-    p = sub.add_parser("jobs", help="the live cluster's jobs: where, how far, predicted and "
-                       "measured step time")
-    _with_state(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(fn=cmd_jobs)
-
-    p = sub.add_parser("logs", help="a job's decisions, steps and faults, from the journal")
-    p.add_argument("job", help="the job's name")
-    _with_state(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(fn=cmd_logs)
-
-    p = sub.add_parser("cancel", help="stop a job (at its next step boundary)")
-    p.add_argument("job", help="the job's name")
-    _with_state(p)
-    p.set_defaults(fn=cmd_cancel)
+    for name, fn, text, job in (
+            ("submit", cmd_submit, "submit a training job to the live cluster", True),
+            ("jobs", cmd_jobs, "the live cluster's jobs: where, how far, predicted and "
+             "measured step time", False),
+            ("logs", cmd_logs, "a job's decisions, steps and faults, from the journal", True),
+            ("cancel", cmd_cancel, "stop a job (at its next step boundary)", True)):
+        p = sub.add_parser(name, help=text, description=text)
+        if job:
+            p.add_argument("job", help="job file (YAML), e.g. scenarios/jobs/gpt-small.yaml"
+                           if name == "submit" else "the job's name")
+        _with_state(p)
+        if name != "cancel":
+            p.add_argument("--json", action="store_true", help="print one JSON object")
+        p.set_defaults(fn=fn)
 
 
 def cmd_up(args) -> None:

@@ -32,6 +32,9 @@ log = logging.getLogger("xdscheduler.live")
 DOMAIN_LABEL = "xds.domain"
 HEAD_LABEL = "xds.role"
 NAMESPACE = "xds-live"  # the Ray namespace of the controller and the domain actors
+# The head, its daemons and the controller are not held to a quota: the domains' quotas leave
+# them half a core, so an accelerator gets its share even when they are busy.
+HEAD_CORES = 0.5
 NODE_TIMEOUT_S = 120.0  # a node that has not joined by then will not (2 busy cores: ~10 s)
 STOP_GRACE_S = 10.0
 
@@ -137,8 +140,8 @@ def _start_nodes(state: ClusterState, scn: Scenario, fabric: fab.Fabric,
     share of this machine's cores (where cgroups can be made), one Ray CPU an accelerator."""
     from xdscheduler.ray_cluster import free_port
 
-    share = min(1.0, (os.cpu_count() or 1) / sum(d.gpus for d in scn.domains)) \
-        if quota.available() else None
+    cores = max((os.cpu_count() or 1) - HEAD_CORES, 0.1)
+    share = min(1.0, cores / sum(d.gpus for d in scn.domains)) if quota.available() else None
 
     port, dash = _free_port_on(fabric.head_ip), _free_port_on(fabric.head_ip)
     address = f"{fabric.head_ip}:{port}"

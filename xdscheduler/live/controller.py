@@ -64,13 +64,14 @@ class JobRecord:
     chosen: object = None  # the Placement it runs on (this controller's decision)
     observed: int = 0  # steps the correction has seen of this run
 
-    def measured(self, last: int = OBSERVE_EVERY) -> float | None:
-        """Median step time of the last steps of this run (its first steps warm up)."""
-        tail = self.step_times[WARMUP_STEPS:][-last:]
+    def measured(self) -> float | None:
+        """Median step time of this run since it warmed up (a few steps can be far off when
+        the machine is busy: the median of all of them is what the run steps at)."""
+        tail = self.step_times[WARMUP_STEPS:]
         return float(sorted(tail)[len(tail) // 2]) if tail else None
 
     def row(self) -> dict:
-        measured = self.measured(last=len(self.step_times))
+        measured = self.measured()
         return {"job": self.job.name, "status": self.status, "step": self.step,
                 "steps": self.job.steps, "loss": self.loss, "first_loss": self.first_loss,
                 "domains": self.placement.get("domains", {}),
@@ -134,7 +135,7 @@ class LiveController:
         self.jobs: dict[str, JobRecord] = {}
         self.agents = {n: self._agent(n) for n in self.names}
         self.misses = dict.fromkeys(self.names, 0)
-        self.heard_at = dict.fromkeys(self.names, time.time())  # last answered heartbeat
+        self.heard_at: dict[str, float] = {}  # domain -> its agent's last answered ping
         self.down: dict[str, float] = {}  # domain -> when it was found down
         self.started = time.time()
         # the model's error as learnt from the runs' step times: a speed per domain, a goodput
@@ -242,9 +243,11 @@ class LiveController:
                     ray.get(ref)
                 except RayActorError:
                     ok = False
-            self.misses[n] = 0 if ok else self.misses[n] + 1
             if ok:
                 self.heard_at[n] = now
+            elif n not in self.heard_at:
+                continue  # its agent is still starting: a domain is judged once it answered
+            self.misses[n] = 0 if ok else self.misses[n] + 1
             if self.misses[n] >= MISSES_TO_DOWN and n not in self.down:
                 self.down[n] = now
                 self._event("", "domain_down", {"domain": n, "misses": self.misses[n],

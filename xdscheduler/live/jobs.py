@@ -3,28 +3,25 @@ the trainer each read of it."""
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from xdscheduler.catalog import ModelArch
 from xdscheduler.live.gpt import GptShape
 from xdscheduler.live.training import TrainConfig
 from xdscheduler.planner.search import JobSpec
-from xdscheduler.scenario import validated
+from xdscheduler.scenario import GpuRequest, validated
 from xdscheduler.schema import FileModel
 from xdscheduler.yamlfile import read_yaml
 
 MAX_WORKERS = 1024
 
 
-class Workers(FileModel):
+class Workers(GpuRequest):
+    """How many workers (one accelerator each) a live job may take: min <= max, as a study
+    job's accelerators."""
+
     min: int = Field(default=1, gt=0, le=MAX_WORKERS)
     max: int = Field(default=2, gt=0, le=MAX_WORKERS)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> Workers:
-        if self.min > self.max:
-            raise ValueError(f"min {self.min} is larger than max {self.max}")
-        return self
 
 
 class LiveJob(FileModel):
