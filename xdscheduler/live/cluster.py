@@ -346,11 +346,9 @@ def connect(state_path: Path | None = None) -> ClusterState:
 
 
 def _from_job() -> ClusterState:
-    global _stdout
+    _init(None)
     import ray
 
-    _stdout, sys.stdout = sys.stdout, sys.stderr
-    ray.init(log_to_driver=False, namespace=NAMESPACE)
     from xdscheduler.live.controller import CONTROLLER
 
     try:
@@ -367,15 +365,21 @@ def _join(state: ClusterState) -> None:
     import ray
 
     if not ray.is_initialized():
-        # Ray prints the cluster's warnings to the driver's stdout whatever log_to_driver
-        # says; a command's stdout is its answer (--json), so they go to stderr until
-        # `disconnect`
-        global _stdout
-        _stdout, sys.stdout = sys.stdout, sys.stderr
-        ray.init(address=state.address, log_to_driver=False, namespace=NAMESPACE)
+        _init(state.address)
 
 
 _stdout = None
+
+
+def _init(address: str | None) -> None:
+    """`ray.init` as a driver of the cluster at `address` (None: RAY_ADDRESS's). Ray prints the
+    cluster's warnings to a driver's stdout whatever log_to_driver says; a command's stdout is
+    its answer (--json), so they go to stderr until `disconnect`."""
+    global _stdout
+    import ray
+
+    _stdout, sys.stdout = sys.stdout, sys.stderr
+    ray.init(address=address, log_to_driver=False, namespace=NAMESPACE)
 
 
 def disconnect() -> None:
