@@ -50,10 +50,10 @@ def starts_local(address: str | None) -> bool:
     return not (address or ray.is_initialized() or os.environ.get("RAY_ADDRESS"))
 
 
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 that nothing listens on now."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port of `host` that nothing listens on now."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 

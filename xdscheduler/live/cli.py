@@ -82,8 +82,7 @@ def cmd_up(args) -> None:
     from xdscheduler.live import cluster
 
     path = _state_path(args)
-    state = cluster.up(args.scenario, path, address=args.address, storage=args.storage)
-    counts = cluster.check_labels(state, cluster.load_scenario(state.scenario))
+    state, counts = cluster.up(args.scenario, path, address=args.address, storage=args.storage)
     cluster.disconnect()
     if args.json:
         print(json.dumps({**state.model_dump(exclude={"token"}), "nodes_per_domain": counts}))

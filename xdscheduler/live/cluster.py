@@ -100,9 +100,10 @@ def load(path: Path) -> ClusterState:
 
 
 def up(scenario_path: str, state_path: Path, address: str | None = None,
-       storage: str | None = None) -> ClusterState:
+       storage: str | None = None) -> tuple[ClusterState, dict[str, int]]:
     """Start a local cluster for the scenario (or attach to the one at `address`); jobs
-    checkpoint to `storage` (a folder, or any URI Ray Train's storage takes)."""
+    checkpoint to `storage` (a folder, or any URI Ray Train's storage takes). The state, and
+    the alive nodes of each domain."""
     if state_path.exists():
         raise UserError(f"a cluster is already recorded at {state_path}: `xds down` it first "
                         "(or set XDS_CLUSTER to another state file)")
@@ -112,9 +113,9 @@ def up(scenario_path: str, state_path: Path, address: str | None = None,
         state = ClusterState(scenario=path, address=address, attached=True,
                              token=os.environ.get("RAY_AUTH_TOKEN"),
                              storage=storage or str(state_path.parent / "storage"))
-        check_labels(state, scn)
+        counts = check_labels(state, scn)
         save(state, state_path)
-        return state
+        return state, counts
     tag = secrets.token_hex(2)
     subnet = f"10.{200 + int(tag[0], 16) % 50}.{int(tag[1:], 16) % 250}"
     state = ClusterState(scenario=path, address="", tag=tag, subnet=subnet,
@@ -131,7 +132,7 @@ def up(scenario_path: str, state_path: Path, address: str | None = None,
         stop(load(state_path) if state_path.exists() else state)
         state_path.unlink(missing_ok=True)
         raise
-    return state
+    return state, check_labels(state, scn)
 
 
 def _start_nodes(state: ClusterState, scn: Scenario, fabric: fab.Fabric,
@@ -143,7 +144,7 @@ def _start_nodes(state: ClusterState, scn: Scenario, fabric: fab.Fabric,
     cores = max((os.cpu_count() or 1) - HEAD_CORES, 0.1)
     share = min(1.0, cores / sum(d.gpus for d in scn.domains)) if quota.available() else None
 
-    port, dash = _free_port_on(fabric.head_ip), _free_port_on(fabric.head_ip)
+    port, dash = free_port(fabric.head_ip), free_port(fabric.head_ip)
     address = f"{fabric.head_ip}:{port}"
     head = _ray_start(state, ["--head", "--port", str(port), "--node-ip-address", fabric.head_ip,
                               "--dashboard-host", fabric.head_ip, "--dashboard-port", str(dash),
@@ -214,9 +215,8 @@ def _wait_nodes(state: ClusterState, count: int) -> None:
 def alive_nodes(state: ClusterState) -> list[dict]:
     """The cluster's alive nodes, as `ray.nodes()` gives them (this process joins as a
     driver on first use; [] while the GCS does not answer yet)."""
-    host, _, port = state.address.rpartition(":")
     if "ray" not in sys.modules or not sys.modules["ray"].is_initialized():
-        if not _listening(host, int(port)):
+        if not _listening(state.address):
             return []
         _join(state)
     return [n for n in sys.modules["ray"].nodes() if n["Alive"]]
@@ -305,13 +305,13 @@ def stop_process(pid: int) -> bool:
     return True
 
 
-def _listening(host: str, port: int) -> bool:
-    import socket
+def _listening(address: str) -> bool:
+    from xdscheduler.ray_cluster import check_address
 
     try:
-        socket.create_connection((host, port), timeout=1.0).close()
+        check_address(address, timeout_s=1.0)
         return True
-    except OSError:
+    except UserError:
         return False
 
 
@@ -322,14 +322,6 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-def _free_port_on(host: str) -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def connect(state_path: Path | None = None) -> ClusterState:

@@ -64,6 +64,12 @@ class JobRecord:
     chosen: object = None  # the Placement it runs on (this controller's decision)
     observed: int = 0  # steps the correction has seen of this run
 
+    def hear(self, metrics: dict) -> None:
+        """One step of its run: where it is, its loss, how long it took."""
+        self.step, self.loss = int(metrics["step"]), float(metrics["loss"])
+        self.first_loss = self.loss if self.first_loss is None else self.first_loss
+        self.step_times.append(float(metrics["step_time_s"]))
+
     def measured(self) -> float | None:
         """Median step time of this run since it warmed up (a few steps can be far off when
         the machine is busy: the median of all of them is what the run steps at)."""
@@ -182,18 +188,13 @@ class LiveController:
     def state_json(self) -> str:
         return self.state.model_dump_json()
 
-    def domains(self) -> dict:
-        return {n: {"down_since": self.down.get(n)} for n in self.names}
-
     # ---- what the training workers call
     def heard(self, name: str, metrics: dict) -> None:
         rec = self.jobs.get(name)
         if rec is None:
             return
         with self.lock:
-            rec.step, rec.loss = int(metrics["step"]), float(metrics["loss"])
-            rec.first_loss = rec.loss if rec.first_loss is None else rec.first_loss
-            rec.step_times.append(float(metrics["step_time_s"]))
+            rec.hear(metrics)
             seen = len(rec.step_times) - WARMUP_STEPS
             if rec.chosen is not None and seen >= OBSERVE_EVERY * (rec.observed + 1):
                 self._correct(rec)
@@ -368,8 +369,7 @@ class LiveController:
             elif name in self.jobs:
                 rec = self.jobs[name]
                 if kind == "step":
-                    rec.step, rec.loss = int(data["step"]), float(data["loss"])
-                    rec.first_loss = rec.first_loss if rec.first_loss is not None else rec.loss
+                    rec.hear(data)
                 elif kind == "placed":
                     rec.placement, rec.attempts = data, int(data["attempt"])
                     rec.status = "queued"  # its run died with the controller before this one

@@ -11,6 +11,7 @@ copy rate as memory bandwidth, and the rest of the entry from the accelerator th
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import ray
 
@@ -32,22 +33,22 @@ def measure_accelerator(seconds: float) -> dict:
     for name, dtype in DTYPES.items():
         for n in SHAPES:
             a, b = (torch.randn(n, n, dtype=getattr(torch, dtype)) for _ in range(2))
-            a @ b  # warm
-            runs, start = 0, time.perf_counter()
-            while time.perf_counter() - start < seconds:
-                a @ b
-                runs += 1
-            gemm[f"{name}_{n}"] = 2 * n**3 * runs / (time.perf_counter() - start) / 1e12
+            gemm[f"{name}_{n}"] = 2 * n**3 * per_second(partial(torch.matmul, a, b), seconds) / 1e12
     src = torch.empty(32 * 2**20 // 4)
     dst = torch.empty_like(src)
-    dst.copy_(src)
-    runs, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        dst.copy_(src)
-        runs += 1
-    copy_gbs = 2 * src.numel() * 4 * runs / (time.perf_counter() - start) / 1e9
+    copy_gbs = 2 * src.numel() * 4 * per_second(lambda: dst.copy_(src), seconds) / 1e9
     return {"node": ray.util.get_node_ip_address(), "gemm_tflops": gemm,
             "memory_gbs": copy_gbs}
+
+
+def per_second(op, seconds: float) -> float:
+    """How many times a second `op` runs, over `seconds` after one warm-up run."""
+    op()
+    runs, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        op()
+        runs += 1
+    return runs / (time.perf_counter() - start)
 
 
 def measure_domain(name: str, accelerators: int, seconds: float) -> dict:
