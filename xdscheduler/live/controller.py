@@ -204,8 +204,11 @@ class LiveController:
         """Move the model's factor under this run toward what its last steps took, and say
         what every running job's estimate is now."""
         spec, view = rec.job.spec(0.0), self._view()
+        # a run's median step since warm-up sums up many steps: it is taken whole (a study
+        # weighs one jittery step rate at WEIGHT); a run's early steps, slowed by a job
+        # starting beside it, would otherwise hold the factor back long after
         self.correction = self.correction.observe(rec.chosen, spec, view, rec.measured(),
-                                                  spread_speed=True)
+                                                  spread_speed=True, weight=1.0)
         rec.observed += 1
         corrected = self.correction.apply(view)
         for other in self.jobs.values():

@@ -60,23 +60,26 @@ class Correction:
         return view.with_factors(self.speed, self.goodput)
 
     def observe(self, p: Placement, spec: JobSpec, view: ClusterView, true_s: float,
-                step_s: float | None = None, spread_speed: bool = False) -> Correction:
+                step_s: float | None = None, spread_speed: bool = False,
+                weight: float = WEIGHT) -> Correction:
         """The factors after the job was seen stepping in `true_s` on p under the view's
         links now; `step_s`: the model's step on p under these factors, when already known.
         `spread_speed`: a cross-domain step that hardly depends on its narrowest link (DiLoCo,
-        communication hidden) moves the speed of its domains instead."""
+        communication hidden) moves the speed of its domains instead. `weight`: of this
+        observation (1 for a median over many steps, which one step's jitter does not move)."""
         if step_s is None:
             step_s = estimate_placement(p, spec, self.apply(view)).step_time_s
         if p.kind == SINGLE:
-            return self._moved("speed", ([p.domains[0]],), p, spec, view, true_s, step_s)
+            return self._moved("speed", ([p.domains[0]],), p, spec, view, true_s, step_s, weight)
         a, b = _narrowest(p, self.apply(view))
-        moved = self._moved("goodput", ([a, b], [b, a]), p, spec, view, true_s, step_s)
+        moved = self._moved("goodput", ([a, b], [b, a]), p, spec, view, true_s, step_s, weight)
         if moved is self and spread_speed:
-            return self._moved("speed", (list(p.domains),), p, spec, view, true_s, step_s)
+            return self._moved("speed", (list(p.domains),), p, spec, view, true_s, step_s,
+                               weight)
         return moved
 
     def _moved(self, name: str, cells: tuple, p: Placement, spec: JobSpec, view: ClusterView,
-               true_s: float, step_s: float) -> Correction:
+               true_s: float, step_s: float, weight: float) -> Correction:
         factor = getattr(self, name)
         bumped = factor.copy()
         bumped[cells] *= 1 + BUMP
@@ -87,7 +90,7 @@ class Correction:
             return self
         implied = np.clip(math.log(step_s / true_s) / elasticity, -MAX_LOG_MOVE, MAX_LOG_MOVE)
         learnt = factor.copy()
-        learnt[cells] *= math.exp(WEIGHT * implied)
+        learnt[cells] *= math.exp(weight * implied)
         return replace(self, **{name: learnt})
 
 
