@@ -28,8 +28,8 @@ from xdscheduler.sim.correction import Correction
 log = logging.getLogger("xdscheduler.live")
 
 CONTROLLER = "xds-controller"
-TICK_S = 0.25  # how often the controller hears its domains and decides
-PING_TIMEOUT_S = 0.5  # a heartbeat not back within this is missed
+TICK_S = 0.2  # how often the controller hears its domains and decides
+PING_TIMEOUT_S = 0.4  # a heartbeat not back within this is missed
 MISSES_TO_DOWN = 2  # two missed heartbeats in a row: the domain is down (< 3 s)
 WARMUP_STEPS = 3  # a run's first steps (allocation, first collectives) say nothing of speed
 OBSERVE_EVERY = 5  # steps between two corrections from one run
