@@ -117,6 +117,26 @@ def test_older_software_stack_is_slower():
     assert old > modern
 
 
+def test_a_plain_data_parallel_loop_waits_for_its_whole_fp32_reduction():
+    """plain-dp (the live runner): the gradients are reduced after the backward pass, in fp32,
+    nothing hidden; every rank keeps the whole optimizer state, nothing is recomputed."""
+    from xdscheduler.planner.space import memory_ladder
+
+    arch = catalog.model("gpt3-1.3b")
+    plan = Plan(dp=8, tp=1, pp=1, micro_batch=4, zero=0, dtype="fp32")
+    plain = Stack.preset("plain-dp")
+    est, _ = one(arch, 32, plan, hw=A100, stack=plain)
+    core, _ = one(arch, 32, plan, hw=A100)
+    exposed, hidden = float(est.breakdown_s["dp_comm"][0]), float(est.overlapped_s["dp_comm"][0])
+    assert exposed > 0 and hidden == 0
+    # a ring all-reduce of fp32 gradients over the node's scale-up links, at the collective
+    # efficiency: 2 (n - 1) / n of the bytes
+    ring = 2 * 7 / 8 * arch.params * 4 / (A100.scaleup_gbs * 1e9) / DEFAULT.collective_efficiency
+    assert exposed == pytest.approx(ring, rel=1e-6)
+    assert float(core.breakdown_s["dp_comm"][0]) < exposed  # Megatron hides it in the backward
+    assert memory_ladder(plain) == ((0, 0),)
+
+
 def test_vectorised_equals_one_at_a_time():
     arch = catalog.model("llama3-8b")
     rng = np.random.default_rng(0)

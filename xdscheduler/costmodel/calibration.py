@@ -133,7 +133,9 @@ def parse_row(row: dict) -> Run:
     recompute = (row.get("recompute") or "").strip() or "none"
     plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, vp=int(_num(row, "vp", 1)),
                 micro_batch=int(_num(row, "micro_batch", 1)),
-                zero=3 if stack in SHARDED else (0 if stack == "megatron-2021" else 1),
+                zero=3 if stack in SHARDED else (
+                    0 if stack == "megatron-2021" or not Stack.preset(stack).memory_savers
+                    else 1),
                 recompute=recompute, dtype=dtype)
     value = _num(row, "value")
     if row["metric"] == "mfu":

@@ -23,6 +23,9 @@ def register(subparsers) -> None:
     p.add_argument("--hold-out", metavar="REGEX",
                    help="hold out the configurations whose label matches (default: every "
                         "other configuration, ordered by model size and GPU count)")
+    p.add_argument("--accelerators", action="append", metavar="FILE",
+                   help="a catalog file of the runs' own accelerators (xds profile --out "
+                        "writes one; repeatable)")
     p.add_argument("--out", required=True, help="the profile to write (YAML)")
     p.add_argument("--force", action="store_true", help="replace an existing profile")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -38,6 +41,10 @@ def cmd_calibrate(args) -> None:
 
     if args.stack not in STACKS:
         raise UserError(f"unknown stack {args.stack!r}; known: {', '.join(STACKS)}")
+    from xdscheduler import catalog
+
+    for path in args.accelerators or []:
+        catalog.load_catalog(path)
     out = Path(args.out)
     if out.exists() and not args.force:
         raise UserError(f"{out} exists: --force to replace it")

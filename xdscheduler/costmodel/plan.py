@@ -134,6 +134,7 @@ class Stack:
     tp_comm_overlap: bool = False
     grad_reduce_bytes: int = 2  # bf16 gradient reduction (Megatron-Core default)
     sharded: bool = False  # FSDP: parameters, gradients and optimizer state always sharded
+    memory_savers: bool = True  # a distributed optimizer and recomputation, when memory is short
 
     @classmethod
     def preset(cls, name: str) -> Stack:
@@ -162,6 +163,11 @@ class Stack:
         if name == "fsdp2-async-tp":
             # with asynchronous tensor parallelism: TP communication overlapped with its GEMMs
             return cls(grad_reduce_bytes=4, tp_comm_overlap=True, sharded=True)
+        if name == "plain-dp":
+            # A plain data-parallel loop, as the live runner trains: whole optimizer state on
+            # every rank, no recomputation, one fp32 gradient reduction after the backward pass.
+            return cls(sequence_parallel=False, overlap_grad_reduce=False,
+                       overlap_param_gather=False, grad_reduce_bytes=4, memory_savers=False)
         raise ValueError(f"unknown software stack {name!r}; known: {', '.join(STACKS)}")
 
 
@@ -169,4 +175,4 @@ class Stack:
 # overlapped): they share its constants, and calibrate with it.
 VARIANT_OF = {"megatron-core-tp-overlap": "megatron-core", "fsdp2-async-tp": "fsdp2"}
 STACKS = ("megatron-core", "megatron-core-tp-overlap", "megatron-2022", "megatron-2021", "fsdp",
-          "fsdp2", "fsdp2-eager", "fsdp2-async-tp")
+          "fsdp2", "fsdp2-eager", "fsdp2-async-tp", "plain-dp")

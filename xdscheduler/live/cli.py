@@ -3,6 +3,7 @@ the live control plane from the command line."""
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 from pathlib import Path
@@ -34,6 +35,9 @@ def register(sub) -> None:
     p.add_argument("--address", help="a running Ray cluster (HOST:PORT) to attach to")
     p.add_argument("--storage", help="where jobs checkpoint and the controller keeps its "
                    "journal (default: beside the state file)")
+    p.add_argument("--profile", help="the plain-dp stack's profile from xds calibrate that "
+                   "jobs are planned with (default: the model's shipped constants), e.g. "
+                   "scenarios/profiles/local-cpu-plain-dp.yaml")
     _with_state(p)
     p.add_argument("--json", action="store_true", help="print the state as one JSON object")
     p.set_defaults(fn=cmd_up)
@@ -58,6 +62,8 @@ def register(sub) -> None:
     p.add_argument("--domain", action="append", help="profile only this domain (repeatable)")
     p.add_argument("--seconds", type=float, default=0.3, help="per measurement (0.05-10)")
     p.add_argument("--out", help="write the entries as a catalog file (accelerators: ...)")
+    p.add_argument("--runs", metavar="CSV", help="write the reference trainings as measured "
+                   "runs on those entries, for xds calibrate --stack plain-dp --accelerators OUT")
     _with_state(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(fn=cmd_profile)
@@ -82,7 +88,8 @@ def cmd_up(args) -> None:
     from xdscheduler.live import cluster
 
     path = _state_path(args)
-    state, counts = cluster.up(args.scenario, path, address=args.address, storage=args.storage)
+    state, counts = cluster.up(args.scenario, path, address=args.address, storage=args.storage,
+                               profile=args.profile)
     cluster.disconnect()
     if args.json:
         print(json.dumps({**state.model_dump(exclude={"token"}), "nodes_per_domain": counts}))
@@ -206,7 +213,8 @@ def cmd_profile(args) -> None:
             raise UserError(f"no domain {d!r}; the scenario has {', '.join(names)}")
     from xdscheduler.live import probe, profile  # import ray: after connect set its token
 
-    measured = [profile.measure_domain(d.name, d.gpus, args.seconds) for d in scn.domains
+    measured = [profile.measure_domain(d.name, d.gpus, args.seconds, state.storage)
+                for d in scn.domains
                 if not args.domain or d.name in args.domain]
     links = probe.probe_links(scn, 1.0)
     cluster.disconnect()
@@ -215,16 +223,30 @@ def cmd_profile(args) -> None:
     if args.out:
         Path(args.out).write_text(yaml.safe_dump(
             {"accelerators": [e.model_dump() for e in entries]}, sort_keys=False))
+    if args.runs:
+        with open(args.runs, "w", newline="") as f:
+            out = csv.DictWriter(f, profile.RUN_COLUMNS)
+            out.writeheader()
+            for m, e in zip(measured, entries, strict=True):
+                out.writerows(profile.run_rows(m, e.name))
     if args.json:
         print(json.dumps({"domains": measured, "links": links,
                           "accelerators": [e.model_dump() for e in entries]}))
         return
     for m, e in zip(measured, entries, strict=True):
+        steps = ", ".join(f"L{t['layers']} H{t['hidden']} b{t['batch']} {t['step_s']:.3f} s"
+                          for t in m["trainings"])
+        print(f"{m['domain']}: reference steps {steps}")
         print(f"{m['domain']}: {e.name}: fp32 {e.fp32_tflops:.3f} TFLOP/s, bf16 "
-              f"{e.bf16_tflops:.3f} TFLOP/s, copy {e.memory_gbs:.1f} GB/s an accelerator")
+              f"{e.bf16_tflops:.3f} TFLOP/s, copy {e.memory_gbs:.1f} GB/s an accelerator, "
+              f"gradient reduction {e.scaleup_gbs:.3f} GB/s bus bandwidth")
     for r in links:
         print(f"  link {r['src']} -> {r['dst']}: {r['measured_gbps']:.3f} of "
               f"{r['configured_gbps']:.3f} Gbit/s")
     if args.out:
         print(f"wrote {len(entries)} entries to {args.out} (name it in XDS_ACCELERATORS, or "
               "copy them into the scenario's accelerators:)")
+    if args.runs:
+        print(f"wrote {len(measured) * len(profile.REFERENCES)} reference trainings to "
+              f"{args.runs} (xds calibrate {args.runs} --stack plain-dp --accelerators "
+              f"{args.out or 'OUT'} --out PROFILE)")

@@ -32,8 +32,8 @@ log = logging.getLogger("xdscheduler.live")
 DOMAIN_LABEL = "xds.domain"
 HEAD_LABEL = "xds.role"
 NAMESPACE = "xds-live"  # the Ray namespace of the controller and the domain actors
-# The head, its daemons and the controller are not held to a quota: the domains' quotas leave
-# them half a core, so an accelerator gets its share even when they are busy.
+# The head, every node's Ray daemons and the controller are not held to a quota: the domains'
+# quotas leave them half a core, so an accelerator gets its share even when they are busy.
 HEAD_CORES = 0.5
 NODE_TIMEOUT_S = 120.0  # a node that has not joined by then will not (2 busy cores: ~10 s)
 STOP_GRACE_S = 10.0
@@ -66,6 +66,7 @@ class ClusterState(Strict):
     subnet: str | None = None
     domains: dict[str, str] = Field(default_factory=dict)  # name -> node IP (local clusters)
     storage: str = ""  # where jobs checkpoint and the controller keeps its journal
+    profile: str | None = None  # the software stack's profile jobs are planned with (None: shipped)
 
     def fabric(self, scn: Scenario) -> fab.Fabric:
         bw, _, _ = base_matrices(scn)
@@ -100,25 +101,28 @@ def load(path: Path) -> ClusterState:
 
 
 def up(scenario_path: str, state_path: Path, address: str | None = None,
-       storage: str | None = None) -> tuple[ClusterState, dict[str, int]]:
+       storage: str | None = None, profile: str | None = None,
+       ) -> tuple[ClusterState, dict[str, int]]:
     """Start a local cluster for the scenario (or attach to the one at `address`); jobs
-    checkpoint to `storage` (a folder, or any URI Ray Train's storage takes). The state, and
+    checkpoint to `storage` (a folder, or any URI Ray Train's storage takes) and are planned
+    with the constants of `profile` (`xds calibrate`'s, of the plain-dp stack). The state, and
     the alive nodes of each domain."""
     if state_path.exists():
         raise UserError(f"a cluster is already recorded at {state_path}: `xds down` it first "
                         "(or set XDS_CLUSTER to another state file)")
     scn = load_scenario(scenario_path)
     path = str(Path(scenario_path).resolve())
+    profile = _checked_profile(profile)
     if address:
         state = ClusterState(scenario=path, address=address, attached=True,
-                             token=os.environ.get("RAY_AUTH_TOKEN"),
+                             token=os.environ.get("RAY_AUTH_TOKEN"), profile=profile,
                              storage=storage or str(state_path.parent / "storage"))
         counts = check_labels(state, scn)
         save(state, state_path)
         return state, counts
     tag = secrets.token_hex(2)
     subnet = f"10.{200 + int(tag[0], 16) % 50}.{int(tag[1:], 16) % 250}"
-    state = ClusterState(scenario=path, address="", tag=tag, subnet=subnet,
+    state = ClusterState(scenario=path, address="", tag=tag, subnet=subnet, profile=profile,
                          token=secrets.token_hex(32), temp_dir=f"/tmp/xds-ray-{tag}",
                          storage=storage or str(state_path.parent / f"storage-{tag}"))
     fabric = state.fabric(scn)
@@ -135,10 +139,25 @@ def up(scenario_path: str, state_path: Path, address: str | None = None,
     return state, check_labels(state, scn)
 
 
+def _checked_profile(profile: str | None) -> str | None:
+    """The profile as the controller will find it (a file's absolute path, or a shipped
+    name); UserError when it is not a plain-dp profile."""
+    from xdscheduler.costmodel.calibration import Profile
+
+    if profile is None:
+        return None
+    stack = Profile.load(profile).stack
+    if stack != "plain-dp":
+        raise UserError(f"{profile}: a profile of stack {stack!r}; live jobs train with the "
+                        f"plain-dp stack (xds calibrate RUNS --stack plain-dp)")
+    return str(Path(profile).resolve()) if Path(profile).exists() else profile
+
+
 def _start_nodes(state: ClusterState, scn: Scenario, fabric: fab.Fabric,
                  state_path: Path) -> ClusterState:
-    """The head, then each domain's nodes, each node in a CPU cgroup of its accelerators'
-    share of this machine's cores (where cgroups can be made), one Ray CPU an accelerator."""
+    """The head, then each domain's nodes, each node's work in a CPU cgroup of its
+    accelerators' share of this machine's cores (where cgroups can be made), one Ray CPU an
+    accelerator."""
     from xdscheduler.ray_cluster import free_port
 
     cores = max((os.cpu_count() or 1) - HEAD_CORES, 0.1)
@@ -179,17 +198,20 @@ def _start_nodes(state: ClusterState, scn: Scenario, fabric: fab.Fabric,
 
 def _ray_start(state: ClusterState, args: list[str], namespace: str | None,
                cgroup_procs: Path | None = None) -> subprocess.Popen:
-    """`ray start --block` as the leader of a process group of its own, in the namespace and
-    the CPU cgroup given; its output goes to a log beside the session."""
+    """`ray start --block` as the leader of a process group of its own, in the namespace
+    given, its workers told which CPU cgroup to join; its output goes to a log beside the
+    session."""
     env = {**os.environ, **state.environment(), "GLOO_SOCKET_IFNAME": "eth0"
            if namespace else os.environ.get("GLOO_SOCKET_IFNAME", "lo")}
+    if cgroup_procs:
+        env[quota.ENV] = str(cgroup_procs)
     ray = str(Path(sys.executable).with_name("ray"))
     cmd = [ray, "start", "--block", "--disable-usage-stats", "--object-store-memory",
            str(128 * 2**20), *args]
     if namespace:
-        cmd = ["ip", "netns", "exec", namespace, *cmd]
-    if cgroup_procs:
-        cmd = quota.entering(cgroup_procs, cmd)
+        # the network namespace alone: `ip netns exec` would also mount a /sys of its own,
+        # without the cgroups the node's workers join
+        cmd = ["nsenter", f"--net=/run/netns/{namespace}", "--", *cmd]
     logs = Path(state.temp_dir or "/tmp")
     logs.mkdir(parents=True, exist_ok=True)
     out = (logs / f"ray-start-{namespace or 'head'}-{time.time_ns()}.log").open("w")

@@ -7,19 +7,22 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field, replace
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
+from xdscheduler.costmodel.plan import Stack
 from xdscheduler.live.cluster import DOMAIN_LABEL, HEAD_LABEL, NAMESPACE, ClusterState
 from xdscheduler.live.jobs import LiveJob
 from xdscheduler.live.training import train_loop
 from xdscheduler.planner.baselines import ONLINE
 from xdscheduler.planner.policies import PlannerPolicy
 from xdscheduler.planner.search import estimate_placement
+from xdscheduler.planner.space import SearchOptions
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.runtime.journal import open_log
 from xdscheduler.scenario import load_scenario
@@ -36,10 +39,11 @@ OBSERVE_EVERY = 5  # steps between two corrections from one run
 KEEP_CHECKPOINTS = 5  # per job, in its storage (Ray Train deletes the older ones)
 RESPAWN_EVERY = 20  # missed heartbeats between fresh agents for a domain that is down
 # The live runner trains data-parallel plans (hierarchical across domains, DiLoCo every H):
-# the planner searches those, in FP32 (what CPUs and gloo run), DiLoCo every 10 steps.
+# the planner searches those, in FP32 (what CPUs and gloo run), DiLoCo every 10 steps, with
+# the runner's own software: a plain loop that reduces the gradients after the backward pass.
 LIVE_OPTIONS = replace(ONLINE, tensor=(1,), max_pipeline=1, context=(1,), virtual=(1,),
                        kinds=("single", "data"), dtype="fp32", diloco_h=(0, 10),
-                       micro_batch=(1, 2, 4, 8, 16))
+                       micro_batch=(1, 2, 4, 8, 16), stack=Stack.preset("plain-dp"))
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -94,8 +98,13 @@ class DomainAgent:
 
     def __init__(self, name: str):
         self.name = name
+        # this worker's parent is its node's raylet: once the raylet is gone the node is lost,
+        # though the worker answers for a few seconds more (until it notices)
+        self.raylet = os.getppid()
 
     def ping(self) -> float:
+        if os.getppid() != self.raylet:
+            raise RuntimeError(f"domain {self.name}: the node's raylet is gone")
         return time.time()
 
     def report(self) -> dict:
@@ -105,6 +114,15 @@ class DomainAgent:
         return {"domain": self.name, "nodes": len(nodes), "time": time.time(),
                 "cpus": int(sum(r.get("CPU", 0) for r in res)),
                 "gpus": int(sum(r.get("GPU", 0) for r in res))}
+
+
+def options(state: ClusterState) -> SearchOptions:
+    """The live search space, with the constants of the cluster's profile where it has one."""
+    if state.profile is None:
+        return LIVE_OPTIONS
+    from xdscheduler.costmodel.calibration import Profile
+
+    return replace(LIVE_OPTIONS, calibration=Profile.load(state.profile).calibration)
 
 
 @ray.remote(num_cpus=0, max_retries=0)
@@ -135,7 +153,8 @@ class LiveController:
         self.scn = load_scenario(self.state.scenario)
         self.names = [d.name for d in self.scn.domains]
         self.storage = self.state.storage
-        self.policy = PlannerPolicy(self.scn.weights, "planner", LIVE_OPTIONS)
+        self.options = options(self.state)
+        self.policy = PlannerPolicy(self.scn.weights, "planner", self.options)
         self.db = open_log(self._path("journal.sqlite"), SCHEMA, threads=True)
         self.lock = threading.RLock()
         self.jobs: dict[str, JobRecord] = {}
@@ -208,13 +227,14 @@ class LiveController:
         # weighs one jittery step rate at WEIGHT); a run's early steps, slowed by a job
         # starting beside it, would otherwise hold the factor back long after
         self.correction = self.correction.observe(rec.chosen, spec, view, rec.measured(),
-                                                  spread_speed=True, weight=1.0)
+                                                  spread_speed=True, weight=1.0,
+                                                  opts=self.options)
         rec.observed += 1
         corrected = self.correction.apply(view)
         for other in self.jobs.values():
             if other.status == "running" and other.chosen is not None:
                 other.placement["corrected_step_s"] = estimate_placement(
-                    other.chosen, other.job.spec(0.0), corrected).step_time_s
+                    other.chosen, other.job.spec(0.0), corrected, self.options).step_time_s
         self._event(rec.job.name, "correction", {
             "measured_step_s": rec.measured(), "speed": self.correction.speed.tolist(),
             "corrected_step_s": rec.placement["corrected_step_s"]})
@@ -245,7 +265,7 @@ class LiveController:
             if ok:
                 try:
                     ray.get(ref)
-                except RayActorError:
+                except (RayActorError, RayTaskError):
                     ok = False
             if ok:
                 self.heard_at[n] = now
@@ -333,7 +353,7 @@ class LiveController:
         rec.status, rec.attempts, rec.chosen = "running", rec.attempts + 1, p
         rec.step_times, rec.observed = [], 0
         cfg = rec.job.train_config(plan.diloco_h if len(p.names) > 1 else 0, CONTROLLER,
-                                   self.storage)
+                                   self.storage, plan.micro_batch)
         use_gpu = any(self.scn.domains[i].accelerator.vendor != "CPU" for i in p.domains)
         rec.run = run_training.options(label_selector={HEAD_LABEL: "head"}).remote(
             cfg.model_dump(), workers, self.storage, use_gpu)
@@ -343,7 +363,7 @@ class LiveController:
 
     def _nominal(self, rec: JobRecord, p) -> float:
         """The step time the model predicts without any correction (the profile alone)."""
-        return estimate_placement(p, rec.job.spec(0.0), self._view()).step_time_s
+        return estimate_placement(p, rec.job.spec(0.0), self._view(), self.options).step_time_s
 
     # ---- plumbing
     def _agent(self, name: str):
@@ -392,8 +412,6 @@ def controller(state: ClusterState):
 def ask(method, *args, timeout_s: float = 120.0):
     """A controller call's answer; UserError with the controller's own message when it
     refuses, or when it does not answer in time."""
-    from ray.exceptions import RayTaskError
-
     from xdscheduler.errors import UserError
 
     try:

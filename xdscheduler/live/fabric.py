@@ -135,15 +135,16 @@ def teardown(fabric: Fabric) -> list[str]:
 
 
 def check_tools() -> None:
-    """Namespaces, veth pairs and tc need root and iproute2: say so plainly when absent."""
+    """Namespaces, veth pairs and tc need root, iproute2 and nsenter: say so plainly when
+    absent."""
     import os
 
     if os.geteuid() != 0:
         raise UserError("a local cluster builds network namespaces and shapes links with tc: "
                         "run it as root (or attach to a running cluster with --address)")
-    for tool in ("ip", "tc"):
+    for tool, package in (("ip", "iproute2"), ("tc", "iproute2"), ("nsenter", "util-linux")):
         if shutil.which(tool) is None:
-            raise UserError(f"`{tool}` (iproute2) is not installed; a local cluster needs it")
+            raise UserError(f"`{tool}` ({package}) is not installed; a local cluster needs it")
 
 
 def available() -> str | None:

@@ -51,10 +51,10 @@ class LiveJob(FileModel):
                        arrival_s=arrival_s, priority=self.priority)
 
     def train_config(self, diloco_h: int, controller: str | None,
-                     storage: str | None = None) -> TrainConfig:
+                     storage: str | None = None, micro_batch: int = 0) -> TrainConfig:
         return TrainConfig(job=self.name, storage=storage, shape=self.model,
                            global_batch=self.global_batch, steps=self.steps, lr=self.lr,
-                           seed=self.seed, diloco_h=diloco_h,
+                           seed=self.seed, diloco_h=diloco_h, micro_batch=micro_batch,
                            checkpoint_every=self.checkpoint_every, controller=controller)
 
 

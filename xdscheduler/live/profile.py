@@ -3,31 +3,48 @@ plans, and write catalog entries the cost model reads.
 
 On every accelerator of a domain at once (a task per accelerator, so each runs as it would under
 a job that fills the domain): GEMM throughput per dtype and shape, and memory bandwidth (a large
-copy). Across every link: goodput both ways (`probe`). The figures are the best GEMM rate of
-each dtype (the model's GEMM efficiency applies on top, as it does to a datasheet's peak), the
-copy rate as memory bandwidth, and the rest of the entry from the accelerator the domain names.
+copy). Inside the domain: the bus bandwidth of the gradient reduction the live runner does
+(`DomainSync`), under Ray Train as a job runs it, each reduction after a burst of compute on
+every accelerator, as a training step meets it (stragglers' waits included). Across every link:
+goodput both ways (`probe`). The figures are the best GEMM rate of each dtype (the model's GEMM
+efficiency applies on top, as it does to a datasheet's peak), the copy rate as memory
+bandwidth, the reduction's median bus bandwidth over its sizes as the scale-up bandwidth, and
+the rest of the entry from the accelerator the domain names.
 """
 
 from __future__ import annotations
 
+import json
+import tempfile
 import time
 from functools import partial
+from pathlib import Path
 
+import numpy as np
 import ray
 
 from xdscheduler.catalog import AcceleratorEntry
+from xdscheduler.live import quota
 from xdscheduler.live.cluster import DOMAIN_LABEL
 from xdscheduler.scenario import Scenario
 
 SHAPES = (256, 512, 1024)
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+REDUCE_MB = (1, 2, 4, 8)  # gradients of 0.25-2 M fp32 parameters
+REDUCE_REPEATS = 9
+# Reference trainings (layers, hidden, batch; 4 heads, 512 tokens, sequences of 64): the live
+# runner's own step on one accelerator, for `xds calibrate` to fit the plain-dp stack's
+# constants to. Shapes around, not of, the jobs in scenarios/jobs.
+REFERENCES = ((1, 64, 8), (1, 128, 16), (2, 96, 4), (3, 128, 4), (2, 192, 8), (4, 64, 12))
+REFERENCE_STEPS = (3, 10)  # warm-up, then timed
 
 
-@ray.remote(num_cpus=1)
+@ray.remote(num_cpus=1, max_calls=1)  # its worker joined an accelerator's group: not reused
 def measure_accelerator(seconds: float) -> dict:
     """This worker's GEMM TFLOP/s per dtype and size, and copy GB/s, on one thread."""
     import torch
 
+    quota.join()
     torch.set_num_threads(1)
     gemm = {}
     for name, dtype in DTYPES.items():
@@ -41,6 +58,36 @@ def measure_accelerator(seconds: float) -> dict:
             "memory_gbs": copy_gbs}
 
 
+@ray.remote(num_cpus=1, max_calls=1)
+def measure_trainings() -> list[float]:
+    """This accelerator's median step time of each reference training (the live runner's step:
+    forward, backward and AdamW on one thread, no gradient reduction)."""
+    import numpy as np
+    import torch
+
+    from xdscheduler.live.gpt import Gpt, GptShape, MarkovCorpus
+    from xdscheduler.live.training import accumulate
+
+    quota.join()
+    torch.set_num_threads(1)
+    warm, timed = REFERENCE_STEPS
+    medians = []
+    for layers, hidden, batch in REFERENCES:
+        torch.manual_seed(0)
+        model = Gpt(GptShape(layers=layers, hidden=hidden, heads=4, vocab=512, seq=64))
+        opt = torch.optim.AdamW(model.parameters())
+        corpus, took = MarkovCorpus(512, 0), []
+        for step in range(warm + timed):
+            tokens = corpus.batch(batch, 64, step, 0)
+            start = time.perf_counter()
+            opt.zero_grad(set_to_none=False)
+            accumulate(model, tokens, 0)
+            opt.step()
+            took.append(time.perf_counter() - start)
+        medians.append(float(np.median(took[warm:])))
+    return medians
+
+
 def per_second(op, seconds: float) -> float:
     """How many times a second `op` runs, over `seconds` after one warm-up run."""
     op()
@@ -51,17 +98,97 @@ def per_second(op, seconds: float) -> float:
     return runs / (time.perf_counter() - start)
 
 
-def measure_domain(name: str, accelerators: int, seconds: float) -> dict:
-    """The median over the domain's accelerators, all measured at once."""
-    import numpy as np
+def reduce_loop(config: dict) -> None:
+    """Ray Train's per-worker function: the domain's gradient sum as the live runner does it,
+    after `burst_s` of GEMMs on every rank; rank 0 reports the median seconds per size."""
+    import torch
+    from ray import train
 
-    runs = ray.get([measure_accelerator.options(label_selector={DOMAIN_LABEL: name})
-                    .remote(seconds) for _ in range(accelerators)], timeout=600)
+    from xdscheduler.live.training import DomainSync
+
+    quota.join()
+    torch.set_num_threads(1)
+    ctx = train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    sync = DomainSync(ray.get_runtime_context().get_node_labels()[DOMAIN_LABEL], rank, world)
+    a = torch.randn(256, 256)
+    seconds = {}
+    for mb in config["sizes_mb"]:
+        flat, took = torch.zeros(mb * 2**20 // 4), []
+        for _ in range(config["repeats"]):
+            start = time.perf_counter()
+            while time.perf_counter() - start < config["burst_s"]:
+                torch.matmul(a, a)
+            start = time.perf_counter()
+            sync.hierarchical_sum(flat, cross=False)
+            took.append(time.perf_counter() - start)
+        seconds[str(mb)] = float(np.median(took[1:]))
+    # Ray Train keeps a run's metrics with its checkpoints only: rank 0's figures go in one
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "reduce_s.json").write_text(json.dumps(seconds))
+        train.report({}, checkpoint=train.Checkpoint.from_directory(folder) if rank == 0
+                     else None)
+
+
+def measure_reduction(name: str, accelerators: int, storage: str, burst_s: float) -> dict:
+    """Bus bandwidth (GB/s, as nccl-tests counts it) of the domain's gradient reduction, per
+    size, over all its accelerators; {} for a domain of one."""
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    if accelerators < 2:
+        return {}
+    result = TorchTrainer(
+        reduce_loop, train_loop_config={"sizes_mb": REDUCE_MB, "repeats": REDUCE_REPEATS,
+                                        "burst_s": burst_s},
+        torch_config=TorchConfig(backend="gloo"),
+        scaling_config=ScalingConfig(num_workers=accelerators, resources_per_worker={"CPU": 1},
+                                     label_selector=[{DOMAIN_LABEL: name}] * accelerators),
+        run_config=RunConfig(name=f"xds-profile-{name}-{time.time_ns()}",
+                             storage_path=storage)).fit()
+    if result.error:
+        raise result.error
+    with result.checkpoint.as_directory() as folder:
+        seconds = json.loads((Path(folder) / "reduce_s.json").read_text())
+    ring = 2 * (accelerators - 1) / accelerators  # bytes each rank moves per byte reduced
+    return {mb: ring * int(mb) * 2**20 / s / 1e9 for mb, s in seconds.items()}
+
+
+def measure_domain(name: str, accelerators: int, seconds: float, storage: str) -> dict:
+    """The median over the domain's accelerators, all measured at once (GEMMs and copies, then
+    the reference trainings), and the bus bandwidth of a reduction over them all."""
+    pinned = {"label_selector": {DOMAIN_LABEL: name}}
+    runs = ray.get([measure_accelerator.options(**pinned).remote(seconds)
+                    for _ in range(accelerators)], timeout=600)
+    steps = np.median(ray.get([measure_trainings.options(**pinned).remote()
+                               for _ in range(accelerators)], timeout=600), axis=0)
     keys = runs[0]["gemm_tflops"]
     return {"domain": name, "accelerators": accelerators,
             "gemm_tflops": {k: float(np.median([r["gemm_tflops"][k] for r in runs]))
                             for k in keys},
-            "memory_gbs": float(np.median([r["memory_gbs"] for r in runs]))}
+            "memory_gbs": float(np.median([r["memory_gbs"] for r in runs])),
+            "reduce_busbw_gbs": measure_reduction(name, accelerators, storage, seconds / 4),
+            "trainings": [{"layers": layers, "hidden": hidden, "batch": batch, "step_s": float(t)}
+                          for (layers, hidden, batch), t in zip(REFERENCES, steps, strict=True)]}
+
+
+RUN_COLUMNS = ("source", "source_ref", "gpu", "gpu_count", "model", "layers", "hidden",
+               "ffn_hidden", "heads", "kv_heads", "vocab", "seq", "global_batch", "micro_batch",
+               "tp", "pp", "dp", "dtype", "recompute", "stack", "metric", "value")
+
+
+def run_rows(measured: dict, accelerator: str) -> list[dict]:
+    """The domain's reference trainings as rows of a runs CSV (the columns of
+    benchmarks/published_runs.csv) on `accelerator`, for `xds calibrate --stack plain-dp`."""
+    return [{"source": f"xds profile of domain {measured['domain']}",
+             "source_ref": f"{time.strftime('%Y-%m-%d')}, median of {REFERENCE_STEPS[1]} steps "
+                           f"on each of {measured['accelerators']} accelerators at once",
+             "gpu": accelerator, "gpu_count": 1, "model": f"gpt L{t['layers']} H{t['hidden']}",
+             "layers": t["layers"], "hidden": t["hidden"], "ffn_hidden": 4 * t["hidden"],
+             "heads": 4, "kv_heads": 4, "vocab": 512, "seq": 64, "global_batch": t["batch"],
+             "micro_batch": t["batch"], "tp": 1, "pp": 1, "dp": 1, "dtype": "fp32",
+             "recompute": "none", "stack": "plain-dp", "metric": "iteration_time_s",
+             "value": round(t["step_s"], 6)} for t in measured["trainings"]]
 
 
 def entry(measured: dict, scn: Scenario, name: str) -> AcceleratorEntry:
@@ -71,13 +198,17 @@ def entry(measured: dict, scn: Scenario, name: str) -> AcceleratorEntry:
     best = {dt: max(v for k, v in measured["gemm_tflops"].items() if k.startswith(dt))
             for dt in DTYPES}
     shapes = ", ".join(f"{k} {v:.3f}" for k, v in measured["gemm_tflops"].items())
+    reduce = measured["reduce_busbw_gbs"]
+    sizes = ", ".join(f"{mb} MB {v:.3f}" for mb, v in reduce.items())
     return AcceleratorEntry(
         name=name, vendor=base.vendor, bf16_tflops=round(best["bf16"], 4),
         fp32_tflops=round(best["fp32"], 4), tf32_tflops=round(best["fp32"], 4),
         memory_gib=base.memory_gib, memory_gbs=round(measured["memory_gbs"], 2),
-        scaleup_gbs=base.scaleup_gbs, scaleout_gbps=base.scaleout_gbps,
+        scaleup_gbs=round(float(np.median(list(reduce.values()))), 4) if reduce
+        else base.scaleup_gbs, scaleout_gbps=base.scaleout_gbps,
         gpus_per_node=domain.gpus_per_node, power_w=base.power_w,
         source=f"xds profile of domain {domain.name} ({measured['accelerators']} accelerators "
                f"at once, one thread each) on {time.strftime('%Y-%m-%d')}: GEMM TFLOP/s "
-               f"{shapes}; copy {measured['memory_gbs']:.1f} GB/s; memory, links, node shape "
-               f"and power from {base.name}")
+               f"{shapes}; copy {measured['memory_gbs']:.1f} GB/s"
+               + (f"; gradient reduction bus GB/s {sizes} (scale-up: the median)" if reduce
+                  else "") + f"; memory, node shape and power from {base.name}")

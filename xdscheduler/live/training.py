@@ -30,6 +30,7 @@ class TrainConfig(Strict):
     lr: float = Field(default=3e-3, gt=0, le=1)
     seed: int = Field(default=0, ge=0)
     diloco_h: int = Field(default=0, ge=0, le=10_000)  # 0: synchronous every step
+    micro_batch: int = Field(default=0, ge=0, le=4096)  # per forward pass; 0: a rank's share
     checkpoint_every: int = Field(default=10, gt=0)
     threads: int = Field(default=1, gt=0, le=256)  # torch threads per worker
     controller: str | None = None  # the named actor that hears each step (None: nobody)
@@ -42,8 +43,10 @@ def train_loop(config: dict) -> None:
     import torch
     from ray import train
 
+    from xdscheduler.live import quota
     from xdscheduler.live.gpt import Gpt, MarkovCorpus
 
+    quota.join()  # this worker is one of its domain's accelerators
     cfg = TrainConfig.model_validate(config)
     torch.set_num_threads(cfg.threads)
     ctx = train.get_context()
@@ -64,8 +67,7 @@ def train_loop(config: dict) -> None:
         tokens = corpus.batch(mine, cfg.shape.seq, step, rank)  # the input pipeline: untimed
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=False)
-        loss = model.loss(tokens)
-        loss.backward()
+        loss = accumulate(model, tokens, cfg.micro_batch)
         sync.gradients(model, cross=cfg.diloco_h == 0)
         opt.step()
         if cfg.diloco_h and (step + 1) % cfg.diloco_h == 0:
@@ -81,6 +83,17 @@ def train_loop(config: dict) -> None:
         if listener is not None and (step + 1) % 5 == 0 and sync.agree(
                 rank == 0 and ray.get(listener.cancelled.remote(cfg.job))):
             break  # cancelled: every rank leaves at the same step
+
+
+def accumulate(model, tokens, micro_batch: int):
+    """Gradients of the mean loss over `tokens`, a micro-batch at a time, as the plan says;
+    the mean loss."""
+    total = 0.0
+    for part in tokens.split(micro_batch or len(tokens)):
+        loss = model.loss(part) * (len(part) / len(tokens))
+        loss.backward()
+        total = total + loss.detach()
+    return total
 
 
 def share(batch: int, world: int, rank: int) -> int:
@@ -116,7 +129,7 @@ class DomainSync:
             t.copy_(flat[at: at + t.numel()].view_as(t))
             at += t.numel()
 
-    def _hierarchical_sum(self, flat, cross: bool):
+    def hierarchical_sum(self, flat, cross: bool):
         """Sum over the domain, then (when `cross`) over domains through the leaders only."""
         import torch.distributed as dist
 
@@ -130,7 +143,7 @@ class DomainSync:
     def gradients(self, model, cross: bool = True) -> None:
         """Mean gradient over every rank (`cross`), or over the domain's ranks (DiLoCo)."""
         grads = [p.grad for p in model.parameters()]
-        flat = self._hierarchical_sum(self._flat(grads), cross)
+        flat = self.hierarchical_sum(self._flat(grads), cross)
         flat /= self.world if cross else len(self.members[self.domain])
         self._unflat(flat, grads)
 
@@ -142,7 +155,7 @@ class DomainSync:
         params = [p.data for p in model.parameters()]
         with torch.no_grad():
             flat = self._flat(params) / self.world
-            self._unflat(self._hierarchical_sum(flat, cross=True), params)
+            self._unflat(self.hierarchical_sum(flat, cross=True), params)
 
     def broadcast_params(self, model) -> None:
         import torch.distributed as dist

@@ -10,7 +10,7 @@ from functools import cached_property
 import numpy as np
 
 from xdscheduler.catalog import ModelArch
-from xdscheduler.costmodel.plan import PlanBatch, Stack
+from xdscheduler.costmodel.plan import PlanBatch
 from xdscheduler.costmodel.steptime import StepEstimate, estimate, model_flops_per_step
 from xdscheduler.errors import UserError
 from xdscheduler.planner.balance import balanced, stages_fit
@@ -32,6 +32,8 @@ from xdscheduler.planner.space import (
     take_rows,
 )
 from xdscheduler.planner.view import ClusterView
+
+DEFAULT_OPTIONS = SearchOptions()
 
 
 @dataclass(frozen=True)
@@ -325,13 +327,13 @@ def placement_at(ev: Evaluated, i: int, view: ClusterView, job: JobSpec, explana
 
 
 def estimate_placement(p: Placement, job: JobSpec, view: ClusterView,
-                       stack: Stack | None = None) -> Estimate:
+                       opts: SearchOptions = DEFAULT_OPTIONS) -> Estimate:
     """A placement's estimate under the view's links now (the search's, for a placement it did
-    not make, or after the links changed)."""
+    not make, or after the links changed), with the software stack and constants of `opts`."""
     doms = np.array([list(p.domains)])
     pl = describe_placements(view, np.array([p.kind], dtype=object), doms)
     est = estimate(job.arch, job.global_batch, PlanBatch.of([p.plan]), pl.hardware, pl.wan,
-                   stack, seq=job.seq)
+                   opts.stack, opts.calibration, seq=job.seq)
     return _estimate_at(est, 0, pl.wan_price_per_gb[0])
 
 

@@ -29,10 +29,13 @@ SINGLE, PIPELINE, DATA = "single", "pipeline", "data"
 # Cheapest first: the first rung whose memory fits is the one a plan uses.
 MEMORY_LADDER = ((1, 0), (1, 1), (1, 2), (3, 2))  # (zero stage, recompute index)
 SHARDED_LADDER = ((3, 0), (3, 1), (3, 2))  # FSDP shards every state, whatever fits
+PLAIN_LADDER = ((0, 0),)  # every rank holds everything, nothing recomputed
 
 
 def memory_ladder(stack: Stack) -> tuple[tuple[int, int], ...]:
-    return SHARDED_LADDER if stack.sharded else MEMORY_LADDER
+    if stack.sharded:
+        return SHARDED_LADDER
+    return MEMORY_LADDER if stack.memory_savers else PLAIN_LADDER
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from xdscheduler.planner.placement import Placement
-from xdscheduler.planner.search import JobSpec, estimate_placement
-from xdscheduler.planner.space import SINGLE
+from xdscheduler.planner.search import DEFAULT_OPTIONS, JobSpec, estimate_placement
+from xdscheduler.planner.space import SINGLE, SearchOptions
 from xdscheduler.planner.view import ClusterView
 
 WEIGHT = 0.3  # of the newest observation; jobs' jitter (sd of ln ~0.08) makes single ones noisy
@@ -61,30 +61,31 @@ class Correction:
 
     def observe(self, p: Placement, spec: JobSpec, view: ClusterView, true_s: float,
                 step_s: float | None = None, spread_speed: bool = False,
-                weight: float = WEIGHT) -> Correction:
+                weight: float = WEIGHT, opts: SearchOptions = DEFAULT_OPTIONS) -> Correction:
         """The factors after the job was seen stepping in `true_s` on p under the view's
         links now; `step_s`: the model's step on p under these factors, when already known.
         `spread_speed`: a cross-domain step that hardly depends on its narrowest link (DiLoCo,
         communication hidden) moves the speed of its domains instead. `weight`: of this
-        observation (1 for a median over many steps, which one step's jitter does not move)."""
+        observation (1 for a median over many steps, which one step's jitter does not move).
+        `opts`: the stack and constants the model runs with."""
         if step_s is None:
-            step_s = estimate_placement(p, spec, self.apply(view)).step_time_s
+            step_s = estimate_placement(p, spec, self.apply(view), opts).step_time_s
+        seen = (p, spec, view, true_s, step_s, weight, opts)
         if p.kind == SINGLE:
-            return self._moved("speed", ([p.domains[0]],), p, spec, view, true_s, step_s, weight)
+            return self._moved("speed", ([p.domains[0]],), *seen)
         a, b = _narrowest(p, self.apply(view))
-        moved = self._moved("goodput", ([a, b], [b, a]), p, spec, view, true_s, step_s, weight)
+        moved = self._moved("goodput", ([a, b], [b, a]), *seen)
         if moved is self and spread_speed:
-            return self._moved("speed", (list(p.domains),), p, spec, view, true_s, step_s,
-                               weight)
+            return self._moved("speed", (list(p.domains),), *seen)
         return moved
 
     def _moved(self, name: str, cells: tuple, p: Placement, spec: JobSpec, view: ClusterView,
-               true_s: float, step_s: float, weight: float) -> Correction:
+               true_s: float, step_s: float, weight: float, opts: SearchOptions) -> Correction:
         factor = getattr(self, name)
         bumped = factor.copy()
         bumped[cells] *= 1 + BUMP
-        bumped_s = estimate_placement(p, spec, replace(self, **{name: bumped}).apply(view)
-                                      ).step_time_s
+        bumped_s = estimate_placement(p, spec, replace(self, **{name: bumped}).apply(view),
+                                      opts).step_time_s
         elasticity = math.log(step_s / bumped_s) / math.log1p(BUMP)
         if elasticity < MIN_ELASTICITY:
             return self
