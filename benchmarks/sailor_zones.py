@@ -10,6 +10,19 @@ by throughput alone, as Sailor plans. The exhaustive columns evaluate every (pla
 pair with no pruning and no two-pass refinement: where the search's pick equals their best,
 the search has no gap on this setup, and 'best 5 / best 4' says what the model thinks of the
 fifth zone.
+
+The links are Sailor's peaks between one pair of 4-GPU VMs (its profiler sends from the four
+GPUs of one VM to the four of the other), marked `per_node_pair`: every VM pair of a job across
+a zone boundary gets that rate at once, as in Sailor's simulator, which gives each replica's
+sender-receiver pair its own coefficient and takes the slowest (planner_utils.cpp,
+find_p2p_time_cost and merge_stages_get_time; runtime_simulator.py,
+estimate_p2p_pipeline_times). Read as one pipe per zone pair, they made the fifth zone lose
+in fp32 at 16 a zone too. Sailor itself never lets replicas span regions ("we know we don't
+do DP across regions", planner_utils.cpp, find_ar_cost; solve_dp draws a stage's replicas
+from one region's zones), exposes the whole gradient all-reduce after the pipeline (a flat
+ring in 500 MB buckets over the slowest pair), and ran Fig. 10 without --fp16 (4-byte
+gradients and activations): its plans reach Oregon only through a pipeline boundary, whose
+stages must have as many replicas on Oregon's 32-128 GPUs as on Iowa's four zones.
 """
 
 from __future__ import annotations
@@ -66,10 +79,17 @@ def main() -> None:
         "(every candidate evaluated), by tokens/s",
         ["dtype", "GPUs/zone", "zones", "kind", "tokens/s", "= exhaustive best",
          "best 4 zones", "best 5 zones", "best 5 / best 4"], rows,
-        note="A pipeline boundary on the Oregon link carries a step's activations, 1024 x 2048 "
-             "x 1024 x 2 B = 4.3 GB each way (~4.4 s at 8.7 Gbit/s x 0.9), longer than the "
-             "whole 4-zone step; replicas there exchange the gradients (0.71 GB in bf16, 1.42 "
-             "in fp32) once a step, hidden only behind the last micro-batch's backward pass.")
+        note="Links are per 4-GPU VM pair, every VM pair across a zone boundary getting it. "
+             "Replicas in Oregon exchange the gradients (0.71 GB in bf16, 1.42 in fp32) once "
+             "a step over a ring of the five zones (4 x 36 ms of latency) and 2-8 VM pairs a "
+             "zone at 7.8-9.1 Gbit/s x 0.9 each, hidden only behind the last micro-batch's "
+             "backward pass (Megatron's DDP; Sailor's simulator hides none of it). In bf16 "
+             "the 4-zone step is 0.3-1.4 s and a fifth zone saves at most a fifth of its "
+             "compute: less than the exchange costs. In fp32 (Sailor's Fig. 10) steps are "
+             "~10x longer: five zones win at 8 and 16 a zone; from 32 a zone the global batch "
+             "of 1024 leaves too few samples a replica for a fifth zone to add speed. A "
+             "pipeline boundary on the Oregon link carries 1024 x 2048 x 1024 x 2 B = 4.3 GB "
+             "of activations each way a step.")
 
 
 if __name__ == "__main__":

@@ -109,6 +109,37 @@ def test_diloco_divides_the_wan_traffic_by_h():
     assert lazy.breakdown_s["dp_comm"][0] < sync.breakdown_s["dp_comm"][0]
 
 
+def test_links_rated_per_node_pair_carry_the_wan_bytes_over_every_node_pair():
+    """A cloud's inter-zone figure is what one pair of VMs gets (Sailor profiles one 4-GPU VM
+    pair); a job's node pairs across the link each get it. 16 replicas a domain on 8-GPU nodes
+    exchange their gradients over 2 node pairs: half the time of one shared 5 Gbit/s pipe."""
+    arch = catalog.model("llama2-7b")
+    plan = Plan(dp=32, tp=1)
+    link = dict(dp_domains=2, dp_gbps=5.0, dp_rtt_s=0.02)
+    shared = one(arch, 256, plan, wan=WanUse(**link))[0]
+    per_node = one(arch, 256, plan, wan=WanUse(dp_per_node=1.0, **link))[0]
+
+    def dp_total(e):
+        return e.breakdown_s["dp_comm"][0] + e.overlapped_s["dp_comm"][0]
+
+    # a ring over 2 domains sends 2·(2-1)/2 = 1 copy of the bf16 gradients; 2 pairs halve it
+    ring = arch.params * 2 / (5e9 / 8 * DEFAULT.wan_efficiency)
+    assert dp_total(shared) - dp_total(per_node) == pytest.approx(ring / 2, rel=1e-9)
+    assert per_node.cross_domain_bytes[0] == shared.cross_domain_bytes[0]
+    # replicas that fill less than a node pair get the one pair's figure, as a shared link
+    small = Plan(dp=8, tp=1)
+    assert one(arch, 256, small, wan=WanUse(dp_per_node=1.0, **link))[1] == pytest.approx(
+        one(arch, 256, small, wan=WanUse(**link))[1])
+    # a pipeline boundary: the stage's 16 ranks stream over 2 node pairs
+    wan = dict(pp_crossings=1, pp_gbps=2.0, pp_latency_s=0.015)
+    stages = Plan(dp=16, tp=1, pp=2)
+    e_shared, t_shared = one(arch, 256, stages, wan=WanUse(**wan))
+    e_node, t_node = one(arch, 256, stages, wan=WanUse(pp_per_node=1.0, **wan))
+    assert t_node < t_shared
+    assert (e_node.breakdown_s["pp_comm"][0] + e_node.overlapped_s["pp_comm"][0]
+            < e_shared.breakdown_s["pp_comm"][0] + e_shared.overlapped_s["pp_comm"][0])
+
+
 def test_older_software_stack_is_slower():
     arch = catalog.model("gpt3-13b")
     plan = Plan(dp=4, tp=8, pp=1, recompute="full")

@@ -112,6 +112,10 @@ class Link(FileModel):
     rtt_ms: NonNegative = Field(le=2000)
     price_per_gb: NonNegative = Field(default=0.0, le=100)
     fluctuation: float = Field(default=0.2, ge=0, le=0.3)  # bound on |epsilon(t)|
+    # true: the bandwidth is what one pair of nodes gets (a cloud's per-VM cap, measured
+    # between two VMs), and every node pair of a job across the link gets it in parallel;
+    # false: it is the whole link's, shared by everything that crosses it (a leased line)
+    per_node_pair: bool = False
     source: str | None = None
 
     @model_validator(mode="after")

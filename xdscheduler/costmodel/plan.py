@@ -118,6 +118,10 @@ class WanUse:
     dp_gbps: np.ndarray | float = np.inf  # narrowest link of the cross-domain ring
     dp_rtt_s: np.ndarray | float = 0.0  # largest RTT on that ring
     dp_flat: np.ndarray | float = 0.0  # 1: one flat ring over every rank, no reduction inside
+    # 1 where the link figures above are what one pair of nodes gets (a cloud's per-VM cap):
+    # the job's node pairs across such a link each get it, so its share grows with them
+    pp_per_node: np.ndarray | float = 0.0
+    dp_per_node: np.ndarray | float = 0.0
 
     def with_(self, **changes) -> WanUse:
         return replace(self, **changes)

@@ -236,7 +236,10 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     wan_bps = _f(wan.pp_gbps) * 1e9 / 8 * calib.wan_efficiency
     p2p_intra = tok * h * elem / tp / (calib.collective_efficiency * scaleout)
     crossings = _f(wan.pp_crossings)
-    p2p_wan = dp * mb * s * h * elem / wan_bps  # all replicas share the link
+    # All replicas share the link; where it is rated per node pair, each of the boundary
+    # stage's nodes (dp·tp·cp ranks) streams to its peer at that rate.
+    pp_lanes = np.where(_f(wan.pp_per_node) > 0, _lanes(dp * tp * cp, gpn), 1.0)
+    p2p_wan = dp * mb * s * h * elem / (wan_bps * pp_lanes)
     link_busy = vp * np.where(crossings > 0, p2p_wan, p2p_intra)
     fill = 2 * ((pp - 1 - crossings) * p2p_intra + crossings * p2p_wan) + 2 * _f(wan.pp_latency_s)
     has_pp = pp > 1
@@ -259,7 +262,13 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     # rank sends all of them over each WAN link it crosses.
     flat = _f(wan.dp_flat) > 0
     wan_share = np.where(flat, 2.0, 2 * (domains - 1) / domains)
-    ring = wan_share * model_grad_bytes / dp_wan_bps + (domains - 1) * _f(wan.dp_rtt_s)
+    # Over links rated per node pair the bytes spread over the node pairs that carry them:
+    # every node of a domain's replicas in the hierarchical exchange, one replica's nodes
+    # where a flat ring crosses.
+    dp_lanes = np.where(_f(wan.dp_per_node) > 0,
+                        _lanes(np.where(flat, 1.0, local) * tp * cp * pp, gpn), 1.0)
+    ring = (wan_share * model_grad_bytes / (dp_wan_bps * dp_lanes)
+            + (domains - 1) * _f(wan.dp_rtt_s))
     dp_wan = np.where(spans & (diloco_h == 0), ring, 0.0)
     zero = _f(plans.zero)
     zero3 = zero >= 3
@@ -335,6 +344,11 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
         hardware_flops=full(hflops), tokens=tokens,
         cross_domain_bytes=full(pp_bytes + dp_bytes),
     )
+
+
+def _lanes(ranks, gpn):
+    """Node pairs that `ranks` accelerators, `gpn` to a node, stream over in parallel."""
+    return np.maximum(np.floor(ranks / gpn + 1e-9), 1.0)
 
 
 def _allreduce_s(size, ranks, inner, gpn, scaleup, scaleout, efficiency):

@@ -225,12 +225,19 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
     pair_bw = np.full(len(kind), np.inf)
     pair_rtt = np.zeros(len(kind))
     pair_price = np.zeros(len(kind))
+    # Links rated per node pair: a placement counts them so only where all its links are,
+    # its narrowest link then standing for each of its node pairs.
+    per_node = (view.per_node_pair if view.per_node_pair is not None
+                else np.zeros(bw.shape, dtype=bool))
+    pp_per_node = np.where(hop, per_node[a, b], True).all(axis=1)
+    dp_per_node = np.ones(len(kind), dtype=bool)
     for i, j in itertools.combinations(range(doms.shape[1]), 2):
         both = valid[:, i] & valid[:, j]
         x, y = safe[:, i], safe[:, j]
         pair_bw = np.where(both, np.minimum(pair_bw, np.minimum(bw[x, y], bw[y, x])), pair_bw)
         pair_rtt = np.where(both, np.maximum(pair_rtt, rtt[x, y]), pair_rtt)
         pair_price = pair_price + np.where(both, price[x, y], 0.0)
+        dp_per_node &= ~both | per_node[x, y]
     pairs = np.maximum(n_dom * (n_dom - 1) / 2, 1)
     wan = WanUse(
         pp_crossings=np.where(is_pp, n_dom - 1, 0.0),
@@ -239,6 +246,8 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
         dp_domains=np.where(is_dp, n_dom, 1.0),
         dp_gbps=np.where(is_dp, pair_bw, np.inf),
         dp_rtt_s=np.where(is_dp, pair_rtt, 0.0),
+        pp_per_node=(is_pp & pp_per_node).astype(float),
+        dp_per_node=(is_dp & dp_per_node).astype(float),
     )
     hop_price = np.where(hop, price[a, b], 0.0).sum(axis=1) / np.maximum(n_dom - 1, 1)
     wan_price = np.where(is_pp, hop_price, np.where(is_dp, pair_price / pairs, 0.0))

@@ -67,6 +67,8 @@ class ClusterView:
     # learnt from the rates they observe (sim.correction); None: the model as it is.
     speed_factor: np.ndarray | None = None
     goodput_factor: np.ndarray | None = None
+    # K × K, true where a link's bandwidth is per node pair (`Link.per_node_pair`); None: none
+    per_node_pair: np.ndarray | None = None
 
     @classmethod
     def from_scenario(cls, scn: Scenario, free_gpus: dict[str, int] | None = None) -> ClusterView:
@@ -86,13 +88,16 @@ class ClusterView:
         k = len(domains)
         index = {d.name: i for i, d in enumerate(domains)}
         bw, rtt, price = np.zeros((k, k)), np.zeros((k, k)), np.zeros((k, k))
+        per_node = np.zeros((k, k), dtype=bool)
         for link in scn.links:
             i, j = index[link.a], index[link.b]
             bw[i, j] = link.bandwidth_gbps
             bw[j, i] = link.bandwidth_gbps_ba or link.bandwidth_gbps
             rtt[i, j] = rtt[j, i] = link.rtt_ms
             price[i, j] = price[j, i] = link.price_per_gb
-        return cls(tuple(domains), bw, rtt, price, bw.copy(), rtt.copy())
+            per_node[i, j] = per_node[j, i] = link.per_node_pair
+        return cls(tuple(domains), bw, rtt, price, bw.copy(), rtt.copy(),
+                   per_node_pair=per_node if per_node.any() else None)
 
     def with_free(self, free_gpus: dict[str, int], reserved: dict[str, int] | None = None,
                   pooled: dict[str, int] | None = None) -> ClusterView:
