@@ -53,13 +53,16 @@ def test_batch_shares_cover_the_global_batch():
         assert sum(parts) == batch and max(parts) - min(parts) <= 1
 
 
-def test_a_bad_job_file_names_the_field(tmp_path):
+@pytest.mark.parametrize(("text", "reason"), [
+    ("workers: {min: 4, max: 2}", r"workers: min 4 is larger than max 2"),
+    ("name: Bad Name", r"job.yaml: name: String should match pattern"),
+    ("model: {hidden: 130, heads: 4}", r"model: .*hidden 130 is not a multiple of heads 4"),
+    ("model: {layers: 100000}", r"model.layers: Input should be less than or equal"),
+])
+def test_a_bad_job_file_names_the_field(tmp_path, text, reason):
     bad = tmp_path / "job.yaml"
-    bad.write_text("name: x\nworkers: {min: 4, max: 2}\n")
-    with pytest.raises(UserError, match=r"workers: min 4 is larger than max 2"):
-        load_job(str(bad))
-    bad.write_text("name: Bad Name\n")
-    with pytest.raises(UserError, match=r"job.yaml: name: String should match pattern"):
+    bad.write_text(text if text.startswith("name:") else f"name: x\n{text}\n")
+    with pytest.raises(UserError, match=reason):
         load_job(str(bad))
 
 
@@ -144,11 +147,12 @@ def test_links_measure_what_the_scenario_configures(cluster):
 def test_profile_measures_every_domain_and_calibrate_fits_the_runner_to_it(cluster, tmp_path):
     """xds profile on the live cluster (before any job, as one profiles before planning):
     GEMMs, copies, the domain's gradient reduction and the reference trainings of every domain;
-    then xds calibrate fits the plain-dp stack to those trainings."""
+    the controller plans the jobs after with what it measured (--apply), and xds calibrate
+    fits the plain-dp stack to the same trainings from the files it wrote."""
     state, _ = cluster
     entries, runs, fitted = tmp_path / "acc.yaml", tmp_path / "runs.csv", tmp_path / "fit.yaml"
     out = json.loads(xds("profile", "--seconds", "0.1", "--out", str(entries), "--runs",
-                         str(runs), "--json", state=state, timeout=400))
+                         str(runs), "--apply", "--json", state=state, timeout=400))
     assert [m["domain"] for m in out["domains"]] == ["east", "west", "north"]
     for m in out["domains"]:
         assert min(m["gemm_tflops"].values()) > 0 and m["memory_gbs"] > 0
@@ -164,6 +168,7 @@ def test_profile_measures_every_domain_and_calibrate_fits_the_runner_to_it(clust
     assert summary["fitted"] == summary["held_out"] == 9
     # the model's shape fits a CPU loosely (the shipped fit: 11% held out), but it fits
     assert summary["median_abs_error_held_out"] < 0.3, summary
+    assert out["applied"]["constants"] == pytest.approx(summary["constants"])
 
 
 @needs_fabric
@@ -179,6 +184,9 @@ def test_two_jobs_train_one_inside_a_domain_one_across_two(cluster):
             break
         time.sleep(3)
     small, wide = jobs["gpt-small"], jobs["gpt-wide"]
+    for j in (small, wide):  # the figures, for a reader of `pytest -rA`
+        print(j["job"], j["domains"], {k: j[k] for k in (
+            "predicted_step_s", "measured_step_s", "corrected_step_s", "first_loss", "loss")})
     assert small["status"] == wide["status"] == "done", jobs
     assert len(small["domains"]) == 1 and len(wide["domains"]) >= 2
     assert "the whole job runs inside" in small["reason"] and "replicas over" in wide["reason"]
@@ -251,6 +259,8 @@ def test_a_lost_node_is_found_in_seconds_and_its_job_resumes_elsewhere(cluster):
     assert domain not in done["domains"]  # it finished somewhere else
     events = json.loads(xds("logs", "gpt-long", "--json", state=state))["events"]
     requeued = next(e for e in events if e["event"] == "requeued")
+    print(f"{domain} found down {requeued['down_at'] - killed_at:.2f} s after the kill; "
+          f"resumed from step {requeued['from_step']} in {done['domains']}")
     assert requeued["down_at"] - killed_at < 3.0, requeued["down_at"] - killed_at
     steps = [e["step"] for e in events if e["event"] == "step"]
     resumed_at = steps.index(requeued["from_step"]) + 1 if requeued["from_step"] in steps \

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import time
 from pathlib import Path
 
 from xdscheduler.errors import UserError
@@ -64,6 +65,9 @@ def register(sub) -> None:
     p.add_argument("--out", help="write the entries as a catalog file (accelerators: ...)")
     p.add_argument("--runs", metavar="CSV", help="write the reference trainings as measured "
                    "runs on those entries, for xds calibrate --stack plain-dp --accelerators OUT")
+    p.add_argument("--apply", action="store_true", help="the controller plans from now on with "
+                   "the measured entries and the plain-dp constants fitted to the reference "
+                   "trainings (journalled)")
     _with_state(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(fn=cmd_profile)
@@ -199,8 +203,6 @@ def _num(v, digits: int) -> str:
 
 
 def cmd_profile(args) -> None:
-    import yaml
-
     from xdscheduler.live import cluster
 
     if not 0.05 <= args.seconds <= 10:
@@ -214,25 +216,58 @@ def cmd_profile(args) -> None:
     from xdscheduler.live import probe, profile  # import ray: after connect set its token
 
     measured = [profile.measure_domain(d.name, d.gpus, args.seconds, state.storage)
-                for d in scn.domains
-                if not args.domain or d.name in args.domain]
+                for d in scn.domains if not args.domain or d.name in args.domain]
     links = probe.probe_links(scn, 1.0)
-    cluster.disconnect()
+    # named apart from any earlier profile's when applied: a name known keeps its figures
+    stamp = f"-{time.strftime('%Y%m%d-%H%M%S')}" if args.apply else ""
     entries = [profile.entry(m, scn, f"{scn.domains[names.index(m['domain'])].accelerator.name}"
-                             f"-{m['domain']}") for m in measured]
+                             f"-{m['domain']}{stamp}") for m in measured]
+    rows = [row for m, e in zip(measured, entries, strict=True)
+            for row in profile.run_rows(m, e.name)]
+    applied = _apply(state, measured, entries, rows) if args.apply else None
+    cluster.disconnect()
+    _write_profile(args, entries, rows)
+    if args.json:
+        print(json.dumps({"domains": measured, "links": links, "applied": applied,
+                          "accelerators": [e.model_dump() for e in entries]}))
+        return
+    _print_profile(args, measured, entries, links, applied)
+
+
+def _apply(state, measured: list[dict], entries: list, rows: list[dict]) -> dict:
+    """Have the controller plan with the measured entries and the plain-dp constants fitted to
+    the reference trainings; the constants and their held-out error."""
+    from xdscheduler import catalog
+    from xdscheduler.costmodel.calibration import median_error
+    from xdscheduler.live import controller, profile
+
+    for e in entries:
+        catalog.register(e, "xds profile")
+    fitted = profile.fit_runner(rows)
+    controller.ask(controller.controller(state).adopt,
+                   {m["domain"]: e.model_dump() for m, e in zip(measured, entries, strict=True)},
+                   fitted.constants)
+    return {"constants": fitted.constants,
+            "median_abs_error_held_out": median_error(fitted.held_out)}
+
+
+def _write_profile(args, entries: list, rows: list[dict]) -> None:
+    import yaml
+
+    from xdscheduler.live.profile import RUN_COLUMNS
+
     if args.out:
         Path(args.out).write_text(yaml.safe_dump(
             {"accelerators": [e.model_dump() for e in entries]}, sort_keys=False))
     if args.runs:
         with open(args.runs, "w", newline="") as f:
-            out = csv.DictWriter(f, profile.RUN_COLUMNS)
+            out = csv.DictWriter(f, RUN_COLUMNS)
             out.writeheader()
-            for m, e in zip(measured, entries, strict=True):
-                out.writerows(profile.run_rows(m, e.name))
-    if args.json:
-        print(json.dumps({"domains": measured, "links": links,
-                          "accelerators": [e.model_dump() for e in entries]}))
-        return
+            out.writerows(rows)
+
+
+def _print_profile(args, measured: list[dict], entries: list, links: list[dict],
+                   applied: dict | None) -> None:
     for m, e in zip(measured, entries, strict=True):
         steps = ", ".join(f"L{t['layers']} H{t['hidden']} b{t['batch']} {t['step_s']:.3f} s"
                           for t in m["trainings"])
@@ -247,6 +282,10 @@ def cmd_profile(args) -> None:
         print(f"wrote {len(entries)} entries to {args.out} (name it in XDS_ACCELERATORS, or "
               "copy them into the scenario's accelerators:)")
     if args.runs:
-        print(f"wrote {len(measured) * len(profile.REFERENCES)} reference trainings to "
+        print(f"wrote {len(measured) * len(measured[0]['trainings'])} reference trainings to "
               f"{args.runs} (xds calibrate {args.runs} --stack plain-dp --accelerators "
               f"{args.out or 'OUT'} --out PROFILE)")
+    if applied:
+        print(f"the controller plans from now on with these entries and the plain-dp "
+              f"constants fitted to the reference trainings (held-out median error "
+              f"{applied['median_abs_error_held_out']:.1%})")

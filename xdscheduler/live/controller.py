@@ -43,7 +43,8 @@ RESPAWN_EVERY = 20  # missed heartbeats between fresh agents for a domain that i
 # the runner's own software: a plain loop that reduces the gradients after the backward pass.
 LIVE_OPTIONS = replace(ONLINE, tensor=(1,), max_pipeline=1, context=(1,), virtual=(1,),
                        kinds=("single", "data"), dtype="fp32", diloco_h=(0, 10),
-                       micro_batch=(1, 2, 4, 8, 16), stack=Stack.preset("plain-dp"))
+                       micro_batch=(1, 2, 4, 8, 16), stack=Stack.preset("plain-dp"),
+                       balance=False)  # the runner gives every replica an even share
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -207,11 +208,33 @@ class LiveController:
     def state_json(self) -> str:
         return self.state.model_dump_json()
 
+    def adopt(self, entries: dict[str, dict], constants: dict[str, float]) -> dict[str, str]:
+        """Plan from now on with what `xds profile --apply` measured: an accelerator entry per
+        domain profiled, and the plain-dp constants fitted to their reference trainings
+        (journalled: a controller started again adopts them too). Each domain's accelerator."""
+        with self.lock:
+            self._adopt(entries, constants)
+            self._event("", "profiled", {"entries": entries, "constants": constants})
+        return {d.name: d.accelerator.name for d in self.scn.domains}
+
+    def _adopt(self, entries: dict[str, dict], constants: dict[str, float]) -> None:
+        from xdscheduler.costmodel.constants import DEFAULT
+        from xdscheduler.scenario import parse_scenario
+
+        raw = self.scn.model_dump(mode="json")
+        known = {a["name"] for a in raw["accelerators"]}
+        raw["accelerators"] += [e for e in entries.values() if e["name"] not in known]
+        for d in raw["domains"]:
+            for group in d["nodes"] if d["name"] in entries else []:
+                group["accelerator"] = entries[d["name"]]["name"]
+        self.scn = parse_scenario(raw, "xds profile --apply")
+        self.options = replace(self.options, calibration=replace(DEFAULT, **constants))
+
     # ---- what the training workers call
     def heard(self, name: str, metrics: dict) -> None:
         rec = self.jobs.get(name)
-        if rec is None:
-            return
+        if not self._current(rec, metrics.get("attempt", -1)):
+            return  # a run given up for lost, still stepping until it notices
         with self.lock:
             rec.hear(metrics)
             seen = len(rec.step_times) - WARMUP_STEPS
@@ -239,9 +262,14 @@ class LiveController:
             "measured_step_s": rec.measured(), "speed": self.correction.speed.tolist(),
             "corrected_step_s": rec.placement["corrected_step_s"]})
 
-    def cancelled(self, name: str) -> bool:
+    def stopped(self, name: str, attempt: int) -> bool:
+        """Whether a run of the job must stop: cancelled, or not its current placement."""
         rec = self.jobs.get(name)
-        return bool(rec and rec.cancel)
+        return not self._current(rec, attempt) or rec.cancel
+
+    @staticmethod
+    def _current(rec: JobRecord | None, attempt: int) -> bool:
+        return rec is not None and rec.status == "running" and rec.attempts == attempt
 
     # ---- the loop
     def _loop(self) -> None:
@@ -353,7 +381,7 @@ class LiveController:
         rec.status, rec.attempts, rec.chosen = "running", rec.attempts + 1, p
         rec.step_times, rec.observed = [], 0
         cfg = rec.job.train_config(plan.diloco_h if len(p.names) > 1 else 0, CONTROLLER,
-                                   self.storage, plan.micro_batch)
+                                   self.storage, plan.micro_batch, rec.attempts)
         use_gpu = any(self.scn.domains[i].accelerator.vendor != "CPU" for i in p.domains)
         rec.run = run_training.options(label_selector={HEAD_LABEL: "head"}).remote(
             cfg.model_dump(), workers, self.storage, use_gpu)
@@ -387,7 +415,9 @@ class LiveController:
         rows = self.db.execute("SELECT time, job, kind, record FROM events ORDER BY idx")
         for t, name, kind, record in rows.fetchall():
             data = json.loads(record)
-            if kind == "submitted":
+            if kind == "profiled":
+                self._adopt(data["entries"], data["constants"])
+            elif kind == "submitted":
                 self.jobs[name] = JobRecord(LiveJob.model_validate(data), t)
             elif name in self.jobs:
                 rec = self.jobs[name]

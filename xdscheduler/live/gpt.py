@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import torch
+from pydantic import Field, model_validator
 from torch import nn
 from torch.nn import functional as F
 
@@ -16,11 +17,17 @@ from xdscheduler.schema import Strict
 class GptShape(Strict):
     """The architecture of a live job's model (the planner reads the same numbers)."""
 
-    layers: int = 2
-    hidden: int = 128
-    heads: int = 4
-    vocab: int = 512
-    seq: int = 64
+    layers: int = Field(default=2, ge=1, le=128)
+    hidden: int = Field(default=128, ge=8, le=16384)
+    heads: int = Field(default=4, ge=1, le=256)
+    vocab: int = Field(default=512, ge=2, le=1_000_000)
+    seq: int = Field(default=64, ge=2, le=131_072)
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> GptShape:
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden {self.hidden} is not a multiple of heads {self.heads}")
+        return self
 
     def architecture(self) -> dict:
         """The scenario's `architecture:` block for this shape (a GeLU MLP of 4·hidden)."""

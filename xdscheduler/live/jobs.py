@@ -50,11 +50,12 @@ class LiveJob(FileModel):
                        tokens=float(self.steps * self.global_batch * self.model.seq),
                        arrival_s=arrival_s, priority=self.priority)
 
-    def train_config(self, diloco_h: int, controller: str | None,
-                     storage: str | None = None, micro_batch: int = 0) -> TrainConfig:
+    def train_config(self, diloco_h: int, controller: str | None, storage: str | None = None,
+                     micro_batch: int = 0, attempt: int = 0) -> TrainConfig:
         return TrainConfig(job=self.name, storage=storage, shape=self.model,
                            global_batch=self.global_batch, steps=self.steps, lr=self.lr,
                            seed=self.seed, diloco_h=diloco_h, micro_batch=micro_batch,
+                           attempt=attempt,
                            checkpoint_every=self.checkpoint_every, controller=controller)
 
 

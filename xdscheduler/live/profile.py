@@ -191,6 +191,17 @@ def run_rows(measured: dict, accelerator: str) -> list[dict]:
              "value": round(t["step_s"], 6)} for t in measured["trainings"]]
 
 
+def fit_runner(rows: list[dict]):
+    """The plain-dp stack's profile fitted to reference trainings (`run_rows` of entries
+    already in the catalog), every other run held out to show how it holds: what
+    `xds calibrate` fits to the same rows."""
+    from xdscheduler.costmodel.calibration import calibrate, every_other, parse_row
+
+    runs = [parse_row({k: str(v) for k, v in row.items()}) for row in rows]
+    return calibrate(runs, [not f for f in every_other(runs, group=lambda run: 0)],
+                     data="xds profile")
+
+
 def entry(measured: dict, scn: Scenario, name: str) -> AcceleratorEntry:
     """A catalog entry: the measured figures over those of the domain's accelerator."""
     domain = next(d for d in scn.domains if d.name == measured["domain"])

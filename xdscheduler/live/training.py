@@ -19,6 +19,8 @@ from pydantic import Field
 from xdscheduler.live.gpt import GptShape
 from xdscheduler.schema import Strict
 
+ASK_EVERY = 5  # steps between two questions to the controller: go on?
+
 
 class TrainConfig(Strict):
     """What one job's workers train: the model, the batch, how long, how to sync."""
@@ -31,6 +33,7 @@ class TrainConfig(Strict):
     seed: int = Field(default=0, ge=0)
     diloco_h: int = Field(default=0, ge=0, le=10_000)  # 0: synchronous every step
     micro_batch: int = Field(default=0, ge=0, le=4096)  # per forward pass; 0: a rank's share
+    attempt: int = Field(default=0, ge=0)  # which placement of the job this run is
     checkpoint_every: int = Field(default=10, gt=0)
     threads: int = Field(default=1, gt=0, le=256)  # torch threads per worker
     controller: str | None = None  # the named actor that hears each step (None: nobody)
@@ -74,15 +77,19 @@ def train_loop(config: dict) -> None:
             sync.average_params(model)
         step_s = time.perf_counter() - t0
         mean_loss = sync.mean(loss.detach())
-        metrics = {"step": step + 1, "loss": mean_loss, "step_time_s": step_s}
+        metrics = {"step": step + 1, "loss": mean_loss, "step_time_s": step_s,
+                   "attempt": cfg.attempt}
         if listener is not None and rank == 0:
             listener.heard.remote(cfg.job, metrics)
-        last = step + 1 == cfg.steps
-        if (step + 1) % cfg.checkpoint_every == 0 or last:
+        saving = (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps
+        # every few steps, and before each checkpoint: a run cancelled, or one the controller
+        # gave up for lost (its domain found down before its workers noticed), stops, every
+        # rank at the same step, and saves nothing its successor could resume from
+        if listener is not None and (saving or (step + 1) % ASK_EVERY == 0) and sync.agree(
+                rank == 0 and ray.get(listener.stopped.remote(cfg.job, cfg.attempt))):
+            break
+        if saving:
             checkpoint(model, opt, step + 1, metrics, rank)
-        if listener is not None and (step + 1) % 5 == 0 and sync.agree(
-                rank == 0 and ray.get(listener.cancelled.remote(cfg.job))):
-            break  # cancelled: every rank leaves at the same step
 
 
 def accumulate(model, tokens, micro_batch: int):
