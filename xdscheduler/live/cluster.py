@@ -66,7 +66,7 @@ class ClusterState(Strict):
     subnet: str | None = None
     domains: dict[str, str] = Field(default_factory=dict)  # name -> node IP (local clusters)
     storage: str = ""  # where jobs checkpoint and the controller keeps its journal
-    profile: str | None = None  # the software stack's profile jobs are planned with (None: shipped)
+    profile: str | None = None  # the plain-dp profile jobs are planned with (None: the defaults)
 
     def fabric(self, scn: Scenario) -> fab.Fabric:
         bw, _, _ = base_matrices(scn)

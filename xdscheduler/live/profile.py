@@ -62,7 +62,6 @@ def measure_accelerator(seconds: float) -> dict:
 def measure_trainings() -> list[float]:
     """This accelerator's median step time of each reference training (the live runner's step:
     forward, backward and AdamW on one thread, no gradient reduction)."""
-    import numpy as np
     import torch
 
     from xdscheduler.live.gpt import Gpt, GptShape, MarkovCorpus
