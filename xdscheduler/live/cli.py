@@ -218,13 +218,11 @@ def cmd_profile(args) -> None:
     measured = [profile.measure_domain(d.name, d.gpus, args.seconds, state.storage)
                 for d in scn.domains if not args.domain or d.name in args.domain]
     links = probe.probe_links(scn, 1.0)
-    # named apart from any earlier profile's when applied: a name known keeps its figures
-    stamp = f"-{time.strftime('%Y%m%d-%H%M%S')}" if args.apply else ""
     entries = [profile.entry(m, scn, f"{scn.domains[names.index(m['domain'])].accelerator.name}"
-                             f"-{m['domain']}{stamp}") for m in measured]
+                             f"-{m['domain']}") for m in measured]
     rows = [row for m, e in zip(measured, entries, strict=True)
             for row in profile.run_rows(m, e.name)]
-    applied = _apply(state, measured, entries, rows) if args.apply else None
+    applied = _apply(state, scn, measured) if args.apply else None
     cluster.disconnect()
     _write_profile(args, entries, rows)
     if args.json:
@@ -234,20 +232,31 @@ def cmd_profile(args) -> None:
     _print_profile(args, measured, entries, links, applied)
 
 
-def _apply(state, measured: list[dict], entries: list, rows: list[dict]) -> dict:
-    """Have the controller plan with the measured entries and the plain-dp constants fitted to
-    the reference trainings; the constants and their held-out error."""
+def _apply(state, scn, measured: list[dict]) -> dict:
+    """Have the controller plan with what was measured: one entry per accelerator type, the
+    medians over the domains that have it (what differs between them is noise of a short
+    measurement, and what a domain really does differently the online correction learns),
+    and the plain-dp constants fitted to every domain's reference trainings on it. The
+    entries, the constants and their held-out error."""
     from xdscheduler import catalog
     from xdscheduler.costmodel.calibration import median_error
     from xdscheduler.live import controller, profile
 
-    for e in entries:
+    accelerator = {d.name: d.accelerator.name for d in scn.domains}
+    by_type: dict[str, list[dict]] = {}
+    for m in measured:
+        by_type.setdefault(accelerator[m["domain"]], []).append(m)
+    # named apart from any earlier profile's: a name the catalog knows keeps its figures
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    adopted, rows = {}, []
+    for name, group in by_type.items():
+        e = profile.entry(profile.pooled(group), scn, f"{name}-profiled-{stamp}")
         catalog.register(e, "xds profile")
+        rows += [row for m in group for row in profile.run_rows(m, e.name)]
+        adopted |= {m["domain"]: e.model_dump() for m in group}
     fitted = profile.fit_runner(rows)
-    controller.ask(controller.controller(state).adopt,
-                   {m["domain"]: e.model_dump() for m, e in zip(measured, entries, strict=True)},
-                   fitted.constants)
-    return {"constants": fitted.constants,
+    controller.ask(controller.controller(state).adopt, adopted, fitted.constants)
+    return {"entries": adopted, "constants": fitted.constants,
             "median_abs_error_held_out": median_error(fitted.held_out)}
 
 

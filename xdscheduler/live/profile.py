@@ -201,6 +201,23 @@ def fit_runner(rows: list[dict]):
                      data="xds profile")
 
 
+def pooled(measured: list[dict]) -> dict:
+    """Several domains' measurements of one accelerator type as one: the medians of each
+    figure (the first domain's name stands for them; `domains` names them all)."""
+    def median(values) -> float:
+        return float(np.median(list(values)))
+
+    first = measured[0]
+    return {"domain": first["domain"], "domains": [m["domain"] for m in measured],
+            "accelerators": sum(m["accelerators"] for m in measured),
+            "gemm_tflops": {k: median(m["gemm_tflops"][k] for m in measured)
+                            for k in first["gemm_tflops"]},
+            "memory_gbs": median(m["memory_gbs"] for m in measured),
+            "reduce_busbw_gbs": {mb: median(m["reduce_busbw_gbs"][mb] for m in measured)
+                                 for mb in first["reduce_busbw_gbs"]
+                                 if all(mb in m["reduce_busbw_gbs"] for m in measured)}}
+
+
 def entry(measured: dict, scn: Scenario, name: str) -> AcceleratorEntry:
     """A catalog entry: the measured figures over those of the domain's accelerator."""
     domain = next(d for d in scn.domains if d.name == measured["domain"])
@@ -217,7 +234,8 @@ def entry(measured: dict, scn: Scenario, name: str) -> AcceleratorEntry:
         scaleup_gbs=round(float(np.median(list(reduce.values()))), 4) if reduce
         else base.scaleup_gbs, scaleout_gbps=base.scaleout_gbps,
         gpus_per_node=domain.gpus_per_node, power_w=base.power_w,
-        source=f"xds profile of domain {domain.name} ({measured['accelerators']} accelerators "
+        source=f"xds profile of domain {', '.join(measured.get('domains', [domain.name]))} "
+               f"({measured['accelerators']} accelerators "
                f"at once, one thread each) on {time.strftime('%Y-%m-%d')}: GEMM TFLOP/s "
                f"{shapes}; copy {measured['memory_gbs']:.1f} GB/s"
                + (f"; gradient reduction bus GB/s {sizes} (scale-up: the median)" if reduce
