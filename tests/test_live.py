@@ -266,8 +266,9 @@ def test_a_lost_node_is_found_in_seconds_and_its_job_resumes_elsewhere(cluster):
     assert domain not in done["domains"]  # it finished somewhere else
     events = json.loads(xds("logs", "gpt-long", "--json", state=state))["events"]
     requeued = next(e for e in events if e["event"] == "requeued")
-    print(f"{domain} found down {requeued['down_at'] - killed_at:.2f} s after the kill; "
-          f"resumed from step {requeued['from_step']} in {done['domains']}")
+    print(f"{domain} found down {requeued['down_at'] - killed_at:.2f} s after the kill, at "
+          f"step {requeued['from_step']}; resumed from the checkpoint before it in "
+          f"{done['domains']}")
     assert requeued["down_at"] - killed_at < 3.0, requeued["down_at"] - killed_at
     steps = [e["step"] for e in events if e["event"] == "step"]
     resumed_at = steps.index(requeued["from_step"]) + 1 if requeued["from_step"] in steps \
