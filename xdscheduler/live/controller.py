@@ -269,7 +269,10 @@ class LiveController:
 
     @staticmethod
     def _current(rec: JobRecord | None, attempt: int) -> bool:
-        return rec is not None and rec.status == "running" and rec.attempts == attempt
+        """Whether a run of this attempt is the job's latest: not one given up for lost (its
+        job queued again, or placed anew). A finished run's last report may come after the
+        run was reaped: it counts."""
+        return rec is not None and rec.attempts == attempt and rec.status != "queued"
 
     # ---- the loop
     def _loop(self) -> None:
