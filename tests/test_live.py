@@ -422,8 +422,9 @@ def test_reference_trainings_are_runs_calibrate_fits_the_plain_stack_to(tmp_path
         out = csv.DictWriter(f, RUN_COLUMNS)
         out.writeheader()
         out.writerows(run_rows(measured, "CPU-core"))
-    load = __import__("xdscheduler.scenario", fromlist=["x"]).load_scenario
-    load(LOCAL)  # its CPU-core joins the catalog
+    from xdscheduler.scenario import load_scenario
+
+    load_scenario(LOCAL)  # its CPU-core joins the catalog
     runs, skipped = load_runs(path)
     assert not skipped and len(runs) == len(REFERENCES)
     assert {(r.stack, r.plan.zero, r.plan.dtype, r.gpus, r.gpu.name) for r in runs} == {

@@ -233,6 +233,12 @@ def every_other(runs: list[Run], group=lambda run: run.source) -> list[bool]:
     return chosen
 
 
+def held_out_by_default(runs: list[Run]) -> list[bool]:
+    """The runs `xds calibrate` holds out unless told: every other one of a stack's runs,
+    whatever their source (`every_other`'s order)."""
+    return [not f for f in every_other(runs, group=lambda run: 0)]
+
+
 class RowError(FileModel):
     configuration: str
     source: str

@@ -81,10 +81,10 @@ def _runs(path: str):
 
 def _held_out(runs, pattern: str | None) -> list[bool]:
     """The runs held out, named before anything is fitted."""
-    from xdscheduler.costmodel.calibration import every_other
+    from xdscheduler.costmodel.calibration import held_out_by_default
 
-    if pattern is None:  # one stack: alternate over all its runs, whatever their source
-        return [not f for f in every_other(runs, group=lambda run: 0)]
+    if pattern is None:
+        return held_out_by_default(runs)
     try:
         rx = re.compile(pattern)
     except re.error as err:

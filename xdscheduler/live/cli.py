@@ -209,20 +209,20 @@ def cmd_profile(args) -> None:
         raise UserError(f"--seconds {args.seconds:g}: give 0.05 to 10")
     state = cluster.connect(_state_path(args))
     scn = cluster.load_scenario(state.scenario)
-    names = [d.name for d in scn.domains]
+    accelerator = {d.name: d.accelerator.name for d in scn.domains}  # of each domain
     for d in args.domain or []:
-        if d not in names:
-            raise UserError(f"no domain {d!r}; the scenario has {', '.join(names)}")
+        if d not in accelerator:
+            raise UserError(f"no domain {d!r}; the scenario has {', '.join(accelerator)}")
     from xdscheduler.live import probe, profile  # import ray: after connect set its token
 
     measured = [profile.measure_domain(d.name, d.gpus, args.seconds, state.storage)
                 for d in scn.domains if not args.domain or d.name in args.domain]
     links = probe.probe_links(scn, 1.0)
-    entries = [profile.entry(m, scn, f"{scn.domains[names.index(m['domain'])].accelerator.name}"
-                             f"-{m['domain']}") for m in measured]
+    entries = [profile.entry(m, scn, f"{accelerator[m['domain']]}-{m['domain']}")
+               for m in measured]
     rows = [row for m, e in zip(measured, entries, strict=True)
             for row in profile.run_rows(m, e.name)]
-    applied = _apply(state, scn, measured) if args.apply else None
+    applied = _apply(state, scn, measured, accelerator) if args.apply else None
     cluster.disconnect()
     _write_profile(args, entries, rows)
     if args.json:
@@ -232,7 +232,7 @@ def cmd_profile(args) -> None:
     _print_profile(args, measured, entries, links, applied)
 
 
-def _apply(state, scn, measured: list[dict]) -> dict:
+def _apply(state, scn, measured: list[dict], accelerator: dict[str, str]) -> dict:
     """Have the controller plan with what was measured: one entry per accelerator type, the
     medians over the domains that have it (what differs between them is noise of a short
     measurement, and what a domain really does differently the online correction learns),
@@ -242,7 +242,6 @@ def _apply(state, scn, measured: list[dict]) -> dict:
     from xdscheduler.costmodel.calibration import median_error
     from xdscheduler.live import controller, profile
 
-    accelerator = {d.name: d.accelerator.name for d in scn.domains}
     by_type: dict[str, list[dict]] = {}
     for m in measured:
         by_type.setdefault(accelerator[m["domain"]], []).append(m)

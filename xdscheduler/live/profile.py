@@ -194,11 +194,10 @@ def fit_runner(rows: list[dict]):
     """The plain-dp stack's profile fitted to reference trainings (`run_rows` of entries
     already in the catalog), every other run held out to show how it holds: what
     `xds calibrate` fits to the same rows."""
-    from xdscheduler.costmodel.calibration import calibrate, every_other, parse_row
+    from xdscheduler.costmodel.calibration import calibrate, held_out_by_default, parse_row
 
     runs = [parse_row({k: str(v) for k, v in row.items()}) for row in rows]
-    return calibrate(runs, [not f for f in every_other(runs, group=lambda run: 0)],
-                     data="xds profile")
+    return calibrate(runs, held_out_by_default(runs), data="xds profile")
 
 
 def pooled(measured: list[dict]) -> dict:

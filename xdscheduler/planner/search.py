@@ -103,7 +103,7 @@ def search(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchOption
     `pareto=False` skips the Pareto front (quadratic in the candidates kept) when only the
     decision is wanted, as in a running study.
     """
-    opts, limits = opts or SearchOptions(), limits or Limits()
+    opts, limits = opts or DEFAULT_OPTIONS, limits or Limits()
     start = time.perf_counter()
     ev = refined_space(job, view, weights, opts)
     if ev is None:
