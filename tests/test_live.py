@@ -18,8 +18,10 @@ import pytest
 from tests.conftest import REPO, SCENARIOS
 from xdscheduler.errors import UserError
 from xdscheduler.live import fabric
+from xdscheduler.live.agent import DemandHistory, link_counters
 from xdscheduler.live.jobs import load_job
 from xdscheduler.live.training import share
+from xdscheduler.ray_cluster import free_port
 
 JOBS = SCENARIOS / "jobs"
 LOCAL = SCENARIOS / "local_three_domains.yaml"
@@ -45,6 +47,36 @@ def test_fabric_refuses_a_pair_without_a_link():
     bw = np.array([[0, 1.0, 0], [1.0, 0, 1.0], [0, 1.0, 0]])
     with pytest.raises(UserError, match="no link between 'a' and 'c'"):
         fabric.Fabric.plan(["a", "b", "c"], bw, "ab12", "10.250.3")
+
+
+TC_CLASSES = """class htb 1:101 root prio 0 rate 261394Kbit ceil 261394Kbit burst 1568b cburst 1568b
+ Sent 29734215 bytes 20837 pkt (dropped 0, overlimits 471 requeues 0)
+ backlog 0b 0p requeues 0
+
+class htb 1:100 root prio 0 rate 1045Mbit ceil 1045Mbit burst 1568b cburst 1568b
+ Sent 35387062 bytes 23795 pkt (dropped 0, overlimits 527 requeues 0)
+ backlog 0b 0p requeues 0
+
+class htb 1:1 root prio 0 rate 100Gbit ceil 100Gbit burst 0b cburst 0b
+ Sent 1413291 bytes 3916 pkt (dropped 0, overlimits 3427 requeues 0)
+"""
+
+
+def test_an_agent_reads_each_links_rate_and_bytes_from_its_token_buckets():
+    """`tc -s class show` of north's uplink (as the fabric builds it): class 1:100+j is the
+    link to domain j, its rate counts frames on the wire; the head's class is no link."""
+    got = link_counters(TC_CLASSES, ["east", "west", "north"])
+    assert set(got) == {"east", "west"}
+    assert got["west"][0] == pytest.approx(0.261394 / fabric.WIRE_PER_PAYLOAD)
+    assert got["east"] == (pytest.approx(1.045 / fabric.WIRE_PER_PAYLOAD), 35387062)
+    assert got["west"][1] == 29734215
+
+
+def test_an_agents_demand_history_is_a_mean_per_minute():
+    h = DemandHistory()
+    for t, held in ((0, 2), (30, 4), (61, 0), (200, 6)):  # minute 2 had no sample
+        h.add(t, held)
+    assert h.series() == [3.0, 0.0, 0.0, 6.0]
 
 
 def test_batch_shares_cover_the_global_batch():
@@ -84,21 +116,28 @@ def test_the_small_gpt_learns_the_corpus():
     assert float(loss) < first - 2.0
 
 
-def test_the_planner_puts_the_jobs_as_the_live_runner_trains():
-    """One job that one domain holds, one that no domain holds: inside one, and across two,
-    with data-parallel plans only (what the live runner trains)."""
-    from xdscheduler.live.controller import LIVE_OPTIONS
-    from xdscheduler.planner.policies import PlannerPolicy
+@pytest.mark.parametrize("policy", ["planner", "ppo"])
+def test_the_live_policies_put_the_jobs_as_the_live_runner_trains(policy):
+    """One job that one domain holds, one that no domain holds: the planner puts them inside
+    one and across two; both policies (the agents in process here, over HTTP on a cluster)
+    choose data-parallel plans only (what the live runner trains)."""
+    from xdscheduler.live.cluster import ClusterState
+    from xdscheduler.live.controller import LIVE_OPTIONS, live_policy
     from xdscheduler.planner.view import ClusterView
+    from xdscheduler.rl.agents import Agents
     from xdscheduler.scenario import load_scenario
 
     scn = load_scenario(LOCAL)
+    state = ClusterState(scenario=str(LOCAL), address="", policy=policy)
     small, wide = (load_job(str(JOBS / f)) for f in ("gpt-small.yaml", "gpt-wide.yaml"))
-    placed = PlannerPolicy(scn.weights, "planner", LIVE_OPTIONS).decide(
-        [small.spec(0.0), wide.spec(1.0)], ClusterView.from_scenario(scn), 2.0)
+    decider = live_policy(state, scn.weights, LIVE_OPTIONS, Agents(scn.weights))
+    placed = decider.decide([small.spec(0.0), wide.spec(1.0)], ClusterView.from_scenario(scn),
+                            2.0)
     by_job = {p.job: p for p in placed}
-    assert by_job["gpt-small"].kind == "single" and len(by_job["gpt-small"].names) == 1
+    assert set(by_job) == {"gpt-small", "gpt-wide"}
     assert by_job["gpt-wide"].kind == "data" and len(by_job["gpt-wide"].names) >= 2
+    if policy == "planner":
+        assert by_job["gpt-small"].kind == "single" and len(by_job["gpt-small"].names) == 1
     for p in placed:
         assert p.plan.tp == p.plan.pp == 1 and p.plan.dp == p.total_gpus
         assert p.explanation
@@ -173,10 +212,62 @@ def test_two_jobs_train_one_inside_a_domain_one_across_two(cluster):
     placed = [e for e in json.loads(xds("logs", "gpt-wide", "--json", state=state))["events"]
               if e["event"] == "placed"]
     assert placed and sorted(set(placed[0]["workers"])) == sorted(wide["domains"])
+    # every domain's agent reports its nodes, its links' bytes and its demand forecast
+    time.sleep(7)  # a report after the last job's end (every 5 s)
+    domains = {d["domain"]: d for d in json.loads(xds("domains", "--json", state=state))[
+        "domains"]}
+    assert set(domains) == {"east", "west", "north"}
+    for d in domains.values():
+        assert d["status"] == "up" and d["nodes"] == 1 and d["cpus"] == 2, d
+        assert d["free_cpus"] == 2 and d["held"] == 0, d  # both jobs are done
+        assert [h["horizon_min"] for h in d["forecast"]] == [10, 60], d
+    a, b = sorted(wide["domains"])
+    crossed = next(r for r in domains[a]["links"] if r["dst"] == b)
+    # the replicas' exchange crossed the link the fabric shapes (a DiLoCo sync: 4 B a
+    # parameter each way, every few steps)
+    assert crossed["sent_total_gb"] > 1e-3, domains[a]["links"]
+    assert "links (Gbit/s)" in xds("domains", state=state)
     again = subprocess.run([sys.executable, "-m", "xdscheduler.cli", "submit",
                             str(JOBS / "gpt-small.yaml")], capture_output=True, text=True,
                            env={**os.environ, "XDS_CLUSTER": str(state)}, cwd=REPO)
     assert again.returncode == 2 and "exists already" in again.stderr
+
+
+@needs_fabric
+@pytest.mark.slow
+def test_jobs_are_submitted_followed_and_cancelled_over_http(cluster):
+    import requests
+
+    _, started = cluster
+    jobs = f"{started['api']}/jobs"
+    auth = {"Authorization": f"Bearer {started['api_token']}"}
+    spec = {**load_job(JOBS / "gpt-long.yaml").model_dump(), "name": "over-http"}
+    assert requests.get(jobs, timeout=30).status_code == 401  # no token
+    made = requests.post(jobs, json=spec, headers=auth, timeout=30)
+    assert made.status_code == 201 and made.json()["job"] == "over-http", made.text
+    assert requests.post(jobs, json=spec, headers=auth, timeout=30).status_code == 409
+    bad = requests.post(jobs, json={**spec, "name": "x", "global_batch": 0}, headers=auth,
+                        timeout=30)
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "global_batch"]
+    listed = requests.get(jobs, headers=auth, timeout=30).json()["jobs"]
+    assert "over-http" in [j["job"] for j in listed]
+    deadline = time.monotonic() + 120
+    while (row := requests.get(f"{jobs}/over-http", headers=auth, timeout=30).json())[
+            "step"] < 1:
+        assert time.monotonic() < deadline, row
+        time.sleep(1)
+    assert row["status"] == "running" and row["domains"], row
+    assert requests.delete(f"{jobs}/over-http", headers=auth, timeout=30).status_code == 200
+    deadline = time.monotonic() + 60
+    while (row := requests.get(f"{jobs}/over-http", headers=auth, timeout=30).json())[
+            "status"] == "running":
+        assert time.monotonic() < deadline, row
+        time.sleep(1)
+    assert row["status"] == "cancelled" and row["step"] < row["steps"], row
+    events = requests.get(f"{jobs}/over-http/events", headers=auth, timeout=30).json()["events"]
+    assert [e["event"] for e in events][:2] == ["submitted", "placed"]
+    assert requests.get(f"{jobs}/nobody", headers=auth, timeout=30).status_code == 404
+    assert requests.delete(f"{jobs}/nobody", headers=auth, timeout=30).status_code == 404
 
 
 @needs_fabric
@@ -287,7 +378,6 @@ def existing_cluster(tmp_path_factory):
 
     from xdscheduler.live.cluster import stop_process
     from xdscheduler.network.dynamics import base_matrices
-    from xdscheduler.ray_cluster import free_port
     from xdscheduler.scenario import load_scenario
 
     scn = load_scenario(LOCAL)
@@ -342,7 +432,10 @@ def test_the_same_commands_run_on_a_cluster_given_by_address(existing_cluster, t
         return done
 
     deadline = time.monotonic() + 90
-    while run("up", str(LOCAL), "--address", address, check=False).returncode:
+    http = ["--http-port", str(free_port(address.split(":")[0]))]  # never 8000 in a test
+    # the trained agents decide here, each step asked of the policy app over HTTP
+    while run("up", str(LOCAL), "--address", address, *http, "--policy", "ppo",
+              check=False).returncode:
         assert time.monotonic() < deadline, "the existing cluster's nodes never all joined"
         time.sleep(3)
     assert json.loads(state.read_text())["attached"] is True
@@ -352,6 +445,9 @@ def test_the_same_commands_run_on_a_cluster_given_by_address(existing_cluster, t
         assert time.monotonic() < deadline and row["status"] != "failed", row
         time.sleep(2)
     assert row["loss"] < row["first_loss"] - 1.0 and len(row["domains"]) == 1
+    placed = next(e for e in json.loads(run("logs", "gpt-small", "--json").stdout)["events"]
+                  if e["event"] == "placed")
+    assert placed["policy"] == "ppo" and placed["reason"].startswith("gpt-small: inside")
     # a `ray job submit` job runs the same commands against the cluster it runs in
     job_env = {k: v for k, v in base.items() if k != "XDS_CLUSTER"}
     submitted = subprocess.run(
@@ -363,7 +459,7 @@ def test_the_same_commands_run_on_a_cluster_given_by_address(existing_cluster, t
     out = run("down").stdout
     assert "the cluster runs on" in out and not state.exists()
     # down stopped nothing of the cluster: it still answers with every node
-    again = run("up", str(LOCAL), "--address", address, "--json")
+    again = run("up", str(LOCAL), "--address", address, *http, "--json")
     assert json.loads(again.stdout)["nodes_per_domain"] == {"east": 1, "west": 1, "north": 1}
     run("down")
 

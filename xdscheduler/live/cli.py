@@ -1,5 +1,5 @@
-"""`xds up`, `xds down`, `xds links probe`, `xds submit`, `xds jobs`, `xds logs`, `xds cancel`:
-the live control plane from the command line."""
+"""`xds up`, `xds down`, `xds links probe`, `xds domains`, `xds submit`, `xds jobs`, `xds logs`,
+`xds cancel`: the live control plane from the command line."""
 
 from __future__ import annotations
 
@@ -39,9 +39,20 @@ def register(sub) -> None:
     p.add_argument("--profile", help="the plain-dp stack's profile from xds calibrate that "
                    "jobs are planned with (default: the model's shipped constants), e.g. "
                    "scenarios/profiles/local-cpu-plain-dp.yaml")
+    p.add_argument("--policy", choices=("planner", "ppo"), default="planner",
+                   help="what decides where jobs run: the planner's search, or the trained "
+                   "agents asked over HTTP (POST /policy/act) among the same candidates")
+    p.add_argument("--http-port", type=int, help="where the HTTP API (jobs, policy, forecast) "
+                   "answers on the head (default: a free port; 8000 with --address)")
     _with_state(p)
     p.add_argument("--json", action="store_true", help="print the state as one JSON object")
     p.set_defaults(fn=cmd_up)
+
+    p = sub.add_parser("domains", help="each domain as its agent last reported it: nodes, free "
+                       "accelerators, jobs, link samples, demand forecast")
+    _with_state(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(fn=cmd_domains)
 
     p = sub.add_parser("down", help="stop what `xds up` started (by process id) and remove its "
                        "namespaces")
@@ -92,8 +103,11 @@ def cmd_up(args) -> None:
     from xdscheduler.live import cluster
 
     path = _state_path(args)
+    if args.http_port is not None and not 1024 <= args.http_port <= 65535:
+        raise UserError(f"--http-port {args.http_port}: give 1024 to 65535")
     state, counts = cluster.up(args.scenario, path, address=args.address, storage=args.storage,
-                               profile=args.profile)
+                               profile=args.profile, http_port=args.http_port,
+                               policy=args.policy)
     cluster.disconnect()
     if args.json:
         print(json.dumps({**state.model_dump(exclude={"token"}), "nodes_per_domain": counts}))
@@ -105,6 +119,8 @@ def cmd_up(args) -> None:
         print(f"  domain {name}: {n} node(s){where}")
     if state.dashboard:
         print(f"  dashboard and job server: {state.dashboard} (token in the state file)")
+    print(f"  HTTP API: {state.api}/jobs, {state.api}/policy/act, {state.api}/forecast "
+          f"(docs at {state.api}/jobs/docs; bearer token: api_token in the state file)")
 
 
 def cmd_down(args) -> None:
@@ -122,6 +138,9 @@ def cmd_links_probe(args) -> None:
     state = cluster.connect(_state_path(args))
     from xdscheduler.live import probe  # imports ray: after connect set its token
     rows = probe.probe_links(cluster.load_scenario(state.scenario), args.seconds)
+    from xdscheduler.live import controller
+
+    controller.ask(controller.controller(state).links_probed, rows)  # the domains' samples
     cluster.disconnect()
     if args.json:
         print(json.dumps({"links": rows}))
@@ -170,6 +189,31 @@ def cmd_jobs(args) -> None:
               f"{r['step']:>4}/{r['steps']:<4} {_num(r['loss'], 3):>7} "
               f"{_num(r['predicted_step_s'], 3):>8} {_num(r['corrected_step_s'], 3):>8} "
               f"{_num(r['measured_step_s'], 3):>8}")
+
+
+def cmd_domains(args) -> None:
+    out = _ask(args, "domains")
+    if args.json:
+        print(json.dumps(out))
+        return
+    probed = {(r["src"], r["dst"]): r["measured_gbps"] for r in out["probed"]}
+    print(f"{'domain':<10} {'status':<6} {'nodes':>5} {'free/CPUs':>10} {'free/GPUs':>10} "
+          f"{'held':>5} {'in 10 min':>10} {'in 1 h':>8}  jobs")
+    for d in out["domains"]:
+        ahead = {h["horizon_min"]: h["mean"] for h in d.get("forecast") or []}
+        jobs = ", ".join(f"{j['job']}:{j['workers']}" for j in d.get("jobs", [])) or "-"
+        print(f"{d['domain']:<10} {d['status']:<6} {_num(d.get('nodes'), 3):>5} "
+              f"{_num(d.get('free_cpus'), 4)}/{_num(d.get('cpus'), 4):<5} "
+              f"{_num(d.get('free_gpus'), 4):>4}/{_num(d.get('gpus'), 4):<5} "
+              f"{_num(d.get('held'), 4):>5} {_num(ahead.get(10), 3):>10} "
+              f"{_num(ahead.get(60), 3):>8}  {jobs}")
+    print("links (Gbit/s): the bucket's rate, the last `xds links probe`, sent in the last "
+          "report")
+    for d in out["domains"]:
+        for r in d.get("links", []):
+            print(f"  {d['domain'] + ' -> ' + r['dst']:<22} rate {r['rate_gbps']:.3f}  probed "
+                  f"{_num(probed.get((d['domain'], r['dst'])), 4):>6}  sent "
+                  f"{_num(r['sent_gbps'], 3)}")
 
 
 def cmd_logs(args) -> None:

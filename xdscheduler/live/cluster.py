@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
@@ -67,6 +68,9 @@ class ClusterState(Strict):
     domains: dict[str, str] = Field(default_factory=dict)  # name -> node IP (local clusters)
     storage: str = ""  # where jobs checkpoint and the controller keeps its journal
     profile: str | None = None  # the plain-dp profile jobs are planned with (None: the defaults)
+    policy: Literal["planner", "ppo"] = "planner"  # what decides where jobs run
+    api: str | None = None  # http://HOST:PORT of the policy app and the jobs API
+    api_token: str | None = None  # what their requests carry (Authorization: Bearer)
 
     def fabric(self, scn: Scenario) -> fab.Fabric:
         bw, _, _ = base_matrices(scn)
@@ -101,12 +105,14 @@ def load(path: Path) -> ClusterState:
 
 
 def up(scenario_path: str, state_path: Path, address: str | None = None,
-       storage: str | None = None, profile: str | None = None,
-       ) -> tuple[ClusterState, dict[str, int]]:
+       storage: str | None = None, profile: str | None = None, http_port: int | None = None,
+       policy: str = "planner") -> tuple[ClusterState, dict[str, int]]:
     """Start a local cluster for the scenario (or attach to the one at `address`); jobs
     checkpoint to `storage` (a folder, or any URI Ray Train's storage takes) and are planned
-    with the constants of `profile` (`xds calibrate`'s, of the plain-dp stack). The state, and
-    the alive nodes of each domain."""
+    with the constants of `profile` (`xds calibrate`'s, of the plain-dp stack) by `policy`
+    (planner or ppo); the HTTP apps
+    answer on the head at `http_port` (default: a free port here; 8000 on a cluster attached
+    to). The state, and the alive nodes of each domain."""
     if state_path.exists():
         raise UserError(f"a cluster is already recorded at {state_path}: `xds down` it first "
                         "(or set XDS_CLUSTER to another state file)")
@@ -114,15 +120,17 @@ def up(scenario_path: str, state_path: Path, address: str | None = None,
     path = str(Path(scenario_path).resolve())
     profile = _checked_profile(profile)
     if address:
-        state = ClusterState(scenario=path, address=address, attached=True,
+        state = ClusterState(scenario=path, address=address, attached=True, policy=policy,
                              token=os.environ.get("RAY_AUTH_TOKEN"), profile=profile,
                              storage=storage or str(state_path.parent / "storage"))
         counts = check_labels(state, scn)
-        save(state, state_path)
+        host = address.split("://")[-1].rpartition(":")[0]
+        state = _serve(state, state_path, host, http_port or 8000)
         return state, counts
     tag = secrets.token_hex(2)
     subnet = f"10.{200 + int(tag[0], 16) % 50}.{int(tag[1:], 16) % 250}"
     state = ClusterState(scenario=path, address="", tag=tag, subnet=subnet, profile=profile,
+                         policy=policy,
                          token=secrets.token_hex(32), temp_dir=f"/tmp/xds-ray-{tag}",
                          storage=storage or str(state_path.parent / f"storage-{tag}"))
     fabric = state.fabric(scn)
@@ -130,13 +138,29 @@ def up(scenario_path: str, state_path: Path, address: str | None = None,
     state = state.model_copy(update={"domains": {n: fabric.ip(i)
                                                  for i, n in enumerate(fabric.domains)}})
     try:
+        from xdscheduler.ray_cluster import free_port
+
         state = _start_nodes(state, scn, fabric, state_path)
+        counts = check_labels(state, scn)
+        state = _serve(state, state_path, fabric.head_ip, http_port or free_port(fabric.head_ip))
     except BaseException:
+        disconnect()  # a driver whose cluster is stopped under it aborts the process
         # stop what the state file says was started (it is saved after every process)
         stop(load(state_path) if state_path.exists() else state)
         state_path.unlink(missing_ok=True)
         raise
-    return state, check_labels(state, scn)
+    return state, counts
+
+
+def _serve(state: ClusterState, state_path: Path, host: str, port: int) -> ClusterState:
+    """Deploy the HTTP apps on the head (`api`) and record where they answer."""
+    from xdscheduler.live import api  # imports ray: after the driver joined with its token
+
+    save(state, state_path)  # an attached cluster: `xds down` undeploys even if this fails
+    state = api.deploy(state, host, port)
+    save(state, state_path)
+    log.info("the HTTP API answers at %s", state.api)
+    return state
 
 
 def _checked_profile(profile: str | None) -> str | None:
@@ -271,11 +295,15 @@ def down(state_path: Path) -> list[str]:
 
 
 def stop_controller(state: ClusterState) -> list[str]:
-    """Kill the controller actor `xds` started on someone else's cluster (its journal stays)."""
+    """Kill the controller actor `xds` started on someone else's cluster (its journal stays),
+    and delete the HTTP apps it deployed there."""
     _join(state)
     import ray
 
+    from xdscheduler.live.api import undeploy
     from xdscheduler.live.controller import CONTROLLER
+
+    undeploy()
 
     try:
         ray.kill(ray.get_actor(CONTROLLER, namespace=NAMESPACE))

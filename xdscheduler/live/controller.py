@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -16,8 +15,9 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from xdscheduler.costmodel.plan import Stack
+from xdscheduler.live.agent import DomainAgent
 from xdscheduler.live.cluster import DOMAIN_LABEL, HEAD_LABEL, NAMESPACE, ClusterState
-from xdscheduler.live.jobs import LiveJob
+from xdscheduler.live.jobs import JobRow, LiveJob
 from xdscheduler.live.training import train_loop
 from xdscheduler.planner.baselines import ONLINE
 from xdscheduler.planner.policies import PlannerPolicy
@@ -38,6 +38,7 @@ WARMUP_STEPS = 3  # a run's first steps (allocation, first collectives) say noth
 OBSERVE_EVERY = 5  # steps between two corrections from one run
 KEEP_CHECKPOINTS = 5  # per job, in its storage (Ray Train deletes the older ones)
 RESPAWN_EVERY = 20  # missed heartbeats between fresh agents for a domain that is down
+REPORT_EVERY_S = 5.0  # how often each domain's agent reports its state
 # The live runner trains data-parallel plans (hierarchical across domains, DiLoCo every H):
 # the planner searches those, in FP32 (what CPUs and gloo run), DiLoCo every 10 steps, with
 # the runner's own software: a plain loop that reduces the gradients after the backward pass.
@@ -82,39 +83,14 @@ class JobRecord:
         return float(sorted(tail)[len(tail) // 2]) if tail else None
 
     def row(self) -> dict:
-        measured = self.measured()
-        return {"job": self.job.name, "status": self.status, "step": self.step,
-                "steps": self.job.steps, "loss": self.loss, "first_loss": self.first_loss,
-                "domains": self.placement.get("domains", {}),
-                "kind": self.placement.get("kind"), "plan": self.placement.get("plan"),
-                "reason": self.placement.get("reason"),
-                "predicted_step_s": self.placement.get("predicted_step_s"),
-                "corrected_step_s": self.placement.get("corrected_step_s"),
-                "measured_step_s": measured, "attempts": self.attempts}
-
-
-@ray.remote(num_cpus=0)
-class DomainAgent:
-    """One domain's agent, on a node of that domain: reports what Ray says of its nodes."""
-
-    def __init__(self, name: str):
-        self.name = name
-        # this worker's parent is its node's raylet: once the raylet is gone the node is lost,
-        # though the worker answers for a few seconds more (until it notices)
-        self.raylet = os.getppid()
-
-    def ping(self) -> float:
-        if os.getppid() != self.raylet:
-            raise RuntimeError(f"domain {self.name}: the node's raylet is gone")
-        return time.time()
-
-    def report(self) -> dict:
-        nodes = [n for n in ray.nodes()
-                 if n["Alive"] and n.get("Labels", {}).get(DOMAIN_LABEL) == self.name]
-        res = [n["Resources"] for n in nodes]
-        return {"domain": self.name, "nodes": len(nodes), "time": time.time(),
-                "cpus": int(sum(r.get("CPU", 0) for r in res)),
-                "gpus": int(sum(r.get("GPU", 0) for r in res))}
+        return JobRow(
+            job=self.job.name, status=self.status, step=self.step, steps=self.job.steps,
+            loss=self.loss, first_loss=self.first_loss,
+            domains=self.placement.get("domains", {}), kind=self.placement.get("kind"),
+            plan=self.placement.get("plan"), reason=self.placement.get("reason"),
+            predicted_step_s=self.placement.get("predicted_step_s"),
+            corrected_step_s=self.placement.get("corrected_step_s"),
+            measured_step_s=self.measured(), attempts=self.attempts).model_dump()
 
 
 def options(state: ClusterState) -> SearchOptions:
@@ -124,6 +100,21 @@ def options(state: ClusterState) -> SearchOptions:
     from xdscheduler.costmodel.calibration import Profile
 
     return replace(LIVE_OPTIONS, calibration=Profile.load(state.profile).calibration)
+
+
+def live_policy(state: ClusterState, weights, opts: SearchOptions, stepper=None):
+    """The cluster's policy over the live search space `opts`: the planner, or (`ppo`) the
+    trained agents choosing among the same candidates, each agent's step asked of the policy
+    app (`POST /policy/act`: the upper agent picks the domains and accelerators, the lower the
+    plan inside them), or of `stepper` (the agents in process)."""
+    if state.policy == "planner":
+        return PlannerPolicy(weights, "planner", opts)
+    from xdscheduler.rl.agents import PPOPolicy, decide
+    from xdscheduler.serving.client import PolicyClient
+
+    stepper = stepper or PolicyClient(state.api, state.api_token)
+    return PPOPolicy(weights, lambda job, view, queued, now: decide(
+        stepper, weights, job, view, queued, now, opts))
 
 
 @ray.remote(num_cpus=0, max_retries=0)
@@ -155,7 +146,7 @@ class LiveController:
         self.names = [d.name for d in self.scn.domains]
         self.storage = self.state.storage
         self.options = options(self.state)
-        self.policy = PlannerPolicy(self.scn.weights, "planner", self.options)
+        self.policy = live_policy(self.state, self.scn.weights, self.options)
         self.db = open_log(self._path("journal.sqlite"), SCHEMA, threads=True)
         self.lock = threading.RLock()
         self.jobs: dict[str, JobRecord] = {}
@@ -164,6 +155,10 @@ class LiveController:
         self.heard_at: dict[str, float] = {}  # domain -> its agent's last answered ping
         self.down: dict[str, float] = {}  # domain -> when it was found down
         self.started = time.time()
+        self.reports: dict[str, dict] = {}  # domain -> its agent's latest report
+        self.asked: dict[str, ray.ObjectRef] = {}  # domain -> its report under way
+        self.reported_at = 0.0
+        self.probed: list[dict] = []  # the last `xds links probe`
         # the model's error as learnt from the runs' step times: a speed per domain, a goodput
         # per link (the studies' correction, `sim.correction`)
         self.correction = Correction.start(len(self.names))
@@ -205,6 +200,20 @@ class LiveController:
             self._event(name, "cancel", {"status": rec.status})
             return rec.row()
 
+    def domains(self) -> dict:
+        """Every domain as its agent last reported it (up or down), and the links as the last
+        `xds links probe` measured them."""
+        with self.lock:
+            rows = [{"domain": n, "status": "down" if n in self.down else "up",
+                     **self.reports.get(n, {})} for n in self.names]
+            return {"domains": rows, "probed": self.probed}
+
+    def links_probed(self, rows: list[dict]) -> None:
+        """What `xds links probe` measured (journalled)."""
+        with self.lock:
+            self.probed = rows
+            self._event("", "links_probed", {"links": rows})
+
     def state_json(self) -> str:
         return self.state.model_dump_json()
 
@@ -229,6 +238,7 @@ class LiveController:
                 group["accelerator"] = entries[d["name"]]["name"]
         self.scn = parse_scenario(raw, "xds profile --apply")
         self.options = replace(self.options, calibration=replace(DEFAULT, **constants))
+        self.policy = live_policy(self.state, self.scn.weights, self.options)
 
     # ---- what the training workers call
     def heard(self, name: str, metrics: dict) -> None:
@@ -279,6 +289,7 @@ class LiveController:
         while True:
             try:
                 self._heartbeats()
+                self._reports()
                 self._reap()
                 self._schedule()
             except Exception:  # the loop must outlive any one bad round
@@ -315,6 +326,40 @@ class LiveController:
                 # a fresh agent waits (pending) for a node of the domain to come back
                 ray.kill(self.agents[n])
                 self.agents[n] = self._agent(n)
+                self.asked.pop(n, None)
+
+    def _reports(self) -> None:
+        """Keep the agents' reports that came back, and every REPORT_EVERY_S ask each domain
+        that is up and has none under way for a new one (a report waits on nothing here)."""
+        if self.asked:
+            ready, _ = ray.wait(list(self.asked.values()), num_returns=len(self.asked),
+                                timeout=0)
+            for n, ref in [(n, r) for n, r in self.asked.items() if r in ready]:
+                del self.asked[n]
+                try:
+                    self.reports[n] = ray.get(ref)
+                except (RayActorError, RayTaskError) as err:
+                    log.warning("domain %s did not report: %s", n, err)
+        if time.time() - self.reported_at < REPORT_EVERY_S:
+            return
+        self.reported_at = time.time()
+        hosted = self._hosted()
+        for n, agent in self.agents.items():
+            if n not in self.down and n not in self.asked:
+                self.asked[n] = agent.report.remote(hosted[n])
+
+    def _hosted(self) -> dict[str, list[dict]]:
+        """Per domain, the running jobs with workers there, and when each should finish."""
+        hosted: dict[str, list[dict]] = {n: [] for n in self.names}
+        with self.lock:
+            for rec in self.jobs.values():
+                if rec.status != "running":
+                    continue
+                step_s = rec.measured() or rec.placement.get("corrected_step_s")
+                finish = None if step_s is None else (rec.job.steps - rec.step) * step_s / 60
+                for d, n in rec.placement["domains"].items():
+                    hosted[d].append({"job": rec.job.name, "workers": n, "finish_min": finish})
+        return hosted
 
     def _fail_jobs_on(self, domain: str) -> None:
         """Jobs with workers in a lost domain stop, and queue again: they resume from their
@@ -375,7 +420,8 @@ class LiveController:
         workers = [name for name, n in zip(p.names, p.gpus, strict=True) for _ in range(n)]
         plan = p.plan
         rec.placement = {
-            "kind": p.kind, "domains": dict(zip(p.names, p.gpus, strict=True)),
+            "policy": self.state.policy, "kind": p.kind,
+            "domains": dict(zip(p.names, p.gpus, strict=True)),
             "plan": f"DP {plan.dp}, micro-batch {plan.micro_batch}"
                     + (f", DiLoCo every {plan.diloco_h} steps" if plan.diloco_h else ""),
             "diloco_h": plan.diloco_h, "reason": p.explanation,
@@ -398,7 +444,8 @@ class LiveController:
 
     # ---- plumbing
     def _agent(self, name: str):
-        return DomainAgent.options(label_selector={DOMAIN_LABEL: name}).remote(name)
+        return DomainAgent.options(label_selector={DOMAIN_LABEL: name}).remote(
+            name, self.names, self.state.api, self.state.api_token)
 
     def _path(self, name: str):
         from pathlib import Path
@@ -420,6 +467,8 @@ class LiveController:
             data = json.loads(record)
             if kind == "profiled":
                 self._adopt(data["entries"], data["constants"])
+            elif kind == "links_probed":
+                self.probed = data["links"]
             elif kind == "submitted":
                 self.jobs[name] = JobRecord(LiveJob.model_validate(data), t)
             elif name in self.jobs:

@@ -25,6 +25,7 @@ UNSHAPED_MBIT = 100_000  # the head's control traffic: as fast as the machine mo
 # HTB's default quantum (rate / r2q) is too large for fast classes; a fixed quantum of a few
 # MTUs keeps the classes fair without the kernel's warning.
 QUANTUM_BYTES = 60_000
+LINK_CLASS_BASE = 100  # the HTB class of link i -> j is 1:(LINK_CLASS_BASE + j)
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ class Fabric:
         for j, rate in enumerate(self.rates_mbit[i]):
             if j == i:
                 continue
-            cls = f"1:{100 + j}"
+            cls = f"1:{LINK_CLASS_BASE + j}"
             cmds += [[*tc, "class", "add", "dev", "eth0", "parent", "1:", "classid", cls, "htb",
                       "rate", f"{rate:.3f}mbit", "ceil", f"{rate:.3f}mbit",
                       "quantum", str(QUANTUM_BYTES)],

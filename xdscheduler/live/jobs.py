@@ -3,7 +3,7 @@ the trainer each read of it."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from xdscheduler.catalog import ModelArch
 from xdscheduler.live.gpt import GptShape
@@ -57,6 +57,25 @@ class LiveJob(FileModel):
                            seed=self.seed, diloco_h=diloco_h, micro_batch=micro_batch,
                            attempt=attempt,
                            checkpoint_every=self.checkpoint_every, controller=controller)
+
+
+class JobRow(BaseModel):
+    """A job as `xds jobs` and `GET /jobs` show it."""
+
+    job: str
+    status: str  # queued, running, done, failed, cancelled
+    step: int
+    steps: int
+    loss: float | None
+    first_loss: float | None
+    domains: dict[str, int]  # workers per domain
+    kind: str | None  # single (inside one domain) or data (replicas over domains)
+    plan: str | None
+    reason: str | None  # why the scheduler put it there
+    predicted_step_s: float | None  # by the model, before any correction
+    corrected_step_s: float | None  # by the model as corrected from the steps seen
+    measured_step_s: float | None  # median since warm-up
+    attempts: int
 
 
 def load_job(path: str) -> LiveJob:

@@ -16,9 +16,11 @@ from xdscheduler.errors import UserError
 from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.policies import DecisionQueue, PlannerPolicy, is_giant, queue_pass
 from xdscheduler.planner.search import JobSpec, describe
+from xdscheduler.planner.space import SearchOptions
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.rl.candidates import (
     LOWER_CHOICES,
+    OPTIONS,
     WAIT,
     Choices,
     choices,
@@ -127,13 +129,14 @@ class Agents:
 
 
 def decide(stepper, weights: Weights, job: JobSpec, view: ClusterView,
-           queue_len: int = 1, now_s: float = 0.0) -> AgentDecision | None:
-    """Search the candidates here, let the upper agent pick an allocation and, with LOWER
-    "agent", the lower agent a plan inside it (in this process or behind the endpoint:
-    `stepper.step`); with "search", the search's best plan inside it. None when nothing fits
-    now; a verdict with placement None when the upper agent waits."""
+           queue_len: int = 1, now_s: float = 0.0,
+           opts: SearchOptions = OPTIONS) -> AgentDecision | None:
+    """Search the candidates here (in the space `opts`), let the upper agent pick an
+    allocation and, with LOWER "agent", the lower agent a plan inside it (in this process or
+    behind the endpoint: `stepper.step`); with "search", the search's best plan inside it. None
+    when nothing fits now; a verdict with placement None when the upper agent waits."""
     start = time.perf_counter()
-    ch = choices(job, view, weights, now_s)
+    ch = choices(job, view, weights, now_s, opts)
     if ch is None:
         return None
     if len(ch.groups) == 1:  # one allocation open: nothing for the upper agent to weigh

@@ -84,9 +84,12 @@ def unprocessable(err: Exception, where: str):
                                     "msg": str(err)}])
 
 
+REPLICA_OPTIONS = {"num_cpus": 0.5}
+
+
 # A replica takes every request it is sent: the router backs off 25 ms and more from a full
 # one (20 clients on 16 slots doubled p99).
-@serve.deployment(ray_actor_options={"num_cpus": 0.5}, max_ongoing_requests=100)
+@serve.deployment(ray_actor_options=REPLICA_OPTIONS, max_ongoing_requests=100)
 @serve.ingress(app)
 class XdsService:
     def __init__(self, scenario: dict, token: str, policy_path: str | None = None,
@@ -214,12 +217,15 @@ class XdsService:
 
 
 def application(scn: Scenario, token: str, policy_path: str | Path | None = None,
-                forecaster: Forecaster | None = None):
+                forecaster: Forecaster | None = None, actor_options: dict | None = None):
     """The app for one scenario, asking every request but `/healthz` for `token`: the trained
     agents at `policy_path` (default: the shipped ones) and, when given, one fitted
-    forecaster answering every demand series."""
-    return XdsService.bind(scn.model_dump(), token,
-                           str(policy_path) if policy_path else None, forecaster)
+    forecaster answering every demand series; its replica's Ray options beside its CPUs
+    (`actor_options`, e.g. a label selector)."""
+    deployment = XdsService.options(ray_actor_options={**REPLICA_OPTIONS,
+                                                       **(actor_options or {})})
+    return deployment.bind(scn.model_dump(), token, str(policy_path) if policy_path else None,
+                           forecaster)
 
 
 def build(args: dict):

@@ -1,0 +1,147 @@
+"""The live cluster over HTTP: `xds up` deploys, on the cluster's head, the policy app (`POST
+/policy/act`, `POST /policy/decide`, `POST /forecast`; `xdscheduler.serving.app`) at `/` and the
+jobs API at `/jobs`, a Serve application of its own (the policy app sits below the live
+control plane and cannot know its jobs):
+
+    POST /jobs              a job spec (what `xds submit` reads from YAML): 201, or 409 when
+                            a job of that name exists
+    GET /jobs               every job: where, how far, predicted and measured step time
+    GET /jobs/{name}        one job (404: none of that name)
+    GET /jobs/{name}/events its decisions, steps and faults, from the journal (`xds logs`)
+    DELETE /jobs/{name}     cancel it (at its next step boundary)
+
+Both ask for the cluster's API token (`Authorization: Bearer <token>`, in the state file).
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the route annotations as classes.
+import time
+
+from fastapi import FastAPI, HTTPException
+from ray import serve
+
+from xdscheduler.errors import UserError
+from xdscheduler.live.cluster import HEAD_LABEL, ClusterState
+from xdscheduler.live.jobs import JobRow, LiveJob
+from xdscheduler.serving.gate import Gate, bearer, configure, secured_openapi
+
+JOBS_APP, POLICY_APP = "xds-jobs", "xds"
+ON_HEAD = {"label_selector": {HEAD_LABEL: "head"}}  # not on a domain: it would take a core
+app = FastAPI(title="xdscheduler live jobs",
+              description="Submit, follow and cancel training jobs on the live cluster.")
+
+
+class PrefixRoot:
+    """ASGI middleware: `/jobs` itself is the jobs' root (`/`), not a redirect to `/jobs/`
+    (Serve serves the app under that prefix; a client need not follow a 307 on a POST)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"] == scope.get("root_path") != "":
+            scope = {**scope, "path": scope["path"] + "/"}
+        return await self.app(scope, receive, send)
+
+
+app.add_middleware(Gate)
+app.add_middleware(PrefixRoot)
+
+
+def _openapi() -> dict:
+    return secured_openapi(app)
+
+
+app.openapi = _openapi
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0, **ON_HEAD})
+@serve.ingress(app)
+class JobsService:
+    def __init__(self, state: str, token: str):
+        configure(token)
+        self.state = ClusterState.model_validate_json(state)
+
+    def _ask(self, method: str, *args):
+        """The controller's answer (it is started on first use, as the CLI does); 503 when it
+        does not answer in time."""
+        from xdscheduler.live import controller
+
+        try:
+            return controller.ask(getattr(controller.controller(self.state), method), *args,
+                                  timeout_s=30)
+        except UserError as err:
+            if "did not answer" in str(err):
+                raise HTTPException(503, str(err)) from None
+            raise
+
+    @app.post("/", status_code=201)
+    def submit(self, job: LiveJob) -> JobRow:
+        try:
+            return self._ask("submit", job.model_dump())
+        except UserError as err:  # the controller refuses a name it has
+            raise HTTPException(409, str(err)) from None
+
+    @app.get("/")
+    def jobs(self) -> dict[str, list[JobRow]]:
+        return {"jobs": self._ask("list_jobs")}
+
+    @app.get("/{name}")
+    def job(self, name: str) -> JobRow:
+        return self._found(name, self._ask("job", name))
+
+    @app.get("/{name}/events")
+    def events(self, name: str) -> dict:
+        return {"job": name, "events": self._found(name, self._ask("events", name) or None)}
+
+    @app.delete("/{name}")
+    def cancel(self, name: str) -> JobRow:
+        return self._found(name, self._ask("cancel_job", name))
+
+    @staticmethod
+    def _found(name: str, answer):
+        if answer is None:
+            raise HTTPException(404, f"no job named {name!r}; GET /jobs lists them")
+        return answer
+
+
+def deploy(state: ClusterState, host: str, port: int) -> ClusterState:
+    """Start Serve's proxy on the head at HOST:PORT (where none runs yet) and deploy both apps
+    there; the state with their URL and token. Call as a driver of the cluster."""
+    from xdscheduler.live.cluster import load_scenario
+    from xdscheduler.serving.app import application
+    from xdscheduler.serving.gate import api_token
+
+    token = state.api_token or api_token()
+    serve.start(proxy_location="HeadOnly", http_options={"host": host, "port": port})
+    policy = application(load_scenario(state.scenario), token, actor_options=ON_HEAD)
+    serve.run(policy, name=POLICY_APP, route_prefix="/", blocking=False)
+    state = state.model_copy(update={"api": f"http://{host}:{port}", "api_token": token})
+    serve.run(JobsService.bind(state.model_dump_json(), token), name=JOBS_APP,
+              route_prefix="/jobs", blocking=False)
+    _wait_healthy(state)
+    return state
+
+
+def _wait_healthy(state: ClusterState, timeout_s: float = 120) -> None:
+    import requests
+
+    deadline = time.monotonic() + timeout_s
+    for path in ("/healthz", "/jobs"):
+        while True:
+            try:
+                if requests.get(state.api + path, headers=bearer(state.api_token),
+                                timeout=2).ok:
+                    break
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                raise UserError(f"the HTTP API did not answer at {state.api}{path} within "
+                                f"{timeout_s:.0f} s")
+            time.sleep(0.5)
+
+
+def undeploy() -> list[str]:
+    """Delete both apps from a cluster `xds up` only attached to (Serve itself runs on)."""
+    for name in (POLICY_APP, JOBS_APP):
+        serve.delete(name)
+    return ["deleted the HTTP apps (policy and jobs)"]
