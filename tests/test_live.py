@@ -272,6 +272,41 @@ def test_jobs_are_submitted_followed_and_cancelled_over_http(cluster):
 
 @needs_fabric
 @pytest.mark.slow
+def test_a_job_on_a_domain_slowed_under_it_moves_where_it_runs_faster(cluster, tmp_path):
+    """Cut the CPU quota of the domain a job trains in to a third (as other work on its
+    accelerators would): the correction learns the domain's speed from the job's steps, the
+    controller finds another placement that finishes it sooner by more than moving costs,
+    and the job stops after a checkpoint, resumes there and finishes."""
+    import yaml
+
+    from xdscheduler.live import quota
+
+    state, started = cluster
+    spec = {**load_job(JOBS / "gpt-long.yaml").model_dump(), "name": "gpt-slowed",
+            "steps": 400}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(spec))
+    xds("submit", str(tmp_path / "job.yaml"), state=state)
+    (domain,) = wait_for(state, "gpt-slowed", lambda r: r["step"] >= 15)["domains"]
+    group = next(p["cgroup"] for p in started["processes"] if p.get("domain") == domain)
+    before = quota.cores(group)
+    quota.create(group, before / 3)
+    try:
+        done = wait_for(state, "gpt-slowed", lambda r: r["status"] in ("done", "failed"))
+    finally:
+        quota.create(group, before)
+    events = json.loads(xds("logs", "gpt-slowed", "--json", state=state))["events"]
+    moving = next(e for e in events if e["event"] == "moving")
+    print(f"slowed {domain} at step 15; moved at step {moving['at_step']} to "
+          f"{moving['domains']}: {moving['from_step_s']:.3f} -> {moving['step_s']:.3f} s a "
+          f"step, {moving['gain_s']:.1f} s sooner for {moving['cost_s']:.1f} s of moving")
+    assert done["status"] == "done" and done["step"] == 400, done
+    assert domain not in done["domains"] and domain not in moving["domains"], (done, moving)
+    assert moving["from_step_s"] > 2 * moving["step_s"]  # a third of the speed, corrected
+    assert [e["event"] for e in events].count("placed") == 2
+
+
+@needs_fabric
+@pytest.mark.slow
 def test_down_stops_exactly_what_up_started(tmp_path):
     import psutil
 

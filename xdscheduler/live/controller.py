@@ -18,7 +18,7 @@ from xdscheduler.costmodel.plan import Stack
 from xdscheduler.live.agent import DomainAgent
 from xdscheduler.live.cluster import DOMAIN_LABEL, HEAD_LABEL, NAMESPACE, ClusterState
 from xdscheduler.live.jobs import JobRow, LiveJob
-from xdscheduler.live.training import train_loop
+from xdscheduler.live.training import ASK_EVERY, train_loop
 from xdscheduler.planner.baselines import ONLINE
 from xdscheduler.planner.policies import PlannerPolicy
 from xdscheduler.planner.search import estimate_placement
@@ -38,6 +38,7 @@ WARMUP_STEPS = 3  # a run's first steps (allocation, first collectives) say noth
 OBSERVE_EVERY = 5  # steps between two corrections from one run
 KEEP_CHECKPOINTS = 5  # per job, in its storage (Ray Train deletes the older ones)
 RESPAWN_EVERY = 20  # missed heartbeats between fresh agents for a domain that is down
+MOVE_GAIN = 2.0  # a running job moves when that saves this many times what moving costs
 REPORT_EVERY_S = 5.0  # how often each domain's agent reports its state
 # The live runner trains data-parallel plans (hierarchical across domains, DiLoCo every H):
 # the planner searches those, in FP32 (what CPUs and gloo run), DiLoCo every 10 steps, with
@@ -69,9 +70,14 @@ class JobRecord:
     cancel: bool = False
     chosen: object = None  # the Placement it runs on (this controller's decision)
     observed: int = 0  # steps the correction has seen of this run
+    placed_at: float = 0.0  # when this run was launched
+    startup_s: float | None = None  # from launch to its first step: what a restart costs
+    moving: dict | None = None  # a better placement found: stop at the next ask, queue again
 
     def hear(self, metrics: dict) -> None:
         """One step of its run: where it is, its loss, how long it took."""
+        if self.startup_s is None and self.placed_at:
+            self.startup_s = time.time() - self.placed_at
         self.step, self.loss = int(metrics["step"]), float(metrics["loss"])
         self.first_loss = self.loss if self.first_loss is None else self.first_loss
         self.step_times.append(float(metrics["step_time_s"]))
@@ -113,8 +119,10 @@ def live_policy(state: ClusterState, weights, opts: SearchOptions, stepper=None)
     from xdscheduler.serving.client import PolicyClient
 
     stepper = stepper or PolicyClient(state.api, state.api_token)
-    return PPOPolicy(weights, lambda job, view, queued, now: decide(
+    policy = PPOPolicy(weights, lambda job, view, queued, now: decide(
         stepper, weights, job, view, queued, now, opts))
+    policy.planner = PlannerPolicy(weights, "planner", opts)  # it re-plans in the same space
+    return policy
 
 
 @ray.remote(num_cpus=0, max_retries=0)
@@ -271,11 +279,40 @@ class LiveController:
         self._event(rec.job.name, "correction", {
             "measured_step_s": rec.measured(), "speed": self.correction.speed.tolist(),
             "corrected_step_s": rec.placement["corrected_step_s"]})
+        for other in self.jobs.values():
+            if other.status == "running" and other.moving is None and other.chosen:
+                self._replan(other, corrected)
 
-    def stopped(self, name: str, attempt: int) -> bool:
-        """Whether a run of the job must stop: cancelled, or not its current placement."""
+    def _replan(self, rec: JobRecord, corrected: ClusterView) -> None:
+        """Move a running job when, on the corrected model, another placement finishes it
+        sooner by MOVE_GAIN times what moving costs (its measured start-up, and the steps
+        since its last checkpoint trained again). It stops at its next ask and queues again
+        with its checkpoint; the policy then places it on the corrected model."""
+        spec = rec.job.spec(0.0)
+        best = self.policy.replan(spec, rec.chosen, corrected)
+        if best is None or rec.startup_s is None or (
+                best.names, best.gpus, best.plan) == (rec.chosen.names, rec.chosen.gpus,
+                                                      rec.chosen.plan):
+            return
+        now_s = rec.placement["corrected_step_s"]
+        then_s = best.estimate.step_time_s
+        gain = (rec.job.steps - rec.step) * (now_s - then_s)
+        cost = rec.startup_s + (rec.step % rec.job.checkpoint_every + ASK_EVERY) * then_s
+        if gain > MOVE_GAIN * cost:
+            rec.moving = {"domains": dict(zip(best.names, best.gpus, strict=True)),
+                          "step_s": then_s, "from_step_s": now_s, "gain_s": gain,
+                          "cost_s": cost, "at_step": rec.step}
+            self._event(rec.job.name, "moving", rec.moving)
+            log.info("%s: moves: %.1f s sooner on %s, moving costs %.1f s", rec.job.name,
+                     gain, rec.moving["domains"], cost)
+
+    def stopped(self, name: str, attempt: int, step: int = 0) -> bool:
+        """Whether a run of the job must stop at `step`: cancelled, not its current placement,
+        or moving (then not at a step it checkpoints: it stops after the checkpoint)."""
         rec = self.jobs.get(name)
-        return not self._current(rec, attempt) or rec.cancel
+        if not self._current(rec, attempt) or rec.cancel:
+            return True
+        return rec.moving is not None and step % rec.job.checkpoint_every != 0
 
     @staticmethod
     def _current(rec: JobRecord | None, attempt: int) -> bool:
@@ -388,6 +425,11 @@ class LiveController:
             with self.lock:
                 if error and not rec.cancel:
                     rec.status = "failed"
+                elif rec.moving is not None and not rec.cancel and rec.step < rec.job.steps:
+                    rec.status, rec.moving = "queued", None  # placed again on the next round
+                    rec.run = None
+                    self._event(rec.job.name, "moved", {"step": rec.step})
+                    continue
                 else:
                     rec.status = "cancelled" if rec.cancel and rec.step < rec.job.steps \
                         else "done"
@@ -429,6 +471,7 @@ class LiveController:
                 p.estimate.step_time_s if p.estimate else None)}
         rec.status, rec.attempts, rec.chosen = "running", rec.attempts + 1, p
         rec.step_times, rec.observed = [], 0
+        rec.placed_at, rec.startup_s, rec.moving = time.time(), None, None
         cfg = rec.job.train_config(plan.diloco_h if len(p.names) > 1 else 0, CONTROLLER,
                                    self.storage, plan.micro_batch, rec.attempts)
         use_gpu = any(self.scn.domains[i].accelerator.vendor != "CPU" for i in p.domains)

@@ -57,6 +57,16 @@ def create(name: str, cores: float) -> Path:
     return folder / "cgroup.procs"
 
 
+def cores(name: str) -> float:
+    """The CPUs group `name` may use now (a test slows a domain by setting fewer: `create`)."""
+    folder = _folder(name)
+    if _v2():
+        quota, period = (folder / "cpu.max").read_text().split()
+        return int(quota) / int(period)
+    return int((folder / "cpu.cfs_quota_us").read_text()) / int(
+        (folder / "cpu.cfs_period_us").read_text())
+
+
 def join() -> None:
     """Move this process (every thread of it) into its node's group, where it has one."""
     procs = os.environ.get(ENV)

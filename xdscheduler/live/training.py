@@ -86,7 +86,7 @@ def train_loop(config: dict) -> None:
         # gave up for lost (its domain found down before its workers noticed), stops, every
         # rank at the same step, and saves nothing its successor could resume from
         if listener is not None and (saving or (step + 1) % ASK_EVERY == 0) and sync.agree(
-                rank == 0 and ray.get(listener.stopped.remote(cfg.job, cfg.attempt))):
+                rank == 0 and ray.get(listener.stopped.remote(cfg.job, cfg.attempt, step + 1))):
             break
         if saving:
             checkpoint(model, opt, step + 1, metrics, rank)
