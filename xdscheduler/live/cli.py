@@ -259,8 +259,9 @@ def cmd_profile(args) -> None:
             raise UserError(f"no domain {d!r}; the scenario has {', '.join(accelerator)}")
     from xdscheduler.live import probe, profile  # import ray: after connect set its token
 
-    measured = [profile.measure_domain(d.name, d.gpus, args.seconds, state.storage)
-                for d in scn.domains if not args.domain or d.name in args.domain]
+    measured = profile.measure_domains({d.name: d.gpus for d in scn.domains
+                                        if not args.domain or d.name in args.domain},
+                                       args.seconds, state.storage)
     links = probe.probe_links(scn, 1.0)
     entries = [profile.entry(m, scn, f"{accelerator[m['domain']]}-{m['domain']}")
                for m in measured]
