@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import REPO, SCENARIOS
 from xdscheduler.errors import UserError
 from xdscheduler.live import fabric
-from xdscheduler.live.agent import DemandHistory, link_counters
+from xdscheduler.live.agent import DemandHistory, indicators, link_counters
 from xdscheduler.live.jobs import load_job
 from xdscheduler.live.training import share
 from xdscheduler.ray_cluster import free_port
@@ -70,6 +70,27 @@ def test_an_agent_reads_each_links_rate_and_bytes_from_its_token_buckets():
     assert got["west"][0] == pytest.approx(0.261394 / fabric.WIRE_PER_PAYLOAD)
     assert got["east"] == (pytest.approx(1.045 / fabric.WIRE_PER_PAYLOAD), 35387062)
     assert got["west"][1] == 29734215
+
+
+def test_a_live_report_gives_the_12_indicators_a_study_domain_reports():
+    from xdscheduler.perception.indicators import INDICATORS, rejection
+    from xdscheduler.scenario import load_scenario
+
+    east = load_scenario(LOCAL).domains[0]
+    report = {"domain": "east", "time": time.time(), "nodes": 1, "cpus": 2, "gpus": 0,
+              "free_cpus": 1, "free_gpus": 0, "held": 1,
+              "links": [{"dst": "west", "rate_gbps": 1.0, "sent_gbps": 0.25},
+                        {"dst": "north", "rate_gbps": 0.5, "sent_gbps": None}],
+              "rtt_ms": {"west": 0.2, "north": 0.4}}
+    got = {s.name: s for s in indicators(report, east, {"west": 0.9})}
+    assert set(got) == set(INDICATORS)
+    assert not [rejection(s, time.time()) for s in got.values() if rejection(s, time.time())]
+    assert got["free_accelerators"].value == 1 and got["utilization"].value == 0.5
+    # west: its probe less what goes over it now; north: its bucket's rate, nothing sent
+    assert got["inter_domain_bandwidth"].value == pytest.approx((0.9 - 0.25 + 0.5) / 2)
+    assert got["latency"].value == pytest.approx(0.3)
+    assert got["compute_index"].value == pytest.approx(
+        2 * east.accelerator.half_tflops / 989.4)
 
 
 def test_an_agents_demand_history_is_a_mean_per_minute():
@@ -255,6 +276,10 @@ def test_two_jobs_train_one_inside_a_domain_one_across_two(cluster):
         assert d["status"] == "up" and d["nodes"] == 1 and d["cpus"] == 2, d
         assert d["free_cpus"] == 2 and d["held"] == 0, d  # both jobs are done
         assert [h["horizon_min"] for h in d["forecast"]] == [10, 60], d
+        # the 12 indicators, each sound: links measured, round trips to the other domains
+        assert len(d["indicators"]) == 12 and not d["rejected"], d
+        assert d["indicators"]["inter_domain_bandwidth"] > 0 and set(d["rtt_ms"]) == {
+            "east", "west", "north"} - {d["domain"]}, d
     a, b = sorted(wide["domains"])
     crossed = next(r for r in domains[a]["links"] if r["dst"] == b)
     # the replicas' exchange crossed the link the fabric shapes (a DiLoCo sync: 4 B a

@@ -1,13 +1,16 @@
 """A domain's agent: a Ray actor on a node of its domain (pinned there by label) that answers the
 controller's heartbeats and, on every report, says what its domain has now: its alive nodes and
 their free CPUs and GPUs (Ray's own accounting), the bandwidth its uplink sent to every other
-domain since the last report (the token bucket's counters: the WAN samples), the jobs it hosts,
-and its demand for the next 10 minutes and hour, asked of the policy app's `POST /forecast`."""
+domain since the last report (the token bucket's counters: the WAN samples) and the round trip
+to each, the jobs it hosts, and its demand for the next 10 minutes and hour, asked of the policy
+app's `POST /forecast`. `indicators` turns a report into the 12 indicators a study's domain
+reports (`perception.indicators`)."""
 
 from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import time
 
@@ -16,6 +19,9 @@ import ray
 from xdscheduler.forecast.service import ForecastRequest, KnownJobIn
 from xdscheduler.live.cluster import DOMAIN_LABEL
 from xdscheduler.live.fabric import LINK_CLASS_BASE, WIRE_PER_PAYLOAD
+from xdscheduler.perception.indicators import Sample, sample
+from xdscheduler.scenario import Domain
+from xdscheduler.sim.domain import REFERENCE_TFLOPS
 
 HISTORY_MIN = 24 * 60  # a day of minutes: what a forecast is sent at most
 CLASS = re.compile(r"class htb 1:(\d+) .*?rate (\S+?)bit.*?\n\s*Sent (\d+) bytes", re.S)
@@ -90,7 +96,8 @@ class DomainAgent:
         held = sum(j["workers"] for j in hosted)
         self.demand.add(now, held)
         return {"domain": self.name, "time": now, **self._nodes(), "held": held,
-                "jobs": hosted, "links": self._links(now), **self._forecast(hosted)}
+                "jobs": hosted, "links": self._links(now), "rtt_ms": self._rtts(),
+                **self._forecast(hosted)}
 
     def _nodes(self) -> dict:
         """Alive nodes of this domain; total and free CPUs and GPUs as Ray accounts them."""
@@ -123,6 +130,27 @@ class DomainAgent:
                          "sent_total_gb": sent / 1e9 / WIRE_PER_PAYLOAD})
         return rows
 
+    def _rtts(self) -> dict[str, float]:
+        """Per other domain, the round trip to one of its nodes (ms): the quickest of three
+        TCP handshakes with its raylet, one round trip each."""
+        out = {}
+        for n in ray.nodes():
+            dst = n.get("Labels", {}).get(DOMAIN_LABEL)
+            if not n["Alive"] or dst in (None, self.name) or dst in out:
+                continue
+            took = []
+            for _ in range(3):
+                start = time.perf_counter()
+                try:
+                    socket.create_connection((n["NodeManagerAddress"], n["NodeManagerPort"]),
+                                             timeout=1).close()
+                except OSError:
+                    continue
+                took.append((time.perf_counter() - start) * 1000)
+            if took:
+                out[dst] = min(took)
+        return out
+
     def _forecast(self, hosted: list[dict]) -> dict:
         """This domain's demand forecast by the policy app, from its history and the jobs it
         hosts (each frees its workers when it finishes): asked again once a minute, or when
@@ -149,3 +177,32 @@ class DomainAgent:
         return {"forecast": [{"horizon_min": h.horizon_min, "mean": h.mean, "hi95": h.hi95}
                              for h in answer.horizons],
                 "backup_pool_gpus": answer.backup_pool_gpus}
+
+
+def indicators(report: dict, domain: Domain, probed: dict[str, float]) -> list[Sample]:
+    """The 12 indicators of a live domain from its agent's report: accelerators as Ray counts
+    them (CPUs for a CPU domain), each link's bandwidth left (its last probe, else its bucket's
+    rate, less what the domain sends over it now) and round trip as measured; storage and the
+    fabric inside the domain as its scenario says (nothing here measures them). `probed`:
+    destination domain -> Gbit/s of the last `xds links probe` from this domain."""
+    acc = domain.accelerator
+    kind = "cpus" if acc.vendor == "CPU" else "gpus"
+    total, free, held = report[kind], report[f"free_{kind}"], report["held"]
+    left = [max(probed.get(r["dst"], r["rate_gbps"]) - (r["sent_gbps"] or 0.0), 0.0)
+            for r in report["links"]]
+    rtts = list(report["rtt_ms"].values())
+    values = {
+        "compute_index": total * acc.half_tflops / REFERENCE_TFLOPS,
+        "free_accelerators": free,
+        "utilization": held / total if total else 0.0,
+        "free_accelerator_memory": free * acc.memory_gib,
+        "storage_io": domain.storage.io_gbps,
+        "free_storage": domain.storage.capacity_tb,
+        "intra_domain_bandwidth": domain.intra_domain_gbps,
+        "inter_domain_bandwidth": sum(left) / len(left) if left else 0.0,
+        "latency": sum(rtts) / len(rtts) if rtts else 0.0,
+        "health": 1.0 if report["nodes"] else 0.0,
+        "load": min(held / total, 1.0) if total else 1.0,
+        "power": held * acc.power_w / 1000,
+    }
+    return [sample(k, v, f"agent:{domain.name}", report["time"]) for k, v in values.items()]

@@ -207,6 +207,12 @@ def cmd_domains(args) -> None:
               f"{_num(d.get('free_gpus'), 4):>4}/{_num(d.get('gpus'), 4):<5} "
               f"{_num(d.get('held'), 4):>5} {_num(ahead.get(10), 3):>10} "
               f"{_num(ahead.get(60), 3):>8}  {jobs}")
+    print("indicators (as a study's domains report them):")
+    for d in out["domains"]:
+        shown = ", ".join(f"{k} {_num(v, 3)}" for k, v in d.get("indicators", {}).items())
+        print(f"  {d['domain']}: {shown or '-'}")
+        for why in d.get("rejected", []):
+            print(f"  {d['domain']}: rejected: {why}")
     print("links (Gbit/s): the bucket's rate, the last `xds links probe`, sent in the last "
           "report")
     for d in out["domains"]:

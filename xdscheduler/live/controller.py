@@ -15,10 +15,11 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from xdscheduler.costmodel.plan import Stack
-from xdscheduler.live.agent import DomainAgent
+from xdscheduler.live.agent import DomainAgent, indicators
 from xdscheduler.live.cluster import DOMAIN_LABEL, HEAD_LABEL, NAMESPACE, ClusterState
 from xdscheduler.live.jobs import JobRow, LiveJob
 from xdscheduler.live.training import ASK_EVERY, train_loop
+from xdscheduler.perception.indicators import rejection
 from xdscheduler.planner.baselines import ONLINE
 from xdscheduler.planner.policies import PlannerPolicy
 from xdscheduler.planner.search import estimate_placement
@@ -374,7 +375,7 @@ class LiveController:
             for n, ref in [(n, r) for n, r in self.asked.items() if r in ready]:
                 del self.asked[n]
                 try:
-                    self.reports[n] = ray.get(ref)
+                    self.reports[n] = self._with_indicators(ray.get(ref))
                 except (RayActorError, RayTaskError) as err:
                     log.warning("domain %s did not report: %s", n, err)
         if time.time() - self.reported_at < REPORT_EVERY_S:
@@ -384,6 +385,21 @@ class LiveController:
         for n, agent in self.agents.items():
             if n not in self.down and n not in self.asked:
                 self.asked[n] = agent.report.remote(hosted[n])
+
+    def _with_indicators(self, report: dict) -> dict:
+        """The report with its 12 indicators, each checked as a study checks a sample (a
+        rejected one is named with why, and left out)."""
+        domain = self.scn.domains[self.names.index(report["domain"])]
+        probed = {r["dst"]: r["measured_gbps"] for r in self.probed
+                  if r["src"] == report["domain"]}
+        good, rejected = {}, []
+        for s in indicators(report, domain, probed):
+            why = rejection(s, time.time())
+            if why is None:
+                good[s.name] = s.value
+            else:
+                rejected.append(why)
+        return {**report, "indicators": good, "rejected": rejected}
 
     def _hosted(self) -> dict[str, list[dict]]:
         """Per domain, the running jobs with workers there, and when each should finish."""
