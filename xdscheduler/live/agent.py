@@ -95,16 +95,16 @@ class DomainAgent:
         now = time.time()
         held = sum(j["workers"] for j in hosted)
         self.demand.add(now, held)
-        return {"domain": self.name, "time": now, **self._nodes(), "held": held,
-                "jobs": hosted, "links": self._links(now), "rtt_ms": self._rtts(),
+        nodes = [n for n in ray.nodes() if n["Alive"]]
+        return {"domain": self.name, "time": now, **self._nodes(nodes), "held": held,
+                "jobs": hosted, "links": self._links(now), "rtt_ms": self._rtts(nodes),
                 **self._forecast(hosted)}
 
-    def _nodes(self) -> dict:
+    def _nodes(self, alive: list[dict]) -> dict:
         """Alive nodes of this domain; total and free CPUs and GPUs as Ray accounts them."""
         from ray._private.state import available_resources_per_node
 
-        nodes = [n for n in ray.nodes()
-                 if n["Alive"] and n.get("Labels", {}).get(DOMAIN_LABEL) == self.name]
+        nodes = [n for n in alive if n.get("Labels", {}).get(DOMAIN_LABEL) == self.name]
         free = available_resources_per_node()
         total = [n["Resources"] for n in nodes]
         avail = [free.get(n["NodeID"], {}) for n in nodes]
@@ -117,9 +117,13 @@ class DomainAgent:
         """Per link out of this domain: its rate, the goodput sent over it since the last
         report and in all (empty where the links are not shaped here: a cluster this did not
         build)."""
-        done = subprocess.run(["tc", "-s", "class", "show", "dev", "eth0"],
-                              capture_output=True, text=True)
-        counters = link_counters(done.stdout, self.domains) if done.returncode == 0 else {}
+        try:
+            done = subprocess.run(["tc", "-s", "class", "show", "dev", "eth0"],
+                                  capture_output=True, text=True, timeout=5)
+        except (OSError, subprocess.TimeoutExpired):  # no tc on this node
+            done = None
+        counters = link_counters(done.stdout, self.domains) if done and not done.returncode \
+            else {}
         last, self.sent = self.sent, (now, {d: c[1] for d, c in counters.items()})
         rows = []
         for dst, (rate, sent) in counters.items():
@@ -130,13 +134,13 @@ class DomainAgent:
                          "sent_total_gb": sent / 1e9 / WIRE_PER_PAYLOAD})
         return rows
 
-    def _rtts(self) -> dict[str, float]:
+    def _rtts(self, alive: list[dict]) -> dict[str, float]:
         """Per other domain, the round trip to one of its nodes (ms): the quickest of three
         TCP handshakes with its raylet, one round trip each."""
         out = {}
-        for n in ray.nodes():
+        for n in alive:
             dst = n.get("Labels", {}).get(DOMAIN_LABEL)
-            if not n["Alive"] or dst in (None, self.name) or dst in out:
+            if dst in (None, self.name) or dst in out:
                 continue
             took = []
             for _ in range(3):
