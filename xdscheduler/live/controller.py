@@ -34,7 +34,10 @@ log = logging.getLogger("xdscheduler.live")
 CONTROLLER = "xds-controller"
 TICK_S = 0.2  # how often the controller hears its domains and decides
 PING_TIMEOUT_S = 0.4  # a heartbeat not back within this is missed
-MISSES_TO_DOWN = 2  # two missed heartbeats in a row: the domain is down (< 3 s)
+# Four late heartbeats in a row (a round is 0.6 s: < 3 s) and the domain is down; an agent that
+# answers with an error (its raylet gone) or is dead, at once. Two late ones were not enough:
+# while Ray Train runs start on 2 busy cores, a healthy agent answered late twice in a row.
+MISSES_TO_DOWN = 4
 WARMUP_STEPS = 3  # a run's first steps (allocation, first collectives) say nothing of speed
 OBSERVE_EVERY = 5  # steps between two corrections from one run
 KEEP_CHECKPOINTS = 5  # per job, in its storage (Ray Train deletes the older ones)
@@ -336,22 +339,24 @@ class LiveController:
 
     def _heartbeats(self) -> None:
         """Ping every domain's agent; a domain whose agent misses MISSES_TO_DOWN pings in a
-        row is down (its node, or the way to it, is lost) and its jobs queue again."""
+        row, or answers with an error, is down (its node, or the way to it, is lost) and its
+        jobs queue again."""
         refs = {n: a.ping.remote() for n, a in self.agents.items()}
         ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=PING_TIMEOUT_S)
         now = time.time()
         for n, ref in refs.items():
-            ok = ref in ready
+            ok, lost = ref in ready, False
             if ok:
                 try:
                     ray.get(ref)
                 except (RayActorError, RayTaskError):
-                    ok = False
+                    ok, lost = False, True
             if ok:
                 self.heard_at[n] = now
             elif n not in self.heard_at:
                 continue  # its agent is still starting: a domain is judged once it answered
-            self.misses[n] = 0 if ok else self.misses[n] + 1
+            self.misses[n] = 0 if ok else max(self.misses[n] + 1,
+                                              MISSES_TO_DOWN if lost else 0)
             if self.misses[n] >= MISSES_TO_DOWN and n not in self.down:
                 self.down[n] = now
                 self._event("", "domain_down", {"domain": n, "misses": self.misses[n],
