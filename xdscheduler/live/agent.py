@@ -162,8 +162,8 @@ class DomainAgent:
         accelerators' time on this machine)."""
         if self.forecaster is None:
             return {"forecast": None}
-        asked_on = (len(self.demand.series()), tuple(sorted((j["job"], j["workers"])
-                                                             for j in hosted)))
+        asked_on = (len(self.demand.minutes), tuple(sorted((j["job"], j["workers"])
+                                                           for j in hosted)))
         if self.forecast and self.forecast[0] == asked_on:
             return self.forecast[1]
         self.forecast = (asked_on, self._ask_forecast(hosted))

@@ -14,7 +14,6 @@ Both ask for the cluster's API token (`Authorization: Bearer <token>`, in the st
 """
 
 # No `from __future__ import annotations`: FastAPI reads the route annotations as classes.
-import time
 
 from fastapi import FastAPI, HTTPException
 from ray import serve
@@ -22,7 +21,7 @@ from ray import serve
 from xdscheduler.errors import UserError
 from xdscheduler.live.cluster import HEAD_LABEL, ClusterState
 from xdscheduler.live.jobs import JobRow, LiveJob
-from xdscheduler.serving.gate import Gate, bearer, configure, secured_openapi
+from xdscheduler.serving.gate import Gate, configure, secured_openapi
 
 JOBS_APP, POLICY_APP = "xds-jobs", "xds"
 ON_HEAD = {"label_selector": {HEAD_LABEL: "head"}}  # not on a domain: it would take a core
@@ -108,7 +107,7 @@ def deploy(state: ClusterState, host: str, port: int) -> ClusterState:
     """Start Serve's proxy on the head at HOST:PORT (where none runs yet) and deploy both apps
     there; the state with their URL and token. Call as a driver of the cluster."""
     from xdscheduler.live.cluster import load_scenario
-    from xdscheduler.serving.app import application
+    from xdscheduler.serving.app import application, wait_answering
     from xdscheduler.serving.gate import api_token
 
     token = state.api_token or api_token()
@@ -118,26 +117,8 @@ def deploy(state: ClusterState, host: str, port: int) -> ClusterState:
     state = state.model_copy(update={"api": f"http://{host}:{port}", "api_token": token})
     serve.run(JobsService.bind(state.model_dump_json(), token), name=JOBS_APP,
               route_prefix="/jobs", blocking=False)
-    _wait_healthy(state)
+    wait_answering(state.api, ["/healthz", "/jobs"], token, timeout_s=120)
     return state
-
-
-def _wait_healthy(state: ClusterState, timeout_s: float = 120) -> None:
-    import requests
-
-    deadline = time.monotonic() + timeout_s
-    for path in ("/healthz", "/jobs"):
-        while True:
-            try:
-                if requests.get(state.api + path, headers=bearer(state.api_token),
-                                timeout=2).ok:
-                    break
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                raise UserError(f"the HTTP API did not answer at {state.api}{path} within "
-                                f"{timeout_s:.0f} s")
-            time.sleep(0.5)
 
 
 def undeploy() -> list[str]:

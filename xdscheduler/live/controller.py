@@ -19,7 +19,7 @@ from xdscheduler.live.agent import DomainAgent, indicators
 from xdscheduler.live.cluster import DOMAIN_LABEL, HEAD_LABEL, NAMESPACE, ClusterState
 from xdscheduler.live.jobs import JobRow, LiveJob
 from xdscheduler.live.training import ASK_EVERY, train_loop
-from xdscheduler.perception.indicators import rejection
+from xdscheduler.perception.indicators import checked
 from xdscheduler.planner.baselines import ONLINE
 from xdscheduler.planner.policies import PlannerPolicy
 from xdscheduler.planner.search import estimate_placement
@@ -397,14 +397,8 @@ class LiveController:
         domain = self.scn.domains[self.names.index(report["domain"])]
         probed = {r["dst"]: r["measured_gbps"] for r in self.probed
                   if r["src"] == report["domain"]}
-        good, rejected = {}, []
-        for s in indicators(report, domain, probed):
-            why = rejection(s, time.time())
-            if why is None:
-                good[s.name] = s.value
-            else:
-                rejected.append(why)
-        return {**report, "indicators": good, "rejected": rejected}
+        good, rejected = checked(indicators(report, domain, probed), time.time())
+        return {**report, "indicators": {s.name: s.value for s in good}, "rejected": rejected}
 
     def _hosted(self) -> dict[str, list[dict]]:
         """Per domain, the running jobs with workers there, and when each should finish."""

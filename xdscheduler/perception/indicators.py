@@ -37,6 +37,18 @@ def sample(name: str, value: float, source: str, time_s: float) -> Sample:
     return Sample(name, float(value), INDICATORS[name][1], source, time_s)
 
 
+def checked(samples, now_s: float) -> tuple[list[Sample], list[str]]:
+    """The samples that pass their checks, and a reason for each one rejected."""
+    good, reasons = [], []
+    for s in samples:
+        why = rejection(s, now_s)
+        if why is None:
+            good.append(s)
+        else:
+            reasons.append(why)
+    return good, reasons
+
+
 def rejection(s: Sample, now_s: float) -> str | None:
     """Why a sample must not be used, or None when it is sound."""
     spec = INDICATORS.get(s.name)

@@ -36,7 +36,7 @@ from xdscheduler.monitor.board import board as find_board
 from xdscheduler.monitor.metrics import endpoint_metrics
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Job, Scenario, parse_scenario
-from xdscheduler.serving.gate import Gate, checked_token, configure, secured_openapi
+from xdscheduler.serving.gate import Gate, bearer, checked_token, configure, secured_openapi
 from xdscheduler.serving.schemas import (
     ActRequest,
     ActResponse,
@@ -256,15 +256,27 @@ def start(address: str | None, policy_path: str | Path | None, scn: Scenario,
     serve.run(application(scn, token, policy_path), name=APP_NAME, route_prefix="/",
               blocking=False)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/healthz", timeout=2) as r:
-                if r.status == 200:
-                    return url
-        except OSError:
+    wait_answering(url, ["/healthz"], token)
+    return url
+
+
+def wait_answering(url: str, paths: list[str], token: str | None, timeout_s: float = 60) -> None:
+    """Wait until every path of the app at `url` answers 200 (asked with `token`);
+    UserError naming the first that did not within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    for path in paths:
+        request = urllib.request.Request(url + path, headers=bearer(token))
+        while True:
+            try:
+                with urllib.request.urlopen(request, timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise UserError(f"the Serve application did not answer at {url}{path} within "
+                                f"{timeout_s:.0f} s")
             time.sleep(0.5)
-    raise UserError(f"the Serve application did not become healthy at {url} within 60 s")
 
 
 def direct_ingress(port: int) -> dict[str, str]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from xdscheduler.perception.indicators import Sample, rejection, sample
+from xdscheduler.perception.indicators import Sample, checked, sample
 from xdscheduler.scenario import Domain
 
 REFERENCE_TFLOPS = 989.4  # the compute index counts H100-SXM equivalents (dense BF16)
@@ -86,15 +86,8 @@ class DomainState:
 
 
 def accepted(report: DomainReport, now_s: float) -> tuple[list[Sample], list[str]]:
-    """The samples that pass their checks, and a reason for each one rejected."""
-    good, reasons = [], []
-    for s in report.samples:
-        why = rejection(s, now_s)
-        if why is None:
-            good.append(s)
-        else:
-            reasons.append(why)
-    return good, reasons
+    """The report's samples that pass their checks, and a reason for each one rejected."""
+    return checked(report.samples, now_s)
 
 
 class LocalDomains:
