@@ -364,24 +364,6 @@ def test_a_job_on_a_domain_slowed_under_it_moves_where_it_runs_faster(cluster, t
     assert [e["event"] for e in events].count("placed") == 2
 
 
-@needs_fabric
-@pytest.mark.slow
-def test_down_stops_exactly_what_up_started(tmp_path):
-    import psutil
-
-    state = tmp_path / "cluster.json"
-    xds("up", str(LOCAL), state=state)
-    started = json.loads(state.read_text())
-    pids = [p["pid"] for p in started["processes"]]
-    tree = {c.pid for p in pids for c in psutil.Process(p).children(recursive=True)} | set(pids)
-    out = xds("down", state=state)
-    assert "removed 3 namespaces" in out and not state.exists()
-    assert not [p for p in tree if psutil.pid_exists(p)
-                and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert f"xds{started['tag']}-" not in namespaces
-
-
 def wait_for(state, job: str, until, timeout_s: float = 400) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -391,6 +373,35 @@ def wait_for(state, job: str, until, timeout_s: float = 400) -> dict:
             return row
         time.sleep(1)
     raise AssertionError(f"{job} never got there: {row}")
+
+
+@needs_fabric
+@pytest.mark.slow
+def test_a_job_on_a_domain_wrongly_found_down_stops_by_itself_and_runs_again(cluster, tmp_path):
+    """Kill only the agent of the domain a job trains in: the domain is found down though its
+    node is healthy. The job's run stops at its next ask, so Ray Train releases its workers
+    (a run cancelled by force could hold them, and the job's next run wait for ever); the job
+    is placed again, resumes from its checkpoint and finishes."""
+    import psutil
+    import yaml
+
+    state, started = cluster
+    spec = {**load_job(JOBS / "gpt-long.yaml").model_dump(), "name": "gpt-agentless",
+            "steps": 60}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(spec))
+    xds("submit", str(tmp_path / "job.yaml"), state=state)
+    (domain,) = wait_for(state, "gpt-agentless", lambda r: r["step"] >= 12)["domains"]
+    node = next(p["pid"] for p in started["processes"] if p.get("domain") == domain)
+    agent = next(c for c in psutil.Process(node).children(recursive=True)
+                 if "DomainAgent" in " ".join(c.cmdline()))
+    agent.kill()
+    done = wait_for(state, "gpt-agentless", lambda r: r["status"] in ("done", "failed"))
+    assert done["status"] == "done" and done["step"] == 60, done
+    events = json.loads(xds("logs", "gpt-agentless", "--json", state=state))["events"]
+    kinds = [e["event"] for e in events]
+    print(f"{domain}'s agent killed: {[k for k in kinds if k != 'step']}")
+    assert "requeued" in kinds and "stopped_lost" in kinds and "cancelled_lost" not in kinds
+    assert kinds.count("placed") == 2, kinds
 
 
 @needs_fabric
@@ -415,9 +426,10 @@ def test_a_lost_node_is_found_in_seconds_and_its_job_resumes_elsewhere(cluster):
     assert domain not in done["domains"]  # it finished somewhere else
     events = json.loads(xds("logs", "gpt-long", "--json", state=state))["events"]
     requeued = next(e for e in events if e["event"] == "requeued")
+    ended = next(e["event"] for e in events if e["event"] in ("stopped_lost", "cancelled_lost"))
     print(f"{domain} found down {requeued['down_at'] - killed_at:.2f} s after the kill, at "
-          f"step {requeued['from_step']}; resumed from the checkpoint before it in "
-          f"{done['domains']}")
+          f"step {requeued['from_step']}; its run {ended}; resumed from the checkpoint before "
+          f"it in {done['domains']}")
     assert requeued["down_at"] - killed_at < 3.0, requeued["down_at"] - killed_at
     steps = [e["step"] for e in events if e["event"] == "step"]
     resumed_at = steps.index(requeued["from_step"]) + 1 if requeued["from_step"] in steps \
@@ -426,6 +438,26 @@ def test_a_lost_node_is_found_in_seconds_and_its_job_resumes_elsewhere(cluster):
     checkpointed = requeued["from_step"] // 10 * 10  # every 10 steps
     assert after and after[0] == checkpointed + 1, (requeued, after[:3])
     assert after == list(range(checkpointed + 1, done["steps"] + 1))
+
+
+@needs_fabric
+@pytest.mark.slow
+def test_down_stops_exactly_what_up_started(cluster):
+    """The module's cluster, after every test that uses it: `xds down` leaves nothing."""
+    import psutil
+
+    state, started = cluster
+    # the processes still there: the lost-node test killed a node's raylet, and it is gone
+    alive = [psutil.Process(p["pid"]) for p in started["processes"]
+             if psutil.pid_exists(p["pid"])]
+    assert len(alive) >= 3, started["processes"]  # the head and two domains at least
+    tree = {c.pid for p in alive for c in p.children(recursive=True)} | {p.pid for p in alive}
+    out = xds("down", state=state)
+    assert "removed 3 namespaces" in out and not state.exists()
+    assert not [p for p in tree if psutil.pid_exists(p)
+                and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"xds{started['tag']}-" not in namespaces
 
 
 @pytest.fixture(scope="module")

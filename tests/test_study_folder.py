@@ -94,7 +94,7 @@ def test_a_study_killed_mid_way_resumes_to_the_report_of_an_uninterrupted_run(
     scenario = tmp_path / "small.yaml"
     scenario.write_text(yaml.safe_dump(small_scenario().model_dump(mode="json")))
     argv = ["run", str(scenario), "--policies", "planner-single-domain,planner",
-            "--hours", "12", "--realtime", "--speed", "3600"]
+            "--hours", "12", "--realtime", "--speed", "7200"]
     out = tmp_path / "killed"
     # its own driver and local Ray, interrupted as a user would (Ctrl-C)
     proc = subprocess.Popen([sys.executable, "-m", "xdscheduler.cli", *argv, "--out", str(out)],

@@ -44,6 +44,11 @@ KEEP_CHECKPOINTS = 5  # per job, in its storage (Ray Train deletes the older one
 RESPAWN_EVERY = 20  # missed heartbeats between fresh agents for a domain that is down
 MOVE_GAIN = 2.0  # a running job moves when that saves this many times what moving costs
 REPORT_EVERY_S = 5.0  # how often each domain's agent reports its state
+# A run on a domain found down stops by itself: at its next ask if its workers live (a false
+# "down"), or when Ray Train finds a worker dead. Either way Ray Train releases its placement
+# group. Only a run still going after this long is cancelled by force: a forced cancel can
+# leave its placement group behind, and the job's next run would wait for ever for workers.
+LOST_STOP_S = 30.0
 # The live runner trains data-parallel plans (hierarchical across domains, DiLoCo every H):
 # the planner searches those, in FP32 (what CPUs and gloo run), DiLoCo every 10 steps, with
 # the runner's own software: a plain loop that reduces the gradients after the backward pass.
@@ -77,6 +82,7 @@ class JobRecord:
     placed_at: float = 0.0  # when this run was launched
     startup_s: float | None = None  # from launch to its first step: what a restart costs
     moving: dict | None = None  # a better placement found: stop at the next ask, queue again
+    lost_at: float | None = None  # when a domain it runs on was found down: stopping, to queue
 
     def hear(self, metrics: dict) -> None:
         """One step of its run: where it is, its loss, how long it took."""
@@ -284,7 +290,8 @@ class LiveController:
             "measured_step_s": rec.measured(), "speed": self.correction.speed.tolist(),
             "corrected_step_s": rec.placement["corrected_step_s"]})
         for other in self.jobs.values():
-            if other.status == "running" and other.moving is None and other.chosen:
+            if (other.status == "running" and other.moving is None and other.chosen
+                    and other.lost_at is None):
                 self._replan(other, corrected)
 
     def _replan(self, rec: JobRecord, corrected: ClusterView) -> None:
@@ -314,7 +321,7 @@ class LiveController:
         """Whether a run of the job must stop at `step`: cancelled, not its current placement,
         or moving (then not at a step it checkpoints: it stops after the checkpoint)."""
         rec = self.jobs.get(name)
-        if not self._current(rec, attempt) or rec.cancel:
+        if not self._current(rec, attempt) or rec.cancel or rec.lost_at is not None:
             return True
         return rec.moving is not None and step % rec.job.checkpoint_every != 0
 
@@ -332,6 +339,7 @@ class LiveController:
                 self._heartbeats()
                 self._reports()
                 self._reap()
+                self._stop_lost()
                 self._schedule()
             except Exception:  # the loop must outlive any one bad round
                 log.exception("controller round failed")
@@ -414,17 +422,30 @@ class LiveController:
         return hosted
 
     def _fail_jobs_on(self, domain: str) -> None:
-        """Jobs with workers in a lost domain stop, and queue again: they resume from their
-        last checkpoint wherever the policy puts them next."""
+        """Jobs with workers in a lost domain stop (see LOST_STOP_S), and queue again: they
+        resume from their last checkpoint wherever the policy puts them next."""
         with self.lock:
             for rec in self.jobs.values():
-                if rec.status == "running" and domain in rec.placement.get("domains", {}):
-                    ray.cancel(rec.run, force=True, recursive=True)
-                    rec.status, rec.run = "queued", None
+                if (rec.status == "running" and rec.lost_at is None
+                        and domain in rec.placement.get("domains", {})):
+                    rec.lost_at = time.time()
                     self._event(rec.job.name, "requeued",
                                 {"domain": domain, "from_step": rec.step,
                                  "down_at": self.down[domain],
                                  "last_heartbeat": self.heard_at[domain]})
+
+    def _stop_lost(self) -> None:
+        """Cancel by force the runs that a lost domain's jobs have not stopped in time."""
+        with self.lock:
+            late = [r for r in self.jobs.values() if r.status == "running" and r.lost_at
+                    and time.time() - r.lost_at > LOST_STOP_S]
+            for rec in late:
+                ray.cancel(rec.run, force=True, recursive=True)
+                self._requeue(rec, "cancelled_lost", {"after_s": time.time() - rec.lost_at})
+
+    def _requeue(self, rec: JobRecord, kind: str, record: dict) -> None:
+        rec.status, rec.run, rec.moving, rec.lost_at = "queued", None, None, None
+        self._event(rec.job.name, kind, {"step": rec.step, **record})
 
     def _reap(self) -> None:
         running = {r.run: r for r in self.jobs.values() if r.status == "running" and r.run}
@@ -438,12 +459,14 @@ class LiveController:
             except Exception as err:  # the runner itself died
                 error = f"{type(err).__name__}: {err}"
             with self.lock:
+                again = not rec.cancel and rec.step < rec.job.steps  # placed again next round
+                if again and rec.lost_at is not None:
+                    self._requeue(rec, "stopped_lost", {"error": error})
+                    continue
                 if error and not rec.cancel:
                     rec.status = "failed"
-                elif rec.moving is not None and not rec.cancel and rec.step < rec.job.steps:
-                    rec.status, rec.moving = "queued", None  # placed again on the next round
-                    rec.run = None
-                    self._event(rec.job.name, "moved", {"step": rec.step})
+                elif again and rec.moving is not None:
+                    self._requeue(rec, "moved", {})
                     continue
                 else:
                     rec.status = "cancelled" if rec.cancel and rec.step < rec.job.steps \
