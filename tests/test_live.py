@@ -336,16 +336,10 @@ def test_a_job_on_a_domain_slowed_under_it_moves_where_it_runs_faster(cluster, t
     accelerators would): the correction learns the domain's speed from the job's steps, the
     controller finds another placement that finishes it sooner by more than moving costs,
     and the job stops after a checkpoint, resumes there and finishes."""
-    import yaml
-
     from xdscheduler.live import quota
 
     state, started = cluster
-    spec = {**load_job(JOBS / "gpt-long.yaml").model_dump(), "name": "gpt-slowed",
-            "steps": 400}
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(spec))
-    xds("submit", str(tmp_path / "job.yaml"), state=state)
-    (domain,) = wait_for(state, "gpt-slowed", lambda r: r["step"] >= 15)["domains"]
+    domain = running_long_job(state, tmp_path, "gpt-slowed", steps=400, until_step=15)
     group = next(p["cgroup"] for p in started["processes"] if p.get("domain") == domain)
     before = quota.cores(group)
     quota.create(group, before / 3)
@@ -362,6 +356,17 @@ def test_a_job_on_a_domain_slowed_under_it_moves_where_it_runs_faster(cluster, t
     assert domain not in done["domains"] and domain not in moving["domains"], (done, moving)
     assert moving["from_step_s"] > 1.5 * moving["step_s"]  # the correction saw the slowdown
     assert [e["event"] for e in events].count("placed") == 2
+
+
+def running_long_job(state, tmp_path, name: str, steps: int, until_step: int) -> str:
+    """Submit gpt-long as `name` with `steps`; once it passed `until_step`, its one domain."""
+    import yaml
+
+    spec = {**load_job(JOBS / "gpt-long.yaml").model_dump(), "name": name, "steps": steps}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(spec))
+    xds("submit", str(tmp_path / "job.yaml"), state=state)
+    (domain,) = wait_for(state, name, lambda r: r["step"] >= until_step)["domains"]
+    return domain
 
 
 def wait_for(state, job: str, until, timeout_s: float = 400) -> dict:
@@ -383,14 +388,9 @@ def test_a_job_on_a_domain_wrongly_found_down_stops_by_itself_and_runs_again(clu
     (a run cancelled by force could hold them, and the job's next run wait for ever); the job
     is placed again, resumes from its checkpoint and finishes."""
     import psutil
-    import yaml
 
     state, started = cluster
-    spec = {**load_job(JOBS / "gpt-long.yaml").model_dump(), "name": "gpt-agentless",
-            "steps": 60}
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(spec))
-    xds("submit", str(tmp_path / "job.yaml"), state=state)
-    (domain,) = wait_for(state, "gpt-agentless", lambda r: r["step"] >= 12)["domains"]
+    domain = running_long_job(state, tmp_path, "gpt-agentless", steps=60, until_step=12)
     node = next(p["pid"] for p in started["processes"] if p.get("domain") == domain)
     agent = next(c for c in psutil.Process(node).children(recursive=True)
                  if "DomainAgent" in " ".join(c.cmdline()))

@@ -19,9 +19,8 @@ import ray
 from xdscheduler.forecast.service import ForecastRequest, KnownJobIn
 from xdscheduler.live.cluster import DOMAIN_LABEL
 from xdscheduler.live.fabric import LINK_CLASS_BASE, WIRE_PER_PAYLOAD
-from xdscheduler.perception.indicators import Sample, sample
+from xdscheduler.perception.indicators import Sample, domain_samples
 from xdscheduler.scenario import Domain
-from xdscheduler.sim.domain import REFERENCE_TFLOPS
 
 HISTORY_MIN = 24 * 60  # a day of minutes: what a forecast is sent at most
 CLASS = re.compile(r"class htb 1:(\d+) .*?rate (\S+?)bit.*?\n\s*Sent (\d+) bytes", re.S)
@@ -189,24 +188,10 @@ def indicators(report: dict, domain: Domain, probed: dict[str, float]) -> list[S
     rate, less what the domain sends over it now) and round trip as measured; storage and the
     fabric inside the domain as its scenario says (nothing here measures them). `probed`:
     destination domain -> Gbit/s of the last `xds links probe` from this domain."""
-    acc = domain.accelerator
-    kind = "cpus" if acc.vendor == "CPU" else "gpus"
-    total, free, held = report[kind], report[f"free_{kind}"], report["held"]
+    kind = "cpus" if domain.accelerator.vendor == "CPU" else "gpus"
     left = [max(probed.get(r["dst"], r["rate_gbps"]) - (r["sent_gbps"] or 0.0), 0.0)
             for r in report["links"]]
-    rtts = list(report["rtt_ms"].values())
-    values = {
-        "compute_index": total * acc.half_tflops / REFERENCE_TFLOPS,
-        "free_accelerators": free,
-        "utilization": held / total if total else 0.0,
-        "free_accelerator_memory": free * acc.memory_gib,
-        "storage_io": domain.storage.io_gbps,
-        "free_storage": domain.storage.capacity_tb,
-        "intra_domain_bandwidth": domain.intra_domain_gbps,
-        "inter_domain_bandwidth": sum(left) / len(left) if left else 0.0,
-        "latency": sum(rtts) / len(rtts) if rtts else 0.0,
-        "health": 1.0 if report["nodes"] else 0.0,
-        "load": min(held / total, 1.0) if total else 1.0,
-        "power": held * acc.power_w / 1000,
-    }
-    return [sample(k, v, f"agent:{domain.name}", report["time"]) for k, v in values.items()]
+    return domain_samples(
+        domain, total=report[kind], free=report[f"free_{kind}"], held=report["held"],
+        background=0.0, bandwidth_gbps=left, rtt_ms=list(report["rtt_ms"].values()),
+        healthy=bool(report["nodes"]), source=f"agent:{domain.name}", time_s=report["time"])

@@ -6,10 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from xdscheduler.perception.indicators import Sample, checked, sample
+from xdscheduler.perception.indicators import Sample, checked, domain_samples
 from xdscheduler.scenario import Domain
-
-REFERENCE_TFLOPS = 989.4  # the compute index counts H100-SXM equivalents (dense BF16)
 
 
 @dataclass(frozen=True)
@@ -61,25 +59,12 @@ class DomainState:
 
     def report(self, now_s: float, load: float, bandwidth_row: np.ndarray,
                rtt_row: np.ndarray, names: list[str]) -> DomainReport:
-        spec, acc = self.spec, self.spec.accelerator
-        busy = sum(self.allocations.values())
+        spec = self.spec
         linked = [j for j in range(len(names)) if j != self.index and bandwidth_row[j] > 0]
-        src = f"domain:{spec.name}"
-        values = {
-            "compute_index": self.total * acc.half_tflops / REFERENCE_TFLOPS,
-            "free_accelerators": max(self.free(load), 0),
-            "utilization": busy / self.total,
-            "free_accelerator_memory": max(self.free(load), 0) * acc.memory_gib,
-            "storage_io": spec.storage.io_gbps,
-            "free_storage": spec.storage.capacity_tb,
-            "intra_domain_bandwidth": spec.intra_domain_gbps,
-            "inter_domain_bandwidth": float(np.mean(bandwidth_row[linked])) if linked else 0.0,
-            "latency": float(np.mean(rtt_row[linked])) if linked else 0.0,
-            "health": 1.0 if self.healthy else 0.0,
-            "load": min(load + busy / self.total, 1.0),
-            "power": (busy + round(load * self.total)) * acc.power_w / 1000,
-        }
-        samples = tuple(sample(k, v, src, now_s) for k, v in values.items())
+        samples = tuple(domain_samples(
+            spec, total=self.total, free=self.free(load), held=sum(self.allocations.values()),
+            background=load, bandwidth_gbps=bandwidth_row[linked], rtt_ms=rtt_row[linked],
+            healthy=self.healthy, source=f"domain:{spec.name}", time_s=now_s))
         links = {names[j]: (float(bandwidth_row[j]), float(rtt_row[j])) for j in linked}
         return DomainReport(spec.name, now_s, self.free(load), round(load * self.total),
                             samples, links, dict(self.allocations))
