@@ -261,8 +261,8 @@ class LiveController:
     # ---- what the training workers call
     def heard(self, name: str, metrics: dict) -> None:
         rec = self.jobs.get(name)
-        if not self._current(rec, metrics.get("attempt", -1)):
-            return  # a run given up for lost, still stepping until it notices
+        if not self._current(rec, metrics.get("attempt", -1)) or rec.lost_at is not None:
+            return  # a run given up for lost, still stepping until it stops: never checkpointed
         with self.lock:
             rec.hear(metrics)
             seen = len(rec.step_times) - WARMUP_STEPS
@@ -319,7 +319,8 @@ class LiveController:
 
     def stopped(self, name: str, attempt: int, step: int = 0) -> bool:
         """Whether a run of the job must stop at `step`: cancelled, not its current placement,
-        or moving (then not at a step it checkpoints: it stops after the checkpoint)."""
+        on a domain found down, or moving (then not at a step it checkpoints: it stops after
+        the checkpoint)."""
         rec = self.jobs.get(name)
         if not self._current(rec, attempt) or rec.cancel or rec.lost_at is not None:
             return True
