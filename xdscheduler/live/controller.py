@@ -442,11 +442,10 @@ class LiveController:
                     and time.time() - r.lost_at > LOST_STOP_S]
             for rec in late:
                 ray.cancel(rec.run, force=True, recursive=True)
-                if rec.cancel:  # cancelled by its user meanwhile: it ends here
-                    rec.status, rec.run = "cancelled", None
-                    self._event(rec.job.name, "cancelled", {"step": rec.step, "error": None})
-                    continue
-                self._requeue(rec, "cancelled_lost", {"after_s": time.time() - rec.lost_at})
+                if rec.cancel:  # cancelled by its user meanwhile: `_reap` ends it as any other
+                    rec.lost_at = None
+                else:
+                    self._requeue(rec, "cancelled_lost", {"after_s": time.time() - rec.lost_at})
 
     def _requeue(self, rec: JobRecord, kind: str, record: dict) -> None:
         rec.status, rec.run, rec.moving, rec.lost_at = "queued", None, None, None
