@@ -109,6 +109,21 @@ def test_diloco_divides_the_wan_traffic_by_h():
     assert lazy.breakdown_s["dp_comm"][0] < sync.breakdown_s["dp_comm"][0]
 
 
+
+def test_an_outer_sync_not_streamed_is_waited_for_in_full():
+    """Streamed, DiLoCo's outer sync hides behind the next H inner steps; taken in the step
+    that syncs (the live runner's plain loop), every step pays its share of it."""
+    arch = catalog.model("llama2-7b")
+    wan = WanUse(dp_domains=2, dp_gbps=5.0, dp_rtt_s=0.02)
+    plan = Plan(dp=16, tp=1, diloco_h=100)
+    streamed = one(arch, 256, plan, wan=wan)[0]
+    waited = one(arch, 256, plan, wan=wan, stack=Stack(overlap_outer_sync=False))[0]
+    share = streamed.breakdown_s["sync"][0] + streamed.overlapped_s["sync"][0]
+    assert streamed.breakdown_s["sync"][0] == 0.0 < share  # 17 GB at 5 Gbit/s over 100 steps
+    assert waited.breakdown_s["sync"][0] == pytest.approx(share)
+    assert waited.overlapped_s["sync"][0] == 0.0
+    assert not Stack.preset("plain-dp").overlap_outer_sync
+
 def test_links_rated_per_node_pair_carry_the_wan_bytes_over_every_node_pair():
     """A cloud's inter-zone figure is what one pair of VMs gets (Sailor profiles one 4-GPU VM
     pair); a job's node pairs across the link each get it. 16 replicas a domain on 8-GPU nodes

@@ -139,6 +139,9 @@ class Stack:
     grad_reduce_bytes: int = 2  # bf16 gradient reduction (Megatron-Core default)
     sharded: bool = False  # FSDP: parameters, gradients and optimizer state always sharded
     memory_savers: bool = True  # a distributed optimizer and recomputation, when memory is short
+    # DiLoCo's outer sync streamed behind the next inner steps (Streaming DiLoCo), or taken in
+    # the step that syncs, every rank waiting for it
+    overlap_outer_sync: bool = True
 
     @classmethod
     def preset(cls, name: str) -> Stack:
@@ -169,9 +172,11 @@ class Stack:
             return cls(grad_reduce_bytes=4, tp_comm_overlap=True, sharded=True)
         if name == "plain-dp":
             # A plain data-parallel loop, as the live runner trains: whole optimizer state on
-            # every rank, no recomputation, one fp32 gradient reduction after the backward pass.
+            # every rank, no recomputation, one fp32 gradient reduction after the backward pass,
+            # DiLoCo's outer average in the step that syncs.
             return cls(sequence_parallel=False, overlap_grad_reduce=False,
-                       overlap_param_gather=False, grad_reduce_bytes=4, memory_savers=False)
+                       overlap_param_gather=False, grad_reduce_bytes=4, memory_savers=False,
+                       overlap_outer_sync=False)
         raise ValueError(f"unknown software stack {name!r}; known: {', '.join(STACKS)}")
 
 

@@ -289,10 +289,11 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
 
     compute_part = micro_batches * stage_compute
     inner = compute_part + micro_batches * (stage_rec + stage_tp) + bubble + pp_exposed + dp_exposed
-    # DiLoCo: outer sync every H steps, overlapped with the next H inner steps.
+    # DiLoCo: outer sync every H steps, overlapped with the next H inner steps where the stack
+    # streams it, else waited for in full.
     diloco = spans & (diloco_h > 0)
     sync_total = np.where(diloco, ring / np.maximum(diloco_h, 1), 0.0)
-    sync_exposed = np.maximum(0.0, sync_total - inner)
+    sync_exposed = np.maximum(0.0, sync_total - inner) if stack.overlap_outer_sync else sync_total
     # Its replica groups drift apart between syncs: charged as steps that train nothing kept.
     convergence = np.where(diloco, (inner + sync_exposed) * DILOCO_EXTRA_TOKENS * (domains - 1),
                            0.0)

@@ -66,7 +66,7 @@ class DemandHistory:
 
 # A heartbeat never waits behind a report (Ray's state, tc, an HTTP forecast: a second under
 # load, when two missed 0.4 s pings find the domain down): each has a thread of its own.
-@ray.remote(num_cpus=0, concurrency_groups={"heartbeat": 1, "report": 1})
+@ray.remote(num_cpus=0, concurrency_groups={"heartbeat": 1, "report": 1, "links": 1})
 class DomainAgent:
     def __init__(self, name: str, domains: list[str], api: str | None = None,
                  token: str | None = None):
@@ -99,6 +99,12 @@ class DomainAgent:
                 "jobs": hosted, "links": self._links(now), "rtt_ms": self._rtts(nodes),
                 **self._forecast(hosted)}
 
+    @ray.method(concurrency_group="links")
+    def link_rates(self) -> dict[str, float]:
+        """Per link out of this domain, its rate now (Gbit/s): a read of the token buckets,
+        quick however busy the links are (a report's round trips wait behind their bytes)."""
+        return {dst: rate for dst, (rate, _) in self._counters().items()}
+
     def _nodes(self, alive: list[dict]) -> dict:
         """Alive nodes of this domain; total and free CPUs and GPUs as Ray accounts them."""
         from ray._private.state import available_resources_per_node
@@ -116,13 +122,7 @@ class DomainAgent:
         """Per link out of this domain: its rate, the goodput sent over it since the last
         report and in all (empty where the links are not shaped here: a cluster this did not
         build)."""
-        try:
-            done = subprocess.run(["tc", "-s", "class", "show", "dev", "eth0"],
-                                  capture_output=True, text=True, timeout=5)
-        except (OSError, subprocess.TimeoutExpired):  # no tc on this node
-            done = None
-        counters = link_counters(done.stdout, self.domains) if done and not done.returncode \
-            else {}
+        counters = self._counters()
         last, self.sent = self.sent, (now, {d: c[1] for d, c in counters.items()})
         rows = []
         for dst, (rate, sent) in counters.items():
@@ -132,6 +132,15 @@ class DomainAgent:
             rows.append({"dst": dst, "rate_gbps": rate, "sent_gbps": gbps,
                          "sent_total_gb": sent / 1e9 / WIRE_PER_PAYLOAD})
         return rows
+
+    def _counters(self) -> dict[str, tuple[float, int]]:
+        """`link_counters` of this node's uplink; {} where tc or the buckets are absent."""
+        try:
+            done = subprocess.run(["tc", "-s", "class", "show", "dev", "eth0"],
+                                  capture_output=True, text=True, timeout=5)
+        except (OSError, subprocess.TimeoutExpired):  # no tc on this node
+            return {}
+        return link_counters(done.stdout, self.domains) if not done.returncode else {}
 
     def _rtts(self, alive: list[dict]) -> dict[str, float]:
         """Per other domain, the round trip to one of its nodes (ms): the quickest of three

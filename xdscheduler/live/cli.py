@@ -68,6 +68,15 @@ def register(sub) -> None:
     q.add_argument("--json", action="store_true",
                    help="print one JSON object: a record per link and direction")
     q.set_defaults(fn=cmd_links_probe)
+    q = lsub.add_parser("set", help="reshape a link of the cluster `xds up` built, as a WAN's "
+                        "bandwidth swings: the agents report the new rate and the controller "
+                        "re-plans its jobs with it")
+    q.add_argument("src", help="the domain the link leaves")
+    q.add_argument("dst", help="the domain it reaches")
+    q.add_argument("gbps", type=float, help="its goodput from now on, Gbit/s (0.0001-100)")
+    q.add_argument("--both", action="store_true", help="both directions")
+    _with_state(q)
+    q.set_defaults(fn=cmd_links_set)
 
     p = sub.add_parser("profile", help="measure each domain's accelerators (GEMMs per dtype "
                        "and size, memory bandwidth) and links; write catalog entries")
@@ -127,6 +136,13 @@ def cmd_down(args) -> None:
     from xdscheduler.live import cluster
 
     for line in cluster.down(_state_path(args)):
+        print(line)
+
+
+def cmd_links_set(args) -> None:
+    from xdscheduler.live import cluster
+
+    for line in cluster.reshape(_state_path(args), args.src, args.dst, args.gbps, args.both):
         print(line)
 
 

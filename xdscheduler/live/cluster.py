@@ -314,6 +314,25 @@ def stop_controller(state: ClusterState) -> list[str]:
     return done
 
 
+
+def reshape(state_path: Path, src: str, dst: str, gbps: float, both: bool) -> list[str]:
+    """Set the link from `src` to `dst` (and back, `both`) of the cluster `xds up` built to
+    `gbps`, as a WAN's bandwidth swings: the domains' agents report the new rate, and the
+    controller plans with it."""
+    state = load(state_path)
+    if not state.tag:
+        raise UserError(f"the cluster at {state.address} was not built by `xds up`: its links "
+                        "are not shaped here")
+    fabric = state.fabric(load_scenario(state.scenario))
+    pairs = [(src, dst), (dst, src)] if both else [(src, dst)]
+    commands = [fabric.rate_command(a, b, gbps) for a, b in pairs]  # every one checked first
+    for (a, b), cmd in zip(pairs, commands, strict=True):
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode:
+            raise UserError(f"could not reshape {a} -> {b}: `{' '.join(cmd)}` said "
+                            f"{done.stderr.strip() or done.returncode}")
+    return [f"{a} -> {b}: {gbps:g} Gbit/s" for a, b in pairs]
+
 def stop(state: ClusterState) -> list[str]:
     """Stop every recorded process and remove the namespaces, whatever fails on the way (what
     could not be done is said)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import statistics
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -39,11 +40,18 @@ PING_TIMEOUT_S = 0.4  # a heartbeat not back within this is missed
 # while Ray Train runs start on 2 busy cores, a healthy agent answered late twice in a row.
 MISSES_TO_DOWN = 4
 WARMUP_STEPS = 3  # a run's first steps (allocation, first collectives) say nothing of speed
+# A run's step time is what its last this many steps took: enough that a few jittery steps do
+# not move it, few enough that a slowdown shows within as many steps, however long it ran
+RECENT_STEPS = 30
 OBSERVE_EVERY = 5  # steps between two corrections from one run
 KEEP_CHECKPOINTS = 5  # per job, in its storage (Ray Train deletes the older ones)
 RESPAWN_EVERY = 20  # missed heartbeats between fresh agents for a domain that is down
 MOVE_GAIN = 2.0  # a running job moves when that saves this many times what moving costs
 REPORT_EVERY_S = 5.0  # how often each domain's agent reports its state
+LINKS_EVERY_S = 1.0  # how often each domain's agent reads its links' rates (a quick read)
+# A link whose rate an agent reports this far (relative) from what the controller plans with
+# has swung: the controller plans with the new rate and re-plans its running jobs
+LINK_SWING = 0.2
 # A run on a domain found down stops by itself: at its next ask if its workers live (a false
 # "down"), or when Ray Train finds a worker dead. Either way Ray Train releases its placement
 # group. Only a run still going after this long is cancelled by force: a forced cancel can
@@ -62,6 +70,43 @@ CREATE TABLE IF NOT EXISTS events (
     idx INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, job TEXT NOT NULL,
     kind TEXT NOT NULL, record TEXT NOT NULL);
 """
+
+
+class Rounds:
+    """One question asked of every domain's agent every `every_s`, at most one under way per
+    domain: nothing here waits for an answer, and a slow domain delays no other."""
+
+    def __init__(self, every_s: float):
+        self.every_s, self.asked_at = every_s, 0.0
+        self.under_way: dict[str, ray.ObjectRef] = {}
+
+    def answers(self) -> dict[str, object]:
+        """Per domain, its answer that came back since the last call (the error, if it
+        failed)."""
+        if not self.under_way:
+            return {}
+        ready, _ = ray.wait(list(self.under_way.values()), num_returns=len(self.under_way),
+                            timeout=0)
+        out = {}
+        for n, ref in [(n, r) for n, r in self.under_way.items() if r in ready]:
+            del self.under_way[n]
+            try:
+                out[n] = ray.get(ref)
+            except (RayActorError, RayTaskError) as err:
+                out[n] = err
+        return out
+
+    def due(self) -> bool:
+        """Whether a round is due now (then it counts as asked)."""
+        if time.time() - self.asked_at < self.every_s:
+            return False
+        self.asked_at = time.time()
+        return True
+
+    def ask(self, name: str, call) -> None:
+        """`call()` (an ObjectRef) for domain `name`, unless its last answer is still due."""
+        if name not in self.under_way:
+            self.under_way[name] = call()
 
 
 @dataclass
@@ -93,10 +138,20 @@ class JobRecord:
         self.step_times.append(float(metrics["step_time_s"]))
 
     def measured(self) -> float | None:
-        """Median step time of this run since it warmed up (a few steps can be far off when
-        the machine is busy: the median of all of them is what the run steps at)."""
-        tail = self.step_times[WARMUP_STEPS:]
-        return float(sorted(tail)[len(tail) // 2]) if tail else None
+        """Step time of this run now: the median of its last RECENT_STEPS steps since it
+        warmed up (a few steps can be far off when the machine is busy). A run that averages
+        its domains' weights every H steps takes that sync in one step of H: the median over
+        its whole rounds of H steps of their mean step, so the sync counts as it does in the
+        job's time."""
+        tail = self.step_times[WARMUP_STEPS:][-RECENT_STEPS:]
+        if not tail:
+            return None
+        crossing = len(self.placement.get("domains", {})) > 1
+        h = (self.placement.get("diloco_h") or 1) if crossing else 1
+        first = self.step - len(tail) + 1  # the step number of tail[0]; syncs end rounds
+        start = -(first - 1) % h
+        rounds = [statistics.fmean(tail[i:i + h]) for i in range(start, len(tail) - h + 1, h)]
+        return statistics.median(rounds or tail)
 
     def row(self) -> dict:
         return JobRow(
@@ -174,9 +229,10 @@ class LiveController:
         self.down: dict[str, float] = {}  # domain -> when it was found down
         self.started = time.time()
         self.reports: dict[str, dict] = {}  # domain -> its agent's latest report
-        self.asked: dict[str, ray.ObjectRef] = {}  # domain -> its report under way
-        self.reported_at = 0.0
+        self.report_rounds, self.link_rounds = Rounds(REPORT_EVERY_S), Rounds(LINKS_EVERY_S)
         self.probed: list[dict] = []  # the last `xds links probe`
+        # [i, j]: the link from domain i to j as its agent last reported it (Gbit/s)
+        self.links_gbps = ClusterView.from_scenario(self.scn).bandwidth_gbps.copy()
         # the model's error as learnt from the runs' step times: a speed per domain, a goodput
         # per link (the studies' correction, `sim.correction`)
         self.correction = Correction.start(len(self.names))
@@ -274,21 +330,29 @@ class LiveController:
         """Move the model's factor under this run toward what its last steps took, and say
         what every running job's estimate is now."""
         spec, view = rec.job.spec(0.0), self._view()
-        # a run's median step since warm-up sums up many steps: it is taken whole (a study
+        # a run's measured step sums up many steps: it is taken whole (a study
         # weighs one jittery step rate at WEIGHT); a run's early steps, slowed by a job
         # starting beside it, would otherwise hold the factor back long after
         self.correction = self.correction.observe(rec.chosen, spec, view, rec.measured(),
                                                   spread_speed=True, weight=1.0,
                                                   opts=self.options)
         rec.observed += 1
-        corrected = self.correction.apply(view)
+        corrected = self._reestimate()
+        self._event(rec.job.name, "correction", {
+            "measured_step_s": rec.measured(), "speed": self.correction.speed.tolist(),
+            "corrected_step_s": rec.placement["corrected_step_s"]})
+        self._replan_running(corrected)
+
+    def _reestimate(self) -> ClusterView:
+        """Every running job's step time on the model as corrected now; that view."""
+        corrected = self.correction.apply(self._view())
         for other in self.jobs.values():
             if other.status == "running" and other.chosen is not None:
                 other.placement["corrected_step_s"] = estimate_placement(
                     other.chosen, other.job.spec(0.0), corrected, self.options).step_time_s
-        self._event(rec.job.name, "correction", {
-            "measured_step_s": rec.measured(), "speed": self.correction.speed.tolist(),
-            "corrected_step_s": rec.placement["corrected_step_s"]})
+        return corrected
+
+    def _replan_running(self, corrected: ClusterView) -> None:
         for other in self.jobs.values():
             if (other.status == "running" and other.moving is None and other.chosen
                     and other.lost_at is None):
@@ -378,27 +442,49 @@ class LiveController:
                 # a fresh agent waits (pending) for a node of the domain to come back
                 ray.kill(self.agents[n])
                 self.agents[n] = self._agent(n)
-                self.asked.pop(n, None)
+                for rounds in (self.report_rounds, self.link_rounds):
+                    rounds.under_way.pop(n, None)
 
     def _reports(self) -> None:
-        """Keep the agents' reports that came back, and every REPORT_EVERY_S ask each domain
-        that is up and has none under way for a new one (a report waits on nothing here)."""
-        if self.asked:
-            ready, _ = ray.wait(list(self.asked.values()), num_returns=len(self.asked),
-                                timeout=0)
-            for n, ref in [(n, r) for n, r in self.asked.items() if r in ready]:
-                del self.asked[n]
-                try:
-                    self.reports[n] = self._with_indicators(ray.get(ref))
-                except (RayActorError, RayTaskError) as err:
-                    log.warning("domain %s did not report: %s", n, err)
-        if time.time() - self.reported_at < REPORT_EVERY_S:
-            return
-        self.reported_at = time.time()
-        hosted = self._hosted()
-        for n, agent in self.agents.items():
-            if n not in self.down and n not in self.asked:
-                self.asked[n] = agent.report.remote(hosted[n])
+        """Keep the agents' reports and link rates that came back, and ask each domain that
+        is up for new ones, a report every REPORT_EVERY_S, the rates every LINKS_EVERY_S."""
+        for n, got in self.report_rounds.answers().items():
+            if isinstance(got, Exception):
+                log.warning("domain %s did not report: %s", n, got)
+            else:
+                self.reports[n] = self._with_indicators(got)
+        for n, got in self.link_rounds.answers().items():
+            if not isinstance(got, Exception):
+                self._links_reported(n, got)
+        up = {n: a for n, a in self.agents.items() if n not in self.down}
+        if self.report_rounds.due():
+            hosted = self._hosted()
+            for n, agent in up.items():
+                self.report_rounds.ask(n, lambda a=agent, n=n: a.report.remote(hosted[n]))
+        if self.link_rounds.due():
+            for n, agent in up.items():
+                self.link_rounds.ask(n, agent.link_rates.remote)
+
+    def _links_reported(self, src: str, rates: dict[str, float]) -> None:
+        """Plan with each link's rate as the domain's agent reads it; when one has swung,
+        journal it and re-plan the running jobs with it (they may move off a slowed link)."""
+        i = self.names.index(src)
+        with self.lock:
+            swung = False
+            for dst, now in rates.items():
+                j = self.names.index(dst)
+                before = self.links_gbps[i, j]
+                if abs(now - before) > LINK_SWING * before:
+                    record = {"src": src, "dst": dst, "from_gbps": before, "gbps": now}
+                    self._event("", "link_changed", record)
+                    for rec in self.jobs.values():  # in the log of each job it carries
+                        if rec.status == "running" and {src, dst} <= set(
+                                rec.placement.get("domains", {})):
+                            self._event(rec.job.name, "link_changed", record)
+                    log.info("link %s -> %s: %.4g -> %.4g Gbit/s", src, dst, before, now)
+                    self.links_gbps[i, j], swung = now, True
+            if swung:
+                self._replan_running(self._reestimate())
 
     def _with_indicators(self, report: dict) -> dict:
         """The report with its 12 indicators, each checked as a study checks a sample (a
@@ -498,7 +584,10 @@ class LiveController:
                 self._launch(self.jobs[p.job], p)
 
     def _view(self) -> ClusterView:
-        return ClusterView.from_scenario(self.scn, self._free())
+        """The cluster as the scenario builds it, with its free accelerators and its links as
+        the agents report them."""
+        view = ClusterView.from_scenario(self.scn, self._free())
+        return view.with_links(self.links_gbps, view.rtt_ms)
 
     def _launch(self, rec: JobRecord, p) -> None:
         workers = [name for name, n in zip(p.names, p.gpus, strict=True) for _ in range(n)]
@@ -554,6 +643,9 @@ class LiveController:
                 self._adopt(data["entries"], data["constants"])
             elif kind == "links_probed":
                 self.probed = data["links"]
+            elif kind == "link_changed":
+                self.links_gbps[self.names.index(data["src"]),
+                                self.names.index(data["dst"])] = data["gbps"]
             elif kind == "submitted":
                 self.jobs[name] = JobRecord(LiveJob.model_validate(data), t)
             elif name in self.jobs:

@@ -100,14 +100,31 @@ class Fabric:
         for j, rate in enumerate(self.rates_mbit[i]):
             if j == i:
                 continue
-            cls = f"1:{LINK_CLASS_BASE + j}"
-            cmds += [[*tc, "class", "add", "dev", "eth0", "parent", "1:", "classid", cls, "htb",
-                      "rate", f"{rate:.3f}mbit", "ceil", f"{rate:.3f}mbit",
-                      "quantum", str(QUANTUM_BYTES)],
+            cmds += [self._link_class("add", i, j, rate),
                      [*tc, "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip",
                       "prio", "1", "u32", "match", "ip", "dst", f"{self.ip(j)}/32",
-                      "flowid", cls]]
+                      "flowid", f"1:{LINK_CLASS_BASE + j}"]]
         return cmds
+
+    def rate_command(self, src: str, dst: str, gbps: float) -> list[str]:
+        """The command that reshapes the link from `src` to `dst` to `gbps` of goodput, as the
+        WAN's bandwidth swings (the flows on it keep going, at the new rate)."""
+        for name in (src, dst):
+            if name not in self.domains:
+                raise UserError(f"no domain {name!r} in this cluster; its domains: "
+                                f"{', '.join(self.domains)}")
+        if src == dst:
+            raise UserError(f"{src} -> {dst}: a link joins two different domains")
+        if not 0.0001 <= gbps <= 100:
+            raise UserError(f"{gbps:g} Gbit/s: give 0.0001 to 100")
+        return self._link_class("change", self.domains.index(src), self.domains.index(dst),
+                                gbps * 1000 * WIRE_PER_PAYLOAD)
+
+    def _link_class(self, verb: str, i: int, j: int, rate_mbit: float) -> list[str]:
+        return ["ip", "netns", "exec", self.namespace(i), "tc", "class", verb, "dev", "eth0",
+                "parent", "1:", "classid", f"1:{LINK_CLASS_BASE + j}", "htb",
+                "rate", f"{rate_mbit:.3f}mbit", "ceil", f"{rate_mbit:.3f}mbit",
+                "quantum", str(QUANTUM_BYTES)]
 
     def down_commands(self) -> list[list[str]]:
         """Commands that remove what `up_commands` built (a namespace takes its veth along)."""

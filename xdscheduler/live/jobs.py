@@ -74,7 +74,7 @@ class JobRow(BaseModel):
     reason: str | None  # why the scheduler put it there
     predicted_step_s: float | None  # by the model, before any correction
     corrected_step_s: float | None  # by the model as corrected from the steps seen
-    measured_step_s: float | None  # median since warm-up
+    measured_step_s: float | None  # what its recent steps took (JobRecord.measured)
     attempts: int
 
 
