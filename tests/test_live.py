@@ -412,12 +412,12 @@ def test_a_job_across_a_link_that_drops_moves_off_it(cluster, tmp_path):
     import yaml
 
     state, _ = cluster
-    # 250 steps: moving pays (twice its cost) even if the drop comes as late as step 120
+    rates = {(r["src"], r["dst"]): r["rate_gbps"] for r in link_rates(state)}
+    # 250 steps: moving pays (twice its cost) even if the drop is seen as late as step 120
     spec = {**load_job(JOBS / "gpt-wide.yaml").model_dump(), "name": "gpt-swung", "steps": 250}
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(spec))
     xds("submit", str(tmp_path / "job.yaml"), state=state)
-    a, b = sorted(wait_for(state, "gpt-swung", lambda r: r["step"] >= 15)["domains"])
-    rates = {(r["src"], r["dst"]): r["rate_gbps"] for r in link_rates(state)}
+    a, b = sorted(wait_for(state, "gpt-swung", lambda r: r["step"] >= 5)["domains"])
     said = xds("links", "set", a, b, "0.002", "--both", state=state)
     assert said.split("\n")[:2] == [f"{a} -> {b}: 0.002 Gbit/s", f"{b} -> {a}: 0.002 Gbit/s"]
     try:
@@ -435,7 +435,10 @@ def test_a_job_across_a_link_that_drops_moves_off_it(cluster, tmp_path):
           f"{moving['domains']}: {moving['from_step_s']:.3f} -> {moving['step_s']:.3f} s a step")
     assert kinds.index("link_changed") < kinds.index("moving") and kinds.count("placed") == 2
     assert set(moving["domains"]) != {a, b} and set(done["domains"]) == set(moving["domains"])
-    assert moving["from_step_s"] > 3 * moving["step_s"]  # the drop, as the model reads it
+    # the drop as the model reads it: several times the step it was placed at (where it goes
+    # may be estimated slower than that: the correction keeps what earlier tests taught it)
+    placed = next(e for e in events if e["event"] == "placed")
+    assert moving["from_step_s"] > 3 * placed["corrected_step_s"], (placed, moving)
     assert done["status"] == "done" and done["step"] == 250, done
 
 
