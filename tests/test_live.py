@@ -133,9 +133,11 @@ def test_a_run_across_domains_is_timed_over_whole_sync_rounds():
     assert rec.measured() == pytest.approx(0.2)  # the rounds from step 11 on: 10 is warm-up's
     rec.placement = {"domains": {"west": 4}, "diloco_h": 10}  # one domain: no sync at all
     assert rec.measured() == pytest.approx(0.1)
-    rec.step_times = rec.step_times[:WARMUP_STEPS + 5]  # no whole round yet: the median step
+    rec.measure_afresh()  # conditions changed: no whole round seen since, so nothing known
+    for step in range(47, 47 + WARMUP_STEPS + 9):
+        rec.hear({"step": step, "loss": 1.0, "step_time_s": 0.1})
     rec.placement = {"domains": {"west": 2, "north": 2}, "diloco_h": 10}
-    assert rec.measured() == pytest.approx(0.1)
+    assert rec.measured() is None
 
 
 def test_a_run_that_slows_down_is_measured_slow_within_its_recent_steps():
@@ -433,10 +435,19 @@ def test_a_job_across_a_link_that_drops_moves_off_it(cluster, tmp_path):
     moving = next(e for e in events if e["event"] == "moving")
     print(f"{a} <-> {b} dropped to 2 Mbit/s; moved at step {moving['at_step']} to "
           f"{moving['domains']}: {moving['from_step_s']:.3f} -> {moving['step_s']:.3f} s a step")
-    assert kinds.index("link_changed") < kinds.index("moving") and kinds.count("placed") == 2
-    assert set(moving["domains"]) != {a, b} and set(done["domains"]) == set(moving["domains"])
+    decisions = [{k: v for k, v in e.items() if k in ("event", "domains", "at_step", "step",
+                                                     "from_step_s", "step_s", "error")}
+                 for e in events if e["event"] not in ("step", "correction")]
+    print(decisions)
+    assert kinds.index("link_changed") < kinds.index("moving"), decisions
+    # it moved off the dropped link and never came back (a later move, as the correction
+    # learns the domains it went to, may take it elsewhere)
+    later = [e for e in events[kinds.index("moving"):] if e["event"] == "placed"]
+    assert later and all(set(e["domains"]) != {a, b} for e in later), decisions
+    assert set(done["domains"]) != {a, b} and set(moving["domains"]) != {a, b}
     # the drop as the model reads it: several times the step it was placed at (where it goes
-    # may be estimated slower than that: the correction keeps what earlier tests taught it)
+    # may be estimated slower than that: the correction keeps a while what earlier tests
+    # taught it)
     placed = next(e for e in events if e["event"] == "placed")
     assert moving["from_step_s"] > 3 * placed["corrected_step_s"], (placed, moving)
     assert done["status"] == "done" and done["step"] == 250, done

@@ -175,6 +175,14 @@ def test_the_correction_converges_on_a_links_goodput():
     assert np.all(c.speed == 1)  # a job across domains says nothing of their speeds
 
 
+
+def test_a_correction_relaxes_back_to_the_model_in_logs():
+    c = Correction(np.array([0.25, 1.0, 4.0]), np.array([[1.0, 0.5], [0.5, 1.0]]))
+    half = c.relaxed(0.5)
+    assert half.speed == pytest.approx([0.5, 1.0, 2.0])
+    assert half.goodput[0, 1] == pytest.approx(0.5 ** 0.5)
+    assert np.all(c.relaxed(1.0).speed == 1.0) and c.relaxed(0.0).speed[0] == 0.25
+
 def test_the_fitted_parameters_are_what_the_data_gives(data_dir):
     from benchmarks.fit_truth import fit, render
 

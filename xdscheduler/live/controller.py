@@ -47,6 +47,9 @@ OBSERVE_EVERY = 5  # steps between two corrections from one run
 KEEP_CHECKPOINTS = 5  # per job, in its storage (Ray Train deletes the older ones)
 RESPAWN_EVERY = 20  # missed heartbeats between fresh agents for a domain that is down
 MOVE_GAIN = 2.0  # a running job moves when that saves this many times what moving costs
+# What the correction learnt halves (in logs) every this long unless runs confirm it: a domain
+# found slow and left since is tried again once its slowdown may be over
+CORRECTION_HALF_LIFE_S = 300.0
 REPORT_EVERY_S = 5.0  # how often each domain's agent reports its state
 LINKS_EVERY_S = 1.0  # how often each domain's agent reads its links' rates (a quick read)
 # A link whose rate an agent reports this far (relative) from what the controller plans with
@@ -142,16 +145,19 @@ class JobRecord:
         warmed up (a few steps can be far off when the machine is busy). A run that averages
         its domains' weights every H steps takes that sync in one step of H: the median over
         its whole rounds of H steps of their mean step, so the sync counts as it does in the
-        job's time."""
+        job's time (None before one whole round: its steps alone would leave the sync out)."""
         tail = self.step_times[WARMUP_STEPS:][-RECENT_STEPS:]
-        if not tail:
-            return None
         crossing = len(self.placement.get("domains", {})) > 1
         h = (self.placement.get("diloco_h") or 1) if crossing else 1
         first = self.step - len(tail) + 1  # the step number of tail[0]; syncs end rounds
         start = -(first - 1) % h
         rounds = [statistics.fmean(tail[i:i + h]) for i in range(start, len(tail) - h + 1, h)]
-        return statistics.median(rounds or tail)
+        return statistics.median(rounds) if rounds else None
+
+    def measure_afresh(self) -> None:
+        """Forget the steps seen so far: they tell nothing of the run's new conditions (a new
+        placement, a link that changed under it)."""
+        self.step_times, self.observed = [], 0
 
     def row(self) -> dict:
         return JobRow(
@@ -236,6 +242,7 @@ class LiveController:
         # the model's error as learnt from the runs' step times: a speed per domain, a goodput
         # per link (the studies' correction, `sim.correction`)
         self.correction = Correction.start(len(self.names))
+        self.relaxed_at = time.time()
         self._replay()
         threading.Thread(target=self._loop, daemon=True).start()
 
@@ -322,7 +329,8 @@ class LiveController:
         with self.lock:
             rec.hear(metrics)
             seen = len(rec.step_times) - WARMUP_STEPS
-            if rec.chosen is not None and seen >= OBSERVE_EVERY * (rec.observed + 1):
+            if (rec.chosen is not None and seen >= OBSERVE_EVERY * (rec.observed + 1)
+                    and rec.measured() is not None):
                 self._correct(rec)
         self._event(name, "step", metrics)
 
@@ -405,10 +413,17 @@ class LiveController:
                 self._reports()
                 self._reap()
                 self._stop_lost()
+                self._relax()
                 self._schedule()
             except Exception:  # the loop must outlive any one bad round
                 log.exception("controller round failed")
             time.sleep(TICK_S)
+
+    def _relax(self) -> None:
+        now = time.time()
+        with self.lock:
+            share = 1.0 - 0.5 ** ((now - self.relaxed_at) / CORRECTION_HALF_LIFE_S)
+            self.correction, self.relaxed_at = self.correction.relaxed(share), now
 
     def _heartbeats(self) -> None:
         """Ping every domain's agent; a domain whose agent misses MISSES_TO_DOWN pings in a
@@ -477,10 +492,15 @@ class LiveController:
                 if abs(now - before) > LINK_SWING * before:
                     record = {"src": src, "dst": dst, "from_gbps": before, "gbps": now}
                     self._event("", "link_changed", record)
-                    for rec in self.jobs.values():  # in the log of each job it carries
+                    # what the correction learnt of the link, and the steps of the runs across
+                    # it, are of the link before: a window mixing both would tell the
+                    # correction the link is faster than it now is
+                    self.correction = self.correction.forgetting_link(i, j)
+                    for rec in self.jobs.values():
                         if rec.status == "running" and {src, dst} <= set(
                                 rec.placement.get("domains", {})):
                             self._event(rec.job.name, "link_changed", record)
+                            rec.measure_afresh()
                     log.info("link %s -> %s: %.4g -> %.4g Gbit/s", src, dst, before, now)
                     self.links_gbps[i, j], swung = now, True
             if swung:
@@ -601,7 +621,7 @@ class LiveController:
             "predicted_step_s": self._nominal(rec, p), "corrected_step_s": (
                 p.estimate.step_time_s if p.estimate else None)}
         rec.status, rec.attempts, rec.chosen = "running", rec.attempts + 1, p
-        rec.step_times, rec.observed = [], 0
+        rec.measure_afresh()
         rec.placed_at, rec.startup_s, rec.moving = time.time(), None, None
         cfg = rec.job.train_config(plan.diloco_h if len(p.names) > 1 else 0, CONTROLLER,
                                    self.storage, plan.micro_batch, rec.attempts)

@@ -59,6 +59,20 @@ class Correction:
     def apply(self, view: ClusterView) -> ClusterView:
         return view.with_factors(self.speed, self.goodput)
 
+    def relaxed(self, share: float) -> Correction:
+        """The factors moved `share` (0-1) of the way back to 1, in logs: what was learnt of a
+        domain or a link no job runs on grows stale (a slowdown may be over), and a factor
+        left low would keep every job off it, so that nothing would ever check it again."""
+        keep = 1.0 - share
+        return replace(self, speed=self.speed ** keep, goodput=self.goodput ** keep)
+
+    def forgetting_link(self, i: int, j: int) -> Correction:
+        """The link between domains i and j back to the model: what was learnt of it tells
+        nothing once it is seen to have changed."""
+        goodput = self.goodput.copy()
+        goodput[i, j] = goodput[j, i] = 1.0
+        return replace(self, goodput=goodput)
+
     def observe(self, p: Placement, spec: JobSpec, view: ClusterView, true_s: float,
                 step_s: float | None = None, spread_speed: bool = False,
                 weight: float = WEIGHT, opts: SearchOptions = DEFAULT_OPTIONS) -> Correction:
