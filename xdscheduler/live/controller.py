@@ -214,7 +214,10 @@ def run_training(config: dict, workers: list[str], storage: str, use_gpu: bool) 
                              checkpoint_config=CheckpointConfig(num_to_keep=KEEP_CHECKPOINTS),
                              failure_config=FailureConfig(max_failures=0)))
     result = trainer.fit()
-    return {"error": str(result.error) if result.error else None}
+    # its last checkpoint's step and loss: the steps are heard one by one, and the last may
+    # still be on its way when the run is reaped
+    last = {k: result.metrics[k] for k in ("step", "loss")} if result.metrics else {}
+    return {"error": str(result.error) if result.error else None, **last}
 
 
 @ray.remote(num_cpus=0, max_concurrency=64)
@@ -565,10 +568,13 @@ class LiveController:
         for ref in done:
             rec = running[ref]
             try:
-                error = ray.get(ref)["error"]
+                ended = ray.get(ref)
             except Exception as err:  # the runner itself died
-                error = f"{type(err).__name__}: {err}"
+                ended = {"error": f"{type(err).__name__}: {err}"}
+            error = ended["error"]
             with self.lock:
+                if ended.get("step", 0) > rec.step and rec.lost_at is None:
+                    rec.step, rec.loss = int(ended["step"]), float(ended["loss"])
                 again = not rec.cancel and rec.step < rec.job.steps  # placed again next round
                 if again and rec.lost_at is not None:
                     self._requeue(rec, "stopped_lost", {"error": error})
@@ -676,7 +682,7 @@ class LiveController:
                     rec.placement, rec.attempts = data, int(data["attempt"])
                     rec.status = "queued"  # its run died with the controller before this one
                 elif kind in ("done", "failed", "cancelled"):
-                    rec.status = kind
+                    rec.status, rec.step = kind, max(rec.step, int(data.get("step") or 0))
                 elif kind == "cancel":
                     rec.cancel = True
 
