@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 from benchmarks._table import print_table
 from xdscheduler import catalog
 from xdscheduler.costmodel.constants import DEFAULT
 from xdscheduler.errors import UserError
+from xdscheduler.timing import per_second
 
 # precision -> (the catalog's field for its dense peak, torch dtype name, TF32 allowed)
 PRECISIONS = {"fp32": ("fp32_tflops", "float32", False), "tf32": ("tf32_tflops", "float32", True),
@@ -32,20 +32,6 @@ PRECISIONS = {"fp32": ("fp32_tflops", "float32", False), "tf32": ("tf32_tflops",
               "fp8": ("fp8_tflops", "float8_e4m3fn", None)}
 LLAMA70B_MLP = (8192, 8192, 28672)  # tokens x hidden x FFN hidden
 COPY_BYTES = {"cuda": 2 * 2**30, "cpu": 64 * 2**20}
-
-
-def rate(op, seconds: float, sync) -> float:
-    """Calls of `op` per second over at least `seconds`, after one warm-up call."""
-    op()
-    sync()
-    runs, start = 0, time.perf_counter()
-    while True:
-        op()
-        runs += 1
-        if runs % 5 == 0:
-            sync()
-            if time.perf_counter() - start >= seconds:
-                return runs / (time.perf_counter() - start)
 
 
 def gemm_op(torch, precision: str, shape: tuple[int, int, int], device: str):
@@ -77,7 +63,7 @@ def rows(device: str, acc, sizes: list[int], seconds: float) -> list[list]:
         for shape in shapes:
             label = "x".join(map(str, shape))
             try:
-                tflops = 2 * shape[0] * shape[1] * shape[2] * rate(
+                tflops = 2 * shape[0] * shape[1] * shape[2] * per_second(
                     gemm_op(torch, precision, shape, device), seconds, sync) / 1e12
             except (RuntimeError, TypeError) as err:  # a precision this device lacks
                 out.append([precision, label, f"not run: {str(err).splitlines()[0][:60]}",
@@ -87,7 +73,7 @@ def rows(device: str, acc, sizes: list[int], seconds: float) -> list[list]:
                         eff * rated / tflops if rated else ""])
     copy = torch.empty(COPY_BYTES[device] // 4, device=device)
     dst = torch.empty_like(copy)
-    gbs = 2 * copy.numel() * 4 * rate(lambda: dst.copy_(copy), seconds, sync) / 1e9
+    gbs = 2 * copy.numel() * 4 * per_second(lambda: dst.copy_(copy), seconds, sync) / 1e9
     memory = getattr(acc, "memory_gbs", None) if acc else None
     out.append(["copy", f"{COPY_BYTES[device] >> 20} MiB", gbs, memory or "",
                 gbs / memory if memory else "", ""])

@@ -314,7 +314,6 @@ def stop_controller(state: ClusterState) -> list[str]:
     return done
 
 
-
 def reshape(state_path: Path, src: str, dst: str, gbps: float, both: bool) -> list[str]:
     """Set the link from `src` to `dst` (and back, `both`) of the cluster `xds up` built to
     `gbps`, as a WAN's bandwidth swings: the domains' agents report the new rate, and the
@@ -332,6 +331,7 @@ def reshape(state_path: Path, src: str, dst: str, gbps: float, both: bool) -> li
             raise UserError(f"could not reshape {a} -> {b}: `{' '.join(cmd)}` said "
                             f"{done.stderr.strip() or done.returncode}")
     return [f"{a} -> {b}: {gbps:g} Gbit/s" for a, b in pairs]
+
 
 def stop(state: ClusterState) -> list[str]:
     """Stop every recorded process and remove the namespaces, whatever fails on the way (what

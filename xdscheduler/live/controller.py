@@ -332,25 +332,26 @@ class LiveController:
         with self.lock:
             rec.hear(metrics)
             seen = len(rec.step_times) - WARMUP_STEPS
-            if (rec.chosen is not None and seen >= OBSERVE_EVERY * (rec.observed + 1)
-                    and rec.measured() is not None):
-                self._correct(rec)
+            if rec.chosen is not None and seen >= OBSERVE_EVERY * (rec.observed + 1):
+                measured = rec.measured()
+                if measured is not None:
+                    self._correct(rec, measured)
         self._event(name, "step", metrics)
 
-    def _correct(self, rec: JobRecord) -> None:
-        """Move the model's factor under this run toward what its last steps took, and say
-        what every running job's estimate is now."""
+    def _correct(self, rec: JobRecord, measured: float) -> None:
+        """Move the model's factor under this run toward what its last steps took
+        (`measured`), and say what every running job's estimate is now."""
         spec, view = rec.job.spec(0.0), self._view()
         # a run's measured step sums up many steps: it is taken whole (a study
         # weighs one jittery step rate at WEIGHT); a run's early steps, slowed by a job
         # starting beside it, would otherwise hold the factor back long after
-        self.correction = self.correction.observe(rec.chosen, spec, view, rec.measured(),
+        self.correction = self.correction.observe(rec.chosen, spec, view, measured,
                                                   spread_speed=True, weight=1.0,
                                                   opts=self.options)
         rec.observed += 1
         corrected = self._reestimate()
         self._event(rec.job.name, "correction", {
-            "measured_step_s": rec.measured(), "speed": self.correction.speed.tolist(),
+            "measured_step_s": measured, "speed": self.correction.speed.tolist(),
             "corrected_step_s": rec.placement["corrected_step_s"]})
         self._replan_running(corrected)
 
@@ -499,11 +500,9 @@ class LiveController:
                     # it, are of the link before: a window mixing both would tell the
                     # correction the link is faster than it now is
                     self.correction = self.correction.forgetting_link(i, j)
-                    for rec in self.jobs.values():
-                        if rec.status == "running" and {src, dst} <= set(
-                                rec.placement.get("domains", {})):
-                            self._event(rec.job.name, "link_changed", record)
-                            rec.measure_afresh()
+                    for rec in self._running_on(src, dst):
+                        self._event(rec.job.name, "link_changed", record)
+                        rec.measure_afresh()
                     log.info("link %s -> %s: %.4g -> %.4g Gbit/s", src, dst, before, now)
                     self.links_gbps[i, j], swung = now, True
             if swung:
@@ -535,14 +534,18 @@ class LiveController:
         """Jobs with workers in a lost domain stop (see LOST_STOP_S), and queue again: they
         resume from their last checkpoint wherever the policy puts them next."""
         with self.lock:
-            for rec in self.jobs.values():
-                if (rec.status == "running" and rec.lost_at is None
-                        and domain in rec.placement.get("domains", {})):
+            for rec in self._running_on(domain):
+                if rec.lost_at is None:
                     rec.lost_at = time.time()
                     self._event(rec.job.name, "requeued",
                                 {"domain": domain, "from_step": rec.step,
                                  "down_at": self.down[domain],
                                  "last_heartbeat": self.heard_at[domain]})
+
+    def _running_on(self, *domains: str) -> list[JobRecord]:
+        """The running jobs with workers in every one of `domains`."""
+        return [r for r in self.jobs.values() if r.status == "running"
+                and set(domains) <= set(r.placement.get("domains", {}))]
 
     def _stop_lost(self) -> None:
         """Cancel by force the runs that a lost domain's jobs have not stopped in time."""

@@ -92,7 +92,7 @@ class Fabric:
 
     def shaping_commands(self, i: int) -> list[list[str]]:
         """HTB on domain i's way out: one class per link i -> j, unshaped to the head."""
-        tc = ["ip", "netns", "exec", self.namespace(i), "tc"]
+        tc = self._tc(i)
         cmds = [[*tc, "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "htb",
                  "default", "1"],
                 [*tc, "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:1", "htb",
@@ -120,8 +120,12 @@ class Fabric:
         return self._link_class("change", self.domains.index(src), self.domains.index(dst),
                                 gbps * 1000 * WIRE_PER_PAYLOAD)
 
+    def _tc(self, i: int) -> list[str]:
+        """`tc` in domain i's namespace."""
+        return ["ip", "netns", "exec", self.namespace(i), "tc"]
+
     def _link_class(self, verb: str, i: int, j: int, rate_mbit: float) -> list[str]:
-        return ["ip", "netns", "exec", self.namespace(i), "tc", "class", verb, "dev", "eth0",
+        return [*self._tc(i), "class", verb, "dev", "eth0",
                 "parent", "1:", "classid", f"1:{LINK_CLASS_BASE + j}", "htb",
                 "rate", f"{rate_mbit:.3f}mbit", "ceil", f"{rate_mbit:.3f}mbit",
                 "quantum", str(QUANTUM_BYTES)]

@@ -27,6 +27,7 @@ from xdscheduler.catalog import AcceleratorEntry
 from xdscheduler.live import quota
 from xdscheduler.live.cluster import DOMAIN_LABEL, HEAD_LABEL
 from xdscheduler.scenario import Scenario
+from xdscheduler.timing import per_second
 
 SHAPES = (256, 512, 1024)
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
@@ -85,16 +86,6 @@ def measure_trainings() -> list[float]:
             took.append(time.perf_counter() - start)
         medians.append(float(np.median(took[warm:])))
     return medians
-
-
-def per_second(op, seconds: float) -> float:
-    """How many times a second `op` runs, over `seconds` after one warm-up run."""
-    op()
-    runs, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        op()
-        runs += 1
-    return runs / (time.perf_counter() - start)
 
 
 def reduce_loop(config: dict) -> None:
