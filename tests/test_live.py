@@ -20,7 +20,7 @@ from xdscheduler.errors import UserError
 from xdscheduler.live import fabric
 from xdscheduler.live.agent import DemandHistory, indicators, link_counters
 from xdscheduler.live.jobs import load_job
-from xdscheduler.live.training import share
+from xdscheduler.live.training import TRAIN_POLL_ENV, TRAIN_POLL_S, poll_workers_often, share
 from xdscheduler.ray_cluster import free_port
 
 JOBS = SCENARIOS / "jobs"
@@ -118,6 +118,17 @@ def test_batch_shares_cover_the_global_batch():
     for batch, world in ((16, 3), (32, 4), (5, 8)):
         parts = [share(batch, world, r) for r in range(world)]
         assert sum(parts) == batch and max(parts) - min(parts) <= 1
+
+
+def test_ray_train_polls_a_live_runs_workers_often_unless_the_user_said_otherwise(monkeypatch):
+    """Every checkpoint waits for Ray Train's poll (2 s by default): a live run's trainer polls
+    every TRAIN_POLL_S (benchmarks/bench_checkpoint.py measures the stall either way)."""
+    monkeypatch.delenv(TRAIN_POLL_ENV, raising=False)
+    poll_workers_often()
+    assert float(os.environ[TRAIN_POLL_ENV]) == TRAIN_POLL_S < 2.0
+    monkeypatch.setenv(TRAIN_POLL_ENV, "3")
+    poll_workers_often()
+    assert os.environ[TRAIN_POLL_ENV] == "3"
 
 
 

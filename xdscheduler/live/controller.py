@@ -19,7 +19,7 @@ from xdscheduler.costmodel.plan import Stack
 from xdscheduler.live.agent import DomainAgent, indicators
 from xdscheduler.live.cluster import DOMAIN_LABEL, HEAD_LABEL, NAMESPACE, ClusterState
 from xdscheduler.live.jobs import JobRow, LiveJob
-from xdscheduler.live.training import ASK_EVERY, train_loop
+from xdscheduler.live.training import ASK_EVERY, poll_workers_often, train_loop
 from xdscheduler.perception.indicators import checked
 from xdscheduler.planner.baselines import ONLINE
 from xdscheduler.planner.policies import PlannerPolicy
@@ -203,6 +203,7 @@ def run_training(config: dict, workers: list[str], storage: str, use_gpu: bool) 
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
+    poll_workers_often()
     trainer = TorchTrainer(
         train_loop, train_loop_config=config,
         torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),

@@ -26,6 +26,7 @@ import ray
 from xdscheduler.catalog import AcceleratorEntry
 from xdscheduler.live import quota
 from xdscheduler.live.cluster import DOMAIN_LABEL, HEAD_LABEL
+from xdscheduler.live.training import poll_workers_often
 from xdscheduler.scenario import Scenario
 from xdscheduler.timing import per_second
 
@@ -130,6 +131,7 @@ def measure_reduction(name: str, accelerators: int, storage: str, burst_s: float
 
     if accelerators < 2:
         return {}
+    poll_workers_often()
     result = TorchTrainer(
         reduce_loop, train_loop_config={"sizes_mb": REDUCE_MB, "repeats": REDUCE_REPEATS,
                                         "burst_s": burst_s},

@@ -20,6 +20,16 @@ from xdscheduler.live.gpt import GptShape
 from xdscheduler.schema import Strict
 
 ASK_EVERY = 5  # steps between two questions to the controller: go on?
+# Ray Train's controller polls its workers every 2 s by default, and a worker's report (each
+# checkpoint) waits until the one before it was polled: every checkpoint stalled training about
+# 1 s. Polled every 0.5 s, a checkpoint costs tens of ms, and a dead worker is heard sooner.
+TRAIN_POLL_ENV, TRAIN_POLL_S = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", 0.5
+
+
+def poll_workers_often() -> None:
+    """Before a trainer is built in this process: its controller (and workers) poll every
+    TRAIN_POLL_S, unless the user set the interval."""
+    os.environ.setdefault(TRAIN_POLL_ENV, str(TRAIN_POLL_S))
 
 
 class TrainConfig(Strict):
