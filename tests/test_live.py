@@ -20,7 +20,7 @@ from xdscheduler.errors import UserError
 from xdscheduler.live import fabric
 from xdscheduler.live.agent import DemandHistory, indicators, link_counters
 from xdscheduler.live.jobs import load_job
-from xdscheduler.live.training import TRAIN_POLL_ENV, TRAIN_POLL_S, poll_workers_often, share
+from xdscheduler.live.training import TRAIN_POLL_ENV, TRAIN_POLL_S, share, trainer_env
 from xdscheduler.ray_cluster import free_port
 
 JOBS = SCENARIOS / "jobs"
@@ -120,16 +120,18 @@ def test_batch_shares_cover_the_global_batch():
         assert sum(parts) == batch and max(parts) - min(parts) <= 1
 
 
-def test_ray_train_polls_a_live_runs_workers_often_unless_the_user_said_otherwise(monkeypatch):
-    """Every checkpoint waits for Ray Train's poll (2 s by default): a live run's trainer polls
-    every TRAIN_POLL_S (benchmarks/bench_checkpoint.py measures the stall either way)."""
+def test_a_runs_trainer_polls_often_and_finds_the_state_api_of_its_own_cluster(monkeypatch):
+    """Every checkpoint waits for Ray Train's poll (2 s by default): a live run's polls every
+    TRAIN_POLL_S unless the user said otherwise (benchmarks/bench_checkpoint measures the
+    stall either way). Its placement-group cleaner asks the state API of this cluster: the
+    dashboard where it is known, else the cluster's GCS (never Ray's default temp folder)."""
     monkeypatch.delenv(TRAIN_POLL_ENV, raising=False)
-    poll_workers_often()
-    assert float(os.environ[TRAIN_POLL_ENV]) == TRAIN_POLL_S < 2.0
+    env = trainer_env("http://10.0.0.1:8265", "10.0.0.1:6379")
+    assert env == {TRAIN_POLL_ENV: str(TRAIN_POLL_S),
+                   "RAY_API_SERVER_ADDRESS": "http://10.0.0.1:8265"} and TRAIN_POLL_S < 2
     monkeypatch.setenv(TRAIN_POLL_ENV, "3")
-    poll_workers_often()
-    assert os.environ[TRAIN_POLL_ENV] == "3"
-
+    assert trainer_env(None, "10.0.0.1:6379") == {TRAIN_POLL_ENV: "3",
+                                                   "RAY_ADDRESS": "10.0.0.1:6379"}
 
 
 def test_a_run_across_domains_is_timed_over_whole_sync_rounds():
@@ -323,6 +325,13 @@ def test_two_jobs_train_one_inside_a_domain_one_across_two(cluster):
     placed = [e for e in json.loads(xds("logs", "gpt-wide", "--json", state=state))["events"]
               if e["event"] == "placed"]
     assert placed and sorted(set(placed[0]["workers"])) == sorted(wide["domains"])
+    for name in ("gpt-small", "gpt-wide"):
+        # a run's end is heard within seconds of its last step (1-2 s here): Ray Train's
+        # placement-group cleaner, left to find a state API by itself, held every end 12 s
+        events = json.loads(xds("logs", name, "--json", state=state))["events"]
+        last = max(e["time"] for e in events if e["event"] == "step")
+        done = next(e["time"] for e in events if e["event"] == "done")
+        assert done - last < 8, (name, done - last)
     # every domain's agent reports its nodes, its links' bytes and its demand forecast
     time.sleep(7)  # a report after the last job's end (every 5 s)
     domains = {d["domain"]: d for d in json.loads(xds("domains", "--json", state=state))[

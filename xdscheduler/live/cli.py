@@ -280,10 +280,12 @@ def cmd_profile(args) -> None:
         if d not in accelerator:
             raise UserError(f"no domain {d!r}; the scenario has {', '.join(accelerator)}")
     from xdscheduler.live import probe, profile  # import ray: after connect set its token
+    from xdscheduler.live.training import trainer_env
 
     measured = profile.measure_domains({d.name: d.gpus for d in scn.domains
                                         if not args.domain or d.name in args.domain},
-                                       args.seconds, state.storage)
+                                       args.seconds, state.storage,
+                                       trainer_env(state.dashboard, state.address))
     links = probe.probe_links(scn, 1.0)
     entries = [profile.entry(m, scn, f"{accelerator[m['domain']]}-{m['domain']}")
                for m in measured]

@@ -19,7 +19,7 @@ from xdscheduler.costmodel.plan import Stack
 from xdscheduler.live.agent import DomainAgent, indicators
 from xdscheduler.live.cluster import DOMAIN_LABEL, HEAD_LABEL, NAMESPACE, ClusterState
 from xdscheduler.live.jobs import JobRow, LiveJob
-from xdscheduler.live.training import ASK_EVERY, poll_workers_often, train_loop
+from xdscheduler.live.training import ASK_EVERY, train_loop, trainer_env
 from xdscheduler.perception.indicators import checked
 from xdscheduler.planner.baselines import ONLINE
 from xdscheduler.planner.policies import PlannerPolicy
@@ -203,7 +203,6 @@ def run_training(config: dict, workers: list[str], storage: str, use_gpu: bool) 
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    poll_workers_often()
     trainer = TorchTrainer(
         train_loop, train_loop_config=config,
         torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
@@ -636,8 +635,10 @@ class LiveController:
         cfg = rec.job.train_config(plan.diloco_h if len(p.names) > 1 else 0, CONTROLLER,
                                    self.storage, plan.micro_batch, rec.attempts)
         use_gpu = any(self.scn.domains[i].accelerator.vendor != "CPU" for i in p.domains)
-        rec.run = run_training.options(label_selector={HEAD_LABEL: "head"}).remote(
-            cfg.model_dump(), workers, self.storage, use_gpu)
+        rec.run = run_training.options(
+            label_selector={HEAD_LABEL: "head"},
+            runtime_env={"env_vars": trainer_env(self.state.dashboard, self.state.address)},
+        ).remote(cfg.model_dump(), workers, self.storage, use_gpu)
         self._event(rec.job.name, "placed", {**rec.placement, "workers": workers,
                                              "attempt": rec.attempts})
         log.info("%s: %s", rec.job.name, p.explanation)

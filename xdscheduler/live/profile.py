@@ -26,7 +26,6 @@ import ray
 from xdscheduler.catalog import AcceleratorEntry
 from xdscheduler.live import quota
 from xdscheduler.live.cluster import DOMAIN_LABEL, HEAD_LABEL
-from xdscheduler.live.training import poll_workers_often
 from xdscheduler.scenario import Scenario
 from xdscheduler.timing import per_second
 
@@ -131,7 +130,6 @@ def measure_reduction(name: str, accelerators: int, storage: str, burst_s: float
 
     if accelerators < 2:
         return {}
-    poll_workers_often()
     result = TorchTrainer(
         reduce_loop, train_loop_config={"sizes_mb": REDUCE_MB, "repeats": REDUCE_REPEATS,
                                         "burst_s": burst_s},
@@ -148,13 +146,14 @@ def measure_reduction(name: str, accelerators: int, storage: str, burst_s: float
     return {mb: ring * int(mb) * 2**20 / s / 1e9 for mb, s in seconds.items()}
 
 
-def measure_domains(domains: dict[str, int], seconds: float, storage: str) -> list[dict]:
+def measure_domains(domains: dict[str, int], seconds: float, storage: str,
+                    env: dict[str, str]) -> list[dict]:
     """Per domain (name -> accelerators), the median over its accelerators of the GEMMs and
     copies, then of the reference trainings, and the bus bandwidth of a reduction over them
     all: every domain at once, each phase on every accelerator, as jobs that fill the cluster
     run them (the accelerators share the host's caches and memory: measured one domain at a
     time, fresh profiles predicted the jobs 26% short to 18% long; at once, 12% short to 20%
-    long over 31 runs)."""
+    long over 31 runs). `env`: the environment of the tasks that drive Ray Train runs."""
     def at_once(task, *args) -> dict[str, list]:
         refs = {n: [task.options(label_selector={DOMAIN_LABEL: n}).remote(*args)
                     for _ in range(k)] for n, k in domains.items()}
@@ -162,7 +161,8 @@ def measure_domains(domains: dict[str, int], seconds: float, storage: str) -> li
 
     runs = at_once(measure_accelerator, seconds)
     trainings = at_once(measure_trainings)
-    reduce = {n: measure_reduction.options(label_selector={HEAD_LABEL: "head"}).remote(
+    reduce = {n: measure_reduction.options(label_selector={HEAD_LABEL: "head"},
+                                           runtime_env={"env_vars": env}).remote(
         n, k, storage, seconds / 4) for n, k in domains.items()}
     return [_summary(n, k, runs[n], trainings[n], ray.get(reduce[n], timeout=600))
             for n, k in domains.items()]
