@@ -588,7 +588,7 @@ def existing_cluster(tmp_path_factory):
     labelled by hand with `ray start --labels` (as KubeRay would), in namespaces of their own."""
     import secrets
 
-    from xdscheduler.live.cluster import stop_process
+    from xdscheduler.live.cluster import stop_processes
     from xdscheduler.network.dynamics import base_matrices
     from xdscheduler.scenario import load_scenario
 
@@ -625,8 +625,8 @@ def existing_cluster(tmp_path_factory):
             time.sleep(4)  # one at a time: nodes joining at once race for socket names
         yield head, f"http://{net.head_ip}:{dash}", env, started
     finally:
-        for pid in reversed(started):
-            stop_process(pid)
+        stop_processes(started[1:])  # the nodes, then the head
+        stop_processes(started[:1])
         fabric.teardown(net)
 
 

@@ -37,7 +37,10 @@ NAMESPACE = "xds-live"  # the Ray namespace of the controller and the domain act
 # quotas leave them half a core, so an accelerator gets its share even when they are busy.
 HEAD_CORES = 0.5
 NODE_TIMEOUT_S = 120.0  # a node that has not joined by then will not (2 busy cores: ~10 s)
-STOP_GRACE_S = 10.0
+# What Ray's daemons do on SIGTERM they finish within 2 s here; the head's actors (the
+# controller, Serve's) and `ray start --block` itself hang once the raylet is gone and would
+# hold `xds down` for the whole grace: they are killed after it
+STOP_GRACE_S = 3.0
 
 
 def default_state_path() -> Path:
@@ -337,14 +340,18 @@ def stop(state: ClusterState) -> list[str]:
     """Stop every recorded process and remove the namespaces, whatever fails on the way (what
     could not be done is said)."""
     done = []
-    for p in reversed(state.processes):  # nodes before the head
-        what = f"Ray {p.role} {p.domain or ''} (pid {p.pid})".replace("  ", " ")
+    nodes = [p for p in state.processes if p.role != "head"]
+    for group in (nodes, [p for p in state.processes if p.role == "head"]):  # nodes first
+        whats = [f"Ray {p.role} {p.domain or ''} (pid {p.pid})".replace("  ", " ") for p in group]
         try:
-            done.append(f"stopped {what}" if stop_process(p.pid) else f"{what} had exited")
+            gone = stop_processes([p.pid for p in group])
+            done += [f"stopped {w}" if g else f"{w} had exited" for w, g in zip(whats, gone,
+                                                                                strict=True)]
         except Exception as err:  # go on: the rest must stop all the same
-            done.append(f"could not stop {what}: {err}")
-        if p.cgroup:
-            quota.remove(p.cgroup)
+            done += [f"could not stop {w}: {err}" for w in whats]
+        for p in group:
+            if p.cgroup:
+                quota.remove(p.cgroup)
     if state.tag:
         scn = load_scenario(state.scenario)
         fab.teardown(state.fabric(scn))
@@ -352,17 +359,21 @@ def stop(state: ClusterState) -> list[str]:
     return done
 
 
-def stop_process(pid: int) -> bool:
-    """Stop process `pid` and every process under it (Ray's daemons leave the process group of
-    `ray start`, so the tree is taken before anything is signalled): SIGTERM, then SIGKILL for
-    what is left after the grace. False if it was gone already."""
+def stop_processes(pids: list[int]) -> list[bool]:
+    """Stop each process of `pids` and every process under it, all at once: SIGTERM, then
+    SIGKILL for what is left after the grace. Ray's daemons leave the process group of `ray
+    start`, so each tree is taken before anything is signalled. Per pid, False if it was gone
+    already."""
     import psutil
 
-    try:
-        root = psutil.Process(pid)
-        tree = [*root.children(recursive=True), root]
-    except psutil.NoSuchProcess:
-        return False
+    tree, found = [], []
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            tree += [*root.children(recursive=True), root]
+            found.append(True)
+        except psutil.NoSuchProcess:
+            found.append(False)
     for proc in tree:
         with contextlib.suppress(psutil.Error):
             proc.terminate()
@@ -371,7 +382,7 @@ def stop_process(pid: int) -> bool:
         with contextlib.suppress(psutil.Error):
             proc.kill()
     psutil.wait_procs(alive, timeout=STOP_GRACE_S)
-    return True
+    return found
 
 
 def _listening(address: str) -> bool:
