@@ -279,13 +279,15 @@ def cmd_profile(args) -> None:
     for d in args.domain or []:
         if d not in accelerator:
             raise UserError(f"no domain {d!r}; the scenario has {', '.join(accelerator)}")
-    from xdscheduler.live import probe, profile  # import ray: after connect set its token
+    import ray  # after connect set its token
+
+    from xdscheduler.live import probe, profile
     from xdscheduler.live.training import trainer_env
 
+    env = trainer_env(state.dashboard, ray.get_runtime_context().gcs_address)
     measured = profile.measure_domains({d.name: d.gpus for d in scn.domains
                                         if not args.domain or d.name in args.domain},
-                                       args.seconds, state.storage,
-                                       trainer_env(state.dashboard, state.address))
+                                       args.seconds, state.storage, env)
     links = probe.probe_links(scn, 1.0)
     entries = [profile.entry(m, scn, f"{accelerator[m['domain']]}-{m['domain']}")
                for m in measured]

@@ -26,14 +26,15 @@ ASK_EVERY = 5  # steps between two questions to the controller: go on?
 TRAIN_POLL_ENV, TRAIN_POLL_S = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", 0.5
 
 
-def trainer_env(dashboard: str | None, address: str) -> dict[str, str]:
-    """The environment of a task that drives a Ray Train run on the cluster at `address` (GCS)
-    whose dashboard is `dashboard` (None: unknown); the run's controller and workers inherit
-    it. Ray Train's placement-group cleaner asks the dashboard's state API about the run's
-    controller; left to find the cluster itself, it reads Ray's default temp folder, not this
-    cluster's, waits 10 s for an answer that never comes, and every run ended 12 s late (a
-    job's move, its done, its recovery). The poll interval is the user's where they set it."""
-    where = {"RAY_API_SERVER_ADDRESS": dashboard} if dashboard else {"RAY_ADDRESS": address}
+def trainer_env(dashboard: str | None, gcs: str) -> dict[str, str]:
+    """The environment of a task that drives a Ray Train run on the cluster whose GCS is at
+    `gcs` (HOST:PORT) and whose dashboard is `dashboard` (None: unknown, then found through
+    the GCS); the run's controller and workers inherit it. Ray Train's placement-group
+    cleaner asks the dashboard's state API about the run's controller; left to find the
+    cluster itself, it reads Ray's default temp folder, not this cluster's, waits 10 s for an
+    answer that never comes, and every run ended 12 s late (a job's move, its done, its
+    recovery). The poll interval is the user's where they set it."""
+    where = {"RAY_API_SERVER_ADDRESS": dashboard} if dashboard else {"RAY_ADDRESS": gcs}
     return {TRAIN_POLL_ENV: os.environ.get(TRAIN_POLL_ENV, str(TRAIN_POLL_S)), **where}
 
 
