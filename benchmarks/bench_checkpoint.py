@@ -1,11 +1,15 @@
-"""How long a live job's checkpoint holds its training up, at Ray Train's default worker poll
-(every 2 s) and at the live control plane's (`TRAIN_POLL_S`).
+"""What Ray Train's settings cost a live run: how long each checkpoint holds it up, and how long
+after its last step the run returns, under Ray Train's defaults and under the environment the
+live control plane gives each run's driving task (`trainer_env`).
 
 A worker's `train.report` with a checkpoint waits until the controller has polled the report
-before it; at a 2 s poll, every checkpoint of a job that steps faster than that stalls it. This
-runs the live training loop itself (two CPU workers on a local Ray, the small GPT, a checkpoint
-every 10 steps) under a listener that hears each step as the live controller does, and prints
-the median gap after a checkpointed step against the median gap after any other step.
+before it (every 2 s by default); and a run returns only once Ray Train's placement-group
+cleaner has stopped, which waits on the state API the cleaner finds by itself unless told.
+This runs the live training loop itself (two CPU workers on a local Ray with its dashboard,
+the small GPT, a checkpoint every 10 steps), each run driven by a Ray task in the environment
+of its row, as the live controller drives them, under a listener that hears each step as the
+controller does. The default row's end depends on what Ray's default temp folder holds on
+this machine (a stale cluster there cost 12 s).
 
     python -m benchmarks.bench_checkpoint [--steps 100] [--workers 2]
 """
@@ -13,7 +17,6 @@ the median gap after a checkpointed step against the median gap after any other 
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import time
 
@@ -21,11 +24,11 @@ import numpy as np
 import ray
 
 from benchmarks._table import print_table
-from xdscheduler.live.training import TRAIN_POLL_ENV, TRAIN_POLL_S, TrainConfig, train_loop
+from xdscheduler.live.training import TRAIN_POLL_ENV, TrainConfig, train_loop, trainer_env
 
 RAY_DEFAULT_POLL_S = 2.0
 LISTENER = "bench-checkpoint-listener"
-DEFAULT, OURS = "Ray Train's default", "live control plane"
+DEFAULT, OURS = "Ray Train's defaults", "live control plane"
 
 
 @ray.remote(num_cpus=0)
@@ -36,7 +39,7 @@ class Listener:
         self.times: dict[int, float] = {}
 
     def heard(self, job: str, metrics: dict) -> None:  # the controller's two calls
-        self.times[metrics["step"]] = time.monotonic()
+        self.times[metrics["step"]] = time.time()
 
     def stopped(self, job: str, attempt: int, step: int) -> bool:
         return False
@@ -45,26 +48,33 @@ class Listener:
         return self.times
 
 
-def run(poll_s: float, steps: int, workers: int, storage: str) -> dict[int, float]:
-    """When each step of one run was heard, with Ray Train polling every `poll_s`."""
+@ray.remote(num_cpus=0, max_retries=0)
+def drive(config: dict, workers: int, storage: str) -> float:
+    """One Ray Train run, as the live controller's `run_training` drives it; when it returned."""
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    os.environ[TRAIN_POLL_ENV] = str(poll_s)  # read when the trainer starts its controller
-    listener = Listener.options(name=LISTENER).remote()
-    name = f"bench-checkpoint-{poll_s}-{time.time_ns()}"
-    config = TrainConfig(job=name, steps=steps, controller=LISTENER, storage=storage,
-                         checkpoint_every=10)
     result = TorchTrainer(
-        train_loop, train_loop_config=config.model_dump(),
-        torch_config=TorchConfig(backend="gloo"),
+        train_loop, train_loop_config=config, torch_config=TorchConfig(backend="gloo"),
         scaling_config=ScalingConfig(num_workers=workers, resources_per_worker={"CPU": 1}),
-        run_config=RunConfig(name=name, storage_path=storage)).fit()
+        run_config=RunConfig(name=config["job"], storage_path=storage)).fit()
     if result.error:
         raise result.error
+    return time.time()
+
+
+def run(env: dict[str, str], steps: int, workers: int, storage: str
+        ) -> tuple[dict[int, float], float]:
+    """When each step of one run was heard, and when the run returned, its driving task in
+    `env`."""
+    listener = Listener.options(name=LISTENER).remote()
+    config = TrainConfig(job=f"bench-checkpoint-{time.time_ns()}", steps=steps,
+                         controller=LISTENER, storage=storage, checkpoint_every=10)
+    returned = ray.get(drive.options(runtime_env={"env_vars": env}).remote(
+        config.model_dump(), workers, storage))
     heard = ray.get(listener.steps.remote())
     ray.kill(listener)
-    return heard
+    return heard, returned
 
 
 def gaps(heard: dict[int, float], every: int) -> tuple[np.ndarray, np.ndarray]:
@@ -81,28 +91,31 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
-    ray.init(address="local", num_cpus=args.workers, include_dashboard=False,
-             log_to_driver=False)
-    rows, stall = [], {}
+    ctx = ray.init(address="local", num_cpus=args.workers, log_to_driver=False,
+                   include_dashboard=True)
+    envs = {DEFAULT: {TRAIN_POLL_ENV: str(RAY_DEFAULT_POLL_S)},
+            OURS: trainer_env(f"http://{ctx.dashboard_url}",
+                              ray.get_runtime_context().gcs_address)}
+    rows, stall, end = [], {}, {}
     with tempfile.TemporaryDirectory() as storage:
-        for label, poll_s in ((DEFAULT, RAY_DEFAULT_POLL_S), (OURS, TRAIN_POLL_S)):
-            started = time.monotonic()
-            ckpt, plain = gaps(run(poll_s, args.steps, args.workers, storage), 10)
-            wall = time.monotonic() - started
+        for label, env in envs.items():
+            started = time.time()
+            heard, returned = run(env, args.steps, args.workers, storage)
+            ckpt, plain = gaps(heard, 10)
             stall[label] = float(np.median(ckpt) - np.median(plain))
-            rows.append([label, poll_s, len(ckpt), float(np.median(plain)),
-                         float(np.median(ckpt)), stall[label], wall])
+            end[label] = returned - max(heard.values())
+            rows.append([label, float(env[TRAIN_POLL_ENV]), len(ckpt), float(np.median(plain)),
+                         stall[label], end[label], returned - started])
     ray.shutdown()
-    for row in rows:
-        row.append(stall[row[0]] / stall[DEFAULT])
     print_table(
-        f"Checkpoint stall of a live run: {args.steps} steps, {args.workers} CPU workers, "
-        "a checkpoint every 10",
-        ["poll", "every (s)", "checkpoints", "step gap (s)", "gap at checkpoint (s)",
-         "stall (s)", "run (s)", "stall vs default"], rows,
-        f"each checkpoint stalls the run {stall[DEFAULT]:.2f} s at Ray Train's default poll, "
-        f"{stall[OURS]:.2f} s at the live control plane's (stall: the median gap after a "
-        "checkpointed step less the median gap after any other)")
+        f"A live run under Ray Train's settings: {args.steps} steps, {args.workers} CPU "
+        "workers, a checkpoint every 10",
+        ["settings", "poll (s)", "checkpoints", "step gap (s)", "stall (s)", "end (s)",
+         "run (s)"], rows,
+        f"each checkpoint held the run {stall[DEFAULT]:.2f} s under Ray Train's defaults, "
+        f"{stall[OURS]:.2f} s under the live control plane's (stall: the median gap after a "
+        "checkpointed step less the median gap after any other); the run returned "
+        f"{end[DEFAULT]:.1f} s after its last step against {end[OURS]:.1f} s")
 
 
 if __name__ == "__main__":
