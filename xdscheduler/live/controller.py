@@ -341,8 +341,12 @@ class LiveController:
         self._event(name, "step", metrics)
 
     def _correct(self, rec: JobRecord, measured: float) -> None:
+        """Learn from the run's last steps (`measured`), then re-plan the running jobs."""
+        self._replan_running(self._observe(rec, measured))
+
+    def _observe(self, rec: JobRecord, measured: float) -> ClusterView:
         """Move the model's factor under this run toward what its last steps took
-        (`measured`), and say what every running job's estimate is now."""
+        (`measured`), and say what every running job's estimate is now; the corrected view."""
         spec, view = rec.job.spec(0.0), self._view()
         # a run's measured step sums up many steps: it is taken whole (a study
         # weighs one jittery step rate at WEIGHT); a run's early steps, slowed by a job
@@ -355,7 +359,16 @@ class LiveController:
         self._event(rec.job.name, "correction", {
             "measured_step_s": measured, "speed": self.correction.speed.tolist(),
             "corrected_step_s": rec.placement["corrected_step_s"]})
-        self._replan_running(corrected)
+        return corrected
+
+    def _learn_from_last_steps(self, rec: JobRecord) -> None:
+        """A run that finished: one last correction from its last whole rounds. Corrections
+        come every OBSERVE_EVERY steps, and the steps after the last one (a DiLoCo run's last
+        round, with its sync) would otherwise never be learnt from. Nothing is re-planned:
+        the others are at their next correction."""
+        measured = rec.measured()
+        if rec.chosen is not None and measured is not None:
+            self._observe(rec, measured)
 
     def _reestimate(self) -> ClusterView:
         """Every running job's step time on the model as corrected now; that view."""
@@ -590,8 +603,10 @@ class LiveController:
                     self._requeue(rec, "moved", {})
                     continue
                 else:
-                    rec.status = "cancelled" if rec.cancel and rec.step < rec.job.steps \
-                        else "done"
+                    finished = not (rec.cancel and rec.step < rec.job.steps)
+                    if finished:  # while it still counts as running: its estimate too
+                        self._learn_from_last_steps(rec)
+                    rec.status = "done" if finished else "cancelled"
                 rec.run = None
                 self._event(rec.job.name, rec.status, {"step": rec.step, "error": error})
 
