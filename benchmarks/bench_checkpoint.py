@@ -5,11 +5,10 @@ live control plane gives each run's driving task (`trainer_env`).
 A worker's `train.report` with a checkpoint waits until the controller has polled the report
 before it (every 2 s by default); and a run returns only once Ray Train's placement-group
 cleaner has stopped, which waits on the state API the cleaner finds by itself unless told.
-This runs the live training loop itself (two CPU workers on a local Ray with its dashboard,
-the small GPT, a checkpoint every 10 steps), each run driven by a Ray task in the environment
-of its row, as the live controller drives them, under a listener that hears each step as the
-controller does. The default row's end depends on what Ray's default temp folder holds on
-this machine (a stale cluster there cost 12 s).
+This runs the live runner itself (`run_training`, two CPU workers on a local Ray with its
+dashboard, the small GPT, a checkpoint every 10 steps), each run in the environment of its row,
+under a listener that hears each step as the controller does. The default row's end depends
+on what Ray's default temp folder holds on this machine (a stale cluster there cost 12 s).
 
     python -m benchmarks.bench_checkpoint [--steps 100] [--workers 2]
 """
@@ -24,11 +23,14 @@ import numpy as np
 import ray
 
 from benchmarks._table import print_table
-from xdscheduler.live.training import TRAIN_POLL_ENV, TrainConfig, train_loop, trainer_env
+from xdscheduler.live.cluster import DOMAIN_LABEL
+from xdscheduler.live.controller import run_training
+from xdscheduler.live.training import TRAIN_POLL_ENV, TrainConfig, trainer_env
 
 RAY_DEFAULT_POLL_S = 2.0
 LISTENER = "bench-checkpoint-listener"
 DEFAULT, OURS = "Ray Train's defaults", "live control plane"
+BENCH_DOMAIN = "bench"  # the one domain label of the local node: the runner pins workers by it
 
 
 @ray.remote(num_cpus=0)
@@ -48,21 +50,6 @@ class Listener:
         return self.times
 
 
-@ray.remote(num_cpus=0, max_retries=0)
-def drive(config: dict, workers: int, storage: str) -> float:
-    """One Ray Train run, as the live controller's `run_training` drives it; when it returned."""
-    from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
-
-    result = TorchTrainer(
-        train_loop, train_loop_config=config, torch_config=TorchConfig(backend="gloo"),
-        scaling_config=ScalingConfig(num_workers=workers, resources_per_worker={"CPU": 1}),
-        run_config=RunConfig(name=config["job"], storage_path=storage)).fit()
-    if result.error:
-        raise result.error
-    return time.time()
-
-
 def run(env: dict[str, str], steps: int, workers: int, storage: str
         ) -> tuple[dict[int, float], float]:
     """When each step of one run was heard, and when the run returned, its driving task in
@@ -70,8 +57,11 @@ def run(env: dict[str, str], steps: int, workers: int, storage: str
     listener = Listener.options(name=LISTENER).remote()
     config = TrainConfig(job=f"bench-checkpoint-{time.time_ns()}", steps=steps,
                          controller=LISTENER, storage=storage, checkpoint_every=10)
-    returned = ray.get(drive.options(runtime_env={"env_vars": env}).remote(
-        config.model_dump(), workers, storage))
+    ended = ray.get(run_training.options(runtime_env={"env_vars": env}).remote(
+        config.model_dump(), [BENCH_DOMAIN] * workers, storage, False))
+    returned = time.time()
+    if ended["error"]:
+        raise RuntimeError(ended["error"])
     heard = ray.get(listener.steps.remote())
     ray.kill(listener)
     return heard, returned
@@ -92,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
     ctx = ray.init(address="local", num_cpus=args.workers, log_to_driver=False,
-                   include_dashboard=True)
+                   include_dashboard=True, labels={DOMAIN_LABEL: BENCH_DOMAIN})
     envs = {DEFAULT: {TRAIN_POLL_ENV: str(RAY_DEFAULT_POLL_S)},
             OURS: trainer_env(f"http://{ctx.dashboard_url}",
                               ray.get_runtime_context().gcs_address)}

@@ -227,8 +227,10 @@ class LiveController:
         self.scn = load_scenario(self.state.scenario)
         self.names = [d.name for d in self.scn.domains]
         self.storage = self.state.storage
-        # the GCS as HOST:PORT (a cluster attached to may be recorded as auto or ray://)
-        self.gcs = ray.get_runtime_context().gcs_address
+        # what each run's driving task runs in; the GCS as this actor reaches it (HOST:PORT: a
+        # cluster attached to may be recorded as auto or ray://)
+        self.run_env = {"env_vars": trainer_env(self.state.dashboard,
+                                                ray.get_runtime_context().gcs_address)}
         self.options = options(self.state)
         self.policy = live_policy(self.state, self.scn.weights, self.options)
         self.db = open_log(self._path("journal.sqlite"), SCHEMA, threads=True)
@@ -654,7 +656,7 @@ class LiveController:
         use_gpu = any(self.scn.domains[i].accelerator.vendor != "CPU" for i in p.domains)
         rec.run = run_training.options(
             label_selector={HEAD_LABEL: "head"},
-            runtime_env={"env_vars": trainer_env(self.state.dashboard, self.gcs)},
+            runtime_env=self.run_env,
         ).remote(cfg.model_dump(), workers, self.storage, use_gpu)
         self._event(rec.job.name, "placed", {**rec.placement, "workers": workers,
                                              "attempt": rec.attempts})
