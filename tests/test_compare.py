@@ -261,3 +261,22 @@ def test_the_crossing_headroom_fluid_by_hand():
     # a job that fits only pool 1 waits there behind the shorter one
     cap = np.array([[0.0, 1.0], [0.0, 1.0]])
     np.testing.assert_allclose(fluid(arrival, work, cap, np.array([1.0, 1.0])), [10.0, 40.0])
+
+
+def test_the_crossing_headroom_reads_the_baseline_and_the_planner_from_a_compare_run(tmp_path):
+    """Per seed: the baseline's JCT in hours, the share of it queued, planner's change."""
+    import pandas as pd
+
+    from benchmarks.crossing_headroom import measured
+
+    key = {"scenario": "s", "load": 1.0, "seed": 0}
+    pd.DataFrame([{**key, "policy": "planner-single-domain", "mean_jct_s": 7200.0,
+                   "mean_queue_s": 1800.0},
+                  {**key, "policy": "planner", "mean_jct_s": 5400.0, "mean_queue_s": 0.0}]
+                 ).to_parquet(tmp_path / "compare.parquet")
+    row = measured(str(tmp_path)).iloc[0]
+    assert (row.baseline_jct_h, row.baseline_queued, row.measured) == (2.0, 0.25, -0.25)
+    pd.DataFrame([{**key, "policy": "planner", "mean_jct_s": 1.0, "mean_queue_s": 0.0}]
+                 ).to_parquet(tmp_path / "compare.parquet")
+    with pytest.raises(UserError, match="needs planner and planner-single-domain"):
+        measured(str(tmp_path))
