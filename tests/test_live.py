@@ -258,6 +258,39 @@ def test_links_measure_what_the_scenario_configures(cluster):
         assert abs(r["measured_gbps"] / r["configured_gbps"] - 1) < 0.15, r
 
 
+PROBE_STATE_API = """
+import json, os, sys, ray
+from ray.util.state import list_nodes
+ray.init(address=sys.argv[1], log_to_driver=False)
+
+@ray.remote(num_cpus=0, label_selector={sys.argv[2]: sys.argv[3]})
+def probe():
+    return os.environ.get("RAY_API_SERVER_ADDRESS"), len(list_nodes(timeout=10))
+
+print(json.dumps(ray.get(probe.remote(), timeout=60)))
+"""
+
+
+@needs_fabric
+@pytest.mark.slow
+def test_a_users_own_tasks_find_the_state_api_of_this_cluster(cluster):
+    """Every node of `xds up` runs with its dashboard's address, so Ray's state API, and Ray
+    Train's placement-group cleaner in a user's own trainer, ask this cluster (left to find one
+    themselves, they read Ray's default temp folder, which names another cluster or none)."""
+    from xdscheduler.live.cluster import DOMAIN_LABEL, load
+
+    state = load(cluster[0])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env |= {k: v for k, v in state.environment().items() if k != "RAY_API_SERVER_ADDRESS"}
+    domain = next(iter(state.domains))
+    done = subprocess.run([sys.executable, "-c", PROBE_STATE_API, state.address, DOMAIN_LABEL,
+                           domain], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    address, nodes = json.loads(done.stdout.strip().splitlines()[-1])
+    assert address == state.dashboard
+    assert nodes == len(state.processes)  # the head and every domain's nodes: this cluster
+
+
 @needs_fabric
 @pytest.mark.slow
 def test_profile_measures_every_domain_and_calibrate_fits_the_runner_to_it(cluster, tmp_path):

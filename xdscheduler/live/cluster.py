@@ -87,6 +87,11 @@ class ClusterState(Strict):
                "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
         if self.token:
             env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token}
+        if self.dashboard:
+            # Ray's state API (Ray Train's placement-group cleaner among its users) finds this
+            # cluster's dashboard here; without it, it reads Ray's default temp folder, which
+            # names another cluster or none (see live.training.trainer_env)
+            env["RAY_API_SERVER_ADDRESS"] = self.dashboard
         return env
 
 
@@ -192,6 +197,9 @@ def _start_nodes(state: ClusterState, scn: Scenario, fabric: fab.Fabric,
 
     port, dash = free_port(fabric.head_ip), free_port(fabric.head_ip)
     address = f"{fabric.head_ip}:{port}"
+    # known before the head starts: every node's processes inherit it (`environment`)
+    state = state.model_copy(update={"address": address,
+                                     "dashboard": f"http://{fabric.head_ip}:{dash}"})
     head = _ray_start(state, ["--head", "--port", str(port), "--node-ip-address", fabric.head_ip,
                               "--dashboard-host", fabric.head_ip, "--dashboard-port", str(dash),
                               "--ray-client-server-port", str(free_port()),
@@ -199,8 +207,7 @@ def _start_nodes(state: ClusterState, scn: Scenario, fabric: fab.Fabric,
                               "--dashboard-agent-listen-port", str(free_port()),
                               "--num-cpus", "1", "--labels", f"{HEAD_LABEL}=head",
                               "--temp-dir", state.temp_dir], None)
-    state = state.model_copy(update={"address": address, "dashboard": f"http://{fabric.head_ip}:{dash}",
-                                     "processes": [Started(pid=head.pid, role="head")]})
+    state = state.model_copy(update={"processes": [Started(pid=head.pid, role="head")]})
     save(state, state_path)  # from here on, `xds down` can stop what is running
     _wait_nodes(state, 1)
     for i, d in enumerate(scn.domains):
