@@ -269,3 +269,39 @@ def test_the_shipped_policy_decides_on_any_number_of_domains(k):
     for p in placed:
         assert all(0 <= d < k for d in p.domains) and p.total_gpus >= 8
         assert all(n <= view.domains[d].free_gpus for d, n in p.taken.items())
+
+
+def test_a_random_training_cluster_is_a_valid_scenario_of_measured_links():
+    from xdscheduler.rl.randomised import (
+        LOADS,
+        MIN_DOMAINS,
+        PRICES,
+        measured_links,
+        random_scenario,
+    )
+
+    template = load_scenario(default_scenario_path())
+    drawn = [random_scenario(np.random.default_rng(s), template) for s in range(40)]
+    again = random_scenario(np.random.default_rng(3), template)
+    assert again == drawn[3]  # a seed gives its cluster
+    sizes = {len(s.domains) for s in drawn}
+    assert min(sizes) == MIN_DOMAINS and max(sizes) == MAX_NODES
+    measured = {(lk.bandwidth_gbps, lk.bandwidth_gbps_ba, lk.rtt_ms) for lk in measured_links()}
+    for s in drawn:
+        k = len(s.domains)
+        assert len(s.links) == k * (k - 1) // 2  # every pair joined
+        assert {(lk.bandwidth_gbps, lk.bandwidth_gbps_ba, lk.rtt_ms) for lk in s.links} <= measured
+        assert {d.nodes[0].accelerator for d in s.domains} <= set(PRICES)
+        assert LOADS[0] <= s.workload.load <= LOADS[1] and s.weights == template.weights
+    assert len({d.nodes[0].accelerator for s in drawn for d in s.domains}) == len(PRICES)
+
+
+def test_a_randomised_environment_draws_a_cluster_per_episode_in_fixed_spaces():
+    env = PlacementEnv({"scenario": "random", "seed": 5, "hours": 3.0, "max_decisions": 3})
+    seen = set()
+    for _ in range(4):
+        obs, _ = env.reset()
+        seen.add(tuple((d.nodes[0].accelerator, d.gpus) for d in env.scn.domains))
+        for agent, o in obs.items():
+            assert env.observation_spaces[agent].contains(o), agent
+    assert len(seen) == 4

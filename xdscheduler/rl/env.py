@@ -26,6 +26,7 @@ import gymnasium as gym
 import numpy as np
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 
+from xdscheduler.perception.graph import MAX_NODES
 from xdscheduler.planner.policies import DecisionQueue, PlannerPolicy
 from xdscheduler.rl.candidates import (
     LOWER_CHOICES,
@@ -37,6 +38,7 @@ from xdscheduler.rl.candidates import (
     observation_space,
     upper_observation,
 )
+from xdscheduler.rl.randomised import random_scenario
 from xdscheduler.rl.rollout import advantage
 from xdscheduler.scenario import Weights, default_scenario_path, load_scenario
 from xdscheduler.sim.domain import LocalDomains
@@ -46,6 +48,7 @@ from xdscheduler.sim.inputs import study_dynamics, study_jobs
 UPPER = "upper"
 TRAINING_SEEDS = 1000  # episode workloads are seeded from here up; studies use smaller seeds
 REWARDS = ("study", "decision")
+RANDOM = "random"  # the scenario config that draws a cluster per episode
 # Regrets are a few hundredths of R and PPO's updates want them near 1; a study reward is
 # already in units of one job's objective.
 REWARD_SCALE = {"study": 1.0, "decision": 10.0}
@@ -70,15 +73,19 @@ def sampled_weights(rng: np.random.Generator) -> Weights:
 
 
 class PlacementEnv(MultiAgentEnv):
-    """config: scenario (path), weights ({efficiency, utilization, cost}, or "sampled": drawn
-    afresh each episode, so one policy learns every weighting), reward (study or decision),
-    hours (workload per episode), warmup_hours, window_hours (simulated time the agents decide
-    in), max_decisions, seed."""
+    """config: scenario (a path, or "random": a cluster drawn afresh each episode, see
+    `rl/randomised.py`), weights ({efficiency, utilization, cost}, or "sampled": drawn afresh
+    each episode, so one policy learns every weighting), reward (study or decision), hours
+    (workload per episode), warmup_hours, window_hours (simulated time the agents decide in),
+    max_decisions, seed."""
 
     def __init__(self, config: dict | None = None):
         super().__init__()
         config = dict(config or {})
-        self.scn = load_scenario(config.get("scenario") or default_scenario_path())
+        self.randomised = config.get("scenario") == RANDOM
+        self.template = load_scenario(default_scenario_path() if self.randomised
+                                      else config.get("scenario") or default_scenario_path())
+        self.scn = self.template
         w = config.get("weights")
         self.sampled = w == "sampled"
         self.weights = Weights(**w) if w and not self.sampled else self.scn.weights
@@ -91,10 +98,13 @@ class PlacementEnv(MultiAgentEnv):
         self.rollout_hours = float(config.get("rollout_hours", 2.0))
         self.max_decisions = int(config.get("max_decisions", 12))
         self.rng = np.random.default_rng(config.get("seed", 0))
-        lowers = [lower_agent(d.name) for d in self.scn.domains]
+        # a random cluster's domains are d0, d1, ...: every lower agent one of them may have
+        names = ([f"d{i}" for i in range(MAX_NODES)] if self.randomised
+                 else [d.name for d in self.scn.domains])
+        lowers = [lower_agent(n) for n in names]
         self.possible_agents = [UPPER, *lowers]
         self.agents = list(self.possible_agents)
-        k = len(self.scn.domains)
+        k = len(names)
         self.observation_spaces = {UPPER: observation_space(UPPER_CHOICES, k)}
         self.observation_spaces.update({a: observation_space(LOWER_CHOICES, k) for a in lowers})
         self.action_spaces = {UPPER: gym.spaces.Discrete(UPPER_CHOICES)}
@@ -113,6 +123,8 @@ class PlacementEnv(MultiAgentEnv):
     def _start_episode(self, seed: int):
         if self.sampled:
             self.weights = sampled_weights(self.rng)
+        if self.randomised:
+            self.scn = random_scenario(self.rng, self.template)  # with the template's weights
         jobs = study_jobs(self.scn, self.hours, seed)
         dynamics = study_dynamics(self.scn, seed, self.hours)
         self.engine = Engine(self.scn, jobs, PlannerPolicy(self.weights), dynamics,
