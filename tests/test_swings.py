@@ -199,6 +199,26 @@ def test_a_move_across_the_wan_is_a_relocation_charged_for_its_pause_and_idle_ac
     assert block.relocations.transfer_s_max == pytest.approx(m.pause_s)
 
 
+def test_a_relocations_wan_bill_is_charged_as_time_of_the_accelerators_it_moves_to():
+    """A dollar of WAN weighs what a dollar of the target's accelerator time does: the same
+    move over a link of $0.05/GB is charged its bill over 32 H100 at $2/h more."""
+    def moved(price: float):
+        scn = two_domains()
+        scn = scn.model_copy(update={"links": [scn.links[0].model_copy(
+            update={"price_per_gb": price})]})
+        eng = engine(scn, Scripted(plan_on(1, 32), SLOW))
+        eng.run(until_s=1800.0)
+        (m,) = eng.results().relocations
+        return m
+
+    free, priced = moved(0.0), moved(0.05)
+    assert free.wan_cost == 0 and priced.wan_cost == pytest.approx(0.05 * priced.wan_gb)
+    per_s = 32 * 2.0 / 3600  # the target's accelerators, at the scenario's default price
+    assert priced.charge_s - free.charge_s == pytest.approx(priced.wan_cost / per_s)
+    view = engine(two_domains(), Scripted(plan_on(1, 32))).view
+    assert reconfig.wan_seconds(14.4, plan_on(1, 32), view) == pytest.approx(810.0)
+
+
 def test_a_relocation_through_the_checkpoint_redoes_what_was_trained_since(monkeypatch):
     real = reconfig.switch_charge
     monkeypatch.setattr(reconfig, "switch_charge",  # make the paused transfer never pay

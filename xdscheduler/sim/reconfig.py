@@ -233,6 +233,13 @@ def charge_s(finish_s: float, idle_gpu_s: float, gpus: int) -> float:
     return finish_s + idle_gpu_s / max(gpus, 1)
 
 
+def wan_seconds(wan_cost: float, placement: Placement, view: ClusterView) -> float:
+    """A move's WAN bill as seconds of the accelerators it moves to, at their prices: a dollar
+    of traffic weighs what a dollar of accelerator time does (0 where they cost nothing)."""
+    per_s = sum(n * view.domains[d].price_per_gpu_hour for d, n in placement.taken.items()) / 3600
+    return wan_cost / per_s if per_s > 0 else 0.0
+
+
 def gpu_seconds(finish_s: float, before_s: float, held: int, extra: int, extra_s: float,
                 gpus: int) -> float:
     """Accelerator-seconds a move takes until the job finishes `finish_s` from now: the `held`

@@ -247,6 +247,7 @@ class Replanning:
             return []
         held, gpus = base.total_gpus, p.total_gpus
         stay_s, stay_gpu_s = left / base_rate, held * left / base_rate
+        wan_s = reconfig.wan_seconds(cost.wan_cost, p, eng.view)  # its bill, in its time
 
         def move(how: Relocate, at_s: float, transfer_s: float, hold_s: float, pause_s: float,
                  charge: tuple[float, float], before_s: float, extra_s: float) -> Relocation:
@@ -254,7 +255,8 @@ class Replanning:
             `extra_s` of it with the target's new accelerators held."""
             finish, idle = charge
             return Relocation(r.name, cause, how, t, p, at_s, transfer_s, hold_s, pause_s,
-                              cost.wan_gb, cost.wan_cost, reconfig.charge_s(finish, idle, gpus),
+                              cost.wan_gb, cost.wan_cost,
+                              reconfig.charge_s(finish, idle, gpus) + wan_s,
                               stay_s, reconfig.gpu_seconds(finish, before_s, held, extra,
                                                            extra_s, gpus), stay_gpu_s)
 
