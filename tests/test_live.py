@@ -357,7 +357,9 @@ def test_two_jobs_train_one_inside_a_domain_one_across_two(cluster):
     assert "gpt-small" in table and "gpt-wide" in table
     placed = [e for e in json.loads(xds("logs", "gpt-wide", "--json", state=state))["events"]
               if e["event"] == "placed"]
-    assert placed and sorted(set(placed[0]["workers"])) == sorted(wide["domains"])
+    # its workers ran where it was last placed (the controller may move it once gpt-small's
+    # domain frees up, where the correction finds it would finish sooner)
+    assert placed and sorted(set(placed[-1]["workers"])) == sorted(wide["domains"])
     for name in ("gpt-small", "gpt-wide"):
         # a run's end is heard within seconds of its last step (1-2 s here): Ray Train's
         # placement-group cleaner, left to find a state API by itself, held every end 12 s
