@@ -142,9 +142,9 @@ def measured(compare_dir: str | None) -> pd.DataFrame | None:
     if not compare_dir:
         return None
     cells = pd.read_parquet(f"{compare_dir}/compare.parquet")
-    keys = ["scenario", "load", "seed"]
-    jct = cells.pivot_table(index=keys, columns="policy", values="mean_jct_s")
-    queue = cells.pivot_table(index=keys, columns="policy", values="mean_queue_s")
+    wide = cells.pivot_table(index=["scenario", "load", "seed"], columns="policy",
+                             values=["mean_jct_s", "mean_queue_s"])
+    jct, queue = wide["mean_jct_s"], wide["mean_queue_s"]
     if not {"planner", "planner-single-domain"} <= set(jct.columns):
         raise UserError(f"{compare_dir}: needs planner and planner-single-domain cells")
     base = jct["planner-single-domain"]

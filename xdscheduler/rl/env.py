@@ -26,7 +26,6 @@ import gymnasium as gym
 import numpy as np
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 
-from xdscheduler.perception.graph import MAX_NODES
 from xdscheduler.planner.policies import DecisionQueue, PlannerPolicy
 from xdscheduler.rl.candidates import (
     LOWER_CHOICES,
@@ -38,7 +37,7 @@ from xdscheduler.rl.candidates import (
     observation_space,
     upper_observation,
 )
-from xdscheduler.rl.randomised import random_scenario
+from xdscheduler.rl.randomised import NAMES, random_scenario
 from xdscheduler.rl.rollout import advantage
 from xdscheduler.scenario import Weights, default_scenario_path, load_scenario
 from xdscheduler.sim.domain import LocalDomains
@@ -82,9 +81,10 @@ class PlacementEnv(MultiAgentEnv):
     def __init__(self, config: dict | None = None):
         super().__init__()
         config = dict(config or {})
-        self.randomised = config.get("scenario") == RANDOM
-        self.template = load_scenario(default_scenario_path() if self.randomised
-                                      else config.get("scenario") or default_scenario_path())
+        path = config.get("scenario")
+        self.randomised = path == RANDOM
+        self.template = load_scenario(path if path and not self.randomised
+                                      else default_scenario_path())
         self.scn = self.template
         w = config.get("weights")
         self.sampled = w == "sampled"
@@ -98,9 +98,8 @@ class PlacementEnv(MultiAgentEnv):
         self.rollout_hours = float(config.get("rollout_hours", 2.0))
         self.max_decisions = int(config.get("max_decisions", 12))
         self.rng = np.random.default_rng(config.get("seed", 0))
-        # a random cluster's domains are d0, d1, ...: every lower agent one of them may have
-        names = ([f"d{i}" for i in range(MAX_NODES)] if self.randomised
-                 else [d.name for d in self.scn.domains])
+        # a random cluster's domains: every lower agent one of them may have
+        names = list(NAMES) if self.randomised else [d.name for d in self.scn.domains]
         lowers = [lower_agent(n) for n in names]
         self.possible_agents = [UPPER, *lowers]
         self.agents = list(self.possible_agents)

@@ -36,6 +36,7 @@ PRICES = {"H100-SXM": 2.0, "H800": 2.2, "A800": 1.4, "A100-80GB": 1.4, "H20": 1.
           "Ascend-910B": 1.2}
 NODES = (4, 8, 16, 32, 64)  # nodes of the class's own size (8 accelerators): 32 to 512
 LOADS = (0.5, 1.3)
+NAMES = tuple(f"d{i}" for i in range(MAX_NODES))  # a drawn cluster's domains, in order
 # The scenarios whose links are measurements, not assumptions.
 MEASURED = ("five_domains.yaml", "skyplane_six_regions.yaml")
 
@@ -55,7 +56,7 @@ def random_scenario(rng: np.random.Generator, template: Scenario) -> Scenario:
     for i in range(k):
         acc = classes[int(rng.integers(len(classes)))]
         domains.append(Domain(
-            name=f"d{i}", location=Location(region=f"random:{i}"),
+            name=NAMES[i], location=Location(region=f"random:{i}"),
             nodes=[NodeGroup(accelerator=acc, count=int(rng.choice(NODES)))],
             intra_domain_gbps=float(rng.choice((200.0, 400.0))), price_per_gpu_hour=PRICES[acc]))
     pool = measured_links()
