@@ -14,7 +14,7 @@ from xdscheduler.planner.policies import PlannerPolicy
 from xdscheduler.planner.space import SINGLE
 from xdscheduler.runtime.study import run_here
 from xdscheduler.scenario import parse_scenario
-from xdscheduler.sim import reconfig
+from xdscheduler.sim import reconfig, replanning
 from xdscheduler.sim.domain import LocalDomains
 from xdscheduler.sim.engine import Engine
 from xdscheduler.sim.inputs import study_dynamics, study_jobs
@@ -197,6 +197,21 @@ def test_a_move_across_the_wan_is_a_relocation_charged_for_its_pause_and_idle_ac
     block = reconfig.summary(eng.results().swings, moves=eng.results().relocations)
     assert block.count == 0 and block.relocations.switched == 1
     assert block.relocations.transfer_s_max == pytest.approx(m.pause_s)
+
+
+def test_a_relocation_is_made_only_when_it_beats_staying_by_more_than_the_models_error(
+        monkeypatch):
+    """The move from SLOW to west saves a share of the time staying takes; with the margin just
+    above that share the job stays, just below it the job moves."""
+    assert replanning.MOVE_MARGIN == 0.10
+    (m,) = run(plan_on(1, 32), start=SLOW).results().relocations
+    saved = 1 - m.charge_s / m.stay_s
+    assert saved > replanning.MOVE_MARGIN
+    monkeypatch.setattr(replanning, "MOVE_MARGIN", saved + 0.01)
+    eng = run(plan_on(1, 32), start=SLOW)
+    assert not eng.results().relocations and eng.runs[0].placement == SLOW
+    monkeypatch.setattr(replanning, "MOVE_MARGIN", saved - 0.01)
+    assert len(run(plan_on(1, 32), start=SLOW).results().relocations) == 1
 
 
 def test_a_relocations_wan_bill_is_charged_as_time_of_the_accelerators_it_moves_to():
