@@ -319,6 +319,46 @@ def test_jobs_one_domain_holds_go_before_giants_and_a_giant_takes_its_minimum_wh
     assert alone.total_gpus == 32 and first.job == "giant" and first.total_gpus == 24
 
 
+def test_a_jobs_cost_weight_grows_with_its_work_over_the_typical_jobs_worked_by_hand():
+    from xdscheduler.planner.objective import TypicalWork, study_weights
+
+    small = eight_b(gpus_min=4, gpus_max=4)  # 8B, 1e10 tokens
+    work = small.tokens * small.flops_per_token
+    seen, weights = TypicalWork(), Weights(efficiency=1.0, utilization=0.3, cost=0.3)
+    assert study_weights(weights, small, seen) is weights  # nothing seen yet
+    seen.record([replace(small, name="a"), replace(small, name="b", tokens=3 * small.tokens)])
+    seen.record([replace(small, name="a", tokens=9e12)])  # a job's work is taken once
+    assert seen.mean == pytest.approx(2 * work)
+    big = replace(small, name="big", tokens=8 * small.tokens)  # 4 typical jobs' work
+    assert study_weights(weights, big, seen).cost == pytest.approx(0.3 * 4)
+    assert study_weights(weights, big, seen).efficiency == 1.0
+    assert study_weights(weights, small, seen) is weights  # less work: never below its own
+    assert study_weights(weights, replace(big, tokens=0.0), seen) is weights  # work unknown
+
+
+def test_a_giant_with_more_work_than_the_typical_job_pays_for_its_traffic_as_the_study_does():
+    """48 + 112 A100 over 100 Gbit/s at $0.02/GB: a 70B giant alone takes a pipeline that sends
+    137 GB a step (~$156/h, R's cost against its own accelerators' bill); among jobs of less
+    work its bill weighs against a typical job's, and DiLoCo (2.8 GB a step) wins."""
+    from xdscheduler.planner.policies import PlannerPolicy
+
+    view = ClusterView.from_scenario(parse_scenario({
+        "name": "a100s", "domains": [
+            {"name": n, "location": {"city": n}, "intra_domain_gbps": 400,
+             "nodes": [{"accelerator": "A100-80GB", "count": c}]}
+            for n, c in (("east", 6), ("west", 14))],
+        "links": [{"a": "east", "b": "west", "bandwidth_gbps": 100, "rtt_ms": 100,
+                   "price_per_gb": 0.02}]}))
+    giant = JobSpec("giant", catalog.model("llama2-70b"), 1024, 4096, 128, 512, tokens=5e9)
+    alone, among = PlannerPolicy(Weights()), PlannerPolicy(Weights())
+    (p,) = alone.decide([giant], view, 0.0)
+    among.seen.record([eight_b(gpus_min=8, gpus_max=8)])
+    (q,) = among.decide([giant], view, 0.0)
+    assert p.kind == "pipeline" and p.estimate.cross_domain_gb_per_step > 100
+    assert q.kind == "data" and q.plan.diloco_h > 0
+    assert q.objective.wan_cost_per_hour < p.objective.wan_cost_per_hour / 20
+
+
 # ------------------------------------------------------------------ any number of domains
 
 

@@ -3,17 +3,22 @@
 efficiency:  the job's throughput over the best throughput any candidate reaches now (0-1);
 utilisation: model FLOP/s over the rated peak of the accelerators the plan holds (MFU, 0-1);
 cost:        WAN traffic cost per hour over the hourly price of those accelerators.
+
+In a study R's cost term is the whole WAN bill over the whole accelerator bill, and its
+efficiency a mean over jobs: a job's traffic weighs there against a typical job's accelerator
+bill, not its own. `study_weights` scales a job's cost weight by its work over a typical job's
+(`TypicalWork`), so a long job spread over domains pays for its traffic as the study counts it.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from xdscheduler.scenario import Weights
 
-__all__ = ["Objective", "Weights", "pareto_mask", "score"]
+__all__ = ["Objective", "TypicalWork", "Weights", "pareto_mask", "score", "study_weights"]
 
 
 @dataclass(frozen=True)
@@ -55,3 +60,32 @@ def pareto_mask(throughput: np.ndarray, utilization: np.ndarray, cost: np.ndarra
     ge = (t <= t.T) & (u <= u.T) & (c >= c.T)
     gt = (t < t.T) | (u < u.T) | (c > c.T)
     return ~(ge & gt).any(axis=1)
+
+
+@dataclass
+class TypicalWork:
+    """The mean work (model FLOPs to train) of the jobs a policy has seen."""
+
+    work: dict[str, float] = field(default_factory=dict)  # job -> its FLOPs
+
+    def record(self, jobs) -> None:
+        for job in jobs:
+            if job.tokens > 0:
+                self.work.setdefault(job.name, job.tokens * job.flops_per_token)
+
+    @property
+    def mean(self) -> float | None:
+        return sum(self.work.values()) / len(self.work) if self.work else None
+
+
+def study_weights(weights: Weights, job, typical: TypicalWork) -> Weights:
+    """R's weights for deciding `job` as the study's R counts it. Its cost term there is the
+    job's WAN bill over the cluster's accelerator bill, that is, per job, over a typical job's:
+    the job's own ratio times its work over a typical job's. Never below its own ratio (a plan
+    pays for its traffic at least as the job alone would), so only jobs with more work than
+    the typical one weigh their traffic more."""
+    mean = typical.mean
+    if not mean or job.tokens <= 0:
+        return weights
+    scale = job.tokens * job.flops_per_token / mean
+    return weights.model_copy(update={"cost": weights.cost * scale}) if scale > 1 else weights

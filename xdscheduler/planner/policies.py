@@ -21,6 +21,7 @@ from xdscheduler.planner.baselines import (
     GangSingleDomain,
     GreedyCrossDomain,
 )
+from xdscheduler.planner.objective import TypicalWork, study_weights
 from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.policy import Policy
 from xdscheduler.planner.search import (
@@ -80,8 +81,10 @@ class PlannerPolicy:
     # nearly all of the best plans and halve the candidates.
     options: SearchOptions = ONLINE
     queue: DecisionQueue = field(default_factory=DecisionQueue)
+    seen: TypicalWork = field(default_factory=TypicalWork)  # weighs a job's WAN bill in R
 
     def decide(self, queue: list[JobSpec], view: ClusterView, now_s: float) -> list[Placement]:
+        self.seen.record(queue)
         return queue_pass(queue, view, now_s, self._best, self.queue,
                           giants=not self.single_domain)
 
@@ -124,13 +127,14 @@ class PlannerPolicy:
             return None
         start = time.perf_counter()
         options = search_options(job, view, self.options)
-        ev = evaluate_space(job, view, self.weights, options)
-        i = planner_pick(ev, job, view, self.weights, options, modest)
+        weights = study_weights(self.weights, job, self.seen)
+        ev = evaluate_space(job, view, weights, options)
+        i = planner_pick(ev, job, view, weights, options, modest)
         if i is None:
             return None
         p = placement_at(ev, i, view, job)
         runner = runner_up(ev, i, view, job)
-        why = explain(job, p, runner, self.weights)["summary"]
+        why = explain(job, p, runner, weights)["summary"]
         # a giant stays preemptible when re-planned or grown
         return replace(p, explanation=why, decision_ms=(time.perf_counter() - start) * 1000,
                        preemptible=is_giant(job, view))

@@ -264,6 +264,7 @@ class PPOPolicy:
             verdict = self.decide_one(job, seen, len(queue), now_s)
             return verdict.placement if verdict is not None else None
 
+        self.planner.seen.record(queue)  # its re-plans weigh WAN bills as the planner's do
         return queue_pass(queue, view, now_s, place, self.queue)
 
     def replan(self, job: JobSpec, current: Placement, view: ClusterView) -> Placement | None:
