@@ -43,13 +43,14 @@ def test_a_killed_domain_actor_is_replaced_and_its_jobs_re_placed_within_10_s(ra
     status = ray.get(controller.advance.remote(3600 + 600))  # two report rounds
     elapsed = time.monotonic() - start
     res = ray.get(controller.results.remote())
-    assert 3600 < res.down[name] <= 3600 + 300  # seen down at the first round after the kill
-    assert name not in status["down"]  # the replacement reports
+    # seen down at the first round after the kill
+    assert 3600 < res.down[name] <= 3600 + 300, res.down
+    assert name not in status["down"], status["down"]  # the replacement reports
     runs = {r.spec.name: r for r in res.jobs}
     for job in held[victim]:
         r = runs[job]
-        assert r.requeues == 1 and (r.running or r.end_s is not None), job  # re-placed
-    assert elapsed <= 10.0
+        assert r.requeues == 1 and (r.running or r.end_s is not None), (job, r.requeues)
+    assert elapsed <= 10.0, elapsed
     new = ray.get(controller.domain_actors.remote())[victim]
     assert new != actors[victim] and ray.get(new.ping.remote())
     ray.get(controller.advance.remote(HOURS * 3600 * 4))
