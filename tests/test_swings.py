@@ -12,6 +12,7 @@ from xdscheduler.network.dynamics import Dynamics, base_matrices
 from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.policies import PlannerPolicy
 from xdscheduler.planner.space import SINGLE
+from xdscheduler.planner.view import ClusterView
 from xdscheduler.runtime.study import run_here
 from xdscheduler.scenario import parse_scenario
 from xdscheduler.sim import reconfig, replanning
@@ -230,7 +231,7 @@ def test_a_relocations_wan_bill_is_charged_as_time_of_the_accelerators_it_moves_
     assert free.wan_cost == 0 and priced.wan_cost == pytest.approx(0.05 * priced.wan_gb)
     per_s = 32 * 2.0 / 3600  # the target's accelerators, at the scenario's default price
     assert priced.charge_s - free.charge_s == pytest.approx(priced.wan_cost / per_s)
-    view = engine(two_domains(), Scripted(plan_on(1, 32))).view
+    view = ClusterView.from_scenario(two_domains())
     assert reconfig.wan_seconds(14.4, plan_on(1, 32), view) == pytest.approx(810.0)
 
 

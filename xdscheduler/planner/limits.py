@@ -39,11 +39,16 @@ def cost_per_hour(ev: Evaluated, view: ClusterView) -> np.ndarray:
     return gpu + ev.terms["wan_cost_per_hour"]
 
 
+def accelerator_cost_per_hour(p: Placement, view: ClusterView) -> float:
+    """Dollars per hour of one placement's accelerators, at their domains' prices."""
+    return sum(g * view.domains[d].price_per_gpu_hour for d, g in zip(p.domains, p.gpus,
+                                                                       strict=True))
+
+
 def placement_cost_per_hour(p: Placement, view: ClusterView) -> float:
     """Dollars per hour of one placement: its accelerators and its WAN traffic."""
-    gpus = sum(g * view.domains[d].price_per_gpu_hour for d, g in zip(p.domains, p.gpus,
-                                                                        strict=True))
-    return gpus + (p.objective.wan_cost_per_hour if p.objective else 0.0)
+    return accelerator_cost_per_hour(p, view) + (p.objective.wan_cost_per_hour
+                                                 if p.objective else 0.0)
 
 
 def ranked(ev: Evaluated, view: ClusterView, limits: Limits) -> np.ndarray:

@@ -66,16 +66,18 @@ def pareto_mask(throughput: np.ndarray, utilization: np.ndarray, cost: np.ndarra
 class TypicalWork:
     """The mean work (model FLOPs to train) of the jobs a policy has seen."""
 
-    work: dict[str, float] = field(default_factory=dict)  # job -> its FLOPs
+    seen: set[str] = field(default_factory=set)
+    total: float = 0.0  # their FLOPs together: the mean is asked for at every decision
 
     def record(self, jobs) -> None:
         for job in jobs:
-            if job.tokens > 0:
-                self.work.setdefault(job.name, job.tokens * job.flops_per_token)
+            if job.tokens > 0 and job.name not in self.seen:
+                self.seen.add(job.name)
+                self.total += job.work_flops
 
     @property
     def mean(self) -> float | None:
-        return sum(self.work.values()) / len(self.work) if self.work else None
+        return self.total / len(self.seen) if self.seen else None
 
 
 def study_weights(weights: Weights, job, typical: TypicalWork) -> Weights:
@@ -87,5 +89,5 @@ def study_weights(weights: Weights, job, typical: TypicalWork) -> Weights:
     mean = typical.mean
     if not mean or job.tokens <= 0:
         return weights
-    scale = job.tokens * job.flops_per_token / mean
+    scale = job.work_flops / mean
     return weights.model_copy(update={"cost": weights.cost * scale}) if scale > 1 else weights

@@ -62,6 +62,11 @@ class JobSpec:
         return model_flops_per_step(self.arch, 1, self.seq) / self.seq
 
     @property
+    def work_flops(self) -> float:
+        """Model FLOPs to train in all (0 where its tokens are unknown)."""
+        return self.tokens * self.flops_per_token
+
+    @property
     def shape_key(self) -> tuple:
         """What plans depend on: jobs equal here have the same plan space."""
         return (self.arch, self.global_batch, self.seq, self.gpus_min, self.gpus_max)

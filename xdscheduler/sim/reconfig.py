@@ -95,6 +95,7 @@ import numpy as np
 
 from xdscheduler.costmodel.constants import DEFAULT as CALIB
 from xdscheduler.faults.checkpointing import CHECKPOINT_BYTES_PER_PARAM
+from xdscheduler.planner.limits import accelerator_cost_per_hour
 from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.space import PIPELINE
 from xdscheduler.planner.view import ClusterView
@@ -236,7 +237,7 @@ def charge_s(finish_s: float, idle_gpu_s: float, gpus: int) -> float:
 def wan_seconds(wan_cost: float, placement: Placement, view: ClusterView) -> float:
     """A move's WAN bill as seconds of the accelerators it moves to, at their prices: a dollar
     of traffic weighs what a dollar of accelerator time does (0 where they cost nothing)."""
-    per_s = sum(n * view.domains[d].price_per_gpu_hour for d, n in placement.taken.items()) / 3600
+    per_s = accelerator_cost_per_hour(placement, view) / 3600
     return wan_cost / per_s if per_s > 0 else 0.0
 
 
