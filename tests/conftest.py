@@ -86,6 +86,29 @@ def small_scenario(hours_of_jobs: bool = True):
     return parse_scenario(doc)
 
 
+def giant_among_smaller_jobs():
+    """48 + 112 A100 over 100 Gbit/s at $0.02/GB; a 70B giant, and a job of less work (8B).
+    Alone, the giant's best plan by R is a pipeline that sends 137 GB a step (~$156/h, R's cost
+    against its own accelerators' bill); among jobs of less work its WAN bill weighs against a
+    typical job's (`study_weights`), and DiLoCo (2.8 GB a step) wins."""
+    from xdscheduler import catalog
+    from xdscheduler.planner.search import JobSpec
+    from xdscheduler.planner.view import ClusterView
+    from xdscheduler.scenario import parse_scenario
+
+    view = ClusterView.from_scenario(parse_scenario({
+        "name": "a100s", "domains": [
+            {"name": n, "location": {"city": n}, "intra_domain_gbps": 400,
+             "nodes": [{"accelerator": "A100-80GB", "count": c}]}
+            for n, c in (("east", 6), ("west", 14))],
+        "links": [{"a": "east", "b": "west", "bandwidth_gbps": 100, "rtt_ms": 100,
+                   "price_per_gb": 0.02}]}))
+    giant = JobSpec("giant", catalog.model("llama2-70b"), 1024, 4096, 128, 512, tokens=5e9)
+    arch = catalog.model("llama3-8b")
+    small = JobSpec("small", arch, 512, arch.seq_len, 8, 8, tokens=1e10)
+    return view, giant, small
+
+
 def with_flags(argv: list[str], change: list[str]) -> list[str]:
     """`argv` with each `--flag value` pair of `change` set: replaced where present, else added."""
     argv = list(argv)

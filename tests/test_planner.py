@@ -4,7 +4,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tests.conftest import SCENARIOS
+from tests.conftest import SCENARIOS, giant_among_smaller_jobs
 from xdscheduler import catalog
 from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch, Stack, WanUse
 from xdscheduler.costmodel.steptime import estimate
@@ -337,22 +337,12 @@ def test_a_jobs_cost_weight_grows_with_its_work_over_the_typical_jobs_worked_by_
 
 
 def test_a_giant_with_more_work_than_the_typical_job_pays_for_its_traffic_as_the_study_does():
-    """48 + 112 A100 over 100 Gbit/s at $0.02/GB: a 70B giant alone takes a pipeline that sends
-    137 GB a step (~$156/h, R's cost against its own accelerators' bill); among jobs of less
-    work its bill weighs against a typical job's, and DiLoCo (2.8 GB a step) wins."""
     from xdscheduler.planner.policies import PlannerPolicy
 
-    view = ClusterView.from_scenario(parse_scenario({
-        "name": "a100s", "domains": [
-            {"name": n, "location": {"city": n}, "intra_domain_gbps": 400,
-             "nodes": [{"accelerator": "A100-80GB", "count": c}]}
-            for n, c in (("east", 6), ("west", 14))],
-        "links": [{"a": "east", "b": "west", "bandwidth_gbps": 100, "rtt_ms": 100,
-                   "price_per_gb": 0.02}]}))
-    giant = JobSpec("giant", catalog.model("llama2-70b"), 1024, 4096, 128, 512, tokens=5e9)
+    view, giant, small = giant_among_smaller_jobs()
     alone, among = PlannerPolicy(Weights()), PlannerPolicy(Weights())
     (p,) = alone.decide([giant], view, 0.0)
-    among.seen.record([eight_b(gpus_min=8, gpus_max=8)])
+    among.seen.record([small])
     (q,) = among.decide([giant], view, 0.0)
     assert p.kind == "pipeline" and p.estimate.cross_domain_gb_per_step > 100
     assert q.kind == "data" and q.plan.diloco_h > 0

@@ -31,7 +31,7 @@ from xdscheduler.sim.domain import LocalDomains, accepted
 from xdscheduler.sim.inputs import study_dynamics, study_jobs
 from xdscheduler.sim.metrics import ideal_rates
 
-from .conftest import small_scenario
+from .conftest import giant_among_smaller_jobs, small_scenario
 
 
 @pytest.fixture(scope="module")
@@ -269,6 +269,20 @@ def test_the_shipped_policy_decides_on_any_number_of_domains(k):
     for p in placed:
         assert all(0 <= d < k for d in p.domains) and p.total_gpus >= 8
         assert all(n <= view.domains[d].free_gpus for d, n in p.taken.items())
+
+
+def test_the_agents_weigh_a_giants_wan_bill_as_the_planner_does():
+    """The agents choose among the plans the planner's search weighs with the job's study
+    weights: the giant that alone takes a pipeline sending 137 GB a step trains with DiLoCo
+    once the policy has seen a job of less work (the shipped agents took the pipeline
+    either way when they weighed every job with the scenario's weights)."""
+    view, giant, small = giant_among_smaller_jobs()
+    alone, among = local_policy(Weights()), local_policy(Weights())
+    among.planner.seen.record([small])
+    (p,), (q,) = alone.decide([giant], view, 0.0), among.decide([giant], view, 0.0)
+    assert p.kind == "pipeline" and p.estimate.cross_domain_gb_per_step > 100
+    assert q.kind == "data" and q.plan.diloco_h > 0
+    assert q.objective.wan_cost_per_hour < p.objective.wan_cost_per_hour / 20
 
 
 def test_a_random_training_cluster_is_a_valid_scenario_of_measured_links():

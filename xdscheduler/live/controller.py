@@ -190,8 +190,8 @@ def live_policy(state: ClusterState, weights, opts: SearchOptions, stepper=None)
     from xdscheduler.serving.client import PolicyClient
 
     stepper = stepper or PolicyClient(state.api, state.api_token)
-    policy = PPOPolicy(weights, lambda job, view, queued, now: decide(
-        stepper, weights, job, view, queued, now, opts))
+    policy = PPOPolicy(weights, lambda job, view, queued, now, job_weights: decide(
+        stepper, job_weights, job, view, queued, now, opts))
     policy.planner = PlannerPolicy(weights, "planner", opts)  # it re-plans in the same space
     return policy
 

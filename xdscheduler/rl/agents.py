@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from xdscheduler.errors import UserError
+from xdscheduler.planner.objective import study_weights
 from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.policies import DecisionQueue, PlannerPolicy, is_giant, queue_pass
 from xdscheduler.planner.search import JobSpec, describe
@@ -124,8 +125,9 @@ class Agents:
         return int(members[b if b < len(members) else 0])
 
     def decide(self, job: JobSpec, view: ClusterView, queue_len: int = 1,
-               now_s: float = 0.0) -> AgentDecision | None:
-        return decide(self, self.weights, job, view, queue_len, now_s)
+               now_s: float = 0.0, weights: Weights | None = None) -> AgentDecision | None:
+        return decide(self, self.weights if weights is None else weights, job, view, queue_len,
+                      now_s)
 
 
 def decide(stepper, weights: Weights, job: JobSpec, view: ClusterView,
@@ -245,10 +247,11 @@ def contrast(options: dict[int, dict], chosen: int, runner: int | None,
 class PPOPolicy:
     """The `ppo` policy of a study: the agents place queued jobs (in this process, or behind
     the Serve endpoint when `decide_one` calls it); running jobs are re-planned on triggers by
-    the planner's search."""
+    the planner's search. Each job's choices are weighed as the planner weighs them: its WAN
+    bill as the study counts it (`study_weights`)."""
 
     weights: Weights
-    decide_one: Callable[[JobSpec, ClusterView, int, float], AgentDecision | None]
+    decide_one: Callable[[JobSpec, ClusterView, int, float, Weights], AgentDecision | None]
     name: str = "ppo"
     single_domain = False
 
@@ -261,10 +264,11 @@ class PPOPolicy:
         def place(job: JobSpec, seen: ClusterView, modest: bool) -> Placement | None:
             if modest and is_giant(job, seen):  # a giant, others waiting:
                 job = replace(job, gpus_max=job.gpus_min)  # at its minimum, as the planner's
-            verdict = self.decide_one(job, seen, len(queue), now_s)
+            weights = study_weights(self.weights, job, self.planner.seen)
+            verdict = self.decide_one(job, seen, len(queue), now_s, weights)
             return verdict.placement if verdict is not None else None
 
-        self.planner.seen.record(queue)  # its re-plans weigh WAN bills as the planner's do
+        self.planner.seen.record(queue)
         return queue_pass(queue, view, now_s, place, self.queue)
 
     def replan(self, job: JobSpec, current: Placement, view: ClusterView) -> Placement | None:

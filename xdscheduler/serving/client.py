@@ -100,8 +100,8 @@ class ForecastClient:
 def served_policy(weights: Weights, url: str, token: str | None = None) -> PPOPolicy:
     """The `ppo` policy with the agents' steps taken by the endpoint at `url`."""
     client = PolicyClient(url, token)
-    return PPOPolicy(weights, lambda job, view, q, now: decide(client, weights, job, view, q,
-                                                               now))
+    return PPOPolicy(weights, lambda job, view, q, now, job_weights: decide(
+        client, job_weights, job, view, q, now))
 
 
 # The registry's entries from this layer, used when a policy is to decide through `serve_url`.
