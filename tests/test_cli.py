@@ -141,6 +141,29 @@ def test_version(capsys):
     assert capsys.readouterr().out.startswith("xds ")
 
 
+def command_paths(parser, path=()):
+    """Every command and sub-command of `parser`, as the words a user types."""
+    import argparse
+
+    yield path
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from command_paths(sub, (*path, name))
+
+
+def test_every_commands_help_prints(capsys):
+    """argparse formats each help text with %: a bare % in one ("95% CIs") made `xds --help`
+    end in a traceback."""
+    from xdscheduler.cli import build_parser
+
+    paths = list(command_paths(build_parser()))
+    assert len(paths) > 20
+    for path in paths:
+        assert main([*path, "--help"]) == 0, path
+        assert capsys.readouterr().out.startswith("usage: xds"), path
+
+
 @pytest.mark.parametrize("argv, hint", [
     (["run", "--local", "--policies", "planer"], "did you mean 'planner'?"),
     (["index", "--model", "lama2-7b"], "did you mean 'llama2-7b'?"),

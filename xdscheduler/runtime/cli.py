@@ -25,7 +25,7 @@ DEFAULT_BASELINE = "planner-single-domain"  # the strongest single-domain schedu
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "compare",
-        help="policies over a grid of scenarios × loads × seeds, means with 95% CIs",
+        help="policies over a grid of scenarios × loads × seeds, means with 95%% CIs",
         description="Run every policy over scenarios × offered loads × seeds, each cell a study "
         "(a Ray task, or in this process with --local), and write the means with 95% "
         "confidence intervals, the changes against a baseline paired by seed, and plots.",
