@@ -122,12 +122,16 @@ class PlannerPolicy:
         return replace(best, keep_off=current.keep_off) if best is not None else None
 
 
+    def job_weights(self, job: JobSpec) -> Weights:
+        """R's weights for deciding `job`: its WAN bill weighed as the study counts it."""
+        return study_weights(self.weights, job, self.seen)
+
     def _best(self, job: JobSpec, view: ClusterView, modest: bool = False) -> Placement | None:
         if sum(d.available for d in view.domains) < job.gpus_min:
             return None
         start = time.perf_counter()
         options = search_options(job, view, self.options)
-        weights = study_weights(self.weights, job, self.seen)
+        weights = self.job_weights(job)
         ev = evaluate_space(job, view, weights, options)
         i = planner_pick(ev, job, view, weights, options, modest)
         if i is None:

@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 
 from xdscheduler.errors import UserError
-from xdscheduler.planner.objective import study_weights
 from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.policies import DecisionQueue, PlannerPolicy, is_giant, queue_pass
 from xdscheduler.planner.search import JobSpec, describe
@@ -248,7 +247,7 @@ class PPOPolicy:
     """The `ppo` policy of a study: the agents place queued jobs (in this process, or behind
     the Serve endpoint when `decide_one` calls it); running jobs are re-planned on triggers by
     the planner's search. Each job's choices are weighed as the planner weighs them: its WAN
-    bill as the study counts it (`study_weights`)."""
+    bill as the study counts it (`PlannerPolicy.job_weights`)."""
 
     weights: Weights
     decide_one: Callable[[JobSpec, ClusterView, int, float, Weights], AgentDecision | None]
@@ -264,8 +263,7 @@ class PPOPolicy:
         def place(job: JobSpec, seen: ClusterView, modest: bool) -> Placement | None:
             if modest and is_giant(job, seen):  # a giant, others waiting:
                 job = replace(job, gpus_max=job.gpus_min)  # at its minimum, as the planner's
-            weights = study_weights(self.weights, job, self.planner.seen)
-            verdict = self.decide_one(job, seen, len(queue), now_s, weights)
+            verdict = self.decide_one(job, seen, len(queue), now_s, self.planner.job_weights(job))
             return verdict.placement if verdict is not None else None
 
         self.planner.seen.record(queue)
