@@ -60,6 +60,31 @@ def test_a_killed_domain_actor_is_replaced_and_its_jobs_re_placed_within_10_s(ra
     ray.kill(controller)
 
 
+def test_a_job_placed_on_a_domain_actor_that_just_died_waits_for_the_next_report(ray_session):
+    """Between a domain actor's death and the next report round the engine may still place or
+    restore a job there: the call is dropped (it used to end the controller with the actor's
+    error, which made the test above fail now and then), and the round finds the domain down
+    and replaces its actor."""
+    from ray.exceptions import RayActorError
+
+    from xdscheduler.runtime.gateway import ActorDomains
+
+    scn = small_scenario()
+    domains = ActorDomains(scn, study_dynamics(scn, 2, HOURS))
+    dead = domains.actors[0]
+    ray_session.kill(dead)
+    with pytest.raises(RayActorError):  # dead before the calls below
+        ray_session.get(dead.report.remote(0.0))
+    domains.apply("job", {0: 4, 1: 4}, 10.0)
+    domains.restore("job", {0: 4})
+    domains.release("job")
+    reports = domains.reports(20.0)
+    assert reports[0] is None and reports[1] is not None and domains.replaced[0] == 1
+    assert domains.reports(30.0)[0] is not None  # its new actor reports
+    for actor in domains.actors:
+        ray_session.kill(actor)
+
+
 def test_real_time_mode_runs_one_simulated_second_per_second(ray_session):
     ray = ray_session
     from xdscheduler.runtime.controller import Controller

@@ -68,15 +68,22 @@ class ActorDomains:
         (self.outage.discard if healthy else self.outage.add)(index)
 
     def apply(self, job: str, gpus: dict[int, int], now_s: float) -> None:
-        ray.get([self.actors[i].apply.remote(job, n, now_s) for i, n in gpus.items()
-                 if self.alive[i]])
+        self._settle([self.actors[i].apply.remote(job, n, now_s) for i, n in gpus.items()
+                      if self.alive[i]])
 
     def restore(self, job: str, gpus: dict[int, int]) -> None:
-        ray.get([self.actors[i].restore.remote(job, n) for i, n in gpus.items()
-                 if self.alive[i]])
+        self._settle([self.actors[i].restore.remote(job, n) for i, n in gpus.items()
+                      if self.alive[i]])
 
     def release(self, job: str) -> None:
-        refs = [a.release.remote(job) for a, up in zip(self.actors, self.alive, strict=True) if up]
+        self._settle([a.release.remote(job) for a, up in zip(self.actors, self.alive, strict=True)
+                      if up], self.timeout_s)
+
+    @staticmethod
+    def _settle(refs: list, timeout_s: float | None = None) -> None:
+        """Wait for every call. One to an actor that died since the last report round is
+        dropped: that round finds the domain down, and the jobs on it (this one too) resume
+        from their checkpoints; a dead domain holds nothing any more."""
         for ref in refs:
             with contextlib.suppress(RayActorError, GetTimeoutError):
-                ray.get(ref, timeout=self.timeout_s)  # a dead domain holds nothing any more
+                ray.get(ref, timeout=timeout_s)
