@@ -73,6 +73,13 @@ class Placement:
         return self.estimate.objective if self.estimate is not None else None
 
     @property
+    def estimated(self) -> Estimate:
+        """The estimate of a placement the search made (the search's always carry one)."""
+        if self.estimate is None:
+            raise ValueError(f"the placement of {self.job} carries no estimate")
+        return self.estimate
+
+    @property
     def total_gpus(self) -> int:
         return sum(self.gpus)
 

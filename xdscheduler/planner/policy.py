@@ -10,8 +10,13 @@ from xdscheduler.planner.view import ClusterView
 
 
 class Policy(Protocol):
-    name: str
-    single_domain: bool  # never places a job across domains
+    @property
+    def name(self) -> str:
+        """The policy's name in reports."""
+
+    @property
+    def single_domain(self) -> bool:
+        """True for a policy that never places a job across domains."""
 
     def decide(self, queue: list[JobSpec], view: ClusterView, now_s: float) -> list[Placement]:
         """Placements for jobs of the queue that should start now."""

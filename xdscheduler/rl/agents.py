@@ -169,8 +169,9 @@ def _alternatives(ch: Choices, chosen: int) -> list[dict]:
     out = []
     for i in [*others, *(int(i) for i in mine if i != chosen)][:LOWER_CHOICES]:
         c = ch.candidate(i)
+        assert c.objective is not None  # the search scores every candidate
         out.append({"summary": describe(c), "gpus_per_domain": c.gpus_per_domain,
-                    "predicted_step_time_s": c.estimate.step_time_s,
+                    "predicted_step_time_s": c.estimated.step_time_s,
                     "objective": c.objective.as_dict()})
     return out
 
@@ -204,7 +205,7 @@ def option(ch: Choices, i: int, group: int | None = None) -> dict:
     return {"summary": f"{c.kind} on {_where(c)} (TP {p.tp} PP {p.pp} DP {p.dp}){keep}",
             "terms": {**{k: getattr(c.objective, k) for k in TERMS},
                       "job_efficiency": float(ch.job_efficiency(i)),
-                      "step_time_s": c.estimate.step_time_s}}
+                      "step_time_s": c.estimated.step_time_s}}
 
 
 WAIT_OPTION = {"summary": "wait for accelerators to free",

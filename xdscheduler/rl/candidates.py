@@ -101,7 +101,7 @@ def choices(job: JobSpec, view: ClusterView, weights: Weights, now_s: float = 0.
     opts = search_options(job, view, opts)  # the planner's rule on crossing domains
     ev = evaluate_space(job, view, weights, opts)
     pick = planner_pick(ev, job, view, weights, opts)
-    if pick is None:
+    if ev is None or pick is None:
         return None  # nothing fits, or the planner would not place it now either
     slots = ev.placements.domains[ev.place]
     alloc = np.zeros((len(ev.place), len(view.domains)), dtype=np.int64)
@@ -114,7 +114,9 @@ def choices(job: JobSpec, view: ClusterView, weights: Weights, now_s: float = 0.
     # the planner's; of choices equal on every objective term only the first is offered: they
     # are the same to the objective, and an arbitrary pick among them is noise.
     order = np.argsort(-ev.terms["objective"], kind="stable")
-    seen, groups, keep_off = set(), [], []
+    seen: set[tuple] = set()
+    groups: list[np.ndarray] = []
+    keep_off: list[tuple[int, ...]] = []
     for i, off in _offered(job, view, alloc, order, pick):
         key = (_terms_key(ev, i), off)
         if key in seen or (int(group_of[i]), off) in seen:

@@ -27,7 +27,7 @@ def cmd_train(args) -> None:
     with quiet:
         trials = train(cfg, out, samples=args.samples, iterations=args.iterations,
                        init=args.init, verbose=0 if args.json else 1)
-    summary = {"trials": trials}
+    summary: dict = {"trials": trials}
     if args.samples > 1:
         from xdscheduler.rl.pareto import sweep_report
 

@@ -22,6 +22,8 @@ Episodes start after a random warm-up run by the planner, so the agents see load
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import gymnasium as gym
 import numpy as np
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
@@ -57,7 +59,7 @@ def lower_agent(domain: str) -> str:
     return f"lower_{domain}"
 
 
-def module_of(agent_id: str, *args, **kwargs) -> str:
+def module_of(agent_id: Hashable, *args, **kwargs) -> str:
     """Policy mapping: one upper module; every domain's lower agent shares one module."""
     return UPPER if agent_id == UPPER else "lower"
 
@@ -176,8 +178,14 @@ class PlacementEnv(MultiAgentEnv):
         (agent, action), = action_dict.items()
         return self._lower(agent, int(action))
 
+    @property
+    def offered(self) -> Choices:
+        """The choices of the decision under way (set before any agent is asked)."""
+        assert self.current is not None, "no decision under way"
+        return self.current
+
     def _upper(self, action: int):
-        ch = self.current
+        ch = self.offered
         if action == WAIT or action >= len(ch.groups):
             reward = self._reward(None)
             self.queue.did_not_fit(self.run.spec, self.engine.view)  # until something frees
@@ -186,14 +194,14 @@ class PlacementEnv(MultiAgentEnv):
 
     def _lower_turn(self, group: int) -> dict:
         """The observation of the lower agent of allocation `group`'s lead domain."""
-        ch = self.current
+        ch = self.offered
         self.group = group
         agent = lower_agent(self.engine.names[int(np.argmax(ch.alloc[ch.best(group)]))])
         return {agent: self._remember(agent, lower_observation(ch, group,
                                                                len(self.engine.queue)))}
 
     def _lower(self, agent: str, action: int):
-        ch, g = self.current, self.group
+        ch, g = self.offered, self.group
         members = ch.groups[g]
         i = int(members[action if action < len(members) else 0])
         if self.reward == "study":  # the allocation's worth; the plan's, inside it
@@ -207,7 +215,7 @@ class PlacementEnv(MultiAgentEnv):
 
     def _reward(self, placed: int | None, group: int = 0) -> float:
         """The reward of placing candidate `placed` of allocation `group` (None: waiting)."""
-        ch, scale = self.current, REWARD_SCALE[self.reward]
+        ch, scale = self.offered, REWARD_SCALE[self.reward]
         if self.reward == "study":
             chosen = None if placed is None else ch.placement(placed, group)
             return scale * advantage(self.engine, self.run.spec.name, chosen,

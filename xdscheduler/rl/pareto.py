@@ -8,17 +8,24 @@ argmax of R. Coverage is the share of those Pareto-optimal choices the trained a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
 from xdscheduler.planner.objective import pareto_mask
 from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.view import ClusterView
-from xdscheduler.rl.candidates import choices
+from xdscheduler.rl.candidates import Choices, choices
 from xdscheduler.scenario import Weights
 
 STATES_SEED = 777_000  # far from training's episode seeds
+
+
+class Chooser(Protocol):
+    def choose(self, ch: Choices) -> int | None:
+        """The candidate picked among the choices (None: wait)."""
 
 
 def fixed_states(n: int, seed: int = STATES_SEED,
@@ -39,13 +46,13 @@ def fixed_states(n: int, seed: int = STATES_SEED,
     return states
 
 
-def coverage(states, trials: list[tuple[Weights, object]]) -> dict:
+def coverage(states, trials: Sequence[tuple[Weights, Chooser]]) -> dict:
     """trials: (weights, agents trained under them). Returns the coverage figures."""
     supported, picked_supported, on_front, picks, front_total = 0, 0, 0, 0, 0
-    points = {i: [] for i in range(len(trials))}
+    points: dict[int, list] = {i: [] for i in range(len(trials))}
     for job, view, now_s in states:
-        per_w = [choices(job, view, w, now_s) for w, _ in trials]
-        if any(ch is None for ch in per_w):
+        per_w = [ch for w, _ in trials if (ch := choices(job, view, w, now_s)) is not None]
+        if len(per_w) < len(trials):
             continue
         cand = np.unique(np.concatenate([np.concatenate(ch.groups) for ch in per_w]))
         t = per_w[0].ev.terms

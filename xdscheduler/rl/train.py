@@ -108,7 +108,10 @@ def train(cfg: dict, out: Path, samples: int = 1, iterations: int | None = None,
     if results.errors:
         raise RuntimeError(f"training failed: {results.errors[0]}")
     trials = []
-    for i, res in enumerate(sorted(results, key=lambda r: r.path)):
+    for i, res in enumerate(sorted((results[k] for k in range(len(results))),
+                                   key=lambda r: r.path)):
+        if res.checkpoint is None or res.config is None:  # checkpoint_at_end makes both
+            raise RuntimeError(f"trial {res.path} ended without a checkpoint")
         target = out / f"trial_{i}" / "rl_module"
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(Path(res.checkpoint.path) / "learner_group" / "learner" / "rl_module",
