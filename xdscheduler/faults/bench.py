@@ -120,6 +120,7 @@ def detection_delay_s(kind: str, seed: int, model: TemplateModel | None = None) 
         raise ValueError(f"unknown fault kind {kind!r}; one of {', '.join(MIX)}")
     rng = np.random.default_rng(seed)
     fault = draw_fault(rng, kind)
+    assert fault is not None  # a kind was named
     verdicts = run_trial(rng, fault, model or fit_log_model(0), DetectorConfig())
     hits = [v.time_s - fault.time_s for v in verdicts
             if (v.target, v.kind) == (fault.target, kind) and v.time_s >= fault.time_s]

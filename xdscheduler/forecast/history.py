@@ -232,16 +232,13 @@ class HistoryModel:
             ]
             return [(tab, o) for tab, o in out if len(o)]
 
-        actual, pred, unit, swing, level = [], [], [], [], []
+        folds: list[tuple[np.ndarray, ...]] = []  # (actual, pred, unit, swing, level) each
         for lo, hi in ((0.6, 0.8), (0.8, 1.0)):  # train before each fold, validate on it
             model, dist = self._train_on(rows(0.0, lo, shift=self.h))
             for (X, target, scale, swings, fut, _), fold in rows(lo, hi):
-                pred.append(self._changes(model, dist, X.iloc[fold]))
-                actual.append(target[fold])
-                unit.append(scale[fold])
-                swing.append(swings[fold])
-                level.append(fut[fold])
-        actual, pred, unit, swing, level = map(np.concatenate, (actual, pred, unit, swing, level))
+                folds.append((target[fold], self._changes(model, dist, X.iloc[fold]),
+                              scale[fold], swings[fold], fut[fold]))
+        actual, pred, unit, swing, level = (np.concatenate(c) for c in zip(*folds, strict=True))
         self.weight, self.doubt = _shrink_weights(actual, pred, unit, self.h)
         self.doubt = self.doubt if self.use_median else 1.0  # no distribution: no median moves
         resid = actual - self.weight * pred[:, 0] - pred[:, 1 + DOUBT_GRID.index(self.doubt)]
@@ -270,8 +267,8 @@ class HistoryModel:
         """The weighted change; nothing to compute where both weights shrank to zero."""
         out, X = np.zeros(len(X)), np.asarray(X, float)
         if self.weight > 0:
-            out += self.weight * self.model.predict(X)
-        if self._median_moves:
+            out += self.weight * _predict(self.model, X)
+        if self.dist is not None and self._median_moves:
             out += self.dist.median(X, self.doubt)
         return out
 
@@ -340,7 +337,7 @@ class ChangeDistribution:
     seed: int = 0
     model: lgb.Booster | None = None
     values: list[np.ndarray] = field(default_factory=list)  # sorted changes in each class
-    edges: tuple[np.ndarray, np.ndarray] = ()  # inner bin edges: falls, rises
+    edges: tuple[np.ndarray, ...] = ()  # inner bin edges: falls, rises (after fit)
 
     def fit(self, X: pd.DataFrame, change: np.ndarray) -> ChangeDistribution:
         q = np.linspace(0, 1, self.bins + 1)[1:-1]
@@ -370,7 +367,7 @@ class ChangeDistribution:
         cumulative probability crosses one half from that class's training changes. `doubt`
         moves that share of every distribution onto "no change" first: a move then needs a
         clearer majority than one the trees found on their own training data."""
-        p = (1.0 - doubt) * self.model.predict(X)
+        p = (1.0 - doubt) * _predict(self.model, X)
         p[:, self.bins] += doubt
         cum = np.cumsum(p, axis=1)
         k = np.minimum((cum < 0.5).sum(axis=1), p.shape[1] - 1)
@@ -382,6 +379,13 @@ class ChangeDistribution:
             hit, vals = k == c, self.values[c]
             out[hit] = np.quantile(vals, frac[hit]) if len(vals) else 0.0
         return out
+
+
+def _predict(model: lgb.Booster | None, X) -> np.ndarray:
+    """A fitted booster's predictions as an array."""
+    if model is None:
+        raise RuntimeError("predict before fit")
+    return np.asarray(model.predict(X), dtype=float)
 
 
 def _shrink_weights(actual, pred, unit, h: int) -> tuple[float, float]:

@@ -135,9 +135,9 @@ def _fit(t: np.ndarray, log_l: np.ndarray, w0: int) -> np.ndarray:
     lo_l = float(np.exp(log_l.min()))
     best = None
     for w in {w0, max(w0 // 3, 1), 2 * w0, int(0.04 * len(t))}:
-        x0 = [0.8 * lo_l, float(np.exp(log_l[0])) - 0.8 * lo_l, 0.5, 10.0, float(max(w, 1))]
+        guess = [0.8 * lo_l, float(np.exp(log_l[0])) - 0.8 * lo_l, 0.5, 10.0, float(max(w, 1))]
         bounds = ([0, 1e-3, 0.05, 0.1, 0.0], [lo_l, 100, 3.0, 1e4, len(t) / 2])
-        x0 = np.clip(x0, np.add(bounds[0], 1e-6), np.subtract(bounds[1], 1e-6))
+        x0 = np.clip(guess, np.add(bounds[0], 1e-6), np.subtract(bounds[1], 1e-6))
         res = least_squares(
             lambda p: np.log(shape(t, *p)) - log_l,
             x0,
@@ -148,6 +148,7 @@ def _fit(t: np.ndarray, log_l: np.ndarray, w0: int) -> np.ndarray:
         )
         if best is None or res.cost < best.cost:
             best = res
+    assert best is not None  # the set of windows is never empty
     return best.x
 
 

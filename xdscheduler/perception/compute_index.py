@@ -123,7 +123,7 @@ def task_plans(job: JobSpec, ref: catalog.Accelerator, targets: list[catalog.Acc
         raise UserError(f"{job.name} does not fit on {job.gpus_max} × {ref.name}; "
                         "use more --gpus or another --reference")
     unique = {c.plan: c for c in found}
-    return [sensitivity(job, p, ref, c.estimate.memory_gib_per_gpu) for p, c in unique.items()]
+    return [sensitivity(job, p, ref, c.estimated.memory_gib_per_gpu) for p, c in unique.items()]
 
 
 def compute_index(arch: catalog.ModelArch, accelerators: list[str] | None = None,
@@ -139,12 +139,14 @@ def compute_index(arch: catalog.ModelArch, accelerators: list[str] | None = None
     rows = {}
     for acc in accs:
         fitting = [p.predicted_s(acc, ref) for p in plans if p.memory_gib <= acc.memory_gib]
-        row = {"index": best_s / min(fitting) if fitting else 0.0}
+        index = best_s / min(fitting) if fitting else 0.0
+        row: dict[str, float | None] = {"index": index}
         if check:
             own = best_plan(job, acc)
-            row["throughput_ratio"] = None if own is None else best_s / own.estimate.step_time_s
-            if own is not None and fitting:
-                row["relative_error"] = row["index"] / row["throughput_ratio"] - 1.0
+            ratio = None if own is None else best_s / own.estimated.step_time_s
+            row["throughput_ratio"] = ratio
+            if ratio is not None and fitting:
+                row["relative_error"] = index / ratio - 1.0
         rows[acc.name] = row
     return {
         "model": arch.name, "reference": ref.name, "gpus": gpus,
