@@ -29,8 +29,8 @@ def head(tmp_path):
     own_tmp = tempfile.mkdtemp(prefix="xds-ray-")
     pointer = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
     before = pointer.read_bytes() if pointer.exists() else None
-    # The README's recipe: token authentication with a token of this cluster's own (in the
-    # environment, not the user's ~/.ray), every port on 127.0.0.1.
+    # The recipe of docs/operations.md: token authentication with a token of this cluster's own
+    # (in the environment, not the user's ~/.ray), every port on 127.0.0.1.
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
            "TMPDIR": own_tmp}

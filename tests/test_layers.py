@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from dataclasses import fields
@@ -22,7 +23,8 @@ PURE = ("costmodel", "planner", "sim", "faults", "forecast", "network", "percept
 ABOVE = ("rl", "serving", "runtime", "live", "registry", "cli")  # the pure layers never reach
 FORBIDDEN = ("ray", "torch", "torch_geometric", "fastapi", "uvicorn", "starlette", "requests",
              "httpx", "http.client", "urllib.request")
-# Layers, bottom up: a folder may import only from its own layer or below (DESIGN.md).
+# Layers, bottom up: a folder may import only from its own layer or below (docs/architecture.md
+# draws them and says why).
 LAYERS = [
     # leaves: errors for users, joining a Ray cluster, reading a user's files and arguments, timing
     {"errors", "ray_cluster", "textfile", "yamlfile", "arguments", "schema", "timing"},
@@ -124,6 +126,16 @@ def test_folders_import_only_their_own_layer_or_below():
                     if folder(m) in rank and folder(dep) in rank
                     and rank[folder(dep)] > rank[folder(m)])
     assert not upward
+
+
+def test_the_architecture_page_names_every_layer():
+    """docs/architecture.md's layer diagram names every folder of LAYERS, each in its layer's box
+    and in the order of the layers."""
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    diagram = page.split("```mermaid", 1)[1].split("```", 1)[0]
+    boxes = re.findall(r'^\s*\w+\["([^"]*)"\]', diagram, flags=re.M)
+    named = [{n.strip() for n in re.sub(r"\(.*?\)", "", box).split(",")} for box in boxes]
+    assert named == [set(layer) for layer in LAYERS], "the page's diagram and LAYERS differ"
 
 
 def _writes(tree: ast.AST):

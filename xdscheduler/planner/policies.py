@@ -66,7 +66,7 @@ class PlannerPolicy:
     Queued jobs are decided by priority, then by response ratio (time waited plus ideal run
     time, over ideal run time), so short jobs go first and no job waits for ever. A job that one
     domain can hold gets the best placement by the objective inside one domain, or waits for
-    one: measured over loads and seeds (README, "Comparing policies"), spreading such a job
+    one: measured over loads and seeds (docs/policies.md), spreading such a job
     over domains never paid for the room it took from the jobs behind it. A job larger than
     any domain can hold (a giant) crosses domains on what the others leave, at its minimum
     size while others wait, keeping KEEP_MFU of its efficiency inside one domain, and

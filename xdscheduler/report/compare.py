@@ -1,5 +1,5 @@
 """`xds compare`'s statistics and files: means over seeds with 95% confidence intervals, changes
-against a baseline paired by seed, the Markdown table, the plots and the README's section.
+against a baseline paired by seed, the Markdown table, the plots and the results page's section.
 
 Input: one row per cell (scenario, load, seed, policy) with the study's figures by name.
 A confidence interval is Student's t over the seeds (n − 1 degrees of freedom): mean ±

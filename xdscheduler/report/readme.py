@@ -1,5 +1,6 @@
-"""Sections of the README written by the commands that compute them: the text between
-`<!-- NAME:begin -->` and `<!-- NAME:end -->` is replaced, with a line saying what made it."""
+"""Sections of a Markdown page (docs/results.md) written by the commands that compute them: the
+text between `<!-- NAME:begin -->` and `<!-- NAME:end -->` is replaced, with a line saying what
+made it."""
 
 from __future__ import annotations
 
