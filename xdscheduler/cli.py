@@ -342,8 +342,10 @@ def cmd_scenario_from_measurements(args) -> None:
     from pathlib import Path
 
     from xdscheduler.network import measurements as m
+    from xdscheduler.textfile import output_file
 
     regions = [r.strip() for r in args.regions.split(",") if r.strip()]
+    output_file(Path(args.out), "scenario")  # before the measurements are read
     data_dir = Path(args.data) if args.data else m.default_data_dir()
     doc = m.scenario_from_measurements(
         regions, data_dir, accelerator=catalog.accelerator(args.accelerator).name,

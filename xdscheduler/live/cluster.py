@@ -26,7 +26,7 @@ from xdscheduler.live import quota
 from xdscheduler.network.dynamics import base_matrices
 from xdscheduler.scenario import Scenario, load_scenario
 from xdscheduler.schema import Strict
-from xdscheduler.textfile import write_atomic
+from xdscheduler.textfile import read_text, write_atomic
 
 log = logging.getLogger("xdscheduler.live")
 
@@ -41,6 +41,7 @@ NODE_TIMEOUT_S = 120.0  # a node that has not joined by then will not (2 busy co
 # controller, Serve's) and `ray start --block` itself hang once the raylet is gone and would
 # hold `xds down` for the whole grace: they are killed after it
 STOP_GRACE_S = 3.0
+MAX_STATE_BYTES = 1 << 20  # a state file: a few KB
 
 
 def default_state_path() -> Path:
@@ -102,11 +103,12 @@ def save(state: ClusterState, path: Path) -> None:
 
 
 def load(path: Path) -> ClusterState:
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"no cluster recorded at {path}: start one with `xds up SCENARIO` "
                         "(or set XDS_CLUSTER to its state file)")
     try:
-        return ClusterState.model_validate_json(path.read_text())
+        return ClusterState.model_validate_json(read_text(path, "cluster state file",
+                                                          MAX_STATE_BYTES, "JSON"))
     except ValueError as err:
         raise UserError(f"{path} is not a cluster state file: {str(err).splitlines()[0]}") \
             from None

@@ -66,6 +66,7 @@ def cmd_bench(args) -> None:
     packers = _packers(args.packers)
     if args.readme:
         check_readme(Path(args.readme), "share")  # before the run, not after it
+    report.check_out(Path(args.out))
     nodes = load_nodes(Path(args.nodes) if args.nodes else None)
     pods = load_pods(trace_path(args.trace))
     if nodes.total_gpus == 0 or len(pods) == 0:
