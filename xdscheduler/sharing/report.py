@@ -26,7 +26,7 @@ def _change(entry: dict, peer: str, fmt: str = "+.1f", sign: int = 1, unit: str 
     """The entry's change against `peer` (paired by seed) with its 95% CI, in per cent; "–"
     where it has none."""
     key = "change_vs_" + peer.replace("-", "_")
-    if key not in entry:
+    if entry.get(key) is None:  # not compared, or against a peer that left nothing (0 / 0)
         return "–"
     ci = entry[key + "_ci95"]
     return (f"{sign * 100 * entry[key]:{fmt}}{unit}"
