@@ -216,18 +216,20 @@ RUN_DEFAULTS = {"hours": 24.0, "out": "xds-run", "speed": 1.0}
 
 def _resume(args):
     """`--resume OUT`: the interrupted study's own parameters, from OUT/study.json, set on
-    `args`; returns its scenario."""
-    from xdscheduler.runtime.folder import SPEC, StudyFolder
+    `args`; returns its scenario. A study folder is data that may come from anyone: the policy
+    it names (code) and the endpoint (which would receive the API token) are used only when the
+    command line names them again, or, for the policy, when it is what the study began with."""
+    from xdscheduler.runtime.folder import SPEC, StudyFolder, trusted
     from xdscheduler.scenario import parse_scenario
 
     given = [f"--{f.replace('_', '-')}" for f in (
-        "scenario", "policies", "hours", "seed", "faults", "forecast", "policy_path", "serve_url",
-        "local", "force", "out", "realtime", "speed")
-             if getattr(args, f) is not None and getattr(args, f) is not False]
+        "scenario", "policies", "hours", "seed", "faults", "forecast", "local", "force", "out",
+        "realtime", "speed") if getattr(args, f) is not None and getattr(args, f) is not False]
     if given:
         raise UserError("--resume takes the study's own parameters from its folder: leave out "
                         + ", ".join(given))
     spec = StudyFolder(args.resume).spec()
+    trusted(spec, args.resume, args.policy_path, args.serve_url)
     args.out, args.hours, args.seed = args.resume, spec.hours, spec.seed
     args.policies, args.faults, args.forecast = ",".join(spec.policies), spec.faults, spec.forecast
     args.realtime, args.speed = spec.realtime, spec.speed
@@ -268,6 +270,14 @@ def _serve(args, scn, token: str) -> str | None:
     return url
 
 
+def _interrupted(out) -> str:
+    from xdscheduler.runtime.folder import JOURNAL
+
+    if (out / JOURNAL).exists():
+        return f"interrupted; resume with xds run --resume {out}"
+    return "interrupted; a study run with --local keeps no journal to resume: run it again"
+
+
 def cmd_run(args) -> None:
     from pathlib import Path
 
@@ -294,10 +304,13 @@ def cmd_run(args) -> None:
     serve_url = args.serve_url or (started if args.serve else None)
     options = {"policy_path": args.policy_path, "serve_url": serve_url,
                "serve_token": os.environ.get(TOKEN_ENV) if args.serve_url else token}
-    report = run_study(scn, policies, args.hours, seed, out, address=args.address,
-                       local=args.local, realtime=args.realtime, speed=args.speed,
-                       policy_options=options, faults=args.faults, forecast=args.forecast,
-                       mode="resume" if args.resume else "force" if args.force else "new")
+    try:
+        report = run_study(scn, policies, args.hours, seed, out, address=args.address,
+                           local=args.local, realtime=args.realtime, speed=args.speed,
+                           policy_options=options, faults=args.faults, forecast=args.forecast,
+                           mode="resume" if args.resume else "force" if args.force else "new")
+    except KeyboardInterrupt:
+        raise Interrupted(_interrupted(out)) from None
     if args.json:
         _print_json(report_json(report))
         return
