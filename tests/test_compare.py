@@ -210,13 +210,13 @@ def test_replay_without_the_data_folder_says_so(small_file, tmp_path, monkeypatc
 
 @pytest.mark.parametrize("change,message", [
     (["--policies", "fifo-single-domain,nope"], "unknown policies nope"),
-    (["--loads", "0,0.8"], "loads must be positive"),
-    (["--seeds", "0"], "--seeds: no seeds"),
+    (["--loads", "0,0.8"], "0 is outside (0, 3]"),
+    (["--seeds", "0"], "--seeds: a count from 1 to 1000"),
     (["--seeds", "a,b"], "--seeds takes a count"),
     (["--baseline", "planner"], "baseline 'planner' is not among the policies"),
     (["--arrivals", "weekly"], "unknown arrivals 'weekly'"),
     (["--address", "127.0.0.1:9"], "no Ray cluster answers at 127.0.0.1:9"),
-    (["--readme", "no-such-README.md"], "cannot read no-such-README.md"),
+    (["--readme", "no-such-README.md"], "cannot read --readme no-such-README.md"),
     (["--hours", "0"], "argument --hours: 0 is outside (0, 720]"),
 ])
 def test_bad_input_exits_2_with_one_line(small_file, tmp_path, capsys, change, message):

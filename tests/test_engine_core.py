@@ -117,3 +117,23 @@ def test_a_job_one_domain_holds_reclaims_what_a_preemptible_giant_holds():
     back = next(d for d in later if d.action == Action.PLACE)
     assert back.time_s < next(r.end_s for r in res.jobs if r.spec.name == "fits")
     assert back.domains.get("east", 0) + 16 <= 32  # no accelerator of east is given twice
+
+
+@pytest.mark.parametrize("hours", [0.2, 0.1, 0.37])
+def test_a_study_whose_drain_limit_is_off_the_sampling_grid_finishes(hours):
+    """`xds run --hours 0.2` ran for ever: its drain limit (0.8 h) fell between two samples,
+    no event lay at or before it, and the engine never reached it. It ends there now."""
+    from xdscheduler.registry import make_policy
+    from xdscheduler.scenario import load_scenario
+
+    from .conftest import SCENARIOS
+
+    scn = load_scenario(SCENARIOS / "five_domains.yaml")
+    dyn = study_dynamics(scn, 7, hours)
+    eng = Engine(scn, study_jobs(scn, hours, 7), make_policy("planner", scn.weights), dyn,
+                 LocalDomains(list(scn.domains), dyn), hours * 3600)
+    for hour in range(1, 20):  # as the study's driver advances it, an hour at a time
+        eng.run(until_s=hour * 3600)
+        if eng.finished:
+            break
+    assert eng.finished and eng.now <= eng.end_limit_s

@@ -152,3 +152,24 @@ def test_each_policy_of_a_study_sends_a_demand_series_of_its_own():
     assert all(len(s) == 1 for s in sent.values()), sent
     assert sent["planner"] != sent["greedy-cross-domain"]
     assert shared.history == []  # each policy's run fills its own copy
+
+
+def test_a_stalled_job_is_said_to_free_its_accelerators_within_the_forecasts_bounds():
+    """Under --faults 1000 a running job can train at rate 0 (every node it had failed): it
+    frees its accelerators never, which a forecast request must still be able to say (it
+    said 1e9 s, over the request's 1e7 minutes, and `xds run --faults 1000` ended in a
+    validation error)."""
+    from xdscheduler.forecast.service import KnownJobIn
+    from xdscheduler.sim.domain import LocalDomains
+    from xdscheduler.sim.engine import Engine
+
+    scn = scenario()
+    dyn = study_dynamics(scn, SEED, HOURS)
+    eng = Engine(scn, study_jobs(scn, HOURS, SEED), make_policy("planner", scn.weights), dyn,
+                 LocalDomains(list(scn.domains), dyn), HOURS * 3600)
+    eng.run(until_s=1800)
+    stalled = eng.active[0]
+    stalled.rate = 0.0
+    jobs = planning.known_jobs(eng, set(), eng.now, 60)
+    said = {j.name: KnownJobIn.from_known(j) for j in jobs}[stalled.spec.name]
+    assert said.finish_min == planning.NEVER_S / 60 > 60

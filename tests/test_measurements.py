@@ -123,8 +123,10 @@ def test_written_scenario_round_trips_and_is_not_overwritten(grid, tmp_path):
     with pytest.raises(UserError, match="exists"):
         m.write_scenario({"name": "other"}, out)
     assert out.read_text() == text
-    m.write_scenario({"name": "other"}, out, overwrite=True)
+    m.write_scenario({**doc, "name": "other"}, out, overwrite=True)
     assert "other" in out.read_text()
+    with pytest.raises(UserError, match="domains"):  # never a scenario `xds run` would refuse
+        m.write_scenario({"name": "other"}, out, overwrite=True)
 
 
 def test_data_dir_from_environment(grid, monkeypatch):

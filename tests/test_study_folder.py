@@ -67,18 +67,18 @@ def test_an_unwritable_output_is_refused_before_any_work(capsys, tmp_path):
     assert time.monotonic() - started < 5
 
 
-def test_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
+def test_files_are_written_whole_or_not_at_all(tmp_path):
     target = tmp_path / "report.json"
     target.write_text("old")
 
-    def full_disk(self, data, encoding=None):
+    def full_disk(path):
+        path.write_text("half")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(type(target), "write_text", full_disk)
-    with pytest.raises(OSError):
-        write_atomic(target, "new")
-    monkeypatch.undo()
+    with pytest.raises(UserError, match="No space left on device"):
+        write_atomic(target, full_disk)
     assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]  # no temporary file left
 
 
 def test_a_damaged_study_record_is_a_clear_error(tmp_path):

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import unicodedata
 from collections.abc import Callable
 
 SEED_LIMIT = 2**32  # numpy's seeds
 PORT = (1, 65535)
+# Unicode categories that show nothing, or move what is shown (a right-to-left mark, a zero-width
+# space, a terminal escape): a name holding one is not the name it looks like.
+INVISIBLE = {"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp"}
 
 
 class Parser(argparse.ArgumentParser):
@@ -21,6 +25,15 @@ class Parser(argparse.ArgumentParser):
 def one_line(text: str) -> str:
     """`text` with what a user typed that is not printable (newlines, escapes) spelled out."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
+def invisible(text: str) -> str | None:
+    """Why `text` is not what it looks like (its first invisible or control character), or
+    None."""
+    for i, c in enumerate(text):
+        if unicodedata.category(c) in INVISIBLE:
+            return f"holds an invisible or control character (U+{ord(c):04X}) at {i + 1}"
+    return None
 
 
 def number(kind: type = float, lo: float | None = None, hi: float | None = None,

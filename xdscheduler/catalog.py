@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pydantic import Field, ValidationError, model_validator
 
+from xdscheduler.arguments import invisible
 from xdscheduler.errors import UserError
 from xdscheduler.schema import FileModel
 from xdscheduler.yamlfile import read_yaml
@@ -255,9 +256,18 @@ def did_you_mean(name: str, known) -> str:
     return f" (did you mean {match!r}?)" if match else ""
 
 
+def _visible(name: str, what: str) -> None:
+    """Refuse a name that is not what it shows: punctuation is ignored in a look-up, a hidden
+    character must not be."""
+    why = invisible(name)
+    if why:
+        raise UserError(f"{what} name {name!r} {why}; type the name plainly")
+
+
 def accelerator(name: str) -> Accelerator:
     """Look an accelerator up by name or alias, ignoring case and punctuation."""
     user_catalogs()
+    _visible(name, "accelerator")
     found = _ACCELERATOR_KEYS.get(_key(name))
     if found is None:
         raise UserError(f"unknown accelerator {name!r}{did_you_mean(name, ACCELERATORS)}; "
@@ -267,6 +277,7 @@ def accelerator(name: str) -> Accelerator:
 
 def model(name: str) -> ModelArch:
     """Look a model architecture up by name, ignoring case and punctuation."""
+    _visible(name, "model")
     found = _MODEL_KEYS.get(_key(name))
     if found is None:
         raise UserError(f"unknown model {name!r}{did_you_mean(name, MODELS)}; "

@@ -12,10 +12,10 @@ from collections.abc import Callable
 import numpy as np
 
 from xdscheduler import catalog
-from xdscheduler.arguments import Parser, number, one_line, port, seed
+from xdscheduler.arguments import Parser, invisible, number, one_line, port, seed
 from xdscheduler.costmodel import cli as costmodel_cli
 from xdscheduler.costmodel.plan import DTYPES
-from xdscheduler.errors import UserError
+from xdscheduler.errors import Interrupted, UserError
 from xdscheduler.faults import cli as faults_cli
 from xdscheduler.forecast import cli as forecast_cli
 from xdscheduler.live import cli as live_cli
@@ -147,13 +147,14 @@ def cmd_plan(args) -> None:
     from xdscheduler.planner.search import JobSpec, search, unrated_note
     from xdscheduler.planner.space import SearchOptions
     from xdscheduler.planner.view import ClusterView
-    from xdscheduler.scenario import Weights, default_scenario_path, load_scenario
+    from xdscheduler.scenario import Weights, default_scenario_path, load_scenario, validated
 
     scn = load_scenario(args.scenario or default_scenario_path())
     weights = scn.weights
     if args.weights:
         w = _csv_floats(args.weights, 3, "--weights")
-        weights = Weights(efficiency=w[0], utilization=w[1], cost=w[2])
+        weights = validated(Weights, dict(zip(("efficiency", "utilization", "cost"), w,
+                                              strict=True)), "--weights", "weights")
     job = scn.job(args.job)
     profile = _profile(args.profile)
     tuned = {"stack": Stack.preset(profile.stack), "calibration": profile.calibration} \
@@ -215,23 +216,38 @@ RUN_DEFAULTS = {"hours": 24.0, "out": "xds-run", "speed": 1.0}
 
 def _resume(args):
     """`--resume OUT`: the interrupted study's own parameters, from OUT/study.json, set on
-    `args`; returns its scenario."""
-    from xdscheduler.runtime.folder import SPEC, StudyFolder
+    `args`; returns its scenario. A study folder is data that may come from anyone: the policy
+    it names (code) and the endpoint (which would receive the API token) are used only when the
+    command line names them again, or, for the policy, when it is what the study began with."""
+    from xdscheduler.runtime.folder import SPEC, StudyFolder, trusted
     from xdscheduler.scenario import parse_scenario
 
     given = [f"--{f.replace('_', '-')}" for f in (
-        "scenario", "policies", "hours", "seed", "faults", "forecast", "policy_path", "serve_url",
-        "local", "force", "out", "realtime", "speed")
-             if getattr(args, f) is not None and getattr(args, f) is not False]
+        "scenario", "policies", "hours", "seed", "faults", "forecast", "local", "force", "out",
+        "realtime", "speed") if getattr(args, f) is not None and getattr(args, f) is not False]
     if given:
         raise UserError("--resume takes the study's own parameters from its folder: leave out "
                         + ", ".join(given))
     spec = StudyFolder(args.resume).spec()
+    trusted(spec, args.resume, args.policy_path, args.serve_url)
     args.out, args.hours, args.seed = args.resume, spec.hours, spec.seed
     args.policies, args.faults, args.forecast = ",".join(spec.policies), spec.faults, spec.forecast
     args.realtime, args.speed = spec.realtime, spec.speed
     args.policy_path, args.serve_url = spec.policy_path, spec.serve_url
     return parse_scenario(spec.scenario, f"{args.resume}/{SPEC}")
+
+
+def _used(args, policies: list[str]) -> None:
+    """Refuse options this run would not use: a flag silently ignored is a mistake unseen."""
+    if args.local and args.address:
+        raise UserError("--address names a Ray cluster and --local runs without Ray: give one")
+    if args.policy_path and "ppo" not in policies:
+        raise UserError("--policy-path is the trained policy of ppo, which --policies leaves "
+                        "out: add ppo, or leave --policy-path out")
+    forecast = args.forecast or (args.forecast is None and args.faults is not None)
+    if args.serve_url and "ppo" not in policies and not forecast:
+        raise UserError("--serve-url is where ppo decides and the demand forecast is asked; "
+                        "this run has neither (add ppo to --policies, or --forecast)")
 
 
 def _serve(args, scn, token: str) -> str | None:
@@ -254,6 +270,14 @@ def _serve(args, scn, token: str) -> str | None:
     return url
 
 
+def _interrupted(out) -> str:
+    from xdscheduler.runtime.folder import JOURNAL
+
+    if (out / JOURNAL).exists():
+        return f"interrupted; resume with xds run --resume {out}"
+    return "interrupted; a study run with --local keeps no journal to resume: run it again"
+
+
 def cmd_run(args) -> None:
     from pathlib import Path
 
@@ -272,6 +296,7 @@ def cmd_run(args) -> None:
         scn = load_scenario(args.scenario or default_scenario_path())
         vars(args).update({k: v for k, v in RUN_DEFAULTS.items() if getattr(args, k) is None})
     policies = parse_policies(args.policies)
+    _used(args, policies)
     seed = scn.seed if args.seed is None else args.seed
     out = Path(args.out)
     token = api_token()  # the app started here asks for it; one at --serve-url for its own
@@ -279,10 +304,13 @@ def cmd_run(args) -> None:
     serve_url = args.serve_url or (started if args.serve else None)
     options = {"policy_path": args.policy_path, "serve_url": serve_url,
                "serve_token": os.environ.get(TOKEN_ENV) if args.serve_url else token}
-    report = run_study(scn, policies, args.hours, seed, out, address=args.address,
-                       local=args.local, realtime=args.realtime, speed=args.speed,
-                       policy_options=options, faults=args.faults, forecast=args.forecast,
-                       mode="resume" if args.resume else "force" if args.force else "new")
+    try:
+        report = run_study(scn, policies, args.hours, seed, out, address=args.address,
+                           local=args.local, realtime=args.realtime, speed=args.speed,
+                           policy_options=options, faults=args.faults, forecast=args.forecast,
+                           mode="resume" if args.resume else "force" if args.force else "new")
+    except KeyboardInterrupt:
+        raise Interrupted(_interrupted(out)) from None
     if args.json:
         _print_json(report_json(report))
         return
@@ -342,8 +370,10 @@ def cmd_scenario_from_measurements(args) -> None:
     from pathlib import Path
 
     from xdscheduler.network import measurements as m
+    from xdscheduler.textfile import output_file
 
     regions = [r.strip() for r in args.regions.split(",") if r.strip()]
+    output_file(Path(args.out), "scenario")  # before the measurements are read
     data_dir = Path(args.data) if args.data else m.default_data_dir()
     doc = m.scenario_from_measurements(
         regions, data_dir, accelerator=catalog.accelerator(args.accelerator).name,
@@ -500,7 +530,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--out", required=True, help="YAML file to write")
     q.add_argument("--data", help="folder with the Skyplane CSVs (default: shared data)")
     q.add_argument("--accelerator", default="H100-SXM")
-    q.add_argument("--nodes", type=int, default=16, help="nodes per domain")
+    q.add_argument("--nodes", type=number(int, 1, 100_000), default=16,
+                   help="nodes per domain")
     q.add_argument("--name", help="scenario name")
     q.add_argument("--force", action="store_true", help="overwrite an existing file")
     q.set_defaults(fn=cmd_scenario_from_measurements)
@@ -543,14 +574,23 @@ def _logging() -> None:
 def main(argv: list[str] | None = None) -> int:
     _logging()
     try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as stop:  # --help (0), or a bad argument, said in one line (2)
-        return stop.code if isinstance(stop.code, int) else 2
-    try:
+        for word in sys.argv[1:] if argv is None else argv:
+            if why := invisible(word):  # a look-up ignoring punctuation would drop it
+                raise UserError(f"{word!r} {why}; type it plainly")
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as stop:  # --help (0), or a bad argument, said in one line (2)
+            return stop.code if isinstance(stop.code, int) else 2
         args.fn(args)
+    except Interrupted as err:
+        print(f"xds: {one_line(err)}", file=sys.stderr)
+        return err.exit_code
     except UserError as err:
         print(f"xds: error: {one_line(err)}", file=sys.stderr)
         return err.exit_code
+    except KeyboardInterrupt:
+        print("xds: interrupted", file=sys.stderr)
+        return Interrupted.exit_code
     except BrokenPipeError:
         return 0
     return 0

@@ -16,6 +16,7 @@ from xdscheduler.yamlfile import read_yaml
 
 MAX_DOMAIN_GPUS = 1_000_000  # accelerators in one domain (and asked by one job)
 MAX_DOMAINS = 256
+MAX_LOAD = 3.0  # offered load: three times what the domains hold is already a queue for ever
 YEAR_S = 365 * 86400.0
 M = TypeVar("M", bound=BaseModel)
 
@@ -197,11 +198,18 @@ class Weights(FileModel):
     utilization: NonNegative = Field(default=0.3, le=1000)
     cost: NonNegative = Field(default=0.3, le=1000)
 
+    @model_validator(mode="after")
+    def _some_weight(self) -> Weights:
+        if not (self.efficiency or self.utilization or self.cost):
+            raise ValueError("every weight is 0: R would rank every plan alike; give at least "
+                             "one weight above 0")
+        return self
+
 
 class Workload(FileModel):
     """Jobs generated on top of the listed ones, from published LLM-cluster statistics."""
 
-    load: float = Field(default=0.9, gt=0, le=3)  # offered accelerator-time over capacity
+    load: float = Field(default=0.9, gt=0, le=MAX_LOAD)  # offered accelerator-time / capacity
     cluster: str = Field(default="kalos", pattern="^(kalos|seren)$")
     min_gpus: int = Field(default=8, gt=0, le=MAX_DOMAIN_GPUS)
 

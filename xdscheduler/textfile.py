@@ -1,31 +1,55 @@
-"""Reading a text file a user hands us (a scenario, a trace, a loss curve), checked before it is
-parsed: a regular file, of bounded size, UTF-8 text; and writing ours whole or not at all."""
+"""Files a user names: what we read from them, checked before it is parsed (a regular file, of
+bounded size, UTF-8 text where text is read), and what we write to them, whole or not at all,
+and only to a regular file or a new file in an existing folder: never through a device, a fifo,
+a socket or a symlink to one (renaming over `/dev/full` would replace the device)."""
 
 from __future__ import annotations
 
+import os
+import stat
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from xdscheduler.errors import UserError
 
+MAX_CSV_BYTES = 64 << 20  # 64 MiB: the largest shared trace is under 4 MB
 
-def read_text(path: Path, what: str, max_bytes: int, kind: str) -> str:
-    """The text of `path`; UserError naming `what` (e.g. "scenario file") and what is wrong.
-    `kind` names the format in the message for a binary file (e.g. "YAML", "CSV")."""
+
+def checked_input(path: Path, what: str, max_bytes: int) -> Path:
+    """`path`, once it is known to be a regular file of at most `max_bytes` (for a file a
+    library opens itself: SQLite, Parquet); UserError naming `what` and what is wrong."""
+    path = Path(path)
     try:
-        if not path.is_file():  # a folder, a device (/dev/zero), a pipe
+        if not path.is_file():  # a folder, a device (/dev/zero), a pipe, nothing
             found = "a folder" if path.is_dir() else "missing (no such file)" \
                 if not path.exists() else "not a regular file"
             raise UserError(f"cannot read {what} {path}: {found}")
         size = path.stat().st_size
-        if size > max_bytes:
-            raise UserError(f"{what} {path} is {size:,} bytes; at most {max_bytes:,} are read")
+    except OSError as err:
+        raise UserError(f"cannot read {what} {path}: {err.strerror or err}") from None
+    if size > max_bytes:
+        raise UserError(f"{what} {path} is {size:,} bytes; at most {max_bytes:,} are read")
+    return path
+
+
+def read_bytes(path: Path, what: str, max_bytes: int) -> bytes:
+    """The content of the regular file `path`, at most `max_bytes` of it (UserError else)."""
+    path = checked_input(path, what, max_bytes)
+    try:
         with path.open("rb") as f:
             data = f.read(max_bytes + 1)  # the size again: the file may have grown since
     except OSError as err:
         raise UserError(f"cannot read {what} {path}: {err.strerror or err}") from None
     if len(data) > max_bytes:
         raise UserError(f"{what} {path} is over {max_bytes:,} bytes; at most that is read")
+    return data
+
+
+def read_text(path: Path, what: str, max_bytes: int, kind: str) -> str:
+    """The text of `path`; UserError naming `what` (e.g. "scenario file") and what is wrong.
+    `kind` names the format in the message for a binary file (e.g. "YAML", "CSV")."""
+    data = read_bytes(path, what, max_bytes)
     if b"\x00" in data:
         raise UserError(f"{what} {path} is binary (or UTF-16/32); a {kind} text in UTF-8 is read")
     try:
@@ -35,15 +59,91 @@ def read_text(path: Path, what: str, max_bytes: int, kind: str) -> str:
                         f"UTF-8") from None
 
 
-def write_atomic(path: Path, data: str | bytes | Callable[[Path], object]) -> Path:
-    """Write `data` (text, bytes, or a function writing the file at the path it is given)
-    through a temporary file renamed over `path`: a reader (or a full disk) never sees half a
-    file. The temporary file keeps the suffix, which some writers read the format from."""
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    if isinstance(data, str):
-        tmp.write_text(data, encoding="utf-8")
-    elif isinstance(data, bytes):
-        tmp.write_bytes(data)
-    else:
-        data(tmp)
-    return tmp.replace(path)
+def read_frame(path: Path, what: str, max_bytes: int = MAX_CSV_BYTES):
+    """The CSV at `path` as a pandas DataFrame, read as `read_text` reads; UserError where it
+    is not a CSV pandas can read."""
+    import io
+
+    import pandas as pd
+
+    text = read_text(path, what, max_bytes, "CSV")
+    try:
+        return pd.read_csv(io.StringIO(text))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"{what} {path} is not a readable CSV: {first}") from None
+
+
+def output_file(path: Path, what: str = "output") -> Path:
+    """Where an output named `path` is written: the regular file it is (or a symlink leads
+    to), or a new file in an existing folder; UserError otherwise, before any work."""
+    path = Path(path)
+    real = Path(os.path.realpath(path))
+    try:
+        mode = os.stat(real).st_mode
+    except FileNotFoundError:
+        if path.is_symlink():
+            raise UserError(f"cannot write {what} {path}: a symlink to nothing "
+                            f"({os.readlink(path)})") from None
+        if not real.parent.is_dir():
+            raise UserError(f"cannot write {what} {path}: no folder {real.parent}") from None
+        return real
+    except OSError as err:
+        raise UserError(f"cannot write {what} {path}: {err.strerror or err}") from None
+    if not stat.S_ISREG(mode):
+        found = "a folder" if stat.S_ISDIR(mode) else "a device, fifo or socket"
+        raise UserError(f"cannot write {what} {path}: it is {found}, not a regular file; "
+                        f"name a file")
+    return real
+
+
+def output_folder(path: Path, what: str = "output folder") -> Path:
+    """The folder `path`, made if it is not there; UserError if it cannot be."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UserError(f"cannot write the {what} {path}: it is a file, not a folder") from None
+    except OSError as err:
+        raise UserError(f"cannot write the {what} {path}: {err.strerror or err}") from None
+    return path
+
+
+def write_atomic(path: Path, data: str | bytes | Callable[[Path], object],
+                 what: str = "output") -> Path:
+    """Write `data` (text, bytes, or a function writing the file at the path it is given) to
+    `path` (see `output_file`) through a new temporary file renamed over it: a reader (or a
+    full disk) never sees half a file. The temporary file keeps the suffix, which some writers
+    read the format from. UserError, with nothing changed, where it cannot be written."""
+    real = output_file(path, what)
+    try:
+        mode = os.stat(real).st_mode & 0o7777
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{real.stem}.", suffix=f".tmp{real.suffix}",
+                                    dir=real.parent)  # a new file of ours, whatever was there
+    except OSError as err:
+        raise UserError(f"cannot write {what} {path}: {err.strerror or err}") from None
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if isinstance(data, str | bytes):
+                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        if callable(data):
+            data(tmp)
+        os.chmod(tmp, mode)
+        tmp.replace(real)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"cannot write {what} {path}: {err.strerror or err}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

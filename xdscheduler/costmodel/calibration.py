@@ -11,6 +11,8 @@ stack, its constants, and the rows that were fitted and held out, with their err
 from __future__ import annotations
 
 import csv
+import io
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from xdscheduler.costmodel.plan import STACKS, VARIANT_OF, Hardware, Plan, PlanB
 from xdscheduler.costmodel.steptime import estimate
 from xdscheduler.errors import UserError
 from xdscheduler.schema import FileModel
+from xdscheduler.textfile import MAX_CSV_BYTES, read_text
 
 FITTED = ("gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "memory_passes",
           "kernel_overhead_s")
@@ -72,6 +75,49 @@ class Run:
                 + (f" CP{p.cp}" if p.cp > 1 else "") + (f" VP{p.vp}" if p.vp > 1 else "")
                 + f" mb{p.micro_batch} GBS{self.global_batch} {p.dtype}"
                 + (f" {p.recompute} recompute" if p.recompute != "none" else ""))
+
+
+# The columns of a runs CSV that hold whole numbers, and the largest each may be; and the
+# columns a row must have. A row is checked whole (`check_row`) before it is modelled: a value
+# that makes no sense refuses the file, where a configuration the model lacks is only left out.
+WHOLE = {"gpu_count": 1 << 20, "layers": 10_000, "hidden": 1 << 20, "ffn_hidden": 1 << 22,
+         "heads": 1 << 14, "kv_heads": 1 << 14, "vocab": 1 << 24, "seq": 1 << 24,
+         "global_batch": 1 << 24, "micro_batch": 1 << 16, "tp": 1 << 16, "pp": 1 << 16,
+         "cp": 1 << 16, "vp": 1 << 16, "dp": 1 << 20}
+REQUIRED = ("source", "source_ref", "gpu", "model", "metric", "value")
+
+
+def check_row(row: dict, where: str) -> None:
+    """Refuse (UserError naming `where` and the column) a measured run that makes no sense: a
+    count that is not a whole number from 1 to its bound (a batch of 1.5, a micro-batch of
+    1e9), a measured value that is not a finite number above 0, a micro-batch above the
+    batch, heads that the key-value heads do not divide."""
+    whole = {}
+    for col, most in WHOLE.items():
+        text = (row.get(col) or "").strip()
+        if not text:
+            continue
+        try:
+            whole[col] = int(text)
+        except ValueError:
+            raise UserError(f"{where}, column {col!r}: {text!r} is not a whole number") from None
+        if not 1 <= whole[col] <= most:
+            raise UserError(f"{where}, column {col!r}: {text} is outside 1 to {most:,}")
+    text = (row.get("value") or "").strip()
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise UserError(f"{where}, column 'value': {text!r} is not a measured value (a finite "
+                        f"number above 0)")
+    if whole.get("micro_batch", 1) > whole.get("global_batch", math.inf):
+        raise UserError(f"{where}: micro_batch {whole['micro_batch']} is above global_batch "
+                        f"{whole['global_batch']}")
+    heads, kv = whole.get("heads"), whole.get("kv_heads")
+    if heads and kv and heads % kv:
+        raise UserError(f"{where}: kv_heads {kv} does not divide heads {heads} (each key-value "
+                        f"head serves a whole group of query heads)")
 
 
 def _num(row: dict, key: str, default: float | None = None) -> float | None:
@@ -144,11 +190,31 @@ def parse_row(row: dict) -> Run:
                row["metric"], convention_of(row), value)
 
 
+def read_rows(path: Path) -> list[dict]:
+    """The rows of a runs CSV, each checked (`check_row`); UserError at the first bad one."""
+    text = read_text(path, "runs CSV", MAX_CSV_BYTES, "CSV")
+    reader = csv.DictReader(io.StringIO(text), strict=True)
+    try:
+        missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+        if missing:
+            raise UserError(f"{path}: no column {', '.join(missing)}; a runs CSV has the "
+                            f"columns of benchmarks/published_runs.csv")
+        rows = []
+        for i, row in enumerate(reader, 1):
+            if None in row or None in row.values():
+                raise UserError(f"{path}, row {i}: {len(row) - (None in row)} fields where the "
+                                f"header has {len(reader.fieldnames)}")
+            check_row(row, f"{path}, row {i}")
+            rows.append(row)
+    except csv.Error as err:
+        raise UserError(f"{path}, line {reader.line_num}: not a readable CSV ({err})") from None
+    return rows
+
+
 def load_runs(path: Path) -> tuple[list[Run], list[tuple[dict, str]]]:
     """Modelled runs, one metric per configuration, and the rows left out with the reason."""
     runs, skipped, seen = [], [], set()
-    with path.open(encoding="utf-8", newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = read_rows(path)
     rank = {m: i for i, m in enumerate(METRIC_PREFERENCE)}
     for row in sorted(rows, key=lambda r: rank.get(r.get("metric", ""), 99)):
         try:

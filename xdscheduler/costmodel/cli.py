@@ -37,7 +37,7 @@ def cmd_calibrate(args) -> None:
 
     from xdscheduler.costmodel.calibration import calibrate, median_error, of_stack
     from xdscheduler.costmodel.plan import STACKS
-    from xdscheduler.textfile import write_atomic
+    from xdscheduler.textfile import output_file, write_atomic
 
     if args.stack not in STACKS:
         raise UserError(f"unknown stack {args.stack!r}; known: {', '.join(STACKS)}")
@@ -48,13 +48,14 @@ def cmd_calibrate(args) -> None:
     out = Path(args.out)
     if out.exists() and not args.force:
         raise UserError(f"{out} exists: --force to replace it")
+    output_file(out, "profile")  # before the fit
     runs = [r for r in _runs(args.csv) if of_stack(r, args.stack)]
     if not runs:
         raise UserError(f"{args.csv} has no modelled runs of stack {args.stack!r}")
     held = _held_out(runs, args.hold_out)
     profile = calibrate(runs, held, data=str(args.csv))
     text = yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
-    write_atomic(out, text)
+    write_atomic(out, text, "profile")
     summary = {"stack": profile.stack, "profile": str(out), "constants": profile.constants,
                "fitted": len(profile.fitted), "held_out": len(profile.held_out),
                "median_abs_error_fitted": median_error(profile.fitted),
@@ -68,14 +69,7 @@ def cmd_calibrate(args) -> None:
 def _runs(path: str):
     from xdscheduler.costmodel.calibration import load_runs
 
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"{path}: no such file (a CSV of measured runs)")
-    try:
-        runs, _ = load_runs(p)
-    except (UnicodeDecodeError, KeyError) as err:
-        raise UserError(f"{path}: not a runs CSV ({err}); see benchmarks/published_runs.csv "
-                        f"for the columns") from None
+    runs, _ = load_runs(Path(path))
     return runs
 
 

@@ -17,9 +17,8 @@ import pandas as pd
 from pandas.tseries.api import guess_datetime_format
 
 from xdscheduler.errors import UserError
-from xdscheduler.textfile import read_text
+from xdscheduler.textfile import MAX_CSV_BYTES, read_text
 
-MAX_BYTES = 64 << 20  # 64 MiB: the largest shared trace is under 4 MB
 MAX_ROWS = 2_000_000  # bounds what reading holds in memory: 3.8 years of a row a minute
 # Timestamps outside these years are a typo (a trace from before the epoch, or centuries out).
 FIRST_TIME, END_TIME = pd.Timestamp("1970-01-01"), pd.Timestamp("2201-01-01")
@@ -38,7 +37,7 @@ def read_csv(
     fewer shifts the values after it into the wrong columns."""
     path = Path(path)
     # strict: a quote left open or text after a closing quote is an error, not a value
-    rows = csv.reader(io.StringIO(read_text(path, what, MAX_BYTES, "CSV")), strict=True)
+    rows = csv.reader(io.StringIO(read_text(path, what, MAX_CSV_BYTES, "CSV")), strict=True)
     try:
         header = next((row for row in rows if row), None)  # blank lines are skipped
         if header is None:

@@ -14,6 +14,7 @@ import pandas as pd
 from xdscheduler.errors import UserError
 from xdscheduler.forecast.hybrid import Forecaster
 from xdscheduler.forecast.series import Series
+from xdscheduler.textfile import output_file, write_atomic
 
 LEADS_1H = (10, 20, 30, 60)  # minutes
 LEADS_24H = (60, 180, 360, 720, 1440)
@@ -36,6 +37,7 @@ def plot_waveform(series: Series, out: str | Path, seed: int = 0) -> Path:
     out = Path(out)
     if out.suffix.lower() != ".png":
         raise UserError(f"--out must be a .png file, got {out}")
+    output_file(out, "plot")  # before the forecasts are fitted
     fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
     hist = series.values[-series.per_day :]
     t_hist = (pd.RangeIndex(-len(hist) + 1, 1) * series.step_min).to_numpy()
@@ -53,8 +55,7 @@ def plot_waveform(series: Series, out: str | Path, seed: int = 0) -> Path:
         ax.set_xlabel("minutes from now")
     axes[0].set_ylabel("GPUs")
     axes[0].legend(loc="best", fontsize=8)
-    out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
+    write_atomic(out, lambda p: fig.savefig(p, dpi=100), "plot")
     plt.close(fig)
     return out

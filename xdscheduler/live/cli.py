@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import logging
 import time
 from pathlib import Path
 
+from xdscheduler.arguments import number
 from xdscheduler.errors import UserError
+from xdscheduler.textfile import output_file, write_atomic
 
 log = logging.getLogger("xdscheduler.live")
 
@@ -42,8 +45,9 @@ def register(sub) -> None:
     p.add_argument("--policy", choices=("planner", "ppo"), default="planner",
                    help="what decides where jobs run: the planner's search, or the trained "
                    "agents asked over HTTP (POST /policy/act) among the same candidates")
-    p.add_argument("--http-port", type=int, help="where the HTTP API (jobs, policy, forecast) "
-                   "answers on the head (default: a free port; 8000 with --address)")
+    p.add_argument("--http-port", type=number(int, 1024, 65535),
+                   help="where the HTTP API (jobs, policy, forecast) answers on the head "
+                        "(default: a free port; 8000 with --address)")
     _with_state(p)
     p.add_argument("--json", action="store_true", help="print the state as one JSON object")
     p.set_defaults(fn=cmd_up)
@@ -64,7 +68,8 @@ def register(sub) -> None:
     q = lsub.add_parser("probe", help="measure every link through the path jobs use; "
                         "configured vs measured")
     _with_state(q)
-    q.add_argument("--seconds", type=float, default=2.0, help="how long each direction sends")
+    q.add_argument("--seconds", type=number(float, 0.2, 60), default=2.0,
+                   help="how long each direction sends (0.2-60)")
     q.add_argument("--json", action="store_true",
                    help="print one JSON object: a record per link and direction")
     q.set_defaults(fn=cmd_links_probe)
@@ -73,7 +78,8 @@ def register(sub) -> None:
                         "re-plans its jobs with it")
     q.add_argument("src", help="the domain the link leaves")
     q.add_argument("dst", help="the domain it reaches")
-    q.add_argument("gbps", type=float, help="its goodput from now on, Gbit/s (0.0001-100)")
+    q.add_argument("gbps", type=number(float, 0.0001, 100),
+                   help="its goodput from now on, Gbit/s (0.0001-100)")
     q.add_argument("--both", action="store_true", help="both directions")
     _with_state(q)
     q.set_defaults(fn=cmd_links_set)
@@ -81,7 +87,8 @@ def register(sub) -> None:
     p = sub.add_parser("profile", help="measure each domain's accelerators (GEMMs per dtype "
                        "and size, memory bandwidth) and links; write catalog entries")
     p.add_argument("--domain", action="append", help="profile only this domain (repeatable)")
-    p.add_argument("--seconds", type=float, default=0.3, help="per measurement (0.05-10)")
+    p.add_argument("--seconds", type=number(float, 0.05, 10), default=0.3,
+                   help="per measurement (0.05-10)")
     p.add_argument("--out", help="write the entries as a catalog file (accelerators: ...)")
     p.add_argument("--runs", metavar="CSV", help="write the reference trainings as measured "
                    "runs on those entries, for xds calibrate --stack plain-dp --accelerators OUT")
@@ -112,8 +119,6 @@ def cmd_up(args) -> None:
     from xdscheduler.live import cluster
 
     path = _state_path(args)
-    if args.http_port is not None and not 1024 <= args.http_port <= 65535:
-        raise UserError(f"--http-port {args.http_port}: give 1024 to 65535")
     state, counts = cluster.up(args.scenario, path, address=args.address, storage=args.storage,
                                profile=args.profile, http_port=args.http_port,
                                policy=args.policy)
@@ -149,8 +154,6 @@ def cmd_links_set(args) -> None:
 def cmd_links_probe(args) -> None:
     from xdscheduler.live import cluster
 
-    if not 0.2 <= args.seconds <= 60:
-        raise UserError(f"--seconds {args.seconds:g}: give 0.2 to 60")
     state = cluster.connect(_state_path(args))
     from xdscheduler.live import probe  # imports ray: after connect set its token
     rows = probe.probe_links(cluster.load_scenario(state.scenario), args.seconds)
@@ -271,8 +274,9 @@ def _num(v, digits: int) -> str:
 def cmd_profile(args) -> None:
     from xdscheduler.live import cluster
 
-    if not 0.05 <= args.seconds <= 10:
-        raise UserError(f"--seconds {args.seconds:g}: give 0.05 to 10")
+    for path, what in ((args.out, "catalog"), (args.runs, "runs CSV")):
+        if path:
+            output_file(Path(path), what)  # before the measurements, not after them
     state = cluster.connect(_state_path(args))
     scn = cluster.load_scenario(state.scenario)
     accelerator = {d.name: d.accelerator.name for d in scn.domains}  # of each domain
@@ -336,13 +340,14 @@ def _write_profile(args, entries: list, rows: list[dict]) -> None:
     from xdscheduler.live.profile import RUN_COLUMNS
 
     if args.out:
-        Path(args.out).write_text(yaml.safe_dump(
-            {"accelerators": [e.model_dump() for e in entries]}, sort_keys=False))
+        write_atomic(Path(args.out), yaml.safe_dump(
+            {"accelerators": [e.model_dump() for e in entries]}, sort_keys=False), "catalog")
     if args.runs:
-        with open(args.runs, "w", newline="") as f:
-            out = csv.DictWriter(f, RUN_COLUMNS)
-            out.writeheader()
-            out.writerows(rows)
+        text = io.StringIO()
+        out = csv.DictWriter(text, RUN_COLUMNS)
+        out.writeheader()
+        out.writerows(rows)
+        write_atomic(Path(args.runs), text.getvalue(), "runs CSV")
 
 
 def _print_profile(args, measured: list[dict], entries: list, links: list[dict],

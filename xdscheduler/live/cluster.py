@@ -26,7 +26,7 @@ from xdscheduler.live import quota
 from xdscheduler.network.dynamics import base_matrices
 from xdscheduler.scenario import Scenario, load_scenario
 from xdscheduler.schema import Strict
-from xdscheduler.textfile import write_atomic
+from xdscheduler.textfile import read_text, write_atomic
 
 log = logging.getLogger("xdscheduler.live")
 
@@ -41,6 +41,7 @@ NODE_TIMEOUT_S = 120.0  # a node that has not joined by then will not (2 busy co
 # controller, Serve's) and `ray start --block` itself hang once the raylet is gone and would
 # hold `xds down` for the whole grace: they are killed after it
 STOP_GRACE_S = 3.0
+MAX_STATE_BYTES = 1 << 20  # a state file: a few KB
 
 
 def default_state_path() -> Path:
@@ -54,6 +55,25 @@ class Started(Strict):
     role: str  # head | node
     domain: str | None = None
     cgroup: str | None = None  # the CPU cgroup it runs in (removed by down)
+    started_at: float | None = None  # its start time (psutil's): a reused pid is not it
+
+    @classmethod
+    def of(cls, proc, **fields) -> Started:
+        import psutil
+
+        return cls(pid=proc.pid, started_at=psutil.Process(proc.pid).create_time(), **fields)
+
+    def ours(self) -> bool:
+        """Whether the process is still the one `up` started: its start time where recorded,
+        and a Ray command line; never what a reused pid or an edited state file names."""
+        import psutil
+
+        try:
+            proc = psutil.Process(self.pid)
+            same = self.started_at is None or abs(proc.create_time() - self.started_at) < 1
+            return same and "ray" in " ".join(proc.cmdline())
+        except psutil.Error:
+            return False
 
 
 class ClusterState(Strict):
@@ -102,11 +122,12 @@ def save(state: ClusterState, path: Path) -> None:
 
 
 def load(path: Path) -> ClusterState:
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"no cluster recorded at {path}: start one with `xds up SCENARIO` "
                         "(or set XDS_CLUSTER to its state file)")
     try:
-        return ClusterState.model_validate_json(path.read_text())
+        return ClusterState.model_validate_json(read_text(path, "cluster state file",
+                                                          MAX_STATE_BYTES, "JSON"))
     except ValueError as err:
         raise UserError(f"{path} is not a cluster state file: {str(err).splitlines()[0]}") \
             from None
@@ -207,7 +228,7 @@ def _start_nodes(state: ClusterState, scn: Scenario, fabric: fab.Fabric,
                               "--dashboard-agent-listen-port", str(free_port()),
                               "--num-cpus", "1", "--labels", f"{HEAD_LABEL}=head",
                               "--temp-dir", state.temp_dir], None)
-    state = state.model_copy(update={"processes": [Started(pid=head.pid, role="head")]})
+    state = state.model_copy(update={"processes": [Started.of(head, role="head")]})
     save(state, state_path)  # from here on, `xds down` can stop what is running
     _wait_nodes(state, 1)
     for i, d in enumerate(scn.domains):
@@ -221,8 +242,8 @@ def _start_nodes(state: ClusterState, scn: Scenario, fabric: fab.Fabric,
                                           "--labels", f"{DOMAIN_LABEL}={d.name}"],
                                   fabric.namespace(i), procs)
                 state = state.model_copy(update={"processes": [
-                    *state.processes, Started(pid=proc.pid, role="node", domain=d.name,
-                                              cgroup=cgroup if share else None)]})
+                    *state.processes, Started.of(proc, role="node", domain=d.name,
+                                                 cgroup=cgroup if share else None)]})
                 save(state, state_path)
                 # one at a time: nodes joining at once race for the session's socket names
                 _wait_nodes(state, len(state.processes))
@@ -348,7 +369,11 @@ def stop(state: ClusterState) -> list[str]:
     could not be done is said)."""
     done = []
     nodes = [p for p in state.processes if p.role != "head"]
+    strangers = [p for p in state.processes if _alive(p.pid) and not p.ours()]
+    done += [f"pid {p.pid} is not the Ray {p.role} `xds up` started: left alone"
+             for p in strangers]
     for group in (nodes, [p for p in state.processes if p.role == "head"]):  # nodes first
+        group = [p for p in group if p not in strangers]
         whats = [f"Ray {p.role} {p.domain or ''} (pid {p.pid})".replace("  ", " ") for p in group]
         try:
             gone = stop_processes([p.pid for p in group])

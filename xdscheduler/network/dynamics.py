@@ -13,6 +13,7 @@ import numpy as np
 
 from xdscheduler.errors import UserError
 from xdscheduler.scenario import Scenario
+from xdscheduler.textfile import read_frame
 
 PHI = 0.9  # AR(1) memory per 5-minute step: fluctuations last tens of minutes
 SPIKE_EVERY_S = 6 * 3600.0  # a latency spike per link about every six hours
@@ -68,9 +69,7 @@ class Dynamics:
     @classmethod
     def from_trace(cls, scn: Scenario, path: str | Path, step_s: float = 300.0) -> Dynamics:
         """Replay measured links: CSV with time_s,a,b,bandwidth_gbps,rtt_ms; values hold."""
-        import pandas as pd
-
-        trace = pd.read_csv(path)
+        trace = read_frame(Path(path), "link trace")
         need = {"time_s", "a", "b", "bandwidth_gbps", "rtt_ms"}
         if missing := need - set(trace.columns):
             raise UserError(f"{path}: missing columns {', '.join(sorted(missing))}; "

@@ -9,6 +9,7 @@ from xdscheduler.arguments import number
 from xdscheduler.errors import UserError
 
 HOURS = number(float, 0, 30 * 24 * 4)  # a study's time, in hours
+MAX_REPORT_BYTES = 64 << 20  # report.json: a month's study is a few hundred KB
 
 
 def register(subparsers) -> None:
@@ -64,7 +65,8 @@ def cmd_bill(args) -> None:
     csv = Path(args.csv) if args.csv else Path(args.study) / f"bill-{args.tenant}-{policy}.csv"
     total = {"job": "TOTAL", "kind": "", "domain": "", "accelerator": "", "unit": "",
              "quantity": float("nan"), "usd": b.total_usd}
-    write_atomic(csv, pd.concat([b.items, pd.DataFrame([total])]).to_csv(index=False))
+    write_atomic(csv, pd.concat([b.items, pd.DataFrame([total])]).to_csv(index=False),
+                 "the bill's CSV")
     if args.json:
         out = b.as_dict()
         out["to_s"] = None if math.isinf(b.end_s) else b.end_s
@@ -75,14 +77,19 @@ def cmd_bill(args) -> None:
 
 
 def cmd_tenants(args) -> None:
+    from xdscheduler.scenario import validated
+    from xdscheduler.sim.records import Report
+    from xdscheduler.textfile import read_text
+
     path = Path(args.study) / "report.json"
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"{path} not found: run a study with tenants first (xds run "
                         f"scenarios/three_tenants.yaml --out {args.study})")
     try:
-        report = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+        report = json.loads(read_text(path, "study report", MAX_REPORT_BYTES, "JSON"))
+    except ValueError as e:
         raise UserError(f"{path} is damaged ({e})") from None
+    validated(Report, report, str(path), "study report")  # the shape read below
     policies = report.get("policies", {})
     if args.policy and args.policy not in policies:
         raise UserError(f"no policy {args.policy!r} in {path}; it has {', '.join(policies)}")

@@ -26,6 +26,13 @@ from scipy import stats
 
 from xdscheduler.errors import UserError
 from xdscheduler.report.writer import _clean, _save
+from xdscheduler.textfile import (
+    checked_input,
+    output_file,
+    output_folder,
+    read_text,
+    write_atomic,
+)
 
 CONFIDENCE = 0.95
 KEYS = ["scenario", "load", "policy"]
@@ -279,11 +286,22 @@ def plot(table: pd.DataFrame, figure: str, path: Path) -> None:
     _save(fig, path)
 
 
+FILES = ("compare.json", "compare.parquet", "compare.md", *PLOTTED)
+
+
+def check_out(out: Path) -> Path:
+    """The output folder, made, and every file `write` writes there checked writable: before
+    a grid that may take an hour, not after it."""
+    out = output_folder(Path(out))
+    for name in FILES:
+        output_file(out / name)
+    return out
+
+
 def write(out: Path, cells: pd.DataFrame, meta: dict) -> dict:
     """Write compare.json, compare.parquet, compare.md and the plots into `out`; return the
     JSON object (with the table's text under `markdown`)."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_out(out)
     table = summary(cells)
     changes = paired(cells, meta["grid"]["baseline"])
     head = headline(cells, table, changes, meta["grid"]["baseline"])
@@ -292,26 +310,39 @@ def write(out: Path, cells: pd.DataFrame, meta: dict) -> dict:
                   "confidence": CONFIDENCE, "cells": cells.to_dict("records"),
                   "summary": table.to_dict("records"), "paired": changes.to_dict("records"),
                   "markdown": text})
-    (out / "compare.json").write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
-    cells.to_parquet(out / "compare.parquet", index=False)
-    (out / "compare.md").write_text(text + "\n")
+    write_atomic(out / "compare.json", json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    write_atomic(out / "compare.parquet", lambda p: cells.to_parquet(p, index=False))
+    write_atomic(out / "compare.md", text + "\n")
     for name, figure in PLOTTED.items():
-        plot(table, figure, out / name)
+        write_atomic(out / name, lambda p, figure=figure: plot(table, figure, p))
     return doc
 
 
 META = ("grid", "command", "wall_s", "runtime", "cpus", "cells_run", "listed_jobs_left_out")
+COLUMNS = (*KEYS, "seed", "single_domain", "work_scale")  # what the tables read of the cells
+MAX_SAVED_BYTES = 256 << 20  # a grid of 10,000 cells is a few MB
 
 
 def load(folder: Path) -> tuple[pd.DataFrame, dict]:
     """The cells and what was said about the run, saved by `write` in `folder`."""
+    import pyarrow
+
+    hint = f"(compare.json and compare.parquet, as `xds compare --out {folder}` writes)"
+    if not folder.is_dir():
+        raise UserError(f"--from {folder}: not a folder, so it holds no saved comparison "
+                        f"{hint}")
+    text = read_text(folder / "compare.json", "saved comparison", MAX_SAVED_BYTES, "JSON")
+    path = checked_input(folder / "compare.parquet", "saved cells", MAX_SAVED_BYTES)
     try:
-        saved = json.loads((folder / "compare.json").read_text())
-        cells = pd.read_parquet(folder / "compare.parquet")
-    except (OSError, ValueError) as err:
-        raise UserError(f"{folder} holds no saved comparison (compare.json and "
-                        f"compare.parquet, as `xds compare --out {folder}` writes): {err}"
-                        ) from None
+        saved = json.loads(text)
+        cells = pd.read_parquet(path)
+    except (OSError, ValueError, pyarrow.ArrowException) as err:
+        raise UserError(f"{folder} holds no readable comparison {hint}: {err}") from None
+    if not isinstance(saved, dict) or not isinstance(saved.get("grid"), dict):
+        raise UserError(f"{folder}/compare.json is not a saved comparison {hint}")
+    lacking = [c for c in COLUMNS if c not in cells.columns]
+    if lacking:
+        raise UserError(f"{folder}/compare.parquet lacks the columns {', '.join(lacking)}")
     missing = [k for k in META if k not in saved]
     if missing:
         raise UserError(f"{folder}/compare.json lacks {', '.join(missing)}: write it again "

@@ -8,6 +8,9 @@ import re
 from pathlib import Path
 
 from xdscheduler.errors import UserError
+from xdscheduler.textfile import output_file, read_text, write_atomic
+
+MAX_BYTES = 16 << 20  # a README: this project's is under 100 KB
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -23,10 +26,8 @@ def check_readme(path: Path, name: str) -> str:
     """The text of `path`, which must hold one pair of `name` markers (UserError otherwise):
     checked before a long run, not after it."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise UserError(f"cannot read {path}: {err.strerror}") from None
+    text = read_text(path, "--readme", MAX_BYTES, "Markdown")
+    output_file(path, "--readme")  # written after the run: a device or a fifo refused now
     if len(_marked(name).findall(text)) != 1:
         begin, end = markers(name)
         raise UserError(f"{path} must hold one {begin} ... {end} pair to replace")
@@ -38,4 +39,5 @@ def splice_readme(path: Path, name: str, text: str, provenance: str) -> None:
     what made it."""
     begin, end = markers(name)
     block = f"{begin}\n{provenance}\n\n{text.rstrip()}\n{end}"
-    Path(path).write_text(_marked(name).sub(lambda _: block, check_readme(path, name)))
+    write_atomic(Path(path), _marked(name).sub(lambda _: block, check_readme(path, name)),
+                 "--readme")

@@ -43,7 +43,7 @@ from tqdm import tqdm
 
 from xdscheduler.errors import UserError
 from xdscheduler.sim.records import PolicyMetrics, Relocations, Report, Swings
-from xdscheduler.textfile import write_atomic
+from xdscheduler.textfile import output_folder, write_atomic
 
 COLUMNS = {
     "domains": ["policy", "time_s", "domain", "gpus_total", "gpus_busy", "utilization",
@@ -62,6 +62,7 @@ PLOTS = {
                  "across domains), one panel per policy.",
 }
 HOURS = 1 / 3600
+FILES = ("report.json", "report.schema.json", "metrics.parquet", *PLOTS, "report.html")
 def write_report(out_dir: Path, report: Report, domains: pd.DataFrame, jobs: pd.DataFrame,
                  links: pd.DataFrame, progress: bool = False, segments: pd.DataFrame | None = None,
                  topology: dict | None = None) -> dict[str, Path]:
@@ -69,8 +70,7 @@ def write_report(out_dir: Path, report: Report, domains: pd.DataFrame, jobs: pd.
     frames = {"domains": domains, "jobs": jobs, "links": links}
     for name, frame in frames.items():
         _check(name, frame)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_folder(Path(out_dir))
     summary = report_json(report)
     writers = {
         # allow_nan=False: fail here rather than write JSON that strict readers reject.

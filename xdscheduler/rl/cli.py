@@ -7,7 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from xdscheduler.errors import UserError
+from xdscheduler.arguments import number
+from xdscheduler.textfile import output_file, output_folder, write_atomic
 
 
 def cmd_train(args) -> None:
@@ -15,13 +16,11 @@ def cmd_train(args) -> None:
     from xdscheduler.rl.train import SWEEP_CONFIG, load_config, sweep_weights, train
 
     cfg = load_config(args.config or (SWEEP_CONFIG if args.samples > 1 else None))
-    if args.samples < 1:
-        raise UserError(f"--samples must be at least 1, got {args.samples}")
     sweep_weights(cfg, args.samples)  # refuses more samples than the config's sweep lists
-    if args.iterations is not None and args.iterations < 1:
-        raise UserError(f"--iterations must be at least 1, got {args.iterations}")
+    out = output_folder(Path(args.out))
+    for name in ("train_summary.json", "trials.json", "pareto_front.png"):
+        output_file(out / name)  # before the training, not after it
     connect(args.address)
-    out = Path(args.out)
     # With --json, standard output carries one JSON object: Tune's chatter goes to stderr.
     quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     with quiet:
@@ -32,7 +31,7 @@ def cmd_train(args) -> None:
         from xdscheduler.rl.pareto import sweep_report
 
         summary["pareto"] = sweep_report(trials, out, states=args.states)
-    (out / "train_summary.json").write_text(json.dumps(summary, indent=2))
+    write_atomic(out / "train_summary.json", json.dumps(summary, indent=2))
     if args.json:
         print(json.dumps(summary, indent=2))
         return
@@ -50,13 +49,15 @@ def register(sub) -> None:
                        description="train the hierarchical PPO agents under Tune")
     p.add_argument("--config", help="training config (default: rllib_configs/hppo.yaml, the "
                                     "study policy; with --samples N > 1, hppo_sweep.yaml)")
-    p.add_argument("--samples", type=int, default=1,
+    p.add_argument("--samples", type=number(int, 1, 1000), default=1,
                    help="trials: 1 trains on the config's weights; N > 1 sweeps the first N "
                         "weightings of the config and draws their Pareto front")
-    p.add_argument("--iterations", type=int, help="training iterations per trial")
+    p.add_argument("--iterations", type=number(int, 1, 1_000_000),
+                   help="training iterations per trial")
     p.add_argument("--init", help="start from these trained modules (e.g. the shipped policy, "
                                   "xdscheduler/rl/trained/decision for a sweep)")
-    p.add_argument("--states", type=int, default=40, help="fixed states for the Pareto check")
+    p.add_argument("--states", type=number(int, 1, 100_000), default=40,
+                   help="fixed states for the Pareto check")
     p.add_argument("--out", default="xds-train", help="output folder (default xds-train)")
     p.add_argument("--address", help="Ray cluster address (default: an embedded local Ray)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

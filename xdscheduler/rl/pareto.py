@@ -19,6 +19,7 @@ from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.rl.candidates import Choices, choices
 from xdscheduler.scenario import Weights
+from xdscheduler.textfile import write_atomic
 
 STATES_SEED = 777_000  # far from training's episode seeds
 
@@ -104,8 +105,7 @@ def plot_front(result: dict, weights: list[Weights], out: Path) -> Path:
     ax.set_title(f"Weight sweep: coverage {result['coverage']:.0%} of "
                  f"{result['pareto_choices']} Pareto-optimal choices")
     fig.tight_layout()
-    path = Path(out) / "pareto_front.png"
-    fig.savefig(path, dpi=120)
+    path = write_atomic(Path(out) / "pareto_front.png", lambda p: fig.savefig(p, dpi=120))
     plt.close(fig)
     return path
 

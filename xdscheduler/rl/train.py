@@ -10,9 +10,9 @@ import json
 import shutil
 from pathlib import Path
 
-import yaml
-
 from xdscheduler.errors import UserError
+from xdscheduler.textfile import write_atomic
+from xdscheduler.yamlfile import read_yaml
 
 CONFIGS = Path(__file__).resolve().parents[2] / "rllib_configs"
 DEFAULT_CONFIG = CONFIGS / "hppo.yaml"  # the study policy, `xds run --policies ppo`
@@ -23,12 +23,10 @@ WEIGHT_KEYS = {"efficiency", "utilization", "cost"}
 
 def load_config(path: str | Path | None = None) -> dict:
     path = Path(path) if path else DEFAULT_CONFIG
-    if not path.is_file():
-        raise UserError(f"training config {path} not found")
-    try:
-        cfg = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise UserError(f"{path}: not valid YAML ({e})") from None
+    cfg = read_yaml(path, "training config") or {}
+    if not isinstance(cfg, dict):
+        raise UserError(f"{path}: a training config is a mapping of sections "
+                        f"({', '.join(sorted(SECTIONS))})")
     unknown = set(cfg) - SECTIONS
     if unknown:
         raise UserError(f"{path}: unknown sections {sorted(unknown)}; accepted: {sorted(SECTIONS)}")
@@ -123,5 +121,5 @@ def train(cfg: dict, out: Path, samples: int = 1, iterations: int | None = None,
             "episode_return_mean": metrics.get("env_runners", {}).get("episode_return_mean"),
             "module": str(target),
         })
-    (out / "trials.json").write_text(json.dumps(trials, indent=2))
+    write_atomic(out / "trials.json", json.dumps(trials, indent=2))
     return trials

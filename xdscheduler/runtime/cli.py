@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import logging
@@ -9,8 +10,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from xdscheduler.arguments import number
+from xdscheduler.arguments import SEED_LIMIT, number, seed
 from xdscheduler.errors import UserError
+from xdscheduler.scenario import MAX_LOAD
 
 DEFAULT_SCENARIOS = ("five_domains.yaml", "skyplane_six_regions.yaml")
 DEFAULT_LOADS = "0.6,0.8,1.0,1.2"
@@ -20,6 +22,8 @@ DEFAULT_SEEDS = "10"
 # close to an hour once the cores are shared); docs/results.md, "Comparing policies".
 DEFAULT_HOURS = 12.0
 DEFAULT_BASELINE = "planner-single-domain"  # the strongest single-domain scheduler
+MAX_SEEDS = 1000
+LOAD = number(float, 0, MAX_LOAD, above=True)
 
 
 def register(subparsers) -> None:
@@ -61,21 +65,27 @@ def register(subparsers) -> None:
 def parse_seeds(text: str) -> list[int]:
     """'10' -> seeds 0..9; '3,5,8' (or '7,') -> those seeds."""
     try:
-        seeds = list(range(int(text))) if "," not in text else \
-            [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise UserError(f"--seeds takes a count or comma-separated integers, got {text!r}"
-                        ) from None
-    if not seeds:
-        raise UserError(f"--seeds: no seeds in {text!r}; give a count of 1 or more or a list")
+        count = int(text) if "," not in text else None
+        seeds = [seed(s) for s in text.split(",") if s.strip()] if count is None else []
+    except (ValueError, argparse.ArgumentTypeError):
+        raise UserError(f"--seeds takes a count or comma-separated integers from 0 to "
+                        f"{SEED_LIMIT - 1:,}, got {text!r}") from None
+    if count is not None and not 1 <= count <= MAX_SEEDS:
+        raise UserError(f"--seeds: a count from 1 to {MAX_SEEDS}, got {count}")
+    seeds = list(range(count)) if count is not None else seeds
+    if not seeds or len(seeds) > MAX_SEEDS:
+        raise UserError(f"--seeds: give a count or a list of 1 to {MAX_SEEDS} seeds, got "
+                        f"{text!r}")
     return seeds
 
 
 def parse_loads(text: str) -> list[float]:
+    """'0.6,0.8' -> those offered loads, each finite in (0, MAX_LOAD]."""
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise UserError(f"--loads takes comma-separated numbers, got {text!r}") from None
+        return [LOAD(x) for x in text.split(",") if x.strip()]
+    except argparse.ArgumentTypeError as err:
+        raise UserError(f"--loads takes comma-separated offered loads in (0, {MAX_LOAD:g}]: "
+                        f"{err}") from None
 
 
 def _scenario_paths(given: list[str]) -> list[Path]:
@@ -88,20 +98,23 @@ def _scenario_paths(given: list[str]) -> list[Path]:
 
 
 def cmd_compare(args) -> None:
-    from xdscheduler.report.compare import load, write
+    from xdscheduler.report.compare import check_out, load, write
     from xdscheduler.report.readme import check_readme, splice_readme
+    from xdscheduler.runtime.compare import Grid
 
     if args.readme:
         check_readme(Path(args.readme), "compare")  # before the grid, not after it
     if args.saved:
         out, (cells, meta) = Path(args.saved), load(Path(args.saved))
+        Grid.of(**meta["grid"])  # what the tables say of it: as a run would check it
         if args.baseline:
             if args.baseline not in set(cells["policy"]):
                 raise UserError(f"baseline {args.baseline!r} is not among the policies saved "
                                 f"in {out}: {', '.join(sorted(set(cells['policy'])))}")
             meta["grid"]["baseline"] = args.baseline
     else:
-        out, (cells, meta) = Path(args.out), _run(args)
+        grid = _grid(args)  # every argument checked, then the output, before any study runs
+        out, (cells, meta) = check_out(Path(args.out)), _run(args, grid)
     doc = write(out, cells, meta)
     if args.readme:
         splice_readme(Path(args.readme), "compare", doc["markdown"], provenance(meta))
@@ -113,16 +126,21 @@ def cmd_compare(args) -> None:
           f"CPUs ({meta['runtime']}); files in {out}/", file=sys.stderr)
 
 
-def _run(args) -> tuple:
-    """The grid the arguments ask for, run: its cells and what the report says about them."""
+def _grid(args):
+    """The grid the arguments ask for; UserError naming the first bad one."""
     from xdscheduler.registry import parse_policies
-    from xdscheduler.runtime.compare import Grid, run_grid
+    from xdscheduler.runtime.compare import Grid
 
-    policies = parse_policies(args.policies)
-    grid = Grid.of(scenarios=_scenario_paths(args.scenarios), policies=policies,
-                   seeds=parse_seeds(args.seeds), loads=parse_loads(args.loads),
-                   hours=args.hours, baseline=args.baseline or DEFAULT_BASELINE,
-                   arrivals=args.arrivals)
+    return Grid.of(scenarios=_scenario_paths(args.scenarios),
+                   policies=parse_policies(args.policies), seeds=parse_seeds(args.seeds),
+                   loads=parse_loads(args.loads), hours=args.hours,
+                   baseline=args.baseline or DEFAULT_BASELINE, arrivals=args.arrivals)
+
+
+def _run(args, grid) -> tuple:
+    """The grid run: its cells and what the report says about them."""
+    from xdscheduler.runtime.compare import run_grid
+
     with _progress_to_stderr():
         run = run_grid(grid, address=args.address, local=args.local)
     meta = {"grid": grid.model_dump(mode="json"), "command": command_line(grid, args),

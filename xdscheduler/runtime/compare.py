@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import pandas as pd
 from pydantic import Field, ValidationError, model_validator
@@ -19,7 +20,7 @@ from xdscheduler.planner.view import ClusterView
 from xdscheduler.ray_cluster import connect
 from xdscheduler.registry import check, make_policy
 from xdscheduler.runtime.study import run_here
-from xdscheduler.scenario import Job, Scenario, load_scenario
+from xdscheduler.scenario import MAX_LOAD, Job, Scenario, load_scenario
 from xdscheduler.schema import Strict
 from xdscheduler.sim.arrivals import ARRIVALS, load_replay
 from xdscheduler.sim.cell import CellWorkload, cell_workload
@@ -38,9 +39,10 @@ class Grid(Strict):
     """Scenario files; each gets its own panel and table."""
     policies: list[str] = Field(min_length=1)
     """Registered policy names, in the order they are listed."""
-    seeds: list[int] = Field(min_length=1)
+    seeds: list[Annotated[int, Field(ge=0, lt=2**32)]] = Field(min_length=1)
     """Each seed draws the jobs and the network; every policy of a cell sees the same."""
-    loads: list[float] = Field(min_length=1)
+    loads: list[Annotated[float, Field(gt=0, le=MAX_LOAD, allow_inf_nan=False)]] = Field(
+        min_length=1)
     """Offered loads (accelerator-hours asked over those available while jobs arrive)."""
     hours: float = Field(gt=0)
     """Hours of job arrivals per study."""

@@ -58,14 +58,19 @@ class Controller:
         if self.ledger:  # before any replay: records made again are kept once
             self.engine.meter_to(self.ledger.record)
         self.journal = Journal(journal, policy) if journal else None
+        # A controller before this one died having reached there: the first advance runs there
+        # again (there, not here, a log that differs comes back to the driver as an error).
+        self.replay_to = None
         if self.journal:
             self.engine.subscribe(self.journal.record)  # re-made decisions checked on the log
-            # a controller before this one died having reached there: run there again
-            self.engine.replay(self.journal.reached())
+            self.replay_to = self.journal.reached()
         self.started = time.perf_counter()
 
     def advance(self, until_s: float) -> dict:
         """Run the study up to simulated time `until_s`; say where it stands."""
+        if self.replay_to is not None:
+            self.engine.replay(self.replay_to)
+            self.replay_to = None
         if not self.engine.finished:
             self.engine.run(until_s=until_s)
             if self.journal:

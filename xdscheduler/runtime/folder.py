@@ -9,26 +9,36 @@ folder holds against `mode`:
 - "new": the folder holds no study (neither a journal nor a report);
 - "force": whatever it holds is replaced;
 - "resume": it holds an interrupted study, whose parameters (`study.json`) are returned by
-  `spec()`; its journal is kept, and the controllers replay to where it reached.
+  `spec()`; its journal is kept (checked first), and the controllers replay to where it
+  reached.
+
+A study folder is data, which a user may have received from anyone: nothing it names that runs
+as code (a trained policy) is loaded, nor any endpoint it names sent the API token, unless the
+command line names it again or, for the policy, its digest is what it was when the study began
+(`trusted`).
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from xdscheduler.errors import UserError
+from xdscheduler.runtime.journal import check_log
 from xdscheduler.runtime.ledger import LEDGER
-from xdscheduler.textfile import write_atomic
+from xdscheduler.textfile import output_file, output_folder, read_text, write_atomic
 
 LOCK = ".xds-lock"
 SPEC = "study.json"
 JOURNAL = "journal.sqlite"
 REPORT = "report.json"
 MODES = ("new", "force", "resume")
+MAX_SPEC_BYTES = 4 << 20  # the scenario is in it: scenario files are read up to 1 MiB of YAML
+MAX_POLICY_BYTES = 1 << 30  # a trained policy's files, hashed: the shipped ones are 3 MB
 
 
 class StudySpec(BaseModel):
@@ -36,15 +46,67 @@ class StudySpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     scenario: dict
-    policies: list[str]
-    hours: float
-    seed: int
-    faults: float | None = None
+    policies: list[str] = Field(min_length=1, max_length=100)
+    hours: float = Field(gt=0, le=24 * 30)
+    seed: int = Field(ge=0, lt=2**32)
+    faults: float | None = Field(default=None, gt=0, le=1000)
     forecast: bool | None = None
     realtime: bool = False
-    speed: float = 1.0
+    speed: float = Field(default=1.0, gt=0, le=86400)
     policy_path: str | None = None
+    policy_sha256: str | None = None  # of policy_path's files when the study began
     serve_url: str | None = None
+
+
+def digest(path: str | Path) -> str:
+    """SHA-256 over a file, or a folder's files (their relative names and contents, symlinks
+    by where they point): what a policy's folder held."""
+    path = Path(path)
+    h, total = hashlib.sha256(), 0
+    files = [path] if not path.is_dir() else sorted(
+        Path(root) / f for root, _, names in os.walk(path) for f in names)
+    for f in files:
+        h.update(f.relative_to(path).as_posix().encode() + b"\0" if f != path else b"")
+        if f.is_symlink():
+            h.update(b"-> " + os.readlink(f).encode())
+        elif f.is_file():  # never a fifo or a device: opening one may wait for ever
+            total += f.stat().st_size
+            if total > MAX_POLICY_BYTES:
+                raise UserError(f"{path} holds over {MAX_POLICY_BYTES:,} bytes: not a policy")
+            with f.open("rb") as data:
+                for block in iter(lambda d=data: d.read(1 << 20), b""):
+                    h.update(block)
+    return h.hexdigest()
+
+
+def trusted(spec: StudySpec, out: str | Path, policy_path: str | None,
+            serve_url: str | None) -> None:
+    """Refuse to resume with a policy or an endpoint named by `spec` alone (UserError), unless
+    the command line names it again (`policy_path`, `serve_url`) or the policy's files are
+    those hashed when the study began."""
+    where = Path(out) / SPEC
+    if policy_path is not None and (spec.policy_path is None or Path(policy_path).resolve()
+                                    != Path(spec.policy_path).resolve()):
+        raise UserError(f"--policy-path {policy_path} is not the policy {where} names "
+                        f"({spec.policy_path or 'the shipped one'}): a study resumes with what "
+                        f"it began with")
+    if serve_url is not None and serve_url != spec.serve_url:
+        raise UserError(f"--serve-url {serve_url} is not the endpoint {where} names "
+                        f"({spec.serve_url or 'none'}): a study resumes with what it began with")
+    if spec.policy_path and policy_path is None and not _unchanged(spec):
+        raise UserError(f"{where} names the policy {spec.policy_path}, whose files are not "
+                        f"those hashed when the study began; a policy is code, and a study "
+                        f"folder may come from anyone: to load it, name it again (--policy-path "
+                        f"{spec.policy_path})")
+    if spec.serve_url and serve_url is None:
+        raise UserError(f"{where} names the endpoint {spec.serve_url}, which would be sent your "
+                        f"API token; to use it, name it again (--serve-url {spec.serve_url})")
+
+
+def _unchanged(spec: StudySpec) -> bool:
+    if spec.policy_sha256 is None or not Path(spec.policy_path).exists():
+        return False
+    return digest(spec.policy_path) == spec.policy_sha256
 
 
 class StudyFolder:
@@ -55,15 +117,15 @@ class StudyFolder:
         self._lock = None
 
     def __enter__(self) -> StudyFolder:
+        output_folder(self.path)
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
             probe = self.path / f".xds-probe-{os.getpid()}"
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as err:
             raise UserError(f"cannot write the output folder {self.path}: "
                             f"{err.strerror or err}; pick another --out") from None
-        self._lock = (self.path / LOCK).open("a+")
+        self._lock = output_file(self.path / LOCK, "lock file").open("a+")
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -88,10 +150,18 @@ class StudyFolder:
                             f"pick another --out")
         if self.mode == "resume":
             self.resumable()
+            check_log(self.path / JOURNAL, "journal")
+            if (self.path / LEDGER).exists():
+                check_log(self.path / LEDGER, "ledger")
         if self.mode == "force":
             for name in (REPORT, SPEC, *(f"{db}{end}" for db in (JOURNAL, LEDGER)
                                          for end in ("", "-wal", "-shm"))):
                 (self.path / name).unlink(missing_ok=True)
+        from xdscheduler.report.writer import FILES
+
+        # what the study writes there, checked before it runs (SQLite writes its logs in place)
+        for name in (*FILES, SPEC, "decisions.jsonl", JOURNAL, LEDGER):
+            output_file(self.path / name)
 
     def resumable(self) -> None:
         """Refuse (UserError) a folder without a study to resume."""
@@ -103,11 +173,15 @@ class StudyFolder:
         """The parameters the interrupted study was started with."""
         self.resumable()
         path = self.path / SPEC
+        text = read_text(path, "study record", MAX_SPEC_BYTES, "JSON")
         try:
-            return StudySpec.model_validate_json(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, ValidationError) as err:
-            raise UserError(f"{path} is damaged ({str(err).splitlines()[0]}): the study cannot "
-                            f"resume; run it again with --force") from None
+            return StudySpec.model_validate_json(text)
+        except ValidationError as err:
+            first = err.errors()[0]
+            why = f"{'.'.join(map(str, first['loc']))}: {first['msg']}" if first["loc"] \
+                else first["msg"]
+            raise UserError(f"{path} is damaged ({why}): the study cannot resume; run it "
+                            f"again with --force") from None
 
     def record(self, spec: StudySpec) -> None:
         write_atomic(self.path / SPEC, spec.model_dump_json(indent=2) + "\n")

@@ -9,10 +9,14 @@ nothing in it is ever executed or unpickled.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from dataclasses import asdict
 from pathlib import Path
+
+from xdscheduler.errors import UserError
+from xdscheduler.textfile import checked_input
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS decisions (
@@ -24,8 +28,45 @@ CREATE TABLE IF NOT EXISTS jobs (
 """
 
 
-class DivergedError(RuntimeError):
-    """A resumed controller made a decision different from the one in the log."""
+MAX_LOG_BYTES = 4 << 30  # a month of decisions is tens of MB; SQLite reads it page by page
+RERUN = "the study cannot resume: run it again with --force (or in a new output folder)"
+
+
+class DivergedError(UserError):
+    """A resumed controller made a decision different from the one in the log, or the log
+    lacks one it made."""
+
+
+def check_log(path: Path, what: str) -> None:
+    """Refuse (UserError naming the file, and the decision where one is wrong) a log that is
+    not a regular file, that SQLite finds damaged (a truncated file), or whose decisions skip
+    a number (a row deleted) or do not parse (edited): before any controller starts on it."""
+    checked_input(path, what, MAX_LOG_BYTES)
+    try:
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            (verdict,) = db.execute("PRAGMA quick_check").fetchone()
+            if verdict != "ok":
+                raise UserError(f"{what} {path} is damaged (SQLite: {verdict}); {RERUN}")
+            if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'decisions'").fetchone():
+                _check_decisions(db, path, what)
+    except sqlite3.DatabaseError as err:
+        raise UserError(f"{what} {path} is damaged ({err}); {RERUN}") from None
+
+
+def _check_decisions(db: sqlite3.Connection, path: Path, what: str) -> None:
+    expected: dict[str, int] = {}
+    for policy, idx, record in db.execute(
+            "SELECT policy, idx, record FROM decisions ORDER BY policy, idx"):
+        want = expected.get(policy, 0)
+        if idx != want:
+            raise UserError(f"{what} {path}: {policy}'s decision {want} is missing (deleted?); "
+                            f"{RERUN}")
+        try:
+            json.loads(record)
+        except (TypeError, ValueError):
+            raise UserError(f"{what} {path}: {policy}'s decision {idx} is not a record "
+                            f"(damaged or edited); {RERUN}") from None
+        expected[policy] = want + 1
 
 
 def open_log(path: Path, schema: str, threads: bool = False) -> sqlite3.Connection:
@@ -49,17 +90,16 @@ class Journal:
         """Append decision number `index`; one already logged must be the same decision."""
         record = json.dumps(asdict(decision), sort_keys=True)
         if index < self.logged:
-            (logged,) = self.db.execute(
-                "SELECT record FROM decisions WHERE policy = ? AND idx = ?",
-                (self.policy, index)).fetchone()
+            row = self.db.execute("SELECT record FROM decisions WHERE policy = ? AND idx = ?",
+                                  (self.policy, index)).fetchone()
             try:
-                same = _without_timing(logged) == _without_timing(record)
-            except ValueError:  # not JSON: damaged
+                same = row is not None and _without_timing(row[0]) == _without_timing(record)
+            except (TypeError, ValueError):  # not JSON: damaged
                 same = False
             if not same:
                 raise DivergedError(f"{self.policy}: decision {index} differs from the log in "
-                                    f"{self.path} (damaged, edited, or from another study): "
-                                    f"start the study again in a new output folder")
+                                    f"{self.path} (damaged, edited, or from another study); "
+                                    f"{RERUN}")
             return
         self.db.execute("INSERT INTO decisions VALUES (?, ?, ?, ?, ?, ?)",
                         (self.policy, index, decision.time_s, decision.job, decision.action,

@@ -13,8 +13,9 @@ from pathlib import Path
 import pandas as pd
 
 from xdscheduler.errors import UserError
-from xdscheduler.runtime.journal import open_log
+from xdscheduler.runtime.journal import MAX_LOG_BYTES, open_log
 from xdscheduler.sim.metering import Usage
+from xdscheduler.textfile import checked_input
 
 LEDGER = "ledger.sqlite"
 SCHEMA = """
@@ -54,9 +55,10 @@ class Ledger:
 def read_ledger(folder: Path) -> pd.DataFrame:
     """Every record of the study in `folder`."""
     path = Path(folder) / LEDGER
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"{folder} holds no ledger ({LEDGER}): not a study folder, or a study "
                         f"made before metering")
+    checked_input(path, "ledger", MAX_LOG_BYTES)
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
             return pd.read_sql_query("SELECT * FROM usage ORDER BY policy, idx", db)

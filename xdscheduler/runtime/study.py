@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from xdscheduler.errors import UserError
 from xdscheduler.network.dynamics import Dynamics
 from xdscheduler.planner.policy import Policy
 from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.ray_cluster import connect
 from xdscheduler.registry import check, make_policy
-from xdscheduler.runtime.folder import StudyFolder, StudySpec
+from xdscheduler.runtime.folder import StudyFolder, StudySpec, digest
 from xdscheduler.runtime.ledger import Ledger
 from xdscheduler.scenario import Job, Scenario
 from xdscheduler.sim.demand import DemandPlanner
@@ -117,7 +118,7 @@ def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, 
     keep pace with the wall clock, `speed` simulated seconds per second, and the study shows
     itself on the board (`monitor.board`)."""
     import ray
-    from ray.exceptions import RayActorError
+    from ray.exceptions import RayActorError, RayTaskError
 
     from xdscheduler.runtime.controller import Controller
 
@@ -137,6 +138,10 @@ def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, 
         nonlocal controller
         try:
             return ray.get(controller.advance.remote(t))
+        except RayTaskError as err:  # bad input met in the controller: said as here
+            if isinstance(err.cause, UserError):
+                raise err.cause from None
+            raise
         except RayActorError:
             if not journal:
                 raise
@@ -206,10 +211,12 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
     with StudyFolder(out, mode) as folder:
         if mode != "resume":
             options = policy_options or {}
+            path = options.get("policy_path")
             folder.record(StudySpec(
                 scenario=scn.model_dump(mode="json"), policies=policies, hours=hours,
                 seed=seed, faults=faults, forecast=forecast, realtime=realtime, speed=speed,
-                policy_path=options.get("policy_path"), serve_url=options.get("serve_url")))
+                policy_path=path, policy_sha256=digest(path) if path else None,
+                serve_url=options.get("serve_url")))
         return _run_study(scn, policies, hours, seed, folder, address, local, realtime, speed,
                           show_progress, policy_options, journal, faults, forecast, truth)
 

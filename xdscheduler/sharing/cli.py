@@ -66,10 +66,14 @@ def cmd_bench(args) -> None:
     packers = _packers(args.packers)
     if args.readme:
         check_readme(Path(args.readme), "share")  # before the run, not after it
+    report.check_out(Path(args.out))
     nodes = load_nodes(Path(args.nodes) if args.nodes else None)
     pods = load_pods(trace_path(args.trace))
     if nodes.total_gpus == 0 or len(pods) == 0:
         raise UserError("the cluster has no GPUs or the trace no pods: nothing to pack")
+    if not pods.gpu_demand.any():  # arrivals would never reach the cluster's capacity
+        raise UserError(f"every pod of {args.trace} asks for 0 GPUs: the bench packs GPUs "
+                        f"until the pods ask for {args.until:g}x the cluster's")
     curves = inflation.bench(nodes, pods, packers, list(range(args.seeds)), args.until,
                              workers=args.workers)
     summary = inflation.summary(curves)

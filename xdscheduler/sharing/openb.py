@@ -18,6 +18,7 @@ import pandas as pd
 
 from xdscheduler.errors import UserError
 from xdscheduler.network.measurements import shared_data_dir
+from xdscheduler.textfile import read_frame
 
 MILLI = 1000  # a whole GPU, in the trace's unit
 MAX_GPUS_PER_NODE = 8
@@ -81,13 +82,10 @@ def trace_path(trace: str) -> Path:
 
 
 def _read(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"{path} is missing: the public data folder must hold it "
                         f"(see shared/data/README.md)")
-    try:
-        frame = pd.read_csv(path)
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as e:
-        raise UserError(f"{path}: not a CSV file ({e})") from None
+    frame = read_frame(path, "openb list")
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise UserError(f"{path}: no column {', '.join(missing)} (needs {', '.join(columns)})")

@@ -12,7 +12,7 @@ matplotlib.use("Agg")  # no screen: render to files
 import matplotlib.pyplot as plt
 
 from xdscheduler.sharing.inflation import GRID, Curve, mean_curves
-from xdscheduler.textfile import write_atomic
+from xdscheduler.textfile import output_file, output_folder, write_atomic
 
 
 def finite(x):
@@ -26,7 +26,7 @@ def _change(entry: dict, peer: str, fmt: str = "+.1f", sign: int = 1, unit: str 
     """The entry's change against `peer` (paired by seed) with its 95% CI, in per cent; "–"
     where it has none."""
     key = "change_vs_" + peer.replace("-", "_")
-    if key not in entry:
+    if entry.get(key) is None:  # not compared, or against a peer that left nothing (0 / 0)
         return "–"
     ci = entry[key + "_ci95"]
     return (f"{sign * 100 * entry[key]:{fmt}}{unit}"
@@ -87,13 +87,26 @@ def plot(curves: list[Curve], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+FILES = tuple(f"share_bench.{kind}" for kind in ("json", "md", "csv", "png"))
+
+
+def check_out(out: Path) -> Path:
+    """The output folder, made, and every file `write` writes there checked writable (before
+    the bench, not after it)."""
+    out = output_folder(out)
+    for name in FILES:
+        output_file(out / name)
+    return out
+
+
 def write(out: Path, curves: list[Curve], result: dict) -> None:
     """share_bench.json, .md, .csv (mean curve per packer) and .png into `out`."""
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_out(out)
     write_atomic(out / "share_bench.json", json.dumps(finite(result), indent=2))
     write_atomic(out / "share_bench.md", result["headline"] + "\n\n" + result["setup"] + "\n\n"
                  + table(finite(result["packers"])) + "\n")
     frame = mean_curves(curves).rename_axis("arrived_share").reset_index()
     write_atomic(out / "share_bench.csv", frame.to_csv(index=False))
-    plot(curves, out / "share_bench.png", f"openb {result['trace']}: {result['seeds']} seeds")
+    write_atomic(out / "share_bench.png",
+                 lambda p: plot(curves, p, f"openb {result['trace']}: {result['seeds']} seeds"))
 

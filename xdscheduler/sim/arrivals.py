@@ -41,6 +41,7 @@ import pandas as pd
 
 from xdscheduler.errors import UserError
 from xdscheduler.network.measurements import shared_data_dir
+from xdscheduler.textfile import read_frame
 
 ARRIVALS = ("poisson", "philly", "helios", "acme")
 HELIOS_VC = "vc6YE"
@@ -90,10 +91,10 @@ def load_replay(kind: str, cluster: str = "kalos", root: Path | None = None) -> 
 
 
 def _read(path: Path, columns: list[str]) -> pd.DataFrame:
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"{path} is missing: the public data folder must hold it "
                         f"(see shared/data/README.md)")
-    frame = pd.read_csv(path)
+    frame = read_frame(path, "arrival trace")
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise UserError(f"{path}: no column {', '.join(missing)}")

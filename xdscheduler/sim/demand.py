@@ -33,6 +33,7 @@ import pandas as pd
 
 from xdscheduler.faults.failure_model import GPUS_PER_NODE
 from xdscheduler.forecast.service import (
+    MAX_MINUTES,
     FittedOnHistory,
     ForecastRequest,
     ForecastResponse,
@@ -41,6 +42,10 @@ from xdscheduler.forecast.service import (
 from xdscheduler.forecast.structure import KnownJob
 from xdscheduler.sim.records import Forecast
 from xdscheduler.sim.recovery import MAX_POOL_SHARE
+
+# When a stalled job (no rate: every node it had failed, under --faults) frees its accelerators:
+# the furthest a forecast request may say, beyond any horizon it looks at.
+NEVER_S = MAX_MINUTES * 60
 
 STEP_MIN = 10  # demand history resolution: the forecaster's shortest horizon
 CONSULT_S = 3600.0  # the controller consults the forecast once per simulated hour
@@ -180,7 +185,7 @@ def known_jobs(eng, known: set[str], t: float, horizon_min: float) -> list:
     for r in eng.active:
         left = (r.tokens - r.done) / r.rate if r.rate > 0 else math.inf
         finish = max(r.paused_until - t, 0.0) + left
-        out.append(KnownJob(r.spec.name, r.placement.total_gpus, min(finish, 1e9)))
+        out.append(KnownJob(r.spec.name, r.placement.total_gpus, min(finish, NEVER_S)))
     for r in eng.pending:
         if r.spec.name in known and 0 < r.arrival_s - t <= horizon_min * 60:
             start = r.arrival_s - t

@@ -57,6 +57,7 @@ from xdscheduler.sim.tenancy import TenancyState
 DRAIN_FACTOR = 4.0  # after arrivals stop, queued jobs may drain for up to 3x as long
 PREPARING = "#next"  # suffix of the allocation a job holds for its next plan while preparing
 ARRIVAL, SAMPLE, FAULT, TICK = "arrival", "sample", "fault", "tick"  # the engine's own events
+END = "end"  # the drain limit: the last moment the study runs to, whatever else is scheduled
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,8 @@ class Engine:
         self.samples: list[dict] = []
         self._deciding = False  # stopped at a decision point, the rest of the step to come
         for key, t in ((ARRIVAL, self.runs[0].arrival_s if self.runs else math.inf),
-                       (SAMPLE, 0.0), (FAULT, faults.next_time() if faults else math.inf)):
+                       (SAMPLE, 0.0), (FAULT, faults.next_time() if faults else math.inf),
+                       (END, self.end_limit_s)):
             self.events.schedule(key, t)
 
     def _run_of(self, job: Job, index: int) -> JobRun:
