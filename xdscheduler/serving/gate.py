@@ -182,3 +182,14 @@ def secured_openapi(app) -> dict:
                     op["responses"]["401"] = message
         app.openapi_schema = schema
     return app.openapi_schema
+
+
+def api_routes(router):
+    """Every APIRoute under `router`, into included routers (FastAPI keeps those nested)."""
+    from fastapi.routing import APIRoute
+
+    for route in router.routes:
+        if isinstance(route, APIRoute):
+            yield route
+        elif hasattr(route, "original_router"):
+            yield from api_routes(route.original_router)
