@@ -7,13 +7,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from typing import NamedTuple
 
 import pytest
 
-from tests.conftest import API_TOKEN, AUTH
-from xdscheduler.serving.gate import MAX_BODY_BYTES
-from xdscheduler.serving.inprocess import in_process
+from tests.conftest import API_TOKEN, AUTH, SCENARIOS
+
+schemathesis = pytest.importorskip("schemathesis")
+from hypothesis import HealthCheck, settings  # noqa: E402
+from schemathesis.specs.openapi.checks import positive_data_acceptance  # noqa: E402
+
+from xdscheduler.serving.gate import MAX_BODY_BYTES  # noqa: E402
+from xdscheduler.serving.inprocess import in_process  # noqa: E402
+
+EXAMPLES = int(os.environ.get("XDS_SCHEMATHESIS_EXAMPLES", "25"))
+FUZZ = settings(max_examples=EXAMPLES, derandomize=True, deadline=None,
+                suppress_health_check=list(HealthCheck))
 
 
 @pytest.fixture(scope="module")
@@ -22,6 +32,19 @@ def policy_app():
     from xdscheduler.serving.app import XdsService, app
 
     in_process(app, XdsService, load_scenario(default_scenario_path()).model_dump(), API_TOKEN)
+    return app
+
+
+@pytest.fixture(scope="module")
+def jobs_app(tmp_path_factory):
+    from xdscheduler.live.api import JobsService, app
+    from xdscheduler.live.cluster import ClusterState
+    from xdscheduler.live.controller import JobBook
+
+    state = ClusterState(scenario=str(SCENARIOS / "local_three_domains.yaml"),
+                         address="127.0.0.1:6379")
+    book = JobBook(tmp_path_factory.mktemp("jobs") / "journal.sqlite")
+    in_process(app, JobsService, state.model_dump_json(), API_TOKEN, book=book)
     return app
 
 
@@ -105,3 +128,66 @@ def test_a_body_over_the_bound_by_its_length_gets_413_before_the_token(policy_ap
     answer = call(policy_app, "POST", "/forecast", b"",
                   {"content-length": str(MAX_BODY_BYTES + 1), "authorization": ""})
     assert answer.status == 413 and answer.read == 0
+
+
+def test_a_job_named_twice_is_a_409_and_an_unknown_job_a_404(jobs_app):
+    spec = json.dumps({"name": "twice", "steps": 5}).encode()
+    assert call(jobs_app, "POST", "/", spec).status == 201
+    again = call(jobs_app, "POST", "/", spec)
+    assert again.status == 409 and "exists already" in again.json["detail"]
+    assert call(jobs_app, "GET", "/nobody").status == 404
+    assert call(jobs_app, "DELETE", "/nobody").status == 404
+    cancelled = call(jobs_app, "DELETE", "/twice")
+    assert cancelled.status == 200 and cancelled.json["status"] == "cancelled"
+    events = call(jobs_app, "GET", "/twice/events").json["events"]
+    assert [e["event"] for e in events] == ["submitted", "cancel"]
+
+
+def test_a_method_a_path_does_not_take_gets_405_naming_every_one_it_does(jobs_app):
+    """`PUT /jobs` was answered `Allow: POST`: Starlette names the methods of the first route
+    matching the path only (GET /jobs is another route)."""
+    for path, allowed in (("/", "GET, POST"), ("/x", "DELETE, GET")):
+        answer = call(jobs_app, "PUT", path)
+        assert answer.status == 405 and answer.headers["allow"] == allowed
+
+
+# --- schemathesis over both apps' published schemas
+
+
+policy_api = schemathesis.pytest.from_fixture("policy_schema")
+jobs_api = schemathesis.pytest.from_fixture("jobs_schema")
+
+
+def authorised(app):
+    """The app's published schema, every generated request carrying the token (the gate's
+    401 is its own test: tests/test_serving.py)."""
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app, headers=AUTH)
+    schema.config.update(headers=AUTH)
+    return schema
+
+
+@pytest.fixture(scope="module")
+def policy_schema(policy_app):
+    return authorised(policy_app)
+
+
+@pytest.fixture(scope="module")
+def jobs_schema(jobs_app):
+    return authorised(jobs_app)
+
+
+@policy_api.parametrize()
+@FUZZ
+def test_the_policy_app_answers_every_generated_request_as_its_schema_says(case):
+    """Every check but positive-data acceptance: a body's validity depends on the served
+    scenario (its domain names, its graph's shapes), which a static schema cannot say; such
+    bodies get a 422 with the reason, in the documented shape."""
+    case.call_and_validate(excluded_checks=[positive_data_acceptance])
+
+
+@jobs_api.parametrize()
+@FUZZ
+def test_the_jobs_api_answers_every_generated_request_as_its_schema_says(case):
+    """Every check but positive-data acceptance: a job's rules across fields (workers min <=
+    max, heads dividing hidden) are beyond a JSON schema; such a job gets a 422 naming them."""
+    case.call_and_validate(excluded_checks=[positive_data_acceptance])

@@ -185,6 +185,23 @@ def secured_openapi(app) -> dict:
     return app.openapi_schema
 
 
+def allow_every_method(app) -> None:
+    """Make `app` answer 405 with every method its path takes in `Allow`: Starlette names
+    only those of the first route that matches the path, and `GET /jobs` and `POST /jobs` are
+    two routes."""
+    from fastapi.exception_handlers import http_exception_handler
+    from starlette.exceptions import HTTPException
+
+    async def method_not_allowed(request, exc: HTTPException):
+        path = _route_path(request.scope)
+        allowed = sorted({m for route in api_routes(app) if route.path_regex.match(path)
+                          for m in route.methods})
+        return await http_exception_handler(request, HTTPException(
+            405, exc.detail, headers={"Allow": ", ".join(allowed)}))
+
+    app.add_exception_handler(405, method_not_allowed)
+
+
 def api_routes(router):
     """Every APIRoute under `router`, into included routers (FastAPI keeps those nested)."""
     from fastapi.routing import APIRoute
