@@ -31,7 +31,10 @@ def policy_app():
     from xdscheduler.scenario import default_scenario_path, load_scenario
     from xdscheduler.serving.app import XdsService, app
 
-    in_process(app, XdsService, load_scenario(default_scenario_path()).model_dump(), API_TOKEN)
+    # each step's forward pass alone: Serve's batch queue belongs to the event loop it was
+    # made on, and a request here runs on a loop of its own (batching: tests/test_serving.py)
+    in_process(app, XdsService, load_scenario(default_scenario_path()).model_dump(), API_TOKEN,
+               batch=1)
     return app
 
 
