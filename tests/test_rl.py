@@ -217,6 +217,29 @@ def test_shipped_policy_restores_and_explains_its_choice():
     assert verdict.alternatives and all("objective" in a for a in verdict.alternatives)
 
 
+def test_agent_steps_batched_into_one_forward_pass_answer_as_each_alone():
+    """What the Serve app batches: steps of both agents, on graphs of two sizes, in one call."""
+    from xdscheduler.rl.candidates import lower_observation, upper_observation
+    from xdscheduler.rl.pareto import fixed_states
+
+    scn = load_scenario(default_scenario_path())
+    agents = Agents(scn.weights)
+    arch = catalog.model("llama3-8b")
+    wide = (JobSpec("wide", arch, 256, arch.seq_len, 8, 32, tokens=1e10),
+            ClusterView.from_scenario(ring(10)), 0.0)  # 10 nodes: more than the padding's 8
+    states = [*fixed_states(6), wide]
+    asks = []
+    for job, view, now in states:
+        ch = choices(job, view, scn.weights, now)
+        if ch is not None:
+            asks += [("upper", upper_observation(ch, 1)), ("lower", lower_observation(ch, 0, 1))]
+    assert len({a[1]["nodes"].shape for a in asks}) == 2  # two graph sizes
+    for (agent, obs), row in zip(asks, agents.batch_logits(asks), strict=True):
+        alone = agents.logits(agent, obs)
+        np.testing.assert_allclose(row, alone, rtol=1e-5, atol=1e-5)
+        assert np.argmax(row) == np.argmax(alone)
+
+
 def test_ppo_policy_runs_a_study_to_the_end():
     scn = small_scenario()
     hours = 2.0
@@ -246,20 +269,25 @@ def test_a_policy_path_may_be_relative(tmp_path, monkeypatch):
     assert agents.path == SHIPPED and set(agents.modules) == {"upper", "lower"}
 
 
-@pytest.mark.parametrize("k", [3, 9, 16, 64])
-def test_the_shipped_policy_decides_on_any_number_of_domains(k):
-    """Trained on five domains, it decides on 3 to 64 without retraining: the graph encoder
-    and the candidate lists size themselves to the cluster."""
+def ring(k: int):
+    """k domains of mixed accelerators, each linked to its next two."""
     from xdscheduler.scenario import parse_scenario
 
     accelerators = ["H100-SXM", "A100-80GB", "H800"]
-    scn = parse_scenario({
+    return parse_scenario({
         "name": f"ring{k}",
         "domains": [{"name": f"d{i}", "location": {"city": f"c{i}"},
                      "nodes": [{"accelerator": accelerators[i % 3], "count": 2 + i % 3}]}
                     for i in range(k)],
         "links": [{"a": f"d{i}", "b": f"d{j}", "bandwidth_gbps": 2.0 + i % 4, "rtt_ms": 20}
                   for i in range(k) for j in (i + 1, i + 2) if j < k]})
+
+
+@pytest.mark.parametrize("k", [3, 9, 16, 64])
+def test_the_shipped_policy_decides_on_any_number_of_domains(k):
+    """Trained on five domains, it decides on 3 to 64 without retraining: the graph encoder
+    and the candidate lists size themselves to the cluster."""
+    scn = ring(k)
     view = ClusterView.from_scenario(scn)
     arch = catalog.model("llama3-8b")
     queue = [JobSpec(f"j{n}", arch, 256, arch.seq_len, 8, 8 * (n + 1), tokens=1e10)

@@ -3,6 +3,7 @@ actor that decides through it."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -110,6 +111,29 @@ def test_act_is_one_agent_step_matching_the_agents_in_process(served, agent):
     assert out["explanation"]["summary"].startswith(out["ranking"][0]["summary"])
     if len(out["ranking"]) > 1:
         assert set(out["explanation"]["contributions"]) == {"efficiency", "utilization", "cost"}
+
+
+def test_agent_steps_sent_at_once_each_get_the_pick_made_alone(served):
+    """20 steps in flight together: the replica batches their forward passes (MAX_BATCH);
+    each answer is the one the agents in process give that step alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from xdscheduler.rl.agents import Agents, upper_options
+    from xdscheduler.rl.candidates import choices, upper_observation
+    from xdscheduler.rl.pareto import fixed_states
+
+    scn, _ = served
+    agents = Agents(scn.weights)
+    steps = [(upper_observation(ch, 1), upper_options(ch))
+             for job, view, now in fixed_states(30)
+             if (ch := choices(job, view, scn.weights, now)) is not None]
+    with ThreadPoolExecutor(20) as pool:
+        answers = list(pool.map(lambda s: call("POST", "/policy/act", step_body("upper", *s)),
+                                steps[:20]))
+    assert len(answers) == 20
+    for (obs, options), (status, out) in zip(steps, answers, strict=False):
+        assert status == 200, out
+        assert out["choice"] == agents.step("upper", obs, options).choice
 
 
 @pytest.mark.parametrize("change, reason", [
@@ -258,6 +282,19 @@ def test_bodies_are_bounded(served):
     assert resp.status == 413 and b"at most" in resp.read()
 
 
+def test_a_chunked_body_over_the_bound_gets_413(served):
+    """10 MiB sent chunked (no Content-Length) got a 400: FastAPI took the gate's stop for a
+    body it could not parse."""
+    conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=60)
+    chunks = (b"1" * (1 << 16) for _ in range(160))
+    # answered before the rest was sent, the answer is still there to read
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        conn.request("POST", "/forecast", chunks, {"Content-Type": "application/json", **AUTH},
+                     encode_chunked=True)
+    resp = conn.getresponse()
+    assert resp.status == 413 and b"at most" in resp.read()
+
+
 def test_the_example_body_is_accepted(served):
     status, body = call("GET", "/policy/example")
     assert status == 200
@@ -289,14 +326,8 @@ def test_xds_serve_serves_until_stopped(tmp_path, stop):
     """`xds serve` on a Ray of its own answers until Ctrl-C (or a plain kill), then ends with
     everything it started."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "xdscheduler.cli", "serve", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = xds_serve(port)
     try:
-        deadline = time.monotonic() + 120
-        while not healthy(port):
-            assert proc.poll() is None, "xds serve ended before serving"
-            assert time.monotonic() < deadline, "xds serve did not become healthy in 120 s"
-            time.sleep(1)
         time.sleep(5)
         assert proc.poll() is None and healthy(port), "xds serve stopped serving on its own"
         proc.send_signal(stop)
@@ -305,6 +336,47 @@ def test_xds_serve_serves_until_stopped(tmp_path, stop):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+@pytest.mark.slow
+def test_xds_serve_with_replicas_answers_through_haproxy_and_leaves_nothing():
+    """`--replicas 2`: Serve's HAProxy answers on the port; after Ctrl-C no HAProxy of it
+    runs and its folder of files is gone."""
+    import psutil
+
+    port = free_port()
+    proc = xds_serve(port, "--replicas", "2")
+    try:
+        haproxies = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                     if p.name() == "haproxy"]
+        assert haproxies, "no HAProxy under xds serve --replicas 2"
+        cmdline = haproxies[0].cmdline()
+        folder = os.path.dirname(cmdline[cmdline.index("-f") + 1])
+        assert os.path.isdir(folder) and "xds-haproxy-" in folder
+        time.sleep(5)  # past its own wait for the app: serving
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=90) == 0, "xds serve did not end on Ctrl-C"
+        assert not healthy(port)
+        assert not [p for p in haproxies if p.is_running()
+                    and p.status() != psutil.STATUS_ZOMBIE], "HAProxy outlived xds serve"
+        assert not os.path.exists(folder)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def xds_serve(port: int, *flags: str, timeout_s: float = 180) -> subprocess.Popen:
+    """`xds serve` on `port` (with `flags`) in a process of its own, once it answers."""
+    proc = subprocess.Popen([sys.executable, "-m", "xdscheduler.cli", "serve", "--port",
+                             str(port), *flags],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout_s
+    while not healthy(port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"xds serve {' '.join(flags)} did not answer within {timeout_s:.0f} s")
+        time.sleep(1)
+    return proc
 
 
 def healthy(port: int) -> bool:

@@ -15,7 +15,7 @@ from typing import Annotated
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from xdscheduler.errors import UserError
 from xdscheduler.forecast.hybrid import Forecaster, HorizonForecast
@@ -58,13 +58,23 @@ class ForecastRequest(FileModel):
     series: str = Field(default="default", max_length=200)
     seed: int = Field(default=0, ge=0, lt=1 << 32)
 
+    @field_validator("end_time")
+    @classmethod
+    def _end_within_calendar(cls, end: datetime | None) -> datetime | None:
+        """Checked before the history's start is computed from it: year 1 minus a step would
+        overflow datetime."""
+        if end is not None and not EARLIEST <= end.replace(tzinfo=None) <= LATEST:
+            raise ValueError(f"end_time {end.replace(tzinfo=None).isoformat()} must lie between "
+                             f"{EARLIEST:%Y} and {LATEST:%Y}")
+        return end
+
     @model_validator(mode="after")
     def _within_calendar(self) -> ForecastRequest:
-        """The history's first and last minutes lie between EARLIEST and LATEST."""
+        """The history's first minute lies after EARLIEST too (its last is checked above)."""
         if self.end_time is not None:
             end = self.end_time.replace(tzinfo=None)
             start = end - timedelta(minutes=self.step_min * (len(self.history) - 1))
-            if start < EARLIEST or end > LATEST:
+            if start < EARLIEST:
                 raise ValueError(f"the history spans {start:%Y-%m-%d} to {end:%Y-%m-%d}; it "
                                  f"must lie between {EARLIEST:%Y} and {LATEST:%Y}")
         return self

@@ -16,17 +16,33 @@ Both ask for the cluster's API token (`Authorization: Bearer <token>`, in the st
 # No `from __future__ import annotations`: FastAPI reads the route annotations as classes.
 
 from fastapi import FastAPI, HTTPException
+from pydantic import BaseModel
 from ray import serve
 
 from xdscheduler.errors import UserError
 from xdscheduler.live.cluster import HEAD_LABEL, ClusterState
 from xdscheduler.live.jobs import JobRow, LiveJob
-from xdscheduler.serving.gate import Gate, configure, secured_openapi
+from xdscheduler.serving.gate import Gate, allow_every_method, configure, secured_openapi
 
 JOBS_APP, POLICY_APP = "xds-jobs", "xds"
 ON_HEAD = {"label_selector": {HEAD_LABEL: "head"}}  # not on a domain: it would take a core
+
+
+class Refusal(BaseModel):
+    """What a refusal carries (FastAPI's HTTPException as JSON)."""
+
+    detail: str
+
+
+def refused(why: str) -> dict:
+    """A refusal as the published schema documents it."""
+    return {"model": Refusal, "description": why}
+
+
 app = FastAPI(title="xdscheduler live jobs",
-              description="Submit, follow and cancel training jobs on the live cluster.")
+              description="Submit, follow and cancel training jobs on the live cluster.",
+              responses={503: refused("the controller did not answer in time")})
+NOT_FOUND = {404: refused("no job of that name")}
 
 
 class PrefixRoot:
@@ -44,6 +60,7 @@ class PrefixRoot:
 
 app.add_middleware(Gate)
 app.add_middleware(PrefixRoot)
+allow_every_method(app)
 
 
 def _openapi() -> dict:
@@ -56,15 +73,20 @@ app.openapi = _openapi
 @serve.deployment(ray_actor_options={"num_cpus": 0, **ON_HEAD})
 @serve.ingress(app)
 class JobsService:
-    def __init__(self, state: str, token: str):
+    def __init__(self, state: str, token: str, book=None):
+        """The cluster's jobs; those of `book` (a `controller.JobBook` in this process, e.g. a
+        test's) instead of its controller's where given."""
         configure(token)
         self.state = ClusterState.model_validate_json(state)
+        self.book = book
 
     def _ask(self, method: str, *args):
         """The controller's answer (it is started on first use, as the CLI does); 503 when it
         does not answer in time."""
         from xdscheduler.live import controller
 
+        if self.book is not None:
+            return getattr(self.book, method)(*args)
         try:
             return controller.ask(getattr(controller.controller(self.state), method), *args,
                                   timeout_s=30)
@@ -73,7 +95,7 @@ class JobsService:
                 raise HTTPException(503, str(err)) from None
             raise
 
-    @app.post("/", status_code=201)
+    @app.post("/", status_code=201, responses={409: refused("a job of that name exists")})
     def submit(self, job: LiveJob) -> JobRow:
         try:
             return self._ask("submit", job.model_dump())
@@ -84,15 +106,15 @@ class JobsService:
     def jobs(self) -> dict[str, list[JobRow]]:
         return {"jobs": self._ask("list_jobs")}
 
-    @app.get("/{name}")
+    @app.get("/{name}", responses=NOT_FOUND)
     def job(self, name: str) -> JobRow:
         return self._found(name, self._ask("job", name))
 
-    @app.get("/{name}/events")
+    @app.get("/{name}/events", responses=NOT_FOUND)
     def events(self, name: str) -> dict:
         return {"job": name, "events": self._found(name, self._ask("events", name) or None)}
 
-    @app.delete("/{name}")
+    @app.delete("/{name}", responses=NOT_FOUND)
     def cancel(self, name: str) -> JobRow:
         return self._found(name, self._ask("cancel_job", name))
 

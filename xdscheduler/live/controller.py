@@ -16,6 +16,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from xdscheduler.costmodel.plan import Stack
+from xdscheduler.errors import UserError
 from xdscheduler.live.agent import DomainAgent, indicators
 from xdscheduler.live.cluster import DOMAIN_LABEL, HEAD_LABEL, NAMESPACE, ClusterState
 from xdscheduler.live.jobs import JobRow, LiveJob
@@ -220,45 +221,21 @@ def run_training(config: dict, workers: list[str], storage: str, use_gpu: bool) 
     return {"error": str(result.error) if result.error else None, **last}
 
 
-@ray.remote(num_cpus=0, max_concurrency=64)
-class LiveController:
-    def __init__(self, state: str):
-        self.state = ClusterState.model_validate_json(state)
-        self.scn = load_scenario(self.state.scenario)
-        self.names = [d.name for d in self.scn.domains]
-        self.storage = self.state.storage
-        # what each run's driving task runs in; the GCS as this actor reaches it (HOST:PORT: a
-        # cluster attached to may be recorded as auto or ray://)
-        self.run_env = {"env_vars": trainer_env(self.state.dashboard,
-                                                ray.get_runtime_context().gcs_address)}
-        self.options = options(self.state)
-        self.policy = live_policy(self.state, self.scn.weights, self.options)
-        self.db = open_log(self._path("journal.sqlite"), SCHEMA, threads=True)
+class JobBook:
+    """The live jobs as the CLI and the jobs API see them: the job table, and the journal of
+    their events that a controller started later replays. The controller is one (and places
+    and runs what it holds); a JobBook alone answers the API in a process of its own."""
+
+    def __init__(self, journal):
+        self.db = open_log(journal, SCHEMA, threads=True)
         self.lock = threading.RLock()
         self.jobs: dict[str, JobRecord] = {}
-        self.agents = {n: self._agent(n) for n in self.names}
-        self.misses = dict.fromkeys(self.names, 0)
-        self.heard_at: dict[str, float] = {}  # domain -> its agent's last answered ping
-        self.down: dict[str, float] = {}  # domain -> when it was found down
-        self.started = time.time()
-        self.reports: dict[str, dict] = {}  # domain -> its agent's latest report
-        self.report_rounds, self.link_rounds = Rounds(REPORT_EVERY_S), Rounds(LINKS_EVERY_S)
-        self.probed: list[dict] = []  # the last `xds links probe`
-        # [i, j]: the link from domain i to j as its agent last reported it (Gbit/s)
-        self.links_gbps = ClusterView.from_scenario(self.scn).bandwidth_gbps.copy()
-        # the model's error as learnt from the runs' step times: a speed per domain, a goodput
-        # per link (the studies' correction, `sim.correction`)
-        self.correction = Correction.start(len(self.names))
-        self.relaxed_at = time.time()
-        self._replay()
-        threading.Thread(target=self._loop, daemon=True).start()
 
-    # ---- the API the CLI and the HTTP endpoints call
     def submit(self, spec: dict) -> dict:
         job = LiveJob.model_validate(spec)
         with self.lock:
             if job.name in self.jobs:
-                raise ValueError(f"a job named {job.name!r} exists already; pick another name")
+                raise UserError(f"a job named {job.name!r} exists already; pick another name")
             self.jobs[job.name] = JobRecord(job, time.time())
             self._event(job.name, "submitted", job.model_dump())
         return self.jobs[job.name].row()
@@ -288,6 +265,44 @@ class LiveController:
             self._event(name, "cancel", {"status": rec.status})
             return rec.row()
 
+    def _event(self, job: str, kind: str, record: dict) -> None:
+        with self.lock:
+            self.db.execute("INSERT INTO events (time, job, kind, record) VALUES (?, ?, ?, ?)",
+                            (time.time(), job, kind, json.dumps(record, default=str)))
+
+
+@ray.remote(num_cpus=0, max_concurrency=64)
+class LiveController(JobBook):
+    def __init__(self, state: str):
+        self.state = ClusterState.model_validate_json(state)
+        self.scn = load_scenario(self.state.scenario)
+        self.names = [d.name for d in self.scn.domains]
+        self.storage = self.state.storage
+        # what each run's driving task runs in; the GCS as this actor reaches it (HOST:PORT: a
+        # cluster attached to may be recorded as auto or ray://)
+        self.run_env = {"env_vars": trainer_env(self.state.dashboard,
+                                                ray.get_runtime_context().gcs_address)}
+        self.options = options(self.state)
+        self.policy = live_policy(self.state, self.scn.weights, self.options)
+        super().__init__(self._path("journal.sqlite"))
+        self.agents = {n: self._agent(n) for n in self.names}
+        self.misses = dict.fromkeys(self.names, 0)
+        self.heard_at: dict[str, float] = {}  # domain -> its agent's last answered ping
+        self.down: dict[str, float] = {}  # domain -> when it was found down
+        self.started = time.time()
+        self.reports: dict[str, dict] = {}  # domain -> its agent's latest report
+        self.report_rounds, self.link_rounds = Rounds(REPORT_EVERY_S), Rounds(LINKS_EVERY_S)
+        self.probed: list[dict] = []  # the last `xds links probe`
+        # [i, j]: the link from domain i to j as its agent last reported it (Gbit/s)
+        self.links_gbps = ClusterView.from_scenario(self.scn).bandwidth_gbps.copy()
+        # the model's error as learnt from the runs' step times: a speed per domain, a goodput
+        # per link (the studies' correction, `sim.correction`)
+        self.correction = Correction.start(len(self.names))
+        self.relaxed_at = time.time()
+        self._replay()
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    # ---- the rest of the API the CLI and the HTTP endpoints call (JobBook: the jobs)
     def domains(self) -> dict:
         """Every domain as its agent last reported it (up or down), and the links as the last
         `xds links probe` measured them."""
@@ -678,11 +693,6 @@ class LiveController:
         folder.mkdir(parents=True, exist_ok=True)
         return folder / name
 
-    def _event(self, job: str, kind: str, record: dict) -> None:
-        with self.lock:
-            self.db.execute("INSERT INTO events (time, job, kind, record) VALUES (?, ?, ?, ?)",
-                            (time.time(), job, kind, json.dumps(record, default=str)))
-
     def _replay(self) -> None:
         """Rebuild the job table from the journal: a job that was running queues again and
         resumes from its last checkpoint when placed."""
@@ -721,8 +731,6 @@ def controller(state: ClusterState):
 def ask(method, *args, timeout_s: float = 120.0):
     """A controller call's answer; UserError with the controller's own message when it
     refuses, or when it does not answer in time."""
-    from xdscheduler.errors import UserError
-
     try:
         return ray.get(method.remote(*args), timeout=timeout_s)
     except GetTimeoutError:

@@ -93,17 +93,33 @@ class Agents:
         self.modules = dict(zip(("upper", "lower"), _restore(self.path), strict=True))
 
     def logits(self, agent: str, obs: dict) -> np.ndarray:
+        return self.batch_logits([(agent, obs)])[0]
+
+    def batch_logits(self, asks: list[tuple[str, dict]]) -> list[np.ndarray]:
+        """The logits of each (agent, observation): one forward pass for the observations of
+        one agent on graphs of one size (each row as it would be alone: the graphs of a batch
+        are disjoint)."""
         import torch
         from ray.rllib.core.columns import Columns
 
-        batch = {k: torch.from_numpy(v).unsqueeze(0) for k, v in obs.items()}
-        with torch.inference_mode():
-            out = self.modules[agent].forward_inference({Columns.OBS: batch})
-        return out[Columns.ACTION_DIST_INPUTS][0].numpy()
+        groups: dict[tuple, list[int]] = {}
+        for i, (agent, obs) in enumerate(asks):
+            groups.setdefault((agent, *(v.shape for v in obs.values())), []).append(i)
+        out = [None] * len(asks)
+        for (agent, *_), members in groups.items():
+            batch = {k: torch.from_numpy(np.stack([asks[i][1][k] for i in members]))
+                     for k in asks[members[0]][1]}
+            with torch.inference_mode():
+                rows = self.modules[agent].forward_inference({Columns.OBS: batch})
+            for i, row in zip(members, rows[Columns.ACTION_DIST_INPUTS].numpy(), strict=True):
+                out[i] = row
+        return out
 
-    def step(self, agent: str, obs: dict, options: dict[int, dict]) -> Step:
-        """The agent's greedy act on `obs`, explained against its own runner-up."""
-        logits = self.logits(agent, obs)
+    def step(self, agent: str, obs: dict, options: dict[int, dict],
+             logits: np.ndarray | None = None) -> Step:
+        """The agent's greedy act on `obs` (on its `logits` when the caller has them),
+        explained against its own runner-up."""
+        logits = self.logits(agent, obs) if logits is None else logits
         open_ = np.flatnonzero(obs["action_mask"] > 0.5)
         probs = np.zeros_like(logits)
         z = np.exp(logits[open_] - logits[open_].max())

@@ -37,6 +37,7 @@ from xdscheduler.monitor.metrics import endpoint_metrics
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Job, Scenario, parse_scenario
 from xdscheduler.serving.gate import Gate, bearer, checked_token, configure, secured_openapi
+from xdscheduler.serving.ingress import direct_ingress, haproxy_ingress
 from xdscheduler.serving.schemas import (
     ActRequest,
     ActResponse,
@@ -85,6 +86,15 @@ def unprocessable(err: Exception, where: str):
 
 
 REPLICA_OPTIONS = {"num_cpus": 0.5}
+# With more than one replica allowed: Serve adds one while the requests in flight exceed
+# `target_ongoing_requests` a replica (20 closed-loop clients: 2 on 2 cores), soon, since a
+# replica starts in seconds, and gives one back after minutes of less.
+AUTOSCALING = {"min_replicas": 1, "target_ongoing_requests": 8, "upscale_delay_s": 10,
+               "downscale_delay_s": 300}
+# Agent steps one forward pass answers at most. Nothing waits for a batch to fill: a batch is
+# what arrived while the last forward ran (one client's steps go alone), and a forward of 20
+# steps costs 1.9 ms against 0.9 ms for one (benchmarks/bench_endpoint_load.py).
+MAX_BATCH = 32
 
 
 # A replica takes every request it is sent: the router backs off 25 ms and more from a full
@@ -93,10 +103,12 @@ REPLICA_OPTIONS = {"num_cpus": 0.5}
 @serve.ingress(app)
 class XdsService:
     def __init__(self, scenario: dict, token: str, policy_path: str | None = None,
-                 forecaster: Forecaster | None = None):
+                 forecaster: Forecaster | None = None, batch: int = MAX_BATCH):
         from xdscheduler.rl.agents import Agents
 
         configure(token)
+        self.batch = batch  # 1: each step's forward pass alone
+        self._forward.set_max_batch_size(max(batch, 1))
         scn = parse_scenario(scenario)
         self.scenario, self.jobs = scn.name, scn.jobs
         self.base = ClusterView.from_scenario(scn)
@@ -119,7 +131,9 @@ class XdsService:
         except UserError as err:
             raise unprocessable(err, "observation") from None
         options = {c.index: c.model_dump() for c in request.choices}
-        step = self.agents.step(request.agent, obs, options)
+        logits = (self.agents.logits(request.agent, obs) if self.batch <= 1
+                  else await self._forward((request.agent, obs)))
+        step = self.agents.step(request.agent, obs, options, logits)
         wait = request.agent == "upper" and step.choice == WAIT
         ranking = [RankedChoice(index=i, probability=step.probabilities[i],
                                 summary=options.get(i, {}).get("summary"))
@@ -128,6 +142,11 @@ class XdsService:
                            action="wait" if wait else "choose", ranking=ranking,
                            probabilities=step.probabilities, explanation=step.explanation,
                            inference_ms=(time.perf_counter() - start) * 1000)
+
+    @serve.batch(max_batch_size=MAX_BATCH, batch_wait_timeout_s=0.0)
+    async def _forward(self, asks: list[tuple[str, dict]]) -> list:
+        """The logits of the agent steps in flight, in as few forward passes as they allow."""
+        return self.agents.batch_logits(asks)
 
     @app.post("/policy/decide")
     def decide(self, request: DecideRequest) -> DecideResponse:
@@ -217,44 +236,51 @@ class XdsService:
 
 
 def application(scn: Scenario, token: str, policy_path: str | Path | None = None,
-                forecaster: Forecaster | None = None, actor_options: dict | None = None):
+                forecaster: Forecaster | None = None, actor_options: dict | None = None,
+                batch: int = MAX_BATCH, replicas: int = 1):
     """The app for one scenario, asking every request but `/healthz` for `token`: the trained
     agents at `policy_path` (default: the shipped ones) and, when given, one fitted
     forecaster answering every demand series; its replica's Ray options beside its CPUs
-    (`actor_options`, e.g. a label selector)."""
-    deployment = XdsService.options(ray_actor_options={**REPLICA_OPTIONS,
-                                                       **(actor_options or {})})
+    (`actor_options`, e.g. a label selector); agent steps per forward pass at most (`batch`,
+    1: each alone); replicas at most, autoscaled from one by the requests in flight."""
+    scaling = ({"num_replicas": 1} if replicas <= 1
+               else {"autoscaling_config": {**AUTOSCALING, "max_replicas": replicas}})
+    deployment = XdsService.options(**scaling, ray_actor_options={**REPLICA_OPTIONS,
+                                                                  **(actor_options or {})})
     return deployment.bind(scn.model_dump(), token, str(policy_path) if policy_path else None,
-                           forecaster)
+                           forecaster, batch)
 
 
 def build(args: dict):
     """Application builder for Serve config files (serve_apps/xds.yaml): args `scenario`
-    (a YAML path, default the default scenario) and `policy_path`; the API token from
-    XDS_API_TOKEN (the config's runtime_env env_vars, or the environment of `serve run`)."""
+    (a YAML path, default the default scenario), `policy_path` and `batch`; the API token
+    from XDS_API_TOKEN (the config's runtime_env env_vars, or the environment of `serve
+    run`). Replicas and autoscaling are the config's own `deployments` fields."""
     from xdscheduler.scenario import default_scenario_path, load_scenario
 
     token = checked_token(None)  # from `serve run`'s environment or the config's runtime_env
     scn = load_scenario(args.get("scenario") or default_scenario_path())
-    return application(scn, token, args.get("policy_path"))
+    return application(scn, token, args.get("policy_path"), batch=args.get("batch", MAX_BATCH))
 
 
 def start(address: str | None, policy_path: str | Path | None, scn: Scenario,
-          port: int = 8000, token: str | None = None) -> str:
+          port: int = 8000, token: str | None = None, batch: int = MAX_BATCH,
+          replicas: int = 1) -> str:
     """Deploy on the Ray cluster (connecting first) and return the base URL once healthy;
-    requests need `token` (default: XDS_API_TOKEN, which must then be set). On a Ray started
-    here the replica serves HTTP itself (`direct_ingress`)."""
+    requests need `token` (default: XDS_API_TOKEN, which must then be set); up to `replicas`
+    replicas. On a Ray started here one replica serves HTTP itself (`direct_ingress`), and
+    several are reached through Serve's HAProxy (`haproxy_ingress`)."""
     from xdscheduler.ray_cluster import connect, free_port, starts_local
 
     token = checked_token(token)
-    direct = starts_local(address)
-    if direct:
-        os.environ.update(direct_ingress(port))
+    direct = starts_local(address) and replicas <= 1
+    if starts_local(address):
+        os.environ.update(direct_ingress(port) if direct else haproxy_ingress())
     connect(address)
     # Serve still starts its proxy: aside (on a free port) where the replica serves `port`
     serve.start(http_options={"host": "127.0.0.1", "port": free_port() if direct else port})
-    serve.run(application(scn, token, policy_path), name=APP_NAME, route_prefix="/",
-              blocking=False)
+    serve.run(application(scn, token, policy_path, batch=batch, replicas=replicas),
+              name=APP_NAME, route_prefix="/", blocking=False)
     url = f"http://127.0.0.1:{port}"
     wait_answering(url, ["/healthz"], token)
     return url
@@ -278,13 +304,3 @@ def wait_answering(url: str, paths: list[str], token: str | None, timeout_s: flo
                                 f"{timeout_s:.0f} s")
             time.sleep(0.5)
 
-
-def direct_ingress(port: int) -> dict[str, str]:
-    """Serve's throughput-optimised mode for a Ray started here, its one replica answering
-    HTTP on `port` itself: no proxy actor in between, whose hop (an actor call for the body,
-    another for each answer) cost 6 of the 8.5 CPU-ms of a `POST /policy/act` on 2 cores
-    (`benchmarks/bench_endpoint_load.py`). Read by Serve's processes when they start."""
-    return {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
-            # the first port of the range is taken; a range of one port is refused
-            "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(port),
-            "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(port + 1)}

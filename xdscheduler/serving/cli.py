@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from xdscheduler.arguments import port
+from xdscheduler.arguments import number, port
 from xdscheduler.errors import UserError
 from xdscheduler.serving.gate import TOKEN_ENV, api_token
 
@@ -19,7 +19,8 @@ def cmd_serve(args) -> None:
                         "give its --address (an embedded Ray ends with this process)")
     scn = load_scenario(args.scenario or default_scenario_path())
     token = api_token()
-    url = start(args.address, args.policy_path, scn, port=args.port, token=token)
+    url = start(args.address, args.policy_path, scn, port=args.port, token=token,
+                replicas=args.replicas)
     print(f"serving POST {url}/policy/act, POST {url}/policy/decide, POST {url}/forecast, "
           f"GET {url}/healthz, and live studies at GET {url}/ (dashboard) and {url}/metrics "
           f"(scenario {scn.name}; API documented at {url}/docs); `serve shutdown` or Ctrl-C "
@@ -61,6 +62,10 @@ def register(sub) -> None:
     p.add_argument("--policy-path", help="trained policy (default: the shipped one)")
     p.add_argument("--port", type=port, default=8000)
     p.add_argument("--address", help="Ray cluster address (default: an embedded local Ray)")
+    p.add_argument("--replicas", type=number(int, 1, 64), default=1,
+                   help="replicas at most, added while many requests are in flight (default "
+                        "1: it answers HTTP itself; more: Serve's HAProxy spreads requests over "
+                        "them, see docs/serving-load.md)")
     p.add_argument("--detach", action="store_true",
                    help="return once serving, leaving the app on the cluster (needs --address: "
                         "an embedded Ray ends with this process); default: serve until Ctrl-C")

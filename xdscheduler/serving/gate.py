@@ -1,9 +1,13 @@
 """What every request to the Serve app passes first: a bounded body, the API token, a timer.
 
 One pure ASGI middleware (Starlette's `BaseHTTPMiddleware` costs a task and a copy per
-request). The token is a bearer token (`Authorization: Bearer <token>`); a browser opens the
-dashboard or `/docs` once with `?token=<token>` and carries it on as a cookie. Only `/healthz`
-is open, so that load balancers and Serve's own checks need no secret.
+request). A body is refused (413) above MAX_BODY_BYTES on every route alike: by its
+Content-Length before anything is read, or, sent chunked, once that much of it has arrived
+(the gate reads such a body itself, never more than the bound, and hands it on whole).
+
+The token is a bearer token (`Authorization: Bearer <token>`); a browser opens the dashboard
+or `/docs` once with `?token=<token>` and carries it on as a cookie. Only `/healthz` is open,
+so that load balancers and Serve's own checks need no secret.
 """
 
 from __future__ import annotations
@@ -74,8 +78,8 @@ class Gate:
 
     async def _pass(self, scope, receive, send):
         headers = dict(scope["headers"])
-        length = headers.get(b"content-length", b"0")
-        if not length.isdigit() or int(length) > MAX_BODY_BYTES:
+        length = headers.get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
             return await _refuse(send, 413, TOO_LARGE)
         if _route_path(scope) not in OPEN_PATHS:
             given, from_query = _presented(scope, headers)
@@ -86,19 +90,11 @@ class Gate:
                                      f"{TOKEN_ENV})", {"www-authenticate": "Bearer"})
             if from_query:  # a browser's first visit: carry the token on as a cookie
                 send = _with_cookie(send, given)
-        started = False
-
-        async def sending(message):
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, _bounded(receive), sending)
-        except BodyTooLarge:
-            if started:
-                raise
-            await _refuse(send, 413, TOO_LARGE)
+        if b"chunked" in headers.get(b"transfer-encoding", b"").lower():  # length unknown
+            receive = await _read_bounded(receive)
+            if receive is None:
+                return await _refuse(send, 413, TOO_LARGE)
+        await self.app(scope, receive, send)
 
 
 def _route_path(scope) -> str:
@@ -119,23 +115,28 @@ def _presented(scope, headers: dict) -> tuple[str, bool]:
     return (query[0], True) if query else ("", False)
 
 
-def _bounded(receive):
-    """`receive` that stops a chunked body (no Content-Length) past MAX_BODY_BYTES."""
-    seen = 0
-
-    async def bounded():
-        nonlocal seen
+async def _read_bounded(receive):
+    """A chunked body read whole, as a `receive` that hands it on in one message (whether
+    its route reads it or not: every route refuses one too large alike); None as soon as it
+    passes MAX_BODY_BYTES (the rest is never read)."""
+    chunks, size = [], 0
+    while True:
         message = await receive()
-        seen += len(message.get("body", b""))
-        if seen > MAX_BODY_BYTES:
-            raise BodyTooLarge
-        return message
+        if message["type"] != "http.request":  # the client left: hand that on
+            break
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        if size > MAX_BODY_BYTES:
+            return None
+        if not message.get("more_body", False):
+            message = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            break
+    pending = [message]
 
-    return bounded
+    async def replay():
+        return pending.pop() if pending else await receive()
 
-
-class BodyTooLarge(Exception):
-    """A streamed body went past MAX_BODY_BYTES (the app answers 413)."""
+    return replay
 
 
 def _with_cookie(send, token: str):
@@ -182,3 +183,31 @@ def secured_openapi(app) -> dict:
                     op["responses"]["401"] = message
         app.openapi_schema = schema
     return app.openapi_schema
+
+
+def allow_every_method(app) -> None:
+    """Make `app` answer 405 with every method its path takes in `Allow`: Starlette names
+    only those of the first route that matches the path, and `GET /jobs` and `POST /jobs` are
+    two routes."""
+    from fastapi.exception_handlers import http_exception_handler
+    from starlette.exceptions import HTTPException
+
+    async def method_not_allowed(request, exc: HTTPException):
+        path = _route_path(request.scope)
+        allowed = sorted({m for route in api_routes(app) if route.path_regex.match(path)
+                          for m in route.methods})
+        return await http_exception_handler(request, HTTPException(
+            405, exc.detail, headers={"Allow": ", ".join(allowed)}))
+
+    app.add_exception_handler(405, method_not_allowed)
+
+
+def api_routes(router):
+    """Every APIRoute under `router`, into included routers (FastAPI keeps those nested)."""
+    from fastapi.routing import APIRoute
+
+    for route in router.routes:
+        if isinstance(route, APIRoute):
+            yield route
+        elif hasattr(route, "original_router"):
+            yield from api_routes(route.original_router)
