@@ -597,3 +597,10 @@ def test_sailors_links_are_per_vm_pair_and_placements_say_so():
     assert wan.pp_per_node.tolist() == [0.0, 0.0, 1.0, 0.0]
     leased = describe_placements(two_domains(), kind[:1], np.array([[0, 1]])).wan
     assert leased.dp_per_node.tolist() == [0.0]
+    # what one GPU-to-GPU connection gets, from the same profile: the narrowest a placement
+    # crosses (to Oregon: 4.2-4.9 Gbit/s), and the slowest of its domains' own
+    pl = describe_placements(view, kind, doms)
+    assert pl.wan.dp_flow_gbps.tolist() == [4.931, 4.310, np.inf, np.inf]
+    assert pl.wan.pp_flow_gbps.tolist() == [np.inf, np.inf, 4.931, np.inf]
+    assert pl.hardware.flow_gbps.tolist() == [19.363, 19.363, 19.363, 20.055]
+    assert np.isinf(leased.dp_flow_gbps).all()

@@ -10,6 +10,7 @@ from functools import cached_property
 import numpy as np
 
 from xdscheduler.catalog import ModelArch
+from xdscheduler.costmodel.layers import coverage
 from xdscheduler.costmodel.plan import PlanBatch
 from xdscheduler.costmodel.steptime import StepEstimate, estimate, model_flops_per_step
 from xdscheduler.errors import UserError
@@ -238,10 +239,13 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: Sear
         cand_hw, shares, mixed = balanced(job, view, kind == PIPELINE, plans, plan_id, slots,
                                           parts, cand_hw, opts)
     est = estimate(job.arch, job.global_batch, plans, cand_hw, take_rows(pl.wan, p_idx),
-                   opts.stack, opts.calibration, seq=job.seq)
+                   opts.stack, opts.calibration, seq=job.seq, measured=opts.layers)
     gpus = parts * unit[:, None]
     terms = score(job, est, gpus, slots, view, pl.wan_price_per_gb[p_idx], weights)
     keep = est.fits  # the ladder chose by memory; the estimate confirms it
+    if opts.layers:  # where a profile is of the accelerator, only what it timed
+        timed, profiled = coverage(opts.layers, job.arch, job.seq, plans, cand_hw)
+        keep = keep & (timed | ~profiled)
     if len(mixed):  # each stage's own layers against its own accelerator's memory
         keep[mixed] = stages_fit(job, view, kind[mixed] == PIPELINE, plans, est, slots[mixed],
                                  shares[mixed], mixed)
@@ -338,7 +342,7 @@ def estimate_placement(p: Placement, job: JobSpec, view: ClusterView,
     doms = np.array([list(p.domains)])
     pl = describe_placements(view, np.array([p.kind], dtype=object), doms)
     est = estimate(job.arch, job.global_batch, PlanBatch.of([p.plan]), pl.hardware, pl.wan,
-                   opts.stack, opts.calibration, seq=job.seq)
+                   opts.stack, opts.calibration, seq=job.seq, measured=opts.layers)
     return _estimate_at(est, 0, pl.wan_price_per_gb[0])
 
 
