@@ -342,14 +342,17 @@ def share(total: np.ndarray, caps: np.ndarray) -> np.ndarray:
     cap_sum = np.maximum(caps.sum(axis=1), 1)
     want = np.where(used, np.floor(total[:, None] * caps / cap_sum[:, None]), 0)
     parts = np.where(used, np.clip(want, 1, caps), 0)
-    # Hand out what rounding left over (or take back an excess) one slot at a time.
+    # Hand out what rounding left over (or take back an excess) one slot at a time, on the
+    # rows still short or over.
+    rows = np.flatnonzero(total != parts.sum(axis=1))
     for _ in range(caps.shape[1] + 1):
-        gap = total - parts.sum(axis=1)
-        if not gap.any():
+        if not len(rows):
             break
-        room = np.where(used, np.where(gap[:, None] > 0, caps - parts, parts - 1), -1)
-        slot = room.argmax(axis=1)
-        step = np.where(room.max(axis=1) > 0, np.sign(gap), 0)
-        amount = np.minimum(np.abs(gap), room.max(axis=1).clip(min=0)) * step
-        parts[np.arange(len(total)), slot] += amount
+        p, c, u = parts[rows], caps[rows], used[rows]
+        gap = total[rows] - p.sum(axis=1)
+        room = np.where(u, np.where(gap[:, None] > 0, c - p, p - 1), -1)
+        slot, most = room.argmax(axis=1), room.max(axis=1)
+        amount = np.minimum(np.abs(gap), most.clip(min=0)) * np.where(most > 0, np.sign(gap), 0)
+        parts[rows, slot] += amount
+        rows = rows[(gap != amount) & (amount != 0)]
     return np.where(n_used[:, None] > 0, parts, 0).astype(np.int64)
