@@ -248,3 +248,17 @@ def test_layers_measure_on_the_cpu_needs_the_accelerator_named(capsys, tmp_path)
                        "--accelerator", "A100-40GB", "--micro-batch", "0,2",
                        "--out", str(tmp_path / "p.yaml"))
     assert code == 2 and "--micro-batch" in err
+
+
+def test_xds_plan_with_a_layer_profile_plans_on_its_stack_and_what_it_timed(capsys, tmp_path):
+    arch = catalog.model("opt-350m")
+    rows = [LayerTiming(micro_batch=8, tp=4, first_fwd_s=1e-3, first_bwd_s=0.0,
+                        layer_fwd_s=6e-3, layer_bwd_s=13e-3, last_fwd_s=8e-3, last_bwd_s=8e-3)]
+    path = tmp_path / "a100.yaml"
+    LayerProfile(accelerator="A100-40GB", dtype="tf32", stack="megatron-deepspeed",
+                 shape=Shape.of(arch), source="by hand", timings=rows).save(path)
+    code, out, err = run(capsys, "plan", str(SCENARIOS / "sailor_five_zones.yaml"), "--dtype",
+                         "tf32", "--weights", "1,0,0", "--layer-profile", str(path), "--json")
+    assert code == 0, err
+    plan = json.loads(out)["plan"]
+    assert (plan["tp"], plan["micro_batch"], plan["zero"]) == (4, 8, 0)  # DeepSpeed's ZeRO-0

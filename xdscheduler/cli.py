@@ -157,10 +157,11 @@ def cmd_plan(args) -> None:
         weights = Weights(efficiency=w[0], utilization=w[1], cost=w[2])
     job = scn.job(args.job)
     profile = _profile(args.profile)
+    layers = _layer_profiles(args.layer_profiles)
     tuned = {"stack": Stack.preset(profile.stack), "calibration": profile.calibration} \
-        if profile else {}
+        if profile else _measured_stack(layers)
     opts = SearchOptions(diloco_h=(0, args.diloco) if args.diloco else (0,), dtype=args.dtype,
-                         layers=_layer_profiles(args.layer_profiles), **tuned)
+                         layers=layers, **tuned)
     view = ClusterView.from_scenario(scn)
     limits = Limits(args.budget, args.min_throughput)
     result = search(JobSpec.of(job), view, weights, opts, args.top, limits=limits)
@@ -202,6 +203,15 @@ def _layer_profiles(paths: list[str] | None) -> tuple:
     from xdscheduler.costmodel.layers import LayerProfile, MeasuredLayers
 
     return tuple(MeasuredLayers.of(LayerProfile.load(p)) for p in paths or ())
+
+
+def _measured_stack(layers: tuple) -> dict:
+    """Without a calibration profile, plan on the software the layer profiles measured (where
+    they agree on one)."""
+    from xdscheduler.costmodel.plan import Stack
+
+    stacks = {m.profile.stack for m in layers}
+    return {"stack": Stack.preset(stacks.pop())} if len(stacks) == 1 else {}
 
 
 def _layers_argument(p: argparse.ArgumentParser) -> None:

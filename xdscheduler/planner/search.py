@@ -246,6 +246,8 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: Sear
     if len(mixed):  # each stage's own layers against its own accelerator's memory
         keep[mixed] = stages_fit(job, view, kind[mixed] == PIPELINE, plans, est, slots[mixed],
                                  shares[mixed], mixed)
+    if not keep.any():
+        return None
     return Evaluated(pl, plans.take(keep), p_idx[keep], gpus[keep], _take_est(est, keep),
                      {k: v[keep] for k, v in terms.items()}, pl.wan_price_per_gb[p_idx[keep]],
                      shares[keep])
