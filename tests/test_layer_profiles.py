@@ -262,3 +262,17 @@ def test_xds_plan_with_a_layer_profile_plans_on_its_stack_and_what_it_timed(caps
     assert code == 0, err
     plan = json.loads(out)["plan"]
     assert (plan["tp"], plan["micro_batch"], plan["zero"]) == (4, 8, 0)  # DeepSpeed's ZeRO-0
+
+
+@pytest.mark.parametrize("device, name", [
+    ("NVIDIA GH200 480GB", "GH200"), ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
+    ("NVIDIA H100 80GB HBM3", "H100-SXM"), ("NVIDIA GeForce RTX 4090", None)])
+def test_a_cuda_device_name_finds_its_catalog_entry(device, name):
+    """The profiler names the accelerator from torch.cuda.get_device_name: the longest catalog
+    name or alias the device's name holds (GH200 holds H200's too)."""
+    assert catalog.accelerator_in(device) == name
+
+
+def test_an_accelerator_outside_the_catalog_has_no_code_for_a_profile_to_match():
+    assert catalog.accelerator_code("GH200") >= 0
+    assert catalog.accelerator_code("not-an-accelerator") == -1

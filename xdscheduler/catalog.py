@@ -135,8 +135,10 @@ def accelerator_in(text: str) -> str | None:
 
 def accelerator_code(name: str) -> int:
     """A number for an accelerator, stable while the process runs (its place in the catalog,
-    which only grows): how arrays of placements say which one a measured profile is of."""
-    return list(ACCELERATORS).index(accelerator(name).name)
+    which only grows): how arrays of placements say which one a measured profile is of; -1
+    for one the catalog does not hold (no profile can name it)."""
+    found = _ACCELERATOR_KEYS.get(_key(name))
+    return list(ACCELERATORS).index(found.name) if found else -1
 
 
 def load_catalog(path: str | Path) -> list[Accelerator]:
