@@ -293,7 +293,8 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured) -
         # gradients once a step, over the WAN where the pipeline crosses one.
         tied = arch.vocab * h / tp * grad_elem
         pp_exposed = pp_exposed + np.where(has_pp, tied / np.where(
-            crossings > 0, wan_bps * pp_lanes, calib.collective_efficiency * scaleout), 0.0)
+            crossings > 0, wan_bps * pp_lanes,
+            calib.collective_efficiency * np.minimum(scaleout, flow)), 0.0)
 
     # Data parallelism: reduce inside each domain, then across domains over the WAN.
     gpu_params = _stage_params(arch, pp) / tp
