@@ -45,6 +45,12 @@ def in_family(run: Run) -> bool:
     return run.stack not in SHARDED
 
 
+def small(run: Run) -> bool:
+    """A model of at most 4B parameters on at most 64 GPUs: where fixed costs and small
+    GEMMs weigh most."""
+    return run.arch.params <= 4e9 and run.gpus <= 64
+
+
 def summary_rows(runs: list[Run], errs: np.ndarray, fitted: list[bool]) -> list[list]:
     groups = {
         "Megatron-LM / NeMo, all": [in_family(r) for r in runs],
@@ -54,6 +60,7 @@ def summary_rows(runs: list[Run], errs: np.ndarray, fitted: list[bool]) -> list[
                                          for r, f in zip(runs, fitted, strict=True)],
         "other stacks (Composer FSDP, TorchTitan FSDP2), held out": [
             not in_family(r) for r in runs],
+        "small models (<= 4B parameters, <= 64 GPUs), every stack": [small(r) for r in runs],
     }
     rows = []
     for name, mask in groups.items():

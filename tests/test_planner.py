@@ -597,3 +597,53 @@ def test_sailors_links_are_per_vm_pair_and_placements_say_so():
     assert wan.pp_per_node.tolist() == [0.0, 0.0, 1.0, 0.0]
     leased = describe_placements(two_domains(), kind[:1], np.array([[0, 1]])).wan
     assert leased.dp_per_node.tolist() == [0.0]
+    # what one GPU-to-GPU connection gets, from the same profile: the narrowest a placement
+    # crosses (to Oregon: 4.2-4.9 Gbit/s), and the slowest of its domains' own
+    pl = describe_placements(view, kind, doms)
+    assert pl.wan.dp_flow_gbps.tolist() == [4.931, 4.310, np.inf, np.inf]
+    assert pl.wan.pp_flow_gbps.tolist() == [np.inf, np.inf, 4.931, np.inf]
+    assert pl.hardware.flow_gbps.tolist() == [19.363, 19.363, 19.363, 20.055]
+    assert np.isinf(leased.dp_flow_gbps).all()
+
+
+def test_our_placements_read_as_sailors_plans_and_back():
+    """benchmarks/sailor_side_by_side hands our picks to Sailor's simulator and Sailor's to
+    ours: a replicated job's replicas keep their zones, a pipeline's stages theirs, and the
+    layers split as Megatron-DeepSpeed's type:transformer partition does."""
+    from benchmarks.sailor_side_by_side import as_sailor, from_sailor_plan
+    from benchmarks.sailor_zones import setup
+    from xdscheduler.planner.placement import Placement
+
+    job, view = setup(8)
+    arch = catalog.model("opt-350m")
+    names = tuple(d.name for d in view.domains)
+    data = Placement(job.name, "data", (0, 1, 2, 3), (8, 8, 8, 8),
+                     Plan(dp=16, tp=2, micro_batch=4, zero=0, dtype="tf32"), names[:4])
+    body = as_sailor(data, arch)
+    stages = body["pipeline_list"][0]
+    assert stages["layers_per_stage"] == [list(range(26))] and stages["dp"] == [16]
+    assert [vm[0][0][2] for vm in stages["tmp_per_stage"][0]] == [
+        z for z in ("us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f")
+        for _ in range(4)]
+    assert from_sailor_plan(body, view, job) == data
+    pipe = Placement(job.name, "pipeline", (0, 4), (24, 16),
+                     Plan(dp=2, tp=4, pp=5, micro_batch=8, zero=0, dtype="tf32"),
+                     (names[0], names[4]))
+    body = as_sailor(pipe, arch)
+    layers = body["pipeline_list"][0]["layers_per_stage"]
+    assert [len(s) for s in layers] == [6, 5, 5, 5, 5]  # 5+5+5+5+4 layers, embedding, output
+    assert layers[0][0] == 0 and layers[-1][-1] == 25
+    assert from_sailor_plan(body, view, job) == pipe
+
+
+def test_the_side_by_side_says_why_it_does_not_run_without_a_checkout(capsys, monkeypatch,
+                                                                     tmp_path):
+    from benchmarks import sailor_side_by_side
+
+    monkeypatch.delenv("SAILOR_DIR", raising=False)
+    monkeypatch.setattr("sys.argv", ["sailor_side_by_side"])
+    sailor_side_by_side.main()
+    assert capsys.readouterr().out.startswith("skipped: give a checkout")
+    monkeypatch.setattr("sys.argv", ["sailor_side_by_side", str(tmp_path)])
+    sailor_side_by_side.main()
+    assert "is not a checkout of Sailor" in capsys.readouterr().out

@@ -295,3 +295,107 @@ def test_a_precision_the_catalog_does_not_rate_is_refused_or_planned_around():
     assert fp32.names == ("gpu",)  # the NPUs have no FP32 figure: never planned in FP32
     bf16 = search(job, view, THROUGHPUT_ONLY, SearchOptions(), pareto=False).best
     assert "npu" in bf16.names
+
+
+DEEPSPEED = Stack.preset("megatron-deepspeed")
+
+
+def test_deepspeeds_blocking_sends_wait_for_every_transfer_by_hand():
+    """DeepSpeed's pipeline engine blocks on its sends and receives: a middle stage of four
+    waits for 4 transfers a micro-batch (activations in and out, gradients in and out), where
+    a stack with its own stream hides them behind compute. One transfer: a micro-batch's
+    fp32 activations split over the TP ranks, at the node's scale-out rate."""
+    arch = catalog.model("opt-350m")
+    plan = Plan(dp=1, tp=4, pp=4, micro_batch=8, zero=0, dtype="tf32")
+    blocking = one(arch, 64, plan, stack=DEEPSPEED)[0]
+    hidden = one(arch, 64, plan, stack=dataclasses.replace(DEEPSPEED, overlap_p2p=True))[0]
+    p2p = 8 * 2048 * 1024 * 4 / 4 / (DEFAULT.collective_efficiency * H100.scaleout_gbps * 1e9 / 8)
+    micro_batches = 64 / 8
+    extra = blocking.breakdown_s["pp_comm"][0] - hidden.breakdown_s["pp_comm"][0]
+    assert extra == pytest.approx(micro_batches * 4 * p2p, rel=1e-9)
+    assert blocking.overlapped_s["pp_comm"][0] == 0.0 < hidden.overlapped_s["pp_comm"][0]
+
+
+def test_a_flat_ring_through_one_capped_connection_a_node_by_hand():
+    """DeepSpeed reduces over one flat ring. With TP 1 the four ranks of a 4-GPU VM pass the
+    ring on through a single connection between VMs (19.4 Gbit/s, as Sailor measures one GPU
+    pair on GCP): 2·(n-1)/n of the fp32 gradients through it. With TP 4 each of the four TP
+    ranks has its own ring and connection, sharing the VM's 4 × 12 Gbit/s."""
+    arch = catalog.model("opt-350m")
+    a100 = Hardware.of(catalog.accelerator("A100-40GB"), scaleout_gbps=12.07)
+    capped = dataclasses.replace(a100, gpus_per_node=4, flow_gbps=19.4)
+    eff = DEFAULT.collective_efficiency
+    for tp, dp, flow in ((1, 32, 19.4), (4, 8, 12.07)):
+        plan = Plan(dp=dp, tp=tp, micro_batch=8, zero=0, dtype="tf32")
+        e = one(arch, 256, plan, hw=capped, stack=DEEPSPEED)[0]
+        grads = (arch.layers * arch.params_per_layer + arch.embedding_params) / tp * 4
+        ring = 2 * (dp - 1) / dp * grads / (flow * 1e9 / 8) / eff
+        assert e.breakdown_s["dp_comm"][0] == pytest.approx(ring, rel=1e-9)
+    # without a cap a connection gets the node's whole rate: the ring is faster
+    plan = Plan(dp=32, tp=1, micro_batch=8, zero=0, dtype="tf32")
+    assert one(arch, 256, plan, hw=dataclasses.replace(a100, gpus_per_node=4),
+               stack=DEEPSPEED)[1] < one(arch, 256, plan, hw=capped, stack=DEEPSPEED)[1]
+
+
+def test_a_flat_ring_across_domains_runs_at_its_slower_hops_pace_with_a_step_a_hop():
+    """A flat ring's hops inside and across domains carry its bytes at once: the slower sets
+    the pace (the hierarchical exchange adds the two), and each of its 2(n-1) steps waits a
+    one-way latency."""
+    arch = catalog.model("opt-350m")
+    plan = Plan(dp=16, tp=4, micro_batch=8, zero=0, dtype="tf32")
+    link = WanUse(dp_domains=2, dp_gbps=50.0, dp_rtt_s=0.001)
+    flat = one(arch, 256, plan, wan=link, stack=DEEPSPEED)[0]
+    inside = one(arch, 256, plan, stack=DEEPSPEED)[0]
+    ring_wan = (2 * arch.params * 4 / (50e9 / 8 * DEFAULT.wan_efficiency) + 15 * 0.001)
+    assert flat.breakdown_s["dp_comm"][0] == pytest.approx(
+        max(inside.breakdown_s["dp_comm"][0], ring_wan), rel=1e-9)
+
+
+def test_tied_embeddings_are_reduced_between_the_first_and_last_stage():
+    """The first and last stages both hold a tied embedding and all-reduce its gradients once
+    a step: over the WAN where the pipeline crosses it."""
+    tied = catalog.model("opt-350m")
+    untied = dataclasses.replace(tied, tied_embeddings=False)
+    plan = Plan(dp=1, tp=1, pp=2, micro_batch=1, zero=0)
+    wan = WanUse(pp_crossings=1, pp_gbps=10.0)
+
+    def pp(arch):
+        e = one(arch, 8, plan, wan=wan)[0]
+        return e.breakdown_s["pp_comm"][0]
+
+    bf16_grads = tied.vocab * tied.hidden * Stack().grad_reduce_bytes
+    assert pp(tied) - pp(untied) == pytest.approx(
+        bf16_grads / (10e9 / 8 * DEFAULT.wan_efficiency), rel=1e-9)
+    assert one(tied, 8, Plan(dp=1, micro_batch=1))[0].breakdown_s["pp_comm"][0] == 0.0
+
+
+def test_unfused_fp32_softmax_passes_over_the_scores_more_than_the_fused_kernel():
+    """Between the two batched GEMMs: fused (16-bit) 9 bytes a score forward, 11 back;
+    unfused fp32 (mask, softmax, dropout a kernel each) 25 and 29."""
+    from xdscheduler.costmodel.steptime import _score_traffic
+
+    assert [float(x) for x in _score_traffic(True, 2.0)] == [9.0, 11.0]
+    assert [float(x) for x in _score_traffic(False, 4.0)] == [25.0, 29.0]
+    arch = catalog.model("opt-350m")
+    plan = Plan(dp=1, tp=1, micro_batch=4, zero=0, dtype="bf16")
+    fused = one(arch, 4, plan, stack=DEEPSPEED)[1]
+    unfused = one(arch, 4, plan, stack=dataclasses.replace(DEEPSPEED, fused_softmax=False))[1]
+    scores = 4 * 2048 * 16 * 2048 * arch.layers  # a micro-batch's scores in all layers
+    assert unfused - fused == pytest.approx(scores * (13 + 15 - 20) / (H100.memory_gbs * 1e9),
+                                            rel=1e-9)
+
+
+def test_deepspeed_keeps_its_buffers_and_a_pipeline_keeps_logits_on_its_last_stage():
+    from xdscheduler.costmodel.steptime import memory_gib
+
+    arch = catalog.model("opt-350m")
+    plans = PlanBatch.of([Plan(dp=1, tp=4, pp=p, micro_batch=8, zero=0, dtype="tf32")
+                          for p in (1, 4)])
+    mem = memory_gib(arch, 128, plans, DEEPSPEED)
+    params = (arch.layers * arch.params_per_layer + arch.embedding_params) / 4
+    assert mem["buffers"][0] * 2**30 == pytest.approx(8 * params)
+    assert mem["logits"][0] > 0  # one stage holds all
+    # four stages: the first keeps 4 micro-batches of its 6 layers, the last one of its 6 with
+    # the logits: the first is the fuller, and holds no logits
+    assert mem["logits"][1] == 0.0
+    assert memory_gib(arch, 128, plans, Stack())["buffers"][0] == 0.0

@@ -125,6 +125,23 @@ def register(entry: AcceleratorEntry | Accelerator, where: str = "catalog") -> A
     return acc
 
 
+def accelerator_in(text: str) -> str | None:
+    """The accelerator a device's own name (NVIDIA GH200 480GB, NVIDIA A100-SXM4-40GB) names:
+    the one whose longest name or alias it contains; None if none."""
+    key = _key(text)
+    found = [(len(_key(n)), acc.name) for acc in ACCELERATORS.values()
+             for n in (acc.name, *acc.aliases) if _key(n) and _key(n) in key]
+    return max(found)[1] if found else None
+
+
+def accelerator_code(name: str) -> int:
+    """A number for an accelerator, stable while the process runs (its place in the catalog,
+    which only grows): how arrays of placements say which one a measured profile is of; -1
+    for one the catalog does not hold (no profile can name it)."""
+    found = _ACCELERATOR_KEYS.get(_key(name))
+    return list(ACCELERATORS).index(found.name) if found else -1
+
+
 def load_catalog(path: str | Path) -> list[Accelerator]:
     """Read a catalog file (like the shipped accelerators.yaml) and register its accelerators."""
     data = read_yaml(path, "accelerator catalog")
@@ -223,6 +240,11 @@ MODELS: dict[str, ModelArch] = {
         # with. The released weights embed at 512 and project to 1024; Sailor's Megatron
         # model, like this entry, embeds at the full 1024.
         _gpt("opt-350m", 24, 1024, 16, vocab=50272),
+        # GPT-Neo 2.7B's size (EleutherAI; 32 layers, hidden 2560, GPT-2's vocabulary of
+        # 50257, context 2048) as Sailor trains it with Megatron's GPT (its
+        # training_config_gpt_neo27.json): 32 heads of 80 and dense attention in every layer,
+        # where the released model has 20 heads of 128 and local attention in every other one.
+        _gpt("gpt-neo-2.7b", 32, 2560, 32, vocab=50257),
         # Llama 2 (Touvron et al. 2023; params.json of the released weights).
         ModelArch("llama2-7b", 32, 4096, 11008, 32, 32, 32000, 4096, True, False),
         ModelArch("llama2-13b", 40, 5120, 13824, 40, 40, 32000, 4096, True, False),

@@ -19,6 +19,7 @@ from xdscheduler.errors import Interrupted, UserError
 from xdscheduler.faults import cli as faults_cli
 from xdscheduler.forecast import cli as forecast_cli
 from xdscheduler.live import cli as live_cli
+from xdscheduler.live import layers_cli
 from xdscheduler.report import cli as report_cli
 from xdscheduler.rl import cli as rl_cli
 from xdscheduler.runtime import cli as runtime_cli
@@ -119,7 +120,7 @@ def cmd_estimate(args) -> None:
     result = estimate_one(
         gpu=args.gpu, arch=arch, gpus=args.gpus, tp=args.tp, pp=args.pp, cp=args.cp, vp=args.vp,
         global_batch=args.global_batch, micro_batch=args.micro_batch, recompute=args.recompute,
-        dtype=args.dtype, zero=args.zero,
+        dtype=args.dtype, zero=args.zero, measured=_layer_profiles(args.layer_profiles),
         **({"stack": profile.stack, "calibration": profile.calibration} if profile
            else {"stack": args.stack}),
     )
@@ -157,10 +158,11 @@ def cmd_plan(args) -> None:
                                               strict=True)), "--weights", "weights")
     job = scn.job(args.job)
     profile = _profile(args.profile)
+    layers = _layer_profiles(args.layer_profiles)
     tuned = {"stack": Stack.preset(profile.stack), "calibration": profile.calibration} \
-        if profile else {}
+        if profile else _measured_stack(layers)
     opts = SearchOptions(diloco_h=(0, args.diloco) if args.diloco else (0,), dtype=args.dtype,
-                         **tuned)
+                         layers=layers, **tuned)
     view = ClusterView.from_scenario(scn)
     limits = Limits(args.budget, args.min_throughput)
     result = search(JobSpec.of(job), view, weights, opts, args.top, limits=limits)
@@ -194,6 +196,30 @@ def cmd_plan(args) -> None:
     for i, alt in enumerate(result.alternatives, 1):
         print(f"  alt {i}  R={alt.objective.objective:.3f}  {alt.estimate.step_time_s:.2f} s  "
               f"${placement_cost_per_hour(alt, view):,.2f}/h  {describe(alt)}")
+
+
+def _layer_profiles(paths: list[str] | None) -> tuple:
+    """The layer profiles given with --layer-profile (xds layers measure / import), ready to
+    use."""
+    from xdscheduler.costmodel.layers import LayerProfile, MeasuredLayers
+
+    return tuple(MeasuredLayers.of(LayerProfile.load(p)) for p in paths or ())
+
+
+def _measured_stack(layers: tuple) -> dict:
+    """Without a calibration profile, plan on the software the layer profiles measured (where
+    they agree on one)."""
+    from xdscheduler.costmodel.plan import Stack
+
+    stacks = {m.profile.stack for m in layers}
+    return {"stack": Stack.preset(stacks.pop())} if len(stacks) == 1 else {}
+
+
+def _layers_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--layer-profile", action="append", metavar="PROFILE", dest="layer_profiles",
+                   help="a layer profile (xds layers measure / import): its measured times "
+                        "replace the roofline's for the model, accelerator, precision, TP "
+                        "degrees and micro-batches it covers (repeatable)")
 
 
 def _profile(path: str | None):
@@ -449,6 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="software stack preset: megatron-core, megatron-core-tp-overlap, "
                         "megatron-2022, megatron-2021, fsdp, fsdp2")
     p.add_argument("--profile", help="a profile from xds calibrate: its stack and constants")
+    _layers_argument(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
     p = command("plan", cmd_plan, "best placement and parallel plan for a job of a scenario")
@@ -464,6 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "R within it")
     p.add_argument("--profile", help="a software stack's profile from xds calibrate (default: "
                                       "Megatron-Core with the shipped constants)")
+    _layers_argument(p)
     p.add_argument("--min-throughput", type=number(float, 0, 1e15, above=True),
                    metavar="TOKENS_PER_S", help="fewest tokens/s: alone, the plan that reaches it "
                                                 "for the fewest dollars per token; with "
@@ -542,6 +570,7 @@ def build_parser() -> argparse.ArgumentParser:
     live_cli.register(sub)
     serving_cli.register(sub)
     costmodel_cli.register(sub)
+    layers_cli.register(sub)
     sharing_cli.register(sub)
     report_cli.register(sub)
     return parser

@@ -74,6 +74,9 @@ class Domain(FileModel):
     intra_node_gbps: Positive | None = Field(default=None, le=1e5)  # scale-up per GPU per
     # direction; None: the catalog's
     intra_domain_gbps: Positive = Field(default=200.0, le=3200)  # scale-out per GPU
+    # what one connection between accelerators of two nodes gets (a cloud VM's NIC serves
+    # several at once, each below its whole rate); None: no cap beyond intra_domain_gbps
+    flow_gbps: Positive | None = Field(default=None, le=3200)
     storage: Storage = Storage()
     price_per_gpu_hour: NonNegative = Field(default=2.0, le=1000)
 
@@ -117,6 +120,9 @@ class Link(FileModel):
     # between two VMs), and every node pair of a job across the link gets it in parallel;
     # false: it is the whole link's, shared by everything that crosses it (a leased line)
     per_node_pair: bool = False
+    # what one connection between two accelerators across the link gets, the slower way;
+    # None: no cap beyond the link's bandwidth
+    flow_gbps: Positive | None = Field(default=None, le=10_000)
     source: str | None = None
 
     @model_validator(mode="after")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from xdscheduler import catalog
 from xdscheduler.costmodel.constants import DEFAULT, Calibration
+from xdscheduler.costmodel.layers import coverage
 from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch, Stack
 from xdscheduler.costmodel.steptime import estimate, replica_micro_batches, stage_layers
 from xdscheduler.errors import UserError
@@ -50,7 +51,7 @@ def check_plan(arch: catalog.ModelArch, acc: catalog.Accelerator, gpus: int, pla
 def estimate_one(gpu: str, arch: catalog.ModelArch, gpus: int, tp: int, pp: int, cp: int,
                  vp: int, global_batch: int, micro_batch: int, recompute: str, dtype: str,
                  zero: int, stack: str = "megatron-core",
-                 calibration: Calibration = DEFAULT) -> dict:
+                 calibration: Calibration = DEFAULT, measured: tuple = ()) -> dict:
     acc = catalog.accelerator(gpu)
     try:
         software = Stack.preset(stack)
@@ -59,8 +60,10 @@ def estimate_one(gpu: str, arch: catalog.ModelArch, gpus: int, tp: int, pp: int,
     plan = check_plan(arch, acc, gpus, dict(tp=tp, pp=pp, cp=cp, vp=vp, micro_batch=micro_batch,
                                             zero=zero, recompute=recompute, dtype=dtype),
                       global_batch)
-    est = estimate(arch, global_batch, PlanBatch.of([plan]), Hardware.of(acc), stack=software,
-                   calib=calibration)
+    one, hw = PlanBatch.of([plan]), Hardware.of(acc)
+    est = estimate(arch, global_batch, one, hw, stack=software, calib=calibration,
+                   measured=measured)
+    profiled = bool(coverage(measured, arch, arch.seq_len, one, hw)[0][0])
     step = float(est.step_time_s[0])
     heaviest, last = stage_layers(arch.layers, pp)
     memory = {k: float(v[0]) for k, v in est.memory_parts_gib.items()}
@@ -81,6 +84,7 @@ def estimate_one(gpu: str, arch: catalog.ModelArch, gpus: int, tp: int, pp: int,
             global_batch, plan.dp, micro_batch)), "layers_per_stage": {
                 "heaviest": int(heaviest), "last": int(last)}},
         "stack": stack,
+        "measured_layers": profiled,  # a layer profile's times replaced the roofline's
         "step_time_s": step,
         "tokens_per_s_per_gpu": est.tokens / step / gpus,
         "model_tflops_per_gpu": model_tflops,

@@ -94,16 +94,22 @@ class Hardware:
     scaleup_gbs: np.ndarray | float  # per direction
     scaleout_gbps: np.ndarray | float  # per accelerator, Gbit/s
     gpus_per_node: np.ndarray | float
+    flow_gbps: np.ndarray | float = np.inf  # one connection between two nodes' accelerators
+    # which accelerator (catalog.accelerator_code) a measured layer profile may stand for;
+    # -1 where there is none to name (placements over accelerators of different kinds)
+    accelerator: np.ndarray | float = -1.0
 
     @classmethod
     def of(cls, acc, scaleup_gbs: float | None = None, scaleout_gbps: float | None = None):
+        from xdscheduler.catalog import accelerator_code
+
         return cls(
             peak_tflops=acc.half_tflops, peak_fp8_tflops=acc.fp8_tflops or 0.0,
             peak_tf32_tflops=acc.tf32_tflops or 0.0, peak_fp32_tflops=acc.fp32_tflops or 0.0,
             memory_gib=acc.memory_gib, memory_gbs=acc.memory_gbs,
             scaleup_gbs=scaleup_gbs or acc.scaleup_gbs,
             scaleout_gbps=scaleout_gbps or acc.scaleout_gbps,
-            gpus_per_node=acc.gpus_per_node,
+            gpus_per_node=acc.gpus_per_node, accelerator=accelerator_code(acc.name),
         )
 
 
@@ -122,6 +128,10 @@ class WanUse:
     # the job's node pairs across such a link each get it, so its share grows with them
     pp_per_node: np.ndarray | float = 0.0
     dp_per_node: np.ndarray | float = 0.0
+    # what one connection between two accelerators gets across those links (a cloud caps a
+    # TCP flow well below its VM's rate): rings of few connections cannot fill a fast link
+    pp_flow_gbps: np.ndarray | float = np.inf
+    dp_flow_gbps: np.ndarray | float = np.inf
 
     def with_(self, **changes) -> WanUse:
         return replace(self, **changes)
@@ -142,6 +152,19 @@ class Stack:
     # DiLoCo's outer sync streamed behind the next inner steps (Streaming DiLoCo), or taken in
     # the step that syncs, every rank waiting for it
     overlap_outer_sync: bool = True
+    # Megatron's fused scale-mask-softmax kernel (16-bit only: in fp32 it runs unfused, as
+    # separate masked_fill, softmax and dropout kernels over the attention scores)
+    fused_softmax: bool = True
+    # pipeline sends and receives on their own stream, hidden behind compute; False: the
+    # stage waits for each (DeepSpeed's pipeline engine)
+    overlap_p2p: bool = True
+    # data-parallel gradients reduced inside each domain first (Megatron's rank order); False:
+    # one flat NCCL ring over every replica, as a framework that sees only one group runs it
+    hierarchical_dp: bool = True
+    # bytes per parameter held beyond weights, gradients and optimizer state: DeepSpeed's
+    # flattened all-reduce buffer (4) and the copies its engine makes at start (4), as Sailor
+    # counts them (sailor/Planner/simulations/runtime_simulator.py, check_config_fits)
+    extra_state_bytes: float = 0.0
 
     @classmethod
     def preset(cls, name: str) -> Stack:
@@ -170,6 +193,15 @@ class Stack:
         if name == "fsdp2-async-tp":
             # with asynchronous tensor parallelism: TP communication overlapped with its GEMMs
             return cls(grad_reduce_bytes=4, tp_comm_overlap=True, sharded=True)
+        if name == "megatron-deepspeed":
+            # Megatron-DeepSpeed with DeepSpeed's engine and ZeRO-0, as Sailor trains (its
+            # ae_scripts/clariden_scripts/run_opt.slurm): no flash attention or sequence
+            # parallelism, one fp32 all-reduce after the last backward pass over a flat ring,
+            # blocking pipeline sends, every state on every rank, no recomputation.
+            return cls(flash_attention=False, sequence_parallel=False, overlap_grad_reduce=False,
+                       overlap_param_gather=False, grad_reduce_bytes=4, memory_savers=False,
+                       overlap_outer_sync=False, overlap_p2p=False, hierarchical_dp=False,
+                       extra_state_bytes=8.0)
         if name == "plain-dp":
             # A plain data-parallel loop, as the live runner trains: whole optimizer state on
             # every rank, no recomputation, one fp32 gradient reduction after the backward pass,
@@ -184,4 +216,4 @@ class Stack:
 # overlapped): they share its constants, and calibrate with it.
 VARIANT_OF = {"megatron-core-tp-overlap": "megatron-core", "fsdp2-async-tp": "fsdp2"}
 STACKS = ("megatron-core", "megatron-core-tp-overlap", "megatron-2022", "megatron-2021", "fsdp",
-          "fsdp2", "fsdp2-eager", "fsdp2-async-tp", "plain-dp")
+          "fsdp2", "fsdp2-eager", "fsdp2-async-tp", "megatron-deepspeed", "plain-dp")

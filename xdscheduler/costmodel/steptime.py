@@ -16,6 +16,7 @@ import numpy as np
 
 from xdscheduler.catalog import ModelArch
 from xdscheduler.costmodel.constants import DEFAULT, Calibration
+from xdscheduler.costmodel.layers import TIMES, MeasuredLayers, applicable
 from xdscheduler.costmodel.plan import DTYPES, OPERAND_BYTES, Hardware, PlanBatch, Stack, WanUse
 
 GIB = 2**30
@@ -88,13 +89,17 @@ def estimate(
     stack: Stack | None = None,
     calib: Calibration = DEFAULT,
     seq: int | None = None,
+    measured: tuple[MeasuredLayers, ...] = (),
 ) -> StepEstimate:
-    """Evaluate every plan in `plans` at once; arrays broadcast against each other."""
+    """Evaluate every plan in `plans` at once; arrays broadcast against each other. Where a
+    measured layer profile (`measured`) covers a plan's model, accelerator, precision, TP
+    degree and micro-batch, its layer times replace the roofline's."""
     wan = wan or WanUse()
     stack = stack or Stack()
+    measured = applicable(measured, arch, int(seq or arch.seq_len))
     n = len(plans)
     if n <= CHUNK:
-        return _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq)
+        return _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured)
     blocks = []
     for start in range(0, n, CHUNK):
         cut = slice(start, start + CHUNK)
@@ -105,7 +110,8 @@ def estimate(
         blocks.append(_estimate(
             arch, part(global_batch), plans.take(cut),
             Hardware(**{k: part(v) for k, v in hw.__dict__.items()}),
-            WanUse(**{k: part(v) for k, v in wan.__dict__.items()}), stack, calib, seq))
+            WanUse(**{k: part(v) for k, v in wan.__dict__.items()}), stack, calib, seq,
+            measured))
     return _concat(blocks)
 
 
@@ -132,7 +138,7 @@ def _concat(blocks: list[StepEstimate]) -> StepEstimate:
     )
 
 
-def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEstimate:
+def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured) -> StepEstimate:
     s = float(seq or arch.seq_len)
     h, ffn, heads, vocab = float(arch.hidden), float(arch.ffn_hidden), arch.heads, arch.vocab
     kv_frac = arch.kv_heads / heads
@@ -175,20 +181,24 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
         attn_peak = attn_base * calib.attention_efficiency
         attn_fwd = attn_flops / attn_peak + attn_io
         attn_bwd = FLASH_BACKWARD_FACTOR * attn_flops / attn_peak + 2 * attn_io
-        s2_bytes_per_token = 0.0
+        score_fwd = score_bwd = 0.0
     else:
         d_head = h / heads
         per_head = (gemm(s / cp, d_head, s, half_eff_peak, elem)
                     + gemm(s / cp, s, d_head, half_eff_peak, elem))
         attn_fwd = mb * heads / tp * per_head
         attn_bwd = 2 * attn_fwd
-        s2_bytes_per_token = _score_bytes_per_token(arch, tp, s, stack)
+        scores = tok * heads / tp * s  # attention scores of a micro-batch on one GPU
+        per_score = _score_traffic(stack.fused_softmax & ~wide, elem)
+        score_fwd, score_bwd = (scores * b / mem_bw for b in per_score)
 
     act_bytes_per_token = _activation_bytes_per_token(arch, tp, stack) * elem / 2
-    # The fused softmax reads and writes each attention score once; the other element-wise
-    # kernels (norms, activations, dropout, residuals) move their bytes `memory_passes` times.
-    elem_s2_fwd = tok * s2_bytes_per_token / mem_bw
+    # The element-wise kernels (norms, activations, dropout, residuals) move their bytes
+    # `memory_passes` times; the attention scores between the two batched GEMMs, as many
+    # times as the softmax's kernels pass over them (_score_traffic).
+    elem_s2_fwd = score_fwd
     elem_fwd = calib.memory_passes * tok * act_bytes_per_token / mem_bw + elem_s2_fwd
+    elem_bwd = 2 * (elem_fwd - elem_s2_fwd) + score_bwd
 
     # Tensor-parallel all-reduce (or reduce-scatter + all-gather): two per layer each way.
     gpn = _f(hw.gpus_per_node)
@@ -211,7 +221,7 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     cp_bwd = np.maximum(0.0, 2 * kv_ring - attn_bwd)
 
     layer_fwd = gemm_fwd + attn_fwd + elem_fwd + cp_fwd + calib.kernel_overhead_s
-    layer_bwd = 2 * gemm_fwd + attn_bwd + 2 * elem_fwd + cp_bwd + 2 * calib.kernel_overhead_s
+    layer_bwd = 2 * gemm_fwd + attn_bwd + elem_bwd + cp_bwd + 2 * calib.kernel_overhead_s
     recompute = _f(plans.recompute)
     layer_rec = np.where(recompute == 2, layer_fwd + tp_fwd_exposed,
                          np.where(recompute == 1, attn_fwd + elem_s2_fwd, 0.0))
@@ -221,11 +231,32 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     # FP8 recipes keep the output layer in BF16 (Transformer Engine casts only the blocks).
     logits = (3 * gemm(tok, h, vocab / tp, half_eff_peak, elem)
               + 3 * calib.memory_passes * tok * vocab / tp * 4 / mem_bw)
-    # The slowest stage sets the pace: the heaviest, or the last with the output layer.
+    embed = 0.0  # a gather: nothing beside the layers, unless a profile measured it
+    # Measured layers stand in for the roofline where a profile covers the plan; their times
+    # include the tensor-parallel all-reduces as they ran.
+    block = _measured_blocks(measured, plans, hw, cp)
+    have = ~np.isnan(block["layer_fwd_s"])
+    if have.any():
+        layer_fwd = np.where(have, block["layer_fwd_s"], layer_fwd)
+        layer_bwd = np.where(have, block["layer_bwd_s"], layer_bwd)
+        timed = have & (block["tp_comm_timed"] > 0)
+        tp_fwd_exposed = np.where(timed, 0.0, tp_fwd_exposed)
+        tp_bwd_exposed = np.where(timed, 0.0, tp_bwd_exposed)
+        tp_fwd = np.where(timed, 0.0, tp_fwd)
+        # a profile whose last block stops at the final norm leaves the output layer to the
+        # roofline
+        logits = np.where(have, block["last_fwd_s"] + block["last_bwd_s"]
+                          + np.where(block["output_layer_timed"] > 0, 0.0, logits), logits)
+        embed = np.where(have, block["first_fwd_s"] + block["first_bwd_s"], 0.0)
+    # The slowest stage sets the pace: the first with the embedding, the heaviest, or the last
+    # with the output layer (one stage holds all three without a pipeline).
     per_layer_t = layer_fwd + layer_bwd + layer_rec + tp_fwd_exposed + tp_bwd_exposed
-    last_binds = last * per_layer_t + logits >= heaviest * per_layer_t
+    first_end = np.where(pp > 1, embed, 0.0)
+    last_end = logits + np.where(pp > 1, 0.0, embed)
+    last_binds = last * per_layer_t + last_end >= heaviest * per_layer_t + first_end
     layers_per_stage = np.where(last_binds, last, heaviest)
-    stage_compute = layers_per_stage * (layer_fwd + layer_bwd) + np.where(last_binds, logits, 0.0)
+    stage_compute = (layers_per_stage * (layer_fwd + layer_bwd)
+                     + np.where(last_binds, last_end, first_end))
     stage_rec = layers_per_stage * layer_rec
     stage_tp = layers_per_stage * (tp_fwd_exposed + tp_bwd_exposed)
     t_mb = stage_compute + stage_rec + stage_tp
@@ -234,41 +265,63 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     bubble = (pp - 1) / vp * t_mb
     scaleout = _f(hw.scaleout_gbps) * 1e9 / 8
     wan_bps = _f(wan.pp_gbps) * 1e9 / 8 * calib.wan_efficiency
-    p2p_intra = tok * h * elem / tp / (calib.collective_efficiency * scaleout)
+    flow = _f(hw.flow_gbps) * 1e9 / 8  # one connection between two nodes' accelerators
+    p2p_intra = tok * h * elem / tp / (calib.collective_efficiency * np.minimum(scaleout, flow))
     crossings = _f(wan.pp_crossings)
     # All replicas share the link; where it is rated per node pair, each of the boundary
     # stage's nodes (dp·tp·cp ranks) streams to its peer at that rate.
     pp_lanes = np.where(_f(wan.pp_per_node) > 0, _lanes(dp * tp * cp, gpn), 1.0)
-    p2p_wan = dp * mb * s * h * elem / (wan_bps * pp_lanes)
+    # each rank of the boundary stage streams its share on its own connection
+    p2p_wan = dp * mb * s * h * elem / np.minimum(
+        wan_bps * pp_lanes, dp * tp * cp * _f(wan.pp_flow_gbps) * 1e9 / 8 * calib.wan_efficiency)
     link_busy = vp * np.where(crossings > 0, p2p_wan, p2p_intra)
     fill = 2 * ((pp - 1 - crossings) * p2p_intra + crossings * p2p_wan) + 2 * _f(wan.pp_latency_s)
     has_pp = pp > 1
-    pp_exposed = np.where(has_pp, micro_batches * np.maximum(0.0, link_busy - t_mb) + fill, 0.0)
-    pp_hidden = np.where(has_pp, micro_batches * np.minimum(link_busy, t_mb), 0.0)
+    if stack.overlap_p2p:
+        pp_exposed = np.where(has_pp, micro_batches * np.maximum(0.0, link_busy - t_mb) + fill,
+                              0.0)
+        pp_hidden = np.where(has_pp, micro_batches * np.minimum(link_busy, t_mb), 0.0)
+    else:
+        # Blocking sends and receives: an end stage waits for its activations out and their
+        # gradients back each micro-batch, a middle stage for both ways on both sides.
+        transfers = np.where(pp > 2, 4.0, 2.0)
+        pp_exposed = np.where(has_pp, micro_batches * transfers * link_busy + fill, 0.0)
+        pp_hidden = 0.0 * pp
+    grad_elem = np.where(wide, 4.0, stack.grad_reduce_bytes)  # fp32 gradients in fp32 plans
+    if arch.tied_embeddings:
+        # The first and last stages both hold the tied embedding: they all-reduce its
+        # gradients once a step, over the WAN where the pipeline crosses one.
+        tied = arch.vocab * h / tp * grad_elem
+        pp_exposed = pp_exposed + np.where(has_pp, tied / np.where(
+            crossings > 0, wan_bps * pp_lanes,
+            calib.collective_efficiency * np.minimum(scaleout, flow)), 0.0)
 
     # Data parallelism: reduce inside each domain, then across domains over the WAN.
     gpu_params = _stage_params(arch, pp) / tp
-    grad_elem = np.where(wide, 4.0, stack.grad_reduce_bytes)  # fp32 gradients in fp32 plans
     grad_bytes = gpu_params * grad_elem
     domains = _f(wan.dp_domains)
     local = np.maximum(dp / domains, 1.0)
+    flat = (_f(wan.dp_flat) > 0) | (not stack.hierarchical_dp)
     dp_intra = _allreduce_s(grad_bytes, local, tp * cp, gpn, _f(hw.scaleup_gbs) * 1e9, scaleout,
-                            calib.collective_efficiency)
+                            calib.collective_efficiency, flat, flow)
     diloco_h = _f(plans.diloco_h)
     spans = (domains > 1)
     model_grad_bytes = arch.params * grad_elem
     dp_wan_bps = _f(wan.dp_gbps) * 1e9 / 8 * calib.wan_efficiency
     # Hierarchical: only 1/local of the gradients leaves each domain. A flat ring over every
     # rank sends all of them over each WAN link it crosses.
-    flat = _f(wan.dp_flat) > 0
     wan_share = np.where(flat, 2.0, 2 * (domains - 1) / domains)
     # Over links rated per node pair the bytes spread over the node pairs that carry them:
     # every node of a domain's replicas in the hierarchical exchange, one replica's nodes
     # where a flat ring crosses.
     dp_lanes = np.where(_f(wan.dp_per_node) > 0,
                         _lanes(np.where(flat, 1.0, local) * tp * cp * pp, gpn), 1.0)
-    ring = (wan_share * model_grad_bytes / (dp_wan_bps * dp_lanes)
-            + (domains - 1) * _f(wan.dp_rtt_s))
+    # Each rank crossing streams on its own connection: a flat ring's one replica's ranks,
+    # every rank of a domain's replicas in the hierarchical exchange.
+    flows = np.where(flat, 1.0, local) * tp * cp * pp
+    ring = (wan_share * model_grad_bytes / np.minimum(
+        dp_wan_bps * dp_lanes, flows * _f(wan.dp_flow_gbps) * 1e9 / 8 * calib.wan_efficiency)
+            + np.where(flat, dp - 1, domains - 1) * _f(wan.dp_rtt_s))  # a step a hop: 2(n-1)·rtt/2
     dp_wan = np.where(spans & (diloco_h == 0), ring, 0.0)
     zero = _f(plans.zero)
     zero3 = zero >= 3
@@ -277,7 +330,10 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     # parameters for forward and backward and scatters gradients every micro-batch (1.5x an
     # all-reduce each time), prefetched behind that micro-batch's compute.
     sharded = (zero >= 1) & ~zero3
-    reduce = np.where(sharded, dp_intra / 2, dp_intra) + dp_wan
+    # a flat ring's hops inside and across domains carry the same bytes at once: the slower
+    # sets its pace; the hierarchical exchange does one after the other
+    dp_step = np.where(flat, np.maximum(dp_intra, dp_wan), dp_intra + dp_wan)
+    reduce = np.where(sharded, dp_intra / 2 + dp_wan, dp_step)
     gather = np.where(sharded, dp_intra / 2, 0.0)
     bwd_window = layers_per_stage * layer_bwd if stack.overlap_grad_reduce else 0.0
     fwd_window = layers_per_stage * layer_fwd if stack.overlap_param_gather else 0.0
@@ -299,7 +355,10 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
                            0.0)
     opt_params = gpu_params / np.where(zero >= 1, dp, 1.0)
     # fp32 plans have no separate bf16 copy of the weights to write
-    optimizer = opt_params * np.where(wide, ADAM_BYTES_PER_PARAM - 2, ADAM_BYTES_PER_PARAM) / mem_bw
+    optimizer = opt_params * np.where(
+        np.isnan(block["optimizer_s_per_param"]),
+        np.where(wide, ADAM_BYTES_PER_PARAM - 2, ADAM_BYTES_PER_PARAM) / mem_bw,
+        block["optimizer_s_per_param"])
 
     breakdown = {
         "compute": compute_part,
@@ -321,7 +380,7 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
         "sync": sync_total - sync_exposed,
     }
 
-    memory = memory_gib(arch, batch, plans, stack, int(s))
+    memory = memory_gib(arch, batch, plans, stack, int(s), measured)
     total_mem = sum(memory.values())
     tokens = batch * s
     mflops = model_flops_per_step(arch, batch, int(s))
@@ -347,23 +406,48 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq) -> StepEsti
     )
 
 
+def _measured_blocks(measured: tuple[MeasuredLayers, ...], plans: PlanBatch, hw: Hardware,
+                     cp) -> dict[str, np.ndarray]:
+    """Each plan's block times (TIMES) and optimizer seconds per parameter from the first
+    profile that covers it (its accelerator, precision, TP degree, micro-batch; without
+    context parallelism); NaN where none does."""
+    n = len(plans)
+    out = np.full((n, len(TIMES)), np.nan)
+    rate, timed, tp_timed = np.full(n, np.nan), np.ones(n), np.ones(n)
+    for m in measured:
+        t = m.times(plans.micro_batch, plans.tp, hw.accelerator, plans.precision)
+        new = np.isnan(out[:, 0]) & ~np.isnan(t[:, 0]) & (np.broadcast_to(cp, n) == 1)
+        out[new] = t[new]
+        timed[new] = m.profile.output_layer_timed
+        tp_timed[new] = m.profile.tp_comm_timed
+        if m.profile.optimizer_s_per_param is not None:
+            rate[new] = m.profile.optimizer_s_per_param
+    return {**{k: out[:, i] for i, k in enumerate(TIMES)}, "optimizer_s_per_param": rate,
+            "output_layer_timed": timed, "tp_comm_timed": tp_timed}
+
+
 def _lanes(ranks, gpn):
     """Node pairs that `ranks` accelerators, `gpn` to a node, stream over in parallel."""
     return np.maximum(np.floor(ranks / gpn + 1e-9), 1.0)
 
 
-def _allreduce_s(size, ranks, inner, gpn, scaleup, scaleout, efficiency):
-    """Hierarchical all-reduce of `size` bytes over `ranks` ranks placed `inner` apart.
+def _allreduce_s(size, ranks, inner, gpn, scaleup, scaleout, efficiency, flat=False,
+                 flow=np.inf):
+    """All-reduce of `size` bytes over `ranks` ranks placed `inner` apart.
 
     Megatron orders ranks TP, CP, DP, PP, so r = gpn / (TP·CP) ranks of a data-parallel group
-    share a node: they reduce-scatter over the scale-up links, the node's r NICs carry the
-    cross-node all-reduce of 1/r of the data each, and an all-gather over scale-up ends it.
+    share a node: hierarchically, they reduce-scatter over the scale-up links, the node's r
+    NICs carry the cross-node all-reduce of 1/r of the data each, and an all-gather over
+    scale-up ends it. A flat ring (`flat`) passes everything through one connection between
+    nodes, capped at `flow` bytes/s and at the r NICs' share of the node.
     """
     per_node = np.clip(gpn / inner, 1.0, ranks)
     nodes = ranks / per_node
     inside = 2 * (per_node - 1) / per_node * size / scaleup
-    across = 2 * (nodes - 1) / nodes * size / (per_node * scaleout)
-    return (inside + across) / efficiency
+    across = 2 * (nodes - 1) / nodes * size / (per_node * np.minimum(scaleout, flow))
+    ring = np.where(nodes > 1, 2 * (ranks - 1) / ranks * size
+                    / np.minimum(flow, per_node * scaleout), inside)
+    return np.where(flat, ring, inside + across) / efficiency
 
 
 def _activation_bytes_per_token(arch: ModelArch, tp, stack: Stack):
@@ -379,14 +463,35 @@ def _activation_bytes_per_token(arch: ModelArch, tp, stack: Stack):
     return h * (10.0 / sp_div + (4 + 4 * arch.kv_heads / arch.heads + mlp) / tp)
 
 
+def _score_traffic(fused, elem) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes moved per attention score between the two batched GEMMs, forward and backward
+    (the GEMMs' own reads and writes are in their roofline).
+
+    Megatron's fused scale-mask-softmax (16-bit only) reads and writes each score once, then
+    dropout reads, writes and keeps a 1-byte mask: 4 + 5 bytes forward, 11 back (dropout's,
+    then the softmax's gradient reading output and gradient). Unfused, as in fp32, masking,
+    softmax and dropout are a kernel each: 6·e + 1 bytes forward, 7·e + 1 back (e bytes a
+    score: the masking's gradient is another pass)."""
+    return (np.where(fused, 9.0, 6 * elem + 1), np.where(fused, 11.0, 7 * elem + 1))
+
+
 def _score_bytes_per_token(arch: ModelArch, tp, s: float, stack: Stack):
-    """Bytes of attention scores, softmax and dropout per token and layer: 5·a·s (Korthikanti)."""
+    """Bytes of attention scores, softmax and dropout per token and layer: 5·a·s (Korthikanti).
+    The same in fp32: Sailor's fp32 runs on GH200 (max_mem of its 27 measured runs) keep about
+    this much, not twice it."""
     return 0.0 if stack.flash_attention else 5.0 * arch.heads * s / tp
 
 
 def memory_gib(arch: ModelArch, global_batch, plans: PlanBatch, stack: Stack | None = None,
-               seq: int | None = None) -> dict[str, np.ndarray]:
-    """Per-GPU memory of the heaviest stage: states sharded by ZeRO, activations in flight."""
+               seq: int | None = None, measured: tuple[MeasuredLayers, ...] = ()
+               ) -> dict[str, np.ndarray]:
+    """Per-GPU memory of the fullest stage: states sharded by ZeRO, activations in flight.
+
+    1F1B keeps up to `pp` micro-batches of activations on the first stage (with the
+    embedding's) and one on the last (with the output layer's logits); one stage holds all
+    without a pipeline. A profile's measured activation bytes replace the count where it
+    covers the plan's TP degree and precision (no recomputation, no context parallelism).
+    """
     stack = stack or Stack()
     s = float(seq or arch.seq_len)
     dp, tp, pp, cp, vp, mb = (_f(x) for x in (plans.dp, plans.tp, plans.pp, plans.cp,
@@ -405,17 +510,30 @@ def memory_gib(arch: ModelArch, global_batch, plans: PlanBatch, stack: Stack | N
     sp_div = tp if stack.sequence_parallel else 1.0
     per_layer = np.where(recompute == 2, tok * np.where(wide, 4, 2) * arch.hidden / sp_div,
                          np.where(recompute == 1, act, full_layer))
+    logits = tok * arch.vocab / tp * 4 * 2  # fp32 logits and their gradient, last stage
+    embed = 0.0 * tok
+    for m in applicable(measured, arch, int(s)):
+        kept = m.activation_bytes(np.broadcast_to(tp, tok.shape),
+                                  np.broadcast_to(plans.precision, tok.shape)) * mb[..., None]
+        use = ~np.isnan(kept[..., 1]) & (recompute == 0) & (cp == 1)
+        embed, per_layer, logits = (np.where(use, kept[..., i], x)
+                                    for i, x in enumerate((embed, per_layer, logits)))
     micro_batches = replica_micro_batches(_f(global_batch), dp, mb)
     in_flight = np.minimum(micro_batches, pp) * np.where(vp > 1, 1 + (pp - 1) / (pp * vp), 1.0)
-    activations = per_layer * stage_layers(arch.layers, pp)[0] * in_flight
+    heaviest, last = stage_layers(arch.layers, pp)
+    first_stage = (per_layer * heaviest + embed) * in_flight
+    last_stage = (per_layer * last * np.where(vp > 1, in_flight, 1.0) + logits
+                  + np.where(pp > 1, 0.0, embed))
+    last_fuller = (pp == 1) | (last_stage > first_stage)
+    activations = np.where(last_fuller, last_stage - logits, first_stage)
     activations = activations + np.where(recompute == 2, full_layer, 0.0)  # one layer rebuilt
-    logits = tok * arch.vocab / tp * 4 * 2  # fp32 logits and their gradient, last stage
     return {
         "weights": weights / GIB,
         "gradients": grads / GIB,
         "optimizer": optimizer / GIB,
+        "buffers": gpu_params * stack.extra_state_bytes / GIB,
         "activations": activations / GIB,
-        "logits": logits / GIB,
+        "logits": np.where(last_fuller, logits, 0.0) / GIB,
         "overhead": RUNTIME_OVERHEAD_GIB + 0 * dp,
     }
 

@@ -58,7 +58,7 @@ def slot_speeds(job: JobSpec, view: ClusterView, plans: PlanBatch, plan_id: np.n
     alone = describe_placements(view, np.full(len(view.domains), SINGLE, dtype=object),
                                 np.arange(len(view.domains))[:, None]).hardware
     est = estimate(job.arch, job.global_batch, plans.take(rows), take_rows(alone, doms),
-                   stack=opts.stack, calib=opts.calibration, seq=job.seq)
+                   stack=opts.stack, calib=opts.calibration, seq=job.seq, measured=opts.layers)
     busy = sum(est.breakdown_s[k] for k in ("compute", "recompute", "tp_comm"))
     speed = np.ones(slots.shape)
     speed[held] = (1.0 / busy)[back]
@@ -99,6 +99,7 @@ def balanced(job: JobSpec, view: ClusterView, staged: np.ndarray, plans: PlanBat
               for k, v in hw.__dict__.items()}
     for k, per_domain in domain_speeds(view).items():
         fields[k][mixed] = per_domain[slots[mixed][row, pacer]] * scale
+    fields["accelerator"][mixed] = -1.0  # paced by a mix: no one profile stands for it
     return Hardware(**fields), shares, mixed
 
 

@@ -34,18 +34,14 @@ class Objective:
         return asdict(self)
 
 
-def score(job, est, gpus: np.ndarray, slots: np.ndarray, view, wan_price_per_gb: np.ndarray,
-          weights: Weights) -> dict[str, np.ndarray]:
-    """Objective terms for every candidate; `gpus` and `slots` are (N, k) per domain slot."""
-    used = slots >= 0
-    safe = np.where(used, slots, 0)
-    peak = view.peak_tflops[safe] * 1e12
-    price = np.array([d.price_per_gpu_hour for d in view.domains])[safe]
+def score(job, est, held_flops: np.ndarray, gpu_cost: np.ndarray,
+          wan_price_per_gb: np.ndarray, weights: Weights) -> dict[str, np.ndarray]:
+    """Objective terms for every candidate, from the rated FLOP/s and the $/h of the
+    accelerators each holds."""
     step = est.step_time_s
     tokens_per_s = job.global_batch * job.seq / step
     efficiency = tokens_per_s / tokens_per_s.max()
-    utilization = est.model_flops / step / (np.where(used, gpus * peak, 0).sum(axis=1))
-    gpu_cost = np.where(used, gpus * price, 0).sum(axis=1)
+    utilization = est.model_flops / step / held_flops
     wan_cost = est.cross_domain_bytes / 1e9 * wan_price_per_gb * 3600 / step
     cost = wan_cost / np.maximum(gpu_cost, 1e-9)
     objective = (weights.efficiency * efficiency + weights.utilization * utilization

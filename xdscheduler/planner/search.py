@@ -10,6 +10,7 @@ from functools import cached_property
 import numpy as np
 
 from xdscheduler.catalog import ModelArch
+from xdscheduler.costmodel.layers import coverage
 from xdscheduler.costmodel.plan import PlanBatch
 from xdscheduler.costmodel.steptime import StepEstimate, estimate, model_flops_per_step
 from xdscheduler.errors import UserError
@@ -201,30 +202,26 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: Sear
           & ((g.diloco_h[:, None] == 0) | (pl.kind == DATA)[None, :])
           & rated(view, pl.domains, opts.dtype)[None, :])
     c_idx, p_idx = np.nonzero(ok)
+    if not len(c_idx):
+        return None
     rung, kind = first[c_idx, limit_of[p_idx]], pl.kind[p_idx]
 
-    slots = slots_all[p_idx]
-    caps = np.where(slots >= 0, free[np.where(slots >= 0, slots, 0)], 0)
     is_pp, single = kind == PIPELINE, kind == SINGLE
     dp, tp, pp, cp = g.dp[c_idx], g.tp[c_idx], g.pp[c_idx], g.cp[c_idx]
     unit = np.where(is_pp, dp * tp * cp, np.where(single, dp * tp * pp * cp, tp * pp * cp))
     total = np.where(is_pp, pp, np.where(single, 1, dp))
-    parts = np.zeros_like(caps)
-    parts[single, 0] = 1  # fits: n <= room was checked above
-    multi = ~single
-    if multi.any():
-        # The split depends on the placement, the unit and the total alone: split each
-        # distinct triple once (a few per cent of the candidates on large clusters).
-        u, t = unit[multi], total[multi]
-        key = (p_idx[multi] * (u.max() + 1) + u) * (t.max() + 1) + t
-        _, one, back = np.unique(key, return_index=True, return_inverse=True)
-        parts[multi] = share(t[one], caps[multi][one] // u[one, None])[back]
-    ok = (parts.sum(axis=1) == total) & np.where(
-        single, True, (parts > 0).sum(axis=1) == (slots >= 0).sum(axis=1))
+    # The split over a placement's domains, and what it holds there, depend on the placement,
+    # the unit and the total alone: each distinct triple is worked out once (a few per cent of
+    # the candidates on large clusters) and the candidates take theirs.
+    key = (p_idx * (unit.max() + 1) + unit) * (total.max() + 1) + total
+    _, one, back = np.unique(key, return_index=True, return_inverse=True)
+    split = _splits(pl, p_idx[one], unit[one], total[one], single[one], free, view)
+    ok = split.ok[back]
     if not ok.any():
         return None
-    c_idx, p_idx, rung, parts, unit = c_idx[ok], p_idx[ok], rung[ok], parts[ok], unit[ok]
+    c_idx, p_idx, rung, unit, back = c_idx[ok], p_idx[ok], rung[ok], unit[ok], back[ok]
     kind = kind[ok]
+    parts = split.parts[back]
 
     ladder = memory_ladder(opts.stack)
     zero = np.array([z for z, _ in ladder])[rung]
@@ -238,16 +235,50 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: Sear
         cand_hw, shares, mixed = balanced(job, view, kind == PIPELINE, plans, plan_id, slots,
                                           parts, cand_hw, opts)
     est = estimate(job.arch, job.global_batch, plans, cand_hw, take_rows(pl.wan, p_idx),
-                   opts.stack, opts.calibration, seq=job.seq)
+                   opts.stack, opts.calibration, seq=job.seq, measured=opts.layers)
     gpus = parts * unit[:, None]
-    terms = score(job, est, gpus, slots, view, pl.wan_price_per_gb[p_idx], weights)
+    terms = score(job, est, unit * split.peak[back], unit * split.price[back],
+                  pl.wan_price_per_gb[p_idx], weights)
     keep = est.fits  # the ladder chose by memory; the estimate confirms it
+    if opts.layers:  # where a profile is of the accelerator, only what it timed
+        timed, profiled = coverage(opts.layers, job.arch, job.seq, plans, cand_hw)
+        keep = keep & (timed | ~profiled)
     if len(mixed):  # each stage's own layers against its own accelerator's memory
         keep[mixed] = stages_fit(job, view, kind[mixed] == PIPELINE, plans, est, slots[mixed],
                                  shares[mixed], mixed)
+    if not keep.any():
+        return None
     return Evaluated(pl, plans.take(keep), p_idx[keep], gpus[keep], _take_est(est, keep),
                      {k: v[keep] for k, v in terms.items()}, pl.wan_price_per_gb[p_idx[keep]],
                      shares[keep])
+
+
+@dataclass(frozen=True)
+class _Split:
+    """Distinct (placement, unit, total) triples: the units each slot takes, whether they
+    make the total on every member, and the rated peak and price of one unit's worth."""
+
+    parts: np.ndarray  # (M, k)
+    ok: np.ndarray
+    peak: np.ndarray  # FLOP/s of the accelerators held, per unit
+    price: np.ndarray  # $/h of them, per unit
+
+
+def _splits(pl: Placements, place: np.ndarray, unit: np.ndarray, total: np.ndarray,
+            single: np.ndarray, free: np.ndarray, view: ClusterView) -> _Split:
+    slots = pl.domains[place]
+    used = slots >= 0
+    safe = np.where(used, slots, 0)
+    parts = np.zeros(slots.shape, dtype=np.int64)
+    parts[single, 0] = 1  # fits: n <= room was checked
+    multi = ~single
+    if multi.any():
+        caps = np.where(used, free[safe], 0)[multi]
+        parts[multi] = share(total[multi], caps // unit[multi, None])
+    ok = (parts.sum(axis=1) == total) & (single | ((parts > 0).sum(axis=1) == used.sum(axis=1)))
+    price = np.array([d.price_per_gpu_hour for d in view.domains])
+    return _Split(parts, ok, (parts * view.peak_tflops[safe] * 1e12).sum(axis=1),
+                  (parts * price[safe]).sum(axis=1))
 
 
 def rated(view: ClusterView, domains: np.ndarray, dtype: str) -> np.ndarray:
@@ -338,7 +369,7 @@ def estimate_placement(p: Placement, job: JobSpec, view: ClusterView,
     doms = np.array([list(p.domains)])
     pl = describe_placements(view, np.array([p.kind], dtype=object), doms)
     est = estimate(job.arch, job.global_batch, PlanBatch.of([p.plan]), pl.hardware, pl.wan,
-                   opts.stack, opts.calibration, seq=job.seq)
+                   opts.stack, opts.calibration, seq=job.seq, measured=opts.layers)
     return _estimate_at(est, 0, pl.wan_price_per_gb[0])
 
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from xdscheduler.catalog import ModelArch
+from xdscheduler.catalog import ModelArch, accelerator_code
 from xdscheduler.costmodel.constants import DEFAULT, Calibration
+from xdscheduler.costmodel.layers import MeasuredLayers
 from xdscheduler.costmodel.plan import DTYPES, Hardware, PlanBatch, Stack, WanUse
 from xdscheduler.costmodel.steptime import memory_gib
 from xdscheduler.planner.view import ClusterView
@@ -68,6 +69,9 @@ class SearchOptions:
     stack: Stack = field(default_factory=Stack)
     calibration: Calibration = DEFAULT
     """The step-time model's constants: the shipped ones, or a profile's (`xds calibrate`)."""
+    layers: tuple[MeasuredLayers, ...] = ()
+    """Measured layer profiles (`xds layers`): their times replace the roofline's for the
+    models, accelerators, precisions, TP degrees and micro-batches they cover."""
 
 
 @dataclass(frozen=True)
@@ -206,12 +210,16 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
         arr = np.asarray(values, dtype=float)[safe]
         return np.where(valid, arr, fill).min(axis=1)
 
+    code = np.array([accelerator_code(a.name) for a in accs], dtype=float)[safe]
+    alike = np.ptp(np.where(valid, code, code[:, :1]), axis=1) == 0
     hw = Hardware(
         **{k: slowest(v) for k, v in domain_speeds(view).items()},
         memory_gib=slowest([a.memory_gib for a in accs]),
         scaleup_gbs=slowest([d.scaleup_gbs for d in view.domains]),
         scaleout_gbps=slowest([d.scaleout_gbps for d in view.domains]),
         gpus_per_node=slowest([d.node_gpus for d in view.domains]),
+        flow_gbps=slowest([d.flow_gbps for d in view.domains]),
+        accelerator=np.where(alike, code[:, 0], -1.0),
     )
     n_dom = valid.sum(axis=1)
     bw, rtt, price = view.goodput_gbps, view.rtt_ms / 1000.0, view.price_per_gb
@@ -229,6 +237,8 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
     # its narrowest link then standing for each of its node pairs.
     per_node = (view.per_node_pair if view.per_node_pair is not None
                 else np.zeros(bw.shape, dtype=bool))
+    flow = view.flow_gbps if view.flow_gbps is not None else np.full(bw.shape, np.inf)
+    pair_flow = np.full(len(kind), np.inf)
     pp_per_node = np.where(hop, per_node[a, b], True).all(axis=1)
     dp_per_node = np.ones(len(kind), dtype=bool)
     for i, j in itertools.combinations(range(doms.shape[1]), 2):
@@ -238,6 +248,7 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
         pair_rtt = np.where(both, np.maximum(pair_rtt, rtt[x, y]), pair_rtt)
         pair_price = pair_price + np.where(both, price[x, y], 0.0)
         dp_per_node &= ~both | per_node[x, y]
+        pair_flow = np.where(both, np.minimum(pair_flow, flow[x, y]), pair_flow)
     pairs = np.maximum(n_dom * (n_dom - 1) / 2, 1)
     wan = WanUse(
         pp_crossings=np.where(is_pp, n_dom - 1, 0.0),
@@ -248,6 +259,9 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
         dp_rtt_s=np.where(is_dp, pair_rtt, 0.0),
         pp_per_node=(is_pp & pp_per_node).astype(float),
         dp_per_node=(is_dp & dp_per_node).astype(float),
+        pp_flow_gbps=np.where(is_pp, np.where(hop, flow[a, b], np.inf).min(axis=1, initial=np.inf),
+                              np.inf),
+        dp_flow_gbps=np.where(is_dp, pair_flow, np.inf),
     )
     hop_price = np.where(hop, price[a, b], 0.0).sum(axis=1) / np.maximum(n_dom - 1, 1)
     wan_price = np.where(is_pp, hop_price, np.where(is_dp, pair_price / pairs, 0.0))
@@ -286,7 +300,7 @@ def parallel_grid(arch: ModelArch, global_batch: int, seq: int, gpus_max: int,
                       diloco_h=h)
     mem = np.stack([
         sum(memory_gib(arch, global_batch, _with(plans, zero=z, recompute=r), opts.stack,
-                       seq).values())
+                       seq, opts.layers).values())
         for z, r in memory_ladder(opts.stack)
     ], axis=1)
     for a in (*plans.__dict__.values(), mem):
@@ -328,14 +342,17 @@ def share(total: np.ndarray, caps: np.ndarray) -> np.ndarray:
     cap_sum = np.maximum(caps.sum(axis=1), 1)
     want = np.where(used, np.floor(total[:, None] * caps / cap_sum[:, None]), 0)
     parts = np.where(used, np.clip(want, 1, caps), 0)
-    # Hand out what rounding left over (or take back an excess) one slot at a time.
+    # Hand out what rounding left over (or take back an excess) one slot at a time, on the
+    # rows still short or over.
+    rows = np.flatnonzero(total != parts.sum(axis=1))
     for _ in range(caps.shape[1] + 1):
-        gap = total - parts.sum(axis=1)
-        if not gap.any():
+        if not len(rows):
             break
-        room = np.where(used, np.where(gap[:, None] > 0, caps - parts, parts - 1), -1)
-        slot = room.argmax(axis=1)
-        step = np.where(room.max(axis=1) > 0, np.sign(gap), 0)
-        amount = np.minimum(np.abs(gap), room.max(axis=1).clip(min=0)) * step
-        parts[np.arange(len(total)), slot] += amount
+        p, c, u = parts[rows], caps[rows], used[rows]
+        gap = total[rows] - p.sum(axis=1)
+        room = np.where(u, np.where(gap[:, None] > 0, c - p, p - 1), -1)
+        slot, most = room.argmax(axis=1), room.max(axis=1)
+        amount = np.minimum(np.abs(gap), most.clip(min=0)) * np.where(most > 0, np.sign(gap), 0)
+        parts[rows, slot] += amount
+        rows = rows[(gap != amount) & (amount != 0)]
     return np.where(n_used[:, None] > 0, parts, 0).astype(np.int64)

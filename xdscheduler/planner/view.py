@@ -30,6 +30,7 @@ class DomainView:
     reclaimable_gpus: int = 0
     up: bool = True
     gpus_per_node: int = 0  # the domain's node shape; 0: the accelerator's usual one
+    flow_gbps: float = np.inf  # one connection between two of its nodes' accelerators
 
     @property
     def node_gpus(self) -> int:
@@ -69,6 +70,8 @@ class ClusterView:
     goodput_factor: np.ndarray | None = None
     # K × K, true where a link's bandwidth is per node pair (`Link.per_node_pair`); None: none
     per_node_pair: np.ndarray | None = None
+    # K × K, what one connection across each link gets (`Link.flow_gbps`); None: no caps
+    flow_gbps: np.ndarray | None = None
 
     @classmethod
     def from_scenario(cls, scn: Scenario, free_gpus: dict[str, int] | None = None) -> ClusterView:
@@ -84,11 +87,13 @@ class ClusterView:
                 scaleup_gbs=(d.intra_node_gbps / 8 if d.intra_node_gbps else acc.scaleup_gbs),
                 scaleout_gbps=d.intra_domain_gbps, price_per_gpu_hour=d.price_per_gpu_hour,
                 total_gpus=d.gpus, gpus_per_node=d.gpus_per_node,
+                flow_gbps=d.flow_gbps or np.inf,
             ))
         k = len(domains)
         index = {d.name: i for i, d in enumerate(domains)}
         bw, rtt, price = np.zeros((k, k)), np.zeros((k, k)), np.zeros((k, k))
         per_node = np.zeros((k, k), dtype=bool)
+        flow = np.full((k, k), np.inf)
         for link in scn.links:
             i, j = index[link.a], index[link.b]
             bw[i, j] = link.bandwidth_gbps
@@ -96,8 +101,10 @@ class ClusterView:
             rtt[i, j] = rtt[j, i] = link.rtt_ms
             price[i, j] = price[j, i] = link.price_per_gb
             per_node[i, j] = per_node[j, i] = link.per_node_pair
+            flow[i, j] = flow[j, i] = link.flow_gbps or np.inf
         return cls(tuple(domains), bw, rtt, price, bw.copy(), rtt.copy(),
-                   per_node_pair=per_node if per_node.any() else None)
+                   per_node_pair=per_node if per_node.any() else None,
+                   flow_gbps=flow if np.isfinite(flow).any() else None)
 
     def with_free(self, free_gpus: dict[str, int], reserved: dict[str, int] | None = None,
                   pooled: dict[str, int] | None = None) -> ClusterView:
