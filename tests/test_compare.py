@@ -25,10 +25,11 @@ from xdscheduler.report.compare import (
 )
 from xdscheduler.report.readme import splice_readme
 from xdscheduler.runtime.cli import parse_seeds
+from xdscheduler.scenario import default_scenario_path, load_scenario, parse_scenario
 from xdscheduler.sim.arrivals import Replay, arrival_times_s, load_replay, window
 from xdscheduler.sim.cell import cell_workload
-from xdscheduler.sim.inputs import generated_jobs
-from xdscheduler.sim.metrics import offered_load
+from xdscheduler.sim.inputs import generated_jobs, study_dynamics
+from xdscheduler.sim.metrics import free_share, is_giant, offered_load
 
 from .conftest import small_scenario, with_flags
 
@@ -76,12 +77,12 @@ def test_paired_table_names_every_policy_against_the_baseline():
     rows = [{"scenario": "s", "load": 1.0, "seed": seed, "policy": p, "single_domain": True,
              **{f: v * (1.1 if p == "b" else 1.0) for f, v in
                 {"mean_jct_s": 3600.0 + seed, "mean_slowdown": 2.0, "useful_utilization": 0.5,
-                 "objective": 1.0 + 0.01 * seed, "cross_domain_cost_usd": 0.0,
+                 "objective_work": 1.0 + 0.01 * seed, "cross_domain_cost_usd": 0.0,
                  "jobs_completed": 10.0}.items()}}
             for seed in range(3) for p in ("a", "b")]
     cells = pd.DataFrame(rows)
     changes = paired(cells, "a")
-    r = changes[changes["figure"] == "objective"].iloc[0]
+    r = changes[changes["figure"] == "objective_work"].iloc[0]
     assert set(changes["policy"]) == {"b"} and r["kind"] == "relative"
     assert r["mean"] == pytest.approx(0.1) and r["significant"]
     wan = changes[changes["figure"] == "cross_domain_cost_usd"].iloc[0]
@@ -100,20 +101,57 @@ def test_a_cell_offers_exactly_its_target_load():
         assert offered_load([JobSpec.of(j) for j in cell.jobs], view, 2 * 3600) == \
             pytest.approx(load, rel=1e-12)
         assert cell.offered_load == pytest.approx(load, rel=1e-12)
-        assert "big" not in {j.name for j in cell.jobs}  # the listed job is left out
-        # one factor on the work; sizes and arrival times kept
-        assert [j.tokens / d.tokens for j, d in zip(cell.jobs, drawn, strict=True)] == \
-            pytest.approx([cell.work_scale] * len(drawn))
+        # the listed job is in, first, and every job's work scaled by one factor; sizes and
+        # arrival times kept
+        assert cell.listed == 1 and cell.jobs[0].name == "big"
+        assert [j.tokens / d.tokens for j, d in zip(cell.jobs, [*scn.jobs, *drawn],
+                                                   strict=True)] == \
+            pytest.approx([cell.work_scale] * (len(drawn) + 1))
         assert [(j.arrival_s, j.gpus) for j in cell.jobs] == \
-            [(d.arrival_s, d.gpus) for d in drawn]
+            [(d.arrival_s, d.gpus) for d in [*scn.jobs, *drawn]]
+        alone = cell_workload(scn, 2, 4, load, listed=False)  # --generated-only
+        assert alone.listed == 0 and [j.name for j in alone.jobs] == [d.name for d in drawn]
+        assert alone.offered_load == pytest.approx(load, rel=1e-12)
     assert cell_workload(scn, 2, 4, 1.2).jobs == cell.jobs  # a seed gives the same jobs
+
+
+@pytest.mark.parametrize("share", [0.0, 0.05, 0.2, 0.4])
+def test_a_cell_can_fix_the_share_of_the_load_in_giants(share):
+    scn = load_scenario(default_scenario_path())  # five_domains: few giants a draw
+    view, hours = ClusterView.from_scenario(scn), 6
+    above = free_share(study_dynamics(scn, 3, hours), view, hours * 3600)
+    cell = cell_workload(scn, hours, 3, 0.9, giant_share=share)
+    specs = [JobSpec.of(j) for j in cell.jobs]
+    giants = [s for s in specs if is_giant(s, above)]
+    assert cell.offered_load == pytest.approx(0.9, rel=1e-12) and cell.listed == 0
+    assert sum(s.gpus_max > 512 * 0.8 for s in specs) == len(giants)  # asks beyond a domain
+    if share == 0:
+        assert not giants and cell.giant_scale is None
+    else:
+        assert offered_load(giants, view, hours * 3600) == pytest.approx(0.9 * share)
+    fits = [j for j in cell.jobs if not is_giant(JobSpec.of(j), above)]
+    drawn = {j.name: j for j in generated_jobs(scn, hours, 3, 0.9)}
+    assert all(j.name in drawn for j in fits)  # the draw's own jobs that fit, scaled
+    assert fits and [j.tokens / drawn[j.name].tokens for j in fits] == pytest.approx(
+        [cell.work_scale] * len(fits))
+    assert cell_workload(scn, hours, 3, 0.9, giant_share=share).jobs == cell.jobs  # seeded
+
+
+def test_giant_shares_need_giants_the_generator_can_draw():
+    doc = small_scenario().model_dump(mode="json", exclude_defaults=True)
+    for d in doc["domains"]:  # 200 + 8 + 8: the generator asks for 128 at most, under ~180
+        d["nodes"][0]["count"] = 25 if d["name"] == "east" else 1
+    with pytest.raises(UserError, match="draws no job asking for more than"):
+        cell_workload(parse_scenario(doc), 2, 0, 0.8, giant_share=0.2)
+    with pytest.raises(UserError, match=r"in \[0, 1\)"):
+        cell_workload(small_scenario(), 2, 0, 0.8, giant_share=1.0)
 
 
 @pytest.fixture(scope="module")
 def local_grid(small_file, tmp_path_factory):
     out = tmp_path_factory.mktemp("local")
     readme = out / "README.md"
-    readme.write_text("# x\n<!-- compare:begin -->\nold\n<!-- compare:end -->\ntail\n")
+    readme.write_text("# x\n<!-- compare:begin -->\nSTALE\n<!-- compare:end -->\ntail\n")
     code = main(["compare", str(small_file), *TINY, "--local", "--out", str(out),
                  "--readme", str(readme)])
     return code, out, readme
@@ -124,7 +162,12 @@ def test_tiny_grid_in_process(local_grid):
     doc = json.loads((out / "compare.json").read_text())
     assert code == 0 and doc["runtime"] == "local" and len(doc["cells"]) == 4
     assert [c["offered_load"] for c in doc["cells"]] == pytest.approx([0.8] * 4)
-    assert doc["listed_jobs_left_out"] == {"three_domains": 1}
+    assert doc["listed_jobs"] == {"three_domains": 1}  # in by default
+    assert all(c["listed_jobs"] == 1 for c in doc["cells"])
+    for cls in ("fit", "giant"):  # the split, in every cell
+        assert all(c[f"{cls}_jobs"] >= 0 and c[f"{cls}_never_started"] >= 0
+                   for c in doc["cells"])
+    assert all(c["fit_jobs"] + c["giant_jobs"] == c["jobs"] for c in doc["cells"])
     jct = [s for s in doc["summary"] if s["figure"] == "mean_jct_s"]
     assert len(jct) == 2 and all(s["n"] == 2 and s["half_width"] >= 0 for s in jct)
     assert {p["policy"] for p in doc["paired"]} == {"fifo-single-domain"}
@@ -135,7 +178,7 @@ def test_tiny_grid_in_process(local_grid):
     md = (out / "compare.md").read_text()
     assert md.startswith("**") and "planner-single-domain" in md.splitlines()[0] and "±" in md
     text = readme.read_text()
-    assert "old" not in text and text.endswith("<!-- compare:end -->\ntail\n")
+    assert "STALE" not in text and text.endswith("<!-- compare:end -->\ntail\n")
     assert "Generated by `xds compare" in text and "2 seeds" in text and "--local" not in text
 
 

@@ -11,7 +11,13 @@ from xdscheduler.registry import make_policy
 from xdscheduler.runtime.study import run_here
 from xdscheduler.scenario import parse_scenario
 from xdscheduler.sim.inputs import study_dynamics
-from xdscheduler.sim.metrics import ideal_rates, offered_load, peak_flop_per_s, summarise
+from xdscheduler.sim.metrics import (
+    free_share,
+    ideal_rates,
+    offered_load,
+    peak_flop_per_s,
+    summarise,
+)
 from xdscheduler.workload import MFU
 
 HOURS = 2.0
@@ -31,7 +37,8 @@ def study(tokens: float, hours: float = HOURS):
     res = run_here(scn, scn.jobs, make_policy("planner", scn.weights),
                    study_dynamics(scn, 1, hours), hours)
     spec = JobSpec.of(scn.jobs[0])
-    return res, summarise(res, scn.weights, ideal_rates([spec], view), view, hours * 3600), spec
+    return res, summarise(res, scn.weights, ideal_rates([spec], view), view, hours * 3600,
+                          free_share_gpus=32.0), spec
 
 
 def test_a_finished_job_counts_its_model_flops_its_slowdown_and_its_accelerator_hours():
@@ -70,3 +77,43 @@ def test_offered_load_is_the_work_asked_at_the_generators_mfu_over_what_the_clus
     one_hour = MFU * peak_flop_per_s(view) * 3600 / (6 * spec.arch.params)  # tokens
     assert offered_load([spec.__class__(**{**spec.__dict__, "tokens": one_hour})], view,
                         3600.0) == pytest.approx(1.0)
+
+
+def test_starved_jobs_are_counted_and_weigh_their_work_in_r():
+    """A 16-32 accelerator job takes 16 of the domain's 32 (~10% held by other tenants: 28
+    free; its plans take powers of two) and trains past the study's end; a 16-accelerator job
+    arriving a minute later never starts. The first asks for more than the domain's free
+    share: a giant."""
+    scn = parse_scenario({
+        "name": "one", "weights": {"efficiency": 1.0, "utilization": 0.3, "cost": 0.3},
+        "domains": [{"name": "east", "location": {"city": "east"},
+                     "nodes": [{"accelerator": "H100-SXM", "count": 4}]}],
+        "jobs": [{"name": "long", "model": "llama3-8b", "global_batch": 256, "tokens": 4e10,
+                  "gpus": {"min": 16, "max": 32}},
+                 {"name": "short", "model": "llama3-8b", "global_batch": 256, "tokens": 1e8,
+                  "arrival_s": 60, "gpus": {"min": 16, "max": 16}}]})
+    view, hours = ClusterView.from_scenario(scn), 0.5
+    dyn = study_dynamics(scn, 1, hours)
+    res = run_here(scn, scn.jobs, make_policy("planner-single-domain", scn.weights), dyn, hours)
+    share = free_share(dyn, view, hours * 3600)
+    assert 28 < share < 30  # 32 less the other tenants' ~10%
+    specs = [JobSpec.of(j) for j in scn.jobs]
+    ideal = ideal_rates(specs, view)
+    m = summarise(res, scn.weights, ideal, view, hours * 3600, share)
+    long, short = res.jobs
+    assert long.start_s is not None and long.end_s is None and short.start_s is None
+    assert (m.jobs_unfinished, m.jobs_never_started) == (2, 1)
+    giant, fit = m.classes["giant"], m.classes["fit"]
+    assert (giant.jobs, giant.unfinished, giant.never_started) == (1, 1, 0)
+    assert (fit.jobs, fit.unfinished, fit.never_started, fit.crossed) == (1, 1, 1, 0)
+    work = [s.work_flops for s in specs]
+    assert giant.gpu_time_share == pytest.approx(work[0] / sum(work))
+    # each job's efficiency as summarised: its ideal time over the least JCT it could reach
+    jct = [res.end_s - r.arrival_s + (r.tokens - r.done) / ideal[r.name] for r in res.jobs]
+    eff = [min(1.0, r.tokens / ideal[r.name] / t) for r, t in zip(res.jobs, jct, strict=True)]
+    assert fit.mean_jct_s == pytest.approx(jct[1]) and giant.mean_jct_s == pytest.approx(jct[0])
+    assert m.mean_efficiency == pytest.approx(sum(eff) / 2)
+    assert m.work_efficiency == pytest.approx((eff[0] * work[0] + eff[1] * work[1]) / sum(work))
+    # R (work) and R (per job) differ only in their efficiency term
+    assert m.objective - m.objective_work == pytest.approx(m.mean_efficiency - m.work_efficiency)
+    assert m.free_share_gpus == share

@@ -15,7 +15,15 @@ FILES = {"report.json", "report.schema.json", "metrics.parquet", "utilization.pn
          "bandwidth.png", "queue.png", "report.html"}
 FIGURES = {  # what each policy's row says; the rest of its record is zero or missing
     POLICIES[0]: {"mean_jct_s": np.float64(3602.5), "useful_utilization": 0.5,
-                  "jobs_completed": 4, "jobs_total": 5, "objective": float("nan")},
+                  "jobs_completed": 4, "jobs_total": 5, "objective": float("nan"),
+                  "free_share_gpus": 460.8,
+                  "classes": {"fit": {"jobs": 4, "gpu_time_share": 0.25, "mean_jct_s": 3600.0,
+                                      "work_efficiency": 0.9, "mean_queue_s": 60.0,
+                                      "never_started": 0, "unfinished": 0, "crossed": 0},
+                              "giant": {"jobs": 1, "gpu_time_share": 0.75,
+                                        "mean_jct_s": 18000.0, "work_efficiency": 0.3,
+                                        "mean_queue_s": 7200.0, "never_started": 1,
+                                        "unfinished": 1, "crossed": 0}}},
     POLICIES[1]: {"mean_jct_s": 4000.0, "useful_utilization": 0.4, "jobs_completed": 3,
                   "jobs_total": 5, "objective": 0.2}}
 
@@ -24,7 +32,7 @@ def policy(figures: dict) -> PolicyReport:
     """A policy's record: `figures`, zero counts and totals, no other figures."""
     fields = PolicyMetrics.model_fields
     empty = {k: [] if k == "domains_down" else 0 if f.annotation in (int, float) else None
-             for k, f in fields.items()}
+             for k, f in fields.items() if f.is_required()}
     return PolicyReport(**{**empty, **figures}, single_domain=False, swings=swing_summary([]))
 
 
@@ -60,7 +68,8 @@ def test_every_file_is_written_and_reads_back(tmp_path):
     assert back["seed"] == 1 and back["hours"] == 2.0
     for name, row in FIGURES.items():
         for key, value in row.items():
-            assert back["policies"][name][key] == (None if math.isnan(value) else value)
+            expected = value if isinstance(value, dict) or not math.isnan(value) else None
+            assert back["policies"][name][key] == expected
     Report.model_validate(back)  # the file reads back as the typed report
     schema = json.loads((tmp_path / "report.schema.json").read_text())
     assert "cross_domain_cost_usd" in schema["$defs"]["PolicyReport"]["properties"]
@@ -71,6 +80,9 @@ def test_every_file_is_written_and_reads_back(tmp_path):
     page = (tmp_path / "report.html").read_text()
     assert page.count('<img alt="') == 4 and page.count("data:image/png;base64,") == 4
     assert "planner" in page and "single-&lt;domain&gt;" in page and "<domain>" not in page
+    # the fit/giant split, JCT in hours, its share of the offered GPU-time in %
+    assert "free share (461" in page and "<th>planner: giant</th><td>1</td><td>75.0</td>" \
+        "<td>5.00</td>" in page
 
 
 def test_empty_tables_still_give_a_report(tmp_path):

@@ -346,17 +346,36 @@ def cmd_run(args) -> None:
             ("useful_utilization", "useful", 1), ("mean_queue_s", "queue h", 1 / 3600),
             ("jobs_completed", "done", 1), ("cross_domain_gb", "WAN GB", 1),
             ("cross_domain_cost_usd", "WAN $", 1), ("decision_ms_p50", "dec ms p50", 1),
-            ("objective", "R", 1)]
+            ("jobs_never_started", "never run", 1), ("objective_work", "R (work)", 1),
+            ("objective", "R (per job)", 1)]
     print(f"offered load {report.offered_load:.2f} (other tenants hold "
           f"{report.background_load:.0%}); against {report.comparison.baseline}")
-    print(f"{'policy':<22}" + "".join(f"{label:>12}" for _, label, _ in cols))
-    for name, row in report.policies.items():
-        cells = [getattr(row, key) for key, _, _ in cols]
-        print(f"{name:<22}" + "".join("–".rjust(12) if v is None else f"{v * k:>12.3g}"
-                                      for v, (_, _, k) in zip(cells, cols, strict=True)))
+    _print_rows(report.policies, cols, lambda row, key: getattr(row, key))
+    first = next(iter(report.policies.values()))
+    giants = first.classes["giant"]
+    print(f"\n{giants.jobs} giants (asking for more than the largest domain's free share, "
+          f"{first.free_share_gpus:.0f} accelerators): {giants.gpu_time_share:.0%} of the "
+          f"offered GPU-time")
+    cols = [(f"{c}.{key}", f"{c} {label}", k) for c in ("fit", "giant") for key, label, k in (
+        ("mean_jct_s", "JCT h", 1 / 3600), ("never_started", "never run", 1),
+        ("unfinished", "unfinished", 1), ("crossed", "across", 1))]
+    _print_rows(report.policies, cols, lambda row, key: getattr(
+        row.classes[key.split(".")[0]], key.split(".")[1]))
     if args.dashboard is not None and sys.stdin.isatty():  # someone may still be looking
         print("the dashboard shows the study's end until Ctrl-C", file=sys.stderr)
         serving_cli.block_until_interrupted()
+
+
+def _print_rows(policies: dict, cols: list[tuple[str, str, float]], get) -> None:
+    """A plain table: a row per policy, the figure `get(row, key)` of each column, scaled."""
+    widths = [max(12, len(label) + 2) for _, label, _ in cols]
+    print(f"{'policy':<22}" + "".join(f"{label:>{w}}" for (_, label, _), w in
+                                      zip(cols, widths, strict=True)))
+    for name, row in policies.items():
+        cells = [get(row, key) for key, _, _ in cols]
+        print(f"{name:<22}" + "".join("–".rjust(w) if v is None else f"{v * k:>{w}.3g}"
+                                      for v, (_, _, k), w in zip(cells, cols, widths,
+                                                                 strict=True)))
 
 
 # ---------------------------------------------------------------- index

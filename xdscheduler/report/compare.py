@@ -1,7 +1,11 @@
 """`xds compare`'s statistics and files: means over seeds with 95% confidence intervals, changes
-against a baseline paired by seed, the Markdown table, the plots and the results page's section.
+against a baseline paired by seed, the Markdown tables, the plots and the results page's section.
 
-Input: one row per cell (scenario, load, seed, policy) with the study's figures by name.
+Input: one row per cell (scenario, giant share, load, seed, policy) with the study's figures by
+name; the giant share is NaN in a cell of the workload as drawn. Every figure is also split
+into the jobs that fit the largest domain's free share and the giants that ask for more
+(`fit_...`, `giant_...`): crossing domains is worth what the giants gain, as long as the jobs
+that fit lose nothing, and the tables and the headline say both.
 A confidence interval is Student's t over the seeds (n − 1 degrees of freedom): mean ±
 t(0.975, n − 1)·s/√n. A paired change is computed seed by seed, (policy − baseline)/|baseline|,
 then averaged with the same interval; for a figure where the baseline is 0 in some cell (a
@@ -35,7 +39,8 @@ from xdscheduler.textfile import (
 )
 
 CONFIDENCE = 0.95
-KEYS = ["scenario", "load", "policy"]
+KEYS = ["scenario", "giant_share", "load", "policy"]
+CLASSES = {"giant": "giants", "fit": "jobs that fit"}
 
 
 @dataclass(frozen=True)
@@ -51,13 +56,28 @@ FIGURES = {
     "mean_jct_s": Figure("mean JCT (h)", 1 / 3600, 2),
     "mean_slowdown": Figure("slowdown", 1.0, 2),
     "useful_utilization": Figure("useful util. (%)", 100.0, 1),
-    "objective": Figure("R", 1.0, 3),
+    "objective_work": Figure("R (work)", 1.0, 3),
+    "objective": Figure("R (per job)", 1.0, 3),
     "cross_domain_cost_usd": Figure("WAN ($)", 1.0, 0),
     "jobs_completed": Figure("jobs done", 1.0, 1),
+    "jobs_never_started": Figure("never started", 1.0, 1),
     # |predicted / true - 1| of each placement's throughput, median: the model's error as the
     # policy used it (after its corrections), in the study's ground truth
     "prediction_error_p50": Figure("pred. error (%)", 100.0, 1),
 }
+# The fit/giant split (run_cell's `fit_...` and `giant_...` figures), in a table of its own.
+CLASS_FIGURES = {
+    "giant_jobs": Figure("giants", 1.0, 1),
+    "giant_gpu_time_share": Figure("giants' GPU-time (%)", 100.0, 1),
+    "giant_mean_jct_s": Figure("giants' JCT (h)", 1 / 3600, 2),
+    "giant_never_started": Figure("giants never started", 1.0, 1),
+    "giant_unfinished": Figure("giants unfinished", 1.0, 1),
+    "giant_crossed": Figure("giants across", 1.0, 1),
+    "fit_mean_jct_s": Figure("fits' JCT (h)", 1 / 3600, 2),
+    "fit_never_started": Figure("fits never started", 1.0, 1),
+    "fit_crossed": Figure("fits across", 1.0, 1),
+}
+ALL_FIGURES = FIGURES | CLASS_FIGURES
 PLOTTED = {"compare_jct.png": "mean_jct_s", "compare_useful.png": "useful_utilization"}
 
 
@@ -88,16 +108,18 @@ def mean_ci(values) -> Estimate:
 
 
 def _complete(cells: pd.DataFrame) -> pd.DataFrame:
-    """The cells with every figure: one the studies did not give (cells saved by an older
-    version) is NaN, shown as "–"."""
-    return cells.assign(**{name: np.nan for name in FIGURES if name not in cells})
+    """The cells with every figure and key: one the studies did not give (cells saved by an
+    older version) is NaN, shown as "–"; a cell of the workload as drawn has no giant share."""
+    return cells.assign(**{name: np.nan for name in [*ALL_FIGURES, "giant_share"]
+                           if name not in cells})
 
 
 def summary(cells: pd.DataFrame) -> pd.DataFrame:
-    """Per scenario × load × policy × figure: mean over seeds, 95% half-width, seeds counted."""
+    """Per scenario × giant share × load × policy × figure: mean over seeds, 95% half-width,
+    seeds counted."""
     cells, rows = _complete(cells), []
-    for key, group in cells.groupby(KEYS, sort=False):
-        for name in FIGURES:
+    for key, group in cells.groupby(KEYS, sort=False, dropna=False):
+        for name in ALL_FIGURES:
             est = mean_ci(group[name].astype(float))
             rows.append(dict(zip(KEYS, key, strict=True), figure=name, mean=est.mean,
                              half_width=est.half_width, n=est.n))
@@ -113,25 +135,27 @@ def paired_change(policy: pd.Series, base: pd.Series, kind: str = "relative") ->
 
 
 def change_kinds(cells: pd.DataFrame, baseline: str) -> dict[str, str]:
-    """Per figure: relative where the baseline is never 0 (nor missing) in any cell, else the
-    plain difference, the same down a whole column."""
+    """Per figure: relative where the baseline is never 0 in any cell that has the figure (a
+    cell without giants has no giants' JCT), else the plain difference, down a whole column."""
     base = cells[cells["policy"] == baseline]
-    return {name: "relative" if (base[name].astype(float).fillna(0) != 0).all()
-            else "difference" for name in FIGURES}
+    return {name: "relative" if (base[name].astype(float).dropna() != 0).all()
+            else "difference" for name in ALL_FIGURES}
 
 
 def paired(cells: pd.DataFrame, baseline: str) -> pd.DataFrame:
-    """Every other policy against `baseline`, seed by seed, per scenario × load × figure."""
+    """Every other policy against `baseline`, seed by seed, per scenario × giant share × load ×
+    figure."""
     cells = _complete(cells)
     kinds, rows = change_kinds(cells, baseline), []
-    for (scenario, load), point in cells.groupby(["scenario", "load"], sort=False):
+    points = cells.groupby(KEYS[:-1], sort=False, dropna=False)
+    for (scenario, share, load), point in points:
         base = point[point["policy"] == baseline].set_index("seed")
         for policy, group in point[point["policy"] != baseline].groupby("policy", sort=False):
             mine = group.set_index("seed")
             for name, kind in kinds.items():
                 est = paired_change(mine[name], base[name], kind)
-                rows.append({"scenario": scenario, "load": load, "policy": policy,
-                             "figure": name, "kind": kind, "mean": est.mean,
+                rows.append({"scenario": scenario, "giant_share": share, "load": load,
+                             "policy": policy, "figure": name, "kind": kind, "mean": est.mean,
                              "half_width": est.half_width, "n": est.n,
                              "significant": est.significant})
     return pd.DataFrame(rows, columns=[*KEYS, "figure", "kind", "mean", "half_width", "n",
@@ -139,18 +163,29 @@ def paired(cells: pd.DataFrame, baseline: str) -> pd.DataFrame:
 
 
 def single_domain_leaders(cells: pd.DataFrame, table: pd.DataFrame) -> pd.Series:
-    """Per (scenario, load): the single-domain policy with the highest mean R."""
+    """Per (scenario, giant share, load): the single-domain policy with the highest mean R
+    (work)."""
     single = cells.groupby("policy")["single_domain"].all()
-    r = table[(table["figure"] == "objective") & table["policy"].map(single)]
-    return r.loc[r.groupby(["scenario", "load"])["mean"].idxmax()].set_index(
-        ["scenario", "load"])["policy"]
+    r = table[(table["figure"] == "objective_work") & table["policy"].map(single)]
+    r = r.assign(giant_share=r["giant_share"].fillna(-1.0))  # a key idxmax can group on
+    return r.loc[r.groupby(KEYS[:-1])["mean"].idxmax()].set_index(KEYS[:-1])["policy"]
+
+
+def best_crossing(cells: pd.DataFrame, changes: pd.DataFrame) -> str | None:
+    """The policy across domains with the best mean change in R (work), if one was run."""
+    single = cells.groupby("policy")["single_domain"].all()
+    r = changes[(changes["figure"] == "objective_work") & ~changes["policy"].map(single)]
+    r = r.dropna(subset=["mean"])
+    return None if r.empty else str(r.groupby("policy", sort=False)["mean"].mean().idxmax())
 
 
 def headline(cells: pd.DataFrame, table: pd.DataFrame, changes: pd.DataFrame,
              baseline: str) -> str:
-    """One sentence: which policy won against the baseline on R, where, and by how much."""
+    """Sentences: which policy won against the baseline on R (work), where, and by how much;
+    then what the best policy across domains did to the giants and to the jobs that fit, or,
+    where the grid fixes the giants' share, its change in mean JCT along that share."""
     seeds = cells["seed"].nunique()
-    r = changes[changes["figure"] == "objective"]
+    r = changes[changes["figure"] == "objective_work"].dropna(subset=["mean"])
     if r.empty:
         return f"Only {baseline} was run: nothing to compare it with."
     best = r.groupby("policy", sort=False)["mean"].mean().idxmax()
@@ -159,12 +194,74 @@ def headline(cells: pd.DataFrame, table: pd.DataFrame, changes: pd.DataFrame,
     jct = changes[(changes["policy"] == best) & (changes["figure"] == "mean_jct_s")]
     wins = int((mine["significant"] & (mine["mean"] > 0)).sum())
     losses = int((mine["significant"] & (mine["mean"] < 0)).sum())
-    return (f"**{best}**, the best of the others by mean change in R, "
-            f"{_verdict(wins, losses)} **{baseline}** ({_leader_note(cells, table, baseline)}): "
-            f"R significantly higher at {wins} and lower at {losses} of {len(mine)} scenario × "
-            f"load points ({seeds} seeds each, 95% CIs); R {_span(mine)}, mean JCT "
-            f"{_span(jct)}; the largest R change at {top['scenario']}, load "
-            f"{float(top['load'])}: {_change(top, FIGURES['objective'])}.")
+    text = (f"**{best}**, the best of the others by mean change in R (work), "
+            f"{_verdict(wins, losses)} **{baseline}** ({_leader_note(cells, table, baseline)}):"
+            f" R (work) significantly higher at {wins} and lower at {losses} of {len(mine)} "
+            f"{_points(changes)} ({seeds} seeds each, 95% CIs); R (work) {_span(mine)}, mean "
+            f"JCT {_span(jct)}; the largest R (work) change at {_where(top)}: "
+            f"{_change(top, FIGURES['objective_work'])}.")
+    crossing = best_crossing(cells, changes)
+    if crossing is None:
+        return text
+    mine = changes[changes["policy"] == crossing]
+    drawn, fixed = mine[mine["giant_share"].isna()], mine[mine["giant_share"].notna()]
+    if not drawn.empty:
+        text += " " + _classes_sentence(cells, drawn, crossing, baseline)
+    if not fixed.empty:
+        text += " " + _curve_sentence(fixed, crossing, baseline)
+    return text
+
+
+def _points(changes: pd.DataFrame) -> str:
+    return ("scenario × load points" if changes["giant_share"].isna().all()
+            else "scenario × giant share × load points")
+
+
+def _where(row) -> str:
+    share = "" if pd.isna(row["giant_share"]) else f"{row['giant_share']:.0%} in giants, "
+    return f"{row['scenario']}, {share}load {float(row['load'])}"
+
+
+def _classes_sentence(cells: pd.DataFrame, changes: pd.DataFrame, policy: str,
+                      baseline: str) -> str:
+    """Per scenario: the giants' count and share, and the change in mean JCT of the giants and
+    of the jobs that fit, at each load."""
+    parts = []
+    for scenario, rows in changes.groupby("scenario", sort=False):
+        mine = cells[(cells["scenario"] == scenario) & cells["giant_share"].isna()
+                     & (cells["policy"] == policy)]
+        head = (f"on {scenario} its {mine['giant_jobs'].mean():.1f} giants a study "
+                f"({mine['giant_gpu_time_share'].mean():.0%} of the offered GPU-time)")
+        giants = _by_load(rows[rows["figure"] == "giant_mean_jct_s"])
+        fits = _by_load(rows[rows["figure"] == "fit_mean_jct_s"])
+        parts.append(f"{head}: {giants}; the jobs that fit: {fits}")
+    return (f"Where crossing pays: {policy}'s change in mean JCT against {baseline}, by load: "
+            + "; ".join(parts) + ".")
+
+
+def _curve_sentence(changes: pd.DataFrame, policy: str, baseline: str) -> str:
+    """Per scenario and share of the offered GPU-time in giants: the range over loads of the
+    change in mean JCT of all jobs, and how many were significant."""
+    parts = []
+    for scenario, rows in changes.groupby("scenario", sort=False):
+        jct = rows[rows["figure"] == "mean_jct_s"]
+        said = []
+        for share, at in jct.groupby("giant_share"):
+            sig = int(at["significant"].sum())
+            verdict = (": crossing ties" if share == 0 and not sig else "")
+            said.append(f"with {share:.0%} of the offered GPU-time in giants {_span(at)} "
+                        f"(significant at {sig} of {len(at)} loads{verdict})")
+        parts.append(f"on {scenario}, " + ", ".join(said))
+    return (f"As a curve, {policy}'s change in mean JCT of all jobs against {baseline}: "
+            + "; ".join(parts) + ".")
+
+
+def _by_load(rows: pd.DataFrame) -> str:
+    """Paired changes at each load: '0.6: −31.0% ± 6.1%*, 0.8: ...'."""
+    if rows.empty or rows["mean"].isna().all():
+        return "none"
+    return ", ".join(f"{float(r['load'])}: {_change(r, ALL_FIGURES[r['figure']])}"
+                     for _, r in rows.iterrows())
 
 
 def _verdict(wins: int, losses: int) -> str:
@@ -182,13 +279,16 @@ def _leader_note(cells: pd.DataFrame, table: pd.DataFrame, baseline: str) -> str
     if leaders.empty or baseline not in set(cells.loc[cells["single_domain"], "policy"]):
         return "the baseline"
     if others.empty:
-        return "the strongest single-domain policy by R at every point"
+        return "the strongest single-domain policy by R (work) at every point"
     where = ", ".join(f"{p} at {n}" for p, n in others.value_counts().items())
-    return (f"the strongest single-domain policy by R at {len(leaders) - len(others)} of "
-            f"{len(leaders)} points; stronger: {where}")
+    return (f"the strongest single-domain policy by R (work) at {len(leaders) - len(others)} "
+            f"of {len(leaders)} points; stronger: {where}")
 
 
 def _span(rows: pd.DataFrame) -> str:
+    rows = rows.dropna(subset=["mean"])
+    if rows.empty:
+        return "–"
     lo, hi = rows["mean"].min(), rows["mean"].max()
     if rows["kind"].iloc[0] == "relative":
         return f"{lo:+.1%} to {hi:+.1%}" if len(rows) > 1 else f"{lo:+.1%}"
@@ -198,6 +298,8 @@ def _span(rows: pd.DataFrame) -> str:
 def _change(row, fig: Figure) -> str:
     """A paired change as text: '+4.1% ± 1.2%*' (* significant at 95%)."""
     star = "*" if row["significant"] else ""
+    if math.isnan(row["mean"]):
+        return "–"
     if row["kind"] == "relative":
         half = "–" if math.isnan(row["half_width"]) else f"{row['half_width']:.1%}"
         return f"{row['mean']:+.1%} ± {half}{star}"
@@ -213,72 +315,123 @@ def _value(row, fig: Figure, sign: str = "") -> str:
     return f"{row['mean'] * fig.scale:{sign},.{fig.decimals}f} ± {half_text}"
 
 
+# The paired changes of the split shown: what crossing did to each class.
+CLASS_CHANGES = ("giant_mean_jct_s", "giant_never_started", "giant_unfinished",
+                 "fit_mean_jct_s", "fit_never_started")
+
+
 def markdown(head: str, cells: pd.DataFrame, table: pd.DataFrame, changes: pd.DataFrame,
              meta: dict) -> str:
-    """compare.md: the headline, the means per scenario × load × policy, the paired changes."""
+    """compare.md: the headline, the setting, the means per scenario × (giant share) × load ×
+    policy, the fit/giant split, and the paired changes of both."""
+    keys = (["giant_share"] if table["giant_share"].notna().any() else []) + ["load", "policy"]
     lines = [head, "", _setting(cells, meta), ""]
     for scenario, block in table.groupby("scenario", sort=False):
         lines += [f"**{scenario}**: means ± 95% CI half-width over seeds", ""]
-        lines += _rows(block, ["load", "policy"],
-                       lambda by: [_value(by.loc[n], f) for n, f in FIGURES.items()])
+        lines += _rows(block, keys, FIGURES, lambda by, f: _value(by.loc[f[0]], f[1]))
+        lines += [f"**{scenario}**, jobs that fit the largest domain's free share and giants "
+                  f"that ask for more: means ± 95% CI half-width over seeds", ""]
+        lines += _rows(block, keys, CLASS_FIGURES, lambda by, f: _value(by.loc[f[0]], f[1]))
     if not changes.empty:
         lines += [f"**Against {meta['grid']['baseline']}**, paired by seed: mean of (policy − "
                   f"baseline) / |baseline| ± 95% CI half-width (a plain difference, without %, "
                   f"for a figure where the baseline is 0 in some cell; * significant at 95%)",
                   ""]
-        lines += _rows(changes, KEYS,
-                       lambda by: [_change(by.loc[n], f) for n, f in FIGURES.items()])
+        keys = ["scenario", *keys]
+        lines += _rows(changes, keys, FIGURES, lambda by, f: _change(by.loc[f[0]], f[1]))
+        lines += [f"**Against {meta['grid']['baseline']}, by class**, paired by seed as above",
+                  ""]
+        lines += _rows(changes, keys, {k: CLASS_FIGURES[k] for k in CLASS_CHANGES},
+                       lambda by, f: _change(by.loc[f[0]], f[1]))
     return "\n".join(lines)
 
 
-def _rows(frame: pd.DataFrame, keys: list[str], cells) -> list[str]:
-    """A Markdown table: a row per `keys` group, the figures' cells from `cells(by figure)`."""
-    heads = [f.heading for f in FIGURES.values()]
-    lines = ["| " + " | ".join(keys + heads) + " |",
+def _rows(frame: pd.DataFrame, keys: list[str], figures: dict[str, Figure], cell) -> list[str]:
+    """A Markdown table: a row per `keys` group, a column per figure, each cell
+    `cell(group by figure, (name, figure))`."""
+    heads = [f.heading for f in figures.values()]
+    labels_of = {"giant_share": "giants' share"}
+    lines = ["| " + " | ".join([labels_of.get(k, k) for k in keys] + heads) + " |",
              "|" + "---|" * len(keys) + "---:|" * len(heads)]
-    for key, group in frame.groupby(keys, sort=False):
-        labels = [str(float(k)) if isinstance(k, float) else str(k) for k in key]
-        lines.append("| " + " | ".join(labels + cells(group.set_index("figure"))) + " |")
+    for key, group in frame.groupby(keys, sort=False, dropna=False):
+        labels = [_label(k, v) for k, v in zip(keys, key, strict=True)]
+        by = group.set_index("figure")
+        lines.append("| " + " | ".join(labels + [cell(by, f) for f in figures.items()]) + " |")
     return [*lines, ""]
 
 
+def _label(key: str, value) -> str:
+    if key == "giant_share":
+        return "as drawn" if pd.isna(value) else f"{value:.0%}"
+    return str(float(value)) if isinstance(value, float) else str(value)
+
+
 def _setting(cells: pd.DataFrame, meta: dict) -> str:
-    """What the cells were: loads, seeds, hours, arrivals, and what was left out."""
+    """What the cells were: loads, seeds, hours, arrivals, what the workload held, what a
+    giant is, and how unfinished jobs count."""
     grid = meta["grid"]
-    left = ", ".join(f"{s} {n}" for s, n in meta["listed_jobs_left_out"].items())
+    shares = grid.get("giant_shares")
     scale = cells["work_scale"]
+    if shares:
+        giant = cells["giant_scale"].dropna()
+        giant_range = f"{giant.min():.2f}-{giant.max():.2f}" if len(giant) else "none"
+        workload = (f"Each cell fixes the share of the offered accelerator-time in giants "
+                    f"({', '.join(f'{x:.0%}' for x in shares)}): the generated jobs that fit "
+                    f"one domain, their work scaled by one factor ({scale.min():.2f}-"
+                    f"{scale.max():.2f}), and the generator's own giants (from further draws of "
+                    f"the seed where it drew too few), scaled by another ({giant_range}); the "
+                    f"scenarios' listed jobs are left out.")
+    else:
+        listed = meta.get("listed_jobs") or {}
+        held = (f"the scenario's listed jobs ({', '.join(f'{s} {n}' for s, n in listed.items())})"
+                f" and its generated workload" if grid.get("listed", True)
+                else "the scenario's generated workload alone (--generated-only)")
+        workload = (f"Each cell holds {held}, every job's work scaled by one factor "
+                    f"({scale.min():.2f}-{scale.max():.2f}) so that the offered load is the "
+                    f"target exactly.")
+    free = cells.groupby("scenario", sort=False)["free_share_gpus"].mean() \
+        if "free_share_gpus" in cells else pd.Series(dtype=float)
+    giants = ", ".join(f"{s} {v:.0f}" for s, v in free.items())
     return (f"{len(grid['seeds'])} seeds × loads {', '.join(map(str, grid['loads']))} "
-            f"× {grid['hours']:g} h of arrivals ({grid['arrivals']}) per scenario. Each cell "
-            f"is the scenario's generated workload alone (its listed jobs left out: {left}), "
-            f"every job's work scaled by one factor ({scale.min():.2f}-{scale.max():.2f}) so "
-            f"that the offered load is the target exactly; every policy of a seed meets the "
-            f"same jobs and network. R is the scenario's objective (higher is better); WAN $ "
-            f"the cross-domain traffic bill.")
+            f"× {grid['hours']:g} h of arrivals ({grid['arrivals']}) per scenario. {workload} "
+            f"Sizes and arrival times are kept; every policy of a seed meets the same jobs and "
+            f"network. A giant asks for more accelerators than the largest domain's free share "
+            f"(its accelerators less what other tenants hold there on average while jobs "
+            f"arrive: {giants or '–'}). R (work) is the scenario's objective with each job's "
+            f"efficiency weighted by its work; R (per job), its plain mean over jobs, as "
+            f"before (kept for one release); higher is better. An unfinished job counts the "
+            f"least JCT it could still reach, its time so far plus its remaining work at its "
+            f"ideal speed: a lower bound, kind to a policy that never starts it, so the jobs "
+            f"never started are counted beside. WAN $ is the cross-domain traffic bill.")
 
 
 def plot(table: pd.DataFrame, figure: str, path: Path) -> None:
     """A figure's mean against load, a line per policy with 95% CI error bars, a panel per
-    scenario."""
-    fig_spec = FIGURES[figure]
+    scenario (and giant share)."""
+    fig_spec = ALL_FIGURES[figure]
     rows = table[table["figure"] == figure]
-    scenarios = list(dict.fromkeys(rows["scenario"]))
-    fig, axes = plt.subplots(1, len(scenarios), figsize=(5.5 * len(scenarios), 4.2),
-                             squeeze=False, sharey=False)
+    panels = list(dict.fromkeys(zip(rows["scenario"], rows["giant_share"].fillna(-1.0),
+                                    strict=True)))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False,
+                             sharey=False)
     policies = list(dict.fromkeys(rows["policy"]))
     colours = {p: f"C{i % 10}" for i, p in enumerate(policies)}
     # Policies side by side around each load, so that their error bars do not hide each other.
     loads = np.unique(rows["load"])
     step = 0.25 * (np.diff(loads).min() if len(loads) > 1 else 0.2) / max(len(policies), 1)
     dodge = {p: (i - (len(policies) - 1) / 2) * step for i, p in enumerate(policies)}
-    for ax, scenario in zip(axes[0], scenarios, strict=True):
-        for policy, line in rows[rows["scenario"] == scenario].groupby("policy", sort=False):
+    for ax, (scenario, share) in zip(axes[0], panels, strict=True):
+        mine = rows[(rows["scenario"] == scenario) & (rows["giant_share"].fillna(-1.0) == share)]
+        for policy, line in mine.groupby("policy", sort=False):
             line = line.sort_values("load")
             ax.errorbar(line["load"] + dodge[policy], line["mean"] * fig_spec.scale,
                         yerr=line["half_width"].fillna(0) * fig_spec.scale, label=policy,
                         color=colours[policy], marker="o", capsize=3)
-        ax.set(title=scenario, xlabel="offered load", ylabel=fig_spec.heading)
-        means = rows.loc[rows["scenario"] == scenario, "mean"].to_numpy(float)
-        if (means > 0).all() and means.max() > 10 * means.min():
+        title = scenario if share < 0 else f"{scenario}, {share:.0%} of GPU-time in giants"
+        ax.set(title=title, xlabel="offered load", ylabel=fig_spec.heading)
+        means = mine["mean"].to_numpy(float)
+        means = means[np.isfinite(means)]
+        if len(means) and (means > 0).all() and means.max() > 10 * means.min():
             ax.set_yscale("log")  # a weak baseline far above would flatten all the others
         ax.grid(alpha=0.3, which="both")
     axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))  # off the data
@@ -286,7 +439,8 @@ def plot(table: pd.DataFrame, figure: str, path: Path) -> None:
     _save(fig, path)
 
 
-FILES = ("compare.json", "compare.parquet", "compare.md", *PLOTTED)
+FILES = ("compare.json", "compare.parquet", "compare.md", *PLOTTED, "compare_classes.png",
+         "compare_giants.png")
 
 
 def check_out(out: Path) -> Path:
@@ -298,13 +452,73 @@ def check_out(out: Path) -> Path:
     return out
 
 
+def plot_classes(table: pd.DataFrame, path: Path) -> None:
+    """The giants' and the fitting jobs' mean JCT against load, a line per policy, a column
+    of panels per scenario: where crossing pays, and what it costs the others."""
+    rows = table[table["giant_share"].isna()]
+    scenarios = list(dict.fromkeys(rows["scenario"]))
+    figures = ("giant_mean_jct_s", "fit_mean_jct_s")
+    fig, axes = plt.subplots(2, len(scenarios), figsize=(5.5 * len(scenarios), 8),
+                             squeeze=False)
+    policies = list(dict.fromkeys(rows["policy"]))
+    for col, scenario in enumerate(scenarios):
+        for row, figure in enumerate(figures):
+            ax, spec = axes[row][col], ALL_FIGURES[figure]
+            mine = rows[(rows["scenario"] == scenario) & (rows["figure"] == figure)]
+            for i, policy in enumerate(policies):
+                line = mine[mine["policy"] == policy].sort_values("load")
+                ax.errorbar(line["load"] + 0.004 * (i - len(policies) / 2),
+                            line["mean"] * spec.scale,
+                            yerr=line["half_width"].fillna(0) * spec.scale, label=policy,
+                            color=f"C{i % 10}", marker="o", capsize=3)
+            ax.set(title=f"{scenario}: {spec.heading}", xlabel="offered load",
+                   ylabel="mean JCT (h)")
+            means = mine["mean"].to_numpy(float)
+            means = means[np.isfinite(means)]
+            if len(means) and (means > 0).all() and means.max() > 10 * means.min():
+                ax.set_yscale("log")
+            ax.grid(alpha=0.3, which="both")
+    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def plot_curve(changes: pd.DataFrame, policy: str, baseline: str, path: Path) -> None:
+    """Gain against the share of the offered GPU-time in giants: `policy`'s change in mean JCT
+    against `baseline` (all jobs; and the giants alone), a line per load with 95% CIs, a panel
+    per scenario."""
+    rows = changes[(changes["policy"] == policy) & changes["giant_share"].notna()]
+    scenarios = list(dict.fromkeys(rows["scenario"]))
+    figures = {"mean_jct_s": "all jobs", "giant_mean_jct_s": "the giants"}
+    fig, axes = plt.subplots(len(figures), len(scenarios), figsize=(5.5 * len(scenarios), 8),
+                             squeeze=False, sharex=True)
+    for col, scenario in enumerate(scenarios):
+        for row, (figure, who) in enumerate(figures.items()):
+            ax = axes[row][col]
+            mine = rows[(rows["scenario"] == scenario) & (rows["figure"] == figure)]
+            for i, (load, line) in enumerate(mine.groupby("load")):
+                line = line.sort_values("giant_share")
+                ax.errorbar(100 * line["giant_share"] + 0.3 * (i - 1.5), 100 * line["mean"],
+                            yerr=100 * line["half_width"].fillna(0), marker="o", capsize=3,
+                            label=f"load {load:g}", color=f"C{i % 10}")
+            ax.axhline(0, color="black", lw=0.8)
+            ax.set(title=f"{scenario}: {who}", xlabel="share of offered GPU-time in giants (%)",
+                   ylabel=f"mean JCT, {policy} vs {baseline} (%)")
+            ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    fig.tight_layout()
+    _save(fig, path)
+
+
 def write(out: Path, cells: pd.DataFrame, meta: dict) -> dict:
     """Write compare.json, compare.parquet, compare.md and the plots into `out`; return the
     JSON object (with the table's text under `markdown`)."""
     out = check_out(out)
+    cells = _complete(cells)
+    baseline = meta["grid"]["baseline"]
     table = summary(cells)
-    changes = paired(cells, meta["grid"]["baseline"])
-    head = headline(cells, table, changes, meta["grid"]["baseline"])
+    changes = paired(cells, baseline)
+    head = headline(cells, table, changes, baseline)
     text = markdown(head, cells, table, changes, meta)
     doc = _clean({**meta, "headline": head,
                   "confidence": CONFIDENCE, "cells": cells.to_dict("records"),
@@ -315,10 +529,16 @@ def write(out: Path, cells: pd.DataFrame, meta: dict) -> dict:
     write_atomic(out / "compare.md", text + "\n")
     for name, figure in PLOTTED.items():
         write_atomic(out / name, lambda p, figure=figure: plot(table, figure, p))
+    if table["giant_share"].isna().any():
+        write_atomic(out / "compare_classes.png", lambda p: plot_classes(table, p))
+    crossing = best_crossing(cells, changes)
+    if crossing is not None and changes["giant_share"].notna().any():
+        write_atomic(out / "compare_giants.png",
+                     lambda p: plot_curve(changes, crossing, baseline, p))
     return doc
 
 
-META = ("grid", "command", "wall_s", "runtime", "cpus", "cells_run", "listed_jobs_left_out")
+META = ("grid", "command", "wall_s", "runtime", "cpus", "cells_run", "listed_jobs")
 COLUMNS = (*KEYS, "seed", "single_domain", "work_scale")  # what the tables read of the cells
 MAX_SAVED_BYTES = 256 << 20  # a grid of 10,000 cells is a few MB
 
@@ -348,5 +568,3 @@ def load(folder: Path) -> tuple[pd.DataFrame, dict]:
         raise UserError(f"{folder}/compare.json lacks {', '.join(missing)}: write it again "
                         f"with this version's `xds compare`")
     return cells, {k: saved[k] for k in META}
-
-

@@ -42,7 +42,7 @@ from matplotlib.ticker import FuncFormatter, SymmetricalLogLocator
 from tqdm import tqdm
 
 from xdscheduler.errors import UserError
-from xdscheduler.sim.records import PolicyMetrics, Relocations, Report, Swings
+from xdscheduler.sim.records import ClassFigures, PolicyMetrics, Relocations, Report, Swings
 from xdscheduler.textfile import output_folder, write_atomic
 
 COLUMNS = {
@@ -276,15 +276,35 @@ def _swings_table(policies: dict) -> str:
             f"{_plain_table(moves, Relocations.columns())}")
 
 
-def _plain_table(rows: dict[str, dict], columns: list[tuple[str, dict]]) -> str:
-    """A row per policy of the records' columns, '–' where a value is missing."""
+def _classes_table(policies: dict) -> str:
+    """Each policy's jobs split into those that fit the largest domain's free share and the
+    giants that ask for more: what each class asked for, and what the policy did with it."""
+    rows = {f"{name}: {cls}": figures for name, row in policies.items()
+            for cls, figures in (row.get("classes") or {}).items()}
+    if not rows:
+        return ""
+    share = next(iter(policies.values())).get("free_share_gpus")
+    return ("<h2>Jobs that fit one domain, and giants</h2><p>A giant asks for more "
+            f"accelerators than the largest domain's free share ({share or 0:.0f}: its "
+            "accelerators less what other tenants held there on average while jobs arrived); "
+            "it can have all it asks for only across domains. Crossing domains is worth what "
+            "the giants gain, as long as the jobs that fit lose nothing.</p>"
+            f"{_plain_table(rows, ClassFigures.columns(), 'policy: class')}")
+
+
+def _plain_table(rows: dict[str, dict], columns: list[tuple[str, dict]],
+                 label: str = "policy") -> str:
+    """A row per policy of the records' columns, scaled, '–' where a value is missing."""
     head = "".join(f"<th>{html.escape(c['heading'])}</th>" for _, c in columns)
+    def cell(value, c: dict) -> str:
+        v = _number(value)
+        return "–" if v is None else c["format"].format(v * c["scale"])
+
     body = "".join(
-        f"<tr><th>{html.escape(str(name))}</th>" + "".join(
-            f"<td>{'–' if (v := _number(row.get(k))) is None else c['format'].format(v)}</td>"
-            for k, c in columns) + "</tr>"
+        f"<tr><th>{html.escape(str(name))}</th>"
+        + "".join(f"<td>{cell(row.get(k), c)}</td>" for k, c in columns) + "</tr>"
         for name, row in rows.items())
-    return f"<table><tr><th>policy</th>{head}</tr>{body}</table>"
+    return f"<table><tr><th>{html.escape(label)}</th>{head}</tr>{body}</table>"
 
 
 def _capacity(topology: dict | None, domains: pd.DataFrame) -> dict[str, int]:
@@ -387,4 +407,5 @@ def _html(summary: dict, paths: dict[str, Path], graphs: str = "") -> str:
             f"</title><style>{style}</style></head><body><h1>{html.escape(title)}</h1>"
             f"<p>{html.escape(jobs)}best value per column in bold green.</p>"
             f"{_summary_table(summary.get('policies') or {})}"
+            f"{_classes_table(summary.get('policies') or {})}"
             f"{_swings_table(summary.get('policies') or {})}{graphs}{images}</body></html>\n")

@@ -46,6 +46,12 @@ def register(subparsers) -> None:
                    help=f"hours of job arrivals per study (default {DEFAULT_HOURS:g})")
     p.add_argument("--baseline",
                    help=f"the policy the others are compared with (default {DEFAULT_BASELINE})")
+    p.add_argument("--generated-only", action="store_true",
+                   help="leave the scenarios' listed jobs out: the generated workload alone")
+    p.add_argument("--giant-shares", metavar="X,Y,...",
+                   help="fix the share of the offered accelerator-time in giants (jobs asking "
+                        "for more than the largest domain's free share), a cell per share, "
+                        "e.g. 0,0.05,0.2,0.4: the gain as a curve (listed jobs left out)")
     p.add_argument("--arrivals", default="poisson",
                    help="poisson (the generator's), or replayed from a trace in the shared "
                         "data: philly, helios, acme")
@@ -88,6 +94,19 @@ def parse_loads(text: str) -> list[float]:
                         f"{err}") from None
 
 
+def parse_shares(text: str | None) -> list[float] | None:
+    """'0,0.05,0.2' -> those shares of the offered load in giants; None: as drawn."""
+    if text is None:
+        return None
+    try:
+        shares = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        shares = []
+    if not shares or not all(0 <= x < 1 for x in shares):  # also refuses NaN
+        raise UserError(f"--giant-shares takes comma-separated numbers in [0, 1), got {text!r}")
+    return shares
+
+
 def _scenario_paths(given: list[str]) -> list[Path]:
     if given:
         return [Path(s) for s in given]
@@ -102,10 +121,14 @@ def cmd_compare(args) -> None:
     from xdscheduler.report.readme import check_readme, splice_readme
     from xdscheduler.runtime.compare import Grid
 
+    saved = load(Path(args.saved)) if args.saved else None
+    # the curve along the giants' share has a section of its own beside the table by load
+    shares = saved[1]["grid"].get("giant_shares") if saved else args.giant_shares
+    section = "compare" if shares is None else "giants"
     if args.readme:
-        check_readme(Path(args.readme), "compare")  # before the grid, not after it
-    if args.saved:
-        out, (cells, meta) = Path(args.saved), load(Path(args.saved))
+        check_readme(Path(args.readme), section)  # before the grid, not after it
+    if saved:
+        out, (cells, meta) = Path(args.saved), saved
         Grid.of(**meta["grid"])  # what the tables say of it: as a run would check it
         if args.baseline:
             if args.baseline not in set(cells["policy"]):
@@ -117,7 +140,7 @@ def cmd_compare(args) -> None:
         out, (cells, meta) = check_out(Path(args.out)), _run(args, grid)
     doc = write(out, cells, meta)
     if args.readme:
-        splice_readme(Path(args.readme), "compare", doc["markdown"], provenance(meta))
+        splice_readme(Path(args.readme), section, doc["markdown"], provenance(meta))
     if args.json:
         print(json.dumps(doc, indent=2))
         return
@@ -134,7 +157,8 @@ def _grid(args):
     return Grid.of(scenarios=_scenario_paths(args.scenarios),
                    policies=parse_policies(args.policies), seeds=parse_seeds(args.seeds),
                    loads=parse_loads(args.loads), hours=args.hours,
-                   baseline=args.baseline or DEFAULT_BASELINE, arrivals=args.arrivals)
+                   baseline=args.baseline or DEFAULT_BASELINE, arrivals=args.arrivals,
+                   listed=not args.generated_only, giant_shares=parse_shares(args.giant_shares))
 
 
 def _run(args, grid) -> tuple:
@@ -145,8 +169,7 @@ def _run(args, grid) -> tuple:
         run = run_grid(grid, address=args.address, local=args.local)
     meta = {"grid": grid.model_dump(mode="json"), "command": command_line(grid, args),
             "wall_s": run.wall_s, "runtime": run.runtime, "cpus": run.cpus,
-            "cells_run": len(run.cells),
-            "listed_jobs_left_out": run.listed_jobs_left_out}
+            "cells_run": len(run.cells), "listed_jobs": run.listed_jobs}
     return run.cells, meta
 
 
@@ -175,6 +198,10 @@ def command_line(grid, args) -> str:
         words += ["--baseline", grid.baseline]
     if grid.arrivals != "poisson":
         words += ["--arrivals", grid.arrivals]
+    if not grid.listed:
+        words += ["--generated-only"]
+    if grid.giant_shares is not None:
+        words += ["--giant-shares", ",".join(map(str, grid.giant_shares))]
     words += ["--readme", args.readme] if args.readme else []
     return shlex.join(words)
 

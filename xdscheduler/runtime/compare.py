@@ -4,6 +4,7 @@ each or one after another in this process, gathered into one table of figures.""
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ from xdscheduler.schema import Strict
 from xdscheduler.sim.arrivals import ARRIVALS, load_replay
 from xdscheduler.sim.cell import CellWorkload, cell_workload
 from xdscheduler.sim.inputs import study_dynamics
-from xdscheduler.sim.metrics import background_load, ideal_rates, summarise
+from xdscheduler.sim.metrics import background_load, free_share, ideal_rates, summarise
 from xdscheduler.sim.truth import Truth
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,11 @@ class Grid(Strict):
     """The policy every other one is compared with, seed by seed."""
     arrivals: str = "poisson"
     """The generator's Poisson arrivals, or a trace replayed: philly, helios, acme."""
+    listed: bool = True
+    """The scenarios' listed jobs are in every cell (False: the generated workload alone)."""
+    giant_shares: list[float] | None = None
+    """Shares of the offered accelerator-time in giants, one cell each (the listed jobs then
+    left out); None: the workload as drawn."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Grid:
@@ -60,6 +66,10 @@ class Grid(Strict):
                 raise ValueError(f"{what} repeat: {', '.join(map(str, values))}")
         if any(x <= 0 for x in self.loads):
             raise ValueError(f"loads must be positive, got {', '.join(map(str, self.loads))}")
+        shares = self.giant_shares or []
+        if len(set(shares)) != len(shares) or any(not 0 <= x < 1 for x in shares):
+            raise ValueError(f"giant shares are distinct, in [0, 1), got "
+                             f"{', '.join(map(str, shares))}")
         if self.baseline not in self.policies:
             raise ValueError(f"baseline {self.baseline!r} is not among the policies compared "
                              f"({', '.join(self.policies)})")
@@ -88,6 +98,7 @@ class Cell:
     load: float
     seed: int
     policy: str
+    giant_share: float | None = None  # None: the workload as drawn
 
 
 @dataclass(frozen=True)
@@ -98,11 +109,12 @@ class GridRun:
     wall_s: float
     runtime: str  # "ray" or "local"
     cpus: int  # CPUs the studies ran on
-    listed_jobs_left_out: dict[str, int]  # per scenario
+    listed_jobs: dict[str, int]  # per scenario, listed jobs in each of its cells
 
 
 def run_cell(scn: Scenario, jobs: list[Job], policy: str, seed: int, hours: float) -> dict:
-    """One policy over one cell's jobs and network, in this process: its figures by name."""
+    """One policy over one cell's jobs and network, in this process: its figures by name, a
+    class's as `fit_...` and `giant_...`."""
     view, horizon_s = ClusterView.from_scenario(scn), hours * 3600
     dynamics = study_dynamics(scn, seed, hours)
     # Jobs run at a truth drawn from the seed, the same for every policy of the cell; the
@@ -110,9 +122,11 @@ def run_cell(scn: Scenario, jobs: list[Job], policy: str, seed: int, hours: floa
     truth = Truth.draw(scn, jobs, seed)
     res = run_here(scn, jobs, make_policy(policy, scn.weights), dynamics, hours, truth=truth)
     metrics = summarise(res, scn.weights, ideal_rates([JobSpec.of(j) for j in jobs], view),
-                        view, horizon_s)
+                        view, horizon_s, free_share(dynamics, view, horizon_s))
     figures = {k: v for k, v in metrics.model_dump().items()
                if v is None or isinstance(v, int | float)}  # lists (domains down) stay out
+    for name, cls in metrics.classes.items():
+        figures |= {f"{name}_{k}": v for k, v in cls.model_dump().items()}
     return figures | {"single_domain": res.single_domain,
                       "background_load": background_load(dynamics, view, horizon_s)}
 
@@ -125,29 +139,42 @@ def run_grid(grid: Grid, address: str | None = None, local: bool = False) -> Gri
         connect(address)  # before the workloads are made: a typo fails at once
     scenarios = _scenarios(grid.scenarios)
     workloads = _workloads(grid, scenarios)
-    cells = [Cell(name, load, seed, policy)
+    cells = [Cell(name, load, seed, policy, share)
              # The heaviest loads first: the slowest studies start early, so the last ones
              # running are short and the workers finish together.
-             for load in sorted(grid.loads, reverse=True) for seed in grid.seeds
-             for name in scenarios for policy in grid.policies]
+             for load in sorted(grid.loads, reverse=True) for share in _shares(grid)
+             for seed in grid.seeds for name in scenarios for policy in grid.policies]
     inputs = {name: scn.model_copy(update={"jobs": []}) for name, scn in scenarios.items()}
     run = _here if local else _on_ray
     rows = []
     with _Progress(len(cells), sys.stderr.isatty()) as bar:
         for cell, figures in run(cells, inputs, workloads, grid.hours):
-            work = workloads[cell.scenario, cell.load, cell.seed]
-            rows.append({"scenario": cell.scenario, "load": cell.load, "seed": cell.seed,
-                         "policy": cell.policy, "offered_load": work.offered_load,
-                         "work_scale": work.work_scale, "arrivals": work.arrivals,
-                         "jobs": len(work.jobs), **figures})
+            work = workloads[_key(cell)]
+            share = math.nan if cell.giant_share is None else cell.giant_share
+            rows.append({"scenario": cell.scenario, "giant_share": share, "load": cell.load,
+                         "seed": cell.seed, "policy": cell.policy,
+                         "offered_load": work.offered_load, "work_scale": work.work_scale,
+                         "giant_scale": work.giant_scale, "arrivals": work.arrivals,
+                         "jobs": len(work.jobs), "listed_jobs": work.listed, **figures})
             bar.step(cell)
-    # Scenarios and policies in the order given, loads and seeds ascending.
+    # Scenarios and policies in the order given, shares, loads and seeds ascending.
     order = {"scenario": list(scenarios), "policy": grid.policies}
     frame = pd.DataFrame(rows).sort_values(
-        ["scenario", "load", "seed", "policy"], ignore_index=True,
+        ["scenario", "giant_share", "load", "seed", "policy"], ignore_index=True,
         key=lambda c: c.map(order[c.name].index) if c.name in order else c)
+    listed = {name: max((w.listed for k, w in workloads.items() if k[0] == name), default=0)
+              for name in scenarios}
     return GridRun(frame, time.perf_counter() - start, "local" if local else "ray",
-                   _cpus(local), {name: len(scn.jobs) for name, scn in scenarios.items()})
+                   _cpus(local), listed)
+
+
+def _shares(grid: Grid) -> list[float | None]:
+    return list(grid.giant_shares) if grid.giant_shares is not None else [None]
+
+
+def _key(cell: Cell) -> tuple:
+    """The cell's workload: the same for every policy."""
+    return cell.scenario, cell.load, cell.giant_share, cell.seed
 
 
 def _cpus(local: bool) -> int:
@@ -169,15 +196,17 @@ def _scenarios(paths: list[Path]) -> dict[str, Scenario]:
     return out
 
 
-def _workloads(grid: Grid, scenarios: dict[str, Scenario]
-               ) -> dict[tuple[str, float, int], CellWorkload]:
-    """Each (scenario, load, seed)'s jobs, made once here and shared by its policies."""
+def _workloads(grid: Grid, scenarios: dict[str, Scenario]) -> dict[tuple, CellWorkload]:
+    """Each (scenario, load, giant share, seed)'s jobs, made once here and shared by its
+    policies."""
     out = {}
     for name, scn in scenarios.items():
         replay = load_replay(grid.arrivals, scn.workload.cluster if scn.workload else "kalos")
         for load in grid.loads:
-            for seed in grid.seeds:
-                out[name, load, seed] = cell_workload(scn, grid.hours, seed, load, replay)
+            for share in _shares(grid):
+                for seed in grid.seeds:
+                    out[name, load, share, seed] = cell_workload(
+                        scn, grid.hours, seed, load, replay, grid.listed, share)
     return out
 
 
@@ -187,8 +216,8 @@ Runs = Iterator[tuple[Cell, dict]]
 def _here(cells: list[Cell], scenarios: dict[str, Scenario], workloads: dict,
           hours: float) -> Runs:
     for cell in cells:
-        jobs = workloads[cell.scenario, cell.load, cell.seed].jobs
-        yield cell, run_cell(scenarios[cell.scenario], jobs, cell.policy, cell.seed, hours)
+        yield cell, run_cell(scenarios[cell.scenario], workloads[_key(cell)].jobs, cell.policy,
+                             cell.seed, hours)
 
 
 def _on_ray(cells: list[Cell], scenarios: dict[str, Scenario], workloads: dict,
@@ -201,8 +230,8 @@ def _on_ray(cells: list[Cell], scenarios: dict[str, Scenario], workloads: dict,
     task = ray.remote(num_cpus=1)(run_cell)
     scn_refs = {name: ray.put(scn) for name, scn in scenarios.items()}
     job_refs = {key: ray.put(work.jobs) for key, work in workloads.items()}
-    pending = {task.remote(scn_refs[c.scenario], job_refs[c.scenario, c.load, c.seed],
-                           c.policy, c.seed, hours): c for c in cells}
+    pending = {task.remote(scn_refs[c.scenario], job_refs[_key(c)], c.policy, c.seed, hours): c
+               for c in cells}
     try:
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)

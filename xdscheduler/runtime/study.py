@@ -30,6 +30,7 @@ from xdscheduler.sim.measurement import Results
 from xdscheduler.sim.metrics import (
     background_load,
     domain_table,
+    free_share,
     ideal_rates,
     job_table,
     link_table,
@@ -252,7 +253,9 @@ def _run_study(scn: Scenario, policies: list[str], hours: float, seed: int,
             runs[name] = run_on_ray(scn, jobs, name, dynamics, hours, realtime, show,
                                     policy_options, journal_path, mine, demand, real, speed,
                                     ledger=str(folder.ledger))
-    policies = {n: PolicyReport(**dict(summarise(r, scn.weights, ideal, view, hours * 3600)),
+    share = free_share(dynamics, view, hours * 3600)
+    policies = {n: PolicyReport(**dict(summarise(r, scn.weights, ideal, view, hours * 3600,
+                                                 share)),
                                 single_domain=r.single_domain,
                                 swings=swing_summary(r.swings, moves=r.relocations),
                                 forecast=None if r.faults else r.demand,
@@ -308,10 +311,11 @@ def fault_report(injected, runs: dict[str, Results], scale: float, seed: int) ->
 
 
 def compare(policies: dict[str, PolicyReport]) -> Comparison:
-    """Every other policy against the strongest single-domain policy of the run (by objective),
-    as relative changes (negative: lower)."""
-    single = {n: p for n, p in policies.items() if p.single_domain and p.objective is not None}
-    base_name = max(single, key=lambda n: single[n].objective, default=None)
+    """Every other policy against the strongest single-domain policy of the run (by R, its
+    efficiency weighted by work), as relative changes (negative: lower)."""
+    single = {n: p for n, p in policies.items()
+              if p.single_domain and p.objective_work is not None}
+    base_name = max(single, key=lambda n: single[n].objective_work, default=None)
     if base_name is None:
         return Comparison(baseline=None, policies={})
     base = policies[base_name]

@@ -10,7 +10,7 @@ from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Weights
 from xdscheduler.sim.correction import error_figures
 from xdscheduler.sim.measurement import Action, Results, percentile
-from xdscheduler.sim.records import PolicyMetrics
+from xdscheduler.sim.records import ClassFigures, PolicyMetrics
 from xdscheduler.workload import MFU
 
 
@@ -44,20 +44,67 @@ def peak_flop_per_s(view: ClusterView) -> float:
     return float(sum(d.total_gpus * d.accelerator.half_tflops for d in view.domains)) * 1e12
 
 
+def free_share(dynamics, view: ClusterView, horizon_s: float) -> float:
+    """The most accelerators one domain offers this scheduler's jobs: the largest domain's, less
+    what other tenants hold there on average while jobs arrive. A job asking for more is a
+    giant: it can have all it asks for only across domains."""
+    window = dynamics.background_load[dynamics.times_s < horizon_s]
+    load = window.mean(axis=0) if window.size else np.zeros(len(view.domains))
+    return float(max(d.schedulable * (1 - b) for d, b in zip(view.domains, load, strict=True)))
+
+
+def is_giant(spec: JobSpec, free_share_gpus: float) -> bool:
+    """The job asks for more accelerators than the largest domain's free share."""
+    return spec.gpus_max > free_share_gpus
+
+
+def _weighted(values: np.ndarray, weights: np.ndarray) -> float | None:
+    return float(values @ weights / weights.sum()) if weights.sum() > 0 else None
+
+
+def class_figures(res: Results, jct: np.ndarray, efficiency: np.ndarray, queue: np.ndarray,
+                  free_share_gpus: float) -> dict[str, ClassFigures]:
+    """The fit/giant split of a study's jobs: what each class asked and what it got."""
+    work = np.array([r.spec.work_flops for r in res.jobs])
+    giant = np.array([is_giant(r.spec, free_share_gpus) for r in res.jobs], dtype=bool)
+    started = np.array([r.start_s is not None for r in res.jobs], dtype=bool)
+    ended = np.array([r.end_s is not None for r in res.jobs], dtype=bool)
+    across = crossed(res)
+    crossed_ = np.array([r.name in across for r in res.jobs], dtype=bool)
+    out = {}
+    for name, mask in (("fit", ~giant), ("giant", giant)):
+        out[name] = ClassFigures(
+            jobs=int(mask.sum()), gpu_time_share=float(work[mask].sum() / max(work.sum(), 1e-30)),
+            mean_jct_s=_mean(list(jct[mask])), work_efficiency=_weighted(efficiency[mask],
+                                                                         work[mask]),
+            mean_queue_s=_mean(list(queue[mask])), never_started=int((mask & ~started).sum()),
+            unfinished=int((mask & ~ended).sum()), crossed=int((mask & crossed_).sum()))
+    return out
+
+
+def crossed(res: Results) -> set[str]:
+    """Jobs that held accelerators in more than one domain at once at some time."""
+    return {d.job for d in res.decisions
+            if d.action != Action.REQUEUE and sum(n > 0 for n in d.domains.values()) > 1}
+
+
 def summarise(res: Results, weights: Weights, ideal: dict[str, float], view: ClusterView,
-              horizon_s: float) -> PolicyMetrics:
+              horizon_s: float, free_share_gpus: float) -> PolicyMetrics:
     """A policy's figures. Every job counts, finished or not: an unfinished one with the least
-    JCT it can still reach (the time it has taken so far, plus what it has left at its ideal
-    speed), the same in its JCT, slowdown and efficiency."""
+    JCT it could still reach (the time it has taken so far, plus what it has left at its ideal
+    speed), the same in its JCT, slowdown and efficiency. That is a lower bound, kind to a
+    policy that never starts a job, so the jobs never started are counted beside it, and R's
+    efficiency is weighted by each job's work: a starved giant weighs what it asked for."""
     done = [r for r in res.jobs if r.end_s is not None]
-    jct = [r.end_s - r.arrival_s if r.end_s is not None
-           else res.end_s - r.arrival_s + (r.tokens - r.done) / ideal[r.spec.name]
-           for r in res.jobs]
-    queue = [(r.start_s if r.start_s is not None else res.end_s) - r.arrival_s
-             for r in res.jobs]
-    ideal_s = [r.tokens / ideal[r.spec.name] for r in res.jobs]
-    slowdown = [t / i for t, i in zip(jct, ideal_s, strict=True)]
-    efficiency = [float(job_efficiency(i, t)) for t, i in zip(jct, ideal_s, strict=True)]
+    jct = np.array([r.end_s - r.arrival_s if r.end_s is not None
+                    else res.end_s - r.arrival_s + (r.tokens - r.done) / ideal[r.spec.name]
+                    for r in res.jobs])
+    queue = np.array([(r.start_s if r.start_s is not None else res.end_s) - r.arrival_s
+                      for r in res.jobs])
+    ideal_s = np.array([r.tokens / ideal[r.spec.name] for r in res.jobs])
+    slowdown = list(jct / ideal_s) if len(jct) else []
+    efficiency = job_efficiency(ideal_s, jct) if len(jct) else np.zeros(0)
+    work = np.array([r.spec.work_flops for r in res.jobs])
     wan_gb = sum(r.wan_gb for r in res.jobs)
     wan_cost = sum(r.wan_cost for r in res.jobs)
     useful = res.useful_flop / (peak_flop_per_s(view) * horizon_s)
@@ -66,26 +113,33 @@ def summarise(res: Results, weights: Weights, ideal: dict[str, float], view: Clu
     # bill for the accelerators the jobs held.
     gpu_bill = res.busy_gpu_s / 3600 * view.mean_gpu_price
     cost = wan_cost / gpu_bill if gpu_bill else 0.0
-    objective = (weights.efficiency * (_mean(efficiency) or 0.0)
-                 + weights.utilization * useful - weights.cost * cost)
+    per_job = _mean(list(efficiency)) or 0.0
+    by_work = _weighted(efficiency, work) or 0.0
+
+    def objective(eff: float) -> float:
+        return weights.efficiency * eff + weights.utilization * useful - weights.cost * cost
+
     ms = [d.decision_ms for d in res.decisions if d.action != Action.REQUEUE]
     return PolicyMetrics(
-        mean_jct_s=_mean(jct), p95_jct_s=percentile(jct, 95),
+        mean_jct_s=_mean(list(jct)), p95_jct_s=percentile(list(jct), 95),
         mean_slowdown=_mean(slowdown), p95_slowdown=percentile(slowdown, 95),
         makespan_s=max((r.end_s for r in done), default=None)
         if len(done) == len(res.jobs) else res.end_s,
         useful_utilization=useful,
         allocated_utilization=utilization_while_arriving(res, horizon_s),
         gpu_h_per_job=res.busy_gpu_s / 3600 / max(len(res.jobs), 1),
-        mean_queue_s=_mean(queue), jobs_completed=len(done), jobs_total=len(res.jobs),
+        mean_queue_s=_mean(list(queue)), jobs_completed=len(done), jobs_total=len(res.jobs),
         jobs_unfinished=len(res.jobs) - len(done),
+        jobs_never_started=sum(r.start_s is None for r in res.jobs),
         cross_domain_gb=wan_gb, cross_domain_cost_usd=wan_cost,
         decision_ms_p50=percentile(ms, 50), decision_ms_p99=percentile(ms, 99),
         decisions=len(res.decisions), replans=sum(r.replans for r in res.jobs),
         requeues=sum(r.requeues for r in res.jobs), rejected_samples=res.rejected_samples,
-        domains_down=sorted(res.down), mean_efficiency=_mean(efficiency) or 0.0,
-        wan_cost_over_gpu_cost=cost, objective=objective, wall_s=res.wall_s,
-        **error_figures(res.predictions))
+        domains_down=sorted(res.down), mean_efficiency=per_job, work_efficiency=by_work,
+        wan_cost_over_gpu_cost=cost, objective_work=objective(by_work),
+        objective=objective(per_job), free_share_gpus=free_share_gpus,
+        classes=class_figures(res, jct, efficiency, queue, free_share_gpus),
+        wall_s=res.wall_s, **error_figures(res.predictions))
 
 
 def offered_load(specs: list[JobSpec], view: ClusterView, horizon_s: float) -> float:

@@ -186,12 +186,36 @@ class FaultsReport(Record):
     policies: dict[str, PolicyFaults]
 
 
+class ClassFigures(Record):
+    """One class of a study's jobs under one policy: the jobs that fit the largest domain's
+    free share, or the giants that ask for more. Unfinished jobs count as in the totals."""
+
+    jobs: int = column("jobs", "jobs of the class", fmt="{:.0f}")
+    gpu_time_share: float = column("GPU-time (%)", "their share of the offered accelerator "
+                                   "time (work at 40% MFU)", 100, "{:.1f}")
+    mean_jct_s: Figure = column("mean JCT (h)", "their mean job completion time", 1 / 3600,
+                                "{:.2f}", True)
+    work_efficiency: Figure = column("efficiency (work)", "their ideal time over JCT, each "
+                                     "capped at 1, weighted by work", 1, "{:.3f}", False)
+    mean_queue_s: Figure = column("mean queue (h)", "their mean wait before a first start",
+                                  1 / 3600, "{:.2f}", True)
+    never_started: int = column("never started", "jobs not started by the study's end",
+                                fmt="{:.0f}", lower_is_better=True)
+    unfinished: int = column("unfinished", "jobs not finished by the study's end (those never "
+                             "started among them)", fmt="{:.0f}", lower_is_better=True)
+    crossed: int = column("ran across", "jobs that held accelerators in several domains at "
+                          "once at some time", fmt="{:.0f}")
+
+
 class PolicyMetrics(Record):
     """One policy over the study: times, utilisation, WAN traffic, decisions, the objective."""
 
     mean_jct_s: Figure = column("mean JCT (h)", "mean job completion time; an unfinished job "
-                                "counts the least it can still reach: its time so far plus what "
-                                "it has left at its ideal speed", 1 / 3600, "{:.2f}", True)
+                                "counts the least it could still reach: its time so far plus "
+                                "what it has left at its ideal speed (a lower bound: a job "
+                                "a policy would never start counts as if it started at the "
+                                "study's end; see jobs_never_started)", 1 / 3600, "{:.2f}",
+                                True)
     p95_jct_s: Figure = column("p95 JCT (h)", "95th percentile of job completion time",
                                1 / 3600, "{:.2f}", True)
     mean_slowdown: Figure = column("mean slowdown", "JCT over the job's ideal time (the whole "
@@ -210,7 +234,10 @@ class PolicyMetrics(Record):
                                   1 / 3600, "{:.2f}", True)
     jobs_completed: int = column("jobs done", "jobs finished", 1, "{:.0f}", False)
     jobs_total: int
-    jobs_unfinished: int
+    jobs_unfinished: int = column("unfinished", "jobs not finished when the study ended (the "
+                                  "queue drains for 3x the arrival window)", 1, "{:.0f}", True)
+    jobs_never_started: int = column("never started", "jobs that never held an accelerator "
+                                     "before the study ended", 1, "{:.0f}", True)
     cross_domain_gb: float = column("WAN traffic (GB)", "bytes sent across domains",
                                     1, "{:,.0f}", True)
     cross_domain_cost_usd: float = column("WAN cost ($)", "their bill at the links' prices",
@@ -224,11 +251,23 @@ class PolicyMetrics(Record):
     requeues: int
     rejected_samples: int = Field(description="indicator samples that failed their checks")
     domains_down: list[str]
-    mean_efficiency: float = Field(description="jobs' ideal time over their JCT (at most 1)")
+    mean_efficiency: float = Field(description="jobs' ideal time over their JCT (at most 1), "
+                                   "a plain mean over jobs")
+    work_efficiency: float = Field(description="the same weighted by each job's work (model "
+                                   "FLOPs): a job starved weighs what it asked for")
     wan_cost_over_gpu_cost: float
-    objective: Figure = column("objective R", "R with the scenario's weights: w1 mean "
-                               "efficiency + w2 useful utilisation - w3 WAN cost over "
-                               "accelerator cost", 1, "{:.3f}", False)
+    objective_work: Figure = column("R (work)", "R with the scenario's weights: w1 efficiency "
+                                    "weighted by work + w2 useful utilisation - w3 WAN cost "
+                                    "over accelerator cost", 1, "{:.3f}", False)
+    objective: Figure = column("R (per job)", "R as before, its efficiency a plain mean over "
+                               "jobs (kept beside R (work) for one release)", 1, "{:.3f}",
+                               False)
+    free_share_gpus: float = Field(0.0, description="the largest domain's accelerators less "
+                                   "what other tenants held there on average while jobs "
+                                   "arrived: a job asking for more is a giant")
+    classes: dict[str, ClassFigures] = Field(
+        default_factory=dict, description="the jobs that fit the largest domain's free share "
+        "('fit') and the giants that ask for more ('giant')")
     prediction_error_p50: Figure = column(
         "prediction error p50", "|predicted / true - 1| of the throughput of each placement a "
         "job ran on, median: the policy's model as corrected by the rates it observed (null: "
@@ -298,13 +337,14 @@ class Change(Record):
     useful_utilization: Figure
     cross_domain_cost_usd: Figure
     objective: Figure
+    objective_work: Figure = None
 
 
 class Comparison(Record):
-    """Every policy against the strongest single-domain policy of the run, by objective."""
+    """Every policy against the strongest single-domain policy of the run, by R (work)."""
 
     baseline: str | None = Field(description="the single-domain policy with the highest "
-                                             "objective; null where the run has none")
+                                             "R (work); null where the run has none")
     policies: dict[str, Change]
 
 
