@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from xdscheduler import catalog
-from xdscheduler.arguments import Parser, number, one_line, port, seed
+from xdscheduler.arguments import Parser, number, port, run, seed
 from xdscheduler.costmodel import cli as costmodel_cli
 from xdscheduler.costmodel.plan import DTYPES
 from xdscheduler.errors import UserError
@@ -542,18 +542,7 @@ def _logging() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     _logging()
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as stop:  # --help (0), or a bad argument, said in one line (2)
-        return stop.code if isinstance(stop.code, int) else 2
-    try:
-        args.fn(args)
-    except UserError as err:
-        print(f"xds: error: {one_line(err)}", file=sys.stderr)
-        return err.exit_code
-    except BrokenPipeError:
-        return 0
-    return 0
+    return run(build_parser(), argv)
 
 
 if __name__ == "__main__":
