@@ -23,8 +23,8 @@ import numpy as np
 import ray
 
 from benchmarks._table import print_table
-from xdscheduler.live.cluster import DOMAIN_LABEL
-from xdscheduler.live.controller import run_training
+from xdscheduler.live.runs import make_placement_group, placement_group_name, run_training
+from xdscheduler.live.state import DOMAIN_LABEL
 from xdscheduler.live.training import TRAIN_POLL_ENV, TrainConfig, trainer_env
 
 RAY_DEFAULT_POLL_S = 2.0
@@ -43,8 +43,11 @@ class Listener:
     def heard(self, job: str, metrics: dict) -> None:  # the controller's two calls
         self.times[metrics["step"]] = time.time()
 
-    def stopped(self, job: str, attempt: int, step: int) -> bool:
-        return False
+    def stopped(self, job: str, attempt: int, step: int) -> int:
+        return 0  # go on
+
+    def startup_mark(self, job: str, attempt: int, stage: str, at: float) -> None:
+        pass
 
     def steps(self) -> dict[int, float]:
         return self.times
@@ -55,11 +58,15 @@ def run(env: dict[str, str], steps: int, workers: int, storage: str
     """When each step of one run was heard, and when the run returned, its driving task in
     `env`."""
     listener = Listener.options(name=LISTENER).remote()
-    config = TrainConfig(job=f"bench-checkpoint-{time.time_ns()}", steps=steps,
-                         controller=LISTENER, storage=storage, checkpoint_every=10)
+    job = f"bench-checkpoint-{time.time_ns()}"
+    group = make_placement_group(job, 1, [BENCH_DOMAIN] * workers, False)
+    config = TrainConfig(job=job, steps=steps, controller=LISTENER, storage=storage,
+                         checkpoint_every=10, attempt=1,
+                         placement_group=placement_group_name(job, 1))
     ended = ray.get(run_training.options(runtime_env={"env_vars": env}).remote(
         config.model_dump(), [BENCH_DOMAIN] * workers, storage, False))
     returned = time.time()
+    ray.util.remove_placement_group(group)
     if ended["error"]:
         raise RuntimeError(ended["error"])
     heard = ray.get(listener.steps.remote())

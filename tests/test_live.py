@@ -137,7 +137,7 @@ def test_a_runs_trainer_polls_often_and_finds_the_state_api_of_its_own_cluster(m
 def test_a_run_across_domains_is_timed_over_whole_sync_rounds():
     """Steps of 0.1 s, every 10th also averaging the domains' weights (1 s more): the run
     takes 0.2 s a step, which the median of its steps (0.1 s) does not say."""
-    from xdscheduler.live.controller import WARMUP_STEPS, JobRecord
+    from xdscheduler.live.records import WARMUP_STEPS, JobRecord
 
     rec = JobRecord(load_job(str(JOBS / "gpt-wide.yaml")), 0.0)
     rec.placement = {"domains": {"west": 2, "north": 2}, "diloco_h": 10}
@@ -154,7 +154,7 @@ def test_a_run_across_domains_is_timed_over_whole_sync_rounds():
 
 
 def test_a_run_that_slows_down_is_measured_slow_within_its_recent_steps():
-    from xdscheduler.live.controller import RECENT_STEPS, JobRecord
+    from xdscheduler.live.records import RECENT_STEPS, JobRecord
 
     rec = JobRecord(load_job(str(JOBS / "gpt-long.yaml")), 0.0)
     rec.placement = {"domains": {"west": 2}}
@@ -199,7 +199,7 @@ def test_the_live_policies_put_the_jobs_as_the_live_runner_trains(policy):
     one and across two; both policies (the agents in process here, over HTTP on a cluster)
     choose data-parallel plans only (what the live runner trains)."""
     from xdscheduler.live.cluster import ClusterState
-    from xdscheduler.live.controller import LIVE_OPTIONS, live_policy
+    from xdscheduler.live.planning import LIVE_OPTIONS, live_policy
     from xdscheduler.planner.view import ClusterView
     from xdscheduler.rl.agents import Agents
     from xdscheduler.scenario import load_scenario
@@ -230,7 +230,7 @@ def xds(*args: str, state, timeout: float = 300, check: bool = True) -> str:
     for var in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE",
                 "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):
         env.pop(var, None)  # the test session's Ray (one machine alone) is not the one tested
-    done = subprocess.run([sys.executable, "-m", "xdscheduler.cli", *args], cwd=REPO, env=env,
+    done = subprocess.run([sys.executable, "-m", "xdscheduler", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
     if check:
         assert done.returncode == 0, done.stderr[-3000:]
@@ -364,6 +364,12 @@ def test_two_jobs_train_one_inside_a_domain_one_across_two(cluster):
         # a run's end is heard within seconds of its last step (1-2 s here): Ray Train's
         # placement-group cleaner, left to find a state API by itself, held every end 12 s
         events = json.loads(xds("logs", name, "--json", state=state))["events"]
+        # where its start went, stage by stage, from its launch to its first step
+        started = next(e for e in events if e["event"] == "started")
+        stages = [k for k in started if k.endswith("_s") and k != "startup_s"]
+        assert {"placement_s", "train_controller_s", "worker_s", "backend_s", "loop_s",
+                "resumed_s", "first_step_s"} <= set(stages), started
+        print(name, "start-up", {k: started[k] for k in ("startup_s", *stages)})
         last = max(e["time"] for e in events if e["event"] == "step")
         done = next(e["time"] for e in events if e["event"] == "done")
         assert done - last < 8, (name, done - last)
@@ -386,47 +392,10 @@ def test_two_jobs_train_one_inside_a_domain_one_across_two(cluster):
     # parameter each way, every few steps)
     assert crossed["sent_total_gb"] > 1e-3, domains[a]["links"]
     assert "links (Gbit/s)" in xds("domains", state=state)
-    again = subprocess.run([sys.executable, "-m", "xdscheduler.cli", "submit",
+    again = subprocess.run([sys.executable, "-m", "xdscheduler", "submit",
                             str(JOBS / "gpt-small.yaml")], capture_output=True, text=True,
                            env={**os.environ, "XDS_CLUSTER": str(state)}, cwd=REPO)
     assert again.returncode == 2 and "exists already" in again.stderr
-
-
-@needs_fabric
-@pytest.mark.slow
-def test_jobs_are_submitted_followed_and_cancelled_over_http(cluster):
-    import requests
-
-    _, started = cluster
-    jobs = f"{started['api']}/jobs"
-    auth = {"Authorization": f"Bearer {started['api_token']}"}
-    spec = {**load_job(JOBS / "gpt-long.yaml").model_dump(), "name": "over-http"}
-    assert requests.get(jobs, timeout=30).status_code == 401  # no token
-    made = requests.post(jobs, json=spec, headers=auth, timeout=30)
-    assert made.status_code == 201 and made.json()["job"] == "over-http", made.text
-    assert requests.post(jobs, json=spec, headers=auth, timeout=30).status_code == 409
-    bad = requests.post(jobs, json={**spec, "name": "x", "global_batch": 0}, headers=auth,
-                        timeout=30)
-    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "global_batch"]
-    listed = requests.get(jobs, headers=auth, timeout=30).json()["jobs"]
-    assert "over-http" in [j["job"] for j in listed]
-    deadline = time.monotonic() + 120
-    while (row := requests.get(f"{jobs}/over-http", headers=auth, timeout=30).json())[
-            "step"] < 1:
-        assert time.monotonic() < deadline, row
-        time.sleep(1)
-    assert row["status"] == "running" and row["domains"], row
-    assert requests.delete(f"{jobs}/over-http", headers=auth, timeout=30).status_code == 200
-    deadline = time.monotonic() + 60
-    while (row := requests.get(f"{jobs}/over-http", headers=auth, timeout=30).json())[
-            "status"] == "running":
-        assert time.monotonic() < deadline, row
-        time.sleep(1)
-    assert row["status"] == "cancelled" and row["step"] < row["steps"], row
-    events = requests.get(f"{jobs}/over-http/events", headers=auth, timeout=30).json()["events"]
-    assert [e["event"] for e in events][:2] == ["submitted", "placed"]
-    assert requests.get(f"{jobs}/nobody", headers=auth, timeout=30).status_code == 404
-    assert requests.delete(f"{jobs}/nobody", headers=auth, timeout=30).status_code == 404
 
 
 @needs_fabric
@@ -459,49 +428,46 @@ def test_a_job_on_a_domain_slowed_under_it_moves_where_it_runs_faster(cluster, t
 
 @needs_fabric
 @pytest.mark.slow
-def test_a_job_across_a_link_that_drops_moves_off_it(cluster, tmp_path):
+def test_a_job_across_a_link_that_drops_is_set_moving_and_cancelled_while_moving(cluster,
+                                                                                  tmp_path):
     """Drop the link a job trains across to 2 Mbit/s both ways, as a WAN's bandwidth swings:
     the agents report the new rate, the controller re-plans with it (each DiLoCo round would
-    wait seconds for the sync) and the job moves, from its last checkpoint, to domains joined
-    by a fast link, and trains there."""
+    wait seconds for the sync) and sets the job moving, to domains joined by a fast link. It
+    moves at its next checkpoint (every 50 steps here): cancelled while moving, it ends within
+    5 s. (The slowed-domain test follows a move to its end.)"""
     import yaml
 
-    state, _ = cluster
+    state, started = cluster
     rates = {(r["src"], r["dst"]): r["rate_gbps"] for r in link_rates(state)}
-    # 250 steps: moving pays (twice its cost) even if the drop is seen as late as step 120
-    spec = {**load_job(JOBS / "gpt-wide.yaml").model_dump(), "name": "gpt-swung", "steps": 250}
+    spec = {**load_job(JOBS / "gpt-wide.yaml").model_dump(), "name": "gpt-swung",
+            "steps": 250, "checkpoint_every": 50}
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(spec))
     xds("submit", str(tmp_path / "job.yaml"), state=state)
     a, b = sorted(wait_for(state, "gpt-swung", lambda r: r["step"] >= 5)["domains"])
     said = xds("links", "set", a, b, "0.002", "--both", state=state)
     assert said.split("\n")[:2] == [f"{a} -> {b}: 0.002 Gbit/s", f"{b} -> {a}: 0.002 Gbit/s"]
     try:
-        ended, events = trained_after_moving(state, "gpt-swung")
+        moving = wait_for(state, "gpt-swung", lambda r: r["status"] == "moving")
+        row, took = cancelled_within(started["api"], auth_of(started), "gpt-swung")
     finally:
         for src, dst in ((a, b), (b, a)):
             xds("links", "set", src, dst, str(rates[src, dst]), state=state)
+    events = json.loads(xds("logs", "gpt-swung", "--json", state=state))["events"]
     kinds = [e["event"] for e in events]
     swung = [e for e in events if e["event"] == "link_changed"]
     assert {(e["src"], e["dst"]) for e in swung} == {(a, b), (b, a)}, swung
     assert all(e["gbps"] == pytest.approx(0.002, rel=0.01) for e in swung)
-    moving = next(e for e in events if e["event"] == "moving")
-    print(f"{a} <-> {b} dropped to 2 Mbit/s; moved at step {moving['at_step']} to "
-          f"{moving['domains']}: {moving['from_step_s']:.3f} -> {moving['step_s']:.3f} s a step")
-    decisions = [{k: v for k, v in e.items() if k in ("event", "domains", "at_step", "step",
-                                                     "from_step_s", "step_s", "error")}
-                 for e in events if e["event"] not in ("step", "correction")]
-    print(decisions)
-    assert kinds.index("link_changed") < kinds.index("moving"), decisions
-    # it moved off the dropped link and never came back (a later move, as the correction
-    # learns the domains it went to, may take it elsewhere)
-    later = [e for e in events[kinds.index("moving"):] if e["event"] == "placed"]
-    assert later and all(set(e["domains"]) != {a, b} for e in later), decisions
-    assert set(ended["domains"]) != {a, b} and set(moving["domains"]) != {a, b}
-    # the drop as the model reads it: several times the step it was placed at (where it goes
-    # may be estimated slower than that: the correction keeps a while what earlier tests
-    # taught it)
+    decided = next(e for e in events if e["event"] == "moving")
+    print(f"{a} <-> {b} dropped to 2 Mbit/s; set moving at step {decided['at_step']} to "
+          f"{decided['domains']}: {decided['from_step_s']:.3f} -> {decided['step_s']:.3f} s a "
+          f"step; cancelled while {moving['status']} at step {moving['step']}, over in "
+          f"{took:.1f} s")
+    assert kinds.index("link_changed") < kinds.index("moving")
+    assert set(decided["domains"]) != {a, b}  # off the dropped link
+    # the drop as the model reads it: several times the step it was placed at
     placed = next(e for e in events if e["event"] == "placed")
-    assert moving["from_step_s"] > 3 * placed["corrected_step_s"], (placed, moving)
+    assert decided["from_step_s"] > 3 * placed["corrected_step_s"], (placed, decided)
+    assert row["status"] == "cancelled" and kinds.count("placed") == 1, kinds
 
 
 def link_rates(state) -> list[dict]:
@@ -541,6 +507,56 @@ def trained_after_moving(state, job: str) -> tuple[dict, list[dict]]:
     return ended, events
 
 
+def auth_of(started: dict) -> dict[str, str]:
+    return {"Authorization": f"Bearer {started['api_token']}"}
+
+
+def cancelled_within(api: str, auth: dict, job: str, seconds: float = 5.0
+                     ) -> tuple[dict, float]:
+    """Cancel `job` over HTTP and follow it to its end: its last row, and how long that took
+    (the issue's bound: every state ends within 5 s)."""
+    import requests
+
+    start = time.monotonic()
+    assert requests.delete(f"{api}/jobs/{job}", headers=auth, timeout=30).status_code == 200
+    while (row := requests.get(f"{api}/jobs/{job}", headers=auth, timeout=30).json())[
+            "status"] not in ("done", "failed", "cancelled"):
+        assert time.monotonic() - start < seconds, row
+        time.sleep(0.2)
+    took = time.monotonic() - start
+    assert took < seconds, (row, took)
+    return row, took
+
+
+PG_TABLE = """
+import json, sys
+from pathlib import Path
+from xdscheduler.live import cluster
+cluster.connect(Path(sys.argv[1]))
+import ray
+table = {v["name"]: v["state"] for v in ray.util.placement_group_table().values()}
+cluster.disconnect()
+print(json.dumps(table))
+"""
+
+
+def placement_groups(state) -> dict[str, str]:
+    """Every placement group the cluster's GCS knows, by name, with its state."""
+    done = subprocess.run([sys.executable, "-c", PG_TABLE, str(state)], cwd=REPO,
+                          env={**os.environ, "XDS_CLUSTER": str(state)}, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def held_by_nobody(state, jobs: dict[str, dict]) -> dict[str, str]:
+    """The placement groups still reserved that no running job's current run owns."""
+    running = {f"xds-run-{j['job']}-{j['attempts']}" for j in jobs.values()
+               if j["status"] not in ("queued", "done", "failed", "cancelled")}
+    return {n: s for n, s in placement_groups(state).items()
+            if s != "REMOVED" and n not in running}
+
+
 def wait_for(state, job: str, until, timeout_s: float = 400) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -552,38 +568,207 @@ def wait_for(state, job: str, until, timeout_s: float = 400) -> dict:
     raise AssertionError(f"{job} never got there: {row}")
 
 
+@pytest.fixture(scope="module")
+def wide_low(cluster, tmp_path_factory):
+    """A low-priority job on all six accelerators (two a domain): the dashboard shows it, a
+    priority job preempts it."""
+    import yaml
+
+    state, _ = cluster
+    spec = {**load_job(JOBS / "gpt-wide.yaml").model_dump(), "name": "wide-low",
+            "steps": 3000, "workers": {"min": 6, "max": 6}, "priority": 1,
+            "global_batch": 48}  # divides over 6 workers and their micro-batches
+    path = tmp_path_factory.mktemp("wide") / "wide-low.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    xds("submit", str(path), state=state)
+    return "wide-low"
+
+
 @needs_fabric
 @pytest.mark.slow
-def test_a_job_on_a_domain_found_down_stops_and_resumes_elsewhere_each_time(cluster):
-    """Two losses under one job. First only the agent of its domain is killed: the domain is
-    found down though its node is healthy, and the run stops at its next ask, so Ray Train
-    releases its workers (a run cancelled by force could hold them, and the job's next run
-    wait for ever). Then the raylet of the domain it resumed in (a node lost): found down
-    within 3 s. Each time the job goes on from its last checkpoint in another domain, every
-    checkpointed step trained once, and finishes."""
+def test_the_live_dashboard_in_headless_chromium_shows_the_live_jobs(cluster, wide_low):
+    """The controller publishes to the board the studies use: the API's `/` shows the live
+    domains and the jobs running on them."""
+    from tests.test_monitor import Dom, chromium
+
+    browser = chromium()
     state, started = cluster
-    xds("submit", str(JOBS / "gpt-long.yaml"), state=state)
-    first = job_domain(wait_for(state, "gpt-long", lambda r: r["step"] >= 12))
-    node_processes(started, first, "DomainAgent")[0].kill()
-    row = wait_for(state, "gpt-long", lambda r: r["attempts"] == 2 and r["step"] >= 80)
-    second = job_domain(row)
-    (raylet,) = node_processes(started, second, "raylet")
-    raylet.kill()
-    killed_at = time.time()
-    done = wait_for(state, "gpt-long", lambda r: r["status"] in ("done", "failed"))
-    assert done["status"] == "done" and done["step"] == done["steps"], done
-    assert second not in done["domains"] and done["attempts"] == 3, done
-    events = json.loads(xds("logs", "gpt-long", "--json", state=state))["events"]
+    wait_for(state, wide_low, lambda r: r["status"] == "running")
+    done = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=6000",
+         "--dump-dom", f"{started['api']}/?policy=live&token={started['api_token']}"],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    dom = Dom()
+    dom.feed(done.stdout)
+    body = next(a for t, a in dom.elements if t == "body")
+    assert body["data-policy"] == "live" and int(body["data-updates"]) >= 2
+    assert {a["data-domain"] for t, a in dom.elements if t == "g" and "data-domain" in a} == {
+        "east", "west", "north"}
+    running = {a["data-job"] for t, a in dom.elements
+               if t == "tr" and a.get("data-state") == "running"}
+    assert wide_low in running, running
+    assert "the live cluster, up" in done.stdout
+
+
+@needs_fabric
+@pytest.mark.slow
+def test_a_priority_job_preempts_a_running_one_which_resumes_from_its_checkpoint(
+        cluster, wide_low, tmp_path):
+    """wide-low holds every accelerator; a job of priority 5 arrives: wide-low saves a
+    checkpoint at its next question and queues again, the urgent job trains and finishes, and
+    wide-low goes on from the step it saved (then it is cancelled while running: within 5 s)."""
+    import yaml
+
+    state, started = cluster
+    wait_for(state, wide_low, lambda r: r["status"] == "running" and r["step"] >= 3)
+    spec = {**load_job(JOBS / "gpt-long.yaml").model_dump(), "name": "urgent", "steps": 20,
+            "priority": 5}
+    (tmp_path / "urgent.yaml").write_text(yaml.safe_dump(spec))
+    xds("submit", str(tmp_path / "urgent.yaml"), state=state)
+    assert wait_for(state, "urgent", lambda r: r["status"] in ("done", "failed"))[
+        "status"] == "done"
+    resumed = wait_for(state, wide_low, lambda r: r["attempts"] >= 2 and r["status"] ==
+                       "running")
+    events = json.loads(xds("logs", wide_low, "--json", state=state))["events"]
+    kinds = [e["event"] for e in events]
+    preempting = next(e for e in events if e["event"] == "preempting")
+    preempted = next(e for e in events if e["event"] == "preempted")
+    assert preempting["why"].startswith("preempted for urgent (priority 5 over 1)")
+    saved = preempted["checkpoint"]
+    after = [e["step"] for e in events[kinds.index("preempted"):] if e["event"] == "step"]
+    urgent = json.loads(xds("logs", "urgent", "--json", state=state))["events"]
+    placed = next(e["time"] for e in urgent if e["event"] == "placed")
+    print(f"wide-low preempted at step {preempting['at_step']}, saved step {saved}; urgent "
+          f"placed {placed - preempted['time']:.1f} s after; wide-low went on at "
+          f"{after[:1]} (attempt {resumed['attempts']})")
+    assert placed >= preempted["time"]  # it took what wide-low gave back
+    assert after and after[0] == saved + 1 and saved >= preempting["at_step"], (saved, after)
+    row, _ = cancelled_within(started["api"], auth_of(started), wide_low)
+    assert row["status"] == "cancelled"
+
+
+@needs_fabric
+@pytest.mark.slow
+def test_over_http_a_job_stuck_in_its_start_is_failed_by_the_watchdog_and_cancelled(
+        cluster, tmp_path):
+    """The jobs API (what every `xds` job command asks), on a job whose code hangs before its
+    first step: the watchdog ends its run after its start-up timeout (its placement group
+    removed) and queues it again. Cancelled while it starts again it ends within 5 s, as a
+    queued job does; no placement group outlives its run. (A running job's cancel: the
+    preemption test; a moving one's: the link-drop test.)"""
+    import requests
+
+    state, started = cluster
+    api, auth = started["api"], auth_of(started)
+    jobs = f"{api}/jobs"
+    (tmp_path / "hang.py").write_text("import time\ntime.sleep(3600)\n")
+    stuck = {"name": "stuck", "script": str(tmp_path / "hang.py"), "startup_timeout_s": 20.0,
+             "workers": {"min": 2, "max": 2}}
+    assert requests.get(jobs, timeout=30).status_code == 401  # no token
+    made = requests.post(jobs, json=stuck, headers=auth, timeout=30)
+    assert made.status_code == 201 and made.json()["job"] == "stuck", made.text
+    assert requests.post(jobs, json=stuck, headers=auth, timeout=30).status_code == 409
+    for bad, field in (({"global_batch": 0}, "global_batch"), ({"tenant": "lab"}, "tenant"),
+                       # no plan trains 16 samples on 6 workers, even on the idle cluster
+                       ({"workers": {"min": 6, "max": 6}, "global_batch": 16}, "workers")):
+        refused = requests.post(jobs, json={"name": "refused", **bad}, headers=auth,
+                                timeout=30)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["detail"][0]["loc"] == ["body", field], refused.text
+    row = wait_for(state, "stuck", lambda r: r["attempts"] >= 2 and r["status"] == "starting",
+                   timeout_s=120)
+    big = {"name": "too-big", "workers": {"min": 6, "max": 6}, "global_batch": 48}
+    assert requests.post(jobs, json=big, headers=auth, timeout=30).status_code == 201
+    assert wait_for(state, "too-big", lambda r: True)["status"] == "queued"  # stuck holds 2
+    big, took_queued = cancelled_within(api, auth, "too-big")
+    gone, took_starting = cancelled_within(api, auth, "stuck")
+    events = requests.get(f"{jobs}/stuck/events", headers=auth, timeout=30).json()["events"]
+    watchdog = next(e for e in events if e["event"] == "watchdog")
+    print(f"watchdog after {watchdog['after_s']:.1f} s ({watchdog['stage']}); cancelled "
+          f"queued in {took_queued:.2f} s, starting in {took_starting:.2f} s")
+    assert [e["event"] for e in events][:2] == ["submitted", "placed"]
+    assert watchdog["stage"] == "starting" and watchdog["after_s"] >= 20.0
+    assert watchdog["placement_group"] == "xds-run-stuck-1"
+    assert big["status"] == gone["status"] == "cancelled" and big["attempts"] == 0
+    assert requests.get(f"{jobs}/nobody", headers=auth, timeout=30).status_code == 404
+    assert requests.delete(f"{jobs}/nobody", headers=auth, timeout=30).status_code == 404
+    domains = requests.get(f"{api}/live/domains", headers=auth, timeout=30).json()
+    assert {d["domain"]: d["status"] for d in domains["domains"]} == dict.fromkeys(
+        ("east", "west", "north"), "up")
+    listed = {j["job"]: j for j in requests.get(jobs, headers=auth, timeout=30).json()["jobs"]}
+    groups = placement_groups(state)
+    assert groups.get("xds-run-stuck-1") == groups.get(f"xds-run-stuck-{row['attempts']}") \
+        == "REMOVED", groups
+    assert held_by_nobody(state, listed) == {}
+
+
+BURN = "import time\nend = time.time() + {seconds}\nwhile time.time() < end: pass\n"
+
+
+@needs_fabric
+@pytest.mark.slow
+def test_under_load_only_a_killed_raylets_domain_is_found_down_and_the_hf_job_resumes(
+        cluster, tmp_path):
+    """The transformers GPT-2 example trains across two domains; four busy processes load the
+    machine's two cores (as `stress-ng --cpu 4`). The agent of one of its domains is killed:
+    the domain is suspected, its raylet still answers, so it is not found down and the job
+    trains on. Then the raylet of one of its domains is killed (a node lost): found down
+    within 3 s; the job goes on from its last checkpoint on the domains left (the load off
+    by then), every checkpointed step trained once, and finishes. No other domain is ever
+    found down, and no placement group outlives its run."""
+    import yaml
+
+    pytest.importorskip("transformers", reason="the hf extra is not installed")
+    state, started = cluster
+    spec = {**load_job(JOBS / "hf-gpt2.yaml").model_dump(), "steps": 150}
+    (tmp_path / "hf.yaml").write_text(yaml.safe_dump(spec))
+    xds("submit", str(tmp_path / "hf.yaml"), state=state)
+    row = wait_for(state, "hf-gpt2", lambda r: r["step"] >= 12, timeout_s=600)
+    first, second = sorted(row["domains"])
+    burners = [subprocess.Popen([sys.executable, "-c", BURN.format(seconds=120)])
+               for _ in range(4)]
+    try:
+        node_processes(started, first, "DomainAgent")[0].kill()
+        at = row["step"]
+        row = wait_for(state, "hf-gpt2", lambda r: r["step"] >= at + 8)
+        assert row["attempts"] == 1, row  # a suspicion the raylet refuted: it trained on
+        (raylet,) = node_processes(started, second, "raylet")
+        raylet.kill()
+        killed_at = time.time()
+        wait_for(state, "hf-gpt2", lambda r: r["attempts"] >= 2, timeout_s=60)
+    finally:
+        for b in burners:
+            b.kill()
+    done = wait_for(state, "hf-gpt2", lambda r: r["status"] in ("done", "failed"),
+                    timeout_s=600)
+    events = json.loads(xds("logs", "hf-gpt2", "--json", state=state))["events"]
+    cluster_events = live_events(started)
+    down = [e for e in cluster_events if e["event"] == "domain_down"]
+    suspected = [(e["domain"], e["why"][:60]) for e in cluster_events
+                 if e["event"] == "domain_suspect"]
     requeued = [e for e in events if e["event"] == "requeued"]
-    ended = [e["event"] for e in events if e["event"] in ("stopped_lost", "cancelled_lost")]
-    print(f"{first}'s agent killed, then {second}'s raylet: found down at steps "
-          f"{[e['from_step'] for e in requeued]}, the second "
-          f"{requeued[-1]['down_at'] - killed_at:.2f} s after the kill; runs {ended}; "
-          f"finished in {done['domains']}")
-    assert [e["domain"] for e in requeued] == [first, second], requeued
-    assert ended[0] == "stopped_lost", ended  # the healthy node's run stopped by itself
-    assert requeued[-1]["down_at"] - killed_at < 3.0, requeued[-1]["down_at"] - killed_at
+    print(f"hf-gpt2 on {first}+{second}; {first}'s agent killed, then {second}'s raylet: "
+          f"suspected {suspected}; found down {[(e['domain'], e['evidence']) for e in down]}, "
+          f"{down[-1]['time'] - killed_at:.2f} s after the kill; finished on {done['domains']}")
+    assert done["status"] == "done" and done["step"] == done["steps"], done
+    assert [e["domain"] for e in down] == [second], down  # no false "down"
+    assert down[0]["time"] - killed_at < 3.0
+    assert first in [d for d, _ in suspected]  # its dead agent: suspected, refuted
+    assert [e["domain"] for e in requeued] == [second] and done["attempts"] == 2, requeued
+    assert second not in done["domains"] and done["loss"] < done["first_loss"] - 1.0, done
     assert_resumed(events, done["steps"])
+    jobs = {j["job"]: j for j in json.loads(xds("jobs", "--json", state=state))["jobs"]}
+    assert held_by_nobody(state, jobs) == {}
+
+
+def live_events(started: dict) -> list[dict]:
+    """The cluster's own journal events (domains suspected, found down, back; links)."""
+    import requests
+
+    answer = requests.get(f"{started['api']}/live/events", headers=auth_of(started), timeout=30)
+    assert answer.status_code == 200, answer.text
+    return answer.json()["events"]
 
 
 def job_domain(row: dict) -> str:
@@ -690,12 +875,12 @@ def test_the_same_commands_run_on_a_cluster_given_by_address(existing_cluster, t
     base = {**env, "XDS_CLUSTER": str(state)}
 
     def run(*args, check=True, **kw):
-        done = subprocess.run([sys.executable, "-m", "xdscheduler.cli", *args], cwd=REPO,
+        done = subprocess.run([sys.executable, "-m", "xdscheduler", *args], cwd=REPO,
                               env=base, capture_output=True, text=True, timeout=300, **kw)
         assert not check or done.returncode == 0, done.stderr[-3000:]
         return done
 
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 300  # a loaded machine: its three Serve apps take minutes
     http = ["--http-port", str(free_port(address.split(":")[0]))]  # never 8000 in a test
     # the trained agents decide here, each step asked of the policy app over HTTP
     while run("up", str(LOCAL), "--address", address, *http, "--policy", "ppo",
@@ -716,7 +901,7 @@ def test_the_same_commands_run_on_a_cluster_given_by_address(existing_cluster, t
     job_env = {k: v for k, v in base.items() if k != "XDS_CLUSTER"}
     submitted = subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), "ray"), "job", "submit", "--address",
-         dashboard, "--", sys.executable, "-m", "xdscheduler.cli", "jobs", "--json"],
+         dashboard, "--", sys.executable, "-m", "xdscheduler", "jobs", "--json"],
         env=job_env, capture_output=True, text=True, timeout=180, cwd=REPO)
     assert submitted.returncode == 0, submitted.stderr[-3000:]
     assert '"job": "gpt-small"' in submitted.stdout and '"status": "done"' in submitted.stdout

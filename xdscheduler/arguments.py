@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import unicodedata
 from collections.abc import Callable
+
+from xdscheduler.errors import Interrupted, UserError
 
 SEED_LIMIT = 2**32  # numpy's seeds
 PORT = (1, 65535)
@@ -20,6 +23,33 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"xds: error: {one_line(message)} (see {self.prog} --help)\n")
+
+
+def run(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
+    """Parse `argv` and run the command it names (`args.fn`); the exit status: 2 with one line
+    on standard error for bad input, 130 with one line for Ctrl-C, 0 for --help and a closed
+    pipe."""
+    try:
+        for word in sys.argv[1:] if argv is None else argv:
+            if why := invisible(word):  # a look-up ignoring punctuation would drop it
+                raise UserError(f"{word!r} {why}; type it plainly")
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as stop:  # --help (0), or a bad argument, said in one line (2)
+            return stop.code if isinstance(stop.code, int) else 2
+        args.fn(args)
+    except Interrupted as err:
+        print(f"xds: {one_line(err)}", file=sys.stderr)
+        return err.exit_code
+    except UserError as err:
+        print(f"xds: error: {one_line(err)}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("xds: interrupted", file=sys.stderr)
+        return Interrupted.exit_code
+    except BrokenPipeError:
+        return 0
+    return 0
 
 
 def one_line(text: str) -> str:

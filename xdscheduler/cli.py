@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from xdscheduler import catalog
-from xdscheduler.arguments import Parser, invisible, number, one_line, port, seed
+from xdscheduler.arguments import Parser, number, port, run, seed
 from xdscheduler.costmodel import cli as costmodel_cli
 from xdscheduler.costmodel.plan import DTYPES
 from xdscheduler.errors import Interrupted, UserError
@@ -621,27 +621,7 @@ def _logging() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     _logging()
-    try:
-        for word in sys.argv[1:] if argv is None else argv:
-            if why := invisible(word):  # a look-up ignoring punctuation would drop it
-                raise UserError(f"{word!r} {why}; type it plainly")
-        try:
-            args = build_parser().parse_args(argv)
-        except SystemExit as stop:  # --help (0), or a bad argument, said in one line (2)
-            return stop.code if isinstance(stop.code, int) else 2
-        args.fn(args)
-    except Interrupted as err:
-        print(f"xds: {one_line(err)}", file=sys.stderr)
-        return err.exit_code
-    except UserError as err:
-        print(f"xds: error: {one_line(err)}", file=sys.stderr)
-        return err.exit_code
-    except KeyboardInterrupt:
-        print("xds: interrupted", file=sys.stderr)
-        return Interrupted.exit_code
-    except BrokenPipeError:
-        return 0
-    return 0
+    return run(build_parser(), argv)
 
 
 if __name__ == "__main__":

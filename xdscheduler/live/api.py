@@ -8,23 +8,30 @@ control plane and cannot know its jobs):
     GET /jobs               every job: where, how far, predicted and measured step time
     GET /jobs/{name}        one job (404: none of that name)
     GET /jobs/{name}/events its decisions, steps and faults, from the journal (`xds logs`)
-    DELETE /jobs/{name}     cancel it (at its next step boundary)
+    DELETE /jobs/{name}     cancel it: queued or starting, at once; running, at its next step
+                            boundary, or by force within 2 s
+    GET /live/domains       each domain as its agent reported it, its status (up, suspect,
+                            down) and its jobs now (`xds domains`; an application of its own,
+                            `xds-live`, beside the jobs)
+    GET /live/events        the cluster's own journal: domains suspected, cleared, found down
 
-Both ask for the cluster's API token (`Authorization: Bearer <token>`, in the state file).
+All ask for the cluster's API token (`Authorization: Bearer <token>`, in the state file).
 """
 
 # No `from __future__ import annotations`: FastAPI reads the route annotations as classes.
+
+from typing import Any
 
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel
 from ray import serve
 
 from xdscheduler.errors import UserError
-from xdscheduler.live.cluster import HEAD_LABEL, ClusterState
 from xdscheduler.live.jobs import JobRow, LiveJob
+from xdscheduler.live.state import HEAD_LABEL, ClusterState
 from xdscheduler.serving.gate import Gate, allow_every_method, configure, secured_openapi
 
-JOBS_APP, POLICY_APP = "xds-jobs", "xds"
+JOBS_APP, POLICY_APP, LIVE_APP = "xds-jobs", "xds", "xds-live"
 ON_HEAD = {"label_selector": {HEAD_LABEL: "head"}}  # not on a domain: it would take a core
 
 
@@ -43,6 +50,9 @@ app = FastAPI(title="xdscheduler live jobs",
               description="Submit, follow and cancel training jobs on the live cluster.",
               responses={503: refused("the controller did not answer in time")})
 NOT_FOUND = {404: refused("no job of that name")}
+live_app = FastAPI(title="xdscheduler live domains",
+                   description="The live cluster's domains as its controller sees them.",
+                   responses={503: refused("the controller did not answer in time")})
 
 
 class PrefixRoot:
@@ -58,16 +68,45 @@ class PrefixRoot:
         return await self.app(scope, receive, send)
 
 
-app.add_middleware(Gate)
-app.add_middleware(PrefixRoot)
-allow_every_method(app)
+for _app in (app, live_app):
+    _app.add_middleware(Gate)
+    _app.add_middleware(PrefixRoot)
+    allow_every_method(_app)
+app.openapi = lambda: secured_openapi(app)
+live_app.openapi = lambda: secured_openapi(live_app)
 
 
-def _openapi() -> dict:
-    return secured_openapi(app)
+class ProbedLink(BaseModel):
+    """A link in one direction as the last `xds links probe` measured it."""
+
+    link: str
+    src: str
+    dst: str
+    configured_gbps: float
+    measured_gbps: float
 
 
-app.openapi = _openapi
+class LiveDomains(BaseModel):
+    """Each domain: its status (up, suspect: silent but not confirmed dead, down), its jobs
+    now, and its agent's last report (nodes, free accelerators, links, forecast, the 12
+    indicators)."""
+
+    domains: list[dict[str, Any]]
+    probed: list[ProbedLink]
+
+
+def _ask(state: ClusterState, method: str, *args):
+    """The controller's answer (it is started on first use, as the CLI does); 503 when it does
+    not answer in time."""
+    from xdscheduler.live import controller
+
+    try:
+        return controller.ask(getattr(controller.controller(state), method), *args,
+                              timeout_s=30)
+    except UserError as err:
+        if "did not answer" in str(err):
+            raise HTTPException(503, str(err)) from None
+        raise
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0, **ON_HEAD})
@@ -81,26 +120,20 @@ class JobsService:
         self.book = book
 
     def _ask(self, method: str, *args):
-        """The controller's answer (it is started on first use, as the CLI does); 503 when it
-        does not answer in time."""
-        from xdscheduler.live import controller
-
         if self.book is not None:
             return getattr(self.book, method)(*args)
-        try:
-            return controller.ask(getattr(controller.controller(self.state), method), *args,
-                                  timeout_s=30)
-        except UserError as err:
-            if "did not answer" in str(err):
-                raise HTTPException(503, str(err)) from None
-            raise
+        return _ask(self.state, method, *args)
 
     @app.post("/", status_code=201, responses={409: refused("a job of that name exists")})
     def submit(self, job: LiveJob) -> JobRow:
         try:
             return self._ask("submit", job.model_dump())
-        except UserError as err:  # the controller refuses a name it has
-            raise HTTPException(409, str(err)) from None
+        except UserError as err:  # the controller refuses a name it has, a tenant it has not
+            if "exists already" in str(err):
+                raise HTTPException(409, str(err)) from None
+            where = "tenant" if "tenant" in str(err) else "workers"
+            raise HTTPException(422, [{"type": "value_error", "loc": ["body", where],
+                                       "msg": str(err)}]) from None
 
     @app.get("/")
     def jobs(self) -> dict[str, list[JobRow]]:
@@ -125,6 +158,24 @@ class JobsService:
         return answer
 
 
+@serve.deployment(ray_actor_options={"num_cpus": 0, **ON_HEAD})
+@serve.ingress(live_app)
+class LiveService:
+    def __init__(self, state: str, token: str):
+        configure(token)
+        self.state = ClusterState.model_validate_json(state)
+
+    @live_app.get("/domains")
+    def domains(self) -> LiveDomains:
+        return _ask(self.state, "domains")
+
+    @live_app.get("/events")
+    def events(self) -> dict[str, list[dict[str, Any]]]:
+        """The cluster's own journal: domains suspected, cleared, found down and back, links
+        that swung, probes and profiles."""
+        return {"events": _ask(self.state, "events", "")}
+
+
 def deploy(state: ClusterState, host: str, port: int) -> ClusterState:
     """Start Serve's proxy on the head at HOST:PORT (where none runs yet) and deploy both apps
     there; the state with their URL and token. Call as a driver of the cluster."""
@@ -139,12 +190,14 @@ def deploy(state: ClusterState, host: str, port: int) -> ClusterState:
     state = state.model_copy(update={"api": f"http://{host}:{port}", "api_token": token})
     serve.run(JobsService.bind(state.model_dump_json(), token), name=JOBS_APP,
               route_prefix="/jobs", blocking=False)
-    wait_answering(state.api, ["/healthz", "/jobs"], token, timeout_s=120)
+    serve.run(LiveService.bind(state.model_dump_json(), token), name=LIVE_APP,
+              route_prefix="/live", blocking=False)
+    wait_answering(state.api, ["/healthz", "/jobs", "/live/domains"], token, timeout_s=120)
     return state
 
 
 def undeploy() -> list[str]:
-    """Delete both apps from a cluster `xds up` only attached to (Serve itself runs on)."""
-    for name in (POLICY_APP, JOBS_APP):
+    """Delete the apps from a cluster `xds up` only attached to (Serve itself runs on)."""
+    for name in (POLICY_APP, JOBS_APP, LIVE_APP):
         serve.delete(name)
-    return ["deleted the HTTP apps (policy and jobs)"]
+    return ["deleted the HTTP apps (policy, jobs, live)"]

@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import logging
+import sys
 import time
 from pathlib import Path
 
@@ -15,10 +16,11 @@ from xdscheduler.errors import UserError
 from xdscheduler.textfile import output_file, write_atomic
 
 log = logging.getLogger("xdscheduler.live")
+CANCEL_WAIT_S = 10.0  # how long `xds cancel` follows a job to its end (it takes < 5 s)
 
 
 def _state_path(args) -> Path:
-    from xdscheduler.live.cluster import default_state_path
+    from xdscheduler.live.client import default_state_path
 
     return Path(args.state) if args.state else default_state_path()
 
@@ -51,12 +53,6 @@ def register(sub) -> None:
     _with_state(p)
     p.add_argument("--json", action="store_true", help="print the state as one JSON object")
     p.set_defaults(fn=cmd_up)
-
-    p = sub.add_parser("domains", help="each domain as its agent last reported it: nodes, free "
-                       "accelerators, jobs, link samples, demand forecast")
-    _with_state(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(fn=cmd_domains)
 
     p = sub.add_parser("down", help="stop what `xds up` started (by process id) and remove its "
                        "namespaces")
@@ -99,12 +95,22 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(fn=cmd_profile)
 
+    register_http(sub)
+
+
+# The commands that only ask the live API over HTTP: `xds` runs them without importing the rest
+# of the package (`xdscheduler.entry`), and they answer in what Python and one request take.
+HTTP_COMMANDS = ("submit", "jobs", "logs", "cancel", "domains")
+
+
+def register_http(sub) -> None:
     for name, fn, text, job in (
             ("submit", cmd_submit, "submit a training job to the live cluster", True),
             ("jobs", cmd_jobs, "the live cluster's jobs: where, how far, predicted and "
              "measured step time", False),
             ("logs", cmd_logs, "a job's decisions, steps and faults, from the journal", True),
-            ("cancel", cmd_cancel, "stop a job (at its next step boundary)", True)):
+            ("cancel", cmd_cancel, "stop a job in any state, and follow it to its end (< 5 s)",
+             True)):
         p = sub.add_parser(name, help=text, description=text)
         if job:
             p.add_argument("job", help="job file (YAML), e.g. scenarios/jobs/gpt-small.yaml"
@@ -113,6 +119,20 @@ def register(sub) -> None:
         if name != "cancel":
             p.add_argument("--json", action="store_true", help="print one JSON object")
         p.set_defaults(fn=fn)
+    p = sub.add_parser("domains", help="each domain as its agent last reported it: status (up, "
+                       "suspect, down), nodes, free accelerators, jobs, links, demand forecast")
+    _with_state(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(fn=cmd_domains)
+
+
+def http_main(argv: list[str]) -> int:
+    """`xds COMMAND ...` for the HTTP commands alone, as `xdscheduler.cli.main` runs any."""
+    from xdscheduler.arguments import Parser, run
+
+    parser = Parser(prog="xds", description="the live cluster's jobs and domains over HTTP")
+    register_http(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    return run(parser, argv)
 
 
 def cmd_up(args) -> None:
@@ -137,10 +157,15 @@ def cmd_up(args) -> None:
           f"(docs at {state.api}/jobs/docs; bearer token: api_token in the state file)")
 
 
+def _progress(line: str) -> None:
+    """A progress line of a long command, on stderr (stdout holds its answer, --json)."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def cmd_down(args) -> None:
     from xdscheduler.live import cluster
 
-    for line in cluster.down(_state_path(args)):
+    for line in cluster.down(_state_path(args), _progress):
         print(line)
 
 
@@ -156,7 +181,7 @@ def cmd_links_probe(args) -> None:
 
     state = cluster.connect(_state_path(args))
     from xdscheduler.live import probe  # imports ray: after connect set its token
-    rows = probe.probe_links(cluster.load_scenario(state.scenario), args.seconds)
+    rows = probe.probe_links(cluster.load_scenario(state.scenario), args.seconds, _progress)
     from xdscheduler.live import controller
 
     controller.ask(controller.controller(state).links_probed, rows)  # the domains' samples
@@ -171,57 +196,53 @@ def cmd_links_probe(args) -> None:
               f"{r['measured_gbps']:>16.3f} {err:>+8.1%}")
 
 
-def _ask(args, method: str, *call_args):
-    """The answer of the cluster's controller (started on first use) to one call; this
-    process leaves the cluster before anything is printed, so Ray adds nothing to stdout."""
-    from xdscheduler.live import cluster
+def _api(args):
+    """The cluster's HTTP API (`live.client`): no Ray driver, an answer in well under a second."""
+    from xdscheduler.live.client import client
 
-    state = cluster.connect(_state_path(args))
-    from xdscheduler.live import controller  # imports ray: after connect set its token
-
-    try:
-        return controller.ask(getattr(controller.controller(state), method), *call_args)
-    finally:
-        cluster.disconnect()
+    return client(args.state)
 
 
 def cmd_submit(args) -> None:
-    from xdscheduler.live.jobs import load_job
+    from xdscheduler.yamlfile import read_yaml
 
-    job = load_job(args.job)
-    row = _ask(args, "submit", job.model_dump())
+    spec = read_yaml(args.job, "job")
+    if not isinstance(spec, dict):
+        raise UserError(f"{args.job}: a job file is a mapping of fields (name, model, steps, "
+                        "...); see scenarios/jobs/")
+    row = _api(args).submit(spec, args.job)
     print(json.dumps(row) if args.json else f"submitted {row['job']}: {row['status']}")
 
 
 def cmd_jobs(args) -> None:
-    rows = _ask(args, "list_jobs")
+    rows = _api(args).jobs()
     if args.json:
         print(json.dumps({"jobs": rows}))
         return
     print("step times: predicted by the model (pred.), as corrected from the steps seen "
           "(corr.), measured (meas., median)")
     print(f"{'job':<20} {'status':<10} {'domains':<22} {'step':>9} {'loss':>7} "
-          f"{'pred. s':>8} {'corr. s':>8} {'meas. s':>8}")
+          f"{'pred. s':>8} {'corr. s':>8} {'meas. s':>8} {'start s':>8}")
     for r in rows:
         where = "+".join(f"{d}:{n}" for d, n in r["domains"].items()) or "-"
         print(f"{r['job']:<20} {r['status']:<10} {where:<22} "
               f"{r['step']:>4}/{r['steps']:<4} {_num(r['loss'], 3):>7} "
               f"{_num(r['predicted_step_s'], 3):>8} {_num(r['corrected_step_s'], 3):>8} "
-              f"{_num(r['measured_step_s'], 3):>8}")
+              f"{_num(r['measured_step_s'], 3):>8} {_num(r.get('startup_s'), 3):>8}")
 
 
 def cmd_domains(args) -> None:
-    out = _ask(args, "domains")
+    out = _api(args).domains()
     if args.json:
         print(json.dumps(out))
         return
     probed = {(r["src"], r["dst"]): r["measured_gbps"] for r in out["probed"]}
-    print(f"{'domain':<10} {'status':<6} {'nodes':>5} {'free/CPUs':>10} {'free/GPUs':>10} "
+    print(f"{'domain':<10} {'status':<8} {'nodes':>5} {'free/CPUs':>10} {'free/GPUs':>10} "
           f"{'held':>5} {'in 10 min':>10} {'in 1 h':>8}  jobs")
     for d in out["domains"]:
         ahead = {h["horizon_min"]: h["mean"] for h in d.get("forecast") or []}
         jobs = ", ".join(f"{j['job']}:{j['workers']}" for j in d.get("jobs", [])) or "-"
-        print(f"{d['domain']:<10} {d['status']:<6} {_num(d.get('nodes'), 3):>5} "
+        print(f"{d['domain']:<10} {d['status']:<8} {_num(d.get('nodes'), 3):>5} "
               f"{_num(d.get('free_cpus'), 4)}/{_num(d.get('cpus'), 4):<5} "
               f"{_num(d.get('free_gpus'), 4):>4}/{_num(d.get('gpus'), 4):<5} "
               f"{_num(d.get('held'), 4):>5} {_num(ahead.get(10), 3):>10} "
@@ -242,7 +263,7 @@ def cmd_domains(args) -> None:
 
 
 def cmd_logs(args) -> None:
-    events = _ask(args, "events", args.job)
+    events = _api(args).events(args.job)
     if not events:
         raise UserError(f"no job named {args.job!r}; `xds jobs` lists them")
     if args.json:
@@ -259,11 +280,18 @@ def cmd_logs(args) -> None:
 
 
 def cmd_cancel(args) -> None:
-    row = _ask(args, "cancel_job", args.job)
+    """Cancel, then follow the job to its end (a running one stops within CANCEL_GRACE_S)."""
+    api = _api(args)
+    start = time.monotonic()
+    row = api.cancel(args.job)
     if row is None:
         raise UserError(f"no job named {args.job!r}; `xds jobs` lists them")
-    print(f"{args.job}: {row['status']}" + (" (stops at its next step boundary)"
-                                            if row["status"] == "running" else ""))
+    while row["status"] not in ("done", "failed", "cancelled") and \
+            time.monotonic() - start < CANCEL_WAIT_S:
+        time.sleep(0.2)
+        row = api.job(args.job) or row
+    print(f"{args.job}: {row['status']} at step {row['step']} "
+          f"({time.monotonic() - start:.1f} s)")
 
 
 def _num(v, digits: int) -> str:

@@ -16,23 +16,24 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Literal
-
-from pydantic import Field
 
 from xdscheduler.errors import UserError
 from xdscheduler.live import fabric as fab
 from xdscheduler.live import quota
-from xdscheduler.network.dynamics import base_matrices
+from xdscheduler.live.state import (
+    DOMAIN_LABEL,
+    HEAD_LABEL,
+    NAMESPACE,
+    ClusterState,
+    Started,
+    default_state_path,
+    load,
+    save,
+)
 from xdscheduler.scenario import Scenario, load_scenario
-from xdscheduler.schema import Strict
-from xdscheduler.textfile import read_text, write_atomic
 
 log = logging.getLogger("xdscheduler.live")
 
-DOMAIN_LABEL = "xds.domain"
-HEAD_LABEL = "xds.role"
-NAMESPACE = "xds-live"  # the Ray namespace of the controller and the domain actors
 # The head, every node's Ray daemons and the controller are not held to a quota: the domains'
 # quotas leave them half a core, so an accelerator gets its share even when they are busy.
 HEAD_CORES = 0.5
@@ -41,96 +42,6 @@ NODE_TIMEOUT_S = 120.0  # a node that has not joined by then will not (2 busy co
 # controller, Serve's) and `ray start --block` itself hang once the raylet is gone and would
 # hold `xds down` for the whole grace: they are killed after it
 STOP_GRACE_S = 3.0
-MAX_STATE_BYTES = 1 << 20  # a state file: a few KB
-
-
-def default_state_path() -> Path:
-    """Where `xds up` records its cluster: XDS_CLUSTER, else ~/.xds/cluster.json."""
-    env = os.environ.get("XDS_CLUSTER")
-    return Path(env) if env else Path.home() / ".xds" / "cluster.json"
-
-
-class Started(Strict):
-    pid: int
-    role: str  # head | node
-    domain: str | None = None
-    cgroup: str | None = None  # the CPU cgroup it runs in (removed by down)
-    started_at: float | None = None  # its start time (psutil's): a reused pid is not it
-
-    @classmethod
-    def of(cls, proc, **fields) -> Started:
-        import psutil
-
-        return cls(pid=proc.pid, started_at=psutil.Process(proc.pid).create_time(), **fields)
-
-    def ours(self) -> bool:
-        """Whether the process is still the one `up` started: its start time where recorded,
-        and a Ray command line; never what a reused pid or an edited state file names."""
-        import psutil
-
-        try:
-            proc = psutil.Process(self.pid)
-            same = self.started_at is None or abs(proc.create_time() - self.started_at) < 1
-            return same and "ray" in " ".join(proc.cmdline())
-        except psutil.Error:
-            return False
-
-
-class ClusterState(Strict):
-    """What a client needs to reach the cluster, and what `down` must stop."""
-
-    scenario: str  # the scenario file (absolute path)
-    address: str  # the GCS, HOST:PORT
-    dashboard: str | None = None  # http://HOST:PORT, for `ray job submit`
-    token: str | None = None  # Ray's token of this cluster (None: the environment's)
-    attached: bool = False  # True: someone else's cluster; down stops nothing
-    temp_dir: str | None = None
-    processes: list[Started] = Field(default_factory=list)
-    tag: str | None = None
-    subnet: str | None = None
-    domains: dict[str, str] = Field(default_factory=dict)  # name -> node IP (local clusters)
-    storage: str = ""  # where jobs checkpoint and the controller keeps its journal
-    profile: str | None = None  # the plain-dp profile jobs are planned with (None: the defaults)
-    policy: Literal["planner", "ppo"] = "planner"  # what decides where jobs run
-    api: str | None = None  # http://HOST:PORT of the policy app and the jobs API
-    api_token: str | None = None  # what their requests carry (Authorization: Bearer)
-
-    def fabric(self, scn: Scenario) -> fab.Fabric:
-        bw, _, _ = base_matrices(scn)
-        return fab.Fabric.plan([d.name for d in scn.domains], bw, self.tag, self.subnet)
-
-    def environment(self) -> dict[str, str]:
-        """Variables a Ray client of this cluster needs."""
-        # no scheduler events or log dedup notes on a client's standard output (--json); and a
-        # cluster of several nodes, whatever a single-machine Ray of this process's parent set
-        env = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_SCHEDULER_EVENTS": "0", "RAY_DEDUP_LOGS": "0",
-               "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
-        if self.token:
-            env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token}
-        if self.dashboard:
-            # Ray's state API (Ray Train's placement-group cleaner among its users) finds this
-            # cluster's dashboard here; without it, it reads Ray's default temp folder, which
-            # names another cluster or none (see live.training.trainer_env)
-            env["RAY_API_SERVER_ADDRESS"] = self.dashboard
-        return env
-
-
-def save(state: ClusterState, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, state.model_dump_json(indent=2))
-    path.chmod(0o600)  # it holds the cluster's token
-
-
-def load(path: Path) -> ClusterState:
-    if not path.exists():
-        raise UserError(f"no cluster recorded at {path}: start one with `xds up SCENARIO` "
-                        "(or set XDS_CLUSTER to its state file)")
-    try:
-        return ClusterState.model_validate_json(read_text(path, "cluster state file",
-                                                          MAX_STATE_BYTES, "JSON"))
-    except ValueError as err:
-        raise UserError(f"{path} is not a cluster state file: {str(err).splitlines()[0]}") \
-            from None
 
 
 def up(scenario_path: str, state_path: Path, address: str | None = None,
@@ -316,11 +227,12 @@ def check_labels(state: ClusterState, scn: Scenario) -> dict[str, int]:
     return {d.name: counts[d.name] for d in scn.domains}
 
 
-def down(state_path: Path) -> list[str]:
+def down(state_path: Path, say=None) -> list[str]:
     """Stop what `up` started (by process id) and remove its namespaces; on a cluster it only
-    attached to, stop the controller it started there and nothing else. What was done."""
+    attached to, stop the controller it started there and nothing else. What was done;
+    `say(line)` hears what it is doing as it goes."""
     state = load(state_path)
-    done = stop_controller(state) if state.attached else stop(state)
+    done = stop_controller(state) if state.attached else stop(state, say)
     state_path.unlink()
     return done
 
@@ -364,7 +276,7 @@ def reshape(state_path: Path, src: str, dst: str, gbps: float, both: bool) -> li
     return [f"{a} -> {b}: {gbps:g} Gbit/s" for a, b in pairs]
 
 
-def stop(state: ClusterState) -> list[str]:
+def stop(state: ClusterState, say=None) -> list[str]:
     """Stop every recorded process and remove the namespaces, whatever fails on the way (what
     could not be done is said)."""
     done = []
@@ -375,6 +287,8 @@ def stop(state: ClusterState) -> list[str]:
     for group in (nodes, [p for p in state.processes if p.role == "head"]):  # nodes first
         group = [p for p in group if p not in strangers]
         whats = [f"Ray {p.role} {p.domain or ''} (pid {p.pid})".replace("  ", " ") for p in group]
+        if say and whats:
+            say(f"stopping {', '.join(whats)} ...")
         try:
             gone = stop_processes([p.pid for p in group])
             done += [f"stopped {w}" if g else f"{w} had exited" for w, g in zip(whats, gone,

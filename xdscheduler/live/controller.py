@@ -1,31 +1,45 @@
 """The live control plane: a detached, named controller actor that owns one agent per domain,
 decides where submitted jobs run with the same policy the studies use, launches them as Ray
-Train runs pinned to their domains by label, hears every step, and writes a journal that a
-controller started after it replays (its running jobs go on from their last checkpoints)."""
+Train runs on placement groups of its own (pinned to their domains by label), hears every step,
+and writes a journal that a controller started after it replays (its running jobs go on from
+their last checkpoints).
+
+A job's life: queued -> starting (placed: its placement group made, its run launched, no step
+yet) -> running (-> moving / preempting: it stops at its next question and queues again) ->
+done, failed or cancelled; a run lost with a domain, failed, or stuck goes back to queued. The
+controller owns what it starts: every way out of a run removes its placement group, which ends
+its workers at once (`live.runs`)."""
 
 from __future__ import annotations
 
 import json
 import logging
-import statistics
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
+from pathlib import Path
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from xdscheduler.costmodel.plan import Stack
 from xdscheduler.errors import UserError
 from xdscheduler.live.agent import DomainAgent, indicators
-from xdscheduler.live.cluster import DOMAIN_LABEL, HEAD_LABEL, NAMESPACE, ClusterState
-from xdscheduler.live.jobs import JobRow, LiveJob
-from xdscheduler.live.training import ASK_EVERY, train_loop, trainer_env
+from xdscheduler.live.board import LIVE, LiveBoard, domains_state, job_state, links_state
+from xdscheduler.live.health import DomainHealth
+from xdscheduler.live.jobs import LiveJob
+from xdscheduler.live.planning import live_policy, options
+from xdscheduler.live.records import FINAL, WARMUP_STEPS, JobRecord, Rounds
+from xdscheduler.live.runs import (
+    make_placement_group,
+    placement_group_name,
+    run_training,
+    stages,
+)
+from xdscheduler.live.state import DOMAIN_LABEL, HEAD_LABEL, NAMESPACE, ClusterState
+from xdscheduler.live.tenancy import LiveTenancy, as_run
+from xdscheduler.live.training import ASK_EVERY, GO, SAVE_AND_STOP, STOP
 from xdscheduler.perception.indicators import checked
-from xdscheduler.planner.baselines import ONLINE
-from xdscheduler.planner.policies import PlannerPolicy
 from xdscheduler.planner.search import estimate_placement
-from xdscheduler.planner.space import SearchOptions
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.runtime.journal import open_log
 from xdscheduler.scenario import load_scenario
@@ -34,19 +48,8 @@ from xdscheduler.sim.correction import Correction
 log = logging.getLogger("xdscheduler.live")
 
 CONTROLLER = "xds-controller"
-TICK_S = 0.2  # how often the controller hears its domains and decides
-PING_TIMEOUT_S = 0.4  # a heartbeat not back within this is missed
-# Four late heartbeats in a row (a round is 0.6 s: < 3 s) and the domain is down; an agent that
-# answers with an error (its raylet gone) or is dead, at once. Two late ones were not enough:
-# while Ray Train runs start on 2 busy cores, a healthy agent answered late twice in a row.
-MISSES_TO_DOWN = 4
-WARMUP_STEPS = 3  # a run's first steps (allocation, first collectives) say nothing of speed
-# A run's step time is what its last this many steps took: enough that a few jittery steps do
-# not move it, few enough that a slowdown shows within as many steps, however long it ran
-RECENT_STEPS = 30
+TICK_S = 0.2  # how often the controller pings its domains and decides
 OBSERVE_EVERY = 5  # steps between two corrections from one run
-KEEP_CHECKPOINTS = 5  # per job, in its storage (Ray Train deletes the older ones)
-RESPAWN_EVERY = 20  # missed heartbeats between fresh agents for a domain that is down
 MOVE_GAIN = 2.0  # a running job moves when that saves this many times what moving costs
 # What the correction learnt halves (in logs) every this long unless runs confirm it: a domain
 # found slow and left since is tried again once its slowdown may be over
@@ -56,19 +59,13 @@ LINKS_EVERY_S = 1.0  # how often each domain's agent reads its links' rates (a q
 # A link whose rate an agent reports this far (relative) from what the controller plans with
 # has swung: the controller plans with the new rate and re-plans its running jobs
 LINK_SWING = 0.2
-# A run on a domain found down stops by itself: at its next ask if its workers live (a false
-# "down"), or when Ray Train finds a worker dead. Either way Ray Train releases its placement
-# group. Only a run still going after this long is cancelled by force: a forced cancel can
-# leave its placement group behind, and the job's next run would wait for ever for workers.
-LOST_STOP_S = 30.0
-# The live runner trains data-parallel plans (hierarchical across domains, DiLoCo every H):
-# the planner searches those, in FP32 (what CPUs and gloo run), DiLoCo every 10 steps, with
-# the runner's own software: a plain loop that reduces the gradients after the backward pass.
-LIVE_OPTIONS = replace(ONLINE, tensor=(1,), max_pipeline=1, context=(1,), virtual=(1,),
-                       kinds=("single", "data"), dtype="fp32", diloco_h=(0, 10),
-                       micro_batch=(1, 2, 4, 8, 16), stack=Stack.preset("plain-dp"),
-                       balance=False)  # the runner gives every replica an even share
-
+# A cancelled run stops by itself at its next question (every ASK_EVERY steps); one still going
+# this long after is ended by force (its placement group removed): cancel takes < 5 s always
+CANCEL_GRACE_S = 2.0
+MAX_FAILED_RUNS = 3  # runs in a row that fail (an error, the watchdog) before the job fails
+# A domain's agent that is dead, or that has not answered this long on a domain not found down
+# (hung), is replaced, at most every RESPAWN_S
+AGENT_STUCK_S, RESPAWN_S = 10.0, 5.0
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
     idx INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, job TEXT NOT NULL,
@@ -76,157 +73,12 @@ CREATE TABLE IF NOT EXISTS events (
 """
 
 
-class Rounds:
-    """One question asked of every domain's agent every `every_s`, at most one under way per
-    domain: nothing here waits for an answer, and a slow domain delays no other."""
-
-    def __init__(self, every_s: float):
-        self.every_s, self.asked_at = every_s, 0.0
-        self.under_way: dict[str, ray.ObjectRef] = {}
-
-    def answers(self) -> dict[str, object]:
-        """Per domain, its answer that came back since the last call (the error, if it
-        failed)."""
-        if not self.under_way:
-            return {}
-        ready, _ = ray.wait(list(self.under_way.values()), num_returns=len(self.under_way),
-                            timeout=0)
-        out = {}
-        for n, ref in [(n, r) for n, r in self.under_way.items() if r in ready]:
-            del self.under_way[n]
-            try:
-                out[n] = ray.get(ref)
-            except (RayActorError, RayTaskError) as err:
-                out[n] = err
-        return out
-
-    def due(self) -> bool:
-        """Whether a round is due now (then it counts as asked)."""
-        if time.time() - self.asked_at < self.every_s:
-            return False
-        self.asked_at = time.time()
-        return True
-
-    def ask(self, name: str, call) -> None:
-        """`call()` (an ObjectRef) for domain `name`, unless its last answer is still due."""
-        if name not in self.under_way:
-            self.under_way[name] = call()
-
-
-@dataclass
-class JobRecord:
-    job: LiveJob
-    submitted: float
-    status: str = "queued"  # queued, running, done, failed, cancelled
-    placement: dict = field(default_factory=dict)  # domains, workers, plan, why, predicted
-    step: int = 0
-    loss: float | None = None
-    first_loss: float | None = None
-    step_times: list = field(default_factory=list)
-    attempts: int = 0
-    run: object = None  # the runner task's ObjectRef
-    cancel: bool = False
-    chosen: object = None  # the Placement it runs on (this controller's decision)
-    observed: int = 0  # steps the correction has seen of this run
-    placed_at: float = 0.0  # when this run was launched
-    startup_s: float | None = None  # from launch to its first step: what a restart costs
-    moving: dict | None = None  # a better placement found: stop at the next ask, queue again
-    lost_at: float | None = None  # when a domain it runs on was found down: stopping, to queue
-
-    def hear(self, metrics: dict) -> None:
-        """One step of its run: where it is, its loss, how long it took."""
-        if self.startup_s is None and self.placed_at:
-            self.startup_s = time.time() - self.placed_at
-        self.step, self.loss = int(metrics["step"]), float(metrics["loss"])
-        self.first_loss = self.loss if self.first_loss is None else self.first_loss
-        self.step_times.append(float(metrics["step_time_s"]))
-
-    def measured(self) -> float | None:
-        """Step time of this run now: the median of its last RECENT_STEPS steps since it
-        warmed up (a few steps can be far off when the machine is busy). A run that averages
-        its domains' weights every H steps takes that sync in one step of H: the median over
-        its whole rounds of H steps of their mean step, so the sync counts as it does in the
-        job's time (None before one whole round: its steps alone would leave the sync out)."""
-        tail = self.step_times[WARMUP_STEPS:][-RECENT_STEPS:]
-        crossing = len(self.placement.get("domains", {})) > 1
-        h = (self.placement.get("diloco_h") or 1) if crossing else 1
-        first = self.step - len(tail) + 1  # the step number of tail[0]; syncs end rounds
-        start = -(first - 1) % h
-        rounds = [statistics.fmean(tail[i:i + h]) for i in range(start, len(tail) - h + 1, h)]
-        return statistics.median(rounds) if rounds else None
-
-    def measure_afresh(self) -> None:
-        """Forget the steps seen so far: they tell nothing of the run's new conditions (a new
-        placement, a link that changed under it)."""
-        self.step_times, self.observed = [], 0
-
-    def row(self) -> dict:
-        return JobRow(
-            job=self.job.name, status=self.status, step=self.step, steps=self.job.steps,
-            loss=self.loss, first_loss=self.first_loss,
-            domains=self.placement.get("domains", {}), kind=self.placement.get("kind"),
-            plan=self.placement.get("plan"), reason=self.placement.get("reason"),
-            predicted_step_s=self.placement.get("predicted_step_s"),
-            corrected_step_s=self.placement.get("corrected_step_s"),
-            measured_step_s=self.measured(), attempts=self.attempts).model_dump()
-
-
-def options(state: ClusterState) -> SearchOptions:
-    """The live search space, with the constants of the cluster's profile where it has one."""
-    if state.profile is None:
-        return LIVE_OPTIONS
-    from xdscheduler.costmodel.calibration import Profile
-
-    return replace(LIVE_OPTIONS, calibration=Profile.load(state.profile).calibration)
-
-
-def live_policy(state: ClusterState, weights, opts: SearchOptions, stepper=None):
-    """The cluster's policy over the live search space `opts`: the planner, or (`ppo`) the
-    trained agents choosing among the same candidates, each agent's step asked of the policy
-    app (`POST /policy/act`: the upper agent picks the domains and accelerators, the lower the
-    plan inside them), or of `stepper` (the agents in process)."""
-    if state.policy == "planner":
-        return PlannerPolicy(weights, "planner", opts)
-    from xdscheduler.rl.agents import PPOPolicy, decide
-    from xdscheduler.serving.client import PolicyClient
-
-    stepper = stepper or PolicyClient(state.api, state.api_token)
-    policy = PPOPolicy(weights, lambda job, view, queued, now, job_weights: decide(
-        stepper, job_weights, job, view, queued, now, opts))
-    policy.planner = PlannerPolicy(weights, "planner", opts)  # it re-plans in the same space
-    return policy
-
-
-@ray.remote(num_cpus=0, max_retries=0)
-def run_training(config: dict, workers: list[str], storage: str, use_gpu: bool) -> dict:
-    """One Ray Train run: a worker per entry of `workers`, pinned to that domain by label.
-    A run started again under the same name resumes from its last checkpoint."""
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
-
-    trainer = TorchTrainer(
-        train_loop, train_loop_config=config,
-        torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
-        scaling_config=ScalingConfig(
-            num_workers=len(workers), use_gpu=use_gpu,
-            resources_per_worker=None if use_gpu else {"CPU": 1},
-            label_selector=[{DOMAIN_LABEL: d} for d in workers]),
-        run_config=RunConfig(name=config["job"], storage_path=storage,
-                             checkpoint_config=CheckpointConfig(num_to_keep=KEEP_CHECKPOINTS),
-                             failure_config=FailureConfig(max_failures=0)))
-    result = trainer.fit()
-    # its last checkpoint's step and loss: the steps are heard one by one, and the last may
-    # still be on its way when the run is reaped
-    last = {k: result.metrics[k] for k in ("step", "loss")} if result.metrics else {}
-    return {"error": str(result.error) if result.error else None, **last}
-
-
 class JobBook:
     """The live jobs as the CLI and the jobs API see them: the job table, and the journal of
-    their events that a controller started later replays. The controller is one (and places
-    and runs what it holds); a JobBook alone answers the API in a process of its own."""
+    their events that a controller started later replays. The controller is one (it also
+    places and runs what it holds); a JobBook alone answers the API in a process of its own."""
 
-    def __init__(self, journal):
+    def __init__(self, journal: Path):
         self.db = open_log(journal, SCHEMA, threads=True)
         self.lock = threading.RLock()
         self.jobs: dict[str, JobRecord] = {}
@@ -236,17 +88,22 @@ class JobBook:
         with self.lock:
             if job.name in self.jobs:
                 raise UserError(f"a job named {job.name!r} exists already; pick another name")
-            self.jobs[job.name] = JobRecord(job, time.time())
+            self.jobs[job.name] = self._admitted(job)
             self._event(job.name, "submitted", job.model_dump())
         return self.jobs[job.name].row()
+
+    def _admitted(self, job: LiveJob) -> JobRecord:
+        """The job's record, once it may queue (a controller checks its tenant and plans)."""
+        return JobRecord(job, time.time())
 
     def list_jobs(self) -> list[dict]:
         with self.lock:
             return [r.row() for r in self.jobs.values()]
 
     def job(self, name: str) -> dict | None:
-        rec = self.jobs.get(name)
-        return rec.row() if rec else None
+        with self.lock:
+            rec = self.jobs.get(name)
+            return rec.row() if rec else None
 
     def events(self, name: str) -> list[dict]:
         with self.lock:
@@ -255,15 +112,25 @@ class JobBook:
         return [{**json.loads(r), "time": t, "event": k} for t, k, r in rows]
 
     def cancel_job(self, name: str) -> dict | None:
+        """Cancel a job in any state: a queued one, or one still starting, ends now (its
+        placement group removed); a running one at its next question, or by force after
+        CANCEL_GRACE_S. Its row."""
         with self.lock:
             rec = self.jobs.get(name)
             if rec is None:
                 return None
-            rec.cancel = True
-            if rec.status == "queued":
-                rec.status = "cancelled"
-            self._event(name, "cancel", {"status": rec.status})
+            if rec.status in FINAL or rec.cancel:
+                return rec.row()
+            rec.cancel, rec.cancel_at = True, time.time()
+            self._event(name, "cancel", {"status": rec.shown})
+            if rec.status == "queued" or rec.stepped_at is None:
+                self._end(rec, "cancelled", {"while": "queued" if rec.run is None
+                                             else "starting"})
             return rec.row()
+
+    def _end(self, rec: JobRecord, status: str, record: dict) -> None:
+        rec.status = status
+        self._event(rec.job.name, status, {"step": rec.step, **record})
 
     def _event(self, job: str, kind: str, record: dict) -> None:
         with self.lock:
@@ -278,44 +145,87 @@ class LiveController(JobBook):
         self.scn = load_scenario(self.state.scenario)
         self.names = [d.name for d in self.scn.domains]
         self.storage = self.state.storage
-        # what each run's driving task runs in; the GCS as this actor reaches it (HOST:PORT: a
-        # cluster attached to may be recorded as auto or ray://)
-        self.run_env = {"env_vars": trainer_env(self.state.dashboard,
-                                                ray.get_runtime_context().gcs_address)}
         self.options = options(self.state)
         self.policy = live_policy(self.state, self.scn.weights, self.options)
+        self.tenancy = LiveTenancy(self.scn)
         super().__init__(self._path("journal.sqlite"))
         self.agents = {n: self._agent(n) for n in self.names}
-        self.misses = dict.fromkeys(self.names, 0)
-        self.heard_at: dict[str, float] = {}  # domain -> its agent's last answered ping
-        self.down: dict[str, float] = {}  # domain -> when it was found down
+        self.respawned = dict.fromkeys(self.names, 0.0)  # when each domain got its agent
+        self.health = DomainHealth(self.names, TICK_S, ray.nodes)
         self.started = time.time()
         self.reports: dict[str, dict] = {}  # domain -> its agent's latest report
+        self.pings = Rounds(TICK_S)
         self.report_rounds, self.link_rounds = Rounds(REPORT_EVERY_S), Rounds(LINKS_EVERY_S)
         self.probed: list[dict] = []  # the last `xds links probe`
-        # [i, j]: the link from domain i to j as its agent last reported it (Gbit/s)
-        self.links_gbps = ClusterView.from_scenario(self.scn).bandwidth_gbps.copy()
+        base = ClusterView.from_scenario(self.scn)
+        self.leased_gbps = base.bandwidth_gbps
+        # [i, j]: each link's rate as its agent last read it (Gbit/s), and what the planner
+        # plans with: that, or the goodput a probe measured since (`links_probed`)
+        self.bucket_gbps, self.links_gbps = self.leased_gbps.copy(), self.leased_gbps.copy()
+        self.rtt_ms = base.rtt_ms.copy()  # as the agents measure it (the scenario's till then)
         # the model's error as learnt from the runs' step times: a speed per domain, a goodput
         # per link (the studies' correction, `sim.correction`)
         self.correction = Correction.start(len(self.names))
         self.relaxed_at = time.time()
+        self.board = LiveBoard(self.started)
+        self.outages: list[dict] = []  # domain, down_s, up_s: for the dashboard
         self._replay()
         threading.Thread(target=self._loop, daemon=True).start()
 
-    # ---- the rest of the API the CLI and the HTTP endpoints call (JobBook: the jobs)
+    @property
+    def down(self) -> dict[str, float]:
+        return self.health.down
+
+    # ---- the API the CLI and the HTTP endpoints call
+    def _admitted(self, job: LiveJob) -> JobRecord:
+        self.tenancy.check(job.tenant)
+        self._feasible(job)
+        return JobRecord(job, time.time(), priority=self.tenancy.priority(job.tenant,
+                                                                         job.priority))
+
+    def _feasible(self, job: LiveJob) -> None:
+        """ValueError saying why, when no plan of the live runner trains the job even on the
+        whole idle cluster (its batch does not divide over its workers, say): it would wait
+        in the queue for ever."""
+        from xdscheduler.errors import UserError
+        from xdscheduler.planner.search import search
+
+        try:
+            search(job.spec(0.0), ClusterView.from_scenario(self.scn), self.scn.weights,
+                   self.options, top_k=0, pareto=False)
+        except UserError as err:
+            raise ValueError(f"{err}, even with the whole cluster idle: its global batch "
+                             f"({job.global_batch}) must divide over its workers and "
+                             "micro-batches") from None
+
     def domains(self) -> dict:
-        """Every domain as its agent last reported it (up or down), and the links as the last
-        `xds links probe` measured them."""
+        """Every domain as its agent last reported it (up, suspected or down), its jobs as
+        they are now, and the links as the last `xds links probe` measured them."""
         with self.lock:
-            rows = [{"domain": n, "status": "down" if n in self.down else "up",
-                     **self.reports.get(n, {})} for n in self.names]
+            hosted, now = self._hosted(), time.time()
+            rows = [{"domain": n, **self.reports.get(n, {}), "status": self._health(n, now),
+                     "jobs": hosted[n]} for n in self.names]
             return {"domains": rows, "probed": self.probed}
 
+    def _health(self, domain: str, now: float) -> str:
+        if domain in self.down:
+            return "down"
+        return "suspect" if self.health.suspected_for(domain, now) else "up"
+
     def links_probed(self, rows: list[dict]) -> None:
-        """What `xds links probe` measured (journalled)."""
+        """What `xds links probe` measured (journalled): the planner plans with each link's
+        measured goodput from now on, until its agent reads a swing of its rate."""
         with self.lock:
-            self.probed = rows
+            self._probed(rows)
             self._event("", "links_probed", {"links": rows})
+            self._replan_running(self._reestimate())
+
+    def _probed(self, rows: list[dict]) -> None:
+        self.probed = rows
+        for r in rows:
+            if r["measured_gbps"] > 0:
+                self.links_gbps[self.names.index(r["src"]),
+                                self.names.index(r["dst"])] = r["measured_gbps"]
 
     def state_json(self) -> str:
         return self.state.model_dump_json()
@@ -343,19 +253,36 @@ class LiveController(JobBook):
         self.options = replace(self.options, calibration=replace(DEFAULT, **constants))
         self.policy = live_policy(self.state, self.scn.weights, self.options)
 
-    # ---- what the training workers call
+    # ---- what the training runs call
     def heard(self, name: str, metrics: dict) -> None:
-        rec = self.jobs.get(name)
-        if not self._current(rec, metrics.get("attempt", -1)) or rec.lost_at is not None:
-            return  # a run given up for lost, still stepping until it stops: never checkpointed
         with self.lock:
+            rec = self.jobs.get(name)
+            if not self._current(rec, metrics.get("attempt", -1)):
+                return  # a run given up (lost, cancelled by force): its steps count no more
+            first = rec.stepped_at is None
             rec.hear(metrics)
+            if first:
+                self._started(rec, metrics.get("startup") or {})
             seen = len(rec.step_times) - WARMUP_STEPS
             if rec.chosen is not None and seen >= OBSERVE_EVERY * (rec.observed + 1):
                 measured = rec.measured()
                 if measured is not None:
                     self._correct(rec, measured)
-        self._event(name, "step", metrics)
+            self._event(name, "step", {k: v for k, v in metrics.items() if k != "startup"})
+
+    def startup_mark(self, name: str, attempt: int, stage: str, at: float) -> None:
+        """A stage of a run's start as Ray Train passed it (`live.runs.StartupMarks`): the last
+        worker's time counts."""
+        with self.lock:
+            rec = self.jobs.get(name)
+            if self._current(rec, attempt):
+                rec.marks[stage] = max(rec.marks.get(stage, at), at)
+
+    def _started(self, rec: JobRecord, loop_marks: dict) -> None:
+        """A run's first step: where its start-up went, journalled (`xds logs`)."""
+        marks = {k: t - rec.placed_at for k, t in rec.marks.items()} | loop_marks
+        self._event(rec.job.name, "started", {"attempt": rec.attempts,
+                                              "startup_s": rec.startup_s, **stages(marks)})
 
     def _correct(self, rec: JobRecord, measured: float) -> None:
         """Learn from the run's last steps (`measured`), then re-plan the running jobs."""
@@ -399,7 +326,7 @@ class LiveController(JobBook):
     def _replan_running(self, corrected: ClusterView) -> None:
         for other in self.jobs.values():
             if (other.status == "running" and other.moving is None and other.chosen
-                    and other.lost_at is None):
+                    and other.preempting is None and not other.cancel):
                 self._replan(other, corrected)
 
     def _replan(self, rec: JobRecord, corrected: ClusterView) -> None:
@@ -425,34 +352,37 @@ class LiveController(JobBook):
             log.info("%s: moves: %.1f s sooner on %s, moving costs %.1f s", rec.job.name,
                      gain, rec.moving["domains"], cost)
 
-    def stopped(self, name: str, attempt: int, step: int = 0) -> bool:
-        """Whether a run of the job must stop at `step`: cancelled, not its current placement,
-        on a domain found down, or moving (then not at a step it checkpoints: it stops after
-        the checkpoint)."""
-        rec = self.jobs.get(name)
-        if not self._current(rec, attempt) or rec.cancel or rec.lost_at is not None:
-            return True
-        return rec.moving is not None and step % rec.job.checkpoint_every != 0
+    def stopped(self, name: str, attempt: int, step: int = 0) -> int:
+        """What a run must do at `step`: go on (GO); stop (STOP: cancelled, not its current
+        run, or moving and not at a step it checkpoints: it stops after the checkpoint); or
+        save a checkpoint and stop (SAVE_AND_STOP: preempted)."""
+        with self.lock:
+            rec = self.jobs.get(name)
+            if not self._current(rec, attempt) or rec.cancel:
+                return STOP
+            if rec.preempting is not None:
+                rec.checkpointed = step  # it saves there, then stops
+                return SAVE_AND_STOP
+            moving = rec.moving is not None and step % rec.job.checkpoint_every != 0
+            return STOP if moving else GO
 
     @staticmethod
     def _current(rec: JobRecord | None, attempt: int) -> bool:
-        """Whether a run of this attempt is the job's latest: not one given up for lost (its
-        job queued again, or placed anew). A finished run's last report may come after the
-        run was reaped: it counts."""
-        return rec is not None and rec.attempts == attempt and rec.status != "queued"
+        """Whether a run of this attempt is the job's latest and still under way: not one
+        given up (its job queued again, placed anew, or ended by force). A finished run's last
+        report may come after the run was reaped: it counts."""
+        return (rec is not None and rec.attempts == attempt
+                and (rec.status == "running" or rec.status == "done"))
 
     # ---- the loop
     def _loop(self) -> None:
         while True:
-            try:
-                self._heartbeats()
-                self._reports()
-                self._reap()
-                self._stop_lost()
-                self._relax()
-                self._schedule()
-            except Exception:  # the loop must outlive any one bad round
-                log.exception("controller round failed")
+            for part in (self._heartbeats, self._reports, self._reap, self._watch, self._relax,
+                         self._schedule, self._publish):
+                try:
+                    part()
+                except Exception:  # the loop must outlive any one bad round
+                    log.exception("controller round failed in %s", part.__name__)
             time.sleep(TICK_S)
 
     def _relax(self) -> None:
@@ -462,39 +392,48 @@ class LiveController(JobBook):
             self.correction, self.relaxed_at = self.correction.relaxed(share), now
 
     def _heartbeats(self) -> None:
-        """Ping every domain's agent; a domain whose agent misses MISSES_TO_DOWN pings in a
-        row, or answers with an error, is down (its node, or the way to it, is lost) and its
-        jobs queue again."""
-        refs = {n: a.ping.remote() for n, a in self.agents.items()}
-        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=PING_TIMEOUT_S)
+        """Ping every domain's agent, hear the answers, and act on what the failure detector
+        confirms (`live.health`): a domain found down loses its runs, which queue again. A dead
+        agent, or one hung on a node found alive, is replaced (a fresh one waits, pending, for
+        a node of its domain)."""
         now = time.time()
-        for n, ref in refs.items():
-            ok, lost = ref in ready, False
-            if ok:
-                try:
-                    ray.get(ref)
-                except (RayActorError, RayTaskError):
-                    ok, lost = False, True
-            if ok:
-                self.heard_at[n] = now
-            elif n not in self.heard_at:
-                continue  # its agent is still starting: a domain is judged once it answered
-            self.misses[n] = 0 if ok else max(self.misses[n] + 1,
-                                              MISSES_TO_DOWN if lost else 0)
-            if self.misses[n] >= MISSES_TO_DOWN and n not in self.down:
-                self.down[n] = now
-                self._event("", "domain_down", {"domain": n, "misses": self.misses[n],
-                                                "last_heartbeat": self.heard_at[n]})
+        for n, got in self.pings.answers().items():
+            if isinstance(got, Exception):
+                self.health.failed(n, f"its agent answered {type(got).__name__}: "
+                                   f"{str(got).strip().splitlines()[-1][:200]}", now)
+                if isinstance(got, RayActorError):
+                    self._respawn(n, now)
+            else:
+                self.health.heard(n, now)
+        for n in self.names:
+            if n not in self.down and self.pings.waiting_s(n, now) > AGENT_STUCK_S:
+                self._respawn(n, now)
+        if self.pings.due():
+            for n, agent in self.agents.items():
+                self.pings.ask(n, agent.ping.remote)
+        lost = self.health.judge(now)
+        with self.lock:
+            for kind, record in self.health.take():
+                self._event("", kind, record)
+                log.warning("%s: %s", kind, record)
+                if kind == "domain_down":
+                    self.outages.append({"domain": record["domain"],
+                                         "down_s": now - self.started, "up_s": None})
+                elif kind == "domain_up":
+                    for o in self.outages:
+                        if o["domain"] == record["domain"] and o["up_s"] is None:
+                            o["up_s"] = now - self.started
+            for n in lost:
                 self._fail_jobs_on(n)
-            elif ok and n in self.down:
-                del self.down[n]
-                self._event("", "domain_up", {"domain": n})
-            if not ok and self.misses[n] % RESPAWN_EVERY == MISSES_TO_DOWN:
-                # a fresh agent waits (pending) for a node of the domain to come back
-                ray.kill(self.agents[n])
-                self.agents[n] = self._agent(n)
-                for rounds in (self.report_rounds, self.link_rounds):
-                    rounds.under_way.pop(n, None)
+
+    def _respawn(self, domain: str, now: float) -> None:
+        """A fresh agent for the domain, at most every RESPAWN_S."""
+        if now - self.respawned[domain] < RESPAWN_S:
+            return
+        ray.kill(self.agents[domain])
+        self.agents[domain], self.respawned[domain] = self._agent(domain), now
+        for rounds in (self.pings, self.report_rounds, self.link_rounds):
+            rounds.under_way.pop(domain, None)
 
     def _reports(self) -> None:
         """Keep the agents' reports and link rates that came back, and ask each domain that
@@ -504,6 +443,8 @@ class LiveController(JobBook):
                 log.warning("domain %s did not report: %s", n, got)
             else:
                 self.reports[n] = self._with_indicators(got)
+                for dst, ms in got["rtt_ms"].items():  # measured: the planner's from now on
+                    self.rtt_ms[self.names.index(n), self.names.index(dst)] = ms
         for n, got in self.link_rounds.answers().items():
             if not isinstance(got, Exception):
                 self._links_reported(n, got)
@@ -524,7 +465,7 @@ class LiveController(JobBook):
             swung = False
             for dst, now in rates.items():
                 j = self.names.index(dst)
-                before = self.links_gbps[i, j]
+                before = self.bucket_gbps[i, j]
                 if abs(now - before) > LINK_SWING * before:
                     record = {"src": src, "dst": dst, "from_gbps": before, "gbps": now}
                     self._event("", "link_changed", record)
@@ -536,7 +477,8 @@ class LiveController(JobBook):
                         self._event(rec.job.name, "link_changed", record)
                         rec.measure_afresh()
                     log.info("link %s -> %s: %.4g -> %.4g Gbit/s", src, dst, before, now)
-                    self.links_gbps[i, j], swung = now, True
+                    self.bucket_gbps[i, j] = self.links_gbps[i, j] = now
+                    swung = True
             if swung:
                 self._replan_running(self._reestimate())
 
@@ -550,53 +492,62 @@ class LiveController(JobBook):
         return {**report, "indicators": {s.name: s.value for s in good}, "rejected": rejected}
 
     def _hosted(self) -> dict[str, list[dict]]:
-        """Per domain, the running jobs with workers there, and when each should finish."""
+        """Per domain, the jobs with a run there now, and when each should finish."""
         hosted: dict[str, list[dict]] = {n: [] for n in self.names}
         with self.lock:
-            for rec in self.jobs.values():
-                if rec.status != "running":
-                    continue
+            for rec in self._active():
                 step_s = rec.measured() or rec.placement.get("corrected_step_s")
                 finish = None if step_s is None else (rec.job.steps - rec.step) * step_s / 60
                 for d, n in rec.placement["domains"].items():
                     hosted[d].append({"job": rec.job.name, "workers": n, "finish_min": finish})
         return hosted
 
+    # ---- a run's ways out
     def _fail_jobs_on(self, domain: str) -> None:
-        """Jobs with workers in a lost domain stop (see LOST_STOP_S), and queue again: they
-        resume from their last checkpoint wherever the policy puts them next."""
-        with self.lock:
-            for rec in self._running_on(domain):
-                if rec.lost_at is None:
-                    rec.lost_at = time.time()
-                    self._event(rec.job.name, "requeued",
-                                {"domain": domain, "from_step": rec.step,
-                                 "down_at": self.down[domain],
-                                 "last_heartbeat": self.heard_at[domain]})
+        """A domain found down: the runs with workers there end now (their placement groups
+        removed) and their jobs queue again; they resume from their last checkpoint wherever
+        the policy puts them next."""
+        for rec in self._running_on(domain):
+            self._requeue(rec, "requeued", {"domain": domain, "from_step": rec.step,
+                                            "down_at": self.down[domain],
+                                            "last_heartbeat": self.health.heard_at.get(domain)})
 
-    def _running_on(self, *domains: str) -> list[JobRecord]:
-        """The running jobs with workers in every one of `domains`."""
-        return [r for r in self.jobs.values() if r.status == "running"
-                and set(domains) <= set(r.placement.get("domains", {}))]
-
-    def _stop_lost(self) -> None:
-        """Cancel by force the runs that a lost domain's jobs have not stopped in time."""
-        with self.lock:
-            late = [r for r in self.jobs.values() if r.status == "running" and r.lost_at
-                    and time.time() - r.lost_at > LOST_STOP_S]
-            for rec in late:
-                ray.cancel(rec.run, force=True, recursive=True)
-                if rec.cancel:  # cancelled by its user meanwhile: `_reap` ends it as any other
-                    rec.lost_at = None
-                else:
-                    self._requeue(rec, "cancelled_lost", {"after_s": time.time() - rec.lost_at})
+    def _release(self, rec: JobRecord) -> dict:
+        """End the run's life: remove its placement group (its workers end with it) and
+        cancel its driving task. What was released."""
+        released = {}
+        if rec.group is not None:
+            try:
+                ray.util.remove_placement_group(rec.group)
+                released["placement_group"] = placement_group_name(rec.job.name, rec.attempts)
+            except Exception as err:  # removed already (the run's end raced it): nothing held
+                log.info("%s: placement group: %s", rec.job.name, err)
+        if rec.run is not None:
+            ray.cancel(rec.run, force=True, recursive=True)
+        rec.run = rec.group = None
+        return released
 
     def _requeue(self, rec: JobRecord, kind: str, record: dict) -> None:
-        rec.status, rec.run, rec.moving, rec.lost_at = "queued", None, None, None
-        self._event(rec.job.name, kind, {"step": rec.step, **record})
+        released = self._release(rec)
+        rec.status, rec.moving, rec.preempting, rec.placement = "queued", None, None, {}
+        self._event(rec.job.name, kind, {"step": rec.step, **record, **released})
+
+    def _end(self, rec: JobRecord, status: str, record: dict) -> None:
+        super()._end(rec, status, {**record, **self._release(rec)})
+
+    def _running_on(self, *domains: str) -> list[JobRecord]:
+        """The jobs with a run in every one of `domains`."""
+        return [r for r in self._active()
+                if set(domains) <= set(r.placement.get("domains", {}))]
+
+    def _active(self) -> list[JobRecord]:
+        return [r for r in self.jobs.values() if r.status == "running"]
 
     def _reap(self) -> None:
-        running = {r.run: r for r in self.jobs.values() if r.status == "running" and r.run}
+        """Runs that ended: each job is done, cancelled, queued again (moved, preempted, its
+        run failed) or, after MAX_FAILED_RUNS failed runs in a row, failed."""
+        with self.lock:
+            running = {r.run: r for r in self._active() if r.run is not None}
         if not running:
             return
         done, _ = ray.wait(list(running), num_returns=len(running), timeout=0)
@@ -606,53 +557,140 @@ class LiveController(JobBook):
                 ended = ray.get(ref)
             except Exception as err:  # the runner itself died
                 ended = {"error": f"{type(err).__name__}: {err}"}
-            error = ended["error"]
             with self.lock:
-                if ended.get("step", 0) > rec.step and rec.lost_at is None:
-                    rec.step, rec.loss = int(ended["step"]), float(ended["loss"])
-                again = not rec.cancel and rec.step < rec.job.steps  # placed again next round
-                if again and rec.lost_at is not None:
-                    self._requeue(rec, "stopped_lost", {"error": error})
+                if rec.run is not ref:
+                    continue  # ended meanwhile (cancelled, lost)
+                self._ended(rec, ended)
+
+    def _ended(self, rec: JobRecord, ended: dict) -> None:
+        error = ended["error"]
+        if ended.get("step", 0) > rec.step:
+            rec.step, rec.loss = int(ended["step"]), float(ended["loss"])
+        if rec.cancel:
+            self._end(rec, "cancelled" if rec.step < rec.job.steps else "done", {})
+        elif rec.step >= rec.job.steps and not error:
+            self._learn_from_last_steps(rec)  # while it still counts as running
+            self._end(rec, "done", {})
+        elif rec.preempting is not None and not error:
+            self._requeue(rec, "preempted", {"checkpoint": rec.checkpointed, **rec.preempting})
+        elif rec.moving is not None and not error:
+            self._requeue(rec, "moved", {})
+        else:
+            self._failed_run(rec, "run_failed", {"error": error or "it stopped early"})
+
+    def _failed_run(self, rec: JobRecord, kind: str, record: dict) -> None:
+        rec.failures += 1
+        if rec.failures >= MAX_FAILED_RUNS:
+            self._event(rec.job.name, kind, record)
+            self._end(rec, "failed", {"error": f"{rec.failures} runs in a row failed",
+                                      **record})
+        else:
+            self._requeue(rec, kind, record)
+
+    def _watch(self) -> None:
+        """The watchdog: a run that has not stepped for its job's `startup_timeout_s` since
+        its launch (or its last step) is ended and queued again; a cancelled run still going
+        CANCEL_GRACE_S after is ended by force. A placement group held for a run that never
+        starts would keep its accelerators from every other job."""
+        now = time.time()
+        with self.lock:
+            for rec in self._active():
+                if rec.cancel and now - rec.cancel_at > CANCEL_GRACE_S:
+                    self._end(rec, "cancelled", {"forced_after_s": now - rec.cancel_at})
                     continue
-                if error and not rec.cancel:
-                    rec.status = "failed"
-                elif again and rec.moving is not None:
-                    self._requeue(rec, "moved", {})
-                    continue
-                else:
-                    finished = not (rec.cancel and rec.step < rec.job.steps)
-                    if finished:  # while it still counts as running: its estimate too
-                        self._learn_from_last_steps(rec)
-                    rec.status = "done" if finished else "cancelled"
-                rec.run = None
-                self._event(rec.job.name, rec.status, {"step": rec.step, "error": error})
+                if rec.group is not None and "placement" not in rec.marks and \
+                        self._placed(rec.group):
+                    rec.marks["placement"] = now
+                since = rec.stepped_at or rec.placed_at
+                if now - since > rec.job.startup_timeout_s:
+                    stage = "starting" if rec.stepped_at is None else "stalled"
+                    self._failed_run(rec, "watchdog", {
+                        "stage": stage, "after_s": now - since,
+                        "marks": {k: t - rec.placed_at for k, t in rec.marks.items()}})
+
+    @staticmethod
+    def _placed(group) -> bool:
+        return ray.util.placement_group_table(group).get("state") == "CREATED"
 
     def _free(self) -> dict[str, int]:
+        """Per domain, the accelerators no run holds, or being given back (a run preempted or
+        cancelled stops within seconds: what takes its place waits for its placement group)."""
         held = dict.fromkeys(self.names, 0)
-        for rec in self.jobs.values():
-            if rec.status == "running":
+        for rec in self._active():
+            if rec.preempting is None and not rec.cancel:
                 for d, n in rec.placement["domains"].items():
                     held[d] += n
         return {d.name: 0 if d.name in self.down else d.gpus - held[d.name]
                 for d in self.scn.domains}
 
     def _schedule(self) -> None:
+        """Place what may start now: the tenants' rules first (preempt for queued jobs that
+        cannot start, offer the policy only what quotas admit), then the policy's decision on
+        the corrected, measured view."""
         with self.lock:
             queued = [r for r in self.jobs.values() if r.status == "queued" and not r.cancel]
             if not queued:
                 return
+            now = time.time()
+            runs = {r.job.name: as_run(r, self.started, self.names)
+                    for r in [*queued, *self._active()]}
+            active = [runs[r.job.name] for r in self._active()
+                      if r.preempting is None and not r.cancel]
+            self._preempt([runs[r.job.name] for r in queued], active, now)
+            specs, used = self.tenancy.admissible([runs[r.job.name] for r in queued],
+                                                  [runs[r.job.name] for r in self._active()])
+            if not specs:
+                return
             view = self.correction.apply(self._view())
-            specs = [r.job.spec(r.submitted - self.started) for r in queued]
-            for p in self.policy.decide(specs, view, time.time() - self.started):
-                self._launch(self.jobs[p.job], p)
+            t0 = time.perf_counter()
+            placements = self._decide(specs, view, now)
+            ms = (time.perf_counter() - t0) * 1000
+            for p in placements:
+                rec = self.jobs[p.job]
+                if self.tenancy.accept(rec.job.tenant, p.taken, used):
+                    self._launch(rec, p, ms)
+
+    def _decide(self, specs: list, view: ClusterView, now: float) -> list:
+        """The policy's placements; a job it cannot plan at all (a spec that passed the
+        check at submission, but not on a cluster changed since) fails alone, with the
+        planner's reason, instead of holding up every other."""
+        from xdscheduler.errors import UserError
+
+        try:
+            return self.policy.decide(specs, view, now - self.started)
+        except UserError:
+            good = []
+            for spec in specs:
+                try:
+                    self.policy.decide([spec], view.empty(), now - self.started)
+                    good.append(spec)
+                except UserError as err:
+                    self._end(self.jobs[spec.name], "failed", {"error": str(err)})
+            return self.policy.decide(good, view, now - self.started) if good else []
+
+    def _preempt(self, queued: list, active: list, now: float) -> None:
+        """Mark the jobs the tenants' rules preempt for the queued ones: each saves a
+        checkpoint at its next question and queues again."""
+        free = self._free()
+        chosen = self.tenancy.victims(queued, active, [free[n] for n in self.names],
+                                      now - self.started)
+        for name, why in chosen.items():
+            rec = self.jobs[name]
+            rec.preempting = {"why": why, "at_step": rec.step}
+            self._event(name, "preempting", {**rec.preempting,
+                                             "domains": rec.placement["domains"]})
+            log.info("%s: preempted: %s", name, why)
+            if rec.stepped_at is None:  # still starting: nothing to save, it goes at once
+                self._requeue(rec, "preempted", {"checkpoint": rec.checkpointed, "why": why})
 
     def _view(self) -> ClusterView:
-        """The cluster as the scenario builds it, with its free accelerators and its links as
-        the agents report them."""
+        """The cluster as the scenario builds it, with its free accelerators, and its links as
+        measured: the rate each agent reads (or a probe's goodput since), the round trip each
+        agent times."""
         view = ClusterView.from_scenario(self.scn, self._free())
-        return view.with_links(self.links_gbps, view.rtt_ms)
+        return view.with_links(self.links_gbps, self.rtt_ms)
 
-    def _launch(self, rec: JobRecord, p) -> None:
+    def _launch(self, rec: JobRecord, p, decision_ms: float = 0.0) -> None:
         workers = [name for name, n in zip(p.names, p.gpus, strict=True) for _ in range(n)]
         plan = p.plan
         rec.placement = {
@@ -662,17 +700,19 @@ class LiveController(JobBook):
                     + (f", DiLoCo every {plan.diloco_h} steps" if plan.diloco_h else ""),
             "diloco_h": plan.diloco_h, "reason": p.explanation,
             "predicted_step_s": self._nominal(rec, p), "corrected_step_s": (
-                p.estimate.step_time_s if p.estimate else None)}
+                p.estimate.step_time_s if p.estimate else None), "decision_ms": decision_ms}
         rec.status, rec.attempts, rec.chosen = "running", rec.attempts + 1, p
         rec.measure_afresh()
-        rec.placed_at, rec.startup_s, rec.moving = time.time(), None, None
-        cfg = rec.job.train_config(plan.diloco_h if len(p.names) > 1 else 0, CONTROLLER,
-                                   self.storage, plan.micro_batch, rec.attempts)
+        rec.placed_at, rec.stepped_at, rec.startup_s = time.time(), None, None
+        rec.moving, rec.preempting, rec.marks = None, None, {}
         use_gpu = any(self.scn.domains[i].accelerator.vendor != "CPU" for i in p.domains)
-        rec.run = run_training.options(
-            label_selector={HEAD_LABEL: "head"},
-            runtime_env=self.run_env,
-        ).remote(cfg.model_dump(), workers, self.storage, use_gpu)
+        rec.group = make_placement_group(rec.job.name, rec.attempts, workers, use_gpu)
+        cfg = rec.job.train_config(
+            plan.diloco_h if len(p.names) > 1 else 0, CONTROLLER, self.storage,
+            plan.micro_batch, rec.attempts, launched_at=rec.placed_at,
+            placement_group=placement_group_name(rec.job.name, rec.attempts))
+        rec.run = run_training.options(label_selector={HEAD_LABEL: "head"}).remote(
+            cfg.model_dump(), workers, self.storage, use_gpu)
         self._event(rec.job.name, "placed", {**rec.placement, "workers": workers,
                                              "attempt": rec.attempts})
         log.info("%s: %s", rec.job.name, p.explanation)
@@ -693,6 +733,39 @@ class LiveController(JobBook):
         folder.mkdir(parents=True, exist_ok=True)
         return folder / name
 
+    def _event(self, job: str, kind: str, record: dict) -> None:
+        with self.lock:
+            super()._event(job, kind, record)
+            self.board.decided(time.time(), job, kind, record)
+
+    def _publish(self) -> None:
+        """The cluster's state on the studies' board (`live.board`): the dashboard at `/`."""
+        if not self.board.due():
+            return
+        with self.lock:
+            now, free = time.time(), self._free()
+            held = {n: 0 for n in self.names}
+            for rec in self._active():
+                for d, k in rec.placement["domains"].items():
+                    held[d] += k
+            rtt = {(n, dst): ms for n, r in self.reports.items()
+                   for dst, ms in (r.get("rtt_ms") or {}).items()}
+            jobs = [job_state(r.row(), r.submitted - self.started,
+                              r.job.global_batch * r.job.model.seq)
+                    for r in self.jobs.values()]
+            queue = [{"name": r.job.name, "tenant": r.job.tenant, "priority": r.priority,
+                      "waited_s": now - r.submitted, "gpus_min": r.job.workers.min}
+                     for r in self.jobs.values() if r.status == "queued" and not r.cancel]
+            state = {
+                "policy": LIVE, "live": True, "scenario": self.scn.name,
+                "now_s": now - self.started, "horizon_s": 0.0, "finished": False,
+                "domains": domains_state(self.scn, self.names, self.reports, free, held,
+                                         {n: self._health(n, now) for n in self.names}),
+                "links": links_state(self.names, self.links_gbps, self.leased_gbps, rtt),
+                "jobs": jobs, "queue": queue,
+                "faults": {"outages": list(self.outages), "incidents": []}}
+        self.board.publish(state)
+
     def _replay(self) -> None:
         """Rebuild the job table from the journal: a job that was running queues again and
         resumes from its last checkpoint when placed."""
@@ -702,12 +775,14 @@ class LiveController(JobBook):
             if kind == "profiled":
                 self._adopt(data["entries"], data["constants"])
             elif kind == "links_probed":
-                self.probed = data["links"]
+                self._probed(data["links"])
             elif kind == "link_changed":
-                self.links_gbps[self.names.index(data["src"]),
-                                self.names.index(data["dst"])] = data["gbps"]
+                i, j = self.names.index(data["src"]), self.names.index(data["dst"])
+                self.bucket_gbps[i, j] = self.links_gbps[i, j] = data["gbps"]
             elif kind == "submitted":
-                self.jobs[name] = JobRecord(LiveJob.model_validate(data), t)
+                job = LiveJob.model_validate(data)
+                self.jobs[name] = JobRecord(job, t, priority=self.tenancy.priority(
+                    job.tenant, job.priority))
             elif name in self.jobs:
                 rec = self.jobs[name]
                 if kind == "step":
@@ -715,10 +790,13 @@ class LiveController(JobBook):
                 elif kind == "placed":
                     rec.placement, rec.attempts = data, int(data["attempt"])
                     rec.status = "queued"  # its run died with the controller before this one
-                elif kind in ("done", "failed", "cancelled"):
+                elif kind in FINAL:
                     rec.status, rec.step = kind, max(rec.step, int(data.get("step") or 0))
                 elif kind == "cancel":
                     rec.cancel = True
+        for rec in self.jobs.values():
+            if rec.status == "queued":
+                rec.placement, rec.stepped_at = {}, None
 
 
 def controller(state: ClusterState):
@@ -731,6 +809,8 @@ def controller(state: ClusterState):
 def ask(method, *args, timeout_s: float = 120.0):
     """A controller call's answer; UserError with the controller's own message when it
     refuses, or when it does not answer in time."""
+    from xdscheduler.errors import UserError
+
     try:
         return ray.get(method.remote(*args), timeout=timeout_s)
     except GetTimeoutError:

@@ -7,32 +7,10 @@ from __future__ import annotations
 import math
 
 import torch
-from pydantic import Field, model_validator
 from torch import nn
 from torch.nn import functional as F
 
-from xdscheduler.schema import Strict
-
-
-class GptShape(Strict):
-    """The architecture of a live job's model (the planner reads the same numbers)."""
-
-    layers: int = Field(default=2, ge=1, le=128)
-    hidden: int = Field(default=128, ge=8, le=16384)
-    heads: int = Field(default=4, ge=1, le=256)
-    vocab: int = Field(default=512, ge=2, le=1_000_000)
-    seq: int = Field(default=64, ge=2, le=131_072)
-
-    @model_validator(mode="after")
-    def _heads_divide_hidden(self) -> GptShape:
-        if self.hidden % self.heads:
-            raise ValueError(f"hidden {self.hidden} is not a multiple of heads {self.heads}")
-        return self
-
-    def architecture(self) -> dict:
-        """The scenario's `architecture:` block for this shape (a GeLU MLP of 4·hidden)."""
-        return {"layers": self.layers, "hidden": self.hidden, "ffn_hidden": 4 * self.hidden,
-                "heads": self.heads, "vocab": self.vocab, "gated_mlp": False}
+from xdscheduler.live.shape import GptShape
 
 
 class Block(nn.Module):
@@ -102,3 +80,27 @@ class MarkovCorpus:
     @property
     def start_loss(self) -> float:
         return math.log(self.vocab)
+
+
+def train(plan) -> None:
+    """The built-in job: this GPT (the job's `model:` shape) learns the Markov corpus, on the
+    plan's batch share and micro-batch (`live.plan`)."""
+    import time
+
+    from xdscheduler.live.training import accumulate
+
+    model = Gpt(plan.model).to(plan.device)
+    opt = torch.optim.AdamW(model.parameters(), lr=plan.lr)
+    start = plan.resume(model, opt)
+    corpus = MarkovCorpus(plan.model.vocab, plan.seed)
+    for step in range(start, plan.steps):
+        # the input pipeline, untimed: a step's time is its compute and synchronisation
+        tokens = corpus.batch(plan.batch, plan.model.seq, step, plan.rank).to(plan.device)
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=False)
+        loss = accumulate(model, tokens, plan.micro_batch)
+        plan.sync_gradients(model)
+        opt.step()
+        plan.outer_sync(model, step + 1)
+        if not plan.step(step + 1, loss, time.perf_counter() - t0, model, opt):
+            break

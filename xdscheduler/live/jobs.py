@@ -3,11 +3,13 @@ the trainer each read of it."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Any
+
+from pydantic import BaseModel, Field, model_validator
 
 from xdscheduler.catalog import ModelArch
-from xdscheduler.live.gpt import GptShape
-from xdscheduler.live.training import TrainConfig
+from xdscheduler.live.shape import GptShape
+from xdscheduler.live.training import BUILT_IN, TrainConfig
 from xdscheduler.planner.search import JobSpec
 from xdscheduler.scenario import GpuRequest, validated
 from xdscheduler.schema import FileModel
@@ -25,10 +27,16 @@ class Workers(GpuRequest):
 
 
 class LiveJob(FileModel):
-    """A small GPT to train: its shape, batch and steps, and how many workers it may take (one
+    """A model to train: its training code (the built-in GPT unless it names its own), its
+    shape (what the planner plans with), batch and steps, and how many workers it may take (one
     accelerator each; a CPU core on a local cluster)."""
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
+    # module:function called with each worker's plan (`live.plan`), or a script run as __main__
+    entrypoint: str = Field(default=BUILT_IN, max_length=300,
+                            pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    script: str | None = Field(default=None, min_length=1, max_length=4096)
+    config: dict[str, Any] = Field(default_factory=dict, max_length=100)  # for the code itself
     model: GptShape = GptShape()
     global_batch: int = Field(default=16, gt=0, le=4096)
     steps: int = Field(default=60, gt=0, le=1_000_000)
@@ -36,34 +44,52 @@ class LiveJob(FileModel):
     seed: int = Field(default=0, ge=0, lt=2**31)
     workers: Workers = Workers()
     priority: int = Field(default=1, ge=0, le=1000)
+    tenant: str = Field(default="default", pattern=r"^[A-Za-z0-9_.-]+$", max_length=200)
     checkpoint_every: int = Field(default=10, gt=0, le=1_000_000)
+    # a run that has not stepped this long after its launch (or its last step) is failed by the
+    # watchdog and queued again
+    startup_timeout_s: float = Field(default=300.0, ge=5.0, le=86_400.0)
+
+    @model_validator(mode="after")
+    def _one_kind_of_code(self) -> LiveJob:
+        if self.script is not None and self.entrypoint != BUILT_IN:
+            raise ValueError("give an entrypoint or a script, not both")
+        return self
 
     def arch(self) -> ModelArch:
         m = self.model
         return ModelArch(self.name, m.layers, m.hidden, 4 * m.hidden, m.heads, m.heads, m.vocab,
                          m.seq, False, True)
 
-    def spec(self, arrival_s: float) -> JobSpec:
+    def spec(self, arrival_s: float, priority: int | None = None) -> JobSpec:
         """What the planner decides on: every sample of every step, as tokens."""
         return JobSpec(self.name, self.arch(), self.global_batch, self.model.seq,
                        self.workers.min, self.workers.max,
                        tokens=float(self.steps * self.global_batch * self.model.seq),
-                       arrival_s=arrival_s, priority=self.priority)
+                       arrival_s=arrival_s,
+                       priority=self.priority if priority is None else priority)
 
     def train_config(self, diloco_h: int, controller: str | None, storage: str | None = None,
-                     micro_batch: int = 0, attempt: int = 0) -> TrainConfig:
+                     micro_batch: int = 0, attempt: int = 0, **run) -> TrainConfig:
+        """What its workers run; `run`: the run's own fields (its placement group, launch)."""
         return TrainConfig(job=self.name, storage=storage, shape=self.model,
                            global_batch=self.global_batch, steps=self.steps, lr=self.lr,
                            seed=self.seed, diloco_h=diloco_h, micro_batch=micro_batch,
-                           attempt=attempt,
-                           checkpoint_every=self.checkpoint_every, controller=controller)
+                           attempt=attempt, checkpoint_every=self.checkpoint_every,
+                           controller=controller, entrypoint=self.entrypoint,
+                           script=self.script, config=self.config, **run)
 
 
 class JobRow(BaseModel):
     """A job as `xds jobs` and `GET /jobs` show it."""
 
     job: str
-    status: str  # queued, running, done, failed, cancelled
+    # queued, starting (placed, no step yet), running, moving, preempting, cancelling, and at
+    # the end done, failed or cancelled
+    status: str
+    tenant: str
+    priority: int
+    entrypoint: str  # its training code (module:function, or the script)
     step: int
     steps: int
     loss: float | None
@@ -76,6 +102,7 @@ class JobRow(BaseModel):
     corrected_step_s: float | None  # by the model as corrected from the steps seen
     measured_step_s: float | None  # what its recent steps took (JobRecord.measured)
     attempts: int
+    startup_s: float | None  # its current run's launch to first step
 
 
 def load_job(path: str) -> LiveJob:

@@ -62,15 +62,19 @@ def measure(src: str, dst: str, seconds: float) -> float:
     return n * 8 / span / 1e9 if span > 0 else 0.0
 
 
-def probe_links(scn: Scenario, seconds: float = 2.0) -> list[dict]:
-    """One record per link and direction: configured and measured Gbit/s."""
+def probe_links(scn: Scenario, seconds: float = 2.0, say=None) -> list[dict]:
+    """One record per link and direction: configured and measured Gbit/s; `say(line)` hears
+    each as it is measured."""
     bw, _, _ = base_matrices(scn)
     names = [d.name for d in scn.domains]
+    pairs = [(link, a, b) for link in scn.links for a, b in ((link.a, link.b), (link.b, link.a))]
     rows = []
-    for link in scn.links:
-        for a, b in ((link.a, link.b), (link.b, link.a)):
-            configured = float(bw[names.index(a), names.index(b)])
-            rows.append({"link": f"{link.a}-{link.b}", "src": a, "dst": b,
-                         "configured_gbps": configured,
-                         "measured_gbps": round(measure(a, b, seconds), 4)})
+    for k, (link, a, b) in enumerate(pairs, 1):
+        configured = float(bw[names.index(a), names.index(b)])
+        rows.append({"link": f"{link.a}-{link.b}", "src": a, "dst": b,
+                     "configured_gbps": configured,
+                     "measured_gbps": round(measure(a, b, seconds), 4)})
+        if say:
+            say(f"[{k}/{len(pairs)}] {a} -> {b}: {rows[-1]['measured_gbps']:.3f} of "
+                f"{configured:.3f} Gbit/s")
     return rows

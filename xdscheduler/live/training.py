@@ -1,4 +1,6 @@
-"""The training loop every worker of a live job runs under Ray Train's TorchTrainer.
+"""The mechanics every worker of a live job runs on under Ray Train's TorchTrainer: the run's
+configuration, its process groups, its checkpoints. The job's own training code (the built-in
+GPT's, or the user's) sees them through `live.plan.Plan`.
 
 Data parallelism is hierarchical, as the cost model assumes: gradients are summed inside each
 domain, exchanged across domains by one leader per domain (the only traffic on the WAN), and
@@ -12,14 +14,18 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
+from typing import Any
 
 from pydantic import Field
 
-from xdscheduler.live.gpt import GptShape
+from xdscheduler.live.shape import GptShape
 from xdscheduler.schema import Strict
 
 ASK_EVERY = 5  # steps between two questions to the controller: go on?
+# What the controller answers: go on; stop now (cancelled, or given up for lost: save nothing);
+# save a checkpoint and stop (preempted: it resumes from there later)
+GO, STOP, SAVE_AND_STOP = 0, 1, 2
+BUILT_IN = "xdscheduler.live.gpt:train"  # the training code of a job that names none
 # Ray Train's controller polls its workers every 2 s by default, and a worker's report (each
 # checkpoint) waits until the one before it was polled: every checkpoint stalled training about
 # 1 s. Polled every 0.5 s, a checkpoint costs tens of ms, and a dead worker is heard sooner.
@@ -54,58 +60,11 @@ class TrainConfig(Strict):
     threads: int = Field(default=1, gt=0, le=256)  # torch threads per worker
     controller: str | None = None  # the named actor that hears each step (None: nobody)
     storage: str | None = None  # the runs' storage: resume from the newest checkpoint there
-
-
-def train_loop(config: dict) -> None:
-    """Ray Train's per-worker function."""
-    import ray
-    import torch
-    from ray import train
-
-    from xdscheduler.live import quota
-    from xdscheduler.live.gpt import Gpt, MarkovCorpus
-
-    quota.join()  # this worker is one of its domain's accelerators
-    cfg = TrainConfig.model_validate(config)
-    torch.set_num_threads(cfg.threads)
-    ctx = train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    domain = ray.get_runtime_context().get_node_labels().get("xds.domain", "local")
-    sync = DomainSync(domain, rank, world)
-
-    torch.manual_seed(cfg.seed)
-    model = Gpt(cfg.shape)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
-    start = resume(model, opt, cfg.storage, cfg.job)
-    sync.broadcast_params(model)  # every worker starts from the same weights
-    corpus = MarkovCorpus(cfg.shape.vocab, cfg.seed)
-    mine = share(cfg.global_batch, world, rank)
-    listener = ray.get_actor(cfg.controller) if cfg.controller else None
-
-    for step in range(start, cfg.steps):
-        tokens = corpus.batch(mine, cfg.shape.seq, step, rank)  # the input pipeline: untimed
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=False)
-        loss = accumulate(model, tokens, cfg.micro_batch)
-        sync.gradients(model, cross=cfg.diloco_h == 0)
-        opt.step()
-        if cfg.diloco_h and (step + 1) % cfg.diloco_h == 0:
-            sync.average_params(model)
-        step_s = time.perf_counter() - t0
-        mean_loss = sync.mean(loss.detach())
-        metrics = {"step": step + 1, "loss": mean_loss, "step_time_s": step_s,
-                   "attempt": cfg.attempt}
-        if listener is not None and rank == 0:
-            listener.heard.remote(cfg.job, metrics)
-        saving = (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps
-        # every few steps, and before each checkpoint: a run cancelled, or one the controller
-        # gave up for lost (its domain found down before its workers noticed), stops, every
-        # rank at the same step, and saves nothing its successor could resume from
-        if listener is not None and (saving or (step + 1) % ASK_EVERY == 0) and sync.agree(
-                rank == 0 and ray.get(listener.stopped.remote(cfg.job, cfg.attempt, step + 1))):
-            break
-        if saving:
-            checkpoint(model, opt, step + 1, metrics, rank)
+    entrypoint: str = BUILT_IN  # module:function, called with the worker's Plan
+    script: str | None = None  # or a Python file run as __main__ (Plan.current() inside)
+    config: dict[str, Any] = Field(default_factory=dict)  # the job's own settings, for its code
+    placement_group: str | None = None  # the run's placement group (the controller's)
+    launched_at: float | None = None  # wall clock of the run's launch, for its start-up stages
 
 
 def accumulate(model, tokens, micro_batch: int):
@@ -128,7 +87,7 @@ class DomainSync:
     """Process groups of one job: every domain's ranks, and the domains' leaders (lowest rank
     of each domain). Every rank builds every group, in the same order, as torch requires."""
 
-    def __init__(self, domain: str, rank: int, world: int):
+    def __init__(self, domain: str, rank: int, world: int, device=None):
         import torch.distributed as dist
 
         domains: list[str | None] = [None] * world
@@ -140,6 +99,7 @@ class DomainSync:
         self.cross = dist.new_group(leaders) if len(leaders) > 1 else None
         self.domain, self.rank, self.world = domain, rank, world
         self.leader = self.members[domain][0]
+        self.device = device  # where the small tensors of `agree` go (NCCL: the GPU)
 
     def _flat(self, tensors):
         import torch
@@ -186,14 +146,14 @@ class DomainSync:
         for p in model.parameters():
             dist.broadcast(p.data, src=0)
 
-    def agree(self, flag: bool) -> bool:
-        """Rank 0's flag, on every rank."""
+    def agree(self, value: int) -> int:
+        """Rank 0's value, on every rank."""
         import torch
         import torch.distributed as dist
 
-        t = torch.tensor([int(flag)])
+        t = torch.tensor([int(value)], device=self.device)
         dist.broadcast(t, src=0)
-        return bool(t.item())
+        return int(t.item())
 
     def mean(self, value) -> float:
         import torch.distributed as dist
@@ -203,7 +163,7 @@ class DomainSync:
         return float(v) / self.world
 
 
-def resume(model, opt, storage: str | None, job: str) -> int:
+def resume(model, opt, storage: str | None, job: str, device=None) -> int:
     """Load the job's newest complete checkpoint; the step to start from (0: none).
 
     Ray Train's own record of the latest checkpoint lags the uploads (its controller hears the
@@ -212,9 +172,11 @@ def resume(model, opt, storage: str | None, job: str) -> int:
     import torch
     from ray import train
 
-    for folder in newest_checkpoints(storage, job) if storage else []:
+    if storage is None:  # a run outside the live plane: it keeps no checkpoints
+        return 0
+    for folder in newest_checkpoints(storage, job):
         try:
-            state = torch.load(folder.open("state.pt"), weights_only=True)
+            state = torch.load(folder.open("state.pt"), weights_only=True, map_location=device)
         except (OSError, RuntimeError, EOFError):
             continue  # cut short by the failure: the one before it is whole
         break
@@ -223,7 +185,8 @@ def resume(model, opt, storage: str | None, job: str) -> int:
         if ckpt is None:
             return 0
         with ckpt.as_directory() as where:
-            state = torch.load(os.path.join(where, "state.pt"), weights_only=True)
+            state = torch.load(os.path.join(where, "state.pt"), weights_only=True,
+                               map_location=device)
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["opt"])
     return int(state["step"])

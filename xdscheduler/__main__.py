@@ -1,0 +1,7 @@
+"""`python -m xdscheduler`: the `xds` command."""
+
+import sys
+
+from xdscheduler.entry import main
+
+sys.exit(main())

@@ -1,0 +1,22 @@
+"""The `xds` command's entry point: the live cluster's HTTP commands (`jobs`, `logs`, `cancel`,
+`domains`, `submit`) run without importing the rest of the package, a second of imports on a
+busy machine; every other command is `xdscheduler.cli`'s."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    from xdscheduler.live.cli import HTTP_COMMANDS, http_main
+
+    if argv[:1] and argv[0] in HTTP_COMMANDS:
+        return http_main(argv)
+    from xdscheduler.cli import main as full
+
+    return full(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
