@@ -41,8 +41,8 @@ def policy_app():
 @pytest.fixture(scope="module")
 def jobs_app(tmp_path_factory):
     from xdscheduler.live.api import JobsService, app
-    from xdscheduler.live.cluster import ClusterState
     from xdscheduler.live.controller import JobBook
+    from xdscheduler.live.state import ClusterState
 
     state = ClusterState(scenario=str(SCENARIOS / "local_three_domains.yaml"),
                          address="127.0.0.1:6379")
@@ -143,7 +143,7 @@ def test_a_job_named_twice_is_a_409_and_an_unknown_job_a_404(jobs_app):
     cancelled = call(jobs_app, "DELETE", "/twice")
     assert cancelled.status == 200 and cancelled.json["status"] == "cancelled"
     events = call(jobs_app, "GET", "/twice/events").json["events"]
-    assert [e["event"] for e in events] == ["submitted", "cancel"]
+    assert [e["event"] for e in events] == ["submitted", "cancel", "cancelled"]
 
 
 def test_a_method_a_path_does_not_take_gets_405_naming_every_one_it_does(jobs_app):

@@ -36,7 +36,7 @@ LAYERS = [
     {"serving"},
     {"registry"},
     {"runtime", "live", "report", "sharing"},  # live: the live control plane on Ray
-    {"cli"},
+    {"cli", "entry", "__main__"},  # the `xds` command and its entry points
 ]
 
 

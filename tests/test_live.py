@@ -198,8 +198,8 @@ def test_the_live_policies_put_the_jobs_as_the_live_runner_trains(policy):
     """One job that one domain holds, one that no domain holds: the planner puts them inside
     one and across two; both policies (the agents in process here, over HTTP on a cluster)
     choose data-parallel plans only (what the live runner trains)."""
-    from xdscheduler.live.cluster import ClusterState
     from xdscheduler.live.planning import LIVE_OPTIONS, live_policy
+    from xdscheduler.live.state import ClusterState
     from xdscheduler.planner.view import ClusterView
     from xdscheduler.rl.agents import Agents
     from xdscheduler.scenario import load_scenario

@@ -17,8 +17,8 @@ import time
 import ray
 
 from xdscheduler.forecast.service import ForecastRequest, KnownJobIn
-from xdscheduler.live.cluster import DOMAIN_LABEL
 from xdscheduler.live.fabric import LINK_CLASS_BASE, WIRE_PER_PAYLOAD
+from xdscheduler.live.state import DOMAIN_LABEL
 from xdscheduler.perception.indicators import Sample, domain_samples
 from xdscheduler.scenario import Domain
 

@@ -9,7 +9,7 @@ import time
 
 import ray
 
-from xdscheduler.live.cluster import DOMAIN_LABEL
+from xdscheduler.live.state import DOMAIN_LABEL
 from xdscheduler.network.dynamics import base_matrices
 from xdscheduler.scenario import Scenario
 

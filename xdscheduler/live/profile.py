@@ -25,7 +25,7 @@ import ray
 
 from xdscheduler.catalog import AcceleratorEntry
 from xdscheduler.live import quota
-from xdscheduler.live.cluster import DOMAIN_LABEL, HEAD_LABEL
+from xdscheduler.live.state import DOMAIN_LABEL, HEAD_LABEL
 from xdscheduler.scenario import Scenario
 from xdscheduler.timing import per_second
 

@@ -95,15 +95,15 @@ def as_run(rec, started: float, names: list[str]) -> JobRun:
     its placement, progress and last checkpoint in tokens."""
     job = rec.job
     spec = job.spec(rec.submitted - started, rec.priority)
-    run = JobRun(spec=spec, tokens=spec.tokens, arrival_s=rec.submitted - started,
-                 priority=rec.priority, tenant=job.tenant)
+    progress = {}
     if rec.status == "running" and rec.chosen is not None:
         per_step = job.global_batch * job.model.seq
         measured = rec.measured()
         # a job across domains is a candidate like any other: the studies' giants are
         # reclaimed by whatever fits a domain, which the live plane does not do
-        run.placement = replace(rec.chosen, preemptible=False)
-        run.start_s = rec.placed_at - started
-        run.done, run.checkpoint = rec.step * per_step, rec.checkpointed * per_step
-        run.rate = per_step / measured if measured else 0.0
-    return run
+        progress = {"placement": replace(rec.chosen, preemptible=False),
+                    "start_s": rec.placed_at - started, "done": rec.step * per_step,
+                    "checkpoint": rec.checkpointed * per_step,
+                    "rate": per_step / measured if measured else 0.0}
+    return JobRun(spec=spec, tokens=spec.tokens, arrival_s=rec.submitted - started,
+                  priority=rec.priority, tenant=job.tenant, **progress)
