@@ -1,5 +1,7 @@
 import json
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -185,3 +187,37 @@ def test_off_a_terminal_a_study_logs_its_progress_with_the_time(capsys, tmp_path
     assert code == 0 and lines, err
     assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ", lines[0])
     assert "jobs done at" in lines[-1]
+
+
+def test_live_and_study_commands_are_grouped_and_keep_their_old_names():
+    """`xds live jobs` and `xds study run` run what `xds jobs` and `xds run` run (the old names
+    stay for one release); `xds live jobs` takes the fast path over HTTP like `xds jobs`."""
+    from xdscheduler.cli import GROUPS, build_parser
+
+    parser = build_parser()
+    grouped = {"study": ["run", "compare", "bill", "tenants", "bench"],
+               "live": ["up", "down", "jobs", "submit", "logs", "cancel", "domains", "links",
+                        "profile"]}
+    assert set(GROUPS) == set(grouped)
+    for group, names in grouped.items():
+        for name in names:
+            extra = {"bill": ["STUDY", "--tenant", "t"], "logs": ["j"], "cancel": ["j"],
+                     "submit": ["j.yaml"], "up": ["s.yaml"], "links": ["probe"],
+                     "bench": ["job"]}.get(name, [])
+            new = parser.parse_args([group, name, *extra])
+            old = parser.parse_args([name, *extra])
+            assert new.fn is old.fn and new.fn is not None, (group, name)
+
+
+def test_the_grouped_http_commands_answer_without_the_whole_package(tmp_path):
+    """`xds live jobs` goes through the entry point's fast path, as `xds jobs` does: a missing
+    state file is said in one line without importing the CLI of the studies."""
+    code = ("import sys; from xdscheduler.entry import main; rc = main(sys.argv[1:]); "
+            "assert 'xdscheduler.cli' not in sys.modules; sys.exit(rc)")
+    done = subprocess.run([sys.executable, "-c", code, "live", "jobs", "--state",
+                           str(tmp_path / "none.json")], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"xds: error: no cluster recorded at {tmp_path / 'none.json'}: start one with `xds up "
+        "SCENARIO` (or set XDS_CLUSTER to its state file)"]

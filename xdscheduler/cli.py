@@ -452,17 +452,18 @@ def _dtype_argument(p: argparse.ArgumentParser) -> None:
                         "activations and gradients in 4 bytes)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(
-        prog="xds", description="Schedule large-model training across compute domains.")
-    parser.add_argument("--version", action="version", version=f"xds {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    def command(name: str, fn: Callable, help: str) -> argparse.ArgumentParser:
+def _commander(sub) -> Callable[[str, Callable | None, str], argparse.ArgumentParser]:
+    def command(name: str, fn: Callable | None, help: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
         p.set_defaults(fn=fn)
         return p
 
+    return command
+
+
+def _add_model_commands(sub) -> None:
+    """`catalog`, `estimate`, `plan`, `index`, `scenario`: the models and the search alone."""
+    command = _commander(sub)
     p = command("catalog", cmd_catalog, "list accelerators and model architectures")
     p.add_argument("--accelerators", action="append", metavar="FILE",
                    help="a catalog file of your own accelerators to check and list with the "
@@ -517,6 +518,34 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "--budget, a floor")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
+    p = command("index", cmd_index, "compute index of accelerators for a model's training")
+    p.add_argument("--model", required=True)
+    p.add_argument("--gpu", help="comma-separated accelerators (default: all)")
+    p.add_argument("--reference", default="H100-SXM")
+    p.add_argument("--gpus", type=GPUS, default=64, help="accelerators the task runs on")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+    p = command("scenario", None, "scenario files: check, build from measurements")
+    ssub = p.add_subparsers(dest="scenario_command", required=True, metavar="ACTION")
+    q = ssub.add_parser("check", help="validate a scenario file")
+    q.add_argument("file")
+    q.set_defaults(fn=cmd_scenario_check)
+    q = ssub.add_parser("from-measurements",
+                        help="a scenario from measured inter-region bandwidth and RTT")
+    q.add_argument("--regions", required=True, help="comma-separated, e.g. aws:us-east-1,...")
+    q.add_argument("--out", required=True, help="YAML file to write")
+    q.add_argument("--data", help="folder with the Skyplane CSVs (default: shared data)")
+    q.add_argument("--accelerator", default="H100-SXM")
+    q.add_argument("--nodes", type=number(int, 1, 100_000), default=16,
+                   help="nodes per domain")
+    q.add_argument("--name", help="scenario name")
+    q.add_argument("--force", action="store_true", help="overwrite an existing file")
+    q.set_defaults(fn=cmd_scenario_from_measurements)
+
+
+def _add_study_commands(sub) -> None:
+    """`run`, `compare`, `bill`, `tenants`, `bench`: studies and what is read from them."""
+    command = _commander(sub)
     p = command("run", cmd_run, "run a study: every policy over days of jobs, with a report")
     p.add_argument("scenario", nargs="?", help="scenario YAML (default: five_domains)")
     p.add_argument("--policies", help="comma-separated (default: all): fifo-single-domain, "
@@ -558,40 +587,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print report.json's content")
     p.add_argument("--schema", action="store_true",
                    help="print report.json's JSON Schema (units in the field names) and exit")
-
-    p = command("index", cmd_index, "compute index of accelerators for a model's training")
-    p.add_argument("--model", required=True)
-    p.add_argument("--gpu", help="comma-separated accelerators (default: all)")
-    p.add_argument("--reference", default="H100-SXM")
-    p.add_argument("--gpus", type=GPUS, default=64, help="accelerators the task runs on")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-
-    p = command("scenario", None, "scenario files: check, build from measurements")
-    ssub = p.add_subparsers(dest="scenario_command", required=True, metavar="ACTION")
-    q = ssub.add_parser("check", help="validate a scenario file")
-    q.add_argument("file")
-    q.set_defaults(fn=cmd_scenario_check)
-    q = ssub.add_parser("from-measurements",
-                        help="a scenario from measured inter-region bandwidth and RTT")
-    q.add_argument("--regions", required=True, help="comma-separated, e.g. aws:us-east-1,...")
-    q.add_argument("--out", required=True, help="YAML file to write")
-    q.add_argument("--data", help="folder with the Skyplane CSVs (default: shared data)")
-    q.add_argument("--accelerator", default="H100-SXM")
-    q.add_argument("--nodes", type=number(int, 1, 100_000), default=16,
-                   help="nodes per domain")
-    q.add_argument("--name", help="scenario name")
-    q.add_argument("--force", action="store_true", help="overwrite an existing file")
-    q.set_defaults(fn=cmd_scenario_from_measurements)
-    forecast_cli.register(sub)
-    faults_cli.register(sub)
-    rl_cli.register(sub)
     runtime_cli.register(sub)
-    live_cli.register(sub)
-    serving_cli.register(sub)
-    costmodel_cli.register(sub)
-    layers_cli.register(sub)
-    sharing_cli.register(sub)
     report_cli.register(sub)
+
+
+# Commands in groups (`xds live jobs`, `xds study run`); each is also at the top level under its
+# old name (`xds jobs`, `xds run`) for one release.
+GROUPS = {
+    "study": ("studies in simulation: run, compare, bill, tenants, bench", _add_study_commands),
+    "live": ("the live control plane: up, down, jobs, submit, logs, cancel, domains, links, "
+             "profile", live_cli.register),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="xds", description="Schedule large-model training across compute domains.")
+    parser.add_argument("--version", action="version", version=f"xds {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (text, register) in GROUPS.items():
+        group = sub.add_parser(name, help=text, description=text)
+        register(group.add_subparsers(dest=f"{name}_command", required=True, metavar="COMMAND"))
+    _add_model_commands(sub)
+    for register in (_add_study_commands, live_cli.register, forecast_cli.register,
+                     faults_cli.register, rl_cli.register, serving_cli.register,
+                     costmodel_cli.register, layers_cli.register, sharing_cli.register):
+        register(sub)
     return parser
 
 

@@ -13,6 +13,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if argv[:1] and argv[0] in HTTP_COMMANDS:
         return http_main(argv)
+    if argv[:1] == ["live"] and argv[1:2] and argv[1] in HTTP_COMMANDS:  # the group's name
+        return http_main(argv[1:], prog="xds live")
     from xdscheduler.cli import main as full
 
     return full(argv)

@@ -126,11 +126,11 @@ def register_http(sub) -> None:
     p.set_defaults(fn=cmd_domains)
 
 
-def http_main(argv: list[str]) -> int:
+def http_main(argv: list[str], prog: str = "xds") -> int:
     """`xds COMMAND ...` for the HTTP commands alone, as `xdscheduler.cli.main` runs any."""
     from xdscheduler.arguments import Parser, run
 
-    parser = Parser(prog="xds", description="the live cluster's jobs and domains over HTTP")
+    parser = Parser(prog=prog, description="the live cluster's jobs and domains over HTTP")
     register_http(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
     return run(parser, argv)
 
