@@ -1,5 +1,6 @@
 """The package's layers: what each part may import (counting imports made inside functions), no
-cycles between the top-level folders, and no module outside the engine writing its state."""
+cycles between the top-level folders or between any two modules, and no module outside the engine
+writing its state."""
 
 from __future__ import annotations
 
@@ -126,6 +127,20 @@ def test_folders_import_only_their_own_layer_or_below():
                     if folder(m) in rank and folder(dep) in rank
                     and rank[folder(dep)] > rank[folder(m)])
     assert not upward
+
+
+def test_no_cycle_between_modules():
+    """Counting every import, at module level, inside functions and for type checking alone: a
+    module never reaches itself. (A package's __init__ is left out: importing a module runs
+    those of the packages above it, which is not a dependency of the module's code.)"""
+    from graphlib import CycleError, TopologicalSorter
+
+    packages = {name for name, path in modules().items() if path.name == "__init__.py"}
+    graph = {name: set(imports(name)[0]) - packages for name in modules() if name not in packages}
+    try:
+        TopologicalSorter(graph).prepare()
+    except CycleError as err:
+        pytest.fail(f"modules import each other: {' -> '.join(err.args[1])}")
 
 
 def test_the_architecture_page_names_every_layer():

@@ -179,7 +179,7 @@ class LiveService:
 def deploy(state: ClusterState, host: str, port: int) -> ClusterState:
     """Start Serve's proxy on the head at HOST:PORT (where none runs yet) and deploy both apps
     there; the state with their URL and token. Call as a driver of the cluster."""
-    from xdscheduler.live.cluster import load_scenario
+    from xdscheduler.scenario import load_scenario
     from xdscheduler.serving.app import application, wait_answering
     from xdscheduler.serving.gate import api_token
 

@@ -197,10 +197,30 @@ def cmd_links_probe(args) -> None:
 
 
 def _api(args):
-    """The cluster's HTTP API (`live.client`): no Ray driver, an answer in well under a second."""
-    from xdscheduler.live.client import client
+    """The cluster's HTTP API (`live.client`): no Ray driver, an answer in well under a second.
+    Inside a `ray job submit` job (RAY_ADDRESS set, no state file here), the API of the cluster
+    the job runs in, as its controller records it."""
+    import os
 
-    return client(args.state)
+    from xdscheduler.live.client import LiveClient, recorded
+
+    path = _state_path(args)
+    if not path.exists() and os.environ.get("RAY_ADDRESS"):
+        from xdscheduler.live import cluster
+
+        found = cluster.connect(path)
+        cluster.disconnect()
+        api, token = found.api, found.api_token
+    else:
+        try:  # the two fields it needs, without validating the whole file (pydantic's import)
+            state = json.loads(recorded(path))
+            api, token = state.get("api"), state.get("api_token")
+        except (ValueError, AttributeError):
+            raise UserError(f"{path} is not a cluster state file") from None
+    if not api:
+        raise UserError(f"the cluster recorded at {path} has no HTTP API: `xds down` and "
+                        "`xds up` it again")
+    return LiveClient(api, token)
 
 
 def cmd_submit(args) -> None:

@@ -103,25 +103,3 @@ def detail(answer) -> str:
         where = ".".join(str(p) for p in d[0].get("loc", [])[1:])
         return f"{where}: {d[0].get('msg')}" if where else str(d[0].get("msg"))
     return str(d)
-
-
-def client(state_path: str | None) -> LiveClient:
-    """The API of the recorded cluster; inside a `ray job submit` job (RAY_ADDRESS set, no
-    state file here), of the cluster the job runs in, as its controller records it."""
-    path = default_state_path() if state_path is None else Path(state_path)
-    if not path.exists() and os.environ.get("RAY_ADDRESS"):
-        from xdscheduler.live import cluster
-
-        found = cluster.connect(path)
-        cluster.disconnect()
-        api, token = found.api, found.api_token
-    else:
-        try:  # the two fields it needs, without validating the whole file (pydantic's import)
-            state = json.loads(recorded(path))
-            api, token = state.get("api"), state.get("api_token")
-        except (ValueError, AttributeError):
-            raise UserError(f"{path} is not a cluster state file") from None
-    if not api:
-        raise UserError(f"the cluster recorded at {path} has no HTTP API: `xds down` and "
-                        "`xds up` it again")
-    return LiveClient(api, token)

@@ -20,7 +20,7 @@ from xdscheduler.planner.space import (
 from xdscheduler.planner.view import ClusterView
 
 if TYPE_CHECKING:
-    from xdscheduler.planner.search import JobSpec
+    from xdscheduler.planner.spec import JobSpec
 
 
 def balanced_pace(total: np.ndarray, counts: np.ndarray, speeds: np.ndarray,

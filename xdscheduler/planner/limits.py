@@ -13,7 +13,7 @@ from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.view import ClusterView
 
 if TYPE_CHECKING:
-    from xdscheduler.planner.search import Evaluated
+    from xdscheduler.planner.spec import Evaluated
 
 
 @dataclass(frozen=True)

@@ -43,12 +43,12 @@ def register(subparsers) -> None:
     j = bsub.add_parser(
         "job", help="one job too large for a domain under swinging WAN bandwidth, six plans",
         description="The single-job experiment: Llama 3 70B on 4 x 64 H100 and Llama 3.1 405B "
-                    "on 8 x 128 H100, links of B0 Gbit/s swinging by up to 30%% (RTT 20-100 ms), "
+                    "on 8 x 128 H100, links of B0 Gbit/s swinging by up to 30% (RTT 20-100 ms), "
                     "planned six ways (ours re-planned on a bandwidth forecast, Megatron's "
                     "default, FSDP, DiLoCo with H fixed, Sailor-style chosen once, MAST-style "
                     "on the largest domain) and compared in the cost model: T_step mean and "
                     "std, tokens/s, WAN GB a step, communication over computation and its "
-                    "overlap, tokens and days to a target loss; 95%% CIs over seeds.")
+                    "overlap, tokens and days to a target loss; 95% CIs over seeds.")
     j.add_argument("--sizes", default="70b,405b", help="job sizes: 70b, 405b (default both)")
     j.add_argument("--gbps", default="10,100",
                    help="the links' bandwidth B0 before the swings, Gbit/s (default 10,100)")
