@@ -40,8 +40,8 @@ def test_smoke_training_writes_modules_that_restore(ray_session, tmp_path, capsy
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["train", "--config", "/nonexistent.yaml"], "not found"),
-    (["train", "--samples", "0"], "--samples must be at least 1"),
+    (["train", "--config", "/nonexistent.yaml"], "no such file"),
+    (["train", "--samples", "0"], "--samples: 0 is outside [1, 1,000]"),
     (["train", "--samples", "99"], "sweep lists"),
     (["run", "--local", "--hours", "0.1", "--policies", "ppo", "--policy-path", "/nowhere"],
      "not a trained policy"),
