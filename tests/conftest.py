@@ -27,6 +27,98 @@ def shared_data_dir() -> Path | None:
     return None
 
 
+# Test tiers (docs/getting-started.md, "Tests"): each test not marked `slow` is `unit`,
+# `integration` or `live`, by what it needs; a slow one is `integration` or `live` where it
+# needs Ray, and `slow` alone where it does not. A marker written on a test wins.
+TIERS = ("unit", "integration", "live")
+LIVE_FIXTURES = {"cluster", "existing_cluster"}  # test_live's: namespaces, labelled Ray nodes
+RAY_FIXTURES = {"ray_session", "serve_port"}  # the shared local Ray, Serve on it
+# What a test's fixtures do not show: a Ray of its own (`ray start`, `xds serve`, a notebook's
+# Tune: the in-process guard below cannot see a subprocess's Ray), or the host's cgroups.
+BY_NAME = {"test_job_submit.py": "integration", "test_notebook.py": "integration",
+           "test_serving.py::test_xds_serve_serves_until_stopped": "integration",
+           "test_live.py::test_a_cpu_quota_holds_a_process_that_joins_it_to_its_share": "live"}
+# No Ray, but each took over 0.8 CPU-seconds here (a whole study, a backtest, model fitting,
+# a training run, the docs build): integration, so that the unit tier stays under a minute.
+BY_NAME |= dict.fromkeys([
+    "test_billing.py",  # most of it reads one whole study, run once for the module
+    "test_calibration.py::test_a_constant_the_runs_say_nothing_of_stays_where_it_was",
+    "test_calibration.py::test_fitting_recovers_the_constants_that_made_the_measurements",
+    "test_calibration.py::test_the_planner_plans_with_a_profile",
+    "test_calibration.py::test_the_shipped_profiles_are_what_calibrate_computes",
+    "test_cli.py::test_off_a_terminal_a_study_logs_its_progress_with_the_time",
+    "test_compare.py::test_a_saved_comparison_is_written_again_against_another_baseline",
+    "test_compute_index.py::test_index_ratios_predict_throughput_ratios_within_10_percent",
+    "test_csv_inputs.py::test_a_bad_sibling_is_left_out_of_the_pool_with_a_warning",
+    "test_csv_inputs.py::test_any_mutated_csv_is_read_cleanly",
+    "test_csv_inputs.py::test_the_pool_goes_on_with_the_good_siblings",
+    "test_docs.py::test_the_site_builds_strictly",
+    "test_forecast.py::test_forecaster_intervals_cover_on_synthetic_data",
+    "test_forecast.py::test_occupancy_blends_the_direct_models_of_shorter_horizons_fitting_each_once",
+    "test_forecast.py::test_intervals_widen_on_a_lively_day",
+    "test_forecast.py::test_backtest_cli_on_synthetic_csv",
+    "test_forecast.py::test_pooled_siblings_are_cut_at_the_test_start",
+    "test_forecast.py::test_plot_writes_png",
+    "test_forecast.py::test_shifted_phases_diagnostic_reuses_the_model_and_moves_the_windows",
+    "test_forecast_service.py::test_pure_forecast_with_known_jobs",
+    "test_forecast_service.py::test_served_forecast_fits_the_model_the_controller_fits_in_process",
+    "test_forecast_service.py::test_online_model_refits_daily_and_when_time_goes_back",
+    "test_hostile_inputs.py::test_any_mutated_scenario_is_checked_cleanly",
+    "test_layers.py::test_importing_the_pure_layers_loads_none_of_it",
+    "test_layers.py::test_no_module_outside_the_engine_writes_engine_or_job_state",
+    "test_live.py::test_the_small_gpt_learns_the_corpus",
+    "test_live.py::test_the_shipped_local_profile_is_what_calibrate_computes",
+    "test_monitor.py::test_the_report_shows_each_policy_graph_and_the_jobs_by_domain",
+    "test_parity.py::test_a_faulty_study_reports_what_it_did_before",
+    "test_parity.py::test_swings_and_relocations_play_out_as_before",
+    "test_phases.py::test_recognition_accuracy_on_held_out_curves",
+    "test_recovery.py::test_faulty_run_reports_faults",
+    "test_rl.py::test_study_reward_is_the_decisions_advantage_over_the_planners_in_a_rollout",
+    "test_study_folder.py::test_a_finished_study_is_kept_unless_forced",
+    "test_study_folder.py::test_resume_needs_a_journal_and_takes_nothing_else",
+    "test_tenancy.py::test_three_tenant_study_reports_every_tenant",
+    "test_truth.py::test_every_policy_of_a_study_meets_the_same_truth",
+], "integration")
+
+
+def tier(item: pytest.Item) -> str | None:
+    """The tier a test belongs to, from the fixtures it uses (directly or through others) and
+    where it is."""
+    used = set(item.fixturenames)
+    named = BY_NAME.get(f"{item.path.name}::{item.originalname}", BY_NAME.get(item.path.name))
+    if used & LIVE_FIXTURES or named == "live":
+        return "live"
+    if used & RAY_FIXTURES or named == "integration":
+        return "integration"
+    return None if item.get_closest_marker("slow") else "unit"
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if not any(item.get_closest_marker(t) for t in TIERS) and (found := tier(item)):
+            item.add_marker(found)
+
+
+@pytest.fixture(autouse=True)
+def unit_tests_start_no_ray(request, monkeypatch):
+    """A unit test fails if it starts Ray (`ray.init`, which Serve, Tune and `ray.get` call
+    too): it belongs in the integration tier. Under `pytest -m unit` nothing else started Ray,
+    so every way in goes through here."""
+    if request.node.get_closest_marker("unit") is None:
+        yield
+        return
+    import ray
+
+    def refuse(*args, **kwargs):
+        pytest.fail(f"{request.node.nodeid} is a unit test and started Ray: give it the "
+                    "ray_session fixture (integration tier)", pytrace=False)
+
+    monkeypatch.setattr(ray, "init", refuse)
+    was = ray.is_initialized()
+    yield
+    assert was or not ray.is_initialized(), "a unit test left Ray running"
+
+
 @pytest.fixture
 def default_scenario_path() -> Path:
     return SCENARIOS / "five_domains.yaml"
