@@ -42,10 +42,15 @@ BY_NAME = {"test_job_submit.py": "integration", "test_notebook.py": "integration
 # a training run, the docs build): integration, so that the unit tier stays under a minute.
 BY_NAME |= dict.fromkeys([
     "test_billing.py",  # most of it reads one whole study, run once for the module
+    "test_calibration.py::test_a_constant_the_runs_say_nothing_of_stays_where_it_was",
     "test_calibration.py::test_fitting_recovers_the_constants_that_made_the_measurements",
+    "test_calibration.py::test_the_planner_plans_with_a_profile",
+    "test_calibration.py::test_the_shipped_profiles_are_what_calibrate_computes",
     "test_cli.py::test_off_a_terminal_a_study_logs_its_progress_with_the_time",
     "test_compare.py::test_a_saved_comparison_is_written_again_against_another_baseline",
+    "test_compute_index.py::test_index_ratios_predict_throughput_ratios_within_10_percent",
     "test_csv_inputs.py::test_a_bad_sibling_is_left_out_of_the_pool_with_a_warning",
+    "test_csv_inputs.py::test_any_mutated_csv_is_read_cleanly",
     "test_csv_inputs.py::test_the_pool_goes_on_with_the_good_siblings",
     "test_docs.py::test_the_site_builds_strictly",
     "test_forecast.py::test_forecaster_intervals_cover_on_synthetic_data",

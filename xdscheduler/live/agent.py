@@ -13,6 +13,7 @@ import re
 import socket
 import subprocess
 import time
+from typing import TYPE_CHECKING
 
 import ray
 
@@ -21,6 +22,9 @@ from xdscheduler.live.fabric import LINK_CLASS_BASE, WIRE_PER_PAYLOAD
 from xdscheduler.live.state import DOMAIN_LABEL
 from xdscheduler.perception.indicators import Sample, domain_samples
 from xdscheduler.scenario import Domain
+
+if TYPE_CHECKING:
+    from xdscheduler.serving.client import ForecastClient
 
 HISTORY_MIN = 24 * 60  # a day of minutes: what a forecast is sent at most
 CLASS = re.compile(r"class htb 1:(\d+) .*?rate (\S+?)bit.*?\n\s*Sent (\d+) bytes", re.S)
@@ -66,7 +70,7 @@ class DemandHistory:
 
 # A heartbeat never waits behind a report (Ray's state, tc, an HTTP forecast: a second under
 # load, when two missed 0.4 s pings find the domain down): each has a thread of its own.
-@ray.remote(num_cpus=0, concurrency_groups={"heartbeat": 1, "report": 1, "links": 1})
+@ray.remote(num_cpus=0, concurrency_groups={"heartbeat": 1, "report": 1, "links": 1})  # type: ignore[call-overload]
 class DomainAgent:
     def __init__(self, name: str, domains: list[str], api: str | None = None,
                  token: str | None = None):
@@ -174,16 +178,16 @@ class DomainAgent:
                                                            for j in hosted)))
         if self.forecast and self.forecast[0] == asked_on:
             return self.forecast[1]
-        self.forecast = (asked_on, self._ask_forecast(hosted))
+        self.forecast = (asked_on, self._ask_forecast(self.forecaster, hosted))
         return self.forecast[1]
 
-    def _ask_forecast(self, hosted: list[dict]) -> dict:
+    def _ask_forecast(self, client: ForecastClient, hosted: list[dict]) -> dict:
         known = [KnownJobIn(name=j["job"], gpus=j["workers"], finish_min=j["finish_min"])
                  for j in hosted if j["finish_min"] is not None]
         request = ForecastRequest(history=self.demand.series(), step_min=1, known_jobs=known,
                                   series=f"live-{self.name}")
         try:
-            answer = self.forecaster.answer(request)
+            answer = client.answer(request)
         except Exception as err:  # the app away: the report goes on without a forecast
             return {"forecast": None, "forecast_error": f"{type(err).__name__}: {err}"}
         return {"forecast": [{"horizon_min": h.horizon_min, "mean": h.mean, "hi95": h.hi95}

@@ -100,7 +100,8 @@ def reduce_loop(config: dict) -> None:
     torch.set_num_threads(1)
     ctx = train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    sync = DomainSync(ray.get_runtime_context().get_node_labels()[DOMAIN_LABEL], rank, world)
+    label = ray.get_runtime_context().get_node_labels()[DOMAIN_LABEL]  # a str, whatever the
+    sync = DomainSync(str(label), rank, world)  # annotation (Dict[str, List[str]]) says
     a = torch.randn(256, 256)
     seconds = {}
     for mb in config["sizes_mb"]:
@@ -135,11 +136,12 @@ def measure_reduction(name: str, accelerators: int, storage: str, burst_s: float
                                         "burst_s": burst_s},
         torch_config=TorchConfig(backend="gloo"),
         scaling_config=ScalingConfig(num_workers=accelerators, resources_per_worker={"CPU": 1},
-                                     label_selector=[{DOMAIN_LABEL: name}] * accelerators),
+                                     label_selector=[{DOMAIN_LABEL: name}] * accelerators),  # type: ignore[call-arg]
         run_config=RunConfig(name=f"xds-profile-{name}-{time.time_ns()}",
                              storage_path=storage)).fit()
     if result.error:
         raise result.error
+    assert result.checkpoint is not None, "the reduce loop reports a checkpoint"
     with result.checkpoint.as_directory() as folder:
         seconds = json.loads((Path(folder) / "reduce_s.json").read_text())
     ring = 2 * (accelerators - 1) / accelerators  # bytes each rank moves per byte reduced

@@ -83,14 +83,15 @@ def _layout(domains: list[dict], width: float, height: float) -> list[tuple[floa
     height -= 16  # the legend's line
     coords = [(d.get("lon"), d.get("lat")) for d in domains]
     if len(domains) > 1 and all(x is not None and y is not None for x, y in coords):
-        xs, ys = [x for x, _ in coords], [y for _, y in coords]
+        xs = [x for x, _ in coords if x is not None]  # all of them, as checked above
+        ys = [y for _, y in coords if y is not None]
         span_x, span_y = max(xs) - min(xs), max(ys) - min(ys)
         if span_x > 0 and span_y > 0:
             scale = min((width - 2 * pad) / span_x, (height - 2 * pad) / span_y)
             ox = (width - scale * span_x) / 2
             oy = (height - scale * span_y) / 2
             placed = [(ox + scale * (x - min(xs)), height - oy - scale * (y - min(ys)))
-                      for x, y in coords]
+                      for x, y in zip(xs, ys, strict=True)]
             if min(math.dist(p, q) for i, p in enumerate(placed) for q in placed[i + 1:]) \
                     >= 2 * NODE_R[1] + 10:  # else nodes of nearby sites would hide each other
                 return placed

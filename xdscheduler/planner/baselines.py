@@ -70,9 +70,9 @@ def _hardware(view: ClusterView, members: list[int]) -> Hardware:
     return Hardware(**{k: float(np.asarray(v)[0]) for k, v in pl.hardware.__dict__.items()})
 
 
-def _timed(p: Placement | None, start: float, why: str) -> Placement | None:
+def _timed(p: Placement, start: float, why: str) -> Placement:
     ms = (time.perf_counter() - start) * 1000
-    return None if p is None else replace(p, explanation=why, decision_ms=ms)
+    return replace(p, explanation=why, decision_ms=ms)
 
 
 class _NoReplans:
@@ -170,6 +170,7 @@ def _reserve(want: int, free: np.ndarray, view: ClusterView,
 
 def _ends_s(p: Placement, job: JobSpec, now_s: float) -> float:
     """When the job would finish on p, by the model's estimate (Slurm's is the user's limit)."""
+    assert p.estimate is not None, "a planned placement carries its estimate"
     return now_s + job.tokens / p.estimate.tokens_per_s
 
 

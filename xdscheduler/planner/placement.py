@@ -127,7 +127,7 @@ class Placement:
         """The plan, the predicted step and the objective terms, for people and endpoints."""
         plan = self.plan.as_dict()
         vp = plan.pop("vp")
-        out = {"plan": {**plan, "vp": vp, "placement": self.kind,
+        out: dict = {"plan": {**plan, "vp": vp, "placement": self.kind,
                         "stage_to_domain": self.stage_to_domain,
                         "gpus_per_domain": self.gpus_per_domain}}
         if self.split:

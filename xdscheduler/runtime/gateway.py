@@ -23,7 +23,8 @@ class ActorDomains:
     def __init__(self, scn: Scenario, dynamics, timeout_s: float = PING_TIMEOUT_S):
         names = [d.name for d in scn.domains]
         shared = ray.put(dynamics)  # one copy in the object store, read by every actor
-        self.spawn = lambda i: DomainActor.remote(scn.domains[i].model_dump(), i, names, shared)
+        self.spawn = lambda i: DomainActor.remote(  # type: ignore[attr-defined]  # an actor class
+            scn.domains[i].model_dump(), i, names, shared)
         self.actors = [self.spawn(i) for i in range(len(scn.domains))]
         self.replaced = [0] * len(self.actors)
         self.alive = [True] * len(self.actors)
@@ -46,8 +47,8 @@ class ActorDomains:
         for i in revived:
             self.alive[i], self.misses[i] = True, 0
         refs = {i: a.report.remote(now_s) for i, a in enumerate(self.actors) if self.alive[i]}
-        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.timeout_s)
-        ready = set(ready)
+        answered, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.timeout_s)
+        ready = set(answered)
         for i, ref in refs.items():
             if ref not in ready:
                 self.misses[i] += 1

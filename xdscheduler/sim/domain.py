@@ -63,7 +63,8 @@ class DomainState:
         linked = [j for j in range(len(names)) if j != self.index and bandwidth_row[j] > 0]
         samples = tuple(domain_samples(
             spec, total=self.total, free=self.free(load), held=sum(self.allocations.values()),
-            background=load, bandwidth_gbps=bandwidth_row[linked], rtt_ms=rtt_row[linked],
+            background=load, bandwidth_gbps=bandwidth_row[linked].tolist(),
+            rtt_ms=rtt_row[linked].tolist(),
             healthy=self.healthy, source=f"domain:{spec.name}", time_s=now_s))
         links = {names[j]: (float(bandwidth_row[j]), float(rtt_row[j])) for j in linked}
         return DomainReport(spec.name, now_s, self.free(load), round(load * self.total),

@@ -86,16 +86,22 @@ class JobRun:
         return self.done >= self.tokens * (1 - DONE_TOLERANCE)
 
     @property
+    def placed(self) -> Placement:
+        """Its placement, asked of a job that holds one (started, not yet finished)."""
+        assert self.placement is not None, f"job {self.spec.name} holds no placement"
+        return self.placement
+
+    @property
     def preparing(self) -> dict[int, int]:
         """Accelerators taken for the next plan beyond those the job holds, by domain."""
         if self.next is None:
             return {}
-        return reconfig.new_accelerators(self.placement, self.next)
+        return reconfig.new_accelerators(self.placed, self.next)
 
     @property
     def held_gpus(self) -> int:
         """Accelerators it holds now: its placement's and those of a plan being prepared."""
-        return self.placement.total_gpus + sum(self.preparing.values())
+        return self.placed.total_gpus + sum(self.preparing.values())
 
     def finish_s(self, now: float) -> float:
         """When it finishes at its speed now (inf while it trains nothing)."""
@@ -123,7 +129,7 @@ class JobRun:
     def hold(self, dt: float) -> float:
         """Its accelerators (and those of a plan being prepared) held for `dt` more seconds,
         metered by domain (what it is billed for); returns the accelerator-seconds."""
-        for taken in (self.placement.taken, self.preparing):
+        for taken in (self.placed.taken, self.preparing):
             for i, n in taken.items():
                 self.gpu_s[i] = self.gpu_s.get(i, 0.0) + n * dt
         return self.held_gpus * dt
@@ -141,7 +147,7 @@ class JobRun:
         """Back to the last checkpoint; what was trained since is work to redo."""
         lost = self.done - self.checkpoint
         if lost > 0 and self.rate > 0:
-            self.lost_gpu_s += lost / self.rate * self.placement.total_gpus
+            self.lost_gpu_s += lost / self.rate * self.placed.total_gpus
         self.done = self.checkpoint
 
     def count_replan(self) -> None:

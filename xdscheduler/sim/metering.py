@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from xdscheduler.sim.jobs import JobRun
 
 ACCELERATORS, WAN = "accelerators", "wan"
 
@@ -42,10 +46,10 @@ class Metering:
     count: int = 0
     read: dict[str, dict] = field(default_factory=dict)  # job -> meter readings
     since: dict[str, float] = field(default_factory=dict)  # job -> when its next record starts
-    touched: dict[str, object] = field(default_factory=dict)  # jobs that held accelerators
+    touched: dict[str, JobRun] = field(default_factory=dict)  # jobs that held accelerators
     # since the last flush, by name (in the order they started)
 
-    def touch(self, r, now: float) -> None:
+    def touch(self, r: JobRun, now: float) -> None:
         """The job holds accelerators from `now`: its meters move until it gives them back; its
         next record starts now unless it already held some since the last flush."""
         if r.name not in self.touched:

@@ -88,6 +88,7 @@ target rate for good. Definitions (rates in tokens/s, times in simulated seconds
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -415,9 +416,10 @@ def new_accelerators(old: Placement, new: Placement) -> dict[int, int]:
 
 def _adjustment_figures(moved: list[Swing]) -> dict:
     closed = [s for s in moved if s.end_s is not None and s.dip is not None]
-    dip = [s.dip for s in closed]
+    # `closed` has every dip and recovery time: the filters repeat it for the type checker
+    dip = [s.dip for s in closed if s.dip is not None]
     own = [s.adjustment_dip for s in closed if s.adjustment_dip is not None]
-    rec = [s.recovery_s for s in closed]
+    rec = [s.recovery_s for s in closed if s.recovery_s is not None]
     return {"count": len(moved), "recovered": len(closed),
             "dip_p50": percentile(dip, 50), "dip_p99": percentile(dip, 99),
             "dip_max": percentile(dip, 100),
@@ -453,7 +455,7 @@ def relocation_stats(moves: list[Relocation]) -> Relocations:
 
 
 def summary(records: list[Swing], causes: tuple[str, ...] = SWING_CAUSES,
-            moves: list[Relocation] = ()) -> Swings:
+            moves: Sequence[Relocation] = ()) -> Swings:
     """The report's `swings` block: the adjustments the given causes fired (re-plans that kept
     the job on its domains), and apart from them the relocations those causes led to."""
     moved = [s for s in records if s.cause in causes and s.how != Switch.KEPT]

@@ -207,7 +207,7 @@ class Faults:
 
     def summary(self, runs) -> FaultSummary:
         """What the faults did and how the jobs recovered."""
-        recovery = [max(v for v in inc.jobs.values()) - inc.event.time_s
+        recovery = [max(v for v in inc.jobs.values() if v is not None) - inc.event.time_s
                     for inc in self.incidents
                     if inc.jobs and all(v is not None for v in inc.jobs.values())]
         interrupted = [v - inc.event.time_s for inc in self.incidents

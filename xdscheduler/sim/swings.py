@@ -27,6 +27,7 @@ def inject_swings(dyn: Dynamics, seed: int, every_s: float = EVERY_S,
     while t < end:
         a = int(t // dyn.step_s)
         b = min(steps, a + max(1, round(rng.uniform(*LASTS_S) / dyn.step_s)))
+        where: int | tuple[int, int]  # a domain's load, or a link's RTT
         if rng.random() < 0.5:
             kind, where = "load", int(rng.integers(k))
             factor = 1 + rng.choice([-1, 1]) * rng.uniform(*LOAD_FACTOR)

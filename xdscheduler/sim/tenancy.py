@@ -76,7 +76,7 @@ class TenancyState:
         """What each tenant holds now, per quota key."""
         used: dict[str, dict[str, int]] = {t.name: {} for t in self.tenancy.tenants}
         for r in active:
-            held = {**r.placement.taken}
+            held = {**r.placed.taken}
             for i, n in r.preparing.items():
                 held[i] = held.get(i, 0) + n
             for key, n in self.keys_of(held).items():
@@ -136,7 +136,7 @@ class TenancyState:
         grace period: it writes one first)."""
         if self.tenancy.preemption.grace_s > 0 or r.rate <= 0:
             return 0.0
-        return (r.done - r.checkpoint) / r.rate * r.placement.total_gpus
+        return (r.done - r.checkpoint) / r.rate * r.placed.total_gpus
 
     def _candidates(self, job: JobRun, used: dict, active: list[JobRun], now: float
                     ) -> list[Victim]:
@@ -146,7 +146,7 @@ class TenancyState:
         peers = set(quotas.peers(job.tenant))
         out = []
         for v in active:
-            if v.name in self.evicting or self.protected(v, now) or v.placement.preemptible:
+            if v.name in self.evicting or self.protected(v, now) or v.placed.preemptible:
                 continue
             borrowing = quotas.borrowed(used, v.tenant, ALL) > 0
             if v.priority < job.priority and (v.tenant == job.tenant or borrowing):
@@ -166,16 +166,17 @@ class TenancyState:
         need = job.spec.gpus_min
         best, best_cost = None, None
         for d in range(len(free)):
-            there = [v for v in victims if d in v.job.placement.taken]
-            there.sort(key=lambda v: (v.lost_gpu_s / v.job.placement.taken[d], -v.job.start_s))
+            there = [v for v in victims if d in v.job.placed.taken]
+            there.sort(key=lambda v: (v.lost_gpu_s / v.job.placed.taken[d],
+                                      -(v.job.start_s or 0.0)))  # a victim runs: it started
             chosen, got, quota = [], free[d], room
             for v in there:
                 if got >= need and (quota is None or quota >= need):
                     break
                 chosen.append(v)
-                got += v.job.placement.taken[d]
+                got += v.job.placed.taken[d]
                 if quota is not None and v.job.tenant == job.tenant:
-                    quota += v.job.placement.total_gpus
+                    quota += v.job.placed.total_gpus
             if got < need or (quota is not None and quota < need) or not chosen:
                 continue
             cost = (sum(v.lost_gpu_s for v in chosen), len(chosen))
@@ -204,7 +205,7 @@ class TenancyState:
                 continue
             self.preempted_for[job.name] = now
             for v in chosen:
-                taken = dict(v.job.placement.taken)
+                taken = dict(v.job.placed.taken)
                 self._evict(eng, v, job, now)
                 active.remove(v.job)
                 for i, n in taken.items():
