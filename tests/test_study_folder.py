@@ -98,7 +98,8 @@ def test_a_study_killed_mid_way_resumes_to_the_report_of_an_uninterrupted_run(
     out = tmp_path / "killed"
     # its own driver and local Ray, interrupted as a user would (Ctrl-C)
     proc = subprocess.Popen([sys.executable, "-m", "xdscheduler.cli", *argv, "--out", str(out)],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
     try:
         deadline = time.monotonic() + 120
         while reached(out) < 3 * 3600:
@@ -107,7 +108,10 @@ def test_a_study_killed_mid_way_resumes_to_the_report_of_an_uninterrupted_run(
             time.sleep(0.5)
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-3000:]  # one line saying how to go on
+    assert err.strip().splitlines()[-1] == f"xds: interrupted; resume with xds run --resume {out}"
+    assert "Traceback" not in err
     assert not (out / "report.json").exists()
     assert run(capsys, "run", "--resume", str(out))[0] == 0
     assert run(capsys, *argv, "--out", str(tmp_path / "whole"))[0] == 0
