@@ -179,6 +179,19 @@ def test_a_special_file_planted_in_the_output_folder_is_refused_before_the_study
     assert sorted(p.name for p in out.iterdir()) == sorted([name, ".xds-lock"])  # no work
 
 
+@pytest.mark.parametrize("name", ["report.json", "study.json", "journal.sqlite"])
+def test_force_removes_no_special_file_planted_where_a_study_starts_over(capsys, tmp_path,
+                                                                         name):
+    # --force unlinked these names whatever they were: a fifo (or, as root, a device node)
+    # planted as report.json was removed and replaced by the study's report
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / name)
+    refused(capsys, "run", "--local", "--policies", "planner", "--hours", "0.25", "--out", out,
+            "--force", says=name)
+    assert stat.S_ISFIFO(os.lstat(out / name).st_mode)
+
+
 def test_compare_refuses_a_planted_output_before_the_grid(capsys, tmp_path):
     out = tmp_path / "cmp"
     out.mkdir()

@@ -20,9 +20,11 @@ command line names it again or, for the policy, its digest is what it was when t
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
+import stat
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -156,7 +158,7 @@ class StudyFolder:
         if self.mode == "force":
             for name in (REPORT, SPEC, *(f"{db}{end}" for db in (JOURNAL, LEDGER)
                                          for end in ("", "-wal", "-shm"))):
-                (self.path / name).unlink(missing_ok=True)
+                _remove_file(self.path / name)
         from xdscheduler.report.writer import FILES
 
         # what the study writes there, checked before it runs (SQLite writes its logs in place)
@@ -195,3 +197,9 @@ class StudyFolder:
         return (self.path / LEDGER).resolve()
 
 
+def _remove_file(path: Path) -> None:
+    """Unlink a regular file or a symlink; a device, fifo or socket planted there is left for
+    `output_file` to refuse (--force starts a study over, it removes no special file)."""
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISREG(path.lstat().st_mode) or path.is_symlink():
+            path.unlink()
