@@ -11,6 +11,7 @@ K ≤ 6 the pruned search is also checked against every domain set and chain (R 
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -46,49 +47,56 @@ def cluster(domains: int, nodes: int, seed: int = 0) -> ClusterView:
     return ClusterView(doms, bw, (rtt + rtt.T) / 2, np.full((domains, domains), 0.02))
 
 
-def timed(job: JobSpec, view: ClusterView, opts: SearchOptions) -> tuple[float, object]:
-    """Best of three decisions (seconds) and the decision; None where nothing fits."""
-    best, result = np.inf, None
+def timed(job: JobSpec, view: ClusterView, opts: SearchOptions) -> tuple[float, float, object]:
+    """Best of three decisions in wall and CPU seconds (CPU time is what other processes on a
+    loaded machine do not inflate) and the decision; None where nothing fits."""
+    best, best_cpu, result = np.inf, np.inf, None
     for _ in range(3):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         try:
             result = search(job, view, Weights(), opts, pareto=False)
         except UserError:
-            return time.perf_counter() - start, None
+            return time.perf_counter() - start, time.process_time() - cpu, None
         best = min(best, time.perf_counter() - start)
-    return best, result
+        best_cpu = min(best_cpu, time.process_time() - cpu)
+    return best, best_cpu, result
 
 
 def main() -> None:
-    rows, worst = [], 0.0
+    rows, worst, worst_cpu, former_cpu = [], 0.0, 0.0, 0.0
     for k in DOMAINS:
         view = cluster(k, NODES)
         for name, batch, gmin, gmax in JOBS:
             arch = catalog.model(name)
             job = JobSpec(name, arch, batch, arch.seq_len, gmin, gmax)
-            any_s, any_r = timed(job, view, SearchOptions())
-            former_s, former_r = timed(job, view, FORMER)
+            any_s, any_cpu, any_r = timed(job, view, SearchOptions())
+            former_s, f_cpu, former_r = timed(job, view, FORMER)
             if k == DOMAINS[-1]:
-                worst = max(worst, any_s)
+                worst, worst_cpu = max(worst, any_s), max(worst_cpu, any_cpu)
+                former_cpu = max(former_cpu, f_cpu)
             lost = "-"
             if k <= EXHAUSTIVE_UP_TO and any_r is not None:
-                _, full = timed(job, view, SearchOptions(combo_domains=k))
+                _, _, full = timed(job, view, SearchOptions(combo_domains=k))
                 lost = f"{rescored(full, any_r) - rescored(any_r, full):.1e}"
             rows.append([
                 f"{k} x 128", name, f"{gmin}-{gmax}",
                 any_r.evaluated if any_r else 0,
                 len(any_r.best.domains) if any_r else "no plan",
-                any_s * 1000, _r(any_r),
-                former_s * 1000, _r(former_r),
+                any_s * 1000, any_cpu * 1000, _r(any_r),
+                former_s * 1000, f_cpu * 1000, _r(former_r),
                 f"{rescored(any_r, former_r) / rescored(former_r, any_r):.3f}"
                 if any_r and former_r else "-",
                 lost])
     print_table(
         "Planner decision: any number of domains vs at most 3 (the former search), best of 3",
-        ["cluster", "job", "GPUs", "plans", "domains", "ms", "R", "<=3: ms", "<=3: R",
+        ["cluster", "job", "GPUs", "plans", "domains", "ms", "CPU ms", "R", "<=3: ms",
+         "<=3: CPU ms", "<=3: R",
          "R ratio", "R lost to pruning"], rows,
         note=f"target: <= 1 s at {DOMAINS[-1]} domains x 128 accelerators -> worst "
-             f"{worst * 1000:.0f} ms, {'met' if worst <= 1.0 else 'NOT met'}; 'no plan': nothing "
+             f"{worst * 1000:.0f} ms wall, {worst_cpu * 1000:.0f} ms CPU (<=3 domains: "
+             f"{former_cpu * 1000:.0f} ms CPU), {'met' if worst_cpu <= 1.0 else 'NOT met'} in CPU "
+             f"time, {'met' if worst <= 1.0 else 'NOT met'} in wall time; load "
+             f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; 'no plan': nothing "
              f"fits (a job asking for more than 3 domains hold)")
 
 

@@ -9,8 +9,9 @@ environment): a checkout of github.com/eth-easl/sailor. Without one it says so a
    as measured, as Sailor's simulator gives it, and as our model gives it (a) with Sailor's
    GH200 layer profile as input (Planner/simulations/profiles_tmp.json, the same one Sailor's
    simulator reads) and (b) from the roofline alone. Nothing is fitted on these runs: the
-   profile is a per-layer measurement Sailor made beforehand; our constants are the shipped
-   ones, fitted on published Megatron-LM/NeMo runs. Also each run's memory.
+   profile is a per-layer measurement Sailor made beforehand (and its GH200 network curve,
+   sailor/providers/network_coeffs_all_homo.json, a send/recv measurement); our constants are
+   the shipped ones, fitted on published Megatron-LM/NeMo runs. Also each run's memory.
 2. Plans: Sailor's planner (its C++ planner compiled from the checkout, its pick the first of
    its sorted plans that fits its memory model, as its simulations/simulator.py picks) and our
    search (stack megatron-deepspeed, TF32, Sailor's A100-40 profile of OPT-350M as input) on
@@ -37,6 +38,7 @@ from benchmarks.sailor_driver import layout
 from benchmarks.sailor_zones import THROUGHPUT, setup
 from xdscheduler import catalog
 from xdscheduler.costmodel.layers import MeasuredLayers, from_sailor, read_json
+from xdscheduler.costmodel.messages import from_sailor as network_from_sailor
 from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch, Stack
 from xdscheduler.costmodel.steptime import estimate, stage_layers
 from xdscheduler.planner.placement import Placement
@@ -47,6 +49,8 @@ STACK = Stack.preset("megatron-deepspeed")
 DTYPE = "tf32"  # fp32 tensors, matmuls on TF32 tensor cores (NGC's PyTorch default)
 MODELS = {"OPT-350": ("OPT-350", "opt-350m"), "GPT-NEO": ("GPT-Neo-2.7", "gpt-neo-2.7b")}
 PER_ZONE = (8, 16, 32)
+# Sailor's measured network curves: GB/s of one GPU's send to another node's by message size
+NETWORK = Path("sailor/providers/network_coeffs_all_homo.json")
 CACHE = Path(os.environ.get("XDS_CACHE", Path.home() / ".cache")) / "xds-sailor"
 
 
@@ -97,12 +101,13 @@ def fidelity(root: Path, checkout: Path) -> None:
     sailor_s = dict((i, r["iteration_s"]) for i, r in sims)
     measured = {key: profile(checkout, MODELS[key][0], catalog.model(MODELS[key][1]), "GH-96",
                              "GH200") for key in MODELS}
+    network = network_from_sailor(checkout / NETWORK, "GH-96")
     table, errs = [], {"sailor": [], "ours": [], "roofline": [], "memory": []}
     flagged = []
     for i, (run, key, arch, plan, listed) in enumerate(rows):
         one = PlanBatch.of([plan])
         with_profile = estimate(arch, run["gbs"], one, Hardware.of(gh200), stack=STACK,
-                                measured=(measured[key],))
+                                measured=(measured[key],), network=network)
         roof = estimate(arch, run["gbs"], one, Hardware.of(gh200), stack=STACK)
         real = run["real"]
         e = {"sailor": sailor_s[i] / real - 1,
@@ -232,7 +237,8 @@ def plans(root: Path, checkout: Path) -> None:
         t0 = time.perf_counter()
         c0 = time.process_time()
         opts = SearchOptions(dtype=DTYPE, stack=STACK, layers=(
-            profile(checkout, "OPT-350", arch, "A100-40", "A100-40GB", planner_file=True),))
+            profile(checkout, "OPT-350", arch, "A100-40", "A100-40GB", planner_file=True),),
+            network=network_from_sailor(checkout / NETWORK, "A100-40"))
         ours = search(job, view, THROUGHPUT, opts, pareto=False).best
         ours_s, ours_cpu = time.perf_counter() - t0, time.process_time() - c0
         theirs = from_sailor_plan(pick["plan"], view, job)
@@ -254,7 +260,8 @@ def plans(root: Path, checkout: Path) -> None:
                 ["GPUs/zone", "planner", "pick", "Sailor's simulator", "our model",
                  "fits Sailor's memory", "our GiB/GPU"], rows,
                 note="Our model: stack megatron-deepspeed, TF32, Sailor's A100-40 layer "
-                     "profile of OPT-350M as input. Sailor's pick: the first of its planner's "
+                     "profile of OPT-350M and its A100-40 network curve (one GPU a node, "
+                     f"{NETWORK}) as input. Sailor's pick: the first of its planner's "
                      "sorted plans that fits its memory model.")
     print()
     print_table("Planning time, seconds, wall / CPU (Sailor: its modules' import and its "

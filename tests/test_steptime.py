@@ -6,6 +6,7 @@ import pytest
 
 from xdscheduler import catalog
 from xdscheduler.costmodel.constants import DEFAULT
+from xdscheduler.costmodel.messages import NET_STEP_LATENCY_S
 from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch, Stack, WanUse
 from xdscheduler.costmodel.steptime import BREAKDOWN_KEYS, estimate, model_flops_per_step
 
@@ -320,7 +321,8 @@ def test_a_flat_ring_through_one_capped_connection_a_node_by_hand():
     """DeepSpeed reduces over one flat ring. With TP 1 the four ranks of a 4-GPU VM pass the
     ring on through a single connection between VMs (19.4 Gbit/s, as Sailor measures one GPU
     pair on GCP): 2·(n-1)/n of the fp32 gradients through it. With TP 4 each of the four TP
-    ranks has its own ring and connection, sharing the VM's 4 × 12 Gbit/s."""
+    ranks has its own ring and connection, sharing the VM's 4 × 12 Gbit/s. Each of the
+    2(n-1) steps also waits NCCL's network step latency."""
     arch = catalog.model("opt-350m")
     a100 = Hardware.of(catalog.accelerator("A100-40GB"), scaleout_gbps=12.07)
     capped = dataclasses.replace(a100, gpus_per_node=4, flow_gbps=19.4)
@@ -329,7 +331,7 @@ def test_a_flat_ring_through_one_capped_connection_a_node_by_hand():
         plan = Plan(dp=dp, tp=tp, micro_batch=8, zero=0, dtype="tf32")
         e = one(arch, 256, plan, hw=capped, stack=DEEPSPEED)[0]
         grads = (arch.layers * arch.params_per_layer + arch.embedding_params) / tp * 4
-        ring = 2 * (dp - 1) / dp * grads / (flow * 1e9 / 8) / eff
+        ring = 2 * (dp - 1) * (NET_STEP_LATENCY_S + grads / dp / (flow * 1e9 / 8)) / eff
         assert e.breakdown_s["dp_comm"][0] == pytest.approx(ring, rel=1e-9)
     # without a cap a connection gets the node's whole rate: the ring is faster
     plan = Plan(dp=32, tp=1, micro_batch=8, zero=0, dtype="tf32")
@@ -340,13 +342,15 @@ def test_a_flat_ring_through_one_capped_connection_a_node_by_hand():
 def test_a_flat_ring_across_domains_runs_at_its_slower_hops_pace_with_a_step_a_hop():
     """A flat ring's hops inside and across domains carry its bytes at once: the slower sets
     the pace (the hierarchical exchange adds the two), and each of its 2(n-1) steps waits a
-    one-way latency."""
+    one-way latency beside NCCL's step latency; each of the four TP ranks' rings has its
+    own connection, a quarter of the link."""
     arch = catalog.model("opt-350m")
     plan = Plan(dp=16, tp=4, micro_batch=8, zero=0, dtype="tf32")
     link = WanUse(dp_domains=2, dp_gbps=50.0, dp_rtt_s=0.001)
     flat = one(arch, 256, plan, wan=link, stack=DEEPSPEED)[0]
     inside = one(arch, 256, plan, stack=DEEPSPEED)[0]
-    ring_wan = (2 * arch.params * 4 / (50e9 / 8 * DEFAULT.wan_efficiency) + 15 * 0.001)
+    conn = 50e9 / 8 * DEFAULT.wan_efficiency / 4
+    ring_wan = 2 * 15 * (NET_STEP_LATENCY_S + arch.params * 4 / 4 / 16 / conn) + 15 * 0.001
     assert flat.breakdown_s["dp_comm"][0] == pytest.approx(
         max(inside.breakdown_s["dp_comm"][0], ring_wan), rel=1e-9)
 

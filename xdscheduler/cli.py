@@ -162,7 +162,7 @@ def cmd_plan(args) -> None:
     tuned = {"stack": Stack.preset(profile.stack), "calibration": profile.calibration} \
         if profile else _measured_stack(layers)
     opts = SearchOptions(diloco_h=(0, args.diloco) if args.diloco else (0,), dtype=args.dtype,
-                         layers=layers, **tuned)
+                         layers=layers, network=_network(args.network_profile), **tuned)
     view = ClusterView.from_scenario(scn)
     limits = Limits(args.budget, args.min_throughput)
     result = search(JobSpec.of(job), view, weights, opts, args.top, limits=limits)
@@ -204,6 +204,13 @@ def _layer_profiles(paths: list[str] | None) -> tuple:
     from xdscheduler.costmodel.layers import LayerProfile, MeasuredLayers
 
     return tuple(MeasuredLayers.of(LayerProfile.load(p)) for p in paths or ())
+
+
+def _network(path: str | None):
+    """The network curve given with --network-profile (xds layers import-network); None."""
+    from xdscheduler.costmodel.messages import NetworkProfile
+
+    return NetworkProfile.load(path).curve() if path else None
 
 
 def _measured_stack(layers: tuple) -> dict:
@@ -512,6 +519,9 @@ def _add_model_commands(sub) -> None:
     p.add_argument("--profile", help="a software stack's profile from xds calibrate (default: "
                                       "Megatron-Core with the shipped constants)")
     _layers_argument(p)
+    p.add_argument("--network-profile", help="a network curve (xds layers import-network): "
+                                             "a flat ring's messages at the rate their size "
+                                             "gets")
     p.add_argument("--min-throughput", type=number(float, 0, 1e15, above=True),
                    metavar="TOKENS_PER_S", help="fewest tokens/s: alone, the plan that reaches it "
                                                 "for the fewest dollars per token; with "

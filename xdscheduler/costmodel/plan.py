@@ -165,6 +165,9 @@ class Stack:
     # flattened all-reduce buffer (4) and the copies its engine makes at start (4), as Sailor
     # counts them (sailor/Planner/simulations/runtime_simulator.py, check_config_fits)
     extra_state_bytes: float = 0.0
+    # gradients all-reduced in buckets of this many elements (each bucket its own ring);
+    # inf: one message stream for them all
+    grad_bucket_elems: float = float("inf")
 
     @classmethod
     def preset(cls, name: str) -> Stack:
@@ -201,7 +204,7 @@ class Stack:
             return cls(flash_attention=False, sequence_parallel=False, overlap_grad_reduce=False,
                        overlap_param_gather=False, grad_reduce_bytes=4, memory_savers=False,
                        overlap_outer_sync=False, overlap_p2p=False, hierarchical_dp=False,
-                       extra_state_bytes=8.0)
+                       extra_state_bytes=8.0, grad_bucket_elems=5e8)  # allreduce_bucket_size
         if name == "plain-dp":
             # A plain data-parallel loop, as the live runner trains: whole optimizer state on
             # every rank, no recomputation, one fp32 gradient reduction after the backward pass,

@@ -17,6 +17,7 @@ import numpy as np
 from xdscheduler.catalog import ModelArch
 from xdscheduler.costmodel.constants import DEFAULT, Calibration
 from xdscheduler.costmodel.layers import TIMES, MeasuredLayers, applicable
+from xdscheduler.costmodel.messages import MessageCurve, ring_s
 from xdscheduler.costmodel.plan import DTYPES, OPERAND_BYTES, Hardware, PlanBatch, Stack, WanUse
 
 GIB = 2**30
@@ -90,16 +91,19 @@ def estimate(
     calib: Calibration = DEFAULT,
     seq: int | None = None,
     measured: tuple[MeasuredLayers, ...] = (),
+    network: MessageCurve | None = None,
 ) -> StepEstimate:
     """Evaluate every plan in `plans` at once; arrays broadcast against each other. Where a
     measured layer profile (`measured`) covers a plan's model, accelerator, precision, TP
-    degree and micro-batch, its layer times replace the roofline's."""
+    degree and micro-batch, its layer times replace the roofline's; where a network curve
+    (`network`) is given, a flat ring's messages move at the rate their size gets on it."""
     wan = wan or WanUse()
     stack = stack or Stack()
     measured = applicable(measured, arch, int(seq or arch.seq_len))
     n = len(plans)
     if n <= CHUNK:
-        return _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured)
+        return _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured,
+                         network)
     blocks = []
     for start in range(0, n, CHUNK):
         cut = slice(start, start + CHUNK)
@@ -111,7 +115,7 @@ def estimate(
             arch, part(global_batch), plans.take(cut),
             Hardware(**{k: part(v) for k, v in hw.__dict__.items()}),
             WanUse(**{k: part(v) for k, v in wan.__dict__.items()}), stack, calib, seq,
-            measured))
+            measured, network))
     return _concat(blocks)
 
 
@@ -138,7 +142,8 @@ def _concat(blocks: list[StepEstimate]) -> StepEstimate:
     )
 
 
-def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured) -> StepEstimate:
+def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured,
+              network=None) -> StepEstimate:
     s = float(seq or arch.seq_len)
     h, ffn, heads, vocab = float(arch.hidden), float(arch.ffn_hidden), arch.heads, arch.vocab
     kv_frac = arch.kv_heads / heads
@@ -302,8 +307,9 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured) -
     domains = _f(wan.dp_domains)
     local = np.maximum(dp / domains, 1.0)
     flat = (_f(wan.dp_flat) > 0) | (not stack.hierarchical_dp)
+    bucket = stack.grad_bucket_elems * grad_elem
     dp_intra = _allreduce_s(grad_bytes, local, tp * cp, gpn, _f(hw.scaleup_gbs) * 1e9, scaleout,
-                            calib.collective_efficiency, flat, flow)
+                            calib.collective_efficiency, flat, flow, bucket, network)
     diloco_h = _f(plans.diloco_h)
     spans = (domains > 1)
     model_grad_bytes = arch.params * grad_elem
@@ -319,8 +325,11 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured) -
     # Each rank crossing streams on its own connection: a flat ring's one replica's ranks,
     # every rank of a domain's replicas in the hierarchical exchange.
     flows = np.where(flat, 1.0, local) * tp * cp * pp
-    ring = (wan_share * model_grad_bytes / np.minimum(
-        dp_wan_bps * dp_lanes, flows * _f(wan.dp_flow_gbps) * 1e9 / 8 * calib.wan_efficiency)
+    wan_conn_bps = np.minimum(dp_wan_bps * dp_lanes / flows,
+                              _f(wan.dp_flow_gbps) * 1e9 / 8 * calib.wan_efficiency)
+    # a flat ring: each connection carries its replica's share in messages of bucket/dp bytes
+    flat_wan = ring_s(model_grad_bytes / flows, dp, wan_conn_bps, bucket, network)
+    ring = (np.where(flat, flat_wan, wan_share * model_grad_bytes / (flows * wan_conn_bps))
             + np.where(flat, dp - 1, domains - 1) * _f(wan.dp_rtt_s))  # a step a hop: 2(n-1)·rtt/2
     dp_wan = np.where(spans & (diloco_h == 0), ring, 0.0)
     zero = _f(plans.zero)
@@ -432,21 +441,22 @@ def _lanes(ranks, gpn):
 
 
 def _allreduce_s(size, ranks, inner, gpn, scaleup, scaleout, efficiency, flat=False,
-                 flow=np.inf):
+                 flow=np.inf, bucket=np.inf, network=None):
     """All-reduce of `size` bytes over `ranks` ranks placed `inner` apart.
 
     Megatron orders ranks TP, CP, DP, PP, so r = gpn / (TP·CP) ranks of a data-parallel group
     share a node: hierarchically, they reduce-scatter over the scale-up links, the node's r
     NICs carry the cross-node all-reduce of 1/r of the data each, and an all-gather over
     scale-up ends it. A flat ring (`flat`) passes everything through one connection between
-    nodes, capped at `flow` bytes/s and at the r NICs' share of the node.
+    nodes, capped at `flow` bytes/s and at the r NICs' share of the node, in buckets of
+    `bucket` bytes, each message at the rate its size gets (`messages.ring_s`).
     """
     per_node = np.clip(gpn / inner, 1.0, ranks)
     nodes = ranks / per_node
     inside = 2 * (per_node - 1) / per_node * size / scaleup
     across = 2 * (nodes - 1) / nodes * size / (per_node * np.minimum(scaleout, flow))
-    ring = np.where(nodes > 1, 2 * (ranks - 1) / ranks * size
-                    / np.minimum(flow, per_node * scaleout), inside)
+    ring = np.where(nodes > 1, ring_s(size, ranks, np.minimum(flow, per_node * scaleout),
+                                      bucket, network), inside)
     return np.where(flat, ring, inside + across) / efficiency
 
 

@@ -3,6 +3,7 @@
   xds layers measure   time a model's blocks on this machine's accelerator (plain PyTorch)
   xds layers import    read another planner's profile (Sailor's format) as ours
   xds layers show      what a profile holds and where it came from
+  xds layers import-network   read a measured network curve (Sailor's network_coeffs)
 
 `xds plan --layer-profile` and `xds estimate --layer-profile` then use it in place of the roofline.
 """
@@ -74,6 +75,18 @@ def register(subparsers) -> None:
     _output(i)
     i.set_defaults(fn=cmd_import)
 
+    n = sub.add_parser("import-network", help="read Sailor's network curve as ours",
+                       description="read the inter-node curve of one of Sailor's "
+                                   "providers/network_coeffs_*.json (GB/s by log2 message MB, "
+                                   "and the measured peak): xds plan --network-profile then "
+                                   "prices a flat ring's messages at the rate their size gets")
+    n.add_argument("coeffs", help="Sailor's network_coeffs_*.json")
+    n.add_argument("--sailor-gpu", required=True, help="its GPU key (A100-40, GH-96, ...)")
+    n.add_argument("--gpus", type=number(int, 1, 64), default=1,
+                   help="GPUs a node of its measurement (default 1: one GPU's connection)")
+    _output(n)
+    n.set_defaults(fn=cmd_import_network)
+
     s = sub.add_parser("show", help="a profile's blocks, source and coverage")
     s.add_argument("profile")
     s.add_argument("--json", action="store_true", help="print one JSON object")
@@ -125,6 +138,20 @@ def cmd_import(args) -> None:
                                     if args.llm_info else ""))
     profile.save(out)
     _report(profile, out, args.json)
+
+
+def cmd_import_network(args) -> None:
+    from xdscheduler.costmodel.messages import NetworkProfile, from_sailor
+
+    out = _writable(args.out, args.force)
+    curve = from_sailor(Path(args.coeffs), args.sailor_gpu, args.gpus)
+    profile = NetworkProfile(coeffs=list(curve.coeffs), peak_gbps=curve.peak_gbps,
+                             source=curve.source)
+    profile.save(out)
+    doc = {"written": str(out), **profile.model_dump(mode="json")}
+    print(json.dumps(doc, indent=2) if args.json else
+          f"{curve.source}: peak {curve.peak_gbps:.1f} Gbit/s, a 1 MB message "
+          f"{curve.share(1e6):.0%} of it, 64 MB {curve.share(64e6):.0%}; wrote {out}")
 
 
 def cmd_show(args) -> None:

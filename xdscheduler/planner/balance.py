@@ -58,7 +58,8 @@ def slot_speeds(job: JobSpec, view: ClusterView, plans: PlanBatch, plan_id: np.n
     alone = describe_placements(view, np.full(len(view.domains), SINGLE, dtype=object),
                                 np.arange(len(view.domains))[:, None]).hardware
     est = estimate(job.arch, job.global_batch, plans.take(rows), take_rows(alone, doms),
-                   stack=opts.stack, calib=opts.calibration, seq=job.seq, measured=opts.layers)
+                   stack=opts.stack, calib=opts.calibration, seq=job.seq, measured=opts.layers,
+                   network=opts.network)
     busy = sum(est.breakdown_s[k] for k in ("compute", "recompute", "tp_comm"))
     speed = np.ones(slots.shape)
     speed[held] = (1.0 / busy)[back]

@@ -169,7 +169,8 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: Sear
         cand_hw, shares, mixed = balanced(job, view, kind == PIPELINE, plans, plan_id, slots,
                                           parts, cand_hw, opts)
     est = estimate(job.arch, job.global_batch, plans, cand_hw, take_rows(pl.wan, p_idx),
-                   opts.stack, opts.calibration, seq=job.seq, measured=opts.layers)
+                   opts.stack, opts.calibration, seq=job.seq, measured=opts.layers,
+                   network=opts.network)
     gpus = parts * unit[:, None]
     terms = score(job, est, unit * split.peak[back], unit * split.price[back],
                   pl.wan_price_per_gb[p_idx], weights)
@@ -303,7 +304,8 @@ def estimate_placement(p: Placement, job: JobSpec, view: ClusterView,
     doms = np.array([list(p.domains)])
     pl = describe_placements(view, np.array([p.kind], dtype=object), doms)
     est = estimate(job.arch, job.global_batch, PlanBatch.of([p.plan]), pl.hardware, pl.wan,
-                   opts.stack, opts.calibration, seq=job.seq, measured=opts.layers)
+                   opts.stack, opts.calibration, seq=job.seq, measured=opts.layers,
+                   network=opts.network)
     return _estimate_at(est, 0, pl.wan_price_per_gb[0])
 
 

@@ -22,6 +22,7 @@ import numpy as np
 from xdscheduler.catalog import ModelArch, accelerator_code
 from xdscheduler.costmodel.constants import DEFAULT, Calibration
 from xdscheduler.costmodel.layers import MeasuredLayers
+from xdscheduler.costmodel.messages import MessageCurve
 from xdscheduler.costmodel.plan import DTYPES, Hardware, PlanBatch, Stack, WanUse
 from xdscheduler.costmodel.steptime import memory_gib
 from xdscheduler.planner.view import ClusterView
@@ -72,6 +73,9 @@ class SearchOptions:
     layers: tuple[MeasuredLayers, ...] = ()
     """Measured layer profiles (`xds layers`): their times replace the roofline's for the
     models, accelerators, precisions, TP degrees and micro-batches they cover."""
+    network: MessageCurve | None = None
+    """A measured network curve (`xds layers import-network`): the rate a flat ring's
+    messages get by their size; None: NCCL's step latency, then the connection's rate."""
 
 
 @dataclass(frozen=True)
