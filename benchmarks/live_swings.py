@@ -1,0 +1,166 @@
+"""The single-job experiment's swings on the live cluster, measured against the model.
+
+Run as root from the repository root (network namespaces and tc):
+
+    python -m benchmarks.live_swings [--gbps 0.005] [--phases 8] [--phase-s 30] [--seed 0]
+
+It brings up its own cluster of scenarios/local_three_domains.yaml (its own state file, with the
+shipped plain-dp profile), submits gpt-wide (3-4 workers, more than any domain has: it runs
+across domains), and once the job trains, swings every link of the cluster, both ways, as the
+single-job experiment does: phase k sets each link to B0 (1 + e_k), e the study's mean-reverting
+process (|e| <= 0.3, seeded; `xds bench job` draws it the same way), with `xds links set`. Per
+phase: the steps the job trained over the phase's seconds (measured), the model's step at the
+end of the phase (`xds jobs`: the controller's estimate on the links as its agents read them,
+corrected from the steps it saw) and the nominal one it was placed with, and their errors. The
+bandwidth is set low (5 Mbit/s) so that the outer sync of the job's 2 MB of weights weighs in
+its step: on the scenario's 0.25-1 Gbit/s links it takes milliseconds, and a swing of 30% would
+show nothing. Ends with `xds down`, whatever happened.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from benchmarks._table import print_table
+from xdscheduler.live.jobs import load_job
+from xdscheduler.network.dynamics import Dynamics
+from xdscheduler.report.single_job import SAMPLE_S, SWING
+from xdscheduler.scenario import load_scenario
+
+REPO = Path(__file__).resolve().parent.parent
+SCENARIO = REPO / "scenarios" / "local_three_domains.yaml"
+PROFILE = REPO / "scenarios" / "profiles" / "local-cpu-plain-dp.yaml"
+JOB = REPO / "scenarios" / "jobs" / "gpt-wide.yaml"
+
+
+def xds(state: Path, *args: str, timeout: float = 600) -> str:
+    env = {**os.environ, "XDS_CLUSTER": str(state)}
+    for var in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE"):
+        env.pop(var, None)  # this cluster's own, from its state file
+    done = subprocess.run([sys.executable, "-m", "xdscheduler.cli", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    if done.returncode:
+        raise RuntimeError(f"xds {' '.join(args)}: {done.stderr.strip()[-2000:]}")
+    return done.stdout
+
+
+def job_row(state: Path, name: str) -> dict:
+    return next(j for j in json.loads(xds(state, "jobs", "--json"))["jobs"] if j["job"] == name)
+
+
+def swing_factors(seed: int, phases: int) -> np.ndarray:
+    """(phases, links) 1 + e per link of the scenario: the study's process, a sample a phase."""
+    scn = load_scenario(SCENARIO)
+    scn = scn.model_copy(update={"links": [lk.model_copy(update={"fluctuation": SWING})
+                                           for lk in scn.links]})
+    bw = Dynamics.generate(scn, seed, phases * SAMPLE_S, SAMPLE_S).bandwidth_gbps
+    index = {d.name: i for i, d in enumerate(scn.domains)}
+    return np.array([[bw[k, index[lk.a], index[lk.b]] / lk.bandwidth_gbps for lk in scn.links]
+                     for k in range(phases)])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gbps", type=float, default=0.005, help="B0 of every link, Gbit/s")
+    ap.add_argument("--phases", type=int, default=8)
+    ap.add_argument("--phase-s", type=float, default=30.0, help="seconds each swing holds")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=2000, help="the job's steps (it is cancelled "
+                    "at the end)")
+    args = ap.parse_args()
+    links = load_scenario(SCENARIO).links
+    factors = swing_factors(args.seed, args.phases)
+    with tempfile.TemporaryDirectory(prefix="xds-live-swings-") as tmp:
+        state = Path(tmp) / "cluster.json"
+        start = time.perf_counter()
+        xds(state, "up", str(SCENARIO), "--profile", str(PROFILE), "--json")
+        try:
+            rows = run(state, Path(tmp), links, factors, args)
+        finally:
+            xds(state, "down")
+        wall = time.perf_counter() - start
+    report(rows, args, wall)
+
+
+def set_links(state: Path, links, rates: np.ndarray) -> None:
+    for lk, rate in zip(links, rates, strict=True):
+        xds(state, "links", "set", lk.a, lk.b, f"{rate:.6f}", "--both")
+
+
+def run(state: Path, tmp: Path, links, factors: np.ndarray, args) -> list[dict]:
+    """The job placed on B0 everywhere, then one row per phase of swings."""
+    set_links(state, links, np.full(len(links), args.gbps))
+    spec = {**load_job(str(JOB)).model_dump(), "name": "gpt-swing", "steps": args.steps}
+    (tmp / "job.yaml").write_text(yaml.safe_dump(spec))
+    xds(state, "submit", str(tmp / "job.yaml"))
+    row = wait(state, "gpt-swing", lambda r: r["step"] >= 10)
+    rows = []
+    try:
+        for k, f in enumerate(factors):
+            rates = args.gbps * f
+            set_links(state, links, rates)
+            time.sleep(3.0)  # the agents read the buckets every second; the first steps settle
+            first, t0 = job_row(state, "gpt-swing"), time.monotonic()
+            time.sleep(args.phase_s)
+            last, t1 = job_row(state, "gpt-swing"), time.monotonic()
+            steps = last["step"] - first["step"]
+            moved = last["attempts"] != first["attempts"] or last["domains"] != first["domains"]
+            rows.append({"phase": k, "gbps": float(rates.mean()), "min_gbps": float(rates.min()),
+                         "steps": steps, "measured_s": (t1 - t0) / steps if steps else None,
+                         "model_s": last["corrected_step_s"],
+                         "nominal_s": last["predicted_step_s"], "domains": last["domains"],
+                         "moved": moved})
+    finally:
+        xds(state, "cancel", "gpt-swing")
+    print(f"placed on {row['domains']} ({row['plan']})", file=sys.stderr)
+    return rows
+
+
+def wait(state: Path, name: str, until, timeout_s: float = 600) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        row = job_row(state, name)
+        if until(row):
+            return row
+        time.sleep(1.0)
+    raise RuntimeError(f"{name} never got there: {row}")
+
+
+def report(rows: list[dict], args, wall_s: float) -> None:
+    table = []
+    for r in rows:
+        err = (None if r["measured_s"] is None or r["model_s"] is None
+               else r["model_s"] / r["measured_s"] - 1)
+        table.append([r["phase"], f"{1000 * r['gbps']:.2f}", f"{1000 * r['min_gbps']:.2f}",
+                      r["steps"], r["measured_s"] or "–", r["model_s"] or "–",
+                      "–" if err is None else f"{100 * err:+.1f}%",
+                      r["nominal_s"] or "–", "+".join(r["domains"]) + (" (moved)" if r["moved"]
+                                                                       else "")])
+    ok = [r for r in rows if r["measured_s"] and r["model_s"] and not r["moved"]]
+    errors = [abs(r["model_s"] / r["measured_s"] - 1) for r in ok]
+    corr = (np.corrcoef([r["min_gbps"] for r in ok], [r["measured_s"] for r in ok])[0, 1]
+            if len(ok) > 2 else float("nan"))
+    print_table(
+        f"gpt-wide across domains while every link swings as {1000 * args.gbps:g} Mbit/s x "
+        f"(1 + e), |e| <= {SWING:.0%}, {args.phases} phases of {args.phase_s:g} s, seed "
+        f"{args.seed} ({wall_s / 60:.1f} min with the cluster's start and stop)",
+        ["phase", "mean Mbit/s", "min Mbit/s", "steps", "measured s/step", "model s/step",
+         "model vs measured", "nominal s/step", "domains"], table,
+        f"model: the controller's step for the placement on the links as read, corrected from "
+        f"the steps seen; median |model/measured - 1| {100 * np.median(errors):.1f}% over "
+        f"{len(ok)} phases; correlation of the narrowest link's rate with the measured step "
+        f"{corr:+.2f}" if errors else "no phase measured")
+
+
+if __name__ == "__main__":
+    main()
