@@ -72,6 +72,13 @@ class JobRun:
         return self.placement is not None and self.end_s is None
 
     @property
+    def on(self) -> Placement:
+        """The placement it runs on (a queued job has none)."""
+        if self.placement is None:
+            raise ValueError(f"job {self.name} is not placed")
+        return self.placement
+
+    @property
     def state(self) -> JobState:
         if self.end_s is not None:
             return JobState.COMPLETED

@@ -95,7 +95,7 @@ class Faults:
                 return
             inc.hit(r.spec.name)
             if e.kind == "straggler":
-                eng.set_slowdown(r, e.slowdown)
+                eng.speeds.set_slowdown(r, e.slowdown)
             else:
                 eng.pause(r, math.inf)  # the step in flight never finishes
         elif e.kind == "domain_outage":
@@ -130,7 +130,8 @@ class Faults:
             self.spare[d] -= GPUS_PER_NODE  # back when the node is repaired
             inc.how = (f"node replaced from {d}'s backup pool, "
                        + ("checkpoint saved and reloaded" if slow else "restored from checkpoint"))
-            eng.set_slowdown(r, 1.0, refresh=False)  # its speed is estimated again once placed
+            # its speed is estimated again once placed
+            eng.speeds.set_slowdown(r, 1.0, refresh=False)
             self.recover(eng, r, t, replace=True, save=slow)
         elif slow:
             inc.how = "pool empty: the job runs on, slower, until the node recovers"
@@ -147,7 +148,7 @@ class Faults:
         elif e.kind == "straggler":
             for r in eng.runs:
                 if r.spec.name == inc.job and r.slowdown != 1.0:
-                    eng.set_slowdown(r, 1.0)
+                    eng.speeds.set_slowdown(r, 1.0)
         elif e.kind == "domain_outage":
             eng.domains.set_health(eng.names.index(e.target), True)
         elif e.kind == "link_cut":
@@ -174,7 +175,7 @@ class Faults:
         """A job hit by a detected fault: back to its last checkpoint (or to now, when it is
         alive and can `save` first), on the same placement with the failed node replaced from
         the pool, or re-planned on what is free (pools included), or queued first in line."""
-        eng.cancel_switch(r)
+        eng.switches.cancel(r)
         if save:
             r.save()
         eng.rewind(r)

@@ -124,8 +124,8 @@ class Replanning:
         eng.swing_meter.record(Swing(r.name, "yield", Switch.MAKE_BEFORE_BREAK, t, r.rate, r.rate,
                                      rate, r.done, cost.prepare_s, cost.pause_s), r)
         r.count_replan()
-        eng.prepare(r, new, t + cost.prepare_s, cost.pause_s)
-        eng.log_decision(r, Action.REPLAN, new, f"yield: gives a domain back to the queue; "
+        eng.switches.prepare(r, new, t + cost.prepare_s, cost.pause_s)
+        eng.recorder.decision(r, Action.REPLAN, new, f"yield: gives a domain back to the queue; "
                          f"{new.explanation}", new.decision_ms)
         return True
 
@@ -150,19 +150,19 @@ class Replanning:
     def _kept(self, eng, r, t: float, cause: str, rate: float | None = None) -> None:
         """A trigger that left the plan as it was: new reference, and a record of it."""
         self.placed(eng, r)
-        rate = eng.speed(r, r.placement)[0] if rate is None else rate
+        rate = eng.speeds.of(r, r.placement)[0] if rate is None else rate
         eng.swing_meter.record(Swing(r.name, cause, Switch.KEPT, t, r.rate, rate, rate, r.done,
                                 end_s=t), r)
 
     def _restart(self, eng, r, new: Placement, t: float, cause: str) -> None:
         """The old move: save, stop, and start the new plan RESTART_S later."""
-        new_rate = eng.speed(r, new, new.estimate)[0]
+        new_rate = eng.speeds.of(r, new, new.estimate)[0]
         if r.left / new_rate + RESTART_S >= r.left / max(r.rate, 1e-9):
             self._kept(eng, r, t, cause)
             return  # moving would not pay for the restart
         moved = reconfig.switch_cost(r.placement, new, r.spec.arch.params, eng.view).wan_gb
         eng.swing_meter.record(Swing(r.name, cause, Switch.RESTART, t, r.rate,
-                                eng.speed(r, r.placement)[0], new_rate, r.done,
+                                eng.speeds.of(r, r.placement)[0], new_rate, r.done,
                                 pause_s=RESTART_S, wan_gb=moved), r)
         r.count_replan()
         eng.restart(r, new, RESTART_S)
@@ -175,7 +175,7 @@ class Replanning:
         relocation to other domains, only when it pays for all it costs (`reconfig.charge_s`:
         the job's time and the accelerator-seconds it holds idle or redoing work)."""
         left = r.left
-        now_rate = eng.speed(r, r.placement)[0]
+        now_rate = eng.speeds.of(r, r.placement)[0]
         own = eng.view.with_down({n for i, n in enumerate(eng.names)
                                   if i not in r.placement.domains})
         spec = eng.replan_spec(r)
@@ -222,8 +222,8 @@ class Replanning:
             eng.restart(r, new, m.pause_s)
             return
         before = {d.name: d.free_gpus for d in eng.view.domains}
-        eng.prepare(r, new, t + m.prepare_s, m.pause_s)
-        eng.log_decision(r, Action.REPLAN, new, f"{cause}: prepared alongside for "
+        eng.switches.prepare(r, new, t + m.prepare_s, m.pause_s)
+        eng.recorder.decision(r, Action.REPLAN, new, f"{cause}: prepared alongside for "
                          f"{m.prepare_s:.0f} s, then a {m.pause_s:.2f} s switch; "
                          f"{new.explanation}", new.decision_ms, before)
 
@@ -233,9 +233,9 @@ class Replanning:
             if not r.running or r.next is None:
                 continue
             if any(eng.names[d] in eng.down for d in r.next.domains):
-                eng.cancel_switch(r)
+                eng.switches.cancel(r)
                 continue
-            old = eng.switch(r)
+            old = eng.switches.switch(r)
             m = self.moving.get(r.name)
             if m is not None and m.phase == Phase.HELD:
                 self._relocated(eng, r, m, old, t)
@@ -285,7 +285,7 @@ class Replanning:
             self._take(eng, r, m, t)  # taken now, before another job's decision counts it
         how = ("a paused transfer" if m.how == Relocate.TRANSFER else
                f"its checkpoint at {m.at_s:.0f} s, copied")
-        eng.log_decision(r, Action.RELOCATE, m.target, f"{m.cause}: relocate by {how} "
+        eng.recorder.decision(r, Action.RELOCATE, m.target, f"{m.cause}: relocate by {how} "
                          f"({m.wan_gb:.0f} GB, {m.transfer_s:.0f} s over the WAN); charged "
                          f"{m.charge_s:.0f} s against {m.stay_s:.0f} s staying; "
                          f"{m.target.explanation}", m.target.decision_ms)
@@ -316,7 +316,7 @@ class Replanning:
             r.charge_wan(m.wan_gb, m.wan_cost)
         m.phase = Phase.HELD
         eng.events.cancel(("move", r.name))
-        eng.prepare(r, m.target, t + m.hold_s, m.pause_s)
+        eng.switches.prepare(r, m.target, t + m.hold_s, m.pause_s)
 
     def _relocated(self, eng, r, m: Relocation, old: Placement, t: float) -> None:
         """A relocation's switch: through a checkpoint, the job goes back to it (redoing what
@@ -338,7 +338,7 @@ class Replanning:
 def _move_cost(eng, r, base: Placement, p: Placement) -> tuple[float, reconfig.SwitchCost, int]:
     """The job's rate on p (a placement the policy just made), what moving there from `base`
     costs, and how many accelerators it takes beside those `base` holds."""
-    rate, window = eng.speed(r, p, p.estimate)
+    rate, window = eng.speeds.of(r, p, p.estimate)
     cost = reconfig.switch_cost(base, p, r.spec.arch.params, eng.view, window)
     return rate, cost, sum(reconfig.new_accelerators(base, p).values())
 
