@@ -27,7 +27,7 @@ import copy
 import math
 import uuid
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import pandas as pd
 
@@ -41,6 +41,9 @@ from xdscheduler.forecast.service import (
 from xdscheduler.forecast.structure import KnownJob
 from xdscheduler.sim.records import Forecast
 from xdscheduler.sim.recovery import MAX_POOL_SHARE
+
+if TYPE_CHECKING:
+    from xdscheduler.sim.engine import Engine
 
 STEP_MIN = 10  # demand history resolution: the forecaster's shortest horizon
 CONSULT_S = 3600.0  # the controller consults the forecast once per simulated hour
@@ -96,7 +99,7 @@ class DemandPlanner:
 
     # ------------------------------------------------------------------ each step
 
-    def step(self, eng, t: float) -> dict[str, int] | None:
+    def step(self, eng: Engine, t: float) -> dict[str, int] | None:
         """Record demand, release holds of jobs that arrived, take holds for jobs about to;
         once an hour consult the forecast. Returns new pool targets when it consulted."""
         while t >= self.next_record_s:
@@ -111,7 +114,7 @@ class DemandPlanner:
         self.next_consult_s = t + CONSULT_S
         return self._consult(eng, t)
 
-    def _consult(self, eng, t: float) -> dict[str, int]:
+    def _consult(self, eng: Engine, t: float) -> dict[str, int]:
         jobs = known_jobs(eng, self.known, t, max(HORIZONS_MIN))
         req = ForecastRequest(history=self.history[-(1440 // STEP_MIN) * HISTORY_DAYS :],
                               step_min=STEP_MIN,
@@ -135,7 +138,7 @@ class DemandPlanner:
         })
         return pools
 
-    def _hold(self, eng, t: float) -> None:
+    def _hold(self, eng: Engine, t: float) -> None:
         """Hold a coming known job's minimum from PREALLOC_LEAD_S before it arrives."""
         for name, arrival in self.coming.items():
             if name in self.holds or arrival - t > PREALLOC_LEAD_S or arrival <= t:
@@ -161,18 +164,18 @@ class DemandPlanner:
                         preallocated=self.preallocated, timeline=self.log)
 
 
-def demand_gpus(eng) -> float:
+def demand_gpus(eng: Engine) -> float:
     """Running + pending, as in the public traces: accelerators held by running jobs (and
     by plans being prepared) plus the minimum each queued job asks for."""
     held = sum(r.held_gpus for r in eng.active)
     return float(held + sum(r.spec.gpus_min for r in eng.queue))
 
 
-def _arrived(eng, name: str, t: float) -> bool:
+def _arrived(eng: Engine, name: str, t: float) -> bool:
     return not any(r.spec.name == name and r.arrival_s > t for r in eng.pending)
 
 
-def known_jobs(eng, known: set[str], t: float, horizon_min: float) -> list:
+def known_jobs(eng: Engine, known: set[str], t: float, horizon_min: float) -> list:
     """Running jobs free their accelerators when their tokens are trained at today's rate;
     announced jobs arriving within the horizon hold their minimum from arrival on (training
     jobs outlast the hour)."""
@@ -180,7 +183,7 @@ def known_jobs(eng, known: set[str], t: float, horizon_min: float) -> list:
     for r in eng.active:
         left = (r.tokens - r.done) / r.rate if r.rate > 0 else math.inf
         finish = max(r.paused_until - t, 0.0) + left
-        out.append(KnownJob(r.spec.name, r.placement.total_gpus, min(finish, 1e9)))
+        out.append(KnownJob(r.spec.name, r.on.total_gpus, min(finish, 1e9)))
     for r in eng.pending:
         if r.spec.name in known and 0 < r.arrival_s - t <= horizon_min * 60:
             start = r.arrival_s - t
@@ -188,7 +191,7 @@ def known_jobs(eng, known: set[str], t: float, horizon_min: float) -> list:
     return out
 
 
-def pool_targets(eng, floor: dict[str, int], extra_gpus: float) -> dict[str, int]:
+def pool_targets(eng: Engine, floor: dict[str, int], extra_gpus: float) -> dict[str, int]:
     """The failure-rate floor plus the forecast's spare, split over the domains up by size in
     whole nodes, capped at MAX_POOL_SHARE of each domain (and never below the floor)."""
     domains = [d for d in eng.base_view.domains if d.name in floor]

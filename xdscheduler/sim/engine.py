@@ -84,7 +84,8 @@ class Engine:
         self.end_limit_s = horizon_s * DRAIN_FACTOR  # stop draining the queue after this
         self.clock = clock  # called with each event time (real-time mode sleeps there)
         self.tick_s = tick_s  # real-time mode: an event every tick even when nothing happens
-        self.now, self.last_step_s = 0.0, None
+        self.now = 0.0
+        self.last_step_s: float | None = None  # the last event handled (None: none yet)
         self.pending = list(self.runs)  # not yet arrived, by arrival time
         self.queue: list[JobRun] = []
         self.active: list[JobRun] = []  # running, in the jobs' order
@@ -194,7 +195,7 @@ class Engine:
         """What happens at the decision point's time after the decisions."""
         t = self.now
         if t >= self.next_sample_s:  # links and loads change on the dynamics' grid
-            for r in [r for r in self.active if len(r.placement.domains) > 1]:
+            for r in [r for r in self.active if len(r.on.domains) > 1]:
                 self.speeds.update(r)  # links change the speed of jobs across domains
             self.samples += domain_samples(t, self.view, self.held(), len(self.queue),
                                            self.dynamics.load(t))
@@ -213,7 +214,7 @@ class Engine:
         prepared alongside."""
         held = [0] * len(self.names)
         for r in self.active:
-            for taken in (r.placement.taken, r.preparing):
+            for taken in (r.on.taken, r.preparing):
                 for i, n in taken.items():
                     held[i] += n
         return held
@@ -286,9 +287,9 @@ class Engine:
         if self.tenancy is None:
             return r.spec
         room = self.tenancy.room(self.tenancy.used(self.active), r.tenant)
-        if room is None or r.placement.total_gpus + room >= r.spec.gpus_max:
+        if room is None or r.on.total_gpus + room >= r.spec.gpus_max:
             return r.spec
-        cap = r.placement.total_gpus + room
+        cap = r.on.total_gpus + room
         return replace(r.spec, gpus_max=cap, gpus_min=min(r.spec.gpus_min, cap))
 
     def restart(self, r: JobRun, new: Placement, pause_s: float) -> None:
@@ -313,17 +314,17 @@ class Engine:
         self.switches.cancel(r)
         r.lose_work() if lose_work else r.save()
         self.release(r)
-        self.recorder.decision(r, Action.REQUEUE, r.placement, why, 0.0)
+        self.recorder.decision(r, Action.REQUEUE, r.on, why, 0.0)
         r.next_checkpoint_s, r.paused_until, r.resuming = math.inf, 0.0, True
         self.requeue(r, recovering=False)
 
     def _evacuate(self, name: str, t: float) -> None:
         """Jobs on a lost domain go back to the queue from their last checkpoint."""
         index = self.names.index(name)
-        for r in [r for r in self.active if index in r.placement.domains]:
+        for r in [r for r in self.active if index in r.on.domains]:
             self.switches.cancel(r)
             self.domains.release(r.name)
-            self.recorder.decision(r, Action.REQUEUE, r.placement, f"domain {name} is down; resume "
+            self.recorder.decision(r, Action.REQUEUE, r.on, f"domain {name} is down; resume "
                               f"from the checkpoint at {r.checkpoint / r.tokens:.0%}", 0.0)
             r.lose_work()
             r.next_checkpoint_s, r.paused_until = math.inf, 0.0
@@ -333,7 +334,7 @@ class Engine:
     def release(self, r: JobRun) -> None:
         """The job's accelerators go back to its domains."""
         self.domains.release(r.name)
-        self.view = self.view.adjust_free(r.placement.taken)
+        self.view = self.view.adjust_free(r.on.taken)
 
     def take(self, taken: dict[int, int]) -> None:
         """The accelerators `taken` (by domain) are no longer free in the view."""

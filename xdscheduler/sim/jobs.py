@@ -97,12 +97,12 @@ class JobRun:
         """Accelerators taken for the next plan beyond those the job holds, by domain."""
         if self.next is None:
             return {}
-        return reconfig.new_accelerators(self.placement, self.next)
+        return reconfig.new_accelerators(self.on, self.next)
 
     @property
     def held_gpus(self) -> int:
         """Accelerators it holds now: its placement's and those of a plan being prepared."""
-        return self.placement.total_gpus + sum(self.preparing.values())
+        return self.on.total_gpus + sum(self.preparing.values())
 
     def finish_s(self, now: float) -> float:
         """When it finishes at its speed now (inf while it trains nothing)."""
@@ -130,7 +130,7 @@ class JobRun:
     def hold(self, dt: float) -> float:
         """Its accelerators (and those of a plan being prepared) held for `dt` more seconds,
         metered by domain (what it is billed for); returns the accelerator-seconds."""
-        for taken in (self.placement.taken, self.preparing):
+        for taken in (self.on.taken, self.preparing):
             for i, n in taken.items():
                 self.gpu_s[i] = self.gpu_s.get(i, 0.0) + n * dt
         return self.held_gpus * dt
@@ -148,7 +148,7 @@ class JobRun:
         """Back to the last checkpoint; what was trained since is work to redo."""
         lost = self.done - self.checkpoint
         if lost > 0 and self.rate > 0:
-            self.lost_gpu_s += lost / self.rate * self.placement.total_gpus
+            self.lost_gpu_s += lost / self.rate * self.on.total_gpus
         self.done = self.checkpoint
 
     def count_replan(self) -> None:

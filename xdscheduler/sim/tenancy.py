@@ -19,9 +19,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from xdscheduler.sim.jobs import JobRun
 from xdscheduler.tenants import ALL, Quotas, Tenancy
+
+if TYPE_CHECKING:
+    from xdscheduler.sim.engine import Engine
 
 LOOKAHEAD = 8  # queued jobs that may preempt at one decision
 
@@ -76,7 +80,7 @@ class TenancyState:
         """What each tenant holds now, per quota key."""
         used: dict[str, dict[str, int]] = {t.name: {} for t in self.tenancy.tenants}
         for r in active:
-            held = {**r.placement.taken}
+            held = {**r.on.taken}
             for i, n in r.preparing.items():
                 held[i] = held.get(i, 0) + n
             for key, n in self.keys_of(held).items():
@@ -136,7 +140,7 @@ class TenancyState:
         grace period: it writes one first)."""
         if self.tenancy.preemption.grace_s > 0 or r.rate <= 0:
             return 0.0
-        return (r.done - r.checkpoint) / r.rate * r.placement.total_gpus
+        return (r.done - r.checkpoint) / r.rate * r.on.total_gpus
 
     def _candidates(self, job: JobRun, used: dict, active: list[JobRun], now: float
                     ) -> list[Victim]:
@@ -146,7 +150,7 @@ class TenancyState:
         peers = set(quotas.peers(job.tenant))
         out = []
         for v in active:
-            if v.name in self.evicting or self.protected(v, now) or v.placement.preemptible:
+            if v.name in self.evicting or self.protected(v, now) or v.on.preemptible:
                 continue
             borrowing = quotas.borrowed(used, v.tenant, ALL) > 0
             if v.priority < job.priority and (v.tenant == job.tenant or borrowing):
@@ -166,16 +170,16 @@ class TenancyState:
         need = job.spec.gpus_min
         best, best_cost = None, None
         for d in range(len(free)):
-            there = [v for v in victims if d in v.job.placement.taken]
-            there.sort(key=lambda v: (v.lost_gpu_s / v.job.placement.taken[d], -v.job.start_s))
+            there = [v for v in victims if d in v.job.on.taken]
+            there.sort(key=lambda v: (v.lost_gpu_s / v.job.on.taken[d], -(v.job.start_s or 0.0)))
             chosen, got, quota = [], free[d], room
             for v in there:
                 if got >= need and (quota is None or quota >= need):
                     break
                 chosen.append(v)
-                got += v.job.placement.taken[d]
+                got += v.job.on.taken[d]
                 if quota is not None and v.job.tenant == job.tenant:
-                    quota += v.job.placement.total_gpus
+                    quota += v.job.on.total_gpus
             if got < need or (quota is not None and quota < need) or not chosen:
                 continue
             cost = (sum(v.lost_gpu_s for v in chosen), len(chosen))
@@ -183,13 +187,13 @@ class TenancyState:
                 best, best_cost = chosen, cost
         return best
 
-    def preempt_for(self, eng, order: list[JobRun], now: float) -> None:
+    def preempt_for(self, eng: Engine, order: list[JobRun], now: float) -> None:
         """Free room for the first queued jobs that may take it (see the module's docstring)."""
         active = [r for r in eng.active if r.name not in self.evicting]
         free = [max(d.available, 0) for d in eng.view.domains]
         for r in eng.active:  # what is already being given back counts as free
             if r.name in self.evicting:
-                for i, n in r.placement.taken.items():
+                for i, n in r.on.taken.items():
                     free[i] += n
         used = self.used(active)
         protect = self.tenancy.preemption.protect_s
@@ -204,14 +208,14 @@ class TenancyState:
                 continue
             self.preempted_for[job.name] = now
             for v in chosen:
-                taken = dict(v.job.placement.taken)
+                taken = dict(v.job.on.taken)
                 self._evict(eng, v, job, now)
                 active.remove(v.job)
                 for i, n in taken.items():
                     free[i] += n
             used = self.used(active)
 
-    def _evict(self, eng, v: Victim, by: JobRun, now: float) -> None:
+    def _evict(self, eng: Engine, v: Victim, by: JobRun, now: float) -> None:
         grace = self.tenancy.preemption.grace_s
         why = (f"preempted for {by.name} ({v.why}); "
                + (f"checkpoints within its {grace:g} s grace, loses nothing" if grace > 0 else
@@ -227,7 +231,7 @@ class TenancyState:
         else:
             eng.preempt(v.job, why, lose_work=True)
 
-    def evict_due(self, eng, now: float) -> None:
+    def evict_due(self, eng: Engine, now: float) -> None:
         """Victims whose grace has run out checkpoint and give their accelerators back."""
         for r in [r for r in eng.active if r.name in self.evicting]:
             at, why = self.evicting[r.name]
