@@ -316,7 +316,7 @@ def logged_study(tmp_path: Path) -> Path:
     out = interrupted(tmp_path)
     engine = study_engine(out)
     journal = Journal(out / "journal.sqlite", "planner")
-    engine.subscribe(journal.record)
+    engine.recorder.subscribe(journal.record)
     engine.run(until_s=3600)
     journal.checkpoint(engine)
     assert journal.logged >= 3

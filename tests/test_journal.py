@@ -47,7 +47,7 @@ def test_a_replayed_engine_finishes_like_one_never_stopped(study, tmp_path):
     scn, jobs, dyn, whole = study
     first = engine(scn, jobs, dyn)
     journal = Journal(tmp_path / "j.sqlite", "planner")
-    first.subscribe(journal.record)
+    first.recorder.subscribe(journal.record)
     first.run(until_s=5400)
     journal.checkpoint(first)
     first.run(until_s=7200)  # decisions after the checkpoint, then the crash
@@ -55,7 +55,7 @@ def test_a_replayed_engine_finishes_like_one_never_stopped(study, tmp_path):
     again = Journal(tmp_path / "j.sqlite", "planner")
     assert again.reached() == 5400
     second = engine(scn, jobs, dyn)
-    second.subscribe(again.record)  # re-made decisions are checked against the log
+    second.recorder.subscribe(again.record)  # re-made decisions are checked against the log
     second.run(until_s=again.reached())
     res = second.run()
     assert job_table(res) == job_table(whole)
@@ -75,11 +75,11 @@ def test_a_damaged_or_tampered_log_is_refused_and_nothing_in_it_runs(study, tmp_
     scn, jobs, dyn, _ = study
     eng = engine(scn, jobs, dyn)
     journal = Journal(tmp_path / "j.sqlite", "planner")
-    eng.subscribe(journal.record)
+    eng.recorder.subscribe(journal.record)
     eng.run(until_s=3600)
     journal.db.execute(damage)
     replay = engine(scn, jobs, dyn)
-    replay.subscribe(Journal(tmp_path / "j.sqlite", "planner").record)
+    replay.recorder.subscribe(Journal(tmp_path / "j.sqlite", "planner").record)
     with pytest.raises(DivergedError, match="decision 0"):
         replay.run(until_s=3600)
     assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()

@@ -69,9 +69,9 @@ def test_the_live_state_is_plain_json_of_what_runs_now(engine):
         assert sum(j["domains"].values()) == j["gpus"]
     assert {(lk["a"], lk["b"]) for lk in state["links"]} == {
         ("east", "west"), ("east", "north"), ("west", "north")}
-    assert state["decisions_total"] == len(state["decisions"]) == len(engine.decisions)
-    later = live_state(engine, "planner", decisions_from=len(engine.decisions) - 1)
-    assert [d["index"] for d in later["decisions"]] == [len(engine.decisions) - 1]
+    assert state["decisions_total"] == len(state["decisions"]) == len(engine.recorder.decisions)
+    later = live_state(engine, "planner", decisions_from=len(engine.recorder.decisions) - 1)
+    assert [d["index"] for d in later["decisions"]] == [len(engine.recorder.decisions) - 1]
 
 
 def test_the_board_metrics_cover_the_readme_families_with_plausible_values(engine):

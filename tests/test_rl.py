@@ -157,13 +157,14 @@ def big_job_decision(seed: int = 2) -> PlacementEnv:
 def test_study_reward_is_the_decisions_advantage_over_the_planners_in_a_rollout():
     env = big_job_decision()
     ch, eng = env.current, env.engine
-    before = (eng.now, len(eng.decisions), [r.spec.name for r in eng.queue], eng.busy_gpu_s)
+    before = (eng.now, len(eng.recorder.decisions), [r.spec.name for r in eng.queue],
+              eng.busy_gpu_s)
     off = next(g for g in range(len(ch.groups)) if ch.keep_off[g])
     planners = ch.placement(ch.best(0))
     expected = (rollout(eng, ch.job.name, ch.placement(ch.best(off), off), env.weights, 0.5)
                 - rollout(eng, ch.job.name, planners, env.weights, 0.5))
     # The rollouts leave the engine as it was, and give the same figure every time.
-    assert before == (eng.now, len(eng.decisions), [r.spec.name for r in eng.queue],
+    assert before == (eng.now, len(eng.recorder.decisions), [r.spec.name for r in eng.queue],
                       eng.busy_gpu_s)
     assert advantage(eng, ch.job.name, planners, planners, env.weights, 0.5) == 0.0
     obs, rew, _, _, _ = env.step({UPPER: off})

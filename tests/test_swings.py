@@ -98,7 +98,7 @@ def test_a_load_swing_grows_the_job_in_place_with_the_dip_worked_by_hand():
     assert pause == pytest.approx(0.0948, abs=1e-4)
     assert s.prepare_s == 5.0 and s.pause_s == pytest.approx(pause)
     r = eng.runs[0]
-    assert eng.speed(r, plan_on(0, 32))[1] > 12 * params / 16 / 40e9  # the window
+    assert eng.speeds.of(r, plan_on(0, 32))[1] > 12 * params / 16 / 40e9  # the window
     # Training goes on for the 5 s of preparation, stops for the pause, and is then faster.
     assert s.swing_rate == s.reference and s.new_rate > s.reference
     assert s.recovery_s == pytest.approx(5.0 + pause)
@@ -184,7 +184,7 @@ def test_a_move_across_the_wan_is_a_relocation_charged_for_its_pause_and_idle_ac
     params = catalog.model("llama3-8b").params
     state_gb = params * 14 / 1e9
     r = eng.runs[0]
-    window = eng.speed(r, plan_on(1, 32))[1]
+    window = eng.speeds.of(r, plan_on(1, 32))[1]
     # One copy over 10 Gbit/s at 90% goodput, less the optimizer state that streams in the
     # first step's window (one domain after: no WAN barrier).
     assert (m.how, m.phase, m.wan_gb) == ("transfer", "done", pytest.approx(state_gb))
@@ -251,7 +251,7 @@ def test_a_relocation_through_the_checkpoint_redoes_what_was_trained_since(monke
     assert m.hold_s == pytest.approx(params * 14 / 25e9 + 60.0)
     assert m.switch_s == pytest.approx(1800.0 + copy + m.hold_s)
     # the old plan trained on meanwhile; all of it is redone on the new one
-    old_rate = eng.speed(eng.runs[0], SLOW)[0]
+    old_rate = eng.speeds.of(eng.runs[0], SLOW)[0]
     assert m.redone == pytest.approx(old_rate * (m.switch_s - 1800.0), rel=1e-6)
     assert m.lost_s == pytest.approx(m.switch_s - 1800.0)
     assert m.lost_gpu_s == pytest.approx(16 * m.lost_s + 32 * m.hold_s)  # + 32 loading
@@ -264,7 +264,7 @@ def test_no_room_alongside_falls_back_to_checkpoint_and_restart(monkeypatch):
     eng = run(plan_on(0, 32))
     (s,) = [s for s in eng.results().swings if s.how != "kept"]
     assert (s.how, s.prepare_s, s.dip) == ("fallback", 0.0, 1.0)
-    window = eng.speed(eng.runs[0], plan_on(0, 32))[1]
+    window = eng.speeds.of(eng.runs[0], plan_on(0, 32))[1]
     assert s.recovery_s == pytest.approx(RESTART_S + real(
         plan_on(0, 16), plan_on(0, 32), catalog.model("llama3-8b").params, eng.view,
         window).pause_s)

@@ -85,9 +85,10 @@ def test_with_the_truth_equal_to_the_model_nothing_changes():
     model = engine(scn, jobs, 2.0, 3, Truth.model(scn, jobs))
     same = digest(model.run())
     assert same == digest(engine(scn, jobs, 2.0, 3, None).run())
-    figures = error_figures(model.predictions)
-    assert model.predictions and all(v == 0 for v in figures.values())
-    assert np.all(model.correction.speed == 1) and np.all(model.correction.goodput == 1)
+    figures = error_figures(model.speeds.predictions)
+    assert model.speeds.predictions and all(v == 0 for v in figures.values())
+    learnt = model.speeds.correction
+    assert np.all(learnt.speed == 1) and np.all(learnt.goodput == 1)
 
 
 def test_a_domain_at_half_speed_runs_a_job_at_half_its_rate():
@@ -106,7 +107,7 @@ def test_a_domain_at_half_speed_runs_a_job_at_half_its_rate():
     true_s = 2 * predicted_s - launches_s
     assert r.rate == pytest.approx(64 * 2048 / true_s, rel=1e-12)
     assert r.rate == pytest.approx(r.placement.estimate.tokens_per_s / 2, rel=0.06)
-    [made] = eng.predictions
+    [made] = eng.speeds.predictions
     error = error_figures([made])
     assert error["prediction_error_p50"] == pytest.approx(true_s / predicted_s - 1, rel=1e-12)
     assert error["prediction_error_p50"] == pytest.approx(1.0, abs=0.06)  # 100%: twice as fast
@@ -139,9 +140,9 @@ def test_a_replay_learns_what_the_run_before_it_learnt():
     first.run(until_s=3600)
     resumed = engine(scn, jobs, 2.0, 3, truth)
     resumed.replay(3600)
-    assert np.array_equal(resumed.correction.speed, first.correction.speed)
+    assert np.array_equal(resumed.speeds.correction.speed, first.speeds.correction.speed)
     assert digest(resumed.run()) == digest(whole.run())
-    assert resumed.predictions == whole.predictions
+    assert resumed.speeds.predictions == whole.speeds.predictions
 
 
 def test_the_correction_converges_on_a_domains_speed():

@@ -24,8 +24,8 @@ def live_state(engine, policy: str, decisions_from: int = 0) -> dict:
         "domains": _domains(engine), "links": _links(view),
         "jobs": _jobs(engine), "queue": _queue(engine),
         "decisions": [_decision(i, d) for i, d in
-                      enumerate(engine.decisions[decisions_from:], decisions_from)],
-        "decisions_total": len(engine.decisions),
+                      enumerate(engine.recorder.decisions[decisions_from:], decisions_from)],
+        "decisions_total": len(engine.recorder.decisions),
         "faults": _faults(engine),
     }
 
@@ -56,7 +56,7 @@ def _links(view) -> list[dict]:
 
 
 def _jobs(engine) -> list[dict]:
-    predicted = {p.job: p.predicted_s for p in engine.predictions}  # the latest per job
+    predicted = {p.job: p.predicted_s for p in engine.speeds.predictions}  # the latest per job
     done = sorted((r for r in engine.runs if r.end_s is not None), key=lambda r: -r.end_s)
     rows = []
     for r in [*engine.active, *engine.queue, *done[:RECENT_DONE]]:

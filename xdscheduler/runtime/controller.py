@@ -56,13 +56,14 @@ class Controller:
             clock.on_tick = self.publish
         self.ledger = Ledger(ledger, policy) if ledger else None
         if self.ledger:  # before any replay: records made again are kept once
-            self.engine.meter_to(self.ledger.record)
+            self.engine.recorder.meter_to(self.ledger.record)
         self.journal = Journal(journal, policy) if journal else None
         # A controller before this one died having reached there: the first advance runs there
         # again (there, not here, a log that differs comes back to the driver as an error).
         self.replay_to = None
         if self.journal:
-            self.engine.subscribe(self.journal.record)  # re-made decisions checked on the log
+            # re-made decisions are checked on the log
+            self.engine.recorder.subscribe(self.journal.record)
             self.replay_to = self.journal.reached()
         self.started = time.perf_counter()
 

@@ -169,7 +169,7 @@ def run_here(scn: Scenario, jobs: list[Job], policy: Policy, dynamics: Dynamics,
                     hours * 3600, faults=faults, demand=demand, truth=truth, replan=replan)
     book = Ledger(ledger, policy.name) if ledger else None
     if book:
-        engine.meter_to(book.record)
+        engine.recorder.meter_to(book.record)
 
     def advance(t: float) -> dict:
         engine.run(until_s=t)

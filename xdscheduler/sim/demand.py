@@ -27,7 +27,7 @@ import copy
 import math
 import uuid
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import pandas as pd
 
@@ -42,6 +42,9 @@ from xdscheduler.forecast.service import (
 from xdscheduler.forecast.structure import KnownJob
 from xdscheduler.sim.records import Forecast
 from xdscheduler.sim.recovery import MAX_POOL_SHARE
+
+if TYPE_CHECKING:
+    from xdscheduler.sim.engine import Engine
 
 # When a stalled job (no rate: every node it had failed, under --faults) frees its accelerators:
 # the furthest a forecast request may say, beyond any horizon it looks at.
@@ -101,7 +104,7 @@ class DemandPlanner:
 
     # ------------------------------------------------------------------ each step
 
-    def step(self, eng, t: float) -> dict[str, int] | None:
+    def step(self, eng: Engine, t: float) -> dict[str, int] | None:
         """Record demand, release holds of jobs that arrived, take holds for jobs about to;
         once an hour consult the forecast. Returns new pool targets when it consulted."""
         while t >= self.next_record_s:
@@ -116,7 +119,7 @@ class DemandPlanner:
         self.next_consult_s = t + CONSULT_S
         return self._consult(eng, t)
 
-    def _consult(self, eng, t: float) -> dict[str, int]:
+    def _consult(self, eng: Engine, t: float) -> dict[str, int]:
         jobs = known_jobs(eng, self.known, t, max(HORIZONS_MIN))
         req = ForecastRequest(history=self.history[-(1440 // STEP_MIN) * HISTORY_DAYS :],
                               step_min=STEP_MIN,
@@ -140,7 +143,7 @@ class DemandPlanner:
         })
         return pools
 
-    def _hold(self, eng, t: float) -> None:
+    def _hold(self, eng: Engine, t: float) -> None:
         """Hold a coming known job's minimum from PREALLOC_LEAD_S before it arrives."""
         for name, arrival in self.coming.items():
             if name in self.holds or arrival - t > PREALLOC_LEAD_S or arrival <= t:
@@ -166,18 +169,18 @@ class DemandPlanner:
                         preallocated=self.preallocated, timeline=self.log)
 
 
-def demand_gpus(eng) -> float:
+def demand_gpus(eng: Engine) -> float:
     """Running + pending, as in the public traces: accelerators held by running jobs (and
     by plans being prepared) plus the minimum each queued job asks for."""
     held = sum(r.held_gpus for r in eng.active)
     return float(held + sum(r.spec.gpus_min for r in eng.queue))
 
 
-def _arrived(eng, name: str, t: float) -> bool:
+def _arrived(eng: Engine, name: str, t: float) -> bool:
     return not any(r.spec.name == name and r.arrival_s > t for r in eng.pending)
 
 
-def known_jobs(eng, known: set[str], t: float, horizon_min: float) -> list:
+def known_jobs(eng: Engine, known: set[str], t: float, horizon_min: float) -> list:
     """Running jobs free their accelerators when their tokens are trained at today's rate;
     announced jobs arriving within the horizon hold their minimum from arrival on (training
     jobs outlast the hour)."""
@@ -193,7 +196,7 @@ def known_jobs(eng, known: set[str], t: float, horizon_min: float) -> list:
     return out
 
 
-def pool_targets(eng, floor: dict[str, int], extra_gpus: float) -> dict[str, int]:
+def pool_targets(eng: Engine, floor: dict[str, int], extra_gpus: float) -> dict[str, int]:
     """The failure-rate floor plus the forecast's spare, split over the domains up by size in
     whole nodes, capped at MAX_POOL_SHARE of each domain (and never below the floor)."""
     domains = [d for d in eng.base_view.domains if d.name in floor]

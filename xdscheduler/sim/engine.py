@@ -14,6 +14,12 @@ rest and change the state only through the methods here:
 - `demand` (`demand`): the demand forecast's pools and holds for announced jobs;
 - `measurement`: the decision log, samples, the recovery of every re-plan.
 
+Three parts it owns carry the rest of its state changes, so the core keeps the loop and the
+jobs' placements: `speeds` (`Speeds`: each job's estimate and speed, stragglers, what the model
+learns of the truth), `switches` (`Switches`: make-before-break switches prepared, made,
+cancelled) and `recorder` (`Recorder`: the decision log and usage metering and their listeners).
+The parts and the helper modules above take the engine itself (`Engine`) as their seam.
+
 Jobs train at the cost model's speed (`truth=None`), or at a study's ground truth (`sim.truth`)
 that the policies never see: they decide on the nominal view, corrected by what they learn from
 the rates they observe (`sim.correction`), and each placement's prediction is recorded.
@@ -31,31 +37,24 @@ from bisect import insort
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from xdscheduler.planner.placement import Estimate, Placement
+from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.policy import Policy
-from xdscheduler.planner.search import JobSpec, estimate_placement
+from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Job, Scenario
 from xdscheduler.sim import reconfig, scheduling
-from xdscheduler.sim.correction import Correction, Prediction
 from xdscheduler.sim.events import EventQueue
 from xdscheduler.sim.jobs import JobRun
-from xdscheduler.sim.measurement import (
-    Action,
-    DecisionLog,
-    DecisionRecord,
-    Results,
-    SwingMeter,
-    domain_samples,
-)
-from xdscheduler.sim.metering import Metering, Usage
+from xdscheduler.sim.measurement import Action, Results, SwingMeter, domain_samples
+from xdscheduler.sim.recording import Recorder
 from xdscheduler.sim.recovery import restore_s
 from xdscheduler.sim.replanning import Replanning
 from xdscheduler.sim.sensing import Sensing
+from xdscheduler.sim.speeds import Speeds
+from xdscheduler.sim.switching import Switches
 from xdscheduler.sim.tenancy import TenancyState
 
 DRAIN_FACTOR = 4.0  # after arrivals stop, queued jobs may drain for up to 3x as long
-PREPARING = "#next"  # suffix of the allocation a job holds for its next plan while preparing
 ARRIVAL, SAMPLE, FAULT, TICK = "arrival", "sample", "fault", "tick"  # the engine's own events
 END = "end"  # the drain limit: the last moment the study runs to, whatever else is scheduled
 
@@ -86,7 +85,8 @@ class Engine:
         self.end_limit_s = horizon_s * DRAIN_FACTOR  # stop draining the queue after this
         self.clock = clock  # called with each event time (real-time mode sleeps there)
         self.tick_s = tick_s  # real-time mode: an event every tick even when nothing happens
-        self.now, self.last_step_s = 0.0, None
+        self.now = 0.0
+        self.last_step_s: float | None = None  # the last event handled (None: none yet)
         self.pending = list(self.runs)  # not yet arrived, by arrival time
         self.queue: list[JobRun] = []
         self.active: list[JobRun] = []  # running, in the jobs' order
@@ -98,12 +98,9 @@ class Engine:
         self.sensing = Sensing(self.names)
         self.replanning = Replanning(replan)
         self.faults, self.demand = faults, demand  # sim.recovery.Faults, sim.demand.DemandPlanner
-        self.truth = truth  # sim.truth.Truth: what jobs really run at (None: the model)
-        self.correction = Correction.start(len(self.names)) if truth else None
-        self.predictions: list[Prediction] = []  # each placement's step, predicted and true
-        self.log = DecisionLog()
-        self.metering = Metering(list(self.names), classes,
-                                 [d.price_per_gpu_hour for d in scn.domains])
+        self.speeds = Speeds(self, truth)  # truth: sim.truth.Truth (None: the model)
+        self.switches = Switches(self)
+        self.recorder = Recorder(self, classes, [d.price_per_gpu_hour for d in scn.domains])
         self.swing_meter = SwingMeter()
         self.samples: list[dict] = []
         self._deciding = False  # stopped at a decision point, the rest of the step to come
@@ -186,7 +183,7 @@ class Engine:
                                     scheduling.held_back(self))
         for name in seen.lost:  # first: a job on a domain found dead now did not finish there
             self._evacuate(name, t)
-        self.view = self.correction.apply(seen.view) if self.correction else seen.view
+        self.view = self.speeds.corrected(seen.view)
         self._complete(t)
         self.replanning.switch_due(self, t)
         self.replanning.relocations_due(self, t)
@@ -200,11 +197,11 @@ class Engine:
         """What happens at the decision point's time after the decisions."""
         t = self.now
         if t >= self.next_sample_s:  # links and loads change on the dynamics' grid
-            for r in [r for r in self.active if len(r.placement.domains) > 1]:
-                self.refresh_speed(r)  # links change the speed of jobs across domains
+            for r in [r for r in self.active if len(r.placed.domains) > 1]:
+                self.speeds.update(r)  # links change the speed of jobs across domains
             self.samples += domain_samples(t, self.view, self.held(), len(self.queue),
                                            self.dynamics.load(t))
-            self.metering.flush(t, self.active)
+            self.recorder.metering.flush(t, self.active)
             self.next_sample_s = t + self.dynamics.step_s
             self.events.schedule(SAMPLE, self.next_sample_s)
         self.swing_meter.close(t, self.replanning.settled)
@@ -219,7 +216,7 @@ class Engine:
         prepared alongside."""
         held = [0] * len(self.names)
         for r in self.active:
-            for taken in (r.placement.taken, r.preparing):
+            for taken in (r.placed.taken, r.preparing):
                 for i, n in taken.items():
                     held[i] += n
         return held
@@ -242,13 +239,13 @@ class Engine:
 
     def _complete(self, t: float) -> None:
         for r in [r for r in self.active if r.finished_training]:
-            self.cancel_switch(r)
+            self.switches.cancel(r)
             r.end_s = t
             self.release(r)
             self.active.remove(r)
-            self._wake(r)
+            self.wake(r)
 
-    def _wake(self, r: JobRun) -> None:
+    def wake(self, r: JobRun) -> None:
         """The job's own events (finishing, a pause ending) as its state now says."""
         self.events.schedule(("finish", r.name), r.finish_s(self.now))
         self.events.schedule(("resume", r.name), r.resume_s(self.now))
@@ -267,7 +264,7 @@ class Engine:
         before = {d.name: d.free_gpus for d in self.view.domains}
         self.domains.apply(r.name, p.taken, t)
         r.placement = p
-        self.metering.touch(r, t)
+        self.recorder.metering.touch(r, t)
         if r.start_s is None:
             r.start_s = t
         if self.faults:
@@ -280,9 +277,9 @@ class Engine:
                 self.faults.resumed(r.name, r.paused_until)
             r.recovering = r.resuming = False
         self.replanning.placed(self, r)
-        self._set_speed(r, p.estimate, placed=True)
-        self.log_decision(r, action, p, p.explanation, p.decision_ms, before)
-        self._take(p.taken)
+        self.speeds.update(r, p.estimate, placed=True)
+        self.recorder.decision(r, action, p, p.explanation, p.decision_ms, before)
+        self.take(p.taken)
         if r not in self.active:
             insort(self.active, r, key=lambda x: x.index)
 
@@ -292,9 +289,9 @@ class Engine:
         if self.tenancy is None:
             return r.spec
         room = self.tenancy.room(self.tenancy.used(self.active), r.tenant)
-        if room is None or r.placement.total_gpus + room >= r.spec.gpus_max:
+        if room is None or r.placed.total_gpus + room >= r.spec.gpus_max:
             return r.spec
-        cap = r.placement.total_gpus + room
+        cap = r.placed.total_gpus + room
         return replace(r.spec, gpus_max=cap, gpus_min=min(r.spec.gpus_min, cap))
 
     def restart(self, r: JobRun, new: Placement, pause_s: float) -> None:
@@ -310,26 +307,26 @@ class Engine:
         r.recovering = recovering
         self.active.remove(r)
         self.queue.append(r)
-        self._wake(r)
+        self.wake(r)
 
     def preempt(self, r: JobRun, why: str, lose_work: bool = False) -> None:
         """The job saves a checkpoint (`lose_work`: it cannot, and goes back to its last one),
         gives its accelerators back and waits in the queue; when it starts again it pays for
         writing and loading that checkpoint."""
-        self.cancel_switch(r)
+        self.switches.cancel(r)
         r.lose_work() if lose_work else r.save()
         self.release(r)
-        self.log_decision(r, Action.REQUEUE, r.placement, why, 0.0)
+        self.recorder.decision(r, Action.REQUEUE, r.placed, why, 0.0)
         r.next_checkpoint_s, r.paused_until, r.resuming = math.inf, 0.0, True
         self.requeue(r, recovering=False)
 
     def _evacuate(self, name: str, t: float) -> None:
         """Jobs on a lost domain go back to the queue from their last checkpoint."""
         index = self.names.index(name)
-        for r in [r for r in self.active if index in r.placement.domains]:
-            self.cancel_switch(r)
+        for r in [r for r in self.active if index in r.placed.domains]:
+            self.switches.cancel(r)
             self.domains.release(r.name)
-            self.log_decision(r, Action.REQUEUE, r.placement, f"domain {name} is down; resume "
+            self.recorder.decision(r, Action.REQUEUE, r.placed, f"domain {name} is down; resume "
                               f"from the checkpoint at {r.checkpoint / r.tokens:.0%}", 0.0)
             r.lose_work()
             r.next_checkpoint_s, r.paused_until = math.inf, 0.0
@@ -339,12 +336,16 @@ class Engine:
     def release(self, r: JobRun) -> None:
         """The job's accelerators go back to its domains."""
         self.domains.release(r.name)
-        self.view = self.view.adjust_free(r.placement.taken)
+        self.view = self.view.adjust_free(r.placed.taken)
+
+    def take(self, taken: dict[int, int]) -> None:
+        """The accelerators `taken` (by domain) are no longer free in the view."""
+        self.view = self.view.adjust_free({i: -n for i, n in taken.items()})
 
     def pause(self, r: JobRun, until_s: float) -> None:
         """The job trains nothing until `until_s` (inf: until something frees it)."""
         r.paused_until = until_s
-        self._wake(r)
+        self.wake(r)
 
     def rewind(self, r: JobRun, tokens: float | None = None) -> None:
         """Back to its last checkpoint (or to `tokens`, a checkpoint it moved with)."""
@@ -352,124 +353,9 @@ class Engine:
             r.lose_work()
         else:
             r.done = r.checkpoint = tokens
-        self._wake(r)
-
-    def set_slowdown(self, r: JobRun, factor: float, refresh: bool = True) -> None:
-        """A straggler in its placement stretches every step by `factor` (1: none); its speed
-        follows now, or (`refresh=False`) when next estimated."""
-        r.slowdown = factor
-        if refresh and r.running:
-            self.refresh_speed(r)
-
-    # ------------------------------------------------------------------ switches
-
-    def prepare(self, r: JobRun, new: Placement, switch_at: float, pause_s: float) -> None:
-        """The accelerators of `new` the job does not hold are taken alongside its own until
-        `switch_at`, when it switches with a `pause_s` pause."""
-        r.next, r.switch_at, r.switch_pause_s = new, switch_at, pause_s
-        self.domains.apply(r.name + PREPARING, r.preparing, self.now)
-        self._take(r.preparing)
-        self.events.schedule(("switch", r.name), switch_at)
-
-    def switch(self, r: JobRun) -> Placement:
-        """The job moves to its prepared plan now; returns the plan it leaves."""
-        new, old, pause_s = r.next, r.placement, r.switch_pause_s
-        self._drop_next(r)
-        self.release(r)
-        self.domains.restore(r.name, new.taken)  # its accelerators stay its own
-        r.placement, r.paused_until = new, self.now + pause_s
-        if self.faults:
-            r.checkpoint_every_s = self.faults.checkpoint_every_s(self.scn, r)
-        self.replanning.placed(self, r)
-        self._set_speed(r, placed=True)
-        self._take(new.taken)
-        return old
-
-    def cancel_switch(self, r: JobRun) -> None:
-        """Give back what was taken for a next plan that will not happen; a relocation under
-        way stops with it."""
-        self.replanning.cancel_move(self, r)
-        if r.next is not None:
-            self._drop_next(r)
-            self.swing_meter.abort(r)
-
-    def _drop_next(self, r: JobRun) -> None:
-        self.domains.release(r.name + PREPARING)
-        self.view = self.view.adjust_free(r.preparing)
-        r.next, r.switch_at = None, math.inf
-        self.events.cancel(("switch", r.name))
-
-    # ------------------------------------------------------------------ speed
-
-    def estimate(self, r: JobRun, p: Placement) -> Estimate:
-        """Placement p's estimate for job r under the links now."""
-        return estimate_placement(p, r.spec, self.view)
-
-    def speed(self, r: JobRun, p: Placement, est: Estimate | None = None) -> tuple[float, float]:
-        """Tokens/s of job r on p (under `est`, else the links now) and the seconds of each step
-        in which optimizer state could stream."""
-        est = est or self.estimate(r, p)
-        step = est.step_time_s * r.slowdown
-        return r.spec.global_batch * r.spec.seq / step, est.stream_window_s * r.slowdown
-
-    def refresh_speed(self, r: JobRun) -> None:
-        self._set_speed(r)
-
-    def _set_speed(self, r: JobRun, est: Estimate | None = None, placed: bool = False) -> None:
-        """The job trains at its step time on its placement (`est`: the policies' estimate of
-        it, made in this step; None: the model's under the view now), or at the truth's;
-        `placed`: a placement it has just taken."""
-        current = est is None  # then the correction need not estimate it again
-        est = est or self.estimate(r, r.placement)
-        tokens = r.spec.global_batch * r.spec.seq
-        step_s = est.step_time_s if self.truth is None else self._observe(r, est, placed,
-                                                                          current)
-        r.rate = tokens / (step_s * r.slowdown)
-        r.bytes_per_token = est.cross_domain_bytes_per_step / tokens
-        r.price_per_gb = est.wan_price_per_gb
-        self._wake(r)
-
-    def _observe(self, r: JobRun, est: Estimate, placed: bool, current: bool) -> float:
-        """The job's true step time now, seen by the policies' model, which learns from it; a
-        new placement's prediction is recorded beside it (a fault's slowdown is no error of
-        the model: it is left out)."""
-        p = r.placement
-        true_s = self.truth.step_s(p, r.spec, self.view)
-        if placed:
-            nominal = estimate_placement(p, r.spec, self.view.with_factors())
-            self.predictions.append(Prediction(r.name, self.now, est.step_time_s,
-                                               nominal.step_time_s, true_s))
-        # `current`: est is the model's under this view, which carries the correction's
-        # factors, so the correction's own estimate would be the same
-        self.correction = self.correction.observe(p, r.spec, self.view, true_s,
-                                                  est.step_time_s if current else None)
-        self.view = self.correction.apply(self.view)
-        return true_s
-
-    # ------------------------------------------------------------------ accelerators
-
-    def _take(self, taken: dict[int, int]) -> None:
-        self.view = self.view.adjust_free({i: -n for i, n in taken.items()})
+        self.wake(r)
 
     # ------------------------------------------------------------------ records
-
-    def log_decision(self, r: JobRun, action: Action, p: Placement, why: str, ms: float,
-                     before: dict[str, int] | None = None) -> None:
-        names = {self.names[i]: g for i, g in p.taken.items()}
-        self.log.append(DecisionRecord(self.now, r.name, action, names, p.plan.as_dict(), why,
-                                       ms, before or {}))
-
-    def subscribe(self, listener: Callable[[int, DecisionRecord], None]) -> None:
-        """Call `listener(index, record)` with every decision as it is logged (a journal)."""
-        self.log.on_record = listener
-
-    def meter_to(self, listener: Callable[[list[Usage]], None]) -> None:
-        """Call `listener(usages)` with the usage records of each flush (a ledger)."""
-        self.metering.listener = listener
-
-    @property
-    def decisions(self) -> list[DecisionRecord]:
-        return self.log.records
 
     @property
     def down(self) -> dict[str, float]:
@@ -482,9 +368,10 @@ class Engine:
                 "down": sorted(self.down), "finished": self.finished}
 
     def results(self) -> Results:
-        self.metering.flush(self.now, self.active)  # what was used since the last sample
+        metering = self.recorder.metering
+        metering.flush(self.now, self.active)  # what was used since the last sample
         capacity = sum(d.total_gpus for d in self.base_view.domains)
-        return Results(self.policy.name, self.runs, self.decisions, self.samples,
+        return Results(self.policy.name, self.runs, self.recorder.decisions, self.samples,
                        self.sensing.rejected, self.now, self.busy_gpu_s, capacity * self.now,
                        self.sensing.first_down(), names=list(self.names),
                        useful_flop=self.useful_flop,
@@ -493,6 +380,6 @@ class Engine:
                        demand=self.demand.summary() if self.demand else None,
                        swings=list(self.swing_meter.records),
                        relocations=list(self.replanning.relocations),
-                       predictions=list(self.predictions),
-                       tenants=self.tenancy.figures(self.runs, self.metering.prices, self.now)
+                       predictions=list(self.speeds.predictions),
+                       tenants=self.tenancy.figures(self.runs, metering.prices, self.now)
                        if self.tenancy else None)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,6 +22,9 @@ from xdscheduler.faults.failure_model import GPUS_PER_NODE, FaultEvent
 from xdscheduler.sim.measurement import Action, percentile
 from xdscheduler.sim.records import FaultSummary
 from xdscheduler.sim.scheduling import with_pools
+
+if TYPE_CHECKING:
+    from xdscheduler.sim.engine import Engine
 
 WARMUP_S = 60.0  # after loading a checkpoint: rebuild communicators, warm up, first steps
 MISSED_S = 600.0  # a fault the detectors miss surfaces as a collective timeout (NCCL watchdog)
@@ -77,7 +81,7 @@ class Faults:
     def next_time(self) -> float:
         return self.todo[0][0] if self.todo else math.inf
 
-    def apply(self, eng, t: float) -> None:
+    def apply(self, eng: Engine, t: float) -> None:
         """Every phase of every incident due by t: injection, notice, repair."""
         while self.todo and self.todo[0][0] <= t:
             _, phase, k = self.todo.pop(0)
@@ -86,7 +90,7 @@ class Faults:
 
     # ------------------------------------------------------------------ phases
 
-    def _inject(self, eng, inc: Incident, t: float) -> None:
+    def _inject(self, eng: Engine, inc: Incident, t: float) -> None:
         e = inc.event
         if e.kind in NODE_KINDS:
             r = self._victim(eng, e.target.split("/")[0])
@@ -95,12 +99,12 @@ class Faults:
                 return
             inc.hit(r.spec.name)
             if e.kind == "straggler":
-                eng.set_slowdown(r, e.slowdown)
+                eng.speeds.set_slowdown(r, e.slowdown)
             else:
                 eng.pause(r, math.inf)  # the step in flight never finishes
         elif e.kind == "domain_outage":
             i = eng.names.index(e.target)
-            for r in [r for r in eng.active if i in r.placement.domains]:
+            for r in [r for r in eng.active if i in r.placed.domains]:
                 eng.pause(r, math.inf)
                 inc.hit(r.spec.name)
         elif e.kind == "link_cut":
@@ -108,7 +112,7 @@ class Faults:
                 eng.pause(r, math.inf)
                 inc.hit(r.spec.name)
 
-    def _notice(self, eng, inc: Incident, t: float) -> None:
+    def _notice(self, eng: Engine, inc: Incident, t: float) -> None:
         e = inc.event
         if e.kind == "domain_outage":
             eng.domains.set_health(eng.names.index(e.target), False)
@@ -130,7 +134,8 @@ class Faults:
             self.spare[d] -= GPUS_PER_NODE  # back when the node is repaired
             inc.how = (f"node replaced from {d}'s backup pool, "
                        + ("checkpoint saved and reloaded" if slow else "restored from checkpoint"))
-            eng.set_slowdown(r, 1.0, refresh=False)  # its speed is estimated again once placed
+            # its speed is estimated again once placed
+            eng.speeds.set_slowdown(r, 1.0, refresh=False)
             self.recover(eng, r, t, replace=True, save=slow)
         elif slow:
             inc.how = "pool empty: the job runs on, slower, until the node recovers"
@@ -139,7 +144,7 @@ class Faults:
             inc.how = "pool empty: re-planned on what is free, restored from checkpoint"
             self.recover(eng, r, t, replace=False)
 
-    def _repair(self, eng, inc: Incident, t: float) -> None:
+    def _repair(self, eng: Engine, inc: Incident, t: float) -> None:
         e = inc.event
         if e.kind in NODE_KINDS and inc.how.startswith("node replaced"):
             d = e.target.split("/")[0]
@@ -147,7 +152,7 @@ class Faults:
         elif e.kind == "straggler":
             for r in eng.runs:
                 if r.spec.name == inc.job and r.slowdown != 1.0:
-                    eng.set_slowdown(r, 1.0)
+                    eng.speeds.set_slowdown(r, 1.0)
         elif e.kind == "domain_outage":
             eng.domains.set_health(eng.names.index(e.target), True)
         elif e.kind == "link_cut":
@@ -160,21 +165,21 @@ class Faults:
             self.spare[d] = max(self.spare.get(d, 0) + n - self.reserve.get(d, 0), 0)
             self.reserve[d] = n
 
-    def _victim(self, eng, domain: str):
+    def _victim(self, eng: Engine, domain: str):
         """The job on the failed node: each accelerator of the domain equally likely."""
         i = eng.names.index(domain)
-        runs = [r for r in eng.active if i in r.placement.domains]
-        held = np.array([r.placement.taken[i] for r in runs] + [0], dtype=float)
+        runs = [r for r in eng.active if i in r.placed.domains]
+        held = np.array([r.placed.taken[i] for r in runs] + [0], dtype=float)
         total = max(eng.base_view.domains[i].total_gpus, int(held.sum()))
         held[-1] = total - held[:-1].sum()  # idle or other tenants' accelerators
         k = int(self.rng.choice(len(held), p=held / held.sum()))
         return runs[k] if k < len(runs) else None
 
-    def recover(self, eng, r, t: float, replace: bool, save: bool = False) -> None:
+    def recover(self, eng: Engine, r, t: float, replace: bool, save: bool = False) -> None:
         """A job hit by a detected fault: back to its last checkpoint (or to now, when it is
         alive and can `save` first), on the same placement with the failed node replaced from
         the pool, or re-planned on what is free (pools included), or queued first in line."""
-        eng.cancel_switch(r)
+        eng.switches.cancel(r)
         if save:
             r.save()
         eng.rewind(r)
@@ -230,10 +235,10 @@ class Faults:
             backup_pool_gpus=dict(self.reserve), backup_pool_floor_gpus=dict(self.floor))
 
 
-def _across(eng, link: str) -> list:
+def _across(eng: Engine, link: str) -> list:
     """Running jobs with both ends of the link `a|b` among their domains."""
     a, b = (eng.names.index(n) for n in link.split("|"))
-    return [r for r in eng.active if {a, b} <= set(r.placement.domains)]
+    return [r for r in eng.active if {a, b} <= set(r.placed.domains)]
 
 
 MAX_POOL_SHARE = 0.125  # never hold back more than an eighth of a domain

@@ -15,7 +15,7 @@ The old way (`Switch.RESTART`) restarts on any better plan, when that pays.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from xdscheduler.sim.reconfig import (
     Switch,
 )
 from xdscheduler.sim.recovery import restore_s
+
+if TYPE_CHECKING:
+    from xdscheduler.sim.engine import Engine
 
 LINK_DROP = 0.30  # re-plan when a link a job uses loses 30% of its bandwidth at placement,
 RTT_RISE = 0.50  # or its RTT rises by half,
@@ -68,7 +71,7 @@ class Replanning:
 
     # ------------------------------------------------------------------ hooks of the core
 
-    def placed(self, eng, r) -> None:
+    def placed(self, eng: Engine, r) -> None:
         """The job has a new placement: triggers compare against what it sees now."""
         self.reference[r.name] = self._reference(eng, r.placement)
 
@@ -77,7 +80,7 @@ class Replanning:
         m = self.moving.get(r.name)
         return r.next is None or (m is not None and m.phase == Phase.HELD)
 
-    def cancel_move(self, eng, r) -> None:
+    def cancel_move(self, eng: Engine, r) -> None:
         m = self.moving.pop(r.name, None)
         if m is not None:
             m.phase = Phase.CANCELLED
@@ -85,7 +88,7 @@ class Replanning:
 
     # ------------------------------------------------------------------ triggers
 
-    def retrigger(self, eng, t: float) -> None:
+    def retrigger(self, eng: Engine, t: float) -> None:
         """Re-plan running jobs whose links or domains changed enough, or that started smaller
         than they asked while accelerators have since come free, when moving pays."""
         free = tuple(d.available for d in eng.view.domains)
@@ -95,8 +98,8 @@ class Replanning:
                 continue
             if self.mode != Switch.RESTART and self._yield(eng, r, t):
                 continue
-            grow = (not eng.queue and r.placement.total_gpus < r.spec.gpus_max
-                    and sum(free) >= r.placement.total_gpus
+            grow = (not eng.queue and r.placed.total_gpus < r.spec.gpus_max
+                    and sum(free) >= r.placed.total_gpus
                     and self.grow_tried.get(r.name, ()) != free)
             cause = self._triggered(eng, r) or ("grow" if grow else "")
             if not cause:
@@ -105,13 +108,13 @@ class Replanning:
             if self.mode != Switch.RESTART:
                 self._respond(eng, r, t, cause)
                 continue
-            new = eng.policy.replan(eng.replan_spec(r), r.placement, eng.view)
+            new = eng.policy.replan(eng.replan_spec(r), r.placed, eng.view)
             if new is None or new.same_as(r.placement):
                 self._kept(eng, r, t, cause)
                 continue
             self._restart(eng, r, new, t, cause)
 
-    def _yield(self, eng, r, t: float) -> bool:
+    def _yield(self, eng: Engine, r, t: float) -> bool:
         """A job spread over domains gives one back when a queued job needs it to start (the
         policy says which, `Policy.yielded`): make-before-break onto the domains it keeps."""
         yielded = getattr(eng.policy, "yielded", None)
@@ -124,12 +127,12 @@ class Replanning:
         eng.swing_meter.record(Swing(r.name, "yield", Switch.MAKE_BEFORE_BREAK, t, r.rate, r.rate,
                                      rate, r.done, cost.prepare_s, cost.pause_s), r)
         r.count_replan()
-        eng.prepare(r, new, t + cost.prepare_s, cost.pause_s)
-        eng.log_decision(r, Action.REPLAN, new, f"yield: gives a domain back to the queue; "
+        eng.switches.prepare(r, new, t + cost.prepare_s, cost.pause_s)
+        eng.recorder.decision(r, Action.REPLAN, new, f"yield: gives a domain back to the queue; "
                          f"{new.explanation}", new.decision_ms)
         return True
 
-    def _reference(self, eng, p: Placement) -> tuple:
+    def _reference(self, eng: Engine, p: Placement) -> tuple:
         """What the triggers compare against: the links and loads a placement sees now."""
         bw, rtt = eng.view.bandwidth_gbps, eng.view.rtt_ms
         load = np.array([d.reserved_gpus / max(d.total_gpus, 1) for d in eng.view.domains])
@@ -137,7 +140,7 @@ class Replanning:
         return (np.array([min(bw[a, b], bw[b, a]) for a, b in links]),
                 np.array([rtt[a, b] for a, b in links]), load[list(p.domains)])
 
-    def _triggered(self, eng, r) -> str:
+    def _triggered(self, eng: Engine, r) -> str:
         """What fired a re-plan ("" for nothing): an RTT rise, a load swing, a bandwidth drop."""
         bw_ref, rtt_ref, load_ref = self.reference[r.name]
         bw_now, rtt_now, load_now = self._reference(eng, r.placement)
@@ -147,35 +150,35 @@ class Replanning:
             return "load"
         return "bandwidth" if np.any(bw_now <= (1 - LINK_DROP) * bw_ref) else ""
 
-    def _kept(self, eng, r, t: float, cause: str, rate: float | None = None) -> None:
+    def _kept(self, eng: Engine, r, t: float, cause: str, rate: float | None = None) -> None:
         """A trigger that left the plan as it was: new reference, and a record of it."""
         self.placed(eng, r)
-        rate = eng.speed(r, r.placement)[0] if rate is None else rate
+        rate = eng.speeds.of(r, r.placement)[0] if rate is None else rate
         eng.swing_meter.record(Swing(r.name, cause, Switch.KEPT, t, r.rate, rate, rate, r.done,
                                 end_s=t), r)
 
-    def _restart(self, eng, r, new: Placement, t: float, cause: str) -> None:
+    def _restart(self, eng: Engine, r, new: Placement, t: float, cause: str) -> None:
         """The old move: save, stop, and start the new plan RESTART_S later."""
-        new_rate = eng.speed(r, new, new.estimate)[0]
+        new_rate = eng.speeds.of(r, new, new.estimate)[0]
         if r.left / new_rate + RESTART_S >= r.left / max(r.rate, 1e-9):
             self._kept(eng, r, t, cause)
             return  # moving would not pay for the restart
         moved = reconfig.switch_cost(r.placement, new, r.spec.arch.params, eng.view).wan_gb
         eng.swing_meter.record(Swing(r.name, cause, Switch.RESTART, t, r.rate,
-                                eng.speed(r, r.placement)[0], new_rate, r.done,
+                                eng.speeds.of(r, r.placement)[0], new_rate, r.done,
                                 pause_s=RESTART_S, wan_gb=moved), r)
         r.count_replan()
         eng.restart(r, new, RESTART_S)
 
     # ------------------------------------------------------------------ adjustments
 
-    def _respond(self, eng, r, t: float, cause: str) -> None:
+    def _respond(self, eng: Engine, r, t: float, cause: str) -> None:
         """A trigger's response: at once, the best plan on the domains the job holds (state
         re-laid over their fabric only), when that pays; then, as a separate decision, a
         relocation to other domains, only when it pays for all it costs (`reconfig.charge_s`:
         the job's time and the accelerator-seconds it holds idle or redoing work)."""
         left = r.left
-        now_rate = eng.speed(r, r.placement)[0]
+        now_rate = eng.speeds.of(r, r.placement)[0]
         own = eng.view.with_down({n for i, n in enumerate(eng.names)
                                   if i not in r.placement.domains})
         spec = eng.replan_spec(r)
@@ -199,7 +202,7 @@ class Replanning:
         if best is not None and best.charge_s < (1 - MOVE_MARGIN) * best.stay_s:
             self._plan_relocation(eng, r, best, t)
 
-    def _switch_option(self, eng, r, p: Placement, now_rate: float, left: float) -> _Option:
+    def _switch_option(self, eng: Engine, r, p: Placement, now_rate: float, left: float) -> _Option:
         """A make-before-break switch from the job's placement to p: its pause, and its
         charge."""
         rate, cost, extra = _move_cost(eng, r, r.placement, p)
@@ -212,7 +215,7 @@ class Replanning:
         return _Option(p, Switch.FALLBACK, rate, cost, 0.0, pause, reconfig.charge_s(
             pause + left / rate, p.total_gpus * pause, p.total_gpus))
 
-    def _adjust(self, eng, r, m: _Option, t: float, cause: str, now_rate: float) -> None:
+    def _adjust(self, eng: Engine, r, m: _Option, t: float, cause: str, now_rate: float) -> None:
         """Start a switch on the job's own domains: prepared alongside, or (no room) restarted."""
         eng.swing_meter.record(Swing(r.name, cause, m.how, t, r.rate, now_rate, m.rate, r.done,
                                 m.prepare_s, m.pause_s), r)
@@ -222,27 +225,27 @@ class Replanning:
             eng.restart(r, new, m.pause_s)
             return
         before = {d.name: d.free_gpus for d in eng.view.domains}
-        eng.prepare(r, new, t + m.prepare_s, m.pause_s)
-        eng.log_decision(r, Action.REPLAN, new, f"{cause}: prepared alongside for "
+        eng.switches.prepare(r, new, t + m.prepare_s, m.pause_s)
+        eng.recorder.decision(r, Action.REPLAN, new, f"{cause}: prepared alongside for "
                          f"{m.prepare_s:.0f} s, then a {m.pause_s:.2f} s switch; "
                          f"{new.explanation}", new.decision_ms, before)
 
-    def switch_due(self, eng, t: float) -> None:
+    def switch_due(self, eng: Engine, t: float) -> None:
         """Jobs whose next plan is ready switch to it now (or drop it if a domain of it fell)."""
         for r in [r for r in eng.active if r.next is not None and r.switch_at <= t]:
             if not r.running or r.next is None:
                 continue
             if any(eng.names[d] in eng.down for d in r.next.domains):
-                eng.cancel_switch(r)
+                eng.switches.cancel(r)
                 continue
-            old = eng.switch(r)
+            old = eng.switches.switch(r)
             m = self.moving.get(r.name)
             if m is not None and m.phase == Phase.HELD:
                 self._relocated(eng, r, m, old, t)
 
     # ------------------------------------------------------------------ relocations
 
-    def _relocations(self, eng, r, base: Placement, p: Placement, base_rate: float,
+    def _relocations(self, eng: Engine, r, base: Placement, p: Placement, base_rate: float,
                      left: float, cause: str, t: float) -> list[Relocation]:
         """The two ways to move from `base` to p across the WAN, each with its charge (none
         when p sends nothing over the WAN, or has no room alongside)."""
@@ -277,7 +280,7 @@ class Replanning:
                                                cost.wan_s, hold), wait + cost.wan_s + hold, hold)
         return [transfer, copy]
 
-    def _plan_relocation(self, eng, r, m: Relocation, t: float) -> None:
+    def _plan_relocation(self, eng: Engine, r, m: Relocation, t: float) -> None:
         self.relocations.append(m)
         self.moving[r.name] = m
         eng.events.schedule(("move", r.name), m.at_s)
@@ -285,12 +288,12 @@ class Replanning:
             self._take(eng, r, m, t)  # taken now, before another job's decision counts it
         how = ("a paused transfer" if m.how == Relocate.TRANSFER else
                f"its checkpoint at {m.at_s:.0f} s, copied")
-        eng.log_decision(r, Action.RELOCATE, m.target, f"{m.cause}: relocate by {how} "
+        eng.recorder.decision(r, Action.RELOCATE, m.target, f"{m.cause}: relocate by {how} "
                          f"({m.wan_gb:.0f} GB, {m.transfer_s:.0f} s over the WAN); charged "
                          f"{m.charge_s:.0f} s against {m.stay_s:.0f} s staying; "
                          f"{m.target.explanation}", m.target.decision_ms)
 
-    def relocations_due(self, eng, t: float) -> None:
+    def relocations_due(self, eng: Engine, t: float) -> None:
         """Relocations move on: a checkpoint written starts its copy; a copy done, or the
         adjustment before a transfer done, takes the target's accelerators alongside."""
         for r in [r for r in eng.active if r.name in self.moving]:
@@ -306,7 +309,7 @@ class Replanning:
             if r.next is None and r.paused_until <= t:  # else a switch is under way: its
                 self._take(eng, r, m, t)  # end is an event
 
-    def _take(self, eng, r, m: Relocation, t: float) -> None:
+    def _take(self, eng: Engine, r, m: Relocation, t: float) -> None:
         """The target's accelerators taken alongside the job's, until the switch; a target
         no longer there cancels the relocation."""
         if not _target_free(eng, r, m):
@@ -316,9 +319,9 @@ class Replanning:
             r.charge_wan(m.wan_gb, m.wan_cost)
         m.phase = Phase.HELD
         eng.events.cancel(("move", r.name))
-        eng.prepare(r, m.target, t + m.hold_s, m.pause_s)
+        eng.switches.prepare(r, m.target, t + m.hold_s, m.pause_s)
 
-    def _relocated(self, eng, r, m: Relocation, old: Placement, t: float) -> None:
+    def _relocated(self, eng: Engine, r, m: Relocation, old: Placement, t: float) -> None:
         """A relocation's switch: through a checkpoint, the job goes back to it (redoing what
         the old plan trained since), and what was lost is recorded."""
         extra = sum(reconfig.new_accelerators(old, m.target).values())
@@ -335,15 +338,16 @@ class Replanning:
         r.count_replan()
 
 
-def _move_cost(eng, r, base: Placement, p: Placement) -> tuple[float, reconfig.SwitchCost, int]:
+def _move_cost(eng: Engine, r, base: Placement,
+               p: Placement) -> tuple[float, reconfig.SwitchCost, int]:
     """The job's rate on p (a placement the policy just made), what moving there from `base`
     costs, and how many accelerators it takes beside those `base` holds."""
-    rate, window = eng.speed(r, p, p.estimate)
+    rate, window = eng.speeds.of(r, p, p.estimate)
     cost = reconfig.switch_cost(base, p, r.spec.arch.params, eng.view, window)
     return rate, cost, sum(reconfig.new_accelerators(base, p).values())
 
 
-def _target_free(eng, r, m: Relocation) -> bool:
+def _target_free(eng: Engine, r, m: Relocation) -> bool:
     """The relocation's target is up and its accelerators free beside the job's."""
     extra = reconfig.new_accelerators(r.placement, m.target)
     return not any(eng.names[d] in eng.down for d in m.target.domains) and all(

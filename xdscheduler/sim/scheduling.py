@@ -11,9 +11,13 @@ make room first, and the policy sees only what quotas admit.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from xdscheduler.planner.policy import Policy
 from xdscheduler.planner.view import ClusterView
+
+if TYPE_CHECKING:
+    from xdscheduler.sim.engine import Engine
 
 
 def decision_order(queue: list) -> list:
@@ -21,7 +25,7 @@ def decision_order(queue: list) -> list:
     return sorted(queue, key=lambda r: (-r.priority, r.arrival_s, r.spec.name))
 
 
-def decide(eng, policy: Policy, t: float) -> None:
+def decide(eng: Engine, policy: Policy, t: float) -> None:
     """Let `policy` place what it will of the engine's queue now."""
     order = decision_order(eng.queue)
     by_name = {r.spec.name: r for r in order}
@@ -42,7 +46,7 @@ def decide(eng, policy: Policy, t: float) -> None:
         eng.place(by_name[p.job], p)
 
 
-def _admitted(eng, policy: Policy, jobs: list, view: ClusterView, t: float, by_name: dict):
+def _admitted(eng: Engine, policy: Policy, jobs: list, view: ClusterView, t: float, by_name: dict):
     """The policy's placements of `jobs` on `view`; with tenants, of those quotas admit (each
     at most its tenant's room), and only those keeping every tenant within its quota."""
     if eng.tenancy is None:
@@ -52,38 +56,38 @@ def _admitted(eng, policy: Policy, jobs: list, view: ClusterView, t: float, by_n
             if eng.tenancy.accept(by_name[p.job].tenant, p.taken, used)]
 
 
-def reclaimable(eng) -> dict[int, int]:
+def reclaimable(eng: Engine) -> dict[int, int]:
     """Accelerators held by preemptible placements, by domain index."""
     held: dict[int, int] = {}
     for r in eng.active:
-        if r.placement.preemptible:
-            for i, n in r.placement.taken.items():
+        if r.placed.preemptible:
+            for i, n in r.placed.taken.items():
                 held[i] = held.get(i, 0) + n
     return held
 
 
-def reclaim(eng, p) -> None:
+def reclaim(eng: Engine, p) -> None:
     """Preempt the preemptible jobs that hold what `p` takes beyond what is free, the most
     recently started first (they have the least to lose)."""
     for i, n in p.taken.items():
         if n <= max(eng.view.domains[i].free_gpus, 0):
             continue  # the usual case: it fits in what is free
-        holders = sorted((r for r in eng.active if r.placement.preemptible
-                          and i in r.placement.taken), key=lambda r: -r.start_s)
+        holders = sorted((r for r in eng.active if r.placed.preemptible
+                          and i in r.placed.taken), key=lambda r: -(r.start_s or 0.0))
         while n > max(eng.view.domains[i].free_gpus, 0) and holders:
             eng.preempt(holders.pop(0), f"preempt: {p.job} reclaims "
                         f"{eng.view.domains[i].name}")
 
 
-def expected_releases(eng) -> list[tuple[float, int, int]]:
+def expected_releases(eng: Engine) -> list[tuple[float, int, int]]:
     """When the running jobs should give their accelerators back, at their speed now:
     (time s, domain, count)."""
     ends = ((r, r.finish_s(eng.now)) for r in eng.active)
     return [(end, d, n) for r, end in ends if end < math.inf
-            for d, n in r.placement.taken.items()]
+            for d, n in r.placed.taken.items()]
 
 
-def held_back(eng) -> dict[str, int] | None:
+def held_back(eng: Engine) -> dict[str, int] | None:
     """Accelerators no placement may take: spare nodes of the backup pools and holds for
     announced jobs, by domain (None when neither is kept)."""
     if eng.faults is None and eng.demand is None:
@@ -93,7 +97,7 @@ def held_back(eng) -> dict[str, int] | None:
     return {d: spare.get(d, 0) + holds.get(d, 0) for d in {**holds, **spare}}
 
 
-def with_pools(eng) -> ClusterView:
+def with_pools(eng: Engine) -> ClusterView:
     """The view with what is held back free: what jobs hit by faults may take."""
     held = held_back(eng) or {}
     free = {n: d.free_gpus + (held.get(n, 0) if n not in eng.down else 0)

@@ -19,9 +19,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from xdscheduler.sim.jobs import JobRun
 from xdscheduler.tenants import ALL, Quotas, Tenancy
+
+if TYPE_CHECKING:
+    from xdscheduler.sim.engine import Engine
 
 LOOKAHEAD = 8  # queued jobs that may preempt at one decision
 
@@ -184,13 +188,13 @@ class TenancyState:
                 best, best_cost = chosen, cost
         return best
 
-    def preempt_for(self, eng, order: list[JobRun], now: float) -> None:
+    def preempt_for(self, eng: Engine, order: list[JobRun], now: float) -> None:
         """Free room for the first queued jobs that may take it (see the module's docstring)."""
         active = [r for r in eng.active if r.name not in self.evicting]
         free = [max(d.available, 0) for d in eng.view.domains]
         for r in eng.active:  # what is already being given back counts as free
             if r.name in self.evicting:
-                for i, n in r.placement.taken.items():
+                for i, n in r.placed.taken.items():
                     free[i] += n
         used = self.used(active)
         protect = self.tenancy.preemption.protect_s
@@ -212,7 +216,7 @@ class TenancyState:
                     free[i] += n
             used = self.used(active)
 
-    def _evict(self, eng, v: Victim, by: JobRun, now: float) -> None:
+    def _evict(self, eng: Engine, v: Victim, by: JobRun, now: float) -> None:
         grace = self.tenancy.preemption.grace_s
         why = (f"preempted for {by.name} ({v.why}); "
                + (f"checkpoints within its {grace:g} s grace, loses nothing" if grace > 0 else
@@ -228,7 +232,7 @@ class TenancyState:
         else:
             eng.preempt(v.job, why, lose_work=True)
 
-    def evict_due(self, eng, now: float) -> None:
+    def evict_due(self, eng: Engine, now: float) -> None:
         """Victims whose grace has run out checkpoint and give their accelerators back."""
         for r in [r for r in eng.active if r.name in self.evicting]:
             at, why = self.evicting[r.name]
