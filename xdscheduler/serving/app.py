@@ -109,6 +109,7 @@ class XdsService:
         configure(token)
         self.batch = batch  # 1: each step's forward pass alone
         self._forward.set_max_batch_size(max(batch, 1))
+        self.steps = 0  # agent steps in this replica now
         scn = parse_scenario(scenario)
         self.scenario, self.jobs = scn.name, scn.jobs
         self.base = ClusterView.from_scenario(scn)
@@ -131,8 +132,12 @@ class XdsService:
         except UserError as err:
             raise unprocessable(err, "observation") from None
         options = {c.index: c.model_dump() for c in request.choices}
-        logits = (self.agents.logits(request.agent, obs) if self.batch <= 1
-                  else await self._forward((request.agent, obs)))
+        self.steps += 1
+        try:  # a step alone skips the batch queue: its hop and metrics cost ~0.3 ms
+            logits = (self.agents.logits(request.agent, obs) if self.batch <= 1
+                      or self.steps == 1 else await self._forward((request.agent, obs)))
+        finally:
+            self.steps -= 1
         step = self.agents.step(request.agent, obs, options, logits)
         wait = request.agent == "upper" and step.choice == WAIT
         ranking = [RankedChoice(index=i, probability=step.probabilities[i],
@@ -273,8 +278,9 @@ def start(address: str | None, policy_path: str | Path | None, scn: Scenario,
     from xdscheduler.ray_cluster import connect, free_port, starts_local
 
     token = checked_token(token)
-    direct = starts_local(address) and replicas <= 1
-    if starts_local(address):
+    local = starts_local(address)
+    direct = local and replicas <= 1
+    if local:
         os.environ.update(direct_ingress(port) if direct else haproxy_ingress())
     connect(address)
     # Serve still starts its proxy: aside (on a free port) where the replica serves `port`
@@ -303,4 +309,3 @@ def wait_answering(url: str, paths: list[str], token: str | None, timeout_s: flo
                 raise UserError(f"the Serve application did not answer at {url}{path} within "
                                 f"{timeout_s:.0f} s")
             time.sleep(0.5)
-
