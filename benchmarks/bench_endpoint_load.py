@@ -204,6 +204,20 @@ def in_process_ms(scn, bodies: list[bytes]) -> dict[str, float]:
             lambda: loop.run_until_complete(route(next(cycle))), 300)))}
 
 
+def measured(config: str, clients: int, seconds: float, tries: int = 2) -> dict:
+    """`measure(config)` in a child process; tried again once where Ray failed to start (a
+    loaded machine's GCS can miss its start deadline)."""
+    for _ in range(tries):
+        done = subprocess.run([sys.executable, "-m", "benchmarks.bench_endpoint_load",
+                               "--config", config, "--clients", str(clients),
+                               "--seconds", str(seconds)],
+                              capture_output=True, text=True, timeout=900)
+        if done.returncode == 0:
+            return json.loads(done.stdout.strip().splitlines()[-1])
+        print(f"{config}: failed, {done.stderr.strip().splitlines()[-1]}", file=sys.stderr)
+    raise SystemExit(f"{config}: {done.stderr[-2000:]}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--clients", type=int, default=20)
@@ -217,13 +231,7 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     results = {}
     for config in CONFIGS:
-        done = subprocess.run([sys.executable, "-m", "benchmarks.bench_endpoint_load",
-                               "--config", config, "--clients", str(args.clients),
-                               "--seconds", str(args.seconds)],
-                              capture_output=True, text=True, timeout=900)
-        if done.returncode != 0:
-            raise SystemExit(f"{config}: {done.stderr[-2000:]}")
-        results[config] = json.loads(done.stdout.strip().splitlines()[-1])
+        results[config] = measured(config, args.clients, args.seconds)
     load_after = os.getloadavg()[0]
 
     rows = []
