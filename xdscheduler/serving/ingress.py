@@ -34,6 +34,9 @@ def haproxy_ingress() -> dict[str, str]:
     files = tempfile.mkdtemp(prefix="xds-haproxy-")
     atexit.register(shutil.rmtree, files, ignore_errors=True)
     return {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_HA_PROXY": "1",
+            # HAProxy sends requests past Serve's handles, where the autoscaler counts ongoing
+            # requests by default: counted there it saw none, and never added a replica
+            "RAY_SERVE_COLLECT_AUTOSCALING_METRICS_ON_HANDLE": "0",
             # one thread carries thousands of requests a second; more would contend for the
             # cores the replicas need
             "RAY_SERVE_HAPROXY_NBTHREAD": "1",
