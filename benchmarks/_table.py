@@ -22,8 +22,12 @@ def print_table(title: str, header: list[str], rows: list[list], note: str = "")
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     print(title)
     for i, row in enumerate(cells):
-        print("  ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in
-                        enumerate(zip(row, widths, strict=True))))
+        print(
+            "  ".join(
+                c.rjust(w) if j else c.ljust(w)
+                for j, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
         if i == 0:
             print("  ".join("-" * w for w in widths))
     if note:

@@ -53,18 +53,28 @@ class Listener:
         return self.times
 
 
-def run(env: dict[str, str], steps: int, workers: int, storage: str
-        ) -> tuple[dict[int, float], float]:
+def run(
+    env: dict[str, str], steps: int, workers: int, storage: str
+) -> tuple[dict[int, float], float]:
     """When each step of one run was heard, and when the run returned, its driving task in
     `env`."""
     listener = Listener.options(name=LISTENER).remote()
     job = f"bench-checkpoint-{time.time_ns()}"
     group = make_placement_group(job, 1, [BENCH_DOMAIN] * workers, False)
-    config = TrainConfig(job=job, steps=steps, controller=LISTENER, storage=storage,
-                         checkpoint_every=10, attempt=1,
-                         placement_group=placement_group_name(job, 1))
-    ended = ray.get(run_training.options(runtime_env={"env_vars": env}).remote(
-        config.model_dump(), [BENCH_DOMAIN] * workers, storage, False))
+    config = TrainConfig(
+        job=job,
+        steps=steps,
+        controller=LISTENER,
+        storage=storage,
+        checkpoint_every=10,
+        attempt=1,
+        placement_group=placement_group_name(job, 1),
+    )
+    ended = ray.get(
+        run_training.options(runtime_env={"env_vars": env}).remote(
+            config.model_dump(), [BENCH_DOMAIN] * workers, storage, False
+        )
+    )
     returned = time.time()
     ray.util.remove_placement_group(group)
     if ended["error"]:
@@ -88,11 +98,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
-    ctx = ray.init(address="local", num_cpus=args.workers, log_to_driver=False,
-                   include_dashboard=True, labels={DOMAIN_LABEL: BENCH_DOMAIN})
-    envs = {DEFAULT: {TRAIN_POLL_ENV: str(RAY_DEFAULT_POLL_S)},
-            OURS: trainer_env(f"http://{ctx.dashboard_url}",
-                              ray.get_runtime_context().gcs_address)}
+    ctx = ray.init(
+        address="local",
+        num_cpus=args.workers,
+        log_to_driver=False,
+        include_dashboard=True,
+        labels={DOMAIN_LABEL: BENCH_DOMAIN},
+    )
+    envs = {
+        DEFAULT: {TRAIN_POLL_ENV: str(RAY_DEFAULT_POLL_S)},
+        OURS: trainer_env(f"http://{ctx.dashboard_url}", ray.get_runtime_context().gcs_address),
+    }
     rows, stall, end = [], {}, {}
     with tempfile.TemporaryDirectory() as storage:
         for label, env in envs.items():
@@ -101,18 +117,28 @@ def main(argv: list[str] | None = None) -> None:
             ckpt, plain = gaps(heard, 10)
             stall[label] = float(np.median(ckpt) - np.median(plain))
             end[label] = returned - max(heard.values())
-            rows.append([label, float(env[TRAIN_POLL_ENV]), len(ckpt), float(np.median(plain)),
-                         stall[label], end[label], returned - started])
+            rows.append(
+                [
+                    label,
+                    float(env[TRAIN_POLL_ENV]),
+                    len(ckpt),
+                    float(np.median(plain)),
+                    stall[label],
+                    end[label],
+                    returned - started,
+                ]
+            )
     ray.shutdown()
     print_table(
         f"A live run under Ray Train's settings: {args.steps} steps, {args.workers} CPU "
         "workers, a checkpoint every 10",
-        ["settings", "poll (s)", "checkpoints", "step gap (s)", "stall (s)", "end (s)",
-         "run (s)"], rows,
+        ["settings", "poll (s)", "checkpoints", "step gap (s)", "stall (s)", "end (s)", "run (s)"],
+        rows,
         f"each checkpoint held the run {stall[DEFAULT]:.2f} s under Ray Train's defaults, "
         f"{stall[OURS]:.2f} s under the live control plane's (stall: the median gap after a "
         "checkpointed step less the median gap after any other); the run returned "
-        f"{end[DEFAULT]:.1f} s after its last step against {end[OURS]:.1f} s")
+        f"{end[DEFAULT]:.1f} s after its last step against {end[OURS]:.1f} s",
+    )
 
 
 if __name__ == "__main__":

@@ -27,14 +27,36 @@ def scenario(domains: int, nodes: int, queued: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     doc = {
         "name": f"bench_{domains}x{nodes}",
-        "domains": [{"name": f"d{i}", "location": {"city": f"c{i}"},
-                     "nodes": [{"accelerator": TYPES[i % len(TYPES)], "count": nodes}],
-                     "intra_domain_gbps": 400} for i in range(domains)],
-        "links": [{"a": f"d{i}", "b": f"d{j}", "bandwidth_gbps": float(rng.uniform(1, 10)),
-                   "rtt_ms": float(rng.uniform(3, 40))}
-                  for i in range(domains) for j in range(i + 1, domains) if rng.random() < 0.2],
-        "jobs": [{"name": f"job{k}", "model": MODELS[k % len(MODELS)], "global_batch": 1024,
-                  "tokens": 1e12, "gpus": {"min": 64, "max": 512}} for k in range(queued)],
+        "domains": [
+            {
+                "name": f"d{i}",
+                "location": {"city": f"c{i}"},
+                "nodes": [{"accelerator": TYPES[i % len(TYPES)], "count": nodes}],
+                "intra_domain_gbps": 400,
+            }
+            for i in range(domains)
+        ],
+        "links": [
+            {
+                "a": f"d{i}",
+                "b": f"d{j}",
+                "bandwidth_gbps": float(rng.uniform(1, 10)),
+                "rtt_ms": float(rng.uniform(3, 40)),
+            }
+            for i in range(domains)
+            for j in range(i + 1, domains)
+            if rng.random() < 0.2
+        ],
+        "jobs": [
+            {
+                "name": f"job{k}",
+                "model": MODELS[k % len(MODELS)],
+                "global_batch": 1024,
+                "tokens": 1e12,
+                "gpus": {"min": 64, "max": 512},
+            }
+            for k in range(queued)
+        ],
     }
     return parse_scenario(doc)
 
@@ -53,8 +75,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--domains", type=int, default=64)
     parser.add_argument("--nodes", type=int, default=128)
-    parser.add_argument("--queued", type=int, default=24,
-                        help="queued jobs (the planner decides for 8 of them per tick)")
+    parser.add_argument(
+        "--queued",
+        type=int,
+        default=24,
+        help="queued jobs (the planner decides for 8 of them per tick)",
+    )
     args = parser.parse_args()
     scn = scenario(args.domains, args.nodes, args.queued)
     dyn = Dynamics.generate(scn, 0, 3600.0)
@@ -84,13 +110,16 @@ def main() -> None:
         f"Controller tick, {args.domains} domains x {args.nodes} nodes x 8 ({gpus:,} "
         f"accelerators), {args.queued} queued jobs",
         ["what", "seconds", "vs local"],
-        [["tick, domains as plain objects (baseline), median of 3", local_s, 1.0],
-         ["tick, domains as Ray actors, median of 3", tick_s, tick_s / local_s],
-         ["  slowest of the 3 ticks on Ray", max(ticks), max(ticks) / local_s],
-         ["  gather all 64 reports", reports_s, reports_s / local_s],
-         ["actor start-up (once)", startup_s, startup_s / local_s]],
+        [
+            ["tick, domains as plain objects (baseline), median of 3", local_s, 1.0],
+            ["tick, domains as Ray actors, median of 3", tick_s, tick_s / local_s],
+            ["  slowest of the 3 ticks on Ray", max(ticks), max(ticks) / local_s],
+            ["  gather all 64 reports", reports_s, reports_s / local_s],
+            ["actor start-up (once)", startup_s, startup_s / local_s],
+        ],
         note=f"placed {sum(r.placement is not None for r in on_ray.runs)} of {args.queued} "
-             f"jobs in 3 ticks; target: tick <= 1 s -> {'met' if tick_s <= 1.0 else 'NOT met'}")
+        f"jobs in 3 ticks; target: tick <= 1 s -> {'met' if tick_s <= 1.0 else 'NOT met'}",
+    )
     ray.shutdown()
 
 

@@ -21,11 +21,17 @@ from xdscheduler.costmodel.steptime import estimate
 def random_plans(n: int, seed: int = 0) -> PlanBatch:
     rng = np.random.default_rng(seed)
     return PlanBatch(
-        dp=rng.choice([1, 2, 4, 8, 16, 32], n), tp=rng.choice([1, 2, 4, 8], n),
-        pp=rng.choice([1, 2, 4, 5, 8, 10, 16], n), cp=rng.choice([1, 2], n),
-        vp=rng.choice([1, 2], n), micro_batch=rng.choice([1, 2, 4], n),
-        zero=rng.integers(0, 4, n), recompute=rng.integers(0, 3, n),
-        precision=np.where(rng.random(n) < 0.3, 1, 0), diloco_h=np.zeros(n, dtype=int))
+        dp=rng.choice([1, 2, 4, 8, 16, 32], n),
+        tp=rng.choice([1, 2, 4, 8], n),
+        pp=rng.choice([1, 2, 4, 5, 8, 10, 16], n),
+        cp=rng.choice([1, 2], n),
+        vp=rng.choice([1, 2], n),
+        micro_batch=rng.choice([1, 2, 4], n),
+        zero=rng.integers(0, 4, n),
+        recompute=rng.integers(0, 3, n),
+        precision=np.where(rng.random(n) < 0.3, 1, 0),
+        diloco_h=np.zeros(n, dtype=int),
+    )
 
 
 def best_rate(fn, n: int, repeats: int) -> float:
@@ -52,10 +58,13 @@ def main() -> None:
     print_table(
         f"Step-time model, {arch.name} on H100-SXM, one core",
         ["method", "plans", "plans/s", "vs loop"],
-        [["per-plan Python loop (baseline)", args.loop_plans, loop, 1.0],
-         ["vectorised numpy", args.plans, vectorised, vectorised / loop]],
+        [
+            ["per-plan Python loop (baseline)", args.loop_plans, loop, 1.0],
+            ["vectorised numpy", args.plans, vectorised, vectorised / loop],
+        ],
         note=f"target: >= 1,000,000 plans/s vectorised -> "
-             f"{'met' if vectorised >= 1e6 else 'NOT met'}")
+        f"{'met' if vectorised >= 1e6 else 'NOT met'}",
+    )
 
 
 if __name__ == "__main__":

@@ -13,8 +13,15 @@ import argparse
 from benchmarks._table import print_table
 from xdscheduler.datamove import AdaptivePolicy, DataJob, compare
 
-COLS = ("idle_wait_fraction", "blocking_rate", "steps_per_s", "moved_work_share",
-        "mean_shard_gb", "mean_depth", "peak_buffer_gb")
+COLS = (
+    "idle_wait_fraction",
+    "blocking_rate",
+    "steps_per_s",
+    "moved_work_share",
+    "mean_shard_gb",
+    "mean_depth",
+    "peak_buffer_gb",
+)
 
 
 def main() -> None:
@@ -25,16 +32,41 @@ def main() -> None:
     job = DataJob(steps=args.steps)
     main_run = compare(job, args.seed)
     no_move = compare(job, args.seed, AdaptivePolicy(move_max=0.0))["adaptive"]
-    rows = [[name] + [run[c] for c in COLS] for name, run in
-            (("fixed (baseline)", main_run["fixed"]), ("adaptive", main_run["adaptive"]),
-             ("adaptive, no work moved", no_move))]
+    rows = [
+        [name] + [run[c] for c in COLS]
+        for name, run in (
+            ("fixed (baseline)", main_run["fixed"]),
+            ("adaptive", main_run["adaptive"]),
+            ("adaptive, no work moved", no_move),
+        )
+    ]
     r = main_run["ratio"]
-    rows.append(["adaptive / fixed", r["idle_wait_fraction"], r["blocking_rate"],
-                 r["steps_per_s"], "", "", "", ""])
+    rows.append(
+        [
+            "adaptive / fixed",
+            r["idle_wait_fraction"],
+            r["blocking_rate"],
+            r["steps_per_s"],
+            "",
+            "",
+            "",
+            "",
+        ]
+    )
     for gb in (0.8, 1.0, 1.5):
         rr = compare(DataJob(input_gb=gb, grad_gb=job.grad_gb, steps=args.steps), args.seed)
-        rows.append([f"ratio, input {gb:g} GB/step", rr["ratio"]["idle_wait_fraction"],
-                     rr["ratio"]["blocking_rate"], rr["ratio"]["steps_per_s"], "", "", "", ""])
+        rows.append(
+            [
+                f"ratio, input {gb:g} GB/step",
+                rr["ratio"]["idle_wait_fraction"],
+                rr["ratio"]["blocking_rate"],
+                rr["ratio"]["steps_per_s"],
+                "",
+                "",
+                "",
+                "",
+            ]
+        )
     bw = main_run["bandwidth_gbs"]
     print_table(
         f"Data movement, {job.steps} steps, seed {args.seed}: {job.input_gb:g} GB input and "
@@ -43,7 +75,8 @@ def main() -> None:
         ["policy", "idle wait", "blocking", "steps/s", "moved", "shard GB", "depth", "buffer GB"],
         rows,
         "idle wait: accelerator time waiting for input / wall time; blocking: share of steps "
-        "whose compute waited for input or whose collective shared the link with a transfer.")
+        "whose compute waited for input or whose collective shared the link with a transfer.",
+    )
 
 
 if __name__ == "__main__":

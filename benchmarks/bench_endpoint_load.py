@@ -41,9 +41,12 @@ from xdscheduler.scenario import default_scenario_path, load_scenario
 from xdscheduler.serving.schemas import act_body
 
 TARGET_P99_MS = {"/policy/act": 100.0, "/forecast": 200.0}
-CONFIGS = {"baseline": {"batch": 1, "replicas": 1}, "batched": {"batch": 32, "replicas": 1},
-           "2 replicas": {"batch": 32, "replicas": 2},
-           "Serve proxy, 2 replicas": {"batch": 32, "replicas": 2, "proxy": True}}
+CONFIGS = {
+    "baseline": {"batch": 1, "replicas": 1},
+    "batched": {"batch": 32, "replicas": 1},
+    "2 replicas": {"batch": 32, "replicas": 2},
+    "Serve proxy, 2 replicas": {"batch": 32, "replicas": 2, "proxy": True},
+}
 
 
 def act_bodies(scn, n_states: int) -> list[bytes]:
@@ -51,8 +54,11 @@ def act_bodies(scn, n_states: int) -> list[bytes]:
     for job, view, now in fixed_states(n_states):
         ch = choices(job, view, scn.weights, now)
         if ch is not None and len(ch.groups) > 1:
-            out.append(json.dumps(act_body("upper", upper_observation(ch, 1), upper_options(ch),
-                                           job.name)).encode())
+            out.append(
+                json.dumps(
+                    act_body("upper", upper_observation(ch, 1), upper_options(ch), job.name)
+                ).encode()
+            )
     return out
 
 
@@ -63,16 +69,28 @@ def forecast_bodies(n: int, seed: int = 0) -> list[bytes]:
     for i in range(n):
         demand = 400 + 150 * np.sin(2 * np.pi * (minutes + 37 * i) / 1440)
         demand += rng.normal(0, 20, minutes.size)
-        jobs = [KnownJobIn(name=f"j{k}", gpus=int(rng.integers(8, 64)),
-                           finish_min=float(rng.uniform(0, 120))) for k in range(8)]
-        out.append(ForecastRequest(history=np.round(demand, 1).tolist(), known_jobs=jobs,
-                                   series=f"s{i % 4}", end_time="2026-01-05T12:00:00")
-                   .model_dump_json().encode())
+        jobs = [
+            KnownJobIn(
+                name=f"j{k}", gpus=int(rng.integers(8, 64)), finish_min=float(rng.uniform(0, 120))
+            )
+            for k in range(8)
+        ]
+        out.append(
+            ForecastRequest(
+                history=np.round(demand, 1).tolist(),
+                known_jobs=jobs,
+                series=f"s{i % 4}",
+                end_time="2026-01-05T12:00:00",
+            )
+            .model_dump_json()
+            .encode()
+        )
     return out
 
 
-async def load(url: str, path: str, bodies: list[bytes], clients: int, seconds: float,
-               headers: dict) -> tuple[np.ndarray, int]:
+async def load(
+    url: str, path: str, bodies: list[bytes], clients: int, seconds: float, headers: dict
+) -> tuple[np.ndarray, int]:
     """Latencies (ms) of every request answered in `seconds`, and how many were not 200."""
     import aiohttp
 
@@ -82,7 +100,7 @@ async def load(url: str, path: str, bodies: list[bytes], clients: int, seconds: 
 
     async def client(session, k: int) -> None:
         nonlocal failed
-        for body in itertools.cycle(bodies[k % len(bodies):] + bodies[:k % len(bodies)]):
+        for body in itertools.cycle(bodies[k % len(bodies) :] + bodies[: k % len(bodies)]):
             if time.perf_counter() > deadline:
                 return
             start = time.perf_counter()
@@ -100,9 +118,11 @@ def replica_cpu_s() -> dict[int, float]:
     """CPU seconds each of the app's replica processes has used so far."""
     import psutil
 
-    return {p.pid: p.info["cpu_times"].user + p.info["cpu_times"].system
-            for p in psutil.process_iter(["cmdline", "cpu_times"])
-            if "XdsService" in " ".join(p.info["cmdline"] or []) and p.info["cpu_times"]}
+    return {
+        p.pid: p.info["cpu_times"].user + p.info["cpu_times"].system
+        for p in psutil.process_iter(["cmdline", "cpu_times"])
+        if "XdsService" in " ".join(p.info["cmdline"] or []) and p.info["cpu_times"]
+    }
 
 
 def cpu_since(before: dict[int, float]) -> float:
@@ -110,8 +130,9 @@ def cpu_since(before: dict[int, float]) -> float:
     return sum(t - before.get(pid, 0.0) for pid, t in replica_cpu_s().items())
 
 
-def wait_for_replicas(n: int, url: str, bodies: list[bytes], headers: dict,
-                      timeout_s: float = 120) -> None:
+def wait_for_replicas(
+    n: int, url: str, bodies: list[bytes], headers: dict, timeout_s: float = 120
+) -> None:
     """Keep 20 clients on /policy/act until `n` replicas run (autoscaling adds them)."""
     from ray import serve
 
@@ -153,10 +174,14 @@ def measure(config: str, clients: int, seconds: float) -> dict:
             cpu, client_cpu = replica_cpu_s(), time.process_time()
             x, failed = asyncio.run(load(url, path, body, n, secs, headers))
             out[f"{path} {n}"] = {
-                "requests": len(x), "req_s": len(x) / secs, "failed": failed,
-                "p50_ms": float(np.percentile(x, 50)), "p99_ms": float(np.percentile(x, 99)),
+                "requests": len(x),
+                "req_s": len(x) / secs,
+                "failed": failed,
+                "p50_ms": float(np.percentile(x, 50)),
+                "p99_ms": float(np.percentile(x, 99)),
                 "replica_cpu_ms": cpu_since(cpu) / len(x) * 1000,
-                "client_cpu_ms": (time.process_time() - client_cpu) / len(x) * 1000}
+                "client_cpu_ms": (time.process_time() - client_cpu) / len(x) * 1000,
+            }
     serve.delete(APP_NAME)
     return out
 
@@ -173,18 +198,27 @@ def in_process_ms(scn, bodies: list[bytes]) -> dict[str, float]:
 
     agents = Agents(scn.weights)
     space = agents.modules["upper"].observation_space
-    obs = [observation_arrays(ActRequest.model_validate_json(b).observation.model_dump(), space)
-           for b in bodies[:20]]
+    obs = [
+        observation_arrays(ActRequest.model_validate_json(b).observation.model_dump(), space)
+        for b in bodies[:20]
+    ]
     token = os.environ.get(TOKEN_ENV) or api_token()
     in_process(app, XdsService, scn.model_dump(), token, batch=1)
     loop = asyncio.new_event_loop()
 
     async def route(body: bytes) -> None:
-        scope = {"type": "http", "method": "POST", "path": "/policy/act", "root_path": "",
-                 "query_string": b"", "headers": [
-                     (b"content-length", str(len(body)).encode()),
-                     (b"content-type", b"application/json"),
-                     (b"authorization", f"Bearer {token}".encode())]}
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/policy/act",
+            "root_path": "",
+            "query_string": b"",
+            "headers": [
+                (b"content-length", str(len(body)).encode()),
+                (b"content-type", b"application/json"),
+                (b"authorization", f"Bearer {token}".encode()),
+            ],
+        }
 
         async def receive():
             return {"type": "http.request", "body": body, "more_body": False}
@@ -196,12 +230,17 @@ def in_process_ms(scn, bodies: list[bytes]) -> dict[str, float]:
 
     cycle = itertools.cycle(bodies)
     return {
-        "forward, one step": float(np.median(time_calls(
-            lambda: agents.logits("upper", obs[0]), 200))),
-        "forward, a step of a batch of 20": float(np.median(time_calls(
-            lambda: agents.batch_logits([("upper", o) for o in obs]), 50))) / len(obs),
-        "the route in process (ASGI, no HTTP)": float(np.median(time_calls(
-            lambda: loop.run_until_complete(route(next(cycle))), 300)))}
+        "forward, one step": float(
+            np.median(time_calls(lambda: agents.logits("upper", obs[0]), 200))
+        ),
+        "forward, a step of a batch of 20": float(
+            np.median(time_calls(lambda: agents.batch_logits([("upper", o) for o in obs]), 50))
+        )
+        / len(obs),
+        "the route in process (ASGI, no HTTP)": float(
+            np.median(time_calls(lambda: loop.run_until_complete(route(next(cycle))), 300))
+        ),
+    }
 
 
 def measured(config: str, clients: int, seconds: float, tries: int = 2) -> dict | str:
@@ -209,10 +248,22 @@ def measured(config: str, clients: int, seconds: float, tries: int = 2) -> dict 
     loaded machine's GCS can miss its start deadline). Why it failed, where it did: the other
     configurations are still reported."""
     for _ in range(tries):
-        done = subprocess.run([sys.executable, "-m", "benchmarks.bench_endpoint_load",
-                               "--config", config, "--clients", str(clients),
-                               "--seconds", str(seconds)],
-                              capture_output=True, text=True, timeout=900)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.bench_endpoint_load",
+                "--config",
+                config,
+                "--clients",
+                str(clients),
+                "--seconds",
+                str(seconds),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         if done.returncode == 0:
             return json.loads(done.stdout.strip().splitlines()[-1])
         why = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no output"
@@ -224,8 +275,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--clients", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--configs", default=",".join(CONFIGS),
-                    help=f"comma-separated, of {', '.join(CONFIGS)} (default: all)")
+    ap.add_argument(
+        "--configs",
+        default=",".join(CONFIGS),
+        help=f"comma-separated, of {', '.join(CONFIGS)} (default: all)",
+    )
     ap.add_argument("--config", choices=list(CONFIGS), help=argparse.SUPPRESS)  # a child's
     args = ap.parse_args()
     if args.config:
@@ -249,17 +303,40 @@ def main() -> None:
         for config, figures in results.items():
             one, many = figures[f"{path} 1"], figures[f"{path} {args.clients}"]
             for n, f in ((1, one), (args.clients, many)):
-                verdict = "" if n == 1 else (
-                    "meets" if f["p99_ms"] <= TARGET_P99_MS[path] else "MISSES")
-                rows.append([f"{path}, {config}, {n} client{'s' * (n > 1)}", f["requests"],
-                             f["req_s"], f["req_s"] / one["req_s"],
-                             "" if n == 1 else f["req_s"] / base, f["p50_ms"], f["p99_ms"],
-                             f["replica_cpu_ms"], f["failed"], verdict])
-    print_table(f"Serve app under load: closed-loop clients on loopback, {os.cpu_count()} "
-                f"cores, load average {load_before:.2f} before, {load_after:.2f} after",
-                ["route, configuration, clients", "requests", "req/s", "vs 1 client",
-                 "vs baseline", "p50 ms", "p99 ms", "replica CPU ms/req", "not 200",
-                 "p99 target"], rows)
+                verdict = (
+                    "" if n == 1 else ("meets" if f["p99_ms"] <= TARGET_P99_MS[path] else "MISSES")
+                )
+                rows.append(
+                    [
+                        f"{path}, {config}, {n} client{'s' * (n > 1)}",
+                        f["requests"],
+                        f["req_s"],
+                        f["req_s"] / one["req_s"],
+                        "" if n == 1 else f["req_s"] / base,
+                        f["p50_ms"],
+                        f["p99_ms"],
+                        f["replica_cpu_ms"],
+                        f["failed"],
+                        verdict,
+                    ]
+                )
+    print_table(
+        f"Serve app under load: closed-loop clients on loopback, {os.cpu_count()} "
+        f"cores, load average {load_before:.2f} before, {load_after:.2f} after",
+        [
+            "route, configuration, clients",
+            "requests",
+            "req/s",
+            "vs 1 client",
+            "vs baseline",
+            "p50 ms",
+            "p99 ms",
+            "replica CPU ms/req",
+            "not 200",
+            "p99 target",
+        ],
+        rows,
+    )
     for config, why in failed.items():
         print(f"{config}: not measured ({why})")
 
@@ -270,14 +347,21 @@ def main() -> None:
     for config in [c for c in ("baseline", "batched") if c in results]:
         for n in (1, args.clients):
             f = results[config][f"{act} {n}"]
-            times.append([f"{config}, {n} client{'s' * (n > 1)}: replica CPU per request",
-                          f["replica_cpu_ms"]])
+            times.append(
+                [
+                    f"{config}, {n} client{'s' * (n > 1)}: replica CPU per request",
+                    f["replica_cpu_ms"],
+                ]
+            )
     f = results.get("batched", results["baseline"])[f"{act} 1"]
-    times += [["one client: HTTP round trip (p50)", f["p50_ms"]],
-              ["one client: the client's own CPU per request", f["client_cpu_ms"]]]
+    times += [
+        ["one client: HTTP round trip (p50)", f["p50_ms"]],
+        ["one client: the client's own CPU per request", f["client_cpu_ms"]],
+    ]
     print()
-    print_table("Where one POST /policy/act's time goes (ms; in process: medians)",
-                ["part", "ms"], times)
+    print_table(
+        "Where one POST /policy/act's time goes (ms; in process: medians)", ["part", "ms"], times
+    )
 
 
 if __name__ == "__main__":

@@ -65,8 +65,14 @@ def timed(cls, policy: str, hours: float, seed: int) -> tuple[float, int, list]:
     """Seconds to run the study, events stepped, and every job's (start, end)."""
     scn = load_scenario(default_scenario_path())
     jobs, dyn = study_jobs(scn, hours, seed), study_dynamics(scn, seed, hours)
-    eng = counted(cls)(scn, jobs, make_policy(policy, scn.weights), dyn,
-                       LocalDomains(scn.domains, dyn), hours * 3600)
+    eng = counted(cls)(
+        scn,
+        jobs,
+        make_policy(policy, scn.weights),
+        dyn,
+        LocalDomains(scn.domains, dyn),
+        hours * 3600,
+    )
     start = time.perf_counter()
     eng.run()
     return time.perf_counter() - start, eng.steps, [(r.start_s, r.end_s) for r in eng.runs]
@@ -81,14 +87,36 @@ def main() -> None:
     for policy in ("fifo-single-domain", "planner"):
         base_s, base_n, base_jobs = timed(Rescanning, policy, args.hours, args.seed)
         new_s, new_n, new_jobs = timed(Engine, policy, args.hours, args.seed)
-        same = all(math.isclose(a or 0, b or 0, rel_tol=1e-9) for x, y in
-                   zip(base_jobs, new_jobs, strict=True) for a, b in zip(x, y, strict=True))
-        rows.append([f"{policy}, rescanning every job (baseline)", base_n, base_s,
-                     base_s / base_n * 1e6, 1.0, ""])
-        rows.append([f"{policy}, event queue", new_n, new_s, new_s / new_n * 1e6,
-                     new_s / base_s, "same study" if same else "DIFFERENT study"])
-    print_table(f"Study engine, default scenario, {args.hours:g} h of arrivals, seed {args.seed}",
-                ["engine", "events", "seconds", "µs per event", "vs baseline", ""], rows)
+        same = all(
+            math.isclose(a or 0, b or 0, rel_tol=1e-9)
+            for x, y in zip(base_jobs, new_jobs, strict=True)
+            for a, b in zip(x, y, strict=True)
+        )
+        rows.append(
+            [
+                f"{policy}, rescanning every job (baseline)",
+                base_n,
+                base_s,
+                base_s / base_n * 1e6,
+                1.0,
+                "",
+            ]
+        )
+        rows.append(
+            [
+                f"{policy}, event queue",
+                new_n,
+                new_s,
+                new_s / new_n * 1e6,
+                new_s / base_s,
+                "same study" if same else "DIFFERENT study",
+            ]
+        )
+    print_table(
+        f"Study engine, default scenario, {args.hours:g} h of arrivals, seed {args.seed}",
+        ["engine", "events", "seconds", "µs per event", "vs baseline", ""],
+        rows,
+    )
 
 
 if __name__ == "__main__":

@@ -151,11 +151,17 @@ def interval_summary(runs: list[dict]) -> list[list]:
             key = f"interval_score{level}"
             ratio = [r[key] / max(r["flat_intervals"][key], 1e-12) for r in rs]
             cover = f"coverage{level}"
-            out.append([
-                h, f"{level}%", len(rs), f"{np.exp(np.mean(np.log(ratio))):.3f}",
-                f"{max(ratio):.3f}", f"{min(r[cover] for r in rs):.2f}",
-                f"{min(r['flat_intervals'][cover] for r in rs):.2f}",
-            ])
+            out.append(
+                [
+                    h,
+                    f"{level}%",
+                    len(rs),
+                    f"{np.exp(np.mean(np.log(ratio))):.3f}",
+                    f"{max(ratio):.3f}",
+                    f"{min(r[cover] for r in rs):.2f}",
+                    f"{min(r['flat_intervals'][cover] for r in rs):.2f}",
+                ]
+            )
     return out
 
 
@@ -223,8 +229,15 @@ def main() -> None:
         print_table(
             "All shifted windows, the full series and the earlier cuts: WAPE / best baseline "
             "WAPE, of the hybrid (blending horizons) and of its direct model alone",
-            ["horizon", "hybrid: geometric mean", "lowest", "worst", "direct model alone: "
-             "geometric mean", "lowest", "worst"],
+            [
+                "horizon",
+                "hybrid: geometric mean",
+                "lowest",
+                "worst",
+                "direct model alone: geometric mean",
+                "lowest",
+                "worst",
+            ],
             summary_rows([r for r in occupancy if "phases" in r] + [r for _, r in early]),
         )
         print()
@@ -238,8 +251,15 @@ def main() -> None:
         print_table(
             "Interval score ratio, swing-scaled / constant width, over the full series and the "
             "earlier cuts",
-            ["horizon", "interval", "backtests", "geometric mean", "worst", "lowest coverage",
-             "lowest (constant)"],
+            [
+                "horizon",
+                "interval",
+                "backtests",
+                "geometric mean",
+                "worst",
+                "lowest coverage",
+                "lowest (constant)",
+            ],
             interval_summary(occupancy + arrivals + [r for _, r in early]),
         )
         print()

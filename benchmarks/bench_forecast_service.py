@@ -74,8 +74,12 @@ def main() -> None:
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     token = api_token()
-    serve.run(application(load_scenario(default_scenario_path()), token, forecaster=fc),
-              name="xds", route_prefix="/", blocking=False)
+    serve.run(
+        application(load_scenario(default_scenario_path()), token, forecaster=fc),
+        name="xds",
+        route_prefix="/",
+        blocking=False,
+    )
     payloads = [r.model_dump_json().encode() for r in reqs]
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     headers = {"Content-Type": "application/json", **bearer(token)}

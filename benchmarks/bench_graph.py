@@ -45,16 +45,32 @@ def graph_rows(scn, label: str, repeats: int) -> list[list]:
     base_x = time_calls(rebuild_all, repeats, unit_s=1e-6)
     base = np.median(base_x)
     rows = []
-    for name, fn in (("rebuild from all reports (baseline)", None),
-                     ("update from one report", update_one),
-                     ("to torch_geometric Data", lambda: graph_data(view))):
+    for name, fn in (
+        ("rebuild from all reports (baseline)", None),
+        ("update from one report", update_one),
+        ("to torch_geometric Data", lambda: graph_data(view)),
+    ):
         x = base_x if fn is None else time_calls(fn, repeats, unit_s=1e-6)
-        rows.append([label, name, float(np.median(x)), float(np.percentile(x, 99)),
-                     float(np.median(x) / base)])
+        rows.append(
+            [
+                label,
+                name,
+                float(np.median(x)),
+                float(np.percentile(x, 99)),
+                float(np.median(x) / base),
+            ]
+        )
     if len(names) <= 8:
         x = time_calls(lambda: padded(view), repeats, unit_s=1e-6)
-        rows.append([label, "padded arrays (RLlib observation)", float(np.median(x)),
-                     float(np.percentile(x, 99)), float(np.median(x) / base)])
+        rows.append(
+            [
+                label,
+                "padded arrays (RLlib observation)",
+                float(np.median(x)),
+                float(np.percentile(x, 99)),
+                float(np.median(x) / base),
+            ]
+        )
     return rows
 
 
@@ -89,12 +105,17 @@ def main() -> None:
     args = ap.parse_args()
     rows = graph_rows(load_scenario(default_scenario_path()), "five_domains", args.repeats)
     rows += graph_rows(scenario(args.domains, 128, 0), f"{args.domains} domains", args.repeats)
-    print_table("resource graph: update and conversion", ["scenario", "operation", "median µs",
-                                                          "p99 µs", "vs baseline"], rows)
+    print_table(
+        "resource graph: update and conversion",
+        ["scenario", "operation", "median µs", "p99 µs", "vs baseline"],
+        rows,
+    )
     connect(None)
     secs = recognition_s(args.kills)
-    print(f"\nkilled domain actor shown down in the graph: median {np.median(secs):.3f} s, "
-          f"max {max(secs):.3f} s over {len(secs)} kills (target: seconds)")
+    print(
+        f"\nkilled domain actor shown down in the graph: median {np.median(secs):.3f} s, "
+        f"max {max(secs):.3f} s over {len(secs)} kills (target: seconds)"
+    )
 
 
 if __name__ == "__main__":

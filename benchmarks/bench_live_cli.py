@@ -42,8 +42,7 @@ def timed(cmd: list[str], env: dict, repeats: int) -> np.ndarray:
     out = np.empty(repeats)
     for i in range(repeats):
         start = time.perf_counter()
-        done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True,
-                              timeout=300)
+        done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
         out[i] = time.perf_counter() - start
         if done.returncode:
             raise SystemExit(f"{' '.join(cmd[:4])} failed: {done.stderr[-2000:]}")
@@ -58,34 +57,58 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     xds = [sys.executable, "-m", "xdscheduler"]
     scratch = tempfile.mkdtemp(prefix="bench-live-cli-")
-    state = Path(args.state) if args.state else (
-        Path(scratch) / "cluster.json" if args.up else default_state_path())
+    state = (
+        Path(args.state)
+        if args.state
+        else (Path(scratch) / "cluster.json" if args.up else default_state_path())
+    )
     env = {**os.environ, "XDS_CLUSTER": str(state)}
     if args.up:
-        subprocess.run([*xds, "up", str(REPO / "scenarios" / "local_three_domains.yaml")],
-                       env=env, cwd=REPO, check=True, capture_output=True, timeout=900)
+        subprocess.run(
+            [*xds, "up", str(REPO / "scenarios" / "local_three_domains.yaml")],
+            env=env,
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+            timeout=900,
+        )
     try:
         recorded = json.loads(state.read_text())
-        curl = ["curl", "-sf", "-o", "/dev/null", "-H",
-                f"Authorization: Bearer {recorded['api_token']}", f"{recorded['api']}/jobs"]
-        runs = {"curl GET /jobs": timed(curl, env, args.repeats),
-                "xds jobs": timed([*xds, "jobs"], env, args.repeats),
-                "xds jobs --json": timed([*xds, "jobs", "--json"], env, args.repeats),
-                "as a Ray driver (before)": timed([sys.executable, "-c", RAY_DRIVER], env,
-                                                  max(args.repeats // 3, 1))}
+        curl = [
+            "curl",
+            "-sf",
+            "-o",
+            "/dev/null",
+            "-H",
+            f"Authorization: Bearer {recorded['api_token']}",
+            f"{recorded['api']}/jobs",
+        ]
+        runs = {
+            "curl GET /jobs": timed(curl, env, args.repeats),
+            "xds jobs": timed([*xds, "jobs"], env, args.repeats),
+            "xds jobs --json": timed([*xds, "jobs", "--json"], env, args.repeats),
+            "as a Ray driver (before)": timed(
+                [sys.executable, "-c", RAY_DRIVER], env, max(args.repeats // 3, 1)
+            ),
+        }
     finally:
         if args.up:
             subprocess.run([*xds, "down"], env=env, cwd=REPO, capture_output=True, timeout=300)
         shutil.rmtree(scratch, ignore_errors=True)
     floor = float(np.median(runs["curl GET /jobs"]))
-    rows = [[name, len(t), float(np.median(t)), float(t.max()), float(np.median(t)) / floor]
-            for name, t in runs.items()]
-    print_table(f"`xds jobs` on a running live cluster ({os.cpu_count()} cores, load "
-                f"{os.getloadavg()[0]:.1f})",
-                ["command", "runs", "median (s)", "worst (s)", "x curl"], rows,
-                f"xds jobs: {np.median(runs['xds jobs']):.2f} s median, "
-                f"{np.median(runs['xds jobs']) / floor:.0f} x curl's {floor * 1000:.0f} ms; "
-                f"as a Ray driver it took {np.median(runs['as a Ray driver (before)']):.1f} s")
+    rows = [
+        [name, len(t), float(np.median(t)), float(t.max()), float(np.median(t)) / floor]
+        for name, t in runs.items()
+    ]
+    print_table(
+        f"`xds jobs` on a running live cluster ({os.cpu_count()} cores, load "
+        f"{os.getloadavg()[0]:.1f})",
+        ["command", "runs", "median (s)", "worst (s)", "x curl"],
+        rows,
+        f"xds jobs: {np.median(runs['xds jobs']):.2f} s median, "
+        f"{np.median(runs['xds jobs']) / floor:.0f} x curl's {floor * 1000:.0f} ms; "
+        f"as a Ray driver it took {np.median(runs['as a Ray driver (before)']):.1f} s",
+    )
 
 
 if __name__ == "__main__":

@@ -51,8 +51,14 @@ class Cluster:
         self.folder = folder
 
     def xds(self, *args: str, timeout: float = 600) -> str:
-        done = subprocess.run([sys.executable, "-m", "xdscheduler", *args], env=self.env,
-                              cwd=REPO, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            [sys.executable, "-m", "xdscheduler", *args],
+            env=self.env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if done.returncode:
             raise RuntimeError(f"xds {' '.join(args)}: {done.stderr[-2000:]}")
         return done.stdout
@@ -67,9 +73,11 @@ class Cluster:
         import requests
 
         s = self.state()
-        return requests.get(f"{s['api']}/live/events", timeout=30,
-                            headers={"Authorization": f"Bearer {s['api_token']}"}
-                            ).json()["events"]
+        return requests.get(
+            f"{s['api']}/live/events",
+            timeout=30,
+            headers={"Authorization": f"Bearer {s['api_token']}"},
+        ).json()["events"]
 
     def submit(self, template: str, name: str) -> None:
         spec = yaml.safe_load((JOBS / template).read_text())
@@ -80,11 +88,20 @@ class Cluster:
 
     def leaked(self, jobs: dict[str, dict]) -> dict[str, str]:
         """Placement groups reserved for no job's current run."""
-        done = subprocess.run([sys.executable, "-c", PG_TABLE], env=self.env, cwd=REPO,
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-c", PG_TABLE],
+            env=self.env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         table = json.loads(done.stdout.strip().splitlines()[-1])
-        running = {f"xds-run-{j['job']}-{j['attempts']}" for j in jobs.values()
-                   if j["status"] not in ("queued", "done", "failed", "cancelled")}
+        running = {
+            f"xds-run-{j['job']}-{j['attempts']}"
+            for j in jobs.values()
+            if j["status"] not in ("queued", "done", "failed", "cancelled")
+        }
         return {n: s for n, s in table.items() if s != "REMOVED" and n not in running}
 
 
@@ -100,8 +117,11 @@ def kill_raylet(state: dict, jobs: dict[str, dict]) -> tuple[str, float]:
     """Kill the raylet of the domain of the first running job; (domain, when)."""
     busy = next(d for j in jobs.values() if j["status"] == "running" for d in j["domains"])
     node = next(p["pid"] for p in state["processes"] if p.get("domain") == busy)
-    raylet = next(c for c in psutil.Process(node).children(recursive=True)
-                  if "raylet" in " ".join(c.cmdline()))
+    raylet = next(
+        c
+        for c in psutil.Process(node).children(recursive=True)
+        if "raylet" in " ".join(c.cmdline())
+    )
     raylet.kill()
     return busy, time.time()
 
@@ -112,8 +132,13 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     folder = Path(tempfile.mkdtemp(prefix="bench-live-stress-"))
     c = Cluster(folder)
-    c.xds("up", str(REPO / "scenarios" / "local_three_domains.yaml"), "--profile",
-          str(REPO / "scenarios" / "profiles" / "local-cpu-plain-dp.yaml"), timeout=900)
+    c.xds(
+        "up",
+        str(REPO / "scenarios" / "local_three_domains.yaml"),
+        "--profile",
+        str(REPO / "scenarios" / "profiles" / "local-cpu-plain-dp.yaml"),
+        timeout=900,
+    )
     burners = load()
     templates = ["gpt-long.yaml", "gpt-wide.yaml", "gpt-small.yaml"]
     serial = {t: 0 for t in templates}
@@ -132,8 +157,11 @@ def main(argv: list[str] | None = None) -> None:
                     serial[t] += 1
                     current[t] = f"{t.split('.')[0]}-{serial[t]}"
                     c.submit(t, current[t])
-            if killed is None and time.time() > started + args.minutes * 20 and any(
-                    j["status"] == "running" for j in jobs.values()):
+            if (
+                killed is None
+                and time.time() > started + args.minutes * 20
+                and any(j["status"] == "running" for j in jobs.values())
+            ):
                 killed = kill_raylet(c.state(), jobs)
             # a group made between reading the jobs and the groups looks held for no run:
             # only one still held for none 15 s later is counted
@@ -162,36 +190,58 @@ def main(argv: list[str] | None = None) -> None:
     suspect = [e for e in events if e["event"] == "domain_suspect"]
     cleared = [e for e in events if e["event"] == "domain_cleared"]
     hit = [n for n, ev in job_events.items() if any(e["event"] == "requeued" for e in ev)]
-    resumed = [n for n in hit if jobs[n]["status"] == "done" or
-               any(e["event"] == "step" for e in job_events[n][
-                   max(i for i, e in enumerate(job_events[n]) if e["event"] == "requeued"):])]
-    starts = [e["startup_s"] for ev in job_events.values() for e in ev
-              if e["event"] == "started"]
+    resumed = [
+        n
+        for n in hit
+        if jobs[n]["status"] == "done"
+        or any(
+            e["event"] == "step"
+            for e in job_events[n][
+                max(i for i, e in enumerate(job_events[n]) if e["event"] == "requeued") :
+            ]
+        )
+    ]
+    starts = [e["startup_s"] for ev in job_events.values() for e in ev if e["event"] == "started"]
     rows = [
         ["domains found down", len(down), f"killed: {lost}"],
         ["false 'down' (not the killed domain)", sum(d != lost for d in down), ""],
         ["suspicions (phi or an agent error)", len(suspect), ""],
         ["  refuted by the second path", len(cleared), "the domain kept its jobs"],
-        [f"  silences over {FIXED_RULE_S} s (the fixed rule's false 'down')",
-         sum(e["silent_s"] > FIXED_RULE_S for e in cleared), "baseline, lower bound"],
+        [
+            f"  silences over {FIXED_RULE_S} s (the fixed rule's false 'down')",
+            sum(e["silent_s"] > FIXED_RULE_S for e in cleared),
+            "baseline, lower bound",
+        ],
         ["jobs submitted", len(jobs), ""],
         ["jobs finished", sum(j["status"] == "done" for j in jobs.values()), ""],
         ["jobs hit by the kill", len(hit), ", ".join(hit)],
         ["  of them resumed", len(resumed), ""],
-        ["runs started (median start-up, s)", len(starts),
-         f"{sorted(starts)[len(starts) // 2]:.1f}" if starts else "-"],
-        ["watchdog fails", sum(e["event"] == "watchdog" for ev in job_events.values()
-                               for e in ev), ""],
+        [
+            "runs started (median start-up, s)",
+            len(starts),
+            f"{sorted(starts)[len(starts) // 2]:.1f}" if starts else "-",
+        ],
+        [
+            "watchdog fails",
+            sum(e["event"] == "watchdog" for ev in job_events.values() for e in ev),
+            "",
+        ],
         ["placement groups held for no run (worst check)", leaks_seen, ""],
         ["  at the end", len(leaked_at_end), ", ".join(leaked_at_end)],
-        ["cancel at the end (worst, s)", len(cancel_s),
-         f"{max(cancel_s):.1f}" if cancel_s else "-"],
+        [
+            "cancel at the end (worst, s)",
+            len(cancel_s),
+            f"{max(cancel_s):.1f}" if cancel_s else "-",
+        ],
     ]
     how = "stress-ng --cpu 4" if shutil.which("stress-ng") else "4 busy processes"
-    print_table(f"The live plane under {how} for {args.minutes:g} min on {os.cpu_count()} "
-                f"cores, a raylet killed at "
-                f"{(killed[1] - started) / 60 if killed else 0:.1f} min",
-                ["count", "value", "note"], rows)
+    print_table(
+        f"The live plane under {how} for {args.minutes:g} min on {os.cpu_count()} "
+        f"cores, a raylet killed at "
+        f"{(killed[1] - started) / 60 if killed else 0:.1f} min",
+        ["count", "value", "note"],
+        rows,
+    )
 
 
 if __name__ == "__main__":

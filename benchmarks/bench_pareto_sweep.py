@@ -32,29 +32,57 @@ def main() -> None:
 
     out = Path(args.out or tempfile.mkdtemp(prefix="xds-sweep-"))
     connect(None)
-    trials = train(load_config(SWEEP_CONFIG), out, samples=args.samples,
-                   iterations=args.iterations, init=SHIPPED_DECISION, verbose=0)
+    trials = train(
+        load_config(SWEEP_CONFIG),
+        out,
+        samples=args.samples,
+        iterations=args.iterations,
+        init=SHIPPED_DECISION,
+        verbose=0,
+    )
     weights = [Weights(**t["weights"]) for t in trials]
     states = fixed_states(args.states)
     study = coverage(states, [(w, Agents(w, SHIPPED)) for w in weights])
     base = coverage(states, [(w, Agents(w, SHIPPED_DECISION)) for w in weights])
-    swept = coverage(states, [(w, Agents(w, t["module"]))
-                              for w, t in zip(weights, trials, strict=True)])
+    swept = coverage(
+        states, [(w, Agents(w, t["module"])) for w, t in zip(weights, trials, strict=True)]
+    )
     plot = plot_front(swept, weights, out)
     rows = []
-    for name, r in (("study policy, weights as input only", study),
-                    ("per-decision policy, weights as input only (baseline)", base),
-                    (f"sweep: {len(trials)} trials × {args.iterations} iterations", swept)):
-        rows.append([name, r["states"], r["pareto_choices"], r["coverage"],
-                     r["picks_on_front"], r["coverage"] / max(base["coverage"], 1e-9)])
-    print_table("Pareto coverage of the reward-weight sweep (default scenario)",
-                ["policy", "states", "Pareto choices", "coverage", "picks on front",
-                 "coverage vs baseline"], rows,
-                f"target: coverage ≥ 0.85; front plot: {plot}")
+    for name, r in (
+        ("study policy, weights as input only", study),
+        ("per-decision policy, weights as input only (baseline)", base),
+        (f"sweep: {len(trials)} trials × {args.iterations} iterations", swept),
+    ):
+        rows.append(
+            [
+                name,
+                r["states"],
+                r["pareto_choices"],
+                r["coverage"],
+                r["picks_on_front"],
+                r["coverage"] / max(base["coverage"], 1e-9),
+            ]
+        )
+    print_table(
+        "Pareto coverage of the reward-weight sweep (default scenario)",
+        [
+            "policy",
+            "states",
+            "Pareto choices",
+            "coverage",
+            "picks on front",
+            "coverage vs baseline",
+        ],
+        rows,
+        f"target: coverage ≥ 0.85; front plot: {plot}",
+    )
     for w, terms in zip(weights, swept["mean_terms"].values(), strict=True):
         if terms:
-            print(f"  w=({w.efficiency:g}, {w.utilization:g}, {w.cost:g}): mean efficiency "
-                  f"{terms[0]:.3f}, utilisation {terms[1]:.3f}, cost {terms[2]:.4f}")
+            print(
+                f"  w=({w.efficiency:g}, {w.utilization:g}, {w.cost:g}): mean efficiency "
+                f"{terms[0]:.3f}, utilisation {terms[1]:.3f}, cost {terms[2]:.4f}"
+            )
 
 
 if __name__ == "__main__":

@@ -29,8 +29,12 @@ DOMAINS = [3, 5, 6, 8, 16, 32, 64]
 NODES = 16
 # name, global batch, fewest and most accelerators: the last three ask for more than a
 # domain's 128; the first may run in one, so every domain set is open to it (the slowest case)
-JOBS = [("gpt3-175b", 1536, 64, 2048), ("llama2-70b", 1024, 256, 1024),
-        ("gpt3-175b", 1536, 512, 2048), ("llama3.1-405b", 1024, 1024, 4096)]
+JOBS = [
+    ("gpt3-175b", 1536, 64, 2048),
+    ("llama2-70b", 1024, 256, 1024),
+    ("gpt3-175b", 1536, 512, 2048),
+    ("llama3.1-405b", 1024, 1024, 4096),
+]
 FORMER = SearchOptions(max_domains=3)
 EXHAUSTIVE_UP_TO = 6
 
@@ -38,8 +42,9 @@ EXHAUSTIVE_UP_TO = 6
 def cluster(domains: int, nodes: int, seed: int = 0) -> ClusterView:
     rng = np.random.default_rng(seed)
     accs = [catalog.accelerator(TYPES[i % len(TYPES)]) for i in range(domains)]
-    doms = tuple(DomainView(f"d{i}", a, nodes * 8, a.scaleup_gbs, 400, 2.0)
-                 for i, a in enumerate(accs))
+    doms = tuple(
+        DomainView(f"d{i}", a, nodes * 8, a.scaleup_gbs, 400, 2.0) for i, a in enumerate(accs)
+    )
     bw = rng.uniform(1, 10, (domains, domains))
     bw = (bw + bw.T) / 2
     np.fill_diagonal(bw, 0)
@@ -78,33 +83,58 @@ def main() -> None:
             if k <= EXHAUSTIVE_UP_TO and any_r is not None:
                 _, _, full = timed(job, view, SearchOptions(combo_domains=k))
                 lost = f"{rescored(full, any_r) - rescored(any_r, full):.1e}"
-            rows.append([
-                f"{k} x 128", name, f"{gmin}-{gmax}",
-                any_r.evaluated if any_r else 0,
-                len(any_r.best.domains) if any_r else "no plan",
-                any_s * 1000, any_cpu * 1000, _r(any_r),
-                former_s * 1000, f_cpu * 1000, _r(former_r),
-                f"{rescored(any_r, former_r) / rescored(former_r, any_r):.3f}"
-                if any_r and former_r else "-",
-                lost])
+            rows.append(
+                [
+                    f"{k} x 128",
+                    name,
+                    f"{gmin}-{gmax}",
+                    any_r.evaluated if any_r else 0,
+                    len(any_r.best.domains) if any_r else "no plan",
+                    any_s * 1000,
+                    any_cpu * 1000,
+                    _r(any_r),
+                    former_s * 1000,
+                    f_cpu * 1000,
+                    _r(former_r),
+                    f"{rescored(any_r, former_r) / rescored(former_r, any_r):.3f}"
+                    if any_r and former_r
+                    else "-",
+                    lost,
+                ]
+            )
     print_table(
         "Planner decision: any number of domains vs at most 3 (the former search), best of 3",
-        ["cluster", "job", "GPUs", "plans", "domains", "ms", "CPU ms", "R", "<=3: ms",
-         "<=3: CPU ms", "<=3: R",
-         "R ratio", "R lost to pruning"], rows,
+        [
+            "cluster",
+            "job",
+            "GPUs",
+            "plans",
+            "domains",
+            "ms",
+            "CPU ms",
+            "R",
+            "<=3: ms",
+            "<=3: CPU ms",
+            "<=3: R",
+            "R ratio",
+            "R lost to pruning",
+        ],
+        rows,
         note=f"target: <= 1 s at {DOMAINS[-1]} domains x 128 accelerators -> worst "
-             f"{worst * 1000:.0f} ms wall, {worst_cpu * 1000:.0f} ms CPU (<=3 domains: "
-             f"{former_cpu * 1000:.0f} ms CPU), {'met' if worst_cpu <= 1.0 else 'NOT met'} in CPU "
-             f"time, {'met' if worst <= 1.0 else 'NOT met'} in wall time; load "
-             f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; 'no plan': nothing "
-             f"fits (a job asking for more than 3 domains hold)")
+        f"{worst * 1000:.0f} ms wall, {worst_cpu * 1000:.0f} ms CPU (<=3 domains: "
+        f"{former_cpu * 1000:.0f} ms CPU), {'met' if worst_cpu <= 1.0 else 'NOT met'} in CPU "
+        f"time, {'met' if worst <= 1.0 else 'NOT met'} in wall time; load "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; 'no plan': nothing "
+        f"fits (a job asking for more than 3 domains hold)",
+    )
 
 
 def rescored(result, other) -> float:
     """R of `result`'s pick with its efficiency measured against the fastest plan of both
     searches (each search scores efficiency against its own fastest plan)."""
-    fastest = max(r.best.objective.tokens_per_s / r.best.objective.efficiency
-                  for r in (result, other))
+    fastest = max(
+        r.best.objective.tokens_per_s / r.best.objective.efficiency for r in (result, other)
+    )
     o, w = result.best.objective, Weights().efficiency
     return o.objective - w * o.efficiency + w * o.tokens_per_s / fastest
 

@@ -46,42 +46,62 @@ def main() -> None:
         if ch is not None:
             steps.append(("upper", upper_observation(ch, 1), upper_options(ch)))
             steps.append(("lower", lower_observation(ch, 0, 1), lower_options(ch, 0)))
-    bodies = [DecideRequest(job=job_in(j), domains=state_of(v)[0], links=state_of(v)[1],
-                            now_s=now).model_dump_json() for j, v, now in states]
+    bodies = [
+        DecideRequest(
+            job=job_in(j), domains=state_of(v)[0], links=state_of(v)[1], now_s=now
+        ).model_dump_json()
+        for j, v, now in states
+    ]
     for s in steps[:6]:  # warm the replica
         client.step(*s)
 
     r = args.repeats
     timings = {
-        "agent step in process (baseline)": [time_calls(lambda s=s: agents.step(*s), r)
-                                             for s in steps],
+        "agent step in process (baseline)": [
+            time_calls(lambda s=s: agents.step(*s), r) for s in steps
+        ],
         "POST /policy/act over HTTP": [time_calls(lambda s=s: client.step(*s), r) for s in steps],
         "whole decision in process (baseline)": [
-            time_calls(lambda j=j, v=v, t=t: decide(agents, w, j, v, 1, t), r)
-            for j, v, t in states],
+            time_calls(lambda j=j, v=v, t=t: decide(agents, w, j, v, 1, t), r) for j, v, t in states
+        ],
         "whole decision via the endpoint": [
-            time_calls(lambda j=j, v=v, t=t: decide(client, w, j, v, 1, t), r)
-            for j, v, t in states],
-        "  of which: candidate search": [time_calls(lambda j=j, v=v, t=t: choices(j, v, w, t), r)
-                                         for j, v, t in states],
+            time_calls(lambda j=j, v=v, t=t: decide(client, w, j, v, 1, t), r) for j, v, t in states
+        ],
+        "  of which: candidate search": [
+            time_calls(lambda j=j, v=v, t=t: choices(j, v, w, t), r) for j, v, t in states
+        ],
         "POST /policy/decide over HTTP": [
-            time_calls(lambda b=b: client.post("/policy/decide", b), r) for b in bodies],
+            time_calls(lambda b=b: client.post("/policy/decide", b), r) for b in bodies
+        ],
     }
     serve.delete(APP_NAME)
 
     rows = []
-    base = {"step": np.median(np.concatenate(timings["agent step in process (baseline)"])),
-            "whole": np.median(np.concatenate(timings["whole decision in process (baseline)"]))}
+    base = {
+        "step": np.median(np.concatenate(timings["agent step in process (baseline)"])),
+        "whole": np.median(np.concatenate(timings["whole decision in process (baseline)"])),
+    }
     for name, samples in timings.items():
         x = np.concatenate(samples)
         ref = base["step"] if "step" in name or "/act" in name else base["whole"]
-        rows.append([name, len(x), float(np.percentile(x, 50)), float(np.percentile(x, 99)),
-                     float(x.max()), float(np.percentile(x, 50) / ref)])
-    print_table(f"policy endpoint, {scn.name}: {len(states)} decision states, {len(steps)} "
-                f"agent steps, × {r}",
-                ["path", "calls", "p50 ms", "p99 ms", "max ms", "p50 vs baseline"], rows,
-                "targets: POST /policy/act p50 ≤ 20 ms, p99 ≤ 100 ms; upper + lower decision "
-                "(search, both steps) ≤ 200 ms")
+        rows.append(
+            [
+                name,
+                len(x),
+                float(np.percentile(x, 50)),
+                float(np.percentile(x, 99)),
+                float(x.max()),
+                float(np.percentile(x, 50) / ref),
+            ]
+        )
+    print_table(
+        f"policy endpoint, {scn.name}: {len(states)} decision states, {len(steps)} "
+        f"agent steps, × {r}",
+        ["path", "calls", "p50 ms", "p99 ms", "max ms", "p50 vs baseline"],
+        rows,
+        "targets: POST /policy/act p50 ≤ 20 ms, p99 ≤ 100 ms; upper + lower decision "
+        "(search, both steps) ≤ 200 ms",
+    )
 
 
 if __name__ == "__main__":

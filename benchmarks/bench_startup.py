@@ -68,14 +68,14 @@ def measure(state_path: Path, runs: int, storage: str) -> dict[str, list[dict]]:
 
         def heard(self, job: str, metrics: dict) -> None:
             self.marks.setdefault(job, {}).update(
-                {f"loop:{k}": v for k, v in (metrics.get("startup") or {}).items()})
+                {f"loop:{k}": v for k, v in (metrics.get("startup") or {}).items()}
+            )
 
         def stopped(self, job: str, attempt: int, step: int) -> int:
             return 0
 
         def of(self, job: str) -> dict[str, float]:
             return self.marks.get(job, {})
-
 
     def quota_first(config: dict) -> None:
         """The loop as it was: the worker joined its domain's CPU share on entering it."""
@@ -85,40 +85,58 @@ def measure(state_path: Path, runs: int, storage: str) -> dict[str, list[dict]]:
         quota.join()
         train_loop(config)
 
-
     def plain_training(config: dict, workers: list[str]) -> str | None:
         from ray.train import RunConfig, ScalingConfig
         from ray.train.torch import TorchTrainer
 
         trainer = TorchTrainer(
-            quota_first, train_loop_config=config,
-            scaling_config=ScalingConfig(num_workers=len(workers), resources_per_worker={"CPU": 1},
-                                         label_selector=[{DOMAIN_LABEL: d} for d in workers]),
-            run_config=RunConfig(name=config["job"], storage_path=config["storage"],
-                                 callbacks=[StartupMarks(LISTENER, config["job"], 1)]))
+            quota_first,
+            train_loop_config=config,
+            scaling_config=ScalingConfig(
+                num_workers=len(workers),
+                resources_per_worker={"CPU": 1},
+                label_selector=[{DOMAIN_LABEL: d} for d in workers],
+            ),
+            run_config=RunConfig(
+                name=config["job"],
+                storage_path=config["storage"],
+                callbacks=[StartupMarks(LISTENER, config["job"], 1)],
+            ),
+        )
         result = trainer.fit()
         return str(result.error) if result.error else None
-
 
     def launch(how: str, domain: str, storage: str, env: dict[str, str]) -> dict[str, float]:
         """One run of 3 steps; its stages' seconds."""
         job = f"startup-{time.time_ns()}"
         workers = [domain, domain]
         launched = time.time()
-        cfg = TrainConfig(job=job, steps=3, storage=storage, controller=LISTENER, attempt=1,
-                          launched_at=launched, checkpoint_every=1000,
-                          placement_group=placement_group_name(job, 1))
+        cfg = TrainConfig(
+            job=job,
+            steps=3,
+            storage=storage,
+            controller=LISTENER,
+            attempt=1,
+            launched_at=launched,
+            checkpoint_every=1000,
+            placement_group=placement_group_name(job, 1),
+        )
         listener = ray.get_actor(LISTENER)
         if how == OURS:
             group = make_placement_group(job, 1, workers, False)
-            out = ray.get(run_training.options(label_selector={HEAD_LABEL: "head"}).remote(
-                cfg.model_dump(), workers, storage, False))
+            out = ray.get(
+                run_training.options(label_selector={HEAD_LABEL: "head"}).remote(
+                    cfg.model_dump(), workers, storage, False
+                )
+            )
             ray.util.remove_placement_group(group)
             error = out["error"]
         else:
-            error = ray.get(plain.options(
-                label_selector={HEAD_LABEL: "head"}, runtime_env={"env_vars": env}).remote(
-                cfg.model_dump(), workers))
+            error = ray.get(
+                plain.options(
+                    label_selector={HEAD_LABEL: "head"}, runtime_env={"env_vars": env}
+                ).remote(cfg.model_dump(), workers)
+            )
         if error:
             raise RuntimeError(error)
         marks = ray.get(listener.of.remote(job))
@@ -147,13 +165,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--up", action="store_true", help="start a local cluster for the run")
     args = ap.parse_args(argv)
     folder = tempfile.mkdtemp(prefix="bench-startup-")
-    state_path = Path(args.state) if args.state else (
-        Path(folder) / "cluster.json" if args.up else default_state_path())
+    state_path = (
+        Path(args.state)
+        if args.state
+        else (Path(folder) / "cluster.json" if args.up else default_state_path())
+    )
     xds = [sys.executable, "-m", "xdscheduler"]
     env = {**os.environ, "XDS_CLUSTER": str(state_path)}
     if args.up:
-        subprocess.run([*xds, "up", str(REPO / "scenarios" / "local_three_domains.yaml")],
-                       env=env, check=True, capture_output=True, timeout=900)
+        subprocess.run(
+            [*xds, "up", str(REPO / "scenarios" / "local_three_domains.yaml")],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=900,
+        )
     try:
         seen = measure(state_path, args.runs, folder)
     finally:
@@ -163,15 +189,28 @@ def main(argv: list[str] | None = None) -> None:
     from xdscheduler.live.runs import STAGES
 
     keys = [f"{k}_s" for k in STAGES] + ["total_s"]
-    med = {how: {k: statistics.median(r.get(k, 0.0) for r in runs) for k in keys}
-           for how, runs in seen.items()}
-    rows = [[k[:-2], med[BEFORE][k], med[OURS][k],
-             med[OURS][k] / med[BEFORE][k] if med[BEFORE][k] else float("nan")] for k in keys]
-    print_table(f"A live run's start, launch to first step: median of {args.runs} runs each "
-                f"(2 workers of one domain; load {os.getloadavg()[0]:.1f} on "
-                f"{os.cpu_count()} cores)", ["stage", f"{BEFORE} (s)", f"{OURS} (s)", "ratio"],
-                rows, f"start-up {med[BEFORE]['total_s']:.1f} s -> {med[OURS]['total_s']:.1f} s"
-                f" ({med[OURS]['total_s'] / med[BEFORE]['total_s']:.2f}x)")
+    med = {
+        how: {k: statistics.median(r.get(k, 0.0) for r in runs) for k in keys}
+        for how, runs in seen.items()
+    }
+    rows = [
+        [
+            k[:-2],
+            med[BEFORE][k],
+            med[OURS][k],
+            med[OURS][k] / med[BEFORE][k] if med[BEFORE][k] else float("nan"),
+        ]
+        for k in keys
+    ]
+    print_table(
+        f"A live run's start, launch to first step: median of {args.runs} runs each "
+        f"(2 workers of one domain; load {os.getloadavg()[0]:.1f} on "
+        f"{os.cpu_count()} cores)",
+        ["stage", f"{BEFORE} (s)", f"{OURS} (s)", "ratio"],
+        rows,
+        f"start-up {med[BEFORE]['total_s']:.1f} s -> {med[OURS]['total_s']:.1f} s"
+        f" ({med[OURS]['total_s'] / med[BEFORE]['total_s']:.2f}x)",
+    )
 
 
 if __name__ == "__main__":

@@ -43,12 +43,12 @@ def measure(seeds: list[int], hours: float, every_s: float) -> tuple[dict, list,
     injected = 0
     for seed in seeds:
         jobs = study_jobs(scn, hours, seed)
-        dyn, swings = inject_swings(study_dynamics(scn, seed, hours), seed, every_s,
-                                    until_s=hours * 3600)
+        dyn, swings = inject_swings(
+            study_dynamics(scn, seed, hours), seed, every_s, until_s=hours * 3600
+        )
         injected += len(swings)
         for mode, out in records.items():
-            res = run_here(scn, jobs, make_policy("planner", scn.weights), dyn, hours,
-                           replan=mode)
+            res = run_here(scn, jobs, make_policy("planner", scn.weights), dyn, hours, replan=mode)
             out += [s for s in res.swings if s.cause in SWING_CAUSES and s.how != Switch.KEPT]
             moves += [m for m in res.relocations if m.cause in SWING_CAUSES]
     return records, moves, injected
@@ -57,12 +57,26 @@ def measure(seeds: list[int], hours: float, every_s: float) -> tuple[dict, list,
 def row(name: str, records: list) -> list:
     """The report's adjustment statistics of the records, dips in %."""
     st = adjustment_stats(records)
-    pct = [_cell(getattr(st, k), 100) for k in ("dip_p50", "dip_p99", "dip_max", "swing_dip_p50",
-                                        "swing_dip_max", "adjustment_dip_p50",
-                                        "adjustment_dip_p99", "adjustment_dip_max")]
-    return [name, st.count, st.recovered, *pct,
-            *(_cell(getattr(st, k)) for k in ("recovery_s_p50", "recovery_s_p99",
-                                               "recovery_s_max"))]
+    pct = [
+        _cell(getattr(st, k), 100)
+        for k in (
+            "dip_p50",
+            "dip_p99",
+            "dip_max",
+            "swing_dip_p50",
+            "swing_dip_max",
+            "adjustment_dip_p50",
+            "adjustment_dip_p99",
+            "adjustment_dip_max",
+        )
+    ]
+    return [
+        name,
+        st.count,
+        st.recovered,
+        *pct,
+        *(_cell(getattr(st, k)) for k in ("recovery_s_p50", "recovery_s_p99", "recovery_s_max")),
+    ]
 
 
 def relocation_rows(moves: list) -> list[list]:
@@ -70,9 +84,24 @@ def relocation_rows(moves: list) -> list[list]:
     rows = []
     for how in Relocate:
         st = relocation_stats([m for m in moves if m.how == how])
-        rows.append([how, *(_cell(getattr(st, k)) for k in (
-            "count", "switched", "cancelled", "transfer_s_p50", "transfer_s_max", "lost_s_p50",
-            "lost_s_max", "lost_gpu_h"))])
+        rows.append(
+            [
+                how,
+                *(
+                    _cell(getattr(st, k))
+                    for k in (
+                        "count",
+                        "switched",
+                        "cancelled",
+                        "transfer_s_p50",
+                        "transfer_s_max",
+                        "lost_s_p50",
+                        "lost_s_max",
+                        "lost_gpu_h",
+                    )
+                ),
+            ]
+        )
     return rows
 
 
@@ -93,30 +122,63 @@ def main() -> None:
     rows = [row("restart (baseline)", old), row("make-before-break adjustments", mbb)]
     a, b = rows[0], rows[1]
     swing_alone = {6, 7}  # the swing's own slowdown: the same swings, no ratio to take
-    rows.append(["restart / make-before-break", "", ""] + [
-        x / y if isinstance(x, float) and isinstance(y, float) and y > 0
-        and k not in swing_alone else "–"
-        for k, (x, y) in enumerate(zip(a, b, strict=True)) if k >= 3])
+    rows.append(
+        ["restart / make-before-break", "", ""]
+        + [
+            x / y
+            if isinstance(x, float) and isinstance(y, float) and y > 0 and k not in swing_alone
+            else "–"
+            for k, (x, y) in enumerate(zip(a, b, strict=True))
+            if k >= 3
+        ]
+    )
     fallbacks = sum(s.how == Switch.FALLBACK for s in mbb)
     crossed = sum(s.wan_gb > 0 for s in mbb)
-    title = (f"five_domains, planner, seeds {args.seeds}, {args.hours:g} h each; {injected} "
-             "swings injected on top of the network's own")
+    title = (
+        f"five_domains, planner, seeds {args.seeds}, {args.hours:g} h each; {injected} "
+        "swings injected on top of the network's own"
+    )
     print_table(
         f"Adjustments on load swings and RTT rises, {title}",
-        ["re-plan", "re-plans", "recovered", "dip p50 %", "dip p99 %", "dip max %",
-         "swing alone p50 %", "swing alone max %", "adjustment's own p50 %",
-         "adjustment's own p99 %", "adjustment's own max %", "recovery p50 s", "recovery p99 s",
-         "recovery max s"], rows,
+        [
+            "re-plan",
+            "re-plans",
+            "recovered",
+            "dip p50 %",
+            "dip p99 %",
+            "dip max %",
+            "swing alone p50 %",
+            "swing alone max %",
+            "adjustment's own p50 %",
+            "adjustment's own p99 %",
+            "adjustment's own max %",
+            "recovery p50 s",
+            "recovery p99 s",
+            "recovery max s",
+        ],
+        rows,
         f"make-before-break fell back to restart {fallbacks} times; {crossed} adjustments sent "
-        "state over the WAN (adjustments stay on the job's domains). Simulated seconds.")
+        "state over the WAN (adjustments stay on the job's domains). Simulated seconds.",
+    )
     print()
     print_table(
         f"Relocations those swings led to, {title}",
-        ["relocation", "decided", "switched", "cancelled", "WAN p50 s", "WAN max s",
-         "lost p50 s", "lost max s", "lost GPU-h"], relocation_rows(moves),
+        [
+            "relocation",
+            "decided",
+            "switched",
+            "cancelled",
+            "WAN p50 s",
+            "WAN max s",
+            "lost p50 s",
+            "lost max s",
+            "lost GPU-h",
+        ],
+        relocation_rows(moves),
         "transfer: paused while the state crosses; checkpoint: the next checkpoint copied while "
         "the job trains on, then loaded and the steps since redone. lost: seconds of training "
-        "paused or redone; lost GPU-h: accelerator-hours held idle, loading or redoing work.")
+        "paused or redone; lost GPU-h: accelerator-hours held idle, loading or redoing work.",
+    )
 
 
 if __name__ == "__main__":

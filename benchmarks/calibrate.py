@@ -54,12 +54,15 @@ def small(run: Run) -> bool:
 def summary_rows(runs: list[Run], errs: np.ndarray, fitted: list[bool]) -> list[list]:
     groups = {
         "Megatron-LM / NeMo, all": [in_family(r) for r in runs],
-        "Megatron-LM / NeMo, fitted": [in_family(r) and f for r, f in zip(runs, fitted,
-                                                                           strict=True)],
-        "Megatron-LM / NeMo, held out": [in_family(r) and not f
-                                         for r, f in zip(runs, fitted, strict=True)],
+        "Megatron-LM / NeMo, fitted": [
+            in_family(r) and f for r, f in zip(runs, fitted, strict=True)
+        ],
+        "Megatron-LM / NeMo, held out": [
+            in_family(r) and not f for r, f in zip(runs, fitted, strict=True)
+        ],
         "other stacks (Composer FSDP, TorchTitan FSDP2), held out": [
-            not in_family(r) for r in runs],
+            not in_family(r) for r in runs
+        ],
         "small models (<= 4B parameters, <= 64 GPUs), every stack": [small(r) for r in runs],
     }
     rows = []
@@ -68,14 +71,22 @@ def summary_rows(runs: list[Run], errs: np.ndarray, fitted: list[bool]) -> list[
         if mask.any():
             gpus = sorted({r.gpu.name for r, m in zip(runs, mask, strict=True) if m})
             e = np.abs(errs[mask])
-            rows.append([name, int(mask.sum()), ", ".join(gpus), f"{np.median(e):.1%}",
-                         f"{e.max():.1%}"])
+            rows.append(
+                [name, int(mask.sum()), ", ".join(gpus), f"{np.median(e):.1%}", f"{e.max():.1%}"]
+            )
     return rows
 
 
-def write_report(path: Path, runs: list[Run], preds: list[float], errs: np.ndarray,
-                 fitted: list[bool], calib: Calibration, skipped: list[tuple[dict, str]],
-                 data: Path) -> None:
+def write_report(
+    path: Path,
+    runs: list[Run],
+    preds: list[float],
+    errs: np.ndarray,
+    fitted: list[bool],
+    calib: Calibration,
+    skipped: list[tuple[dict, str]],
+    data: Path,
+) -> None:
     lines = [
         "# Calibration of the step-time model against published measurements",
         "",
@@ -97,8 +108,9 @@ def write_report(path: Path, runs: list[Run], preds: list[float], errs: np.ndarr
         "| runs | configurations | GPU types | median abs error | max abs error |",
         "|---|---|---|---|---|",
     ]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |"
-              for row in summary_rows(runs, errs, fitted)]
+    lines += [
+        "| " + " | ".join(str(c) for c in row) + " |" for row in summary_rows(runs, errs, fitted)
+    ]
     lines += ["", "## Constants", "", "| constant | value | meaning |", "|---|---|---|"]
     for name in (*FITTED, "collective_efficiency", "wan_efficiency"):
         kind = "fitted" if name in FITTED else "fixed"
@@ -114,15 +126,25 @@ def write_report(path: Path, runs: list[Run], preds: list[float], errs: np.ndarr
         lines.append(
             f"| {run.source} ({run.ref}) | {run.label} | {run.stack} | {_metric(run)} | "
             f"{_num_text(run.value)} | {_num_text(pred)} | "
-            f"{err:+.1%} | {'fit' if was_fit else 'held out'} |")
-    lines += ["", "## Rows not modelled", "", "| source | model | GPU | metric | reason |",
-              "|---|---|---|---|---|"]
+            f"{err:+.1%} | {'fit' if was_fit else 'held out'} |"
+        )
+    lines += [
+        "",
+        "## Rows not modelled",
+        "",
+        "| source | model | GPU | metric | reason |",
+        "|---|---|---|---|---|",
+    ]
     for row, reason in skipped:
-        lines.append(f"| {row['source']} | {row['model']} | {row['gpu']} | {row['metric']} "
-                     f"| {reason} |")
-    lines += ["", "Defaults where a source is silent: micro-batch 1, no interleaving, no",
-              "recompute, distributed optimizer (ZeRO-1) for Megatron-Core/NeMo, FFN 4·h and",
-              "MHA for GPT models, vocabulary of the model family's released tokenizer."]
+        lines.append(
+            f"| {row['source']} | {row['model']} | {row['gpu']} | {row['metric']} | {reason} |"
+        )
+    lines += [
+        "",
+        "Defaults where a source is silent: micro-batch 1, no interleaving, no",
+        "recompute, distributed optimizer (ZeRO-1) for Megatron-Core/NeMo, FFN 4·h and",
+        "MHA for GPT models, vocabulary of the model family's released tokenizer.",
+    ]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -159,17 +181,26 @@ def main() -> None:
     calib = fit([r for r, f in zip(runs, fitted, strict=True) if f]) if args.fit else DEFAULT
     preds = [predict(r, calib) for r in runs]
     errs = np.array([relative_error(r, m) for r, m in zip(runs, preds, strict=True)])
-    rows = [[r.source[:40], r.label, r.metric, r.value, m, f"{e:+.1%}",
-             "fit" if f else "held out"]
-            for r, m, e, f in zip(runs, preds, errs, fitted, strict=True)]
-    print_table("Step-time model against published measurements",
-                ["source", "configuration", "metric", "published", "model", "error", "role"],
-                rows)
+    rows = [
+        [r.source[:40], r.label, r.metric, r.value, m, f"{e:+.1%}", "fit" if f else "held out"]
+        for r, m, e, f in zip(runs, preds, errs, fitted, strict=True)
+    ]
+    print_table(
+        "Step-time model against published measurements",
+        ["source", "configuration", "metric", "published", "model", "error", "role"],
+        rows,
+    )
     print()
-    print_table("Summary", ["runs", "configs", "GPU types", "median |error|", "max |error|"],
-                summary_rows(runs, errs, fitted))
-    print("constants: " + ", ".join(f"{k}={getattr(calib, k):.4g}" for k in FITTED)
-          + ("" if args.fit else " (shipped)"))
+    print_table(
+        "Summary",
+        ["runs", "configs", "GPU types", "median |error|", "max |error|"],
+        summary_rows(runs, errs, fitted),
+    )
+    print(
+        "constants: "
+        + ", ".join(f"{k}={getattr(calib, k):.4g}" for k in FITTED)
+        + ("" if args.fit else " (shipped)")
+    )
     write_report(Path(args.out), runs, preds, errs, fitted, calib, skipped, Path(args.data))
     print(f"wrote {args.out} ({len(skipped)} rows not modelled, reasons listed there)")
 

@@ -61,8 +61,14 @@ def domain_rates(specs: list[JobSpec], view: ClusterView) -> np.ndarray:
             key = (spec.shape_key, d)
             if key not in cache:
                 try:
-                    best = search(spec, alone, THROUGHPUT_ONLY,
-                                  replace(IDEAL_OPTIONS, max_domains=1), top_k=0, pareto=False)
+                    best = search(
+                        spec,
+                        alone,
+                        THROUGHPUT_ONLY,
+                        replace(IDEAL_OPTIONS, max_domains=1),
+                        top_k=0,
+                        pareto=False,
+                    )
                     cache[key] = best.best.estimate.tokens_per_s
                 except UserError:
                     cache[key] = 0.0
@@ -70,8 +76,9 @@ def domain_rates(specs: list[JobSpec], view: ClusterView) -> np.ndarray:
     return out
 
 
-def fluid(arrival: np.ndarray, work: np.ndarray, cap: np.ndarray, capacity: np.ndarray
-          ) -> np.ndarray:
+def fluid(
+    arrival: np.ndarray, work: np.ndarray, cap: np.ndarray, capacity: np.ndarray
+) -> np.ndarray:
     """JCT of each job under SRPT on pools of `capacity` (FLOP/s); `cap` (jobs, pools): its
     most FLOP/s in each pool (0: not there). A job joins, at arrival, the pool where it would
     finish first given the work already in it."""
@@ -88,8 +95,11 @@ def fluid(arrival: np.ndarray, work: np.ndarray, cap: np.ndarray, capacity: np.n
             k += 1
             # work served before it there: what is left of jobs with less left (SRPT)
             backlog = np.array([sum(left[i] for i in a if left[i] < work[j]) for a in active])
-            finish = np.where(cap[j] > 0, np.maximum(work[j] / np.maximum(cap[j], 1e-30),
-                                                     (backlog + work[j]) / capacity), np.inf)
+            finish = np.where(
+                cap[j] > 0,
+                np.maximum(work[j] / np.maximum(cap[j], 1e-30), (backlog + work[j]) / capacity),
+                np.inf,
+            )
             p = int(np.argmin(finish))
             pool_of[j] = p
             active[p].append(j)
@@ -129,11 +139,15 @@ def cell(path: str, load: float, seed: int) -> dict:
     capacity = peaks * MFU_CAP * (1 - bg)
     pooled = fluid(arrival, total, pooled_cap[:, None], np.array([capacity.sum()]))
     parted = fluid(arrival, total, inside, capacity)
-    return {"scenario": scn.name, "load": load, "seed": seed,
-            "pooled_jct_h": float(np.mean(pooled)) / 3600,
-            "partitioned_jct_h": float(np.mean(parted)) / 3600,
-            "headroom": float(np.mean(pooled) / np.mean(parted) - 1),
-            "faster_across": float(np.mean(pooled_cap > (1 + FASTER) * inside.max(axis=1)))}
+    return {
+        "scenario": scn.name,
+        "load": load,
+        "seed": seed,
+        "pooled_jct_h": float(np.mean(pooled)) / 3600,
+        "partitioned_jct_h": float(np.mean(parted)) / 3600,
+        "headroom": float(np.mean(pooled) / np.mean(parted) - 1),
+        "faster_across": float(np.mean(pooled_cap > (1 + FASTER) * inside.max(axis=1))),
+    }
 
 
 def measured(compare_dir: str | None) -> pd.DataFrame | None:
@@ -142,28 +156,38 @@ def measured(compare_dir: str | None) -> pd.DataFrame | None:
     if not compare_dir:
         return None
     cells = pd.read_parquet(f"{compare_dir}/compare.parquet")
-    wide = cells.pivot_table(index=["scenario", "load", "seed"], columns="policy",
-                             values=["mean_jct_s", "mean_queue_s"])
+    wide = cells.pivot_table(
+        index=["scenario", "load", "seed"], columns="policy", values=["mean_jct_s", "mean_queue_s"]
+    )
     jct, queue = wide["mean_jct_s"], wide["mean_queue_s"]
     if not {"planner", "planner-single-domain"} <= set(jct.columns):
         raise UserError(f"{compare_dir}: needs planner and planner-single-domain cells")
     base = jct["planner-single-domain"]
-    return pd.DataFrame({"baseline_jct_h": base / 3600,
-                         "baseline_queued": queue["planner-single-domain"] / base,
-                         "measured": jct["planner"] / base - 1}).reset_index()
+    return pd.DataFrame(
+        {
+            "baseline_jct_h": base / 3600,
+            "baseline_queued": queue["planner-single-domain"] / base,
+            "measured": jct["planner"] / base - 1,
+        }
+    ).reset_index()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scenarios",
-                    default="scenarios/five_domains.yaml,scenarios/skyplane_six_regions.yaml")
+    ap.add_argument(
+        "--scenarios", default="scenarios/five_domains.yaml,scenarios/skyplane_six_regions.yaml"
+    )
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--loads", default="0.6,0.8,1.0,1.2")
     ap.add_argument("--compare", help="an xds compare --out folder with the same grid")
     args = ap.parse_args()
     start = time.perf_counter()
-    rows = [cell(path, float(load), seed) for path in args.scenarios.split(",")
-            for load in args.loads.split(",") for seed in range(args.seeds)]
+    rows = [
+        cell(path, float(load), seed)
+        for path in args.scenarios.split(",")
+        for load in args.loads.split(",")
+        for seed in range(args.seeds)
+    ]
     frame = pd.DataFrame(rows)
     seen = measured(args.compare)
     if seen is not None:
@@ -173,25 +197,40 @@ def main() -> None:
         header += ["baseline JCT h", "queued", "pooled vs baseline", "measured planner"]
     rows = []
     for (scn, load), g in frame.groupby(["scenario", "load"], sort=False):
-        row = [scn, f"{load:.1f}", f"{100 * g['faster_across'].mean():.1f}%",
-               g["pooled_jct_h"].mean(), g["partitioned_jct_h"].mean(), _ci(g["headroom"])]
+        row = [
+            scn,
+            f"{load:.1f}",
+            f"{100 * g['faster_across'].mean():.1f}%",
+            g["pooled_jct_h"].mean(),
+            g["partitioned_jct_h"].mean(),
+            _ci(g["headroom"]),
+        ]
         if seen is not None:
             pooled_vs = g["pooled_jct_h"] / g["baseline_jct_h"] - 1
-            row += [g["baseline_jct_h"].mean(), f"{100 * g['baseline_queued'].mean():.1f}%",
-                    _ci(pooled_vs), _ci(g["measured"])]
+            row += [
+                g["baseline_jct_h"].mean(),
+                f"{100 * g['baseline_queued'].mean():.1f}%",
+                _ci(pooled_vs),
+                _ci(g["measured"]),
+            ]
         rows.append(row)
-    print_table(f"crossing headroom: fluid SRPT, pooled vs each job in one domain; {args.seeds} "
-                f"seeds a cell, {HOURS:g} h of arrivals, MFU cap {MFU_CAP}; means ± 95% CI "
-                f"({time.perf_counter() - start:.0f} s)", header, rows,
-                f"faster across: jobs some plan across domains runs {100 * FASTER:.0f}% faster "
-                "than their best domain, alone on the cluster; queued: the baseline's "
-                "(planner-single-domain) JCT spent waiting to start")
+    print_table(
+        f"crossing headroom: fluid SRPT, pooled vs each job in one domain; {args.seeds} "
+        f"seeds a cell, {HOURS:g} h of arrivals, MFU cap {MFU_CAP}; means ± 95% CI "
+        f"({time.perf_counter() - start:.0f} s)",
+        header,
+        rows,
+        f"faster across: jobs some plan across domains runs {100 * FASTER:.0f}% faster "
+        "than their best domain, alone on the cluster; queued: the baseline's "
+        "(planner-single-domain) JCT spent waiting to start",
+    )
 
 
 def _ci(values: pd.Series) -> str:
     est = mean_ci(values)
     half = 0.0 if math.isnan(est.half_width) else est.half_width
     return f"{100 * est.mean:+.1f}% ± {100 * half:.1f}%"
+
 
 if __name__ == "__main__":
     main()

@@ -27,9 +27,13 @@ from xdscheduler.errors import UserError
 from xdscheduler.timing import per_second
 
 # precision -> (the catalog's field for its dense peak, torch dtype name, TF32 allowed)
-PRECISIONS = {"fp32": ("fp32_tflops", "float32", False), "tf32": ("tf32_tflops", "float32", True),
-              "bf16": ("bf16_tflops", "bfloat16", None), "fp16": ("bf16_tflops", "float16", None),
-              "fp8": ("fp8_tflops", "float8_e4m3fn", None)}
+PRECISIONS = {
+    "fp32": ("fp32_tflops", "float32", False),
+    "tf32": ("tf32_tflops", "float32", True),
+    "bf16": ("bf16_tflops", "bfloat16", None),
+    "fp16": ("bf16_tflops", "float16", None),
+    "fp8": ("fp8_tflops", "float8_e4m3fn", None),
+}
 LLAMA70B_MLP = (8192, 8192, 28672)  # tokens x hidden x FFN hidden
 COPY_BYTES = {"cuda": 2 * 2**30, "cpu": 64 * 2**20}
 
@@ -42,8 +46,7 @@ def gemm_op(torch, precision: str, shape: tuple[int, int, int], device: str):
         a = torch.randn(m, k, device=device).to(torch.float8_e4m3fn)
         b = torch.randn(n, k, device=device).to(torch.float8_e4m3fn).t()  # column-major
         one = torch.tensor(1.0, device=device)
-        return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one,
-                                        out_dtype=torch.bfloat16)
+        return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
     a = torch.randn(m, k, device=device, dtype=getattr(torch, dtype))
     b = torch.randn(k, n, device=device, dtype=getattr(torch, dtype))
     if tf32 is not None:
@@ -63,20 +66,43 @@ def rows(device: str, acc, sizes: list[int], seconds: float) -> list[list]:
         for shape in shapes:
             label = "x".join(map(str, shape))
             try:
-                tflops = 2 * shape[0] * shape[1] * shape[2] * per_second(
-                    gemm_op(torch, precision, shape, device), seconds, sync) / 1e12
+                tflops = (
+                    2
+                    * shape[0]
+                    * shape[1]
+                    * shape[2]
+                    * per_second(gemm_op(torch, precision, shape, device), seconds, sync)
+                    / 1e12
+                )
             except (RuntimeError, TypeError) as err:  # a precision this device lacks
-                out.append([precision, label, f"not run: {str(err).splitlines()[0][:60]}",
-                            "", "", ""])
+                out.append(
+                    [precision, label, f"not run: {str(err).splitlines()[0][:60]}", "", "", ""]
+                )
                 continue
-            out.append([precision, label, tflops, rated or "", tflops / rated if rated else "",
-                        eff * rated / tflops if rated else ""])
+            out.append(
+                [
+                    precision,
+                    label,
+                    tflops,
+                    rated or "",
+                    tflops / rated if rated else "",
+                    eff * rated / tflops if rated else "",
+                ]
+            )
     copy = torch.empty(COPY_BYTES[device] // 4, device=device)
     dst = torch.empty_like(copy)
     gbs = 2 * copy.numel() * 4 * per_second(lambda: dst.copy_(copy), seconds, sync) / 1e9
     memory = getattr(acc, "memory_gbs", None) if acc else None
-    out.append(["copy", f"{COPY_BYTES[device] >> 20} MiB", gbs, memory or "",
-                gbs / memory if memory else "", ""])
+    out.append(
+        [
+            "copy",
+            f"{COPY_BYTES[device] >> 20} MiB",
+            gbs,
+            memory or "",
+            gbs / memory if memory else "",
+            "",
+        ]
+    )
     return out
 
 
@@ -94,15 +120,18 @@ def find_accelerator(device: str, name: str | None):
             return catalog.accelerator(token)
         except UserError:
             continue
-    raise UserError(f"no catalog entry found for the device {seen!r}: name one with "
-                    "--accelerator")
+    raise UserError(f"no catalog entry found for the device {seen!r}: name one with --accelerator")
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.gemm_rates", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--device", choices=("cuda", "cpu"), default=None,
-                    help="default: cuda where there is one")
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.gemm_rates",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "--device", choices=("cuda", "cpu"), default=None, help="default: cuda where there is one"
+    )
     ap.add_argument("--accelerator", help="the catalog entry to compare with")
     ap.add_argument("--sizes", default="4096,8192", help="square GEMM sizes, comma-separated")
     ap.add_argument("--seconds", type=float, default=0.5, help="per measurement (0.01-60)")
@@ -133,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         rows(device, acc, sizes, args.seconds),
         f"the model rates a large GEMM at {DEFAULT.gemm_efficiency:.1%} of rated "
         f"({DEFAULT.fp8_gemm_efficiency:.1%} in FP8); fp16 is compared with the BF16 peak, "
-        "which NVIDIA rates the same")
+        "which NVIDIA rates the same",
+    )
     return 0
 
 

@@ -51,8 +51,22 @@ REPO = Path(__file__).resolve().parents[1]
 SEED = 36
 MEMORY_BYTES = 3 << 30  # address space of a command that starts no Ray: an unbounded read fails
 FAST_S, WORK_S, RAY_S = 30.0, 120.0, 240.0  # timeouts: refused at once, some work, a Ray start
-BAD_NUMBERS = ["nan", "inf", "-inf", "-1", "0", "1e308", "1e999", "0x10", "", "1_000",
-               "99999999999999999999999", "\u00bd", "1,5", "-0"]
+BAD_NUMBERS = [
+    "nan",
+    "inf",
+    "-inf",
+    "-1",
+    "0",
+    "1e308",
+    "1e999",
+    "0x10",
+    "",
+    "1_000",
+    "99999999999999999999999",
+    "\u00bd",
+    "1,5",
+    "-0",
+]
 TOKEN = "hostile-pass-token-0123456789abcdef"
 
 
@@ -120,12 +134,21 @@ class Lab:
         self.catcher = TokenCatcher()
 
     def env(self, extra: dict) -> dict:
-        env = {k: v for k, v in os.environ.items()
-               if k in ("PATH", "LANG", "LC_ALL", "TERM", "XDS_DATA_DIR")}
-        env.update(PYTHONPATH=str(self.code), HOME=str(self.root / "home"),
-                   RAY_TMPDIR=str(self.root / "ray"), TMPDIR=str(self.root / "tmp"),
-                   RAY_USAGE_STATS_ENABLED="0", XDS_API_TOKEN=TOKEN, PYTHONUNBUFFERED="1",
-                   MPLBACKEND="Agg")
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k in ("PATH", "LANG", "LC_ALL", "TERM", "XDS_DATA_DIR")
+        }
+        env.update(
+            PYTHONPATH=str(self.code),
+            HOME=str(self.root / "home"),
+            RAY_TMPDIR=str(self.root / "ray"),
+            TMPDIR=str(self.root / "tmp"),
+            RAY_USAGE_STATS_ENABLED="0",
+            XDS_API_TOKEN=TOKEN,
+            PYTHONUNBUFFERED="1",
+            MPLBACKEND="Agg",
+        )
         if self.data:
             env["XDS_DATA_DIR"] = str(self.data)
         env.update(extra)
@@ -245,10 +268,36 @@ class Lab:
         self.catcher.close()
 
 
-INPUT_KINDS = ["missing", "folder", "dev-zero", "fifo", "fifo-link", "binary", "utf16", "latin1",
-               "empty", "sparse", "big", "dangling", "zero-link", "socket", "proc"]
-OUTPUT_KINDS = ["missing-dir", "proc", "proc-file", "fifo", "fifo-link", "null-dev", "full-dev",
-                "dev-link", "dangling", "socket", "folder"]
+INPUT_KINDS = [
+    "missing",
+    "folder",
+    "dev-zero",
+    "fifo",
+    "fifo-link",
+    "binary",
+    "utf16",
+    "latin1",
+    "empty",
+    "sparse",
+    "big",
+    "dangling",
+    "zero-link",
+    "socket",
+    "proc",
+]
+OUTPUT_KINDS = [
+    "missing-dir",
+    "proc",
+    "proc-file",
+    "fifo",
+    "fifo-link",
+    "null-dev",
+    "full-dev",
+    "dev-link",
+    "dangling",
+    "socket",
+    "folder",
+]
 
 
 def _identity(path: Path):
@@ -333,11 +382,16 @@ def run_case(lab: Lab, case: Case) -> Result:
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "xdscheduler.cli", *argv], cwd=where / "work",
-                            env=lab.env({k: v.replace("{case}", str(where))
-                                         for k, v in case.env.items()}),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True, preexec_fn=limits)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xdscheduler.cli", *argv],
+        cwd=where / "work",
+        env=lab.env({k: v.replace("{case}", str(where)) for k, v in case.env.items()}),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=limits,
+    )
     _, err, hung = _wait(proc, case, where, started)
     seconds = time.monotonic() - started
     text = err.decode("utf-8", "replace")
@@ -398,64 +452,167 @@ def xds_cases(lab: Lab, studies: Studies) -> list[Case]:
         cases.append(Case(command, name, list(argv), **kw))
 
     small = str(studies.scenario)
-    run = ["run", small, "--local", "--policies", "planner", "--hours", "0.25", "--out",
-           "{case}/out"]
-    compare = ["compare", small, "--local", "--policies", "planner,planner-single-domain",
-               "--seeds", "1", "--loads", "0.5", "--hours", "0.25", "--out", "{case}/cmp"]
-    estimate = ["estimate", "--gpu", "H100-SXM", "--model", "llama2-7b", "--gpus", "8",
-                "--global-batch", "8"]
-    share = ["share", "bench", "--seeds", "1", "--until", "1.0", "--workers", "1",
-             "--packers", "random,best-fit", "--out", "{case}/share"]
+    run = [
+        "run",
+        small,
+        "--local",
+        "--policies",
+        "planner",
+        "--hours",
+        "0.25",
+        "--out",
+        "{case}/out",
+    ]
+    compare = [
+        "compare",
+        small,
+        "--local",
+        "--policies",
+        "planner,planner-single-domain",
+        "--seeds",
+        "1",
+        "--loads",
+        "0.5",
+        "--hours",
+        "0.25",
+        "--out",
+        "{case}/cmp",
+    ]
+    estimate = [
+        "estimate",
+        "--gpu",
+        "H100-SXM",
+        "--model",
+        "llama2-7b",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "8",
+    ]
+    share = [
+        "share",
+        "bench",
+        "--seeds",
+        "1",
+        "--until",
+        "1.0",
+        "--workers",
+        "1",
+        "--packers",
+        "random,best-fit",
+        "--out",
+        "{case}/share",
+    ]
 
     # 1. numbers: every numeric flag, each hostile value
     numeric = {
         "run": (run, ["--hours", "--seed", "--faults", "--dashboard"]),
         "compare": (compare, ["--hours", "--seeds", "--loads"]),
-        "plan": (["plan", small, "--top", "1"], ["--top", "--diloco", "--budget",
-                                                  "--min-throughput", "--weights"]),
-        "estimate": (estimate, ["--gpus", "--tp", "--pp", "--global-batch", "--micro-batch",
-                                "--seq"]),
+        "plan": (
+            ["plan", small, "--top", "1"],
+            ["--top", "--diloco", "--budget", "--min-throughput", "--weights"],
+        ),
+        "estimate": (
+            estimate,
+            ["--gpus", "--tp", "--pp", "--global-batch", "--micro-batch", "--seq"],
+        ),
         "index": (["index", "--model", "llama2-7b"], ["--gpus"]),
         "faults": (["faults", "bench", "--n", "50"], ["--n", "--seed", "--loss"]),
         "share": (share, ["--seeds", "--until", "--workers"]),
-        "bill": (["bill", str(studies.local), "--tenant", "big-lab", "--csv", "{case}/b.csv"],
-                 ["--from", "--to"]),
+        "bill": (
+            ["bill", str(studies.local), "--tenant", "big-lab", "--csv", "{case}/b.csv"],
+            ["--from", "--to"],
+        ),
         "train": (["train", "--samples", "0"], ["--iterations", "--states"]),
         "serve": (["serve", small], ["--port"]),
-        "scenario": (["scenario", "from-measurements", "--regions",
-                      "aws:us-east-1,aws:us-west-2", "--out", "{case}/s.yaml"], ["--nodes"]),
+        "scenario": (
+            [
+                "scenario",
+                "from-measurements",
+                "--regions",
+                "aws:us-east-1,aws:us-west-2",
+                "--out",
+                "{case}/s.yaml",
+            ],
+            ["--nodes"],
+        ),
         "forecast": (["forecast", "backtest", str(studies.demand)], ["--seed"]),
     }
     for command, (base, flags) in numeric.items():
         for flag in flags:
-            values = BAD_NUMBERS if flag in ("--hours", "--faults", "--weights", "--loads",
-                                             "--gpus", "--seeds") else rng.sample(BAD_NUMBERS, 7)
+            values = (
+                BAD_NUMBERS
+                if flag in ("--hours", "--faults", "--weights", "--loads", "--gpus", "--seeds")
+                else rng.sample(BAD_NUMBERS, 7)
+            )
             for value in values:
                 if value == "1_000" and flag in ("--port", "--seeds", "--n"):
                     continue  # a port that parses starts serving; 1,000 seeds is a long
                     # run; 1,000 faults is the bench's default, minutes on a loaded machine
                 add(command, f"{flag} {value!r}", _with(base, flag, value), timeout_s=WORK_S)
     # 2. the cases of the report, by name
-    add("run", "--faults 1000 (the documented maximum)",
-        ["run", "--local", "--policies", "planner", "--hours", "3", "--seed", "7", "--faults",
-         "1000", "--out", "{case}/out"], expect="ok", timeout_s=300)
-    add("run", "--hours 0.2 (a drain limit off the sampling grid)",
-        _with(run, "--hours", "0.2"), expect="ok", timeout_s=WORK_S)
+    add(
+        "run",
+        "--faults 1000 (the documented maximum)",
+        [
+            "run",
+            "--local",
+            "--policies",
+            "planner",
+            "--hours",
+            "3",
+            "--seed",
+            "7",
+            "--faults",
+            "1000",
+            "--out",
+            "{case}/out",
+        ],
+        expect="ok",
+        timeout_s=300,
+    )
+    add(
+        "run",
+        "--hours 0.2 (a drain limit off the sampling grid)",
+        _with(run, "--hours", "0.2"),
+        expect="ok",
+        timeout_s=WORK_S,
+    )
     add("plan", "--weights 0,0,0", ["plan", small, "--weights", "0,0,0"], expect="refuse")
     for mark in ("\u200f", "\u200b", "\u202e", "\t", "\x1b[31m"):
-        add("estimate", f"--gpu with {mark!r}", _with(estimate, "--gpu", f"H100{mark}-SXM"),
-            expect="refuse")
-        add("index", f"--gpu with {mark!r}", ["index", "--model", "llama2-7b", "--gpu",
-                                             f"{mark}H100-SXM"], expect="refuse")
-    add("estimate", "--model with a right-to-left mark",
-        _with(estimate, "--model", "llama2\u200f-7b"), expect="refuse")
-    for flag, value in (("--serve-url", "http://127.0.0.1:9"), ("--address", "127.0.0.1:9"),
-                        ("--policy-path", "{case}/nowhere")):
+        add(
+            "estimate",
+            f"--gpu with {mark!r}",
+            _with(estimate, "--gpu", f"H100{mark}-SXM"),
+            expect="refuse",
+        )
+        add(
+            "index",
+            f"--gpu with {mark!r}",
+            ["index", "--model", "llama2-7b", "--gpu", f"{mark}H100-SXM"],
+            expect="refuse",
+        )
+    add(
+        "estimate",
+        "--model with a right-to-left mark",
+        _with(estimate, "--model", "llama2\u200f-7b"),
+        expect="refuse",
+    )
+    for flag, value in (
+        ("--serve-url", "http://127.0.0.1:9"),
+        ("--address", "127.0.0.1:9"),
+        ("--policy-path", "{case}/nowhere"),
+    ):
         add("run", f"--local {flag}", [*run, flag, value], expect="refuse")
     for loads in ("nan", "inf", "0.5,nan", "-inf,1", "1e308"):
         add("compare", f"--loads {loads}", _with(compare, "--loads", loads), expect="refuse")
-    add("share", "every pod asks 0 GPUs", [*share, "--trace", str(studies.zero_pods)],
-        expect="refuse", timeout_s=60)
+    add(
+        "share",
+        "every pod asks 0 GPUs",
+        [*share, "--trace", str(studies.zero_pods)],
+        expect="refuse",
+        timeout_s=60,
+    )
     add("train", "--config /dev/zero", ["train", "--config", "/dev/zero"], expect="refuse")
 
     # 3. every input a user names, each hostile kind
@@ -468,8 +625,17 @@ def xds_cases(lab: Lab, studies: Studies) -> list[Case]:
         "up": (["up", Input("{}", ".yaml"), "--state", "{case}/state.json"], ".yaml"),
         "catalog": (["catalog", "--accelerators", Input("{}", ".yaml")], ".yaml"),
         "estimate": ([*estimate, "--profile", Input("{}", ".yaml")], ".yaml"),
-        "calibrate": (["calibrate", Input("{}", ".csv"), "--stack", "megatron-core", "--out",
-                       "{case}/p.yaml"], ".csv"),
+        "calibrate": (
+            [
+                "calibrate",
+                Input("{}", ".csv"),
+                "--stack",
+                "megatron-core",
+                "--out",
+                "{case}/p.yaml",
+            ],
+            ".csv",
+        ),
         "forecast": (["forecast", "backtest", Input("{}", ".csv")], ".csv"),
         "phases": (["phases", Input("{}", ".csv")], ".csv"),
         "share": ([*share, "--trace", Input("{}", ".csv")], ".csv"),
@@ -483,118 +649,326 @@ def xds_cases(lab: Lab, studies: Studies) -> list[Case]:
             argv = [Input(kind, suffix) if isinstance(w, Input) else w for w in base]
             add(command, f"input {kind}", argv, expect="refuse", timeout_s=60)
     for kind in ("dev-zero", "fifo", "sparse", "binary", "zero-link", "folder", "missing"):
-        add("compare", f"--readme {kind}", [*compare, "--readme", Input(kind, ".md")],
-            expect="refuse", timeout_s=60)
-        add("share", f"--readme {kind}", [*share, "--readme", Input(kind, ".md")],
-            expect="refuse", timeout_s=60)
-        add("share", f"--nodes {kind}", [*share, "--nodes", Input(kind, ".csv")],
-            expect="refuse", timeout_s=60)
-        add("forecast", f"--lucid {kind}", ["forecast", "backtest", str(studies.demand),
-                                           "--target", "arrivals", "--lucid",
-                                           Input(kind, ".csv")], expect="refuse", timeout_s=60)
-        add("catalog", f"XDS_ACCELERATORS={kind}", ["catalog"], expect="refuse",
-            env={"XDS_ACCELERATORS": lab.input(kind, ".yaml")})
-        add("compare", f"--from a folder holding {kind}", ["compare", "--from", "{case}/saved"],
-            expect="refuse", timeout_s=60, setup=_saved_compare(studies, kind, lab))
-        add("tenants", f"report.json {kind}", ["tenants", "{case}/study"], expect="refuse",
-            setup=_study_with(studies.local, "report.json", kind, lab))
-        add("bill", f"ledger.sqlite {kind}", ["bill", "{case}/study", "--tenant", "big-lab"],
-            expect="refuse", setup=_study_with(studies.local, "ledger.sqlite", kind, lab))
-    live = {"domains": ["domains"], "links": ["links", "probe"],
-            "links set": ["links", "set", "east", "west", "nan"], "profile": ["profile"],
-            "logs": ["logs", "job"], "cancel": ["cancel", "job"]}
+        add(
+            "compare",
+            f"--readme {kind}",
+            [*compare, "--readme", Input(kind, ".md")],
+            expect="refuse",
+            timeout_s=60,
+        )
+        add(
+            "share",
+            f"--readme {kind}",
+            [*share, "--readme", Input(kind, ".md")],
+            expect="refuse",
+            timeout_s=60,
+        )
+        add(
+            "share",
+            f"--nodes {kind}",
+            [*share, "--nodes", Input(kind, ".csv")],
+            expect="refuse",
+            timeout_s=60,
+        )
+        add(
+            "forecast",
+            f"--lucid {kind}",
+            [
+                "forecast",
+                "backtest",
+                str(studies.demand),
+                "--target",
+                "arrivals",
+                "--lucid",
+                Input(kind, ".csv"),
+            ],
+            expect="refuse",
+            timeout_s=60,
+        )
+        add(
+            "catalog",
+            f"XDS_ACCELERATORS={kind}",
+            ["catalog"],
+            expect="refuse",
+            env={"XDS_ACCELERATORS": lab.input(kind, ".yaml")},
+        )
+        add(
+            "compare",
+            f"--from a folder holding {kind}",
+            ["compare", "--from", "{case}/saved"],
+            expect="refuse",
+            timeout_s=60,
+            setup=_saved_compare(studies, kind, lab),
+        )
+        add(
+            "tenants",
+            f"report.json {kind}",
+            ["tenants", "{case}/study"],
+            expect="refuse",
+            setup=_study_with(studies.local, "report.json", kind, lab),
+        )
+        add(
+            "bill",
+            f"ledger.sqlite {kind}",
+            ["bill", "{case}/study", "--tenant", "big-lab"],
+            expect="refuse",
+            setup=_study_with(studies.local, "ledger.sqlite", kind, lab),
+        )
+    live = {
+        "domains": ["domains"],
+        "links": ["links", "probe"],
+        "links set": ["links", "set", "east", "west", "nan"],
+        "profile": ["profile"],
+        "logs": ["logs", "job"],
+        "cancel": ["cancel", "job"],
+    }
     for command, words in live.items():
         for kind in ("missing", "fifo", "binary", "sparse", "dev-zero"):
-            add(command.split()[0], f"{command} --state {kind}",
-                [*words, "--state", Input(kind, ".json")], expect="refuse")
+            add(
+                command.split()[0],
+                f"{command} --state {kind}",
+                [*words, "--state", Input(kind, ".json")],
+                expect="refuse",
+            )
     for kind in ("folder", "dev-zero", "fifo", "missing"):
         add("tenants", f"study {kind}", ["tenants", Input(kind, ".csv")], expect="refuse")
-        add("bill", f"study {kind}", ["bill", Input(kind, ".csv"), "--tenant", "x"],
-            expect="refuse")
+        add(
+            "bill", f"study {kind}", ["bill", Input(kind, ".csv"), "--tenant", "x"], expect="refuse"
+        )
         add("run", f"--resume {kind}", ["run", "--resume", Input(kind, ".csv")], expect="refuse")
 
     # 4. every output a user names, each hostile kind
     outputs = {
         "bill": ["bill", str(studies.local), "--tenant", "big-lab", "--csv", Target("", "b.csv")],
-        "calibrate": ["calibrate", str(REPO / "benchmarks" / "published_runs.csv"), "--stack",
-                      "megatron-core", "--out", Target("", "p.yaml"), "--force"],
+        "calibrate": [
+            "calibrate",
+            str(REPO / "benchmarks" / "published_runs.csv"),
+            "--stack",
+            "megatron-core",
+            "--out",
+            Target("", "p.yaml"),
+            "--force",
+        ],
         "forecast": ["forecast", "plot", str(studies.demand), "--out", Target("", "f.png")],
         "run": [*run[:-2], "--out", Target("", "out")],
         "compare": [*compare[:-2], "--out", Target("", "cmp")],
         "share": [*share[:-2], "--out", Target("", "share")],
         "compare --readme": [*compare, "--readme", Target("", "README.md")],
         "share --readme": [*share, "--readme", Target("", "README.md")],
-        "scenario": ["scenario", "from-measurements", "--regions",
-                     "aws:us-east-1,aws:us-west-2", "--out", Target("", "s.yaml"), "--force"],
+        "scenario": [
+            "scenario",
+            "from-measurements",
+            "--regions",
+            "aws:us-east-1,aws:us-west-2",
+            "--out",
+            Target("", "s.yaml"),
+            "--force",
+        ],
     }
     for command, base in outputs.items():
         for kind in OUTPUT_KINDS:
             argv = [Target(kind, w.name) if isinstance(w, Target) else w for w in base]
-            add(command.split()[0], f"{command} -> {kind}", argv, expect="refuse",
-                timeout_s=WORK_S)
-    for name in ("report.json", "report.html", "metrics.parquet", "jct.png", "decisions.jsonl",
-                 "study.json"):
+            add(command.split()[0], f"{command} -> {kind}", argv, expect="refuse", timeout_s=WORK_S)
+    for name in (
+        "report.json",
+        "report.html",
+        "metrics.parquet",
+        "jct.png",
+        "decisions.jsonl",
+        "study.json",
+    ):
         for kind in ("fifo-link", "dev-link", "full-dev"):
-            add("run", f"out/{name} -> {kind}", [*run, "--force"], expect="refuse",
-                timeout_s=WORK_S, setup=_planted_out("out", name, kind, lab))
+            add(
+                "run",
+                f"out/{name} -> {kind}",
+                [*run, "--force"],
+                expect="refuse",
+                timeout_s=WORK_S,
+                setup=_planted_out("out", name, kind, lab),
+            )
     for name in ("compare.json", "compare.md", "compare.parquet"):
-        add("compare", f"out/{name} -> dev-link", compare, expect="refuse", timeout_s=WORK_S,
-            setup=_planted_out("cmp", name, "dev-link", lab))
+        add(
+            "compare",
+            f"out/{name} -> dev-link",
+            compare,
+            expect="refuse",
+            timeout_s=WORK_S,
+            setup=_planted_out("cmp", name, "dev-link", lab),
+        )
     for name in ("share_bench.csv", "share_bench.png"):
-        add("share", f"out/{name} -> fifo-link", share, expect="refuse", timeout_s=WORK_S,
-            setup=_planted_out("share", name, "fifo-link", lab))
+        add(
+            "share",
+            f"out/{name} -> fifo-link",
+            share,
+            expect="refuse",
+            timeout_s=WORK_S,
+            setup=_planted_out("share", name, "fifo-link", lab),
+        )
 
     # 5. CSV inputs that make no sense
     for name, change in CALIBRATE_ROWS:
-        add("calibrate", f"a row with {name}", ["calibrate", "{case}/runs.csv", "--stack",
-                                               "megatron-core", "--out", "{case}/p.yaml"],
-            expect="refuse", setup=_runs_csv(change),
-            check=lambda where: ["wrote a profile from a nonsense row"]
-            if (where / "p.yaml").exists() else [])
+        add(
+            "calibrate",
+            f"a row with {name}",
+            ["calibrate", "{case}/runs.csv", "--stack", "megatron-core", "--out", "{case}/p.yaml"],
+            expect="refuse",
+            setup=_runs_csv(change),
+            check=lambda where: (
+                ["wrote a profile from a nonsense row"] if (where / "p.yaml").exists() else []
+            ),
+        )
     for name, text in FORECAST_CSVS:
-        add("forecast", f"series with {name}", ["forecast", "backtest", "{case}/s.csv"],
-            expect="refuse", setup=_text_file("s.csv", text), timeout_s=60)
-        add("phases", f"curve with {name}", ["phases", "{case}/s.csv"], expect="refuse",
-            setup=_text_file("s.csv", text.replace("time,active", "step,loss")))
+        add(
+            "forecast",
+            f"series with {name}",
+            ["forecast", "backtest", "{case}/s.csv"],
+            expect="refuse",
+            setup=_text_file("s.csv", text),
+            timeout_s=60,
+        )
+        add(
+            "phases",
+            f"curve with {name}",
+            ["phases", "{case}/s.csv"],
+            expect="refuse",
+            setup=_text_file("s.csv", text.replace("time,active", "step,loss")),
+        )
     for name, text in POD_CSVS:
-        add("share", f"pods with {name}", [*share, "--trace", "{case}/p.csv"], expect="refuse",
-            setup=_text_file("p.csv", text), timeout_s=60)
+        add(
+            "share",
+            f"pods with {name}",
+            [*share, "--trace", "{case}/p.csv"],
+            expect="refuse",
+            setup=_text_file("p.csv", text),
+            timeout_s=60,
+        )
 
     # 6. study folders and journals, tampered with
     for name, tamper in TAMPERINGS:
-        add("run", f"--resume: {name}", ["run", "--resume", "{case}/study"], ray=True,
-            expect="refuse", timeout_s=RAY_S, setup=_tampered(studies, tamper, lab))
-    add("run", "--resume with policy_path edited to a policy not hashed at the start",
-        ["run", "--resume", "{case}/study"], ray=True, expect="refuse", timeout_s=RAY_S,
-        setup=_tampered(studies, "copied", lab))
-    add("run", "--resume naming that policy again with --policy-path",
-        ["run", "--resume", "{case}/study", "--policy-path", "{case}/copied"], ray=True,
-        expect="ok", timeout_s=RAY_S, setup=_tampered(studies, "copied", lab))
-    add("run", "--resume of an intact interrupted study", ["run", "--resume", "{case}/study"],
-        ray=True, expect="ok", timeout_s=RAY_S, setup=_tampered(studies, "intact", lab))
-    add("down", "a state file naming a process down did not start", ["down", "--state",
-                                                                    "{case}/state.json"],
-        expect="refuse", setup=_state_with_canary, check=_canary_alive, timeout_s=60)
+        add(
+            "run",
+            f"--resume: {name}",
+            ["run", "--resume", "{case}/study"],
+            ray=True,
+            expect="refuse",
+            timeout_s=RAY_S,
+            setup=_tampered(studies, tamper, lab),
+        )
+    add(
+        "run",
+        "--resume with policy_path edited to a policy not hashed at the start",
+        ["run", "--resume", "{case}/study"],
+        ray=True,
+        expect="refuse",
+        timeout_s=RAY_S,
+        setup=_tampered(studies, "copied", lab),
+    )
+    add(
+        "run",
+        "--resume naming that policy again with --policy-path",
+        ["run", "--resume", "{case}/study", "--policy-path", "{case}/copied"],
+        ray=True,
+        expect="ok",
+        timeout_s=RAY_S,
+        setup=_tampered(studies, "copied", lab),
+    )
+    add(
+        "run",
+        "--resume of an intact interrupted study",
+        ["run", "--resume", "{case}/study"],
+        ray=True,
+        expect="ok",
+        timeout_s=RAY_S,
+        setup=_tampered(studies, "intact", lab),
+    )
+    add(
+        "down",
+        "a state file naming a process down did not start",
+        ["down", "--state", "{case}/state.json"],
+        expect="refuse",
+        setup=_state_with_canary,
+        check=_canary_alive,
+        timeout_s=60,
+    )
 
     # 7. Ctrl-C in the middle of long commands
     after = _after_seconds
-    add("run", "Ctrl-C (--local)", [*run[:-4], "--hours", "24", "--out", "{case}/out"],
-        interrupt=after(3), timeout_s=WORK_S, check=_one_line_interrupt)
-    add("run", "Ctrl-C (Ray, journal started)", ["run", small, "--policies", "planner",
-                                                 "--hours", "6", "--realtime", "--speed",
-                                                 "1800", "--out", "{case}/out"],
-        interrupt=_journal_started, ray=True, timeout_s=RAY_S, check=_one_line_interrupt)
-    add("compare", "Ctrl-C", _with(compare, "--hours", "24"), interrupt=after(4),
-        timeout_s=WORK_S, check=_one_line_interrupt)
-    add("share", "Ctrl-C", _with(share, "--seeds", "50"), interrupt=after(4), timeout_s=WORK_S,
-        check=_one_line_interrupt)
-    add("forecast", "Ctrl-C", ["forecast", "backtest", str(studies.demand)],
-        interrupt=after(2), timeout_s=WORK_S, check=_one_line_interrupt)
-    add("plan", "Ctrl-C", ["plan", "--top", "50"], interrupt=after(1.5), timeout_s=WORK_S,
-        check=_one_line_interrupt)
-    add("calibrate", "Ctrl-C", ["calibrate", str(REPO / "benchmarks" / "published_runs.csv"),
-                                "--stack", "megatron-core", "--out", "{case}/p.yaml"],
-        interrupt=after(2), timeout_s=WORK_S, check=_one_line_interrupt)
+    add(
+        "run",
+        "Ctrl-C (--local)",
+        [*run[:-4], "--hours", "24", "--out", "{case}/out"],
+        interrupt=after(3),
+        timeout_s=WORK_S,
+        check=_one_line_interrupt,
+    )
+    add(
+        "run",
+        "Ctrl-C (Ray, journal started)",
+        [
+            "run",
+            small,
+            "--policies",
+            "planner",
+            "--hours",
+            "6",
+            "--realtime",
+            "--speed",
+            "1800",
+            "--out",
+            "{case}/out",
+        ],
+        interrupt=_journal_started,
+        ray=True,
+        timeout_s=RAY_S,
+        check=_one_line_interrupt,
+    )
+    add(
+        "compare",
+        "Ctrl-C",
+        _with(compare, "--hours", "24"),
+        interrupt=after(4),
+        timeout_s=WORK_S,
+        check=_one_line_interrupt,
+    )
+    add(
+        "share",
+        "Ctrl-C",
+        _with(share, "--seeds", "50"),
+        interrupt=after(4),
+        timeout_s=WORK_S,
+        check=_one_line_interrupt,
+    )
+    add(
+        "forecast",
+        "Ctrl-C",
+        ["forecast", "backtest", str(studies.demand)],
+        interrupt=after(2),
+        timeout_s=WORK_S,
+        check=_one_line_interrupt,
+    )
+    add(
+        "plan",
+        "Ctrl-C",
+        ["plan", "--top", "50"],
+        interrupt=after(1.5),
+        timeout_s=WORK_S,
+        check=_one_line_interrupt,
+    )
+    add(
+        "calibrate",
+        "Ctrl-C",
+        [
+            "calibrate",
+            str(REPO / "benchmarks" / "published_runs.csv"),
+            "--stack",
+            "megatron-core",
+            "--out",
+            "{case}/p.yaml",
+        ],
+        interrupt=after(2),
+        timeout_s=WORK_S,
+        check=_one_line_interrupt,
+    )
     return cases
 
 
@@ -649,8 +1023,16 @@ def _replace(path: Path, kind: str, lab: Lab) -> None:
     src = Path(lab.input(kind, path.suffix if path.suffix in (".yaml", ".json") else ".csv"))
     if kind == "folder":
         path.mkdir()
-    elif kind in ("dev-zero", "fifo", "fifo-link", "zero-link", "dangling", "socket", "proc",
-                  "sparse"):
+    elif kind in (
+        "dev-zero",
+        "fifo",
+        "fifo-link",
+        "zero-link",
+        "dangling",
+        "socket",
+        "proc",
+        "sparse",
+    ):
         path.symlink_to(src)
     else:
         shutil.copyfile(src, path)
@@ -659,48 +1041,80 @@ def _replace(path: Path, kind: str, lab: Lab) -> None:
 def _study_with(study: Path, name: str, kind: str, lab: Lab):
     def setup(where: Path) -> None:
         _replace(_copy_study(study, where) / name, kind, lab)
+
     return setup
 
 
 def _saved_compare(studies: Studies, kind: str, lab: Lab):
     def setup(where: Path) -> None:
         shutil.copytree(studies.compare, where / "saved")
-        _replace(where / "saved" / ("compare.parquet" if kind != "big" else "compare.json"),
-                 kind, lab)
+        _replace(
+            where / "saved" / ("compare.parquet" if kind != "big" else "compare.json"), kind, lab
+        )
+
     return setup
 
 
 def _planted_out(folder: str, name: str, kind: str, lab: Lab):
     """An output folder holding a special where the command writes `name`."""
+
     def setup(where: Path) -> list:
         (where / folder).mkdir()
         return lab.target(kind, name, where / folder)[1]
+
     return setup
 
 
 # Rows of a runs CSV that make no sense, from a valid megatron-core row of the shipped file.
 CALIBRATE_ROWS = [
-    ("value nan", {"value": "nan"}), ("value inf", {"value": "inf"}),
-    ("value 0", {"value": "0"}), ("value -5", {"value": "-5"}),
-    ("gpu_count 0", {"gpu_count": "0", "dp": "0"}), ("gpu_count -8", {"gpu_count": "-8"}),
-    ("global_batch 1.5", {"global_batch": "1.5"}), ("global_batch nan", {"global_batch": "nan"}),
-    ("micro_batch 1e9", {"micro_batch": "1e9"}), ("micro_batch 0", {"micro_batch": "0"}),
-    ("kv_heads 7 of 32 heads", {"kv_heads": "7"}), ("heads 0", {"heads": "0"}),
-    ("seq inf", {"seq": "inf"}), ("hidden -4096", {"hidden": "-4096"}),
-    ("tp 0", {"tp": "0"}), ("layers 1e30", {"layers": "1e30"}),
+    ("value nan", {"value": "nan"}),
+    ("value inf", {"value": "inf"}),
+    ("value 0", {"value": "0"}),
+    ("value -5", {"value": "-5"}),
+    ("gpu_count 0", {"gpu_count": "0", "dp": "0"}),
+    ("gpu_count -8", {"gpu_count": "-8"}),
+    ("global_batch 1.5", {"global_batch": "1.5"}),
+    ("global_batch nan", {"global_batch": "nan"}),
+    ("micro_batch 1e9", {"micro_batch": "1e9"}),
+    ("micro_batch 0", {"micro_batch": "0"}),
+    ("kv_heads 7 of 32 heads", {"kv_heads": "7"}),
+    ("heads 0", {"heads": "0"}),
+    ("seq inf", {"seq": "inf"}),
+    ("hidden -4096", {"hidden": "-4096"}),
+    ("tp 0", {"tp": "0"}),
+    ("layers 1e30", {"layers": "1e30"}),
 ]
 FORECAST_CSVS = [
-    ("nan", "time,active\n" + "".join(
-        f"2020-01-01 {h:02d}:{m:02d}:00,{'nan' if h == 5 else 10}\n"
-        for h in range(24) for m in range(0, 60, 10))),
-    ("inf", "time,active\n" + "".join(
-        f"2020-01-01 {h:02d}:{m:02d}:00,{'inf' if m == 30 else 10}\n"
-        for h in range(24) for m in range(0, 60, 10))),
-    ("negative", "time,active\n" + "".join(
-        f"2020-01-01 {h:02d}:{m:02d}:00,-{h}\n" for h in range(24) for m in range(0, 60, 10))),
+    (
+        "nan",
+        "time,active\n"
+        + "".join(
+            f"2020-01-01 {h:02d}:{m:02d}:00,{'nan' if h == 5 else 10}\n"
+            for h in range(24)
+            for m in range(0, 60, 10)
+        ),
+    ),
+    (
+        "inf",
+        "time,active\n"
+        + "".join(
+            f"2020-01-01 {h:02d}:{m:02d}:00,{'inf' if m == 30 else 10}\n"
+            for h in range(24)
+            for m in range(0, 60, 10)
+        ),
+    ),
+    (
+        "negative",
+        "time,active\n"
+        + "".join(
+            f"2020-01-01 {h:02d}:{m:02d}:00,-{h}\n" for h in range(24) for m in range(0, 60, 10)
+        ),
+    ),
     ("one row", "time,active\n2020-01-01 00:00:00,3\n"),
-    ("times out of order", "time,active\n2020-01-02 00:00:00,3\n"
-                           "2020-01-01 00:00:00,3\n2020-01-03 00:00:00,3\n"),
+    (
+        "times out of order",
+        "time,active\n2020-01-02 00:00:00,3\n2020-01-01 00:00:00,3\n2020-01-03 00:00:00,3\n",
+    ),
 ]
 POD_CSVS = [
     ("nan", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np1,1000,100,nan,1000\n"),
@@ -737,6 +1151,7 @@ def _runs_csv(change: dict):
             out = csv.DictWriter(f, list(rows[0]))
             out.writeheader()
             out.writerows(rows)
+
     return setup
 
 
@@ -775,16 +1190,22 @@ def _tampered(studies: Studies, how: str, lab: Lab):
             spec |= {"policy_path": str(where / "planted"), "policies": ["ppo", "planner"]}
         elif how == "copied":  # the shipped policy, but not what the study started with
             shutil.copytree(REPO / "xdscheduler" / "rl" / "trained" / "study", where / "copied")
-            spec |= {"policy_path": str(where / "copied"), "policies": ["planner", "ppo"],
-                     "realtime": False}
+            spec |= {
+                "policy_path": str(where / "copied"),
+                "policies": ["planner", "ppo"],
+                "realtime": False,
+            }
         elif how == "serve_url":
             spec["serve_url"] = lab.catcher.url
         elif how in ("delete-decision", "edit-decision"):
             with contextlib.closing(sqlite3.connect(journal)) as db:
                 (n,) = db.execute("SELECT COUNT(*) FROM decisions").fetchone()
-                sql = ("DELETE FROM decisions WHERE idx = ?" if how == "delete-decision" else
-                       "UPDATE decisions SET record = replace(record, '\"place\"', '\"moved\"') "
-                       "WHERE idx = ?")
+                sql = (
+                    "DELETE FROM decisions WHERE idx = ?"
+                    if how == "delete-decision"
+                    else "UPDATE decisions SET record = replace(record, '\"place\"', '\"moved\"') "
+                    "WHERE idx = ?"
+                )
                 db.execute(sql, (max(n // 2, 0),))
                 db.commit()
         elif how == "truncate-journal":
@@ -803,14 +1224,16 @@ def _tampered(studies: Studies, how: str, lab: Lab):
             spec_path.symlink_to("/dev/zero")
             return
         elif how == "nan-hours":
-            spec_path.write_text(json.dumps(spec).replace(f'"hours": {spec["hours"]}',
-                                                          '"hours": NaN'))
+            spec_path.write_text(
+                json.dumps(spec).replace(f'"hours": {spec["hours"]}', '"hours": NaN')
+            )
             return
         elif how == "huge-scenario":
             spec["scenario"]["domains"][0]["nodes"][0]["count"] = 10**9
         elif how == "unknown-policy":
             spec["policies"] = ["planner", "__import__('os')"]
         spec_path.write_text(json.dumps(spec))
+
     return setup
 
 
@@ -821,9 +1244,15 @@ def _state_with_canary(where: Path) -> None:
     """A state file whose processes are a sleep this pass started (never anyone else's)."""
     canary = subprocess.Popen(["sleep", "600"], start_new_session=True)
     _CANARIES[str(where)] = canary
-    (where / "state.json").write_text(json.dumps({
-        "scenario": str(REPO / "scenarios" / "local_three_domains.yaml"),
-        "address": "127.0.0.1:1", "processes": [{"pid": canary.pid, "role": "head"}]}))
+    (where / "state.json").write_text(
+        json.dumps(
+            {
+                "scenario": str(REPO / "scenarios" / "local_three_domains.yaml"),
+                "address": "127.0.0.1:1",
+                "processes": [{"pid": canary.pid, "role": "head"}],
+            }
+        )
+    )
 
 
 def _canary_alive(where: Path) -> list[str]:
@@ -857,29 +1286,83 @@ def make_studies(lab: Lab) -> Studies:
     scenario.write_text(yaml.safe_dump(SMALL_SCENARIO))
     tenants = str(REPO / "scenarios" / "three_tenants.yaml")
     demand = base / "series.csv"
-    demand.write_text("time,active\n" + "".join(
-        f"2020-01-{1 + i // 144:02d} {(i % 144) // 6:02d}:{(i % 6) * 10:02d}:00,"
-        f"{50 + 30 * ((i % 144) / 144) + (i * 7919) % 11}\n" for i in range(144 * 9)))
+    demand.write_text(
+        "time,active\n"
+        + "".join(
+            f"2020-01-{1 + i // 144:02d} {(i % 144) // 6:02d}:{(i % 6) * 10:02d}:00,"
+            f"{50 + 30 * ((i % 144) / 144) + (i * 7919) % 11}\n"
+            for i in range(144 * 9)
+        )
+    )
     zero = base / "zero_pods.csv"
-    zero.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
-                    + "".join(f"p{i},1000,1000,0,0\n" for i in range(50)))
+    zero.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+        + "".join(f"p{i},1000,1000,0,0\n" for i in range(50))
+    )
     steps = [
-        ("local", ["run", tenants, "--local", "--policies", "planner,fifo-single-domain",
-                   "--hours", "0.5", "--out", str(base / "local")], False, None),
-        ("compare", ["compare", str(scenario), "--local", "--policies",
-                     "planner,planner-single-domain", "--seeds", "1", "--loads", "0.5",
-                     "--hours", "0.25", "--out", str(base / "compare")], False, None),
-        ("interrupted", ["run", str(scenario), "--policies", "planner", "--hours", "6",
-                         "--realtime", "--speed", "1800", "--out", str(base / "interrupted")],
-         True, lambda where, s: _journal_reached(base / "interrupted")),
+        (
+            "local",
+            [
+                "run",
+                tenants,
+                "--local",
+                "--policies",
+                "planner,fifo-single-domain",
+                "--hours",
+                "0.5",
+                "--out",
+                str(base / "local"),
+            ],
+            False,
+            None,
+        ),
+        (
+            "compare",
+            [
+                "compare",
+                str(scenario),
+                "--local",
+                "--policies",
+                "planner,planner-single-domain",
+                "--seeds",
+                "1",
+                "--loads",
+                "0.5",
+                "--hours",
+                "0.25",
+                "--out",
+                str(base / "compare"),
+            ],
+            False,
+            None,
+        ),
+        (
+            "interrupted",
+            [
+                "run",
+                str(scenario),
+                "--policies",
+                "planner",
+                "--hours",
+                "6",
+                "--realtime",
+                "--speed",
+                "1800",
+                "--out",
+                str(base / "interrupted"),
+            ],
+            True,
+            lambda where, s: _journal_reached(base / "interrupted"),
+        ),
     ]
     for name, argv, ray, interrupt in steps:
         case = Case("fixture", name, argv, ray=ray, interrupt=interrupt, timeout_s=RAY_S)
         res = run_case(lab, case)
-        print(f"fixture {name}: {res.outcome} in {res.seconds:.0f} s ({res.last_line})",
-              file=sys.stderr)
-    return Studies(scenario, base / "local", base / "interrupted", base / "compare", demand,
-                   zero)
+        print(
+            f"fixture {name}: {res.outcome} in {res.seconds:.0f} s ({res.last_line})",
+            file=sys.stderr,
+        )
+    return Studies(scenario, base / "local", base / "interrupted", base / "compare", demand, zero)
 
 
 def _journal_reached(out: Path) -> bool:
@@ -895,19 +1378,35 @@ def _journal_reached(out: Path) -> bool:
 
 
 SMALL_SCENARIO = {
-    "name": "hostile_small", "seed": 3,
-    "domains": [{"name": n, "location": {"city": n}, "intra_domain_gbps": 400,
-                 "nodes": [{"accelerator": a, "count": c}]}
-                for n, a, c in (("east", "H100-SXM", 16), ("west", "H100-SXM", 16),
-                                ("north", "A100-80GB", 8))],
-    "links": [{"a": "east", "b": "west", "bandwidth_gbps": 10, "rtt_ms": 20,
-               "price_per_gb": 0.02},
-              {"a": "east", "b": "north", "bandwidth_gbps": 2, "rtt_ms": 40,
-               "price_per_gb": 0.05},
-              {"a": "west", "b": "north", "bandwidth_gbps": 2, "rtt_ms": 45,
-               "price_per_gb": 0.05}],
-    "jobs": [{"name": "big", "model": "llama2-13b", "global_batch": 256, "tokens": 2e9,
-              "gpus": {"min": 32, "max": 256}}],
+    "name": "hostile_small",
+    "seed": 3,
+    "domains": [
+        {
+            "name": n,
+            "location": {"city": n},
+            "intra_domain_gbps": 400,
+            "nodes": [{"accelerator": a, "count": c}],
+        }
+        for n, a, c in (
+            ("east", "H100-SXM", 16),
+            ("west", "H100-SXM", 16),
+            ("north", "A100-80GB", 8),
+        )
+    ],
+    "links": [
+        {"a": "east", "b": "west", "bandwidth_gbps": 10, "rtt_ms": 20, "price_per_gb": 0.02},
+        {"a": "east", "b": "north", "bandwidth_gbps": 2, "rtt_ms": 40, "price_per_gb": 0.05},
+        {"a": "west", "b": "north", "bandwidth_gbps": 2, "rtt_ms": 45, "price_per_gb": 0.05},
+    ],
+    "jobs": [
+        {
+            "name": "big",
+            "model": "llama2-13b",
+            "global_batch": 256,
+            "tokens": 2e9,
+            "gpus": {"min": 32, "max": 256},
+        }
+    ],
     "workload": {"load": 0.8},
 }
 
@@ -923,10 +1422,23 @@ def http_pass(lab: Lab, studies: Studies) -> list[tuple[str, str]]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     where = lab.case_dir()
-    proc = subprocess.Popen([sys.executable, "-m", "xdscheduler.cli", "serve",
-                             str(studies.scenario), "--port", str(port)], cwd=where / "work",
-                            env=lab.env({}), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "xdscheduler.cli",
+            "serve",
+            str(studies.scenario),
+            "--port",
+            str(port),
+        ],
+        cwd=where / "work",
+        env=lab.env({}),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     results = []
     try:
@@ -961,29 +1473,54 @@ def http_requests():
     auth = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
     rng = random.Random(SEED)
     values = [None, True, -1, 0, 1e308, "nan", "x" * 1000, [], {}, [[[]]], -(2**70)]
-    bodies = [b"", b"{", b"null", b"[]", b'{"a": NaN}', b"\x00\xff" * 100,
-              json.dumps({"history": [1.0] * 10, "end_time": "0001-01-01T00:00:00"}).encode(),
-              json.dumps({"history": [float("inf")]}).encode(),
-              json.dumps({"history": [1.0], "step_min": 10**12}).encode(),
-              json.dumps({"history": [1.0], "known_jobs": [{"name": "a", "gpus": 1,
-                                                            "finish_min": 1e300}]}).encode(),
-              json.dumps({"history": [1.0], "end_time": "9999-12-31T23:59:59"}).encode()]
-    bodies += [json.dumps({"job": rng.choice(values), "view": rng.choice(values),
-                           "queue_length": rng.choice(values)}).encode() for _ in range(6)]
+    bodies = [
+        b"",
+        b"{",
+        b"null",
+        b"[]",
+        b'{"a": NaN}',
+        b"\x00\xff" * 100,
+        json.dumps({"history": [1.0] * 10, "end_time": "0001-01-01T00:00:00"}).encode(),
+        json.dumps({"history": [float("inf")]}).encode(),
+        json.dumps({"history": [1.0], "step_min": 10**12}).encode(),
+        json.dumps(
+            {"history": [1.0], "known_jobs": [{"name": "a", "gpus": 1, "finish_min": 1e300}]}
+        ).encode(),
+        json.dumps({"history": [1.0], "end_time": "9999-12-31T23:59:59"}).encode(),
+    ]
+    bodies += [
+        json.dumps(
+            {
+                "job": rng.choice(values),
+                "view": rng.choice(values),
+                "queue_length": rng.choice(values),
+            }
+        ).encode()
+        for _ in range(6)
+    ]
     for route in ("/policy/act", "/policy/decide", "/forecast"):
         for i, body in enumerate(bodies):
             yield route, body, auth, f"body {i}"
         yield route, b"{}", {}, "no token"
         yield route, b"{" * 100_000, auth, "deep"
         yield route, b" " * (3 << 20), auth, "3 MiB"
-    for route in ("/healthz", "/metrics", "/", "/api/state", "/api/view", "/docs",
-                  "/policy/example", "/../../etc/passwd"):
+    for route in (
+        "/healthz",
+        "/metrics",
+        "/",
+        "/api/state",
+        "/api/view",
+        "/docs",
+        "/policy/example",
+        "/../../etc/passwd",
+    ):
         yield route, None, auth, "GET"
 
 
 def _send(url: str, body: bytes | None, headers: dict) -> str:
-    req = urllib.request.Request(url, data=body, headers=headers,
-                                 method="GET" if body is None else "POST")
+    req = urllib.request.Request(
+        url, data=body, headers=headers, method="GET" if body is None else "POST"
+    )
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
             return str(r.status)
@@ -1001,32 +1538,42 @@ FINDINGS = ("traceback", "hang", "wrong success", "wrong refusal")
 
 def report(results: list[Result], http: list[tuple[str, str]], wall_s: float) -> None:
     outcomes = Counter(r.outcome for r in results)
-    through = sum(any("replaced" in f or "into the fifo" in f for f in r.findings)
-                  for r in results)
+    through = sum(any("replaced" in f or "into the fifo" in f for f in r.findings) for r in results)
     code = sum(any("planted code" in f for f in r.findings) for r in results)
     token = sum(any("API token" in f for f in r.findings) for r in results)
     killed = sum(any("stopped a process" in f for f in r.findings) for r in results)
     http_bad = [(n, s) for n, s in http if s[:1] not in ("2", "4")]
     bad = outcomes["traceback"] + outcomes["hang"] + through + code + token + killed
     verdict = "PASS" if bad == 0 else "FAIL"
-    print(f"hostile pass: {verdict}: {outcomes['traceback']} tracebacks, {outcomes['hang']} "
-          f"hangs, {through} writes through non-regular files, {code} code loaded from a study "
-          f"folder, {token} tokens sent where a study folder said, {killed} processes stopped "
-          f"from a tampered file; {outcomes['wrong success']} wrong successes, "
-          f"{outcomes['wrong refusal']} wrong refusals, {outcomes['clean error']} clean errors, "
-          f"{outcomes['success']} successes in {len(results)} invocations "
-          f"({wall_s / 60:.1f} min); HTTP: {len(http_bad)} of {len(http)} requests answered "
-          f"5xx or not at all")
+    print(
+        f"hostile pass: {verdict}: {outcomes['traceback']} tracebacks, {outcomes['hang']} "
+        f"hangs, {through} writes through non-regular files, {code} code loaded from a study "
+        f"folder, {token} tokens sent where a study folder said, {killed} processes stopped "
+        f"from a tampered file; {outcomes['wrong success']} wrong successes, "
+        f"{outcomes['wrong refusal']} wrong refusals, {outcomes['clean error']} clean errors, "
+        f"{outcomes['success']} successes in {len(results)} invocations "
+        f"({wall_s / 60:.1f} min); HTTP: {len(http_bad)} of {len(http)} requests answered "
+        f"5xx or not at all"
+    )
     by = {}
     for r in results:
         row = by.setdefault(r.case.command, Counter())
         row[r.outcome] += 1
         row["non-regular"] += any("replaced" in f or "into the fifo" in f for f in r.findings)
         row["study code"] += any("planted code" in f or "API token" in f for f in r.findings)
-    cols = ["clean error", "success", "wrong success", "wrong refusal", "traceback", "hang",
-            "non-regular", "study code"]
-    rows = [[cmd, sum(c[k] for k in cols[:6]), *[c[k] for k in cols]]
-            for cmd, c in sorted(by.items())]
+    cols = [
+        "clean error",
+        "success",
+        "wrong success",
+        "wrong refusal",
+        "traceback",
+        "hang",
+        "non-regular",
+        "study code",
+    ]
+    rows = [
+        [cmd, sum(c[k] for k in cols[:6]), *[c[k] for k in cols]] for cmd, c in sorted(by.items())
+    ]
     rows.append(["all", len(results), *[sum(by[c][k] for c in by) for k in cols]])
     print_table("\ninvocations by command", ["command", "runs", *cols], rows)
     findings = [r for r in results if r.outcome in FINDINGS or r.findings]
@@ -1034,8 +1581,10 @@ def report(results: list[Result], http: list[tuple[str, str]], wall_s: float) ->
         print("\nfindings:")
         for r in findings:
             extra = "; ".join(r.findings)
-            print(f"  {r.outcome:<13} {r.case.command} {r.case.name}: exit {r.code}, "
-                  f"{r.seconds:.1f} s: {r.last_line}{' [' + extra + ']' if extra else ''}")
+            print(
+                f"  {r.outcome:<13} {r.case.command} {r.case.name}: exit {r.code}, "
+                f"{r.seconds:.1f} s: {r.last_line}{' [' + extra + ']' if extra else ''}"
+            )
     if http_bad:
         print("\nHTTP requests answered 5xx or not at all:")
         for name, status in http_bad:
@@ -1044,20 +1593,29 @@ def report(results: list[Result], http: list[tuple[str, str]], wall_s: float) ->
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--code", type=Path, default=REPO,
-                   help="the checkout whose xdscheduler is tried (default: this one)")
+    p.add_argument(
+        "--code",
+        type=Path,
+        default=REPO,
+        help="the checkout whose xdscheduler is tried (default: this one)",
+    )
     p.add_argument("--jobs", type=int, default=2, help="invocations at once (default 2)")
     p.add_argument("--only", help="run only the cases whose command or name holds this text")
     p.add_argument("--list", action="store_true", help="list the cases and run nothing")
-    p.add_argument("--sample", type=int, metavar="N",
-                   help="run a seeded sample of N of the cases that start no Ray, and every "
-                        "case that does (the same cases for any --code)")
+    p.add_argument(
+        "--sample",
+        type=int,
+        metavar="N",
+        help="run a seeded sample of N of the cases that start no Ray, and every "
+        "case that does (the same cases for any --code)",
+    )
     p.add_argument("--no-http", action="store_true", help="leave out the HTTP probe")
     args = p.parse_args(argv)
     # a pass stopped with SIGTERM still removes its temp folder and the Ray it started
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     data = os.environ.get("XDS_DATA_DIR") or next(
-        (str(d) for d in (REPO.parent / "shared" / "data",) if d.is_dir()), None)
+        (str(d) for d in (REPO.parent / "shared" / "data",) if d.is_dir()), None
+    )
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="xds-hostile-") as tmp:
         root = Path(tmp)
@@ -1066,9 +1624,23 @@ def main(argv: list[str] | None = None) -> int:
         lab = Lab(root, args.code.resolve(), Path(data) if data else None)
         try:
             lab.make_inputs()
-            studies = Studies(*(root / "fixtures" / n for n in (
-                "small.yaml", "local", "interrupted", "compare", "series.csv",
-                "zero_pods.csv"))) if args.list else make_studies(lab)
+            studies = (
+                Studies(
+                    *(
+                        root / "fixtures" / n
+                        for n in (
+                            "small.yaml",
+                            "local",
+                            "interrupted",
+                            "compare",
+                            "series.csv",
+                            "zero_pods.csv",
+                        )
+                    )
+                )
+                if args.list
+                else make_studies(lab)
+            )
             cases = xds_cases(lab, studies)
             if args.only:
                 cases = [c for c in cases if args.only in f"{c.command} {c.name}"]
@@ -1098,8 +1670,12 @@ def _logged(lab: Lab, case: Case, total: int) -> Result:
     says what it found)."""
     result = run_case(lab, case)
     extra = f" [{'; '.join(result.findings)}]" if result.findings else ""
-    print(f"case {lab.counter}/{total}: {result.outcome}: {case.command} {case.name}: "
-          f"exit {result.code}, {result.seconds:.1f} s{extra}", file=sys.stderr, flush=True)
+    print(
+        f"case {lab.counter}/{total}: {result.outcome}: {case.command} {case.name}: "
+        f"exit {result.code}, {result.seconds:.1f} s{extra}",
+        file=sys.stderr,
+        flush=True,
+    )
     return result
 
 

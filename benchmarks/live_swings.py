@@ -47,8 +47,14 @@ def xds(state: Path, *args: str, timeout: float = 600) -> str:
     env = {**os.environ, "XDS_CLUSTER": str(state)}
     for var in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE"):
         env.pop(var, None)  # this cluster's own, from its state file
-    done = subprocess.run([sys.executable, "-m", "xdscheduler.cli", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-m", "xdscheduler.cli", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if done.returncode:
         raise RuntimeError(f"xds {' '.join(args)}: {done.stderr.strip()[-2000:]}")
     return done.stdout
@@ -61,12 +67,17 @@ def job_row(state: Path, name: str) -> dict:
 def swing_factors(seed: int, phases: int) -> np.ndarray:
     """(phases, links) 1 + e per link of the scenario: the study's process, a sample a phase."""
     scn = load_scenario(SCENARIO)
-    scn = scn.model_copy(update={"links": [lk.model_copy(update={"fluctuation": SWING})
-                                           for lk in scn.links]})
+    scn = scn.model_copy(
+        update={"links": [lk.model_copy(update={"fluctuation": SWING}) for lk in scn.links]}
+    )
     bw = Dynamics.generate(scn, seed, phases * SAMPLE_S, SAMPLE_S).bandwidth_gbps
     index = {d.name: i for i, d in enumerate(scn.domains)}
-    return np.array([[bw[k, index[lk.a], index[lk.b]] / lk.bandwidth_gbps for lk in scn.links]
-                     for k in range(phases)])
+    return np.array(
+        [
+            [bw[k, index[lk.a], index[lk.b]] / lk.bandwidth_gbps for lk in scn.links]
+            for k in range(phases)
+        ]
+    )
 
 
 def main() -> None:
@@ -75,8 +86,9 @@ def main() -> None:
     ap.add_argument("--phases", type=int, default=8)
     ap.add_argument("--phase-s", type=float, default=30.0, help="seconds each swing holds")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--steps", type=int, default=2000, help="the job's steps (it is cancelled "
-                    "at the end)")
+    ap.add_argument(
+        "--steps", type=int, default=2000, help="the job's steps (it is cancelled at the end)"
+    )
     args = ap.parse_args()
     links = load_scenario(SCENARIO).links
     factors = swing_factors(args.seed, args.phases)
@@ -115,11 +127,19 @@ def run(state: Path, tmp: Path, links, factors: np.ndarray, args) -> list[dict]:
             last, t1 = job_row(state, "gpt-swing"), time.monotonic()
             steps = last["step"] - first["step"]
             moved = last["attempts"] != first["attempts"] or last["domains"] != first["domains"]
-            rows.append({"phase": k, "gbps": float(rates.mean()), "min_gbps": float(rates.min()),
-                         "steps": steps, "measured_s": (t1 - t0) / steps if steps else None,
-                         "model_s": last["corrected_step_s"],
-                         "nominal_s": last["predicted_step_s"], "domains": last["domains"],
-                         "moved": moved})
+            rows.append(
+                {
+                    "phase": k,
+                    "gbps": float(rates.mean()),
+                    "min_gbps": float(rates.min()),
+                    "steps": steps,
+                    "measured_s": (t1 - t0) / steps if steps else None,
+                    "model_s": last["corrected_step_s"],
+                    "nominal_s": last["predicted_step_s"],
+                    "domains": last["domains"],
+                    "moved": moved,
+                }
+            )
     finally:
         xds(state, "cancel", "gpt-swing")
     print(f"placed on {row['domains']} ({row['plan']})", file=sys.stderr)
@@ -139,27 +159,54 @@ def wait(state: Path, name: str, until, timeout_s: float = 600) -> dict:
 def report(rows: list[dict], args, wall_s: float) -> None:
     table = []
     for r in rows:
-        err = (None if r["measured_s"] is None or r["model_s"] is None
-               else r["model_s"] / r["measured_s"] - 1)
-        table.append([r["phase"], f"{1000 * r['gbps']:.2f}", f"{1000 * r['min_gbps']:.2f}",
-                      r["steps"], r["measured_s"] or "–", r["model_s"] or "–",
-                      "–" if err is None else f"{100 * err:+.1f}%",
-                      r["nominal_s"] or "–", "+".join(r["domains"]) + (" (moved)" if r["moved"]
-                                                                       else "")])
+        err = (
+            None
+            if r["measured_s"] is None or r["model_s"] is None
+            else r["model_s"] / r["measured_s"] - 1
+        )
+        table.append(
+            [
+                r["phase"],
+                f"{1000 * r['gbps']:.2f}",
+                f"{1000 * r['min_gbps']:.2f}",
+                r["steps"],
+                r["measured_s"] or "–",
+                r["model_s"] or "–",
+                "–" if err is None else f"{100 * err:+.1f}%",
+                r["nominal_s"] or "–",
+                "+".join(r["domains"]) + (" (moved)" if r["moved"] else ""),
+            ]
+        )
     ok = [r for r in rows if r["measured_s"] and r["model_s"] and not r["moved"]]
     errors = [abs(r["model_s"] / r["measured_s"] - 1) for r in ok]
-    corr = (np.corrcoef([r["min_gbps"] for r in ok], [r["measured_s"] for r in ok])[0, 1]
-            if len(ok) > 2 else float("nan"))
+    corr = (
+        np.corrcoef([r["min_gbps"] for r in ok], [r["measured_s"] for r in ok])[0, 1]
+        if len(ok) > 2
+        else float("nan")
+    )
     print_table(
         f"gpt-wide across domains while every link swings as {1000 * args.gbps:g} Mbit/s x "
         f"(1 + e), |e| <= {SWING:.0%}, {args.phases} phases of {args.phase_s:g} s, seed "
         f"{args.seed} ({wall_s / 60:.1f} min with the cluster's start and stop)",
-        ["phase", "mean Mbit/s", "min Mbit/s", "steps", "measured s/step", "model s/step",
-         "model vs measured", "nominal s/step", "domains"], table,
+        [
+            "phase",
+            "mean Mbit/s",
+            "min Mbit/s",
+            "steps",
+            "measured s/step",
+            "model s/step",
+            "model vs measured",
+            "nominal s/step",
+            "domains",
+        ],
+        table,
         f"model: the controller's step for the placement on the links as read, corrected from "
         f"the steps seen; median |model/measured - 1| {100 * np.median(errors):.1f}% over "
         f"{len(ok)} phases; correlation of the narrowest link's rate with the measured step "
-        f"{corr:+.2f}" if errors else "no phase measured")
+        f"{corr:+.2f}"
+        if errors
+        else "no phase measured",
+    )
 
 
 if __name__ == "__main__":

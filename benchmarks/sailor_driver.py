@@ -28,8 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
-TRAINING_CONFIGS = {"OPT-350": "training_config_opt_350.json",
-                    "GPT-Neo-2.7": "training_config_gpt_neo27.json"}
+TRAINING_CONFIGS = {
+    "OPT-350": "training_config_opt_350.json",
+    "GPT-Neo-2.7": "training_config_gpt_neo27.json",
+}
 
 
 def layout(checkout: Path) -> Path:
@@ -45,8 +47,12 @@ def layout(checkout: Path) -> Path:
 def build_planner(checkout: Path, cache: Path) -> Path:
     """Sailor's C++ planner (pybind11) compiled from the checkout's sources, once per commit."""
     src = checkout / "sailor" / "Planner" / "sailor_planner" / "cpp_src"
-    head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"],
-                          capture_output=True, text=True).stdout.strip() or "unknown"
+    head = (
+        subprocess.run(
+            ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        or "unknown"
+    )
     out = cache / head
     lib = out / f"libplanner{sysconfig.get_config_var('EXT_SUFFIX')}"
     if lib.exists():
@@ -54,10 +60,23 @@ def build_planner(checkout: Path, cache: Path) -> Path:
     import pybind11
 
     out.mkdir(parents=True, exist_ok=True)
-    sources = [str(src / "utils" / "read_json.cpp"), str(src / "utils" / "network_utils.cpp"),
-               *(str(src / f) for f in ("training.cpp", "planner_utils.cpp", "planner.cpp"))]
-    cmd = ["g++", "-O3", "-fPIC", "-shared", f"-I{pybind11.get_include()}",
-           f"-I{sysconfig.get_paths()['include']}", *sources, "-ljsoncpp", "-o", str(lib)]
+    sources = [
+        str(src / "utils" / "read_json.cpp"),
+        str(src / "utils" / "network_utils.cpp"),
+        *(str(src / f) for f in ("training.cpp", "planner_utils.cpp", "planner.cpp")),
+    ]
+    cmd = [
+        "g++",
+        "-O3",
+        "-fPIC",
+        "-shared",
+        f"-I{pybind11.get_include()}",
+        f"-I{sysconfig.get_paths()['include']}",
+        *sources,
+        "-ljsoncpp",
+        "-o",
+        str(lib),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError("compiling Sailor's planner failed: " + done.stderr[-2000:])
@@ -68,8 +87,9 @@ def simulator(root: Path, model: str, gbs: int, zone: str):
     from sailor.Planner.simulations.runtime_simulator import Simulator
 
     planner_dir = root / "sailor" / "sailor" / "Planner"
-    config = json.loads((planner_dir / "simulations" / "configs" / TRAINING_CONFIGS[model])
-                        .read_text())
+    config = json.loads(
+        (planner_dir / "simulations" / "configs" / TRAINING_CONFIGS[model]).read_text()
+    )
     config["global_batch_size"] = gbs
     llm_info = json.loads((planner_dir / "llm_info.json").read_text())
     profiles = json.loads((planner_dir / "simulations" / "profiles_tmp.json").read_text())
@@ -82,8 +102,9 @@ def simulate(root: Path, req: dict) -> dict:
         sim = simulator(root, req["model"], plan.get("gbs", req.get("gbs")), plan["zone"])
         body = {"pipeline_list": plan["pipeline_list"], "mbs": plan["mbs"]}
         seconds, cost, _ = sim.simulate_iteration_time(body)
-        out.append({"iteration_s": seconds, "comm_cost": cost,
-                    "fits": bool(sim.check_config_fits(body))})
+        out.append(
+            {"iteration_s": seconds, "comm_cost": cost, "fits": bool(sim.check_config_fits(body))}
+        )
     return {"results": out}
 
 
@@ -101,39 +122,56 @@ def plan(root: Path, req: dict) -> dict:
         str(s / "Planner" / "sailor_planner" / "profiles" / req["model"]) + "/",
         str(s / "providers" / "multizone_bandwidths_het.json"),
         str(s / "Planner" / "simulations" / "configs" / TRAINING_CONFIGS[req["model"]]),
-        str(s / "Planner" / "llm_info.json"), str(s / "providers" / "gcp" /
-                                                  "communication_cost.json"),
-        True, False, str(quotas), "throughput")
+        str(s / "Planner" / "llm_info.json"),
+        str(s / "providers" / "gcp" / "communication_cost.json"),
+        True,
+        False,
+        str(quotas),
+        "throughput",
+    )
     sim = simulator(root, req["model"], req["gbs"], req["zones"][0])
     setup_s, setup_cpu_s = time.perf_counter() - built, time.process_time() - cpu
     picks = []
     for size in req["sizes"]:
         start, cpu = time.perf_counter(), time.process_time()
-        configs = planner.get_sorted_plans({z: {req["gpu"]: size} for z in req["zones"]},
-                                           0.0, 0.0)
+        configs = planner.get_sorted_plans({z: {req["gpu"]: size} for z in req["zones"]}, 0.0, 0.0)
         pick = None
         for c in configs:  # the first that fits Sailor's memory model, as its simulator picks
             body = _as_plan(c, gpu_types)
             if sim.check_config_fits(body):
                 pick = {**body, "planner_iteration_s": c.get_Tpp()}
                 break
-        picks.append({"size": size, "plan": pick, "decision_s": time.perf_counter() - start,
-                      "decision_cpu_s": time.process_time() - cpu,
-                      "candidates": len(configs)})
-    return {"setup_s": setup_s, "setup_cpu_s": setup_cpu_s, "build_s": built - t0,
-            "picks": picks}
+        picks.append(
+            {
+                "size": size,
+                "plan": pick,
+                "decision_s": time.perf_counter() - start,
+                "decision_cpu_s": time.process_time() - cpu,
+                "candidates": len(configs),
+            }
+        )
+    return {"setup_s": setup_s, "setup_cpu_s": setup_cpu_s, "build_s": built - t0, "picks": picks}
 
 
 def _as_plan(config, gpu_types: list[str]) -> dict:
     """A planner Config as the plan dict Sailor's simulator reads (its Python wrapper's
     conversion: TP fills each VM it uses)."""
     zones = list(config.get_zones())
-    stages = [[([(gpu_types[g], tp, zones[z])], tp) for g, tp, z in stage]
-              for stage in config.get_config_per_stage()]
-    return {"pipeline_list": [{"num_stages": len(stages),
-                               "layers_per_stage": [list(s) for s in config.get_stages()],
-                               "tmp_per_stage": stages, "dp": [len(s) for s in stages]}],
-            "mbs": config.get_mbs()}
+    stages = [
+        [([(gpu_types[g], tp, zones[z])], tp) for g, tp, z in stage]
+        for stage in config.get_config_per_stage()
+    ]
+    return {
+        "pipeline_list": [
+            {
+                "num_stages": len(stages),
+                "layers_per_stage": [list(s) for s in config.get_stages()],
+                "tmp_per_stage": stages,
+                "dp": [len(s) for s in stages],
+            }
+        ],
+        "mbs": config.get_mbs(),
+    }
 
 
 def validation_runs(root: Path) -> dict:
@@ -141,8 +179,12 @@ def validation_runs(root: Path) -> dict:
     base = root / "sailor" / "sailor" / "Planner" / "simulations" / "validation" / "clariden"
     runs = []
     for path in sorted(glob.glob(str(base / "*" / "N*" / "*.json"))):
-        runs.append({"file": str(Path(path).relative_to(root / "sailor")),
-                     **json.loads(Path(path).read_text())})
+        runs.append(
+            {
+                "file": str(Path(path).relative_to(root / "sailor")),
+                **json.loads(Path(path).read_text()),
+            }
+        )
     return {"runs": runs}
 
 
@@ -154,8 +196,9 @@ def main() -> None:
     answer_fd = os.dup(1)
     os.dup2(2, 1)  # Sailor prints as it goes, from Python and C++ alike: to standard error
     with contextlib.redirect_stdout(sys.stderr):
-        answer = {"simulate": simulate, "plan": plan,
-                  "runs": lambda r, _: validation_runs(r)}[req["op"]](root, req)
+        answer = {"simulate": simulate, "plan": plan, "runs": lambda r, _: validation_runs(r)}[
+            req["op"]
+        ](root, req)
     with os.fdopen(answer_fd, "w") as out:
         json.dump(answer, out)
 

@@ -56,24 +56,39 @@ CACHE = Path(os.environ.get("XDS_CACHE", Path.home() / ".cache")) / "xds-sailor"
 
 def driver(root: Path, request: dict) -> dict:
     """One request to benchmarks/sailor_driver.py in a child process with Sailor's modules."""
-    done = subprocess.run([sys.executable, "-m", "benchmarks.sailor_driver"],
-                          input=json.dumps({"root": str(root), "cache": str(CACHE), **request}),
-                          capture_output=True, text=True, cwd=Path(__file__).parent.parent)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.sailor_driver"],
+        input=json.dumps({"root": str(root), "cache": str(CACHE), **request}),
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+    )
     if done.returncode:
         raise RuntimeError(f"Sailor's code failed ({request['op']}): {done.stderr[-3000:]}")
     return json.loads(done.stdout)
 
 
-def profile(checkout: Path, sailor_model: str, arch, sailor_gpu: str, gpu: str,
-            planner_file: bool = False) -> MeasuredLayers:
+def profile(
+    checkout: Path, sailor_model: str, arch, sailor_gpu: str, gpu: str, planner_file: bool = False
+) -> MeasuredLayers:
     """Sailor's layer profile of a model on an accelerator, read as ours (an input)."""
     planner = checkout / "sailor" / "Planner"
-    path = (planner / "sailor_planner" / "profiles" / sailor_model / sailor_gpu / "profile.json"
-            if planner_file else planner / "simulations" / "profiles_tmp.json")
-    return MeasuredLayers.of(from_sailor(
-        read_json(path, "Sailor profile"), arch, gpu, sailor_model=sailor_model,
-        sailor_gpu=sailor_gpu, llm_info=read_json(planner / "llm_info.json", "llm_info"),
-        source=str(path.relative_to(checkout))))
+    path = (
+        planner / "sailor_planner" / "profiles" / sailor_model / sailor_gpu / "profile.json"
+        if planner_file
+        else planner / "simulations" / "profiles_tmp.json"
+    )
+    return MeasuredLayers.of(
+        from_sailor(
+            read_json(path, "Sailor profile"),
+            arch,
+            gpu,
+            sailor_model=sailor_model,
+            sailor_gpu=sailor_gpu,
+            llm_info=read_json(planner / "llm_info.json", "llm_info"),
+            source=str(path.relative_to(checkout)),
+        )
+    )
 
 
 # ------------------------------------------------------------------------------ 1. fidelity
@@ -87,68 +102,144 @@ def fidelity(root: Path, checkout: Path) -> None:
         key = run["file"].split("/")[-3]
         sailor_model, ours = MODELS[key]
         p = run["pipeline_list"][0]
-        plans.append({"model": sailor_model, "gbs": run["gbs"], "zone": run["zone"],
-                      "pipeline_list": run["pipeline_list"], "mbs": run["mbs"]})
+        plans.append(
+            {
+                "model": sailor_model,
+                "gbs": run["gbs"],
+                "zone": run["zone"],
+                "pipeline_list": run["pipeline_list"],
+                "mbs": run["mbs"],
+            }
+        )
         arch = catalog.model(ours)
-        plan = Plan(dp=p["dp"][0], tp=p["tmp_per_stage"][0][0][1], pp=p["num_stages"],
-                    micro_batch=run["mbs"], zero=0, dtype=DTYPE)
+        plan = Plan(
+            dp=p["dp"][0],
+            tp=p["tmp_per_stage"][0][0][1],
+            pp=p["num_stages"],
+            micro_batch=run["mbs"],
+            zero=0,
+            dtype=DTYPE,
+        )
         rows.append((run, key, arch, plan, sum(len(s) for s in p["layers_per_stage"])))
     for model in {pl["model"] for pl in plans}:
         idx = [i for i, pl in enumerate(plans) if pl["model"] == model]
-        out = driver(root, {"op": "simulate", "model": model,
-                            "plans": [plans[i] for i in idx]})["results"]
+        out = driver(root, {"op": "simulate", "model": model, "plans": [plans[i] for i in idx]})[
+            "results"
+        ]
         sims += list(zip(idx, out, strict=True))
     sailor_s = dict((i, r["iteration_s"]) for i, r in sims)
-    measured = {key: profile(checkout, MODELS[key][0], catalog.model(MODELS[key][1]), "GH-96",
-                             "GH200") for key in MODELS}
+    measured = {
+        key: profile(checkout, MODELS[key][0], catalog.model(MODELS[key][1]), "GH-96", "GH200")
+        for key in MODELS
+    }
     network = network_from_sailor(checkout / NETWORK, "GH-96")
     table, errs = [], {"sailor": [], "ours": [], "roofline": [], "memory": []}
     flagged = []
     for i, (run, key, arch, plan, listed) in enumerate(rows):
         one = PlanBatch.of([plan])
-        with_profile = estimate(arch, run["gbs"], one, Hardware.of(gh200), stack=STACK,
-                                measured=(measured[key],), network=network)
+        with_profile = estimate(
+            arch,
+            run["gbs"],
+            one,
+            Hardware.of(gh200),
+            stack=STACK,
+            measured=(measured[key],),
+            network=network,
+        )
         roof = estimate(arch, run["gbs"], one, Hardware.of(gh200), stack=STACK)
         real = run["real"]
-        e = {"sailor": sailor_s[i] / real - 1,
-             "ours": float(with_profile.step_time_s[0]) / real - 1,
-             "roofline": float(roof.step_time_s[0]) / real - 1}
+        e = {
+            "sailor": sailor_s[i] / real - 1,
+            "ours": float(with_profile.step_time_s[0]) / real - 1,
+            "roofline": float(roof.step_time_s[0]) / real - 1,
+        }
         bad = listed != arch.layers + 2  # the file's stages list another model's layers
         if bad:
             flagged.append(run["file"])
         for k, v in e.items():
             errs[k].append(v)
         errs["memory"].append(float(with_profile.memory_gib[0]) / (run["max_mem"] / 2**30) - 1)
-        table.append([run["file"].split("/")[-3] + " " + Path(run["file"]).stem.replace(
-            "plan_config_", ""), f"{plan.pp}x{plan.tp}x{plan.dp}", plan.micro_batch, run["gbs"],
-            f"{real:.3f}", f"{sailor_s[i]:.3f}", f"{e['sailor']:+.1%}",
-            f"{with_profile.step_time_s[0]:.3f}", f"{e['ours']:+.1%}",
-            f"{roof.step_time_s[0]:.3f}", f"{e['roofline']:+.1%}",
-            f"{run['max_mem'] / 2**30:.1f}", f"{with_profile.memory_gib[0]:.1f}",
-            "NO: " + f"{listed} layers listed" if bad else ""])
-    print_table("Sailor's measured GH200 runs: iteration seconds, measured and modelled",
-                ["run", "PPxTPxDP", "mb", "GBS", "measured", "Sailor sim", "err",
-                 "ours+profile", "err", "ours roofline", "err", "mem GiB", "ours GiB",
-                 "plan file sane"], table)
+        table.append(
+            [
+                run["file"].split("/")[-3]
+                + " "
+                + Path(run["file"]).stem.replace("plan_config_", ""),
+                f"{plan.pp}x{plan.tp}x{plan.dp}",
+                plan.micro_batch,
+                run["gbs"],
+                f"{real:.3f}",
+                f"{sailor_s[i]:.3f}",
+                f"{e['sailor']:+.1%}",
+                f"{with_profile.step_time_s[0]:.3f}",
+                f"{e['ours']:+.1%}",
+                f"{roof.step_time_s[0]:.3f}",
+                f"{e['roofline']:+.1%}",
+                f"{run['max_mem'] / 2**30:.1f}",
+                f"{with_profile.memory_gib[0]:.1f}",
+                "NO: " + f"{listed} layers listed" if bad else "",
+            ]
+        )
+    print_table(
+        "Sailor's measured GH200 runs: iteration seconds, measured and modelled",
+        [
+            "run",
+            "PPxTPxDP",
+            "mb",
+            "GBS",
+            "measured",
+            "Sailor sim",
+            "err",
+            "ours+profile",
+            "err",
+            "ours roofline",
+            "err",
+            "mem GiB",
+            "ours GiB",
+            "plan file sane",
+        ],
+        table,
+    )
     keep = np.array([r[0]["file"] not in flagged for r in rows])
     summary = []
-    for name, label in (("sailor", "Sailor's simulator (its GH200 profile)"),
-                        ("ours", "ours, Sailor's GH200 layer profile as input"),
-                        ("roofline", "ours, roofline alone (no profile)")):
+    for name, label in (
+        ("sailor", "Sailor's simulator (its GH200 profile)"),
+        ("ours", "ours, Sailor's GH200 layer profile as input"),
+        ("roofline", "ours, roofline alone (no profile)"),
+    ):
         a = np.abs(errs[name])
-        summary.append([label, f"{np.median(a):.1%}", f"{a.max():.1%}",
-                        f"{np.median(a[keep]):.1%}", f"{a[keep].max():.1%}",
-                        f"{ordered(rows, errs[name])}"])
+        summary.append(
+            [
+                label,
+                f"{np.median(a):.1%}",
+                f"{a.max():.1%}",
+                f"{np.median(a[keep]):.1%}",
+                f"{a[keep].max():.1%}",
+                f"{ordered(rows, errs[name])}",
+            ]
+        )
     print()
-    print_table(f"Error on Sailor's {len(rows)} measured GH200 runs (|model/measured - 1|)",
-                ["model", "median", "max", f"median, {keep.sum()} sane", f"max, {keep.sum()} "
-                 "sane", "pairs ordered"], summary,
-                note=("Not sane: " + ", ".join(flagged) + " (its stages list another model's "
-                      "layers; its measured time equals the other model's run's "
-                      "red_grads)\n" if flagged else "")
-                + f"Memory, ours against the runs' max_mem: median "
-                  f"{np.median(np.abs(errs['memory'])[keep]):.1%}, max "
-                  f"{np.abs(errs['memory'])[keep].max():.1%} on the sane runs.")
+    print_table(
+        f"Error on Sailor's {len(rows)} measured GH200 runs (|model/measured - 1|)",
+        [
+            "model",
+            "median",
+            "max",
+            f"median, {keep.sum()} sane",
+            f"max, {keep.sum()} sane",
+            "pairs ordered",
+        ],
+        summary,
+        note=(
+            "Not sane: " + ", ".join(flagged) + " (its stages list another model's "
+            "layers; its measured time equals the other model's run's "
+            "red_grads)\n"
+            if flagged
+            else ""
+        )
+        + f"Memory, ours against the runs' max_mem: median "
+        f"{np.median(np.abs(errs['memory'])[keep]):.1%}, max "
+        f"{np.abs(errs['memory'])[keep].max():.1%} on the sane runs.",
+    )
 
 
 def ordered(rows, errs) -> str:
@@ -191,13 +282,23 @@ def as_sailor(p: Placement, arch) -> dict:
     if p.kind == PIPELINE:
         zones_of = [[zone(n)] * plan.dp for n in p.stage_to_domain]
     else:
-        replicas = [z for n, g in zip(p.names, p.gpus, strict=True)
-                    for z in [zone(n)] * (g // per_replica)]
+        replicas = [
+            z for n, g in zip(p.names, p.gpus, strict=True) for z in [zone(n)] * (g // per_replica)
+        ]
         zones_of = [replicas] * plan.pp
     tmp = [[[[["A100-40", plan.tp, z]], plan.tp] for z in zs] for zs in zones_of]
-    return {"pipeline_list": [{"num_stages": plan.pp, "layers_per_stage": stages,
-                               "tmp_per_stage": tmp, "dp": [plan.dp] * plan.pp}],
-            "mbs": plan.micro_batch, "zone": zone(p.names[0])}
+    return {
+        "pipeline_list": [
+            {
+                "num_stages": plan.pp,
+                "layers_per_stage": stages,
+                "tmp_per_stage": tmp,
+                "dp": [plan.dp] * plan.pp,
+            }
+        ],
+        "mbs": plan.micro_batch,
+        "zone": zone(p.names[0]),
+    }
 
 
 def from_sailor_plan(body: dict, view, job) -> Placement | None:
@@ -219,16 +320,25 @@ def from_sailor_plan(body: dict, view, job) -> Placement | None:
         gpus = [sum(1 for zs in stage_zones if zs[0] == z) * dp * tp for z in order]
     else:
         return None
-    return Placement(job.name, kind, tuple(doms), tuple(gpus), plan,
-                     tuple(view.domains[d].name for d in doms))
+    return Placement(
+        job.name, kind, tuple(doms), tuple(gpus), plan, tuple(view.domains[d].name for d in doms)
+    )
 
 
 def plans(root: Path, checkout: Path) -> None:
     arch = catalog.model("opt-350m")
     start = time.perf_counter()
-    sailor = driver(root, {"op": "plan", "model": "OPT-350", "gpu": "A100-40", "gbs": 1024,
-                           "zones": [zone(d.name) for d in setup(8)[1].domains],
-                           "sizes": list(PER_ZONE)})
+    sailor = driver(
+        root,
+        {
+            "op": "plan",
+            "model": "OPT-350",
+            "gpu": "A100-40",
+            "gbs": 1024,
+            "zones": [zone(d.name) for d in setup(8)[1].domains],
+            "sizes": list(PER_ZONE),
+        },
+    )
     sailor_wall = time.perf_counter() - start
     rows, timing = [], []
     for pick in sailor["picks"]:
@@ -236,40 +346,74 @@ def plans(root: Path, checkout: Path) -> None:
         job, view = setup(per_zone)
         t0 = time.perf_counter()
         c0 = time.process_time()
-        opts = SearchOptions(dtype=DTYPE, stack=STACK, layers=(
-            profile(checkout, "OPT-350", arch, "A100-40", "A100-40GB", planner_file=True),),
-            network=network_from_sailor(checkout / NETWORK, "A100-40"))
+        opts = SearchOptions(
+            dtype=DTYPE,
+            stack=STACK,
+            layers=(profile(checkout, "OPT-350", arch, "A100-40", "A100-40GB", planner_file=True),),
+            network=network_from_sailor(checkout / NETWORK, "A100-40"),
+        )
         ours = search(job, view, THROUGHPUT, opts, pareto=False).best
         ours_s, ours_cpu = time.perf_counter() - t0, time.process_time() - c0
         theirs = from_sailor_plan(pick["plan"], view, job)
         bodies = [pick["plan"], as_sailor(ours, arch)]
-        sims = driver(root, {"op": "simulate", "model": "OPT-350", "gbs": 1024,
-                             "plans": [{**b, "zone": b.get("zone", zone(view.domains[0].name))}
-                                       for b in bodies]})["results"]
+        sims = driver(
+            root,
+            {
+                "op": "simulate",
+                "model": "OPT-350",
+                "gbs": 1024,
+                "plans": [{**b, "zone": b.get("zone", zone(view.domains[0].name))} for b in bodies],
+            },
+        )["results"]
         for who, p, sim in (("Sailor", theirs, sims[0]), ("ours", ours, sims[1])):
             est = estimate_placement(p, job, view, opts) if p is not None else None
-            rows.append([per_zone, who, describe(p), f"{sim['iteration_s']:.3f}",
-                         f"{est.step_time_s:.3f}" if est else "-",
-                         "yes" if sim["fits"] else "NO",
-                         f"{est.memory_gib_per_gpu:.1f}" if est else "-"])
-        timing.append([per_zone, f"{sailor['setup_s']:.1f} / {sailor['setup_cpu_s']:.1f}",
-                       f"{pick['decision_s']:.2f} / {pick['decision_cpu_s']:.2f}",
-                       f"{ours_s:.2f} / {ours_cpu:.2f}"])
-    print_table("Sailor's five zones, OPT-350M, global batch 1024: each pick under each model "
-                "(seconds per iteration; lower is faster)",
-                ["GPUs/zone", "planner", "pick", "Sailor's simulator", "our model",
-                 "fits Sailor's memory", "our GiB/GPU"], rows,
-                note="Our model: stack megatron-deepspeed, TF32, Sailor's A100-40 layer "
-                     "profile of OPT-350M and its A100-40 network curve (one GPU a node, "
-                     f"{NETWORK}) as input. Sailor's pick: the first of its planner's "
-                     "sorted plans that fits its memory model.")
+            rows.append(
+                [
+                    per_zone,
+                    who,
+                    describe(p),
+                    f"{sim['iteration_s']:.3f}",
+                    f"{est.step_time_s:.3f}" if est else "-",
+                    "yes" if sim["fits"] else "NO",
+                    f"{est.memory_gib_per_gpu:.1f}" if est else "-",
+                ]
+            )
+        timing.append(
+            [
+                per_zone,
+                f"{sailor['setup_s']:.1f} / {sailor['setup_cpu_s']:.1f}",
+                f"{pick['decision_s']:.2f} / {pick['decision_cpu_s']:.2f}",
+                f"{ours_s:.2f} / {ours_cpu:.2f}",
+            ]
+        )
+    print_table(
+        "Sailor's five zones, OPT-350M, global batch 1024: each pick under each model "
+        "(seconds per iteration; lower is faster)",
+        [
+            "GPUs/zone",
+            "planner",
+            "pick",
+            "Sailor's simulator",
+            "our model",
+            "fits Sailor's memory",
+            "our GiB/GPU",
+        ],
+        rows,
+        note="Our model: stack megatron-deepspeed, TF32, Sailor's A100-40 layer "
+        "profile of OPT-350M and its A100-40 network curve (one GPU a node, "
+        f"{NETWORK}) as input. Sailor's pick: the first of its planner's "
+        "sorted plans that fits its memory model.",
+    )
     print()
-    print_table("Planning time, seconds, wall / CPU (Sailor: its modules' import and its "
-                "planner's set-up once, then each decision; ours: profile import and search)",
-                ["GPUs/zone", "Sailor set-up", "Sailor decision", "ours, everything"],
-                timing, note=f"Sailor's planner built in {sailor['build_s']:.1f} s (cached "
-                             f"after the first run); its whole child process took "
-                             f"{sailor_wall:.1f} s.")
+    print_table(
+        "Planning time, seconds, wall / CPU (Sailor: its modules' import and its "
+        "planner's set-up once, then each decision; ours: profile import and search)",
+        ["GPUs/zone", "Sailor set-up", "Sailor decision", "ours, everything"],
+        timing,
+        note=f"Sailor's planner built in {sailor['build_s']:.1f} s (cached "
+        f"after the first run); its whole child process took "
+        f"{sailor_wall:.1f} s.",
+    )
 
 
 def describe(p: Placement | None) -> str:
@@ -283,13 +427,14 @@ def describe(p: Placement | None) -> str:
 def main() -> None:
     arg = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("SAILOR_DIR")
     if not arg:
-        print("skipped: give a checkout of github.com/eth-easl/sailor (an argument or "
-              "SAILOR_DIR)")
+        print("skipped: give a checkout of github.com/eth-easl/sailor (an argument or SAILOR_DIR)")
         return
     checkout = Path(arg).resolve()
     if not (checkout / "sailor" / "Planner" / "simulations" / "runtime_simulator.py").exists():
-        print(f"skipped: {checkout} is not a checkout of Sailor (no "
-              "sailor/Planner/simulations/runtime_simulator.py)")
+        print(
+            f"skipped: {checkout} is not a checkout of Sailor (no "
+            "sailor/Planner/simulations/runtime_simulator.py)"
+        )
         return
     root = layout(checkout)
     fidelity(root, checkout)

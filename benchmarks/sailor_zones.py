@@ -69,27 +69,46 @@ def main() -> None:
             pick = search(job, view, THROUGHPUT, opts, pareto=False).best
             best = best_by_zones(job, view, opts)
             top = max(best.values())
-            rows.append([dtype, per_zone, len(pick.domains), pick.kind,
-                         f"{pick.estimate.tokens_per_s:,.0f}",
-                         "yes" if pick.estimate.tokens_per_s >= top * (1 - 1e-9) else "NO",
-                         f"{best[4]:,.0f}", f"{best.get(5, 0):,.0f}",
-                         f"{best.get(5, 0) / best[4]:.3f}"])
+            rows.append(
+                [
+                    dtype,
+                    per_zone,
+                    len(pick.domains),
+                    pick.kind,
+                    f"{pick.estimate.tokens_per_s:,.0f}",
+                    "yes" if pick.estimate.tokens_per_s >= top * (1 - 1e-9) else "NO",
+                    f"{best[4]:,.0f}",
+                    f"{best.get(5, 0):,.0f}",
+                    f"{best.get(5, 0) / best[4]:.3f}",
+                ]
+            )
     print_table(
         "Sailor's five zones: the search's pick against the best plan on 4 and on 5 zones "
         "(every candidate evaluated), by tokens/s",
-        ["dtype", "GPUs/zone", "zones", "kind", "tokens/s", "= exhaustive best",
-         "best 4 zones", "best 5 zones", "best 5 / best 4"], rows,
+        [
+            "dtype",
+            "GPUs/zone",
+            "zones",
+            "kind",
+            "tokens/s",
+            "= exhaustive best",
+            "best 4 zones",
+            "best 5 zones",
+            "best 5 / best 4",
+        ],
+        rows,
         note="Links are per 4-GPU VM pair, every VM pair across a zone boundary getting it. "
-             "Replicas in Oregon exchange the gradients (0.71 GB in bf16, 1.42 in fp32) once "
-             "a step over a ring of the five zones (4 x 36 ms of latency) and 2-8 VM pairs a "
-             "zone at 7.8-9.1 Gbit/s x 0.9 each, hidden only behind the last micro-batch's "
-             "backward pass (Megatron's DDP; Sailor's simulator hides none of it). In bf16 "
-             "the 4-zone step is 0.3-1.4 s and a fifth zone saves at most a fifth of its "
-             "compute: less than the exchange costs. In fp32 (Sailor's Fig. 10) steps are "
-             "~10x longer: five zones win at 8 and 16 a zone; from 32 a zone the global batch "
-             "of 1024 leaves too few samples a replica for a fifth zone to add speed. A "
-             "pipeline boundary on the Oregon link carries 1024 x 2048 x 1024 x 2 B = 4.3 GB "
-             "of activations each way a step.")
+        "Replicas in Oregon exchange the gradients (0.71 GB in bf16, 1.42 in fp32) once "
+        "a step over a ring of the five zones (4 x 36 ms of latency) and 2-8 VM pairs a "
+        "zone at 7.8-9.1 Gbit/s x 0.9 each, hidden only behind the last micro-batch's "
+        "backward pass (Megatron's DDP; Sailor's simulator hides none of it). In bf16 "
+        "the 4-zone step is 0.3-1.4 s and a fifth zone saves at most a fifth of its "
+        "compute: less than the exchange costs. In fp32 (Sailor's Fig. 10) steps are "
+        "~10x longer: five zones win at 8 and 16 a zone; from 32 a zone the global batch "
+        "of 1024 leaves too few samples a replica for a fifth zone to add speed. A "
+        "pipeline boundary on the Oregon link carries 1024 x 2048 x 1024 x 2 B = 4.3 GB "
+        "of activations each way a step.",
+    )
 
 
 if __name__ == "__main__":

@@ -35,50 +35,56 @@ LIVE_FIXTURES = {"cluster", "existing_cluster"}  # test_live's: namespaces, labe
 RAY_FIXTURES = {"ray_session", "serve_port"}  # the shared local Ray, Serve on it
 # What a test's fixtures do not show: a Ray of its own (`ray start`, `xds serve`, a notebook's
 # Tune: the in-process guard below cannot see a subprocess's Ray), or the host's cgroups.
-BY_NAME = {"test_job_submit.py": "integration", "test_notebook.py": "integration",
-           "test_serving.py::test_xds_serve_serves_until_stopped": "integration",
-           "test_live.py::test_a_cpu_quota_holds_a_process_that_joins_it_to_its_share": "live"}
+BY_NAME = {
+    "test_job_submit.py": "integration",
+    "test_notebook.py": "integration",
+    "test_serving.py::test_xds_serve_serves_until_stopped": "integration",
+    "test_live.py::test_a_cpu_quota_holds_a_process_that_joins_it_to_its_share": "live",
+}
 # No Ray, but each took over 0.8 CPU-seconds here (a whole study, a backtest, model fitting,
 # a training run, the docs build): integration, so that the unit tier stays under a minute.
-BY_NAME |= dict.fromkeys([
-    "test_billing.py",  # most of it reads one whole study, run once for the module
-    "test_calibration.py::test_a_constant_the_runs_say_nothing_of_stays_where_it_was",
-    "test_calibration.py::test_fitting_recovers_the_constants_that_made_the_measurements",
-    "test_calibration.py::test_the_planner_plans_with_a_profile",
-    "test_calibration.py::test_the_shipped_profiles_are_what_calibrate_computes",
-    "test_cli.py::test_off_a_terminal_a_study_logs_its_progress_with_the_time",
-    "test_compare.py::test_a_saved_comparison_is_written_again_against_another_baseline",
-    "test_compute_index.py::test_index_ratios_predict_throughput_ratios_within_10_percent",
-    "test_csv_inputs.py::test_a_bad_sibling_is_left_out_of_the_pool_with_a_warning",
-    "test_csv_inputs.py::test_any_mutated_csv_is_read_cleanly",
-    "test_csv_inputs.py::test_the_pool_goes_on_with_the_good_siblings",
-    "test_docs.py::test_the_site_builds_strictly",
-    "test_forecast.py::test_forecaster_intervals_cover_on_synthetic_data",
-    "test_forecast.py::test_occupancy_blends_the_direct_models_of_shorter_horizons_fitting_each_once",
-    "test_forecast.py::test_intervals_widen_on_a_lively_day",
-    "test_forecast.py::test_backtest_cli_on_synthetic_csv",
-    "test_forecast.py::test_pooled_siblings_are_cut_at_the_test_start",
-    "test_forecast.py::test_plot_writes_png",
-    "test_forecast.py::test_shifted_phases_diagnostic_reuses_the_model_and_moves_the_windows",
-    "test_forecast_service.py::test_pure_forecast_with_known_jobs",
-    "test_forecast_service.py::test_served_forecast_fits_the_model_the_controller_fits_in_process",
-    "test_forecast_service.py::test_online_model_refits_daily_and_when_time_goes_back",
-    "test_hostile_inputs.py::test_any_mutated_scenario_is_checked_cleanly",
-    "test_layers.py::test_importing_the_pure_layers_loads_none_of_it",
-    "test_layers.py::test_no_module_outside_the_engine_writes_engine_or_job_state",
-    "test_live.py::test_the_small_gpt_learns_the_corpus",
-    "test_live.py::test_the_shipped_local_profile_is_what_calibrate_computes",
-    "test_monitor.py::test_the_report_shows_each_policy_graph_and_the_jobs_by_domain",
-    "test_parity.py::test_a_faulty_study_reports_what_it_did_before",
-    "test_parity.py::test_swings_and_relocations_play_out_as_before",
-    "test_phases.py::test_recognition_accuracy_on_held_out_curves",
-    "test_recovery.py::test_faulty_run_reports_faults",
-    "test_rl.py::test_study_reward_is_the_decisions_advantage_over_the_planners_in_a_rollout",
-    "test_study_folder.py::test_a_finished_study_is_kept_unless_forced",
-    "test_study_folder.py::test_resume_needs_a_journal_and_takes_nothing_else",
-    "test_tenancy.py::test_three_tenant_study_reports_every_tenant",
-    "test_truth.py::test_every_policy_of_a_study_meets_the_same_truth",
-], "integration")
+BY_NAME |= dict.fromkeys(
+    [
+        "test_billing.py",  # most of it reads one whole study, run once for the module
+        "test_calibration.py::test_a_constant_the_runs_say_nothing_of_stays_where_it_was",
+        "test_calibration.py::test_fitting_recovers_the_constants_that_made_the_measurements",
+        "test_calibration.py::test_the_planner_plans_with_a_profile",
+        "test_calibration.py::test_the_shipped_profiles_are_what_calibrate_computes",
+        "test_cli.py::test_off_a_terminal_a_study_logs_its_progress_with_the_time",
+        "test_compare.py::test_a_saved_comparison_is_written_again_against_another_baseline",
+        "test_compute_index.py::test_index_ratios_predict_throughput_ratios_within_10_percent",
+        "test_csv_inputs.py::test_a_bad_sibling_is_left_out_of_the_pool_with_a_warning",
+        "test_csv_inputs.py::test_any_mutated_csv_is_read_cleanly",
+        "test_csv_inputs.py::test_the_pool_goes_on_with_the_good_siblings",
+        "test_docs.py::test_the_site_builds_strictly",
+        "test_forecast.py::test_forecaster_intervals_cover_on_synthetic_data",
+        "test_forecast.py::test_occupancy_blends_the_direct_models_of_shorter_horizons_fitting_each_once",
+        "test_forecast.py::test_intervals_widen_on_a_lively_day",
+        "test_forecast.py::test_backtest_cli_on_synthetic_csv",
+        "test_forecast.py::test_pooled_siblings_are_cut_at_the_test_start",
+        "test_forecast.py::test_plot_writes_png",
+        "test_forecast.py::test_shifted_phases_diagnostic_reuses_the_model_and_moves_the_windows",
+        "test_forecast_service.py::test_pure_forecast_with_known_jobs",
+        "test_forecast_service.py::test_served_forecast_fits_the_model_the_controller_fits_in_process",
+        "test_forecast_service.py::test_online_model_refits_daily_and_when_time_goes_back",
+        "test_hostile_inputs.py::test_any_mutated_scenario_is_checked_cleanly",
+        "test_layers.py::test_importing_the_pure_layers_loads_none_of_it",
+        "test_layers.py::test_no_module_outside_the_engine_writes_engine_or_job_state",
+        "test_live.py::test_the_small_gpt_learns_the_corpus",
+        "test_live.py::test_the_shipped_local_profile_is_what_calibrate_computes",
+        "test_monitor.py::test_the_report_shows_each_policy_graph_and_the_jobs_by_domain",
+        "test_parity.py::test_a_faulty_study_reports_what_it_did_before",
+        "test_parity.py::test_swings_and_relocations_play_out_as_before",
+        "test_phases.py::test_recognition_accuracy_on_held_out_curves",
+        "test_recovery.py::test_faulty_run_reports_faults",
+        "test_rl.py::test_study_reward_is_the_decisions_advantage_over_the_planners_in_a_rollout",
+        "test_study_folder.py::test_a_finished_study_is_kept_unless_forced",
+        "test_study_folder.py::test_resume_needs_a_journal_and_takes_nothing_else",
+        "test_tenancy.py::test_three_tenant_study_reports_every_tenant",
+        "test_truth.py::test_every_policy_of_a_study_meets_the_same_truth",
+    ],
+    "integration",
+)
 
 
 def tier(item: pytest.Item) -> str | None:
@@ -110,8 +116,11 @@ def unit_tests_start_no_ray(request, monkeypatch):
     import ray
 
     def refuse(*args, **kwargs):
-        pytest.fail(f"{request.node.nodeid} is a unit test and started Ray: give it the "
-                    "ray_session fixture (integration tier)", pytrace=False)
+        pytest.fail(
+            f"{request.node.nodeid} is a unit test and started Ray: give it the "
+            "ray_session fixture (integration tier)",
+            pytrace=False,
+        )
 
     monkeypatch.setattr(ray, "init", refuse)
     was = ray.is_initialized()
@@ -159,19 +168,35 @@ def small_scenario(hours_of_jobs: bool = True):
     from xdscheduler.scenario import parse_scenario
 
     doc = {
-        "name": "three_domains", "seed": 3,
+        "name": "three_domains",
+        "seed": 3,
         "domains": [
-            {"name": n, "location": {"city": n}, "nodes": [{"accelerator": a, "count": c}],
-             "intra_domain_gbps": 400}
-            for n, a, c in (("east", "H100-SXM", 16), ("west", "H100-SXM", 16),
-                            ("north", "A100-80GB", 8))],
+            {
+                "name": n,
+                "location": {"city": n},
+                "nodes": [{"accelerator": a, "count": c}],
+                "intra_domain_gbps": 400,
+            }
+            for n, a, c in (
+                ("east", "H100-SXM", 16),
+                ("west", "H100-SXM", 16),
+                ("north", "A100-80GB", 8),
+            )
+        ],
         "links": [
             {"a": "east", "b": "west", "bandwidth_gbps": 10, "rtt_ms": 20, "price_per_gb": 0.02},
             {"a": "east", "b": "north", "bandwidth_gbps": 2, "rtt_ms": 40, "price_per_gb": 0.05},
             {"a": "west", "b": "north", "bandwidth_gbps": 2, "rtt_ms": 45, "price_per_gb": 0.05},
         ],
-        "jobs": [{"name": "big", "model": "llama2-13b", "global_batch": 256, "tokens": 2e9,
-                  "gpus": {"min": 32, "max": 256}}],
+        "jobs": [
+            {
+                "name": "big",
+                "model": "llama2-13b",
+                "global_batch": 256,
+                "tokens": 2e9,
+                "gpus": {"min": 32, "max": 256},
+            }
+        ],
     }
     if hours_of_jobs:
         doc["workload"] = {"load": 0.8}
@@ -188,13 +213,31 @@ def giant_among_smaller_jobs():
     from xdscheduler.planner.view import ClusterView
     from xdscheduler.scenario import parse_scenario
 
-    view = ClusterView.from_scenario(parse_scenario({
-        "name": "a100s", "domains": [
-            {"name": n, "location": {"city": n}, "intra_domain_gbps": 400,
-             "nodes": [{"accelerator": "A100-80GB", "count": c}]}
-            for n, c in (("east", 6), ("west", 14))],
-        "links": [{"a": "east", "b": "west", "bandwidth_gbps": 100, "rtt_ms": 100,
-                   "price_per_gb": 0.02}]}))
+    view = ClusterView.from_scenario(
+        parse_scenario(
+            {
+                "name": "a100s",
+                "domains": [
+                    {
+                        "name": n,
+                        "location": {"city": n},
+                        "intra_domain_gbps": 400,
+                        "nodes": [{"accelerator": "A100-80GB", "count": c}],
+                    }
+                    for n, c in (("east", 6), ("west", 14))
+                ],
+                "links": [
+                    {
+                        "a": "east",
+                        "b": "west",
+                        "bandwidth_gbps": 100,
+                        "rtt_ms": 100,
+                        "price_per_gb": 0.02,
+                    }
+                ],
+            }
+        )
+    )
     giant = JobSpec("giant", catalog.model("llama2-70b"), 1024, 4096, 128, 512, tokens=5e9)
     arch = catalog.model("llama3-8b")
     small = JobSpec("small", arch, 512, arch.seq_len, 8, 8, tokens=1e10)

@@ -21,12 +21,22 @@ from xdscheduler.scenario import parse_scenario
 
 def two_domains() -> ClusterView:
     """east and west, 16 H100 each, one 10 Gbit/s link."""
-    return ClusterView.from_scenario(parse_scenario({
-        "name": "two", "domains": [
-            {"name": n, "location": {"city": n}, "nodes": [{"accelerator": "H100-SXM",
-                                                            "count": 2}]}
-            for n in ("east", "west")],
-        "links": [{"a": "east", "b": "west", "bandwidth_gbps": 10, "rtt_ms": 20}]}))
+    return ClusterView.from_scenario(
+        parse_scenario(
+            {
+                "name": "two",
+                "domains": [
+                    {
+                        "name": n,
+                        "location": {"city": n},
+                        "nodes": [{"accelerator": "H100-SXM", "count": 2}],
+                    }
+                    for n in ("east", "west")
+                ],
+                "links": [{"a": "east", "b": "west", "bandwidth_gbps": 10, "rtt_ms": 20}],
+            }
+        )
+    )
 
 
 def job(name: str, gpus_min: int, gpus_max: int, hours: float, view: ClusterView) -> JobSpec:
@@ -41,8 +51,7 @@ def test_easy_backfill_reserves_for_the_head_and_lets_only_harmless_jobs_by():
     # east: 4 free now, 12 more when a running job ends at 1,000 s; west: 8 free, 8 more at
     # 3,000 s. The head asks for a whole domain: east holds it first, at 1,000 s.
     base = two_domains()
-    view = base.with_free({"east": 4, "west": 8}).with_releases(
-        [(1000.0, 0, 12), (3000.0, 1, 8)])
+    view = base.with_free({"east": 4, "west": 8}).with_releases([(1000.0, 0, 12), (3000.0, 1, 8)])
     head = job("head", 16, 16, 2.0, base)
     long = job("long", 4, 4, 2.0, base)  # east fits it best, but it would still hold east's 4
     eight = job("eight", 8, 8, 2.0, base)  # at 1,000 s: west takes it, and this one no longer fits
@@ -67,11 +76,13 @@ def test_gang_admits_at_the_largest_size_a_domain_holds_and_skips_what_cannot_st
 
 def test_the_fair_greedy_stays_in_one_domain_when_it_can_and_spreads_hierarchically_else():
     base = two_domains()
-    inside = GreedyCrossDomain().decide([job("a", 8, 16, 1.0, base)],
-                                        base.with_free({"east": 10, "west": 12}), 0.0)
+    inside = GreedyCrossDomain().decide(
+        [job("a", 8, 16, 1.0, base)], base.with_free({"east": 10, "west": 12}), 0.0
+    )
     assert inside[0].kind == "single" and inside[0].names == ("west",)
-    spread = GreedyCrossDomain().decide([job("b", 16, 16, 1.0, base)],
-                                        base.with_free({"east": 8, "west": 8}), 0.0)
+    spread = GreedyCrossDomain().decide(
+        [job("b", 16, 16, 1.0, base)], base.with_free({"east": 8, "west": 8}), 0.0
+    )
     (p,) = spread
     assert p.kind == "data" and set(p.names) == {"east", "west"} and p.total_gpus == 16
 

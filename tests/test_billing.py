@@ -30,8 +30,22 @@ def study(tmp_path_factory):
     out = tmp_path_factory.mktemp("billed") / "study"
     from xdscheduler.cli import main
 
-    assert main(["run", SCENARIO, "--hours", "3", "--local", "--policies",
-                 "planner,gang-single-domain", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                SCENARIO,
+                "--hours",
+                "3",
+                "--local",
+                "--policies",
+                "planner,gang-single-domain",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -39,8 +53,9 @@ def test_bills_reconcile_with_the_report_to_the_cent(study, capsys):
     report = json.loads((study / "report.json").read_text())
     for policy in ("planner", "gang-single-domain"):
         for tenant in TENANTS:
-            code, out, err = run(capsys, "bill", str(study), "--tenant", tenant, "--policy",
-                                 policy, "--json")
+            code, out, err = run(
+                capsys, "bill", str(study), "--tenant", tenant, "--policy", policy, "--json"
+            )
             assert code == 0, err
             billed = json.loads(out)
             expected = report["policies"][policy]["tenants"][tenant]
@@ -55,17 +70,22 @@ def test_bills_reconcile_with_the_report_to_the_cent(study, capsys):
 def test_windows_add_up_to_the_whole(study):
     records = read_ledger(study)
     whole = bill(records, "small-lab", "planner").total_usd
-    parts = [bill(records, "small-lab", "planner", a * 3600, b * 3600).total_usd
-             for a, b in ((0, 1), (1, 2.5), (2.5, 1000))]
+    parts = [
+        bill(records, "small-lab", "planner", a * 3600, b * 3600).total_usd
+        for a, b in ((0, 1), (1, 2.5), (2.5, 1000))
+    ]
     assert sum(parts) == pytest.approx(whole, rel=1e-9) and all(p > 0 for p in parts[:2])
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--tenant", "nobody"], "no tenant 'nobody'"),
-    (["--tenant", "small-lab", "--policy", "fifo"], "no policy 'fifo'"),
-    (["--tenant", "small-lab", "--from", "2", "--to", "1"], "must be after --from"),
-    (["--tenant", "small-lab", "--from", "-1"], "outside"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--tenant", "nobody"], "no tenant 'nobody'"),
+        (["--tenant", "small-lab", "--policy", "fifo"], "no policy 'fifo'"),
+        (["--tenant", "small-lab", "--from", "2", "--to", "1"], "must be after --from"),
+        (["--tenant", "small-lab", "--from", "-1"], "outside"),
+    ],
+)
 def test_bad_bill_requests_are_named(study, capsys, argv, message):
     code, _, err = run(capsys, "bill", str(study), *argv)
     assert code == 2 and message in err and "Traceback" not in err
@@ -86,8 +106,9 @@ def test_tenants_command_shows_every_tenant(study, capsys):
 
 def test_a_replayed_ledger_keeps_each_record_once(tmp_path):
     ledger = Ledger(tmp_path / "l.sqlite", "p")
-    first = [Usage(i, "accelerators", i, i + 1, "j", "t", "d", "H100-SXM", 10.0, 1.0)
-             for i in range(3)]
+    first = [
+        Usage(i, "accelerators", i, i + 1, "j", "t", "d", "H100-SXM", 10.0, 1.0) for i in range(3)
+    ]
     ledger.record(first[:2])
     ledger.record(first[2:])
     again = Ledger(tmp_path / "l.sqlite", "p")  # a controller after a crash: replays, goes on
@@ -98,21 +119,40 @@ def test_a_replayed_ledger_keeps_each_record_once(tmp_path):
 
 
 def test_killing_the_controller_mid_run_leaves_the_bills_of_an_uninterrupted_run(
-        ray_session, tmp_path):
+    ray_session, tmp_path
+):
     ray = ray_session
     from xdscheduler.runtime.controller import Controller
 
     scn = load_scenario(SCENARIO)
     jobs = study_jobs(scn, HOURS, SEED)
     dyn = study_dynamics(scn, SEED, HOURS)
-    whole = run_here(scn, jobs, make_policy("planner", scn.weights), dyn, HOURS,
-                     ledger=str(tmp_path / "whole" / "ledger.sqlite"))
+    whole = run_here(
+        scn,
+        jobs,
+        make_policy("planner", scn.weights),
+        dyn,
+        HOURS,
+        ledger=str(tmp_path / "whole" / "ledger.sqlite"),
+    )
     journal, ledger = str(tmp_path / "journal.sqlite"), str(tmp_path / "ledger.sqlite")
 
     def controller():
-        return Controller.remote(scn.model_dump(), [j.model_dump() for j in jobs], "planner",
-                                 dyn, HOURS * 3600, False, None, journal, None, None, None,
-                                 1.0, ledger)
+        return Controller.remote(
+            scn.model_dump(),
+            [j.model_dump() for j in jobs],
+            "planner",
+            dyn,
+            HOURS * 3600,
+            False,
+            None,
+            journal,
+            None,
+            None,
+            None,
+            1.0,
+            ledger,
+        )
 
     first = controller()
     ray.get(first.advance.remote(1800))

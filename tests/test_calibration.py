@@ -26,8 +26,14 @@ from xdscheduler.costmodel.constants import DEFAULT
 
 PUBLISHED = REPO / "benchmarks" / "published_runs.csv"
 # constants unlike the shipped ones, within their physical ranges
-TRUE = replace(DEFAULT, gemm_efficiency=0.62, fp8_gemm_efficiency=0.55,
-               attention_efficiency=0.45, memory_passes=2.4, kernel_overhead_s=2e-5)
+TRUE = replace(
+    DEFAULT,
+    gemm_efficiency=0.62,
+    fp8_gemm_efficiency=0.55,
+    attention_efficiency=0.45,
+    memory_passes=2.4,
+    kernel_overhead_s=2e-5,
+)
 
 
 def test_fitting_recovers_the_constants_that_made_the_measurements():
@@ -56,44 +62,56 @@ def test_a_constant_the_runs_say_nothing_of_stays_where_it_was():
 
 def test_calibrate_writes_a_profile_and_reports_held_out_error(capsys, tmp_path):
     out = tmp_path / "fsdp.yaml"
-    code, text, err = run(capsys, "calibrate", str(PUBLISHED), "--stack", "fsdp",
-                          "--out", str(out), "--json")
+    code, text, err = run(
+        capsys, "calibrate", str(PUBLISHED), "--stack", "fsdp", "--out", str(out), "--json"
+    )
     assert code == 0, err
     summary = json.loads(text)
     profile = Profile.load(out)
     assert profile.stack == "fsdp" and set(profile.constants) == set(FITTED)
     assert summary["held_out"] == len(profile.held_out) > 0
     assert summary["median_abs_error_held_out"] == pytest.approx(
-        sorted(abs(r.error) for r in profile.held_out)[len(profile.held_out) // 2], abs=0.05)
-    code, _, err = run(capsys, "calibrate", str(PUBLISHED), "--stack", "fsdp",
-                       "--out", str(out))
+        sorted(abs(r.error) for r in profile.held_out)[len(profile.held_out) // 2], abs=0.05
+    )
+    code, _, err = run(capsys, "calibrate", str(PUBLISHED), "--stack", "fsdp", "--out", str(out))
     assert code == 2 and "--force" in err  # a profile is not replaced by accident
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--stack", "tensorflow"], "unknown stack 'tensorflow'"),
-    (["--stack", "fsdp", "--hold-out", "("], "is not a regular expression"),
-    (["--stack", "fsdp", "--hold-out", "no-such-model"], "matches none"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--stack", "tensorflow"], "unknown stack 'tensorflow'"),
+        (["--stack", "fsdp", "--hold-out", "("], "is not a regular expression"),
+        (["--stack", "fsdp", "--hold-out", "no-such-model"], "matches none"),
+    ],
+)
 def test_calibrate_refuses_bad_input_in_one_line(capsys, tmp_path, argv, message):
-    code, _, err = run(capsys, "calibrate", str(PUBLISHED), *argv,
-                       "--out", str(tmp_path / "p.yaml"))
+    code, _, err = run(
+        capsys, "calibrate", str(PUBLISHED), *argv, "--out", str(tmp_path / "p.yaml")
+    )
     assert code == 2 and message in err and "Traceback" not in err
 
 
 def test_a_csv_without_runs_of_the_stack_is_refused(capsys, tmp_path):
     empty = tmp_path / "runs.csv"
     empty.write_text(PUBLISHED.read_text().splitlines()[0] + "\n")
-    code, _, err = run(capsys, "calibrate", str(empty), "--stack", "fsdp",
-                       "--out", str(tmp_path / "p.yaml"))
+    code, _, err = run(
+        capsys, "calibrate", str(empty), "--stack", "fsdp", "--out", str(tmp_path / "p.yaml")
+    )
     assert code == 2 and "no modelled runs of stack 'fsdp'" in err
 
 
 def test_the_planner_plans_with_a_profile(capsys, tmp_path, default_scenario_path):
     """A profile of slower kernels gives slower plans, and the plan says which profile."""
     slow = tmp_path / "slow.yaml"
-    slow.write_text(yaml.safe_dump({"stack": "megatron-core", "constants": {
-        "gemm_efficiency": 0.4, "attention_efficiency": 0.2}}))
+    slow.write_text(
+        yaml.safe_dump(
+            {
+                "stack": "megatron-core",
+                "constants": {"gemm_efficiency": 0.4, "attention_efficiency": 0.2},
+            }
+        )
+    )
     steps = []
     for extra in ([], ["--profile", str(slow)]):
         code, out, err = run(capsys, "plan", str(default_scenario_path), "--json", *extra)
@@ -116,8 +134,20 @@ def test_every_row_of_the_published_runs_names_its_source():
 def test_estimate_takes_a_profile(capsys, tmp_path):
     fsdp2 = tmp_path / "fsdp2.yaml"
     fsdp2.write_text(yaml.safe_dump({"stack": "fsdp2", "constants": {"gemm_efficiency": 0.5}}))
-    argv = ["estimate", "--gpu", "H100-SXM", "--model", "llama2-7b", "--gpus", "8",
-            "--global-batch", "64", "--zero", "3", "--json"]
+    argv = [
+        "estimate",
+        "--gpu",
+        "H100-SXM",
+        "--model",
+        "llama2-7b",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "64",
+        "--zero",
+        "3",
+        "--json",
+    ]
     code, out, _ = run(capsys, *argv)
     shipped = json.loads(out)
     code, out, _ = run(capsys, *argv, "--profile", str(fsdp2))
@@ -134,13 +164,11 @@ def test_the_shipped_profiles_are_what_calibrate_computes(capsys, tmp_path, stac
     assert code == 0, err
     again = Profile.load(out)
     assert again.constants == pytest.approx(shipped.constants, rel=1e-6)
-    assert [r.configuration for r in again.held_out] == [
-        r.configuration for r in shipped.held_out]
+    assert [r.configuration for r in again.held_out] == [r.configuration for r in shipped.held_out]
 
 
 def test_a_sharded_stack_plans_with_zero_3(capsys, default_scenario_path):
-    code, out, err = run(capsys, "plan", str(default_scenario_path), "--profile", "fsdp2",
-                         "--json")
+    code, out, err = run(capsys, "plan", str(default_scenario_path), "--profile", "fsdp2", "--json")
     assert code == 0, err
     data = json.loads(out)
     assert {data["plan"]["zero"], *(a["plan"]["zero"] for a in data["alternatives"])} == {3}
@@ -154,8 +182,12 @@ def test_the_readme_table_of_profiles_says_what_they_hold():
         p = Profile.load(path)
         row = next(line for line in text.splitlines() if line.startswith(f"| `{path.stem}` |"))
         cells = [c.strip() for c in row.strip("|").split("|")]
-        assert cells[2:] == [str(len(p.fitted)), str(len(p.held_out)),
-                             f"{median_error(p.fitted):.1%}", f"{median_error(p.held_out):.1%}"]
+        assert cells[2:] == [
+            str(len(p.fitted)),
+            str(len(p.held_out)),
+            f"{median_error(p.fitted):.1%}",
+            f"{median_error(p.held_out):.1%}",
+        ]
 
 
 def test_torchtitans_h100_runs_are_on_the_h100_they_ran_on():
@@ -165,8 +197,11 @@ def test_torchtitans_h100_runs_are_on_the_h100_they_ran_on():
     from xdscheduler import catalog
 
     runs, _ = load_runs(PUBLISHED)
-    h100 = {r.gpu.name for r in runs if "torchtitan" in r.source.lower()
-            and r.gpu.name.startswith("H100")}
+    h100 = {
+        r.gpu.name
+        for r in runs
+        if "torchtitan" in r.source.lower() and r.gpu.name.startswith("H100")
+    }
     assert h100 == {"H100-SXM-HBM2e"}
     variant, sxm = catalog.accelerator("H100-SXM-HBM2e"), catalog.accelerator("H100-SXM")
     assert (variant.memory_gbs, variant.power_w) == (2400, 500)

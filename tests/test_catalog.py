@@ -35,10 +35,19 @@ def test_v100_has_no_bf16_and_plans_in_fp16_or_fp32():
     assert a100.peak_tflops("fp16") == a100.peak_tflops("bf16") == a100.half_tflops
 
 
-@pytest.mark.parametrize("name,billions", [
-    ("gpt3-175b", 175), ("gpt3-6.7b", 6.7), ("llama2-7b", 6.7), ("llama2-13b", 13.0),
-    ("llama2-70b", 69.0), ("llama3-8b", 8.0), ("llama3-70b", 70.6), ("llama3.1-405b", 405.8),
-])
+@pytest.mark.parametrize(
+    "name,billions",
+    [
+        ("gpt3-175b", 175),
+        ("gpt3-6.7b", 6.7),
+        ("llama2-7b", 6.7),
+        ("llama2-13b", 13.0),
+        ("llama2-70b", 69.0),
+        ("llama3-8b", 8.0),
+        ("llama3-70b", 70.6),
+        ("llama3.1-405b", 405.8),
+    ],
+)
 def test_parameter_counts_match_published_sizes(name, billions):
     assert catalog.model(name).params / 1e9 == pytest.approx(billions, rel=0.02)
 
@@ -65,9 +74,19 @@ def test_the_shipped_catalog_is_a_file_with_a_source_for_every_entry():
 
 
 def _entry(name: str, **figures) -> dict:
-    return {"name": name, "vendor": "Acme", "bf16_tflops": 500.0, "memory_gib": 96.0,
-            "memory_gbs": 3000.0, "scaleup_gbs": 200.0, "scaleout_gbps": 200.0,
-            "gpus_per_node": 8, "power_w": 600.0, "source": "measured", **figures}
+    return {
+        "name": name,
+        "vendor": "Acme",
+        "bf16_tflops": 500.0,
+        "memory_gib": 96.0,
+        "memory_gbs": 3000.0,
+        "scaleup_gbs": 200.0,
+        "scaleout_gbps": 200.0,
+        "gpus_per_node": 8,
+        "power_w": 600.0,
+        "source": "measured",
+        **figures,
+    }
 
 
 def test_a_scenario_plans_on_an_accelerator_of_its_own(tmp_path, capsys):
@@ -78,11 +97,26 @@ def test_a_scenario_plans_on_an_accelerator_of_its_own(tmp_path, capsys):
     from tests.test_cli import run
     from xdscheduler.scenario import parse_scenario
 
-    data = {"name": "own", "accelerators": [_entry("TestChip-A")],
-            "domains": [{"name": "a", "location": {"city": "x"},
-                         "nodes": [{"accelerator": "testchip-a", "count": 4}]}],
-            "jobs": [{"name": "j", "model": "llama3-8b", "global_batch": 512,
-                      "tokens": 1e10, "gpus": {"min": 8, "max": 32}}]}
+    data = {
+        "name": "own",
+        "accelerators": [_entry("TestChip-A")],
+        "domains": [
+            {
+                "name": "a",
+                "location": {"city": "x"},
+                "nodes": [{"accelerator": "testchip-a", "count": 4}],
+            }
+        ],
+        "jobs": [
+            {
+                "name": "j",
+                "model": "llama3-8b",
+                "global_batch": 512,
+                "tokens": 1e10,
+                "gpus": {"min": 8, "max": 32},
+            }
+        ],
+    }
     scn = parse_scenario(data)
     assert scn.domains[0].accelerator.bf16_tflops == 500.0 and scn.domains[0].gpus == 32
     again = parse_scenario(scn.model_dump(mode="json"))  # as a controller receives it
@@ -95,19 +129,28 @@ def test_a_scenario_plans_on_an_accelerator_of_its_own(tmp_path, capsys):
     assert plan["predicted_step_time_s"] > 0
 
 
-@pytest.mark.parametrize("entry, message", [
-    (_entry("TestChip-B", bf16_tflops=-1.0), r"accelerators\[0\]\.bf16_tflops"),
-    ({k: v for k, v in _entry("TestChip-F").items() if k != "bf16_tflops"},
-     r"accelerators\[0\].*give bf16_tflops, or fp16_tflops"),
-    (_entry("H100", bf16_tflops=1000.0), "already known as 'H100-SXM'"),
-    ({**_entry("TestChip-C"), "source": ""}, r"accelerators\[0\]\.source"),
-])
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        (_entry("TestChip-B", bf16_tflops=-1.0), r"accelerators\[0\]\.bf16_tflops"),
+        (
+            {k: v for k, v in _entry("TestChip-F").items() if k != "bf16_tflops"},
+            r"accelerators\[0\].*give bf16_tflops, or fp16_tflops",
+        ),
+        (_entry("H100", bf16_tflops=1000.0), "already known as 'H100-SXM'"),
+        ({**_entry("TestChip-C"), "source": ""}, r"accelerators\[0\]\.source"),
+    ],
+)
 def test_bad_accelerators_of_a_scenario_are_named(entry, message):
     from xdscheduler.scenario import parse_scenario
 
-    data = {"name": "own", "accelerators": [entry],
-            "domains": [{"name": "a", "location": {"city": "x"},
-                         "nodes": [{"accelerator": "H100", "count": 1}]}]}
+    data = {
+        "name": "own",
+        "accelerators": [entry],
+        "domains": [
+            {"name": "a", "location": {"city": "x"}, "nodes": [{"accelerator": "H100", "count": 1}]}
+        ],
+    }
     with pytest.raises(UserError, match=message):
         parse_scenario(data, "s.yaml")
 

@@ -24,17 +24,43 @@ def test_catalog_json_lists_required_accelerators_and_models(capsys):
     assert {"gpt3-175b", "llama2-70b", "llama3.1-405b"} <= {m["name"] for m in data["models"]}
 
 
-ESTIMATE = ["estimate", "--gpu", "a100-80gb", "--model", "gpt3-175b", "--seq", "2048",
-            "--gpus", "1024", "--tp", "8", "--pp", "16", "--global-batch", "1536",
-            "--micro-batch", "1", "--recompute", "full", "--json"]
+ESTIMATE = [
+    "estimate",
+    "--gpu",
+    "a100-80gb",
+    "--model",
+    "gpt3-175b",
+    "--seq",
+    "2048",
+    "--gpus",
+    "1024",
+    "--tp",
+    "8",
+    "--pp",
+    "16",
+    "--global-batch",
+    "1536",
+    "--micro-batch",
+    "1",
+    "--recompute",
+    "full",
+    "--json",
+]
 
 
 def test_estimate_json_contract(capsys):
     code, out, _ = run(capsys, *ESTIMATE)
     data = json.loads(out)
     assert code == 0
-    for key in ("step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu",
-                "memory_gib_per_gpu", "fits", "breakdown_s"):
+    for key in (
+        "step_time_s",
+        "tokens_per_s_per_gpu",
+        "model_tflops_per_gpu",
+        "mfu",
+        "memory_gib_per_gpu",
+        "fits",
+        "breakdown_s",
+    ):
         assert key in data
     assert data["plan"]["dp"] == 8 and data["fits"] is True
     assert 0.2 < data["mfu"] < 0.7
@@ -42,22 +68,45 @@ def test_estimate_json_contract(capsys):
 
 
 def test_estimate_explicit_architecture(capsys):
-    code, out, _ = run(capsys, "estimate", "--gpu", "H100-SXM", "--layers", "32", "--hidden",
-                       "4096", "--ffn-hidden", "11008", "--heads", "32", "--vocab", "32000",
-                       "--seq", "4096", "--gpus", "8", "--global-batch", "128", "--json")
+    code, out, _ = run(
+        capsys,
+        "estimate",
+        "--gpu",
+        "H100-SXM",
+        "--layers",
+        "32",
+        "--hidden",
+        "4096",
+        "--ffn-hidden",
+        "11008",
+        "--heads",
+        "32",
+        "--vocab",
+        "32000",
+        "--seq",
+        "4096",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "128",
+        "--json",
+    )
     assert code == 0 and json.loads(out)["params_b"] == pytest.approx(6.74, rel=0.01)
 
 
-@pytest.mark.parametrize("change,message", [
-    (["--tp", "3"], "not divisible by TP×PP×CP"),
-    (["--gpus", "960", "--tp", "5", "--pp", "2"], "TP 5 does not divide the 96"),
-    (["--pp", "128"], "PP 128 is more stages than the 96 layers"),
-    (["--vp", "5"], "VP 5 does not divide the 6 layers of the heaviest"),
-    (["--micro-batch", "5"], "does not divide the 192 samples of the busiest"),
-    (["--dtype", "fp8"], "no FP8"),
-    (["--gpu", "V100"], "V100-SXM2-32GB has no BF16 tensor cores"),
-    (["--gpu", "TPU9"], "unknown accelerator"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (["--tp", "3"], "not divisible by TP×PP×CP"),
+        (["--gpus", "960", "--tp", "5", "--pp", "2"], "TP 5 does not divide the 96"),
+        (["--pp", "128"], "PP 128 is more stages than the 96 layers"),
+        (["--vp", "5"], "VP 5 does not divide the 6 layers of the heaviest"),
+        (["--micro-batch", "5"], "does not divide the 192 samples of the busiest"),
+        (["--dtype", "fp8"], "no FP8"),
+        (["--gpu", "V100"], "V100-SXM2-32GB has no BF16 tensor cores"),
+        (["--gpu", "TPU9"], "unknown accelerator"),
+    ],
+)
 def test_estimate_rejects_invalid_plans_with_status_2(capsys, change, message):
     code, out, err = run(capsys, *with_flags(ESTIMATE, change))
     assert code == 2 and out == "" and message in err
@@ -66,9 +115,27 @@ def test_estimate_rejects_invalid_plans_with_status_2(capsys, change, message):
 def test_estimate_takes_uneven_stages_and_replicas(capsys):
     """Llama 3.1 405B as Megatron runs it (126 layers over PP 16 × VP 4), and a global batch
     that 7 replicas do not divide."""
-    code, out, _ = run(capsys, "estimate", "--gpu", "H100-SXM", "--model", "llama3.1-405b",
-                       "--gpus", "1024", "--tp", "8", "--pp", "16", "--vp", "4",
-                       "--global-batch", "512", "--micro-batch", "1", "--json")
+    code, out, _ = run(
+        capsys,
+        "estimate",
+        "--gpu",
+        "H100-SXM",
+        "--model",
+        "llama3.1-405b",
+        "--gpus",
+        "1024",
+        "--tp",
+        "8",
+        "--pp",
+        "16",
+        "--vp",
+        "4",
+        "--global-batch",
+        "512",
+        "--micro-batch",
+        "1",
+        "--json",
+    )
     plan = json.loads(out)["plan"]
     assert code == 0 and plan["layers_per_stage"] == {"heaviest": 8, "last": 7}
     code, out, _ = run(capsys, *with_flags(ESTIMATE, ["--gpus", "896", "--global-batch", "1000"]))
@@ -76,8 +143,21 @@ def test_estimate_takes_uneven_stages_and_replicas(capsys):
 
 
 def test_estimate_that_does_not_fit_says_why(capsys):
-    code, out, _ = run(capsys, "estimate", "--gpu", "A100-40GB", "--model", "llama2-70b",
-                       "--gpus", "8", "--tp", "8", "--global-batch", "64", "--json")
+    code, out, _ = run(
+        capsys,
+        "estimate",
+        "--gpu",
+        "A100-40GB",
+        "--model",
+        "llama2-70b",
+        "--gpus",
+        "8",
+        "--tp",
+        "8",
+        "--global-batch",
+        "64",
+        "--json",
+    )
     data = json.loads(out)
     assert code == 0 and data["fits"] is False and "GiB" in data["reason"]
 
@@ -86,11 +166,25 @@ def test_plan_json_contract(capsys, default_scenario_path):
     code, out, _ = run(capsys, "plan", str(default_scenario_path), "--top", "2", "--json")
     data = json.loads(out)
     assert code == 0
-    for key in ("dp", "tp", "pp", "cp", "micro_batch", "zero", "recompute", "stage_to_domain",
-                "gpus_per_domain"):
+    for key in (
+        "dp",
+        "tp",
+        "pp",
+        "cp",
+        "micro_batch",
+        "zero",
+        "recompute",
+        "stage_to_domain",
+        "gpus_per_domain",
+    ):
         assert key in data["plan"]
-    for key in ("predicted_step_time_s", "cross_domain_gb_per_step", "decision_ms",
-                "alternatives", "explanation"):
+    for key in (
+        "predicted_step_time_s",
+        "cross_domain_gb_per_step",
+        "decision_ms",
+        "alternatives",
+        "explanation",
+    ):
         assert key in data
     assert len(data["alternatives"]) == 2 and data["decision_ms"] < 5000
     assert data["cost_per_hour"] > 0
@@ -99,8 +193,9 @@ def test_plan_json_contract(capsys, default_scenario_path):
 def test_plan_within_a_budget(capsys, default_scenario_path):
     code, out, _ = run(capsys, "plan", str(default_scenario_path), "--json")
     budget = json.loads(out)["cost_per_hour"] / 3
-    code, out, _ = run(capsys, "plan", str(default_scenario_path), "--budget", str(budget),
-                       "--json")
+    code, out, _ = run(
+        capsys, "plan", str(default_scenario_path), "--budget", str(budget), "--json"
+    )
     data = json.loads(out)
     assert code == 0 and data["cost_per_hour"] <= budget
     assert all(a["cost_per_hour"] <= budget for a in data["alternatives"])
@@ -116,8 +211,7 @@ def test_plan_rejects_bad_weights_and_jobs(capsys, default_scenario_path):
 
 
 def test_index_json(capsys):
-    code, out, _ = run(capsys, "index", "--model", "llama2-13b", "--gpu", "H100,A100",
-                       "--json")
+    code, out, _ = run(capsys, "index", "--model", "llama2-13b", "--gpu", "H100,A100", "--json")
     data = json.loads(out)
     assert code == 0 and data["accelerators"]["H100-SXM"]["index"] == pytest.approx(1.0)
     assert 0.25 < data["accelerators"]["A100-80GB"]["index"] < 0.5
@@ -134,8 +228,11 @@ def test_run_schema_describes_report_json_with_units_in_the_names(capsys):
 
 def test_an_unknown_policy_names_the_known_ones(capsys):
     code, _, err = run(capsys, "run", "--local", "--policies", "planner,fifo")
-    assert code == 2 and "unknown policies fifo (did you mean 'fifo-single-domain'?); known: " \
-        "fifo-single-domain" in err
+    assert (
+        code == 2
+        and "unknown policies fifo (did you mean 'fifo-single-domain'?); known: fifo-single-domain"
+        in err
+    )
 
 
 def test_version(capsys):
@@ -166,22 +263,25 @@ def test_every_commands_help_prints(capsys):
         assert capsys.readouterr().out.startswith("usage: xds"), path
 
 
-@pytest.mark.parametrize("argv, hint", [
-    (["run", "--local", "--policies", "planer"], "did you mean 'planner'?"),
-    (["index", "--model", "lama2-7b"], "did you mean 'llama2-7b'?"),
-    (["plan", "--job", "llama2-70b"], "did you mean 'llama2-70b-pretrain'?"),
-    (["serve", "--detach"], "--detach leaves the app on a Ray cluster"),
-])
-def test_a_typo_gets_a_suggestion_and_a_wrong_combination_a_reason(capsys, tmp_path, argv,
-                                                                    hint):
+@pytest.mark.parametrize(
+    "argv, hint",
+    [
+        (["run", "--local", "--policies", "planer"], "did you mean 'planner'?"),
+        (["index", "--model", "lama2-7b"], "did you mean 'llama2-7b'?"),
+        (["plan", "--job", "llama2-70b"], "did you mean 'llama2-70b-pretrain'?"),
+        (["serve", "--detach"], "--detach leaves the app on a Ray cluster"),
+    ],
+)
+def test_a_typo_gets_a_suggestion_and_a_wrong_combination_a_reason(capsys, tmp_path, argv, hint):
     assert main(argv + (["--out", str(tmp_path / "o")] if argv[0] == "run" else [])) == 2
     err = capsys.readouterr().err
     assert hint in err and len(err.strip().splitlines()) == 1
 
 
 def test_off_a_terminal_a_study_logs_its_progress_with_the_time(capsys, tmp_path):
-    code = main(["run", "--local", "--policies", "planner", "--hours", "2", "--out",
-                 str(tmp_path / "o")])
+    code = main(
+        ["run", "--local", "--policies", "planner", "--hours", "2", "--out", str(tmp_path / "o")]
+    )
     err = capsys.readouterr().err
     lines = [x for x in err.splitlines() if "xdscheduler.runtime.study: planner:" in x]
     assert code == 0 and lines, err
@@ -195,15 +295,22 @@ def test_live_and_study_commands_are_grouped_and_keep_their_old_names():
     from xdscheduler.cli import GROUPS, build_parser
 
     parser = build_parser()
-    grouped = {"study": ["run", "compare", "bill", "tenants", "bench"],
-               "live": ["up", "down", "jobs", "submit", "logs", "cancel", "domains", "links",
-                        "profile"]}
+    grouped = {
+        "study": ["run", "compare", "bill", "tenants", "bench"],
+        "live": ["up", "down", "jobs", "submit", "logs", "cancel", "domains", "links", "profile"],
+    }
     assert set(GROUPS) == set(grouped)
     for group, names in grouped.items():
         for name in names:
-            extra = {"bill": ["STUDY", "--tenant", "t"], "logs": ["j"], "cancel": ["j"],
-                     "submit": ["j.yaml"], "up": ["s.yaml"], "links": ["probe"],
-                     "bench": ["job"]}.get(name, [])
+            extra = {
+                "bill": ["STUDY", "--tenant", "t"],
+                "logs": ["j"],
+                "cancel": ["j"],
+                "submit": ["j.yaml"],
+                "up": ["s.yaml"],
+                "links": ["probe"],
+                "bench": ["job"],
+            }.get(name, [])
             new = parser.parse_args([group, name, *extra])
             old = parser.parse_args([name, *extra])
             assert new.fn is old.fn and new.fn is not None, (group, name)
@@ -212,12 +319,19 @@ def test_live_and_study_commands_are_grouped_and_keep_their_old_names():
 def test_the_grouped_http_commands_answer_without_the_whole_package(tmp_path):
     """`xds live jobs` goes through the entry point's fast path, as `xds jobs` does: a missing
     state file is said in one line without importing the CLI of the studies."""
-    code = ("import sys; from xdscheduler.entry import main; rc = main(sys.argv[1:]); "
-            "assert 'xdscheduler.cli' not in sys.modules; sys.exit(rc)")
-    done = subprocess.run([sys.executable, "-c", code, "live", "jobs", "--state",
-                           str(tmp_path / "none.json")], capture_output=True, text=True,
-                          timeout=120, check=False)
+    code = (
+        "import sys; from xdscheduler.entry import main; rc = main(sys.argv[1:]); "
+        "assert 'xdscheduler.cli' not in sys.modules; sys.exit(rc)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "live", "jobs", "--state", str(tmp_path / "none.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
         f"xds: error: no cluster recorded at {tmp_path / 'none.json'}: start one with `xds up "
-        "SCENARIO` (or set XDS_CLUSTER to its state file)"]
+        "SCENARIO` (or set XDS_CLUSTER to its state file)"
+    ]

@@ -33,15 +33,23 @@ from xdscheduler.sim.metrics import free_share, is_giant, offered_load
 
 from .conftest import small_scenario, with_flags
 
-TINY = ["--policies", "fifo-single-domain,planner-single-domain", "--seeds", "2", "--loads",
-        "0.8", "--hours", "1", "--json"]
+TINY = [
+    "--policies",
+    "fifo-single-domain,planner-single-domain",
+    "--seeds",
+    "2",
+    "--loads",
+    "0.8",
+    "--hours",
+    "1",
+    "--json",
+]
 
 
 @pytest.fixture(scope="module")
 def small_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("scn") / "small.yaml"
-    path.write_text(yaml.safe_dump(small_scenario().model_dump(mode="json",
-                                                               exclude_defaults=True)))
+    path.write_text(yaml.safe_dump(small_scenario().model_dump(mode="json", exclude_defaults=True)))
     return path
 
 
@@ -74,12 +82,28 @@ def test_paired_change_by_hand():
 
 
 def test_paired_table_names_every_policy_against_the_baseline():
-    rows = [{"scenario": "s", "load": 1.0, "seed": seed, "policy": p, "single_domain": True,
-             **{f: v * (1.1 if p == "b" else 1.0) for f, v in
-                {"mean_jct_s": 3600.0 + seed, "mean_slowdown": 2.0, "useful_utilization": 0.5,
-                 "objective_work": 1.0 + 0.01 * seed, "cross_domain_cost_usd": 0.0,
-                 "jobs_completed": 10.0}.items()}}
-            for seed in range(3) for p in ("a", "b")]
+    rows = [
+        {
+            "scenario": "s",
+            "load": 1.0,
+            "seed": seed,
+            "policy": p,
+            "single_domain": True,
+            **{
+                f: v * (1.1 if p == "b" else 1.0)
+                for f, v in {
+                    "mean_jct_s": 3600.0 + seed,
+                    "mean_slowdown": 2.0,
+                    "useful_utilization": 0.5,
+                    "objective_work": 1.0 + 0.01 * seed,
+                    "cross_domain_cost_usd": 0.0,
+                    "jobs_completed": 10.0,
+                }.items()
+            },
+        }
+        for seed in range(3)
+        for p in ("a", "b")
+    ]
     cells = pd.DataFrame(rows)
     changes = paired(cells, "a")
     r = changes[changes["figure"] == "objective_work"].iloc[0]
@@ -98,17 +122,19 @@ def test_a_cell_offers_exactly_its_target_load():
     for load in (0.6, 1.2):
         cell = cell_workload(scn, 2, seed=4, load=load)
         drawn = generated_jobs(scn, 2, 4, load)
-        assert offered_load([JobSpec.of(j) for j in cell.jobs], view, 2 * 3600) == \
-            pytest.approx(load, rel=1e-12)
+        assert offered_load([JobSpec.of(j) for j in cell.jobs], view, 2 * 3600) == pytest.approx(
+            load, rel=1e-12
+        )
         assert cell.offered_load == pytest.approx(load, rel=1e-12)
         # the listed job is in, first, and every job's work scaled by one factor; sizes and
         # arrival times kept
         assert cell.listed == 1 and cell.jobs[0].name == "big"
-        assert [j.tokens / d.tokens for j, d in zip(cell.jobs, [*scn.jobs, *drawn],
-                                                   strict=True)] == \
-            pytest.approx([cell.work_scale] * (len(drawn) + 1))
-        assert [(j.arrival_s, j.gpus) for j in cell.jobs] == \
-            [(d.arrival_s, d.gpus) for d in [*scn.jobs, *drawn]]
+        assert [
+            j.tokens / d.tokens for j, d in zip(cell.jobs, [*scn.jobs, *drawn], strict=True)
+        ] == pytest.approx([cell.work_scale] * (len(drawn) + 1))
+        assert [(j.arrival_s, j.gpus) for j in cell.jobs] == [
+            (d.arrival_s, d.gpus) for d in [*scn.jobs, *drawn]
+        ]
         alone = cell_workload(scn, 2, 4, load, listed=False)  # --generated-only
         assert alone.listed == 0 and [j.name for j in alone.jobs] == [d.name for d in drawn]
         assert alone.offered_load == pytest.approx(load, rel=1e-12)
@@ -133,7 +159,8 @@ def test_a_cell_can_fix_the_share_of_the_load_in_giants(share):
     drawn = {j.name: j for j in generated_jobs(scn, hours, 3, 0.9)}
     assert all(j.name in drawn for j in fits)  # the draw's own jobs that fit, scaled
     assert fits and [j.tokens / drawn[j.name].tokens for j in fits] == pytest.approx(
-        [cell.work_scale] * len(fits))
+        [cell.work_scale] * len(fits)
+    )
     assert cell_workload(scn, hours, 3, 0.9, giant_share=share).jobs == cell.jobs  # seeded
 
 
@@ -152,8 +179,9 @@ def local_grid(small_file, tmp_path_factory):
     out = tmp_path_factory.mktemp("local")
     readme = out / "README.md"
     readme.write_text("# x\n<!-- compare:begin -->\nSTALE\n<!-- compare:end -->\ntail\n")
-    code = main(["compare", str(small_file), *TINY, "--local", "--out", str(out),
-                 "--readme", str(readme)])
+    code = main(
+        ["compare", str(small_file), *TINY, "--local", "--out", str(out), "--readme", str(readme)]
+    )
     return code, out, readme
 
 
@@ -165,14 +193,18 @@ def test_tiny_grid_in_process(local_grid):
     assert doc["listed_jobs"] == {"three_domains": 1}  # in by default
     assert all(c["listed_jobs"] == 1 for c in doc["cells"])
     for cls in ("fit", "giant"):  # the split, in every cell
-        assert all(c[f"{cls}_jobs"] >= 0 and c[f"{cls}_never_started"] >= 0
-                   for c in doc["cells"])
+        assert all(c[f"{cls}_jobs"] >= 0 and c[f"{cls}_never_started"] >= 0 for c in doc["cells"])
     assert all(c["fit_jobs"] + c["giant_jobs"] == c["jobs"] for c in doc["cells"])
     jct = [s for s in doc["summary"] if s["figure"] == "mean_jct_s"]
     assert len(jct) == 2 and all(s["n"] == 2 and s["half_width"] >= 0 for s in jct)
     assert {p["policy"] for p in doc["paired"]} == {"fifo-single-domain"}
-    for name in ("compare.json", "compare.parquet", "compare.md", "compare_jct.png",
-                 "compare_useful.png"):
+    for name in (
+        "compare.json",
+        "compare.parquet",
+        "compare.md",
+        "compare_jct.png",
+        "compare_useful.png",
+    ):
         assert (out / name).stat().st_size > 0
     assert len(pd.read_parquet(out / "compare.parquet")) == 4
     md = (out / "compare.md").read_text()
@@ -182,8 +214,7 @@ def test_tiny_grid_in_process(local_grid):
     assert "Generated by `xds compare" in text and "2 seeds" in text and "--local" not in text
 
 
-def test_a_saved_comparison_is_written_again_against_another_baseline(local_grid, tmp_path,
-                                                                     capsys):
+def test_a_saved_comparison_is_written_again_against_another_baseline(local_grid, tmp_path, capsys):
     _, out, _ = local_grid
     saved = tmp_path / "saved"
     shutil.copytree(out, saved)
@@ -199,8 +230,9 @@ def test_a_saved_comparison_is_written_again_against_another_baseline(local_grid
     assert code == 2 and "holds no saved comparison" in err
 
 
-def test_tiny_grid_on_ray_matches_the_local_run(ray_session, local_grid, small_file, tmp_path,
-                                                capsys):
+def test_tiny_grid_on_ray_matches_the_local_run(
+    ray_session, local_grid, small_file, tmp_path, capsys
+):
     capsys.readouterr()
     code, out, _ = run(capsys, "compare", small_file, *TINY, "--out", tmp_path)
     doc = json.loads(out)
@@ -208,8 +240,9 @@ def test_tiny_grid_on_ray_matches_the_local_run(ray_session, local_grid, small_f
     assert code == 0 and doc["runtime"] == "ray"
 
     def figures(d):  # all but the wall-clock timings
-        return [{k: v for k, v in c.items() if k != "wall_s" and "_ms_" not in k}
-                for c in d["cells"]]
+        return [
+            {k: v for k, v in c.items() if k != "wall_s" and "_ms_" not in k} for c in d["cells"]
+        ]
 
     assert figures(doc) == figures(local)  # the same seed: the same study, wherever it runs
 
@@ -245,26 +278,39 @@ def test_a_replay_window_is_cut_from_a_full_record_or_stretched():
 
 def test_replay_without_the_data_folder_says_so(small_file, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("XDS_DATA_DIR", str(tmp_path))
-    code, out, err = run(capsys, "compare", small_file, *TINY, "--local", "--arrivals", "helios",
-                         "--out", tmp_path / "o")
+    code, out, err = run(
+        capsys,
+        "compare",
+        small_file,
+        *TINY,
+        "--local",
+        "--arrivals",
+        "helios",
+        "--out",
+        tmp_path / "o",
+    )
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "no demand/ folder" in err
 
 
-@pytest.mark.parametrize("change,message", [
-    (["--policies", "fifo-single-domain,nope"], "unknown policies nope"),
-    (["--loads", "0,0.8"], "0 is outside (0, 3]"),
-    (["--seeds", "0"], "--seeds: a count from 1 to 1000"),
-    (["--seeds", "a,b"], "--seeds takes a count"),
-    (["--baseline", "planner"], "baseline 'planner' is not among the policies"),
-    (["--arrivals", "weekly"], "unknown arrivals 'weekly'"),
-    (["--address", "127.0.0.1:9"], "no Ray cluster answers at 127.0.0.1:9"),
-    (["--readme", "no-such-README.md"], "cannot read --readme no-such-README.md"),
-    (["--hours", "0"], "argument --hours: 0 is outside (0, 720]"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (["--policies", "fifo-single-domain,nope"], "unknown policies nope"),
+        (["--loads", "0,0.8"], "0 is outside (0, 3]"),
+        (["--seeds", "0"], "--seeds: a count from 1 to 1000"),
+        (["--seeds", "a,b"], "--seeds takes a count"),
+        (["--baseline", "planner"], "baseline 'planner' is not among the policies"),
+        (["--arrivals", "weekly"], "unknown arrivals 'weekly'"),
+        (["--address", "127.0.0.1:9"], "no Ray cluster answers at 127.0.0.1:9"),
+        (["--readme", "no-such-README.md"], "cannot read --readme no-such-README.md"),
+        (["--hours", "0"], "argument --hours: 0 is outside (0, 720]"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(small_file, tmp_path, capsys, change, message):
-    code, out, err = run(capsys, "compare", small_file, *with_flags(TINY, change), "--out",
-                         tmp_path)
+    code, out, err = run(
+        capsys, "compare", small_file, *with_flags(TINY, change), "--out", tmp_path
+    )
     assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
 
 
@@ -293,14 +339,17 @@ def test_the_crossing_headroom_fluid_by_hand():
 
     arrival, work = np.array([0.0, 0.0]), np.array([10.0, 30.0])
     # one pool of 2/s, each job at most 2/s: the short one first (5 s), then the long (+15 s)
-    np.testing.assert_allclose(fluid(arrival, work, np.full((2, 1), 2.0), np.array([2.0])),
-                               [5.0, 20.0])
+    np.testing.assert_allclose(
+        fluid(arrival, work, np.full((2, 1), 2.0), np.array([2.0])), [5.0, 20.0]
+    )
     # capped at 1/s each, both run at once on the pool of 2/s
-    np.testing.assert_allclose(fluid(arrival, work, np.full((2, 1), 1.0), np.array([2.0])),
-                               [10.0, 30.0])
+    np.testing.assert_allclose(
+        fluid(arrival, work, np.full((2, 1), 1.0), np.array([2.0])), [10.0, 30.0]
+    )
     # two pools of 1/s: the second job goes where it finishes first, the empty one
-    np.testing.assert_allclose(fluid(arrival, work, np.ones((2, 2)), np.array([1.0, 1.0])),
-                               [10.0, 30.0])
+    np.testing.assert_allclose(
+        fluid(arrival, work, np.ones((2, 2)), np.array([1.0, 1.0])), [10.0, 30.0]
+    )
     # a job that fits only pool 1 waits there behind the shorter one
     cap = np.array([[0.0, 1.0], [0.0, 1.0]])
     np.testing.assert_allclose(fluid(arrival, work, cap, np.array([1.0, 1.0])), [10.0, 40.0])
@@ -313,13 +362,21 @@ def test_the_crossing_headroom_reads_the_baseline_and_the_planner_from_a_compare
     from benchmarks.crossing_headroom import measured
 
     key = {"scenario": "s", "load": 1.0, "seed": 0}
-    pd.DataFrame([{**key, "policy": "planner-single-domain", "mean_jct_s": 7200.0,
-                   "mean_queue_s": 1800.0},
-                  {**key, "policy": "planner", "mean_jct_s": 5400.0, "mean_queue_s": 0.0}]
-                 ).to_parquet(tmp_path / "compare.parquet")
+    pd.DataFrame(
+        [
+            {
+                **key,
+                "policy": "planner-single-domain",
+                "mean_jct_s": 7200.0,
+                "mean_queue_s": 1800.0,
+            },
+            {**key, "policy": "planner", "mean_jct_s": 5400.0, "mean_queue_s": 0.0},
+        ]
+    ).to_parquet(tmp_path / "compare.parquet")
     row = measured(str(tmp_path)).iloc[0]
     assert (row.baseline_jct_h, row.baseline_queued, row.measured) == (2.0, 0.25, -0.25)
-    pd.DataFrame([{**key, "policy": "planner", "mean_jct_s": 1.0, "mean_queue_s": 0.0}]
-                 ).to_parquet(tmp_path / "compare.parquet")
+    pd.DataFrame([{**key, "policy": "planner", "mean_jct_s": 1.0, "mean_queue_s": 0.0}]).to_parquet(
+        tmp_path / "compare.parquet"
+    )
     with pytest.raises(UserError, match="needs planner and planner-single-domain"):
         measured(str(tmp_path))

@@ -5,8 +5,19 @@ import pytest
 from xdscheduler import catalog
 from xdscheduler.perception.compute_index import compute_index
 
-DATA_CENTRE = ["H100-SXM", "H800", "H20", "H200", "A100-80GB", "A800", "Ascend-910B",
-               "MI300X", "L40S", "A100-40GB", "B200"]
+DATA_CENTRE = [
+    "H100-SXM",
+    "H800",
+    "H20",
+    "H200",
+    "A100-80GB",
+    "A800",
+    "Ascend-910B",
+    "MI300X",
+    "L40S",
+    "A100-40GB",
+    "B200",
+]
 
 
 @pytest.mark.parametrize("model", ["llama2-7b", "llama2-70b", "gpt3-175b"])

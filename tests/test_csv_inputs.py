@@ -56,16 +56,28 @@ def backtest(path: Path, *more: str) -> list[str]:
 @pytest.mark.parametrize("command", ["backtest", "plot"])
 def test_a_far_year_is_refused_before_resampling(capsys, tmp_path, command):
     path = put(trace(tmp_path / "s.csv"), 60, 0, "2200-01-01 00:00:00")
-    argv = backtest(path) if command == "backtest" else [
-        "forecast", "plot", str(path), "--out", str(tmp_path / "w.png")]
+    argv = (
+        backtest(path)
+        if command == "backtest"
+        else ["forecast", "plot", str(path), "--out", str(tmp_path / "w.png")]
+    )
     started = time.monotonic()
     err = refused(capsys, *argv, says="at most 1,000,000 are read")
     assert "(row 60)" in err and "10-min step" in err
     assert time.monotonic() - started < 5  # was 169 s and 12 GB
 
 
-@pytest.mark.parametrize("value", ["1700-01-01 00:00:00", "1500-06-01 00:00:00",
-                                   "2300-01-01 00:00:00", "yesterday", "1588291200", ""])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "1700-01-01 00:00:00",
+        "1500-06-01 00:00:00",
+        "2300-01-01 00:00:00",
+        "yesterday",
+        "1588291200",
+        "",
+    ],
+)
 def test_a_time_outside_the_years_read_names_its_row(capsys, tmp_path, value):
     path = put(trace(tmp_path / "s.csv"), 5, 0, value)
     err = refused(capsys, *backtest(path), says=f"{path}, row 5, column 'time'")
@@ -80,10 +92,15 @@ def test_a_bad_demand_value_names_its_row_and_column(capsys, tmp_path, value):
     assert (repr(value) if value else "an empty cell") in err
 
 
-@pytest.mark.parametrize("value, says", [("inf", "a finite number above 0"),
-                                         ("0", "a finite number above 0"),
-                                         ("-2.5", "a finite number above 0"),
-                                         ("", "an empty cell")])
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        ("inf", "a finite number above 0"),
+        ("0", "a finite number above 0"),
+        ("-2.5", "a finite number above 0"),
+        ("", "an empty cell"),
+    ],
+)
 def test_a_bad_loss_names_its_row_and_column(capsys, tmp_path, value, says):
     path = put(loss_curve(tmp_path / "l.csv", phases.generate(1, steps=200)[0]), 9, 1, value)
     err = refused(capsys, "phases", str(path), says=f"{path}, row 9, column 'loss'")
@@ -117,8 +134,10 @@ def test_the_pool_goes_on_with_the_good_siblings(capsys, tmp_path):
 FILES = {
     "empty": (b"", "empty"),
     "header only": (b"step,loss\n", "no data rows"),
-    "too few rows": (b"step,loss\n" + b"".join(b"%d,%f\n" % (i, 3 - i / 100)
-                                               for i in range(20)), "20 steps"),
+    "too few rows": (
+        b"step,loss\n" + b"".join(b"%d,%f\n" % (i, 3 - i / 100) for i in range(20)),
+        "20 steps",
+    ),
     "binary": (b"\x00\x01step,loss\n", "binary"),
     "latin-1": ("step,loss\n1,caf\xe9\n".encode("latin-1"), "not UTF-8"),
     "no loss": (b"step,value\n1,2\n", "needs a 'loss' column"),
@@ -181,11 +200,16 @@ def test_times_with_an_offset_are_read_as_utc_and_a_mixed_format_is_named(capsys
     df = pd.read_csv(path)
     utc = pd.to_datetime(df.time)
     df.assign(time=(utc + pd.Timedelta(hours=2)).dt.strftime("%Y-%m-%dT%H:%M:%S+02:00")).to_csv(
-        tmp_path / "tz.csv", index=False)
+        tmp_path / "tz.csv", index=False
+    )
     assert series.load(tmp_path / "tz.csv", "occupancy").index.equals(pd.DatetimeIndex(utc))
     put(path, 4, 0, "2020-05-01")
-    refused(capsys, *backtest(path), says="row 4, column 'time': '2020-05-01' is not a date and "
-            "time from 1970 to 2200 written like row 1 (2020-05-01 00:00:00)")
+    refused(
+        capsys,
+        *backtest(path),
+        says="row 4, column 'time': '2020-05-01' is not a date and "
+        "time from 1970 to 2200 written like row 1 (2020-05-01 00:00:00)",
+    )
 
 
 def test_unsorted_steps_of_a_loss_curve_are_sorted(capsys, tmp_path):
@@ -228,23 +252,46 @@ def test_the_trend_is_judged_against_the_curves_own_noise(capsys, tmp_path):
         assert _segments(capsys, loss_curve(tmp_path / "l.csv", loss)) == [label]
     # and a converging curve still has its three phases
     assert _segments(capsys, loss_curve(tmp_path / "g.csv", phases.generate(5100)[0])) == list(
-        phases.PHASES)
+        phases.PHASES
+    )
 
 
 # ------------------------------------------------------------------ property-based
 
 FIXTURES = HealthCheck.function_scoped_fixture  # capsys and tmp_path are reused on purpose
-JUNK = st.one_of(st.sampled_from(["inf", "-inf", "nan", "-1", "0", "1e308", "1e9", "", "abc",
-                                  '"', "1,2", "2200-01-01 00:00:00", "1700-01-01 00:00:00",
-                                  "2020-05-01", "1e-300", "1.5"]),
-                 st.text(alphabet=st.characters(blacklist_categories=("Cs",),
-                                                blacklist_characters="\r\n"), max_size=6))
+JUNK = st.one_of(
+    st.sampled_from(
+        [
+            "inf",
+            "-inf",
+            "nan",
+            "-1",
+            "0",
+            "1e308",
+            "1e9",
+            "",
+            "abc",
+            '"',
+            "1,2",
+            "2200-01-01 00:00:00",
+            "1700-01-01 00:00:00",
+            "2020-05-01",
+            "1e-300",
+            "1.5",
+        ]
+    ),
+    st.text(
+        alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"),
+        max_size=6,
+    ),
+)
 
 
 @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[FIXTURES])
-@given(kind=st.sampled_from(["trace", "loss"]),
-       cells=st.lists(st.tuples(st.integers(0, 120), st.integers(0, 2), JUNK), min_size=1,
-                      max_size=3))
+@given(
+    kind=st.sampled_from(["trace", "loss"]),
+    cells=st.lists(st.tuples(st.integers(0, 120), st.integers(0, 2), JUNK), min_size=1, max_size=3),
+)
 def test_any_mutated_csv_is_read_cleanly(capsys, tmp_path, kind, cells):
     if kind == "trace":
         path, argv = trace(tmp_path / "s.csv"), backtest(tmp_path / "s.csv")

@@ -23,9 +23,24 @@ def test_the_site_builds_strictly(tmp_path):
     pytest.importorskip("mkdocs", reason="the dev extra's mkdocs builds the site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # Material's notice, not about this site
     done = subprocess.run(  # from elsewhere: every path is the config file's own
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
-         str(REPO / "mkdocs.yml"), "--site-dir", str(tmp_path / "site")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(REPO / "mkdocs.yml"),
+            "--site-dir",
+            str(tmp_path / "site"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "WARNING" not in done.stderr, done.stderr[-3000:]
     page = (tmp_path / "site" / "getting-started" / "index.html").read_text()
@@ -37,8 +52,11 @@ def test_the_readme_is_a_short_front_page_whose_test_command_ci_runs():
     readme = (REPO / "README.md").read_text()
     assert len(readme.splitlines()) <= README_MAX_LINES
     command = next(line for line in readme.splitlines() if line.endswith("python -m pytest"))
-    ci = [line for line in (REPO / ".ci" / "run").read_text().splitlines()
-          if line and not line.startswith(("#", "set ", "cd "))]
+    ci = [
+        line
+        for line in (REPO / ".ci" / "run").read_text().splitlines()
+        if line and not line.startswith(("#", "set ", "cd "))
+    ]
     assert ci == [command]
 
 

@@ -23,8 +23,10 @@ def study():
 @pytest.fixture(scope="module")
 def outcomes(study):
     scn, jobs, dyn = study
-    return {p.name: run_here(scn, jobs, p, dyn, HOURS)
-            for p in (FifoSingleDomain(), GreedyCrossDomain(), PlannerPolicy(scn.weights))}
+    return {
+        p.name: run_here(scn, jobs, p, dyn, HOURS)
+        for p in (FifoSingleDomain(), GreedyCrossDomain(), PlannerPolicy(scn.weights))
+    }
 
 
 def test_every_job_is_accounted_for(study, outcomes):
@@ -54,8 +56,7 @@ def test_the_same_inputs_give_the_same_study(study, outcomes):
     scn, jobs, dyn = study
     again = run_here(scn, jobs, PlannerPolicy(scn.weights), dyn, HOURS)
     first = outcomes["planner"]
-    assert [(r.start_s, r.end_s) for r in again.jobs] == [(r.start_s, r.end_s)
-                                                          for r in first.jobs]
+    assert [(r.start_s, r.end_s) for r in again.jobs] == [(r.start_s, r.end_s) for r in first.jobs]
 
 
 def test_every_decision_is_logged_with_its_reason(outcomes):

@@ -54,15 +54,24 @@ def engine(cls=Engine, faults=None, swings: bool = False, policy=None) -> Engine
     dyn = study_dynamics(scn, SEED, HOURS)
     if swings:
         dyn, _ = inject_swings(dyn, SEED, 900.0, until_s=HOURS * 3600)
-    return cls(scn, study_jobs(scn, HOURS, SEED), policy or PlannerPolicy(scn.weights), dyn,
-               LocalDomains(scn.domains, dyn), HOURS * 3600, faults=faults)
+    return cls(
+        scn,
+        study_jobs(scn, HOURS, SEED),
+        policy or PlannerPolicy(scn.weights),
+        dyn,
+        LocalDomains(scn.domains, dyn),
+        HOURS * 3600,
+        faults=faults,
+    )
 
 
 def faults() -> Faults:
-    events = [FaultEvent(1800.0, "node_crash", "east/n0", 1800.0),
-              FaultEvent(2400.0, "straggler", "west/n1", 900.0, slowdown=2.0),
-              FaultEvent(4000.0, "link_cut", "east|west", 600.0),
-              FaultEvent(6000.0, "domain_outage", "north", 900.0)]
+    events = [
+        FaultEvent(1800.0, "node_crash", "east/n0", 1800.0),
+        FaultEvent(2400.0, "straggler", "west/n1", 900.0, slowdown=2.0),
+        FaultEvent(4000.0, "link_cut", "east|west", 600.0),
+        FaultEvent(6000.0, "domain_outage", "north", 900.0),
+    ]
     return Faults(events, [2.0] * len(events), {"east": 16, "west": 16, "north": 8}, 1e-3)
 
 
@@ -85,7 +94,8 @@ def test_an_outside_decider_at_decision_points_runs_the_same_study():
     outside = eng.results()
     assert points > 10
     assert [(r.start_s, r.end_s, r.placement) for r in outside.jobs] == [
-        (r.start_s, r.end_s, r.placement) for r in own.jobs]
+        (r.start_s, r.end_s, r.placement) for r in own.jobs
+    ]
 
 
 def test_a_job_one_domain_holds_reclaims_what_a_preemptible_giant_holds():
@@ -96,15 +106,31 @@ def test_a_job_one_domain_holds_reclaims_what_a_preemptible_giant_holds():
     from xdscheduler.sim.measurement import Action
 
     def job(name, lo, hi, tokens, at, batch=256):
-        return {"name": name, "model": "llama3-8b", "global_batch": batch, "tokens": tokens,
-                "arrival_s": at, "gpus": {"min": lo, "max": hi}}
+        return {
+            "name": name,
+            "model": "llama3-8b",
+            "global_batch": batch,
+            "tokens": tokens,
+            "arrival_s": at,
+            "gpus": {"min": lo, "max": hi},
+        }
 
-    scn = parse_scenario({
-        "name": "pair", "seed": 1,
-        "domains": [{"name": n, "location": {"city": n},
-                     "nodes": [{"accelerator": "H100-SXM", "count": 4}]} for n in ("east", "west")],
-        "links": [{"a": "east", "b": "west", "bandwidth_gbps": 10, "rtt_ms": 20}],
-        "jobs": [job("giant", 40, 64, 2e10, 0.0, batch=480), job("fits", 16, 16, 5e8, 600.0)]})
+    scn = parse_scenario(
+        {
+            "name": "pair",
+            "seed": 1,
+            "domains": [
+                {
+                    "name": n,
+                    "location": {"city": n},
+                    "nodes": [{"accelerator": "H100-SXM", "count": 4}],
+                }
+                for n in ("east", "west")
+            ],
+            "links": [{"a": "east", "b": "west", "bandwidth_gbps": 10, "rtt_ms": 20}],
+            "jobs": [job("giant", 40, 64, 2e10, 0.0, batch=480), job("fits", 16, 16, 5e8, 600.0)],
+        }
+    )
     hours = 4.0
     res = run_here(scn, scn.jobs, PlannerPolicy(scn.weights), study_dynamics(scn, 1, hours), hours)
     log = {j: [d for d in res.decisions if d.job == j] for j in ("giant", "fits")}
@@ -130,8 +156,14 @@ def test_a_study_whose_drain_limit_is_off_the_sampling_grid_finishes(hours):
 
     scn = load_scenario(SCENARIOS / "five_domains.yaml")
     dyn = study_dynamics(scn, 7, hours)
-    eng = Engine(scn, study_jobs(scn, hours, 7), make_policy("planner", scn.weights), dyn,
-                 LocalDomains(list(scn.domains), dyn), hours * 3600)
+    eng = Engine(
+        scn,
+        study_jobs(scn, hours, 7),
+        make_policy("planner", scn.weights),
+        dyn,
+        LocalDomains(list(scn.domains), dyn),
+        hours * 3600,
+    )
     for hour in range(1, 20):  # as the study's driver advances it, an hour at a time
         eng.run(until_s=hour * 3600)
         if eng.finished:

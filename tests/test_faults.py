@@ -47,8 +47,9 @@ def test_jitter_and_benign_noise_alone_give_no_verdict(model):
         assert verdicts == []
 
 
-@pytest.mark.parametrize("kind", ["node_crash", "domain_outage", "link_cut", "actor_crash",
-                                  "gpu_error", "straggler"])
+@pytest.mark.parametrize(
+    "kind", ["node_crash", "domain_outage", "link_cut", "actor_crash", "gpu_error", "straggler"]
+)
 def test_each_fault_kind_is_detected_within_3_s(model, kind):
     rng = np.random.default_rng(7)
     fault = fb.draw_fault(rng, kind)
@@ -65,11 +66,15 @@ def test_detection_delay_for_a_study(model):
 
 def test_benign_burst_not_flagged_but_error_burst_is(model):
     logs = LogAnomalyDetector(model)
-    burst = [LogRecord(10 + i * 0.05, "east/n0", "WARNING", "nccl_retry", {"recovered": True})
-             for i in range(60)]
+    burst = [
+        LogRecord(10 + i * 0.05, "east/n0", "WARNING", "nccl_retry", {"recovered": True})
+        for i in range(60)
+    ]
     assert max(logs.observe(r) for r in burst) < LOG_THRESHOLD
-    errors = [LogRecord(20.0, "east/n1", "ERROR", "cuda_oom"),
-              LogRecord(20.3, "east/n1", "ERROR", "xid", {"code": 79})]
+    errors = [
+        LogRecord(20.0, "east/n1", "ERROR", "cuda_oom"),
+        LogRecord(20.3, "east/n1", "ERROR", "xid", {"code": 79}),
+    ]
     assert max(logs.observe(r) for r in errors) >= LOG_THRESHOLD
 
 
@@ -107,8 +112,9 @@ def test_young_daly_against_hand_computed_values():
     assert ck.daly_interval_s(100, 40) == 40  # C ≥ 2M: checkpoint every MTBF
     assert ck.expected_loss_per_failure_s(600, 60, 300) == 630
     assert ck.checkpoint_cost_s(70e9, 49.0) == pytest.approx(20.0)  # 980 GB at 49 GB/s
-    plan = ck.plan_checkpoints(nodes=100, checkpoint_s=60, restart_s=300,
-                               node_failures_per_hour=1e-3)
+    plan = ck.plan_checkpoints(
+        nodes=100, checkpoint_s=60, restart_s=300, node_failures_per_hour=1e-3
+    )
     assert plan.mtbf_s == pytest.approx(36000)
     assert plan.interval_s == pytest.approx(ck.daly_interval_s(60, 36000))
     with pytest.raises(UserError):

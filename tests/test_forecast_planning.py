@@ -42,8 +42,15 @@ def study(url: str | None = None):
     planner = planning.DemandPlanner(dict(floor), {j.name for j in scn.jobs}, seed=SEED)
     if url:
         planner = planning.DemandPlanner(dict(floor), planner.known, ForecastClient(url), SEED)
-    res = run_here(scn, study_jobs(scn, HOURS, SEED), make_policy("planner", scn.weights),
-                   study_dynamics(scn, SEED, HOURS), HOURS, faults=faults, demand=planner)
+    res = run_here(
+        scn,
+        study_jobs(scn, HOURS, SEED),
+        make_policy("planner", scn.weights),
+        study_dynamics(scn, SEED, HOURS),
+        HOURS,
+        faults=faults,
+        demand=planner,
+    )
     return res, faults, planner
 
 
@@ -88,8 +95,7 @@ def test_pools_grow_only_from_idle_capacity_and_stay_in_bounds():
     assert sum(grown.values()) > sum(floor.values())
     assert all(v % 8 == 0 for v in grown.values())
     huge = planning.pool_targets(Eng, floor, 1e6)
-    assert all(huge[d.name] <= max(floor[d.name], d.total_gpus // 8)
-               for d in Eng.base_view.domains)
+    assert all(huge[d.name] <= max(floor[d.name], d.total_gpus // 8) for d in Eng.base_view.domains)
 
 
 class _ForecastHandler(BaseHTTPRequestHandler):
@@ -140,14 +146,21 @@ def test_each_policy_of_a_study_sends_a_demand_series_of_its_own():
     scn = scenario()
     floor = {d.name: 8 for d in scn.domains}
     with forecast_server() as url:
-        shared = planning.DemandPlanner(dict(floor), {j.name for j in scn.jobs},
-                                        ForecastClient(url), SEED)
+        shared = planning.DemandPlanner(
+            dict(floor), {j.name for j in scn.jobs}, ForecastClient(url), SEED
+        )
         sent = {}
         for name in ("planner", "greedy-cross-domain"):
             _ForecastHandler.series = []
-            run_here(scn, study_jobs(scn, 2.0, SEED), make_policy(name, scn.weights),
-                     study_dynamics(scn, SEED, 2.0), 2.0, faults=Faults([], [], floor, 1e-3),
-                     demand=shared.for_policy(name))
+            run_here(
+                scn,
+                study_jobs(scn, 2.0, SEED),
+                make_policy(name, scn.weights),
+                study_dynamics(scn, SEED, 2.0),
+                2.0,
+                faults=Faults([], [], floor, 1e-3),
+                demand=shared.for_policy(name),
+            )
             sent[name] = set(_ForecastHandler.series)
     assert all(len(s) == 1 for s in sent.values()), sent
     assert sent["planner"] != sent["greedy-cross-domain"]
@@ -165,8 +178,14 @@ def test_a_stalled_job_is_said_to_free_its_accelerators_within_the_forecasts_bou
 
     scn = scenario()
     dyn = study_dynamics(scn, SEED, HOURS)
-    eng = Engine(scn, study_jobs(scn, HOURS, SEED), make_policy("planner", scn.weights), dyn,
-                 LocalDomains(list(scn.domains), dyn), HOURS * 3600)
+    eng = Engine(
+        scn,
+        study_jobs(scn, HOURS, SEED),
+        make_policy("planner", scn.weights),
+        dyn,
+        LocalDomains(list(scn.domains), dyn),
+        HOURS * 3600,
+    )
     eng.run(until_s=1800)
     stalled = eng.active[0]
     stalled.rate = 0.0

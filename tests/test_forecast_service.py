@@ -81,8 +81,12 @@ def test_serve_deployment_over_http(serve_port, fitted):
     from xdscheduler.serving.app import application
 
     f, y, idx = fitted
-    serve.run(application(load_scenario(default_scenario_path()), API_TOKEN, forecaster=f),
-              name="fitted-forecast", route_prefix=PREFIX, blocking=False)
+    serve.run(
+        application(load_scenario(default_scenario_path()), API_TOKEN, forecaster=f),
+        name="fitted-forecast",
+        route_prefix=PREFIX,
+        blocking=False,
+    )
     try:
         with urllib.request.urlopen(base + "/healthz", timeout=30) as r:  # open: no token
             assert json.loads(r.read())["forecaster"] == "given"

@@ -6,8 +6,10 @@ from benchmarks.gemm_rates import PRECISIONS, main
 
 
 def test_every_precision_is_measured_against_the_named_entry(capsys):
-    assert main(["--device", "cpu", "--sizes", "64", "--seconds", "0.01",
-                 "--accelerator", "H100"]) == 0
+    assert (
+        main(["--device", "cpu", "--sizes", "64", "--seconds", "0.01", "--accelerator", "H100"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.splitlines()[0].endswith("against H100-SXM")
     rows = {line.split()[0]: line.split() for line in out.splitlines()[3:-1]}
@@ -20,11 +22,14 @@ def test_every_precision_is_measured_against_the_named_entry(capsys):
     assert "76.6% of rated" in out
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--device", "cpu", "--sizes", "4k"], "--sizes '4k': give sizes like 4096,8192"),
-    (["--device", "cpu", "--seconds", "0"], "--seconds 0: give 0.01 to 60"),
-    (["--device", "cpu", "--accelerator", "H1000"], "unknown accelerator 'H1000'"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--device", "cpu", "--sizes", "4k"], "--sizes '4k': give sizes like 4096,8192"),
+        (["--device", "cpu", "--seconds", "0"], "--seconds 0: give 0.01 to 60"),
+        (["--device", "cpu", "--accelerator", "H1000"], "unknown accelerator 'H1000'"),
+    ],
+)
 def test_bad_arguments_exit_2_with_one_line(capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err

@@ -49,13 +49,21 @@ def refused(capsys, *argv, says: str = "") -> str:
 def xds(*argv, memory: int | None = 2 << 30, timeout: float = 60, **kw):
     """`xds ARGV` in a process of its own, its address space bounded (an unbounded read fails
     there, not on this machine)."""
+
     def limit():
         if memory:
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
-    return subprocess.run([sys.executable, "-m", "xdscheduler.cli", *map(str, argv)], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, preexec_fn=limit,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "xdscheduler.cli", *map(str, argv)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=limit,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        **kw,
+    )
 
 
 # ---------------------------------------------------------------------------- outputs
@@ -127,25 +135,47 @@ def test_write_atomic_writes_a_regular_file_through_its_symlink_and_keeps_its_mo
 def study(tmp_path_factory):
     """A finished --local study of three tenants (it has a ledger)."""
     out = tmp_path_factory.mktemp("hostile") / "study"
-    assert main(["run", "scenarios/three_tenants.yaml", "--hours", "0.5", "--local",
-                 "--policies", "planner", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "scenarios/three_tenants.yaml",
+                "--hours",
+                "0.5",
+                "--local",
+                "--policies",
+                "planner",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return out
 
 
 @pytest.mark.parametrize("kind", SPECIALS)
-def test_xds_bill_never_replaces_a_device_or_writes_through_a_fifo(capsys, study, tmp_path,
-                                                                     kind):
+def test_xds_bill_never_replaces_a_device_or_writes_through_a_fifo(capsys, study, tmp_path, kind):
     path, watched = special(kind, tmp_path)
     before = identity(watched)
     refused(capsys, "bill", study, "--tenant", "big-lab", "--csv", path, says="cannot write")
     assert identity(watched) == before
 
 
-@pytest.mark.parametrize("target", ["{tmp}/no-such-folder/bill.csv", "/proc/self/bill.csv",
-                                    "/proc/version"])
+@pytest.mark.parametrize(
+    "target", ["{tmp}/no-such-folder/bill.csv", "/proc/self/bill.csv", "/proc/version"]
+)
 def test_a_missing_folder_or_a_proc_target_is_one_line(capsys, study, tmp_path, target):
-    refused(capsys, "bill", study, "--tenant", "big-lab", "--csv",
-            target.format(tmp=tmp_path), says="cannot write")
+    refused(
+        capsys,
+        "bill",
+        study,
+        "--tenant",
+        "big-lab",
+        "--csv",
+        target.format(tmp=tmp_path),
+        says="cannot write",
+    )
 
 
 def test_every_writer_refuses_a_fifo_before_its_work(capsys, tmp_path):
@@ -154,41 +184,77 @@ def test_every_writer_refuses_a_fifo_before_its_work(capsys, tmp_path):
     fifo = tmp_path / "fifo.png"
     os.mkfifo(fifo)
     series = tmp_path / "s.csv"
-    series.write_text("time,active\n" + "".join(
-        f"2020-01-{1 + i // 144:02d} {(i % 144) // 6:02d}:{(i % 6) * 10:02d}:00,{50 + i % 7}\n"
-        for i in range(144 * 3)))
-    for argv in (["calibrate", PUBLISHED, "--stack", "megatron-core", "--out", fifo, "--force"],
-                 ["forecast", "plot", series, "--out", fifo],
-                 ["scenario", "from-measurements", "--regions", "aws:us-east-1,aws:us-west-2",
-                  "--out", fifo, "--force"]):
+    series.write_text(
+        "time,active\n"
+        + "".join(
+            f"2020-01-{1 + i // 144:02d} {(i % 144) // 6:02d}:{(i % 6) * 10:02d}:00,{50 + i % 7}\n"
+            for i in range(144 * 3)
+        )
+    )
+    for argv in (
+        ["calibrate", PUBLISHED, "--stack", "megatron-core", "--out", fifo, "--force"],
+        ["forecast", "plot", series, "--out", fifo],
+        [
+            "scenario",
+            "from-measurements",
+            "--regions",
+            "aws:us-east-1,aws:us-west-2",
+            "--out",
+            fifo,
+            "--force",
+        ],
+    ):
         refused(capsys, *argv, says="not a regular file")
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
-@pytest.mark.parametrize("name", ["study.json", "report.html", "metrics.parquet", "jct.png",
-                                  "decisions.jsonl", "ledger.sqlite"])
+@pytest.mark.parametrize(
+    "name",
+    ["study.json", "report.html", "metrics.parquet", "jct.png", "decisions.jsonl", "ledger.sqlite"],
+)
 def test_a_special_file_planted_in_the_output_folder_is_refused_before_the_study(
-        capsys, tmp_path, name):
+    capsys, tmp_path, name
+):
     out = tmp_path / "out"
     out.mkdir()
     os.mkfifo(tmp_path / "fifo")
     (out / name).symlink_to(tmp_path / "fifo")
-    refused(capsys, "run", "--local", "--policies", "planner", "--hours", "0.25", "--out", out,
-            says=name)
+    refused(
+        capsys,
+        "run",
+        "--local",
+        "--policies",
+        "planner",
+        "--hours",
+        "0.25",
+        "--out",
+        out,
+        says=name,
+    )
     assert stat.S_ISFIFO(os.lstat(tmp_path / "fifo").st_mode) and (out / name).is_symlink()
     assert sorted(p.name for p in out.iterdir()) == sorted([name, ".xds-lock"])  # no work
 
 
 @pytest.mark.parametrize("name", ["report.json", "study.json", "journal.sqlite"])
-def test_force_removes_no_special_file_planted_where_a_study_starts_over(capsys, tmp_path,
-                                                                         name):
+def test_force_removes_no_special_file_planted_where_a_study_starts_over(capsys, tmp_path, name):
     # --force unlinked these names whatever they were: a fifo (or, as root, a device node)
     # planted as report.json was removed and replaced by the study's report
     out = tmp_path / "out"
     out.mkdir()
     os.mkfifo(out / name)
-    refused(capsys, "run", "--local", "--policies", "planner", "--hours", "0.25", "--out", out,
-            "--force", says=name)
+    refused(
+        capsys,
+        "run",
+        "--local",
+        "--policies",
+        "planner",
+        "--hours",
+        "0.25",
+        "--out",
+        out,
+        "--force",
+        says=name,
+    )
     assert stat.S_ISFIFO(os.lstat(out / name).st_mode)
 
 
@@ -196,18 +262,34 @@ def test_compare_refuses_a_planted_output_before_the_grid(capsys, tmp_path):
     out = tmp_path / "cmp"
     out.mkdir()
     os.mkfifo(out / "compare.md")
-    refused(capsys, "compare", "scenarios/five_domains.yaml", "--local", "--seeds", "1",
-            "--loads", "0.5", "--hours", "0.25", "--out", out, says="compare.md")
+    refused(
+        capsys,
+        "compare",
+        "scenarios/five_domains.yaml",
+        "--local",
+        "--seeds",
+        "1",
+        "--loads",
+        "0.5",
+        "--hours",
+        "0.25",
+        "--out",
+        out,
+        says="compare.md",
+    )
     assert [p.name for p in out.iterdir()] == ["compare.md"]  # nothing ran
 
 
 # ---------------------------------------------------------------------------- inputs
 
 
-@pytest.mark.parametrize("command", [
-    ["compare", "--local", "--readme", "{input}"],
-    ["share", "bench", "--readme", "{input}"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["compare", "--local", "--readme", "{input}"],
+        ["share", "bench", "--readme", "{input}"],
+    ],
+)
 @pytest.mark.parametrize("given", ["/dev/zero", "sparse"])
 def test_a_readme_is_read_bounded(tmp_path, command, given):
     if given == "sparse":  # 4 GiB of holes: no disk used, unbounded it takes the memory
@@ -222,8 +304,12 @@ def test_a_readme_is_read_bounded(tmp_path, command, given):
 def test_the_one_reader_refuses_what_is_not_a_regular_file_of_bounded_size(tmp_path):
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "big").write_bytes(b"x" * 2000)
-    for path, says in ((tmp_path / "fifo", "not a regular file"), (Path("/dev/zero"),
-                       "not a regular file"), (tmp_path, "a folder"), (tmp_path / "big", "2,000")):
+    for path, says in (
+        (tmp_path / "fifo", "not a regular file"),
+        (Path("/dev/zero"), "not a regular file"),
+        (tmp_path, "a folder"),
+        (tmp_path / "big", "2,000"),
+    ):
         with pytest.raises(UserError, match=says):
             read_text(path, "input", 1000, "CSV")
 
@@ -275,8 +361,14 @@ def test_a_policy_is_trusted_when_named_again_or_unchanged_since_the_start(tmp_p
     policy = tmp_path / "policy"
     shutil.copytree(SHIPPED_POLICY, policy)
     scn = small_scenario().model_dump(mode="json")
-    spec = StudySpec(scenario=scn, policies=["ppo"], hours=1, seed=1, policy_path=str(policy),
-                     policy_sha256=digest(policy))
+    spec = StudySpec(
+        scenario=scn,
+        policies=["ppo"],
+        hours=1,
+        seed=1,
+        policy_path=str(policy),
+        policy_sha256=digest(policy),
+    )
     trusted(spec, tmp_path, None, None)  # the folder it began with
     trusted(spec, tmp_path, str(policy), None)  # named again
     (policy / "upper" / "metadata.json").write_text("{}")  # changed since
@@ -291,8 +383,23 @@ def test_a_study_records_the_digest_of_its_policy(capsys, tmp_path):
     from xdscheduler.runtime.folder import digest
 
     out = tmp_path / "out"
-    assert main(["run", "--local", "--policies", "ppo", "--hours", "0.25", "--policy-path",
-                 str(SHIPPED_POLICY), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--local",
+                "--policies",
+                "ppo",
+                "--hours",
+                "0.25",
+                "--policy-path",
+                str(SHIPPED_POLICY),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     spec = StudyFolder(out).path / "study.json"
     assert json.loads(spec.read_text())["policy_sha256"] == digest(SHIPPED_POLICY)
 
@@ -307,8 +414,14 @@ def study_engine(out: Path):
     spec = StudyFolder(out).spec()
     scn = small_scenario()
     jobs, dyn = study_jobs(scn, spec.hours, spec.seed), study_dynamics(scn, spec.seed, spec.hours)
-    return Engine(scn, jobs, make_policy("planner", scn.weights), dyn,
-                  LocalDomains(list(scn.domains), dyn), spec.hours * 3600)
+    return Engine(
+        scn,
+        jobs,
+        make_policy("planner", scn.weights),
+        dyn,
+        LocalDomains(list(scn.domains), dyn),
+        spec.hours * 3600,
+    )
 
 
 def logged_study(tmp_path: Path) -> Path:
@@ -324,8 +437,7 @@ def logged_study(tmp_path: Path) -> Path:
     return out
 
 
-def test_a_journal_missing_a_decision_is_refused_naming_the_file_and_the_decision(
-        capsys, tmp_path):
+def test_a_journal_missing_a_decision_is_refused_naming_the_file_and_the_decision(capsys, tmp_path):
     out = logged_study(tmp_path)
     with sqlite3.connect(out / "journal.sqlite") as db:
         db.execute("DELETE FROM decisions WHERE idx = 1")
@@ -355,9 +467,15 @@ def test_a_deleted_decision_met_in_a_replay_is_a_divergence_not_a_type_error(tmp
         check_log(out / "journal.sqlite", "journal")
 
 
-@pytest.mark.parametrize("edit, says", [
-    ({"hours": float("nan")}, "hours"), ({"policies": []}, "policies"),
-    ({"seed": -1}, "seed"), ({"faults": 1e9}, "faults")])
+@pytest.mark.parametrize(
+    "edit, says",
+    [
+        ({"hours": float("nan")}, "hours"),
+        ({"policies": []}, "policies"),
+        ({"seed": -1}, "seed"),
+        ({"faults": 1e9}, "faults"),
+    ],
+)
 def test_an_edited_study_record_is_refused_naming_the_field(capsys, tmp_path, edit, says):
     out = interrupted(tmp_path)
     spec = json.loads((out / "study.json").read_text())
@@ -369,9 +487,15 @@ def test_a_state_file_stops_no_process_up_did_not_start(capsys, tmp_path):
     canary = subprocess.Popen(["sleep", "60"])
     try:
         state = tmp_path / "state.json"
-        state.write_text(json.dumps({
-            "scenario": str(REPO / "scenarios" / "local_three_domains.yaml"),
-            "address": "127.0.0.1:1", "processes": [{"pid": canary.pid, "role": "head"}]}))
+        state.write_text(
+            json.dumps(
+                {
+                    "scenario": str(REPO / "scenarios" / "local_three_domains.yaml"),
+                    "address": "127.0.0.1:1",
+                    "processes": [{"pid": canary.pid, "role": "head"}],
+                }
+            )
+        )
         assert main(["down", "--state", str(state)]) == 0
         assert "left alone" in capsys.readouterr().out
         assert canary.poll() is None
@@ -385,11 +509,27 @@ def test_a_state_file_stops_no_process_up_did_not_start(capsys, tmp_path):
 
 def test_ctrl_c_on_a_study_is_one_line_and_exit_130(tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "xdscheduler.cli", "run", "--local",
-                             "--policies", "planner", "--hours", "24", "--out", str(out)],
-                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "xdscheduler.cli",
+            "run",
+            "--local",
+            "--policies",
+            "planner",
+            "--hours",
+            "24",
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not (out / "study.json").exists():
@@ -402,8 +542,9 @@ def test_ctrl_c_on_a_study_is_one_line_and_exit_130(tmp_path):
         proc.kill()
     lines = [x for x in err.splitlines() if x.strip() and "xdscheduler.runtime.study" not in x]
     assert proc.returncode == 130, err
-    assert lines == ["xds: interrupted; a study run with --local keeps no journal to resume: "
-                     "run it again"], err
+    assert lines == [
+        "xds: interrupted; a study run with --local keeps no journal to resume: run it again"
+    ], err
 
 
 def test_an_interrupt_message_names_the_resume_command_where_a_journal_is_kept(tmp_path):
@@ -411,4 +552,3 @@ def test_an_interrupt_message_names_the_resume_command_where_a_journal_is_kept(t
 
     (tmp_path / "journal.sqlite").write_bytes(b"")
     assert _interrupted(tmp_path) == f"interrupted; resume with xds run --resume {tmp_path}"
-

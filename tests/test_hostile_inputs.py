@@ -111,22 +111,48 @@ def test_a_study_too_large_to_run_is_refused_before_it_is_generated(capsys, tmp_
     path.write_text(yaml.safe_dump(mutated(["domains", 0, "nodes", 0, "count"], 100_000)))
     started = time.monotonic()
     refused(capsys, "scenario", "check", str(path), says="jobs (at most 20,000)")
-    refused(capsys, "run", str(path), "--local", "--out",
-            str(tmp_path / "out"), says="jobs (at most 20,000)")
+    refused(
+        capsys,
+        "run",
+        str(path),
+        "--local",
+        "--out",
+        str(tmp_path / "out"),
+        says="jobs (at most 20,000)",
+    )
     assert time.monotonic() - started < 10
 
 
 ARGS = [
-    (["run", "--hours", "nan"], "--hours"), (["run", "--hours", "inf"], "--hours"),
-    (["run", "--hours", "1e9"], "--hours"), (["run", "--faults", "nan"], "--faults"),
-    (["run", "--faults", "1e6"], "--faults"), (["run", "--seed", "-1"], "--seed"),
-    (["run", "--policies", ",,,"], "polic"), (["plan", "--weights", "nan,0,0"], "--weights"),
-    (["plan", "--top", "-1"], "--top"), (["index", "--model", "llama2-7b", "--gpus", "0"],
-                                         "--gpus"),
+    (["run", "--hours", "nan"], "--hours"),
+    (["run", "--hours", "inf"], "--hours"),
+    (["run", "--hours", "1e9"], "--hours"),
+    (["run", "--faults", "nan"], "--faults"),
+    (["run", "--faults", "1e6"], "--faults"),
+    (["run", "--seed", "-1"], "--seed"),
+    (["run", "--policies", ",,,"], "polic"),
+    (["plan", "--weights", "nan,0,0"], "--weights"),
+    (["plan", "--top", "-1"], "--top"),
+    (["index", "--model", "llama2-7b", "--gpus", "0"], "--gpus"),
     (["serve", "--port", "70000"], "--port"),
-    (["estimate", "--gpu", "H100-SXM", "--model", "llama2-7b", "--gpus", "8",
-      "--global-batch", "8", "--seq", "-1"], "--seq"),
-    (["run", "--speed", "-3"], "--speed"), (["faults", "bench", "--seed", "x"], "--seed"),
+    (
+        [
+            "estimate",
+            "--gpu",
+            "H100-SXM",
+            "--model",
+            "llama2-7b",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "8",
+            "--seq",
+            "-1",
+        ],
+        "--seq",
+    ),
+    (["run", "--speed", "-3"], "--speed"),
+    (["faults", "bench", "--seed", "x"], "--seed"),
 ]
 
 
@@ -139,10 +165,14 @@ def test_a_bad_argument_is_one_line_naming_it(capsys, tmp_path, argv, names):
 
 FIXTURES = HealthCheck.function_scoped_fixture  # capsys and tmp_path are reused on purpose
 HOSTILE = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20),
-    st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(),
-                                                         max_size=2))
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+)
 
 
 def paths(node, prefix=()):
@@ -176,18 +206,40 @@ def test_any_mutated_scenario_is_checked_cleanly(capsys, tmp_path, where, value)
     assert time.monotonic() - started < 30
 
 
-FLAG_VALUES = st.one_of(st.sampled_from(["nan", "inf", "-inf", "-1", "0", "1e9", "1e308", "",
-                                         ",,,", "x", "1", "0.5", "70000"]),
-                        st.text(max_size=6))
+FLAG_VALUES = st.one_of(
+    st.sampled_from(
+        ["nan", "inf", "-inf", "-1", "0", "1e9", "1e308", "", ",,,", "x", "1", "0.5", "70000"]
+    ),
+    st.text(max_size=6),
+)
 
 
 @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[FIXTURES])
-@given(command=st.sampled_from([
-    ["run", "--local", "--policies", "planner"], ["plan"], ["index", "--model", "llama2-7b"],
-    ["estimate", "--gpu", "H100-SXM", "--model", "llama2-7b", "--global-batch", "8"]]),
-    flag=st.sampled_from(["--hours", "--seed", "--faults", "--top", "--gpus", "--seq",
-                          "--weights", "--speed", "--tp", "--diloco"]),
-    value=FLAG_VALUES)
+@given(
+    command=st.sampled_from(
+        [
+            ["run", "--local", "--policies", "planner"],
+            ["plan"],
+            ["index", "--model", "llama2-7b"],
+            ["estimate", "--gpu", "H100-SXM", "--model", "llama2-7b", "--global-batch", "8"],
+        ]
+    ),
+    flag=st.sampled_from(
+        [
+            "--hours",
+            "--seed",
+            "--faults",
+            "--top",
+            "--gpus",
+            "--seq",
+            "--weights",
+            "--speed",
+            "--tp",
+            "--diloco",
+        ]
+    ),
+    value=FLAG_VALUES,
+)
 def test_any_argument_value_is_parsed_cleanly(capsys, tmp_path, command, flag, value):
     argv = [*command, flag, value]
     if command[0] == "run":
@@ -217,9 +269,15 @@ def xds(*argv, timeout: float = 120, memory: int = 2 << 30):
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
     try:
-        return subprocess.run([sys.executable, "-m", "xdscheduler.cli", *map(str, argv)],
-                              cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                              preexec_fn=limit, env={**os.environ, "PYTHONPATH": str(REPO)})
+        return subprocess.run(
+            [sys.executable, "-m", "xdscheduler.cli", *map(str, argv)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            preexec_fn=limit,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"xds {' '.join(map(str, argv))} ran past {timeout:g} s")
 
@@ -231,10 +289,28 @@ def test_plan_refuses_weights_that_are_all_zero(capsys):
 
 @pytest.mark.parametrize("mark", ["\u200f", "\u200b", "\u202e", "\x1b[31m", "\t", "\u2028"])
 def test_an_invisible_character_in_a_name_is_refused_not_stripped(capsys, tmp_path, mark):
-    refused(capsys, "estimate", "--gpu", f"H100{mark}-SXM", "--model", "llama2-7b", "--gpus",
-            "8", "--global-batch", "8", says="invisible or control character")
-    refused(capsys, "index", "--model", "llama2-7b", "--gpu", f"{mark}H100-SXM",
-            says="invisible or control character")
+    refused(
+        capsys,
+        "estimate",
+        "--gpu",
+        f"H100{mark}-SXM",
+        "--model",
+        "llama2-7b",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "8",
+        says="invisible or control character",
+    )
+    refused(
+        capsys,
+        "index",
+        "--model",
+        "llama2-7b",
+        "--gpu",
+        f"{mark}H100-SXM",
+        says="invisible or control character",
+    )
     import yaml
 
     doc = mutated(["domains", 0, "nodes", 0, "accelerator"], f"H100{mark}-SXM")
@@ -242,31 +318,66 @@ def test_an_invisible_character_in_a_name_is_refused_not_stripped(capsys, tmp_pa
     refused(capsys, "scenario", "check", str(tmp_path / "s.yaml"), says="invisible")
 
 
-@pytest.mark.parametrize("flag, value", [("--address", "127.0.0.1:9"),
-                                         ("--serve-url", "http://127.0.0.1:9"),
-                                         ("--policy-path", "trained")])
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("--address", "127.0.0.1:9"),
+        ("--serve-url", "http://127.0.0.1:9"),
+        ("--policy-path", "trained"),
+    ],
+)
 def test_run_refuses_an_option_it_would_ignore(capsys, tmp_path, flag, value):
-    refused(capsys, "run", "--local", "--policies", "planner", "--hours", "0.25", "--out",
-            str(tmp_path / "out"), flag, value, says=flag)
+    refused(
+        capsys,
+        "run",
+        "--local",
+        "--policies",
+        "planner",
+        "--hours",
+        "0.25",
+        "--out",
+        str(tmp_path / "out"),
+        flag,
+        value,
+        says=flag,
+    )
     assert not (tmp_path / "out" / "study.json").exists()
 
 
 @pytest.mark.parametrize("loads", ["nan", "inf", "0.6,nan", "-inf,1", "1e308", "0"])
 def test_compare_refuses_bad_loads_before_any_work(capsys, tmp_path, loads):
-    refused(capsys, "compare", "--local", "--loads", loads, "--out", str(tmp_path / "c"),
-            says="--loads")
+    refused(
+        capsys, "compare", "--local", "--loads", loads, "--out", str(tmp_path / "c"), says="--loads"
+    )
     assert not (tmp_path / "c").exists()
 
 
 def share_files(tmp_path, pods: str):
     nodes = tmp_path / "nodes.csv"
-    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\n"
-                     + "".join(f"n{i},32000,256000,8,V100M32\n" for i in range(4)))
+    nodes.write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\n"
+        + "".join(f"n{i},32000,256000,8,V100M32\n" for i in range(4))
+    )
     trace = tmp_path / "pods.csv"
     trace.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + pods)
-    return ["share", "bench", "--nodes", nodes, "--trace", trace, "--seeds", "1",
-            "--workers", "1", "--until", "1.0", "--packers", "random,best-fit", "--out",
-            tmp_path / "share"]
+    return [
+        "share",
+        "bench",
+        "--nodes",
+        nodes,
+        "--trace",
+        trace,
+        "--seeds",
+        "1",
+        "--workers",
+        "1",
+        "--until",
+        "1.0",
+        "--packers",
+        "random,best-fit",
+        "--out",
+        tmp_path / "share",
+    ]
 
 
 def test_share_bench_refuses_pods_that_ask_for_no_gpus(tmp_path):
@@ -275,12 +386,21 @@ def test_share_bench_refuses_pods_that_ask_for_no_gpus(tmp_path):
 
 
 # rows that make no sense, each from a valid row of the shipped file: (change, column named)
-NONSENSE = [({"value": "nan"}, "value"), ({"value": "inf"}, "value"), ({"value": "0"}, "value"),
-            ({"value": "-5"}, "value"), ({"gpu_count": "0"}, "gpu_count"),
-            ({"global_batch": "1.5"}, "global_batch"), ({"micro_batch": "1e9"}, "micro_batch"),
-            ({"micro_batch": "4096"}, "micro_batch"), ({"kv_heads": "7"}, "kv_heads"),
-            ({"heads": "0"}, "heads"), ({"tp": "0"}, "tp"), ({"seq": "inf"}, "seq"),
-            ({"layers": "-2"}, "layers")]
+NONSENSE = [
+    ({"value": "nan"}, "value"),
+    ({"value": "inf"}, "value"),
+    ({"value": "0"}, "value"),
+    ({"value": "-5"}, "value"),
+    ({"gpu_count": "0"}, "gpu_count"),
+    ({"global_batch": "1.5"}, "global_batch"),
+    ({"micro_batch": "1e9"}, "micro_batch"),
+    ({"micro_batch": "4096"}, "micro_batch"),
+    ({"kv_heads": "7"}, "kv_heads"),
+    ({"heads": "0"}, "heads"),
+    ({"tp": "0"}, "tp"),
+    ({"seq": "inf"}, "seq"),
+    ({"layers": "-2"}, "layers"),
+]
 
 
 def runs_csv(path, change: dict | None = None, rows: int = 6) -> None:
@@ -302,23 +422,45 @@ def runs_csv(path, change: dict | None = None, rows: int = 6) -> None:
 @pytest.mark.parametrize("change, column", NONSENSE)
 def test_calibrate_refuses_a_row_that_makes_no_sense(capsys, tmp_path, change, column):
     runs_csv(tmp_path / "runs.csv", change)
-    refused(capsys, "calibrate", str(tmp_path / "runs.csv"), "--stack", "megatron-core",
-            "--out", str(tmp_path / "p.yaml"), says=column)
+    refused(
+        capsys,
+        "calibrate",
+        str(tmp_path / "runs.csv"),
+        "--stack",
+        "megatron-core",
+        "--out",
+        str(tmp_path / "p.yaml"),
+        says=column,
+    )
     assert not (tmp_path / "p.yaml").exists()
 
 
 @pytest.mark.slow
 def test_the_documented_maximum_fault_scale_runs_to_a_report(capsys, tmp_path):
     out = tmp_path / "out"
-    code, err = check(capsys, "run", "--local", "--policies", "planner", "--hours", "3",
-                      "--seed", "7", "--faults", "1000", "--out", str(out))
+    code, err = check(
+        capsys,
+        "run",
+        "--local",
+        "--policies",
+        "planner",
+        "--hours",
+        "3",
+        "--seed",
+        "7",
+        "--faults",
+        "1000",
+        "--out",
+        str(out),
+    )
     assert code == 0, err[-2000:]
     assert json.loads((out / "report.json").read_text())["faults"]["rates"] == "published × 1000"
 
 
 def test_a_study_with_a_drain_limit_off_the_sampling_grid_ends(tmp_path):
-    done = xds("run", "--local", "--policies", "planner", "--hours", "0.2", "--out",
-               tmp_path / "out")
+    done = xds(
+        "run", "--local", "--policies", "planner", "--hours", "0.2", "--out", tmp_path / "out"
+    )
     assert done.returncode == 0, done.stderr[-2000:]
 
 
@@ -330,48 +472,143 @@ def command_lines(tmp_path) -> dict[str, tuple[list, list[str]]]:
     short study, one seed, an input that is missing where valid values would start a cluster
     or a training), and the flags fuzzed."""
     runs_csv(tmp_path / "runs.csv")
-    (tmp_path / "series.csv").write_text("time,active\n" + "".join(
-        f"2020-01-{1 + i // 144:02d} {(i % 144) // 6:02d}:{(i % 6) * 10:02d}:00,{40 + i % 9}\n"
-        for i in range(144 * 3)))
+    (tmp_path / "series.csv").write_text(
+        "time,active\n"
+        + "".join(
+            f"2020-01-{1 + i // 144:02d} {(i % 144) // 6:02d}:{(i % 6) * 10:02d}:00,{40 + i % 9}\n"
+            for i in range(144 * 3)
+        )
+    )
     share = share_files(tmp_path, "".join(f"p{i},1000,1000,1,500\n" for i in range(30)))
     none = str(tmp_path / "none.yaml")
     return {
-        "run": (["run", "--local", "--policies", "planner", "--hours", "0.05", "--out",
-                 tmp_path / "o", "--force"], ["--hours", "--seed", "--faults", "--dashboard",
-                                              "--speed", "--policies"]),
-        "plan": (["plan"], ["--top", "--diloco", "--budget", "--min-throughput", "--weights",
-                            "--job"]),
-        "estimate": (["estimate", "--gpu", "H100-SXM", "--model", "llama2-7b", "--gpus", "8",
-                      "--global-batch", "8"], ["--gpus", "--tp", "--pp", "--cp", "--vp",
-                                               "--micro-batch", "--seq", "--gpu", "--model"]),
+        "run": (
+            [
+                "run",
+                "--local",
+                "--policies",
+                "planner",
+                "--hours",
+                "0.05",
+                "--out",
+                tmp_path / "o",
+                "--force",
+            ],
+            ["--hours", "--seed", "--faults", "--dashboard", "--speed", "--policies"],
+        ),
+        "plan": (
+            ["plan"],
+            ["--top", "--diloco", "--budget", "--min-throughput", "--weights", "--job"],
+        ),
+        "estimate": (
+            [
+                "estimate",
+                "--gpu",
+                "H100-SXM",
+                "--model",
+                "llama2-7b",
+                "--gpus",
+                "8",
+                "--global-batch",
+                "8",
+            ],
+            [
+                "--gpus",
+                "--tp",
+                "--pp",
+                "--cp",
+                "--vp",
+                "--micro-batch",
+                "--seq",
+                "--gpu",
+                "--model",
+            ],
+        ),
         "index": (["index", "--model", "llama2-7b"], ["--gpus", "--gpu", "--reference"]),
-        "compare": (["compare", SCENARIOS / "five_domains.yaml", "--local", "--policies",
-                     "planner,planner-single-domain", "--seeds", "1", "--loads", "0.5",
-                     "--hours", "0.05", "--out", tmp_path / "c"],
-                    ["--hours", "--seeds", "--loads", "--baseline", "--arrivals"]),
+        "compare": (
+            [
+                "compare",
+                SCENARIOS / "five_domains.yaml",
+                "--local",
+                "--policies",
+                "planner,planner-single-domain",
+                "--seeds",
+                "1",
+                "--loads",
+                "0.5",
+                "--hours",
+                "0.05",
+                "--out",
+                tmp_path / "c",
+            ],
+            ["--hours", "--seeds", "--loads", "--baseline", "--arrivals"],
+        ),
         "faults": (["faults", "bench", "--n", "20"], ["--seed", "--loss"]),
         "share": (share, ["--seeds", "--until", "--workers", "--packers"]),
-        "calibrate": (["calibrate", tmp_path / "runs.csv", "--stack", "megatron-core", "--out",
-                       tmp_path / "p.yaml", "--force"], ["--hold-out", "--stack"]),
-        "forecast": (["forecast", "backtest", tmp_path / "series.csv"],
-                     ["--horizon", "--seed", "--target"]),
-        "train": (["train", "--config", none, "--out", tmp_path / "train"],
-                  ["--samples", "--iterations", "--states"]),
+        "calibrate": (
+            [
+                "calibrate",
+                tmp_path / "runs.csv",
+                "--stack",
+                "megatron-core",
+                "--out",
+                tmp_path / "p.yaml",
+                "--force",
+            ],
+            ["--hold-out", "--stack"],
+        ),
+        "forecast": (
+            ["forecast", "backtest", tmp_path / "series.csv"],
+            ["--horizon", "--seed", "--target"],
+        ),
+        "train": (
+            ["train", "--config", none, "--out", tmp_path / "train"],
+            ["--samples", "--iterations", "--states"],
+        ),
         "serve": (["serve", none], ["--port", "--policy-path"]),
         "up": (["up", none, "--state", tmp_path / "state.json"], ["--http-port", "--policy"]),
         "links": (["links", "probe", "--state", tmp_path / "none.json"], ["--seconds"]),
         "bill": (["bill", tmp_path / "nostudy", "--tenant", "x"], ["--from", "--to", "--csv"]),
-        "scenario": (["scenario", "from-measurements", "--regions", "aws:us-east-1", "--out",
-                      tmp_path / "s.yaml", "--data", tmp_path / "nodata"],
-                     ["--nodes", "--accelerator", "--regions"]),
+        "scenario": (
+            [
+                "scenario",
+                "from-measurements",
+                "--regions",
+                "aws:us-east-1",
+                "--out",
+                tmp_path / "s.yaml",
+                "--data",
+                tmp_path / "nodata",
+            ],
+            ["--nodes", "--accelerator", "--regions"],
+        ),
     }
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[FIXTURES])
-@given(command=st.sampled_from(["run", "plan", "estimate", "index", "compare", "faults", "share",
-                                "calibrate", "forecast", "train", "serve", "up", "links",
-                                "bill", "scenario"]),
-       which=st.integers(0, 10), value=FLAG_VALUES)
+@given(
+    command=st.sampled_from(
+        [
+            "run",
+            "plan",
+            "estimate",
+            "index",
+            "compare",
+            "faults",
+            "share",
+            "calibrate",
+            "forecast",
+            "train",
+            "serve",
+            "up",
+            "links",
+            "bill",
+            "scenario",
+        ]
+    ),
+    which=st.integers(0, 10),
+    value=FLAG_VALUES,
+)
 def test_every_commands_arguments_are_parsed_cleanly(capsys, tmp_path, command, which, value):
     base, flags = command_lines(tmp_path)[command]
     flag = flags[which % len(flags)]
@@ -385,16 +622,57 @@ def test_every_commands_arguments_are_parsed_cleanly(capsys, tmp_path, command, 
     assert code == 0 or err.strip().splitlines()[-1].startswith("xds: error:"), (argv, err)
 
 
-CELL = st.one_of(st.sampled_from(["nan", "inf", "-inf", "-1", "0", "1.5", "1e9", "1e308", "",
-                                  "x", "7", "3", "%", "1,2", '"', "\u200f"]),
-                 st.text(max_size=8))
+CELL = st.one_of(
+    st.sampled_from(
+        [
+            "nan",
+            "inf",
+            "-inf",
+            "-1",
+            "0",
+            "1.5",
+            "1e9",
+            "1e308",
+            "",
+            "x",
+            "7",
+            "3",
+            "%",
+            "1,2",
+            '"',
+            "\u200f",
+        ]
+    ),
+    st.text(max_size=8),
+)
 
 
 @settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=[FIXTURES])
-@given(column=st.sampled_from(["gpu_count", "layers", "hidden", "ffn_hidden", "heads",
-                               "kv_heads", "vocab", "seq", "global_batch", "micro_batch", "tp",
-                               "pp", "dp", "value", "metric", "dtype", "gpu", "source"]),
-       cell=CELL)
+@given(
+    column=st.sampled_from(
+        [
+            "gpu_count",
+            "layers",
+            "hidden",
+            "ffn_hidden",
+            "heads",
+            "kv_heads",
+            "vocab",
+            "seq",
+            "global_batch",
+            "micro_batch",
+            "tp",
+            "pp",
+            "dp",
+            "value",
+            "metric",
+            "dtype",
+            "gpu",
+            "source",
+        ]
+    ),
+    cell=CELL,
+)
 def test_any_runs_csv_is_calibrated_or_refused_cleanly(capsys, tmp_path, column, cell):
     """A runs CSV with one cell of one row changed: a profile of finite constants, or one line
     naming the row; never a profile fitted on a row that makes no sense."""
@@ -402,8 +680,16 @@ def test_any_runs_csv_is_calibrated_or_refused_cleanly(capsys, tmp_path, column,
 
     runs_csv(tmp_path / "runs.csv", {column: cell})
     out = tmp_path / "p.yaml"
-    code, err = check(capsys, "calibrate", str(tmp_path / "runs.csv"), "--stack",
-                      "megatron-core", "--out", str(out), "--force")
+    code, err = check(
+        capsys,
+        "calibrate",
+        str(tmp_path / "runs.csv"),
+        "--stack",
+        "megatron-core",
+        "--out",
+        str(out),
+        "--force",
+    )
     assert code in (0, 2) and "Traceback" not in err, err
     if code == 0:
         constants = yaml.safe_load(out.read_text())["constants"]
@@ -413,11 +699,16 @@ def test_any_runs_csv_is_calibrated_or_refused_cleanly(capsys, tmp_path, column,
 
 
 @settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=[FIXTURES])
-@given(column=st.sampled_from(["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"]),
-       row=st.integers(0, 29), cell=CELL)
+@given(
+    column=st.sampled_from(["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"]),
+    row=st.integers(0, 29),
+    cell=CELL,
+)
 def test_any_pod_list_is_benched_or_refused_cleanly(capsys, tmp_path, column, row, cell):
-    rows = [dict(name=f"p{i}", cpu_milli=1000, memory_mib=1000, num_gpu=1, gpu_milli=500)
-            for i in range(30)]
+    rows = [
+        dict(name=f"p{i}", cpu_milli=1000, memory_mib=1000, num_gpu=1, gpu_milli=500)
+        for i in range(30)
+    ]
     rows[row][column] = cell
     import csv
     import io
@@ -431,19 +722,52 @@ def test_any_pod_list_is_benched_or_refused_cleanly(capsys, tmp_path, column, ro
 
 
 YAML_INPUTS = {  # command line reading the file, and a valid document of it
-    "job": (["submit", "{file}", "--state", "{tmp}/none.json"],
-            {"name": "gpt-small", "model": {"layers": 2, "hidden": 128, "heads": 4,
-                                            "vocab": 512, "seq": 64},
-             "global_batch": 16, "steps": 60, "workers": {"min": 1, "max": 2},
-             "checkpoint_every": 10}),
-    "catalog": (["catalog", "--accelerators", "{file}"],
-                {"accelerators": [{"name": "X1", "vendor": "x", "bf16_tflops": 100,
-                                   "memory_gib": 80, "memory_gbs": 2000, "scaleup_gbs": 400,
-                                   "scaleout_gbps": 200, "gpus_per_node": 8, "power_w": 700,
-                                   "source": "test"}]}),
-    "training config": (["train", "--config", "{file}", "--samples", "1", "--iterations", "1",
-                         "--address", "127.0.0.1:9", "--out", "{tmp}/train"],
-                        {"iterations": 1, "seed": 0, "env": {"scenario": "random"}}),
+    "job": (
+        ["submit", "{file}", "--state", "{tmp}/none.json"],
+        {
+            "name": "gpt-small",
+            "model": {"layers": 2, "hidden": 128, "heads": 4, "vocab": 512, "seq": 64},
+            "global_batch": 16,
+            "steps": 60,
+            "workers": {"min": 1, "max": 2},
+            "checkpoint_every": 10,
+        },
+    ),
+    "catalog": (
+        ["catalog", "--accelerators", "{file}"],
+        {
+            "accelerators": [
+                {
+                    "name": "X1",
+                    "vendor": "x",
+                    "bf16_tflops": 100,
+                    "memory_gib": 80,
+                    "memory_gbs": 2000,
+                    "scaleup_gbs": 400,
+                    "scaleout_gbps": 200,
+                    "gpus_per_node": 8,
+                    "power_w": 700,
+                    "source": "test",
+                }
+            ]
+        },
+    ),
+    "training config": (
+        [
+            "train",
+            "--config",
+            "{file}",
+            "--samples",
+            "1",
+            "--iterations",
+            "1",
+            "--address",
+            "127.0.0.1:9",
+            "--out",
+            "{tmp}/train",
+        ],
+        {"iterations": 1, "seed": 0, "env": {"scenario": "random"}},
+    ),
 }
 
 
@@ -466,11 +790,13 @@ def test_any_mutated_yaml_input_is_read_cleanly(capsys, tmp_path, kind, which, v
 
     known = dict(catalog.ACCELERATORS), dict(catalog._ACCELERATOR_KEYS)
     try:
-        code, err = check(capsys, *[w.format(file=tmp_path / "in.yaml", tmp=tmp_path)
-                                    for w in argv])
+        code, err = check(
+            capsys, *[w.format(file=tmp_path / "in.yaml", tmp=tmp_path) for w in argv]
+        )
     finally:  # a catalog read registers its entries: this process's catalog as it was
-        for table, was in zip((catalog.ACCELERATORS, catalog._ACCELERATOR_KEYS), known,
-                              strict=True):
+        for table, was in zip(
+            (catalog.ACCELERATORS, catalog._ACCELERATOR_KEYS), known, strict=True
+        ):
             table.clear()
             table.update(was)
     assert code in (0, 2) and "Traceback" not in err, err

@@ -22,8 +22,9 @@ from xdscheduler.serving.gate import MAX_BODY_BYTES  # noqa: E402
 from xdscheduler.serving.inprocess import in_process  # noqa: E402
 
 EXAMPLES = int(os.environ.get("XDS_SCHEMATHESIS_EXAMPLES", "25"))
-FUZZ = settings(max_examples=EXAMPLES, derandomize=True, deadline=None,
-                suppress_health_check=list(HealthCheck))
+FUZZ = settings(
+    max_examples=EXAMPLES, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck)
+)
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +34,9 @@ def policy_app():
 
     # each step's forward pass alone: Serve's batch queue belongs to the event loop it was
     # made on, and a request here runs on a loop of its own (batching: tests/test_serving.py)
-    in_process(app, XdsService, load_scenario(default_scenario_path()).model_dump(), API_TOKEN,
-               batch=1)
+    in_process(
+        app, XdsService, load_scenario(default_scenario_path()).model_dump(), API_TOKEN, batch=1
+    )
     return app
 
 
@@ -44,8 +46,9 @@ def jobs_app(tmp_path_factory):
     from xdscheduler.live.controller import JobBook
     from xdscheduler.live.state import ClusterState
 
-    state = ClusterState(scenario=str(SCENARIOS / "local_three_domains.yaml"),
-                         address="127.0.0.1:6379")
+    state = ClusterState(
+        scenario=str(SCENARIOS / "local_three_domains.yaml"), address="127.0.0.1:6379"
+    )
     book = JobBook(tmp_path_factory.mktemp("jobs") / "journal.sqlite")
     in_process(app, JobsService, state.model_dump_json(), API_TOKEN, book=book)
     return app
@@ -58,20 +61,37 @@ class Answer(NamedTuple):
     read: int  # body bytes the app took
 
 
-def call(app, method: str, path: str, body: bytes | list[bytes] = b"",
-         headers: dict | None = None) -> Answer:
+def call(
+    app, method: str, path: str, body: bytes | list[bytes] = b"", headers: dict | None = None
+) -> Answer:
     """One request through `app`'s ASGI interface. A list of chunks (of one size) is sent
     chunked, without a Content-Length."""
     chunks = body if isinstance(body, list) else [body]
     size = max(len(chunks[0]), 1)
-    head = {"authorization": AUTH["Authorization"], "content-type": "application/json",
-            **({"transfer-encoding": "chunked"} if isinstance(body, list)
-               else {"content-length": str(len(body))}), **(headers or {})}
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-             "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
-             "root_path": "", "query_string": b"", "client": ("127.0.0.1", 1),
-             "server": ("127.0.0.1", 2),
-             "headers": [(k.encode(), v.encode()) for k, v in head.items()]}
+    head = {
+        "authorization": AUTH["Authorization"],
+        "content-type": "application/json",
+        **(
+            {"transfer-encoding": "chunked"}
+            if isinstance(body, list)
+            else {"content-length": str(len(body))}
+        ),
+        **(headers or {}),
+    }
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+        "headers": [(k.encode(), v.encode()) for k, v in head.items()],
+    }
     read, sent = 0, []
 
     async def receive():
@@ -80,16 +100,19 @@ def call(app, method: str, path: str, body: bytes | list[bytes] = b"",
             await asyncio.sleep(3600)  # all sent: the client waits for the answer
         chunk = chunks[read // size]
         read += len(chunk)
-        return {"type": "http.request", "body": chunk,
-                "more_body": read < sum(map(len, chunks))}
+        return {"type": "http.request", "body": chunk, "more_body": read < sum(map(len, chunks))}
 
     async def send(message):
         sent.append(message)
 
     asyncio.run(app(scope, receive, send))
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return Answer(sent[0]["status"], json.loads(body) if body else {},
-                  {k.decode(): v.decode() for k, v in sent[0]["headers"]}, read)
+    return Answer(
+        sent[0]["status"],
+        json.loads(body) if body else {},
+        {k.decode(): v.decode() for k, v in sent[0]["headers"]},
+        read,
+    )
 
 
 # --- the hostile cases, each a regression test
@@ -104,10 +127,16 @@ def test_a_forecast_ending_in_year_one_is_refused_not_a_500(policy_app):
     assert "must lie between 1971 and 2200" in out["detail"][0]["msg"]
 
 
-@pytest.mark.parametrize("path, method", [("/forecast", "POST"), ("/policy/act", "POST"),
-                                          ("/policy/decide", "POST"), ("/api/state", "GET")])
-def test_a_chunked_body_over_the_bound_gets_413_on_every_route_unread(policy_app, path,
-                                                                     method):
+@pytest.mark.parametrize(
+    "path, method",
+    [
+        ("/forecast", "POST"),
+        ("/policy/act", "POST"),
+        ("/policy/decide", "POST"),
+        ("/api/state", "GET"),
+    ],
+)
+def test_a_chunked_body_over_the_bound_gets_413_on_every_route_unread(policy_app, path, method):
     """Chunked bodies of 10 MB got 400 (the gate's stop surfaced as FastAPI's body error) on
     the routes that read them, and a 200 on those that do not. The bound's worth and one chunk
     more are read, never the rest."""
@@ -120,7 +149,7 @@ def test_a_chunked_body_over_the_bound_gets_413_on_every_route_unread(policy_app
 
 def test_a_chunked_body_within_the_bound_is_answered_as_a_whole(policy_app):
     body = json.dumps({"history": [100.0] * 2000, "step_min": 1}).encode()
-    pieces = [body[i:i + 1000] for i in range(0, len(body), 1000)]
+    pieces = [body[i : i + 1000] for i in range(0, len(body), 1000)]
     pieces[-1] = pieces[-1].ljust(1000)  # `call` sends chunks of one size: pad with spaces
     status, out, _, _ = call(policy_app, "POST", "/forecast", pieces)
     assert status == 200, out
@@ -128,8 +157,13 @@ def test_a_chunked_body_within_the_bound_is_answered_as_a_whole(policy_app):
 
 
 def test_a_body_over_the_bound_by_its_length_gets_413_before_the_token(policy_app):
-    answer = call(policy_app, "POST", "/forecast", b"",
-                  {"content-length": str(MAX_BODY_BYTES + 1), "authorization": ""})
+    answer = call(
+        policy_app,
+        "POST",
+        "/forecast",
+        b"",
+        {"content-length": str(MAX_BODY_BYTES + 1), "authorization": ""},
+    )
     assert answer.status == 413 and answer.read == 0
 
 

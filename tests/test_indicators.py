@@ -8,8 +8,12 @@ from .conftest import small_scenario
 def test_twelve_indicators_in_four_dimensions():
     dims = [d for d, *_ in INDICATORS.values()]
     assert len(INDICATORS) == 12
-    assert {d: dims.count(d) for d in dims} == {"compute": 3, "storage": 3, "network": 3,
-                                                "state": 3}
+    assert {d: dims.count(d) for d in dims} == {
+        "compute": 3,
+        "storage": 3,
+        "network": 3,
+        "state": 3,
+    }
 
 
 def test_bad_samples_are_rejected_with_a_reason():

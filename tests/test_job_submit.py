@@ -31,23 +31,47 @@ def head(tmp_path):
     before = pointer.read_bytes() if pointer.exists() else None
     # The recipe of docs/operations.md: token authentication with a token of this cluster's own
     # (in the environment, not the user's ~/.ray), every port on 127.0.0.1.
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
-           "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
-           "TMPDIR": own_tmp}
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": secrets.token_hex(32),
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "TMPDIR": own_tmp,
+    }
     ray_bin = Path(sys.executable).with_name("ray")
     proc = subprocess.Popen(
-        [str(ray_bin), "start", "--head", "--block", f"--port={gcs}", "--num-cpus=2",
-         "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
-         # Ports of our own: another local cluster (the test session's, with Serve) may hold
-         # the default agent ports, and then no job agent would ever start here.
-         f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
-         f"--runtime-env-agent-port={runtime_env}", "--disable-usage-stats"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        [
+            str(ray_bin),
+            "start",
+            "--head",
+            "--block",
+            f"--port={gcs}",
+            "--num-cpus=2",
+            "--include-dashboard=true",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={dash}",
+            # Ports of our own: another local cluster (the test session's, with Serve) may hold
+            # the default agent ports, and then no job agent would ever start here.
+            f"--dashboard-agent-listen-port={agent}",
+            f"--dashboard-agent-grpc-port={agent_grpc}",
+            f"--runtime-env-agent-port={runtime_env}",
+            "--disable-usage-stats",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     address = f"http://127.0.0.1:{dash}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        ok = subprocess.run([str(ray_bin), "job", "list", "--address", address], env=env,
-                            capture_output=True).returncode == 0
+        ok = (
+            subprocess.run(
+                [str(ray_bin), "job", "list", "--address", address], env=env, capture_output=True
+            ).returncode
+            == 0
+        )
         if ok:
             break
         time.sleep(1)
@@ -70,17 +94,38 @@ def test_xds_run_through_ray_job_submit(head, tmp_path):
     address, env, ray_bin, head_pid = head
     assert not beyond_loopback(head_pid), "the head listens beyond 127.0.0.1"
     for token in ("0" * 64, ""):  # a wrong token, and none
-        refused = subprocess.run([str(ray_bin), "job", "list", "--address", address],
-                                 env={**env, "RAY_AUTH_TOKEN": token}, capture_output=True,
-                                 text=True)
+        refused = subprocess.run(
+            [str(ray_bin), "job", "list", "--address", address],
+            env={**env, "RAY_AUTH_TOKEN": token},
+            capture_output=True,
+            text=True,
+        )
         assert refused.returncode != 0, f"the job API answered a client with token {token!r}"
         assert "token" in (refused.stdout + refused.stderr).lower(), refused.stderr[-500:]
     out = tmp_path / "study"
     for _ in range(6):  # the head's job agent may still be starting on a busy machine
         run = subprocess.run(
-            [str(ray_bin), "job", "submit", "--address", address, "--", "xds", "run",
-             "--hours", "1", "--policies", "fifo-single-domain,planner", "--out", str(out)],
-            env=env, capture_output=True, text=True, timeout=300)
+            [
+                str(ray_bin),
+                "job",
+                "submit",
+                "--address",
+                address,
+                "--",
+                "xds",
+                "run",
+                "--hours",
+                "1",
+                "--policies",
+                "fifo-single-domain,planner",
+                "--out",
+                str(out),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if "No available agent" not in run.stderr + run.stdout:
             break
         time.sleep(5)

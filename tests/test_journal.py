@@ -21,8 +21,17 @@ HOURS, SEED = 3.0, 6
 
 
 def job_table(res) -> list[tuple]:
-    return [(r.spec.name, r.start_s, r.end_s, r.placement and (r.placement.domains,
-             r.placement.gpus, r.placement.plan), r.replans, r.requeues) for r in res.jobs]
+    return [
+        (
+            r.spec.name,
+            r.start_s,
+            r.end_s,
+            r.placement and (r.placement.domains, r.placement.gpus, r.placement.plan),
+            r.replans,
+            r.requeues,
+        )
+        for r in res.jobs
+    ]
 
 
 def decisions(res) -> list[tuple]:
@@ -39,8 +48,14 @@ def study():
 
 
 def engine(scn, jobs, dyn):
-    return Engine(scn, jobs, make_policy("planner", scn.weights), dyn,
-                  LocalDomains(list(scn.domains), dyn), HOURS * 3600)
+    return Engine(
+        scn,
+        jobs,
+        make_policy("planner", scn.weights),
+        dyn,
+        LocalDomains(list(scn.domains), dyn),
+        HOURS * 3600,
+    )
 
 
 def test_a_replayed_engine_finishes_like_one_never_stopped(study, tmp_path):
@@ -61,16 +76,22 @@ def test_a_replayed_engine_finishes_like_one_never_stopped(study, tmp_path):
     assert job_table(res) == job_table(whole)
     assert decisions(res) == decisions(whole)
     assert again.logged == len(whole.decisions) > logged
-    rows = sqlite3.connect(tmp_path / "j.sqlite").execute(
-        "SELECT COUNT(*) FROM decisions").fetchone()[0]
+    rows = (
+        sqlite3.connect(tmp_path / "j.sqlite")
+        .execute("SELECT COUNT(*) FROM decisions")
+        .fetchone()[0]
+    )
     assert rows == len(whole.decisions)  # nothing written twice
 
 
-@pytest.mark.parametrize("damage", [
-    "UPDATE decisions SET record = replace(record, 'place', 'moved') WHERE idx = 0",
-    "UPDATE decisions SET record = 'cos\nsystem\n(S''touch pwned''\ntR.' WHERE idx = 0",
-    "UPDATE decisions SET record = '{\"truncated' WHERE idx = 0",
-])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "UPDATE decisions SET record = replace(record, 'place', 'moved') WHERE idx = 0",
+        "UPDATE decisions SET record = 'cos\nsystem\n(S''touch pwned''\ntR.' WHERE idx = 0",
+        "UPDATE decisions SET record = '{\"truncated' WHERE idx = 0",
+    ],
+)
 def test_a_damaged_or_tampered_log_is_refused_and_nothing_in_it_runs(study, tmp_path, damage):
     scn, jobs, dyn, _ = study
     eng = engine(scn, jobs, dyn)
@@ -102,8 +123,16 @@ def test_killing_the_controller_mid_run_loses_nothing(ray_session, study, tmp_pa
     path = str(tmp_path / "journal.sqlite")
 
     def controller():
-        return Controller.remote(scn.model_dump(), [j.model_dump() for j in jobs], "planner",
-                                 dyn, HOURS * 3600, False, None, path)
+        return Controller.remote(
+            scn.model_dump(),
+            [j.model_dump() for j in jobs],
+            "planner",
+            dyn,
+            HOURS * 3600,
+            False,
+            None,
+            path,
+        )
 
     first = controller()
     ray.get(first.advance.remote(3600))

@@ -28,11 +28,28 @@ H100 = Hardware.of(catalog.accelerator("H100-SXM"))
 
 def profile(arch=TINY, accelerator="H100-SXM", dtype="bf16", **extra) -> LayerProfile:
     """Hand-made times: at micro-batch 4 every block takes twice what it takes at 2."""
-    rows = [LayerTiming(micro_batch=mb, tp=1, first_fwd_s=0.001 * k, first_bwd_s=0.0005 * k,
-                        layer_fwd_s=0.01 * k, layer_bwd_s=0.02 * k, last_fwd_s=0.004 * k,
-                        last_bwd_s=0.006 * k) for mb, k in ((2, 1), (4, 2))]
-    return LayerProfile(accelerator=accelerator, dtype=dtype, stack="megatron-core",
-                        shape=Shape.of(arch), source="by hand", timings=rows, **extra)
+    rows = [
+        LayerTiming(
+            micro_batch=mb,
+            tp=1,
+            first_fwd_s=0.001 * k,
+            first_bwd_s=0.0005 * k,
+            layer_fwd_s=0.01 * k,
+            layer_bwd_s=0.02 * k,
+            last_fwd_s=0.004 * k,
+            last_bwd_s=0.006 * k,
+        )
+        for mb, k in ((2, 1), (4, 2))
+    ]
+    return LayerProfile(
+        accelerator=accelerator,
+        dtype=dtype,
+        stack="megatron-core",
+        shape=Shape.of(arch),
+        source="by hand",
+        timings=rows,
+        **extra,
+    )
 
 
 def step(plan: Plan, measured=(), hw=H100, batch=8, **kw):
@@ -52,8 +69,9 @@ def test_a_profiled_plan_takes_its_measured_times_by_hand():
 
 def test_micro_batches_between_those_measured_are_interpolated_and_beyond_them_not():
     m = MeasuredLayers.of(profile())
-    times = m.times(np.array([2, 3, 4, 8, 3]), np.array([1, 1, 1, 1, 2]), m.accelerator,
-                    m.precision)
+    times = m.times(
+        np.array([2, 3, 4, 8, 3]), np.array([1, 1, 1, 1, 2]), m.accelerator, m.precision
+    )
     assert times[1, 2] == pytest.approx(0.015)  # halfway from 10 to 20 ms
     assert np.isnan(times[3]).all() and np.isnan(times[4]).all()  # micro-batch 8, TP 2
     roofline = step(Plan(dp=1, micro_batch=8, zero=0))[1]["compute"]
@@ -66,8 +84,10 @@ def test_a_profile_stands_only_for_its_accelerator_precision_and_shape():
     roofline = step(plan)[1]["compute"]
     a100 = Hardware.of(catalog.accelerator("A100-80GB"))
     assert step(plan, (m,), hw=a100)[1]["compute"] == step(plan, hw=a100)[1]["compute"]
-    assert step(Plan(dp=1, micro_batch=2, zero=0, dtype="fp8"), (m,))[1]["compute"] \
+    assert (
+        step(Plan(dp=1, micro_batch=2, zero=0, dtype="fp8"), (m,))[1]["compute"]
         == step(Plan(dp=1, micro_batch=2, zero=0, dtype="fp8"))[1]["compute"]
+    )
     other = MeasuredLayers.of(profile(arch=catalog.model("opt-350m")))
     assert step(plan, (other,))[1]["compute"] == roofline != step(plan, (m,))[1]["compute"]
 
@@ -80,11 +100,12 @@ def test_what_a_profile_left_untimed_the_model_adds():
     untimed = step(plan, (MeasuredLayers.of(profile(output_layer_timed=False)),))[1]["compute"]
     assert untimed > timed
     tp2 = profile()
-    tp2 = tp2.model_copy(update={"timings": [t.model_copy(update={"tp": 2})
-                                             for t in tp2.timings]})
+    tp2 = tp2.model_copy(update={"timings": [t.model_copy(update={"tp": 2}) for t in tp2.timings]})
     with_comm = step(Plan(dp=1, tp=2, micro_batch=2, zero=0), (MeasuredLayers.of(tp2),))[1]
-    without = step(Plan(dp=1, tp=2, micro_batch=2, zero=0), (MeasuredLayers.of(
-        tp2.model_copy(update={"tp_comm_timed": False})),))[1]
+    without = step(
+        Plan(dp=1, tp=2, micro_batch=2, zero=0),
+        (MeasuredLayers.of(tp2.model_copy(update={"tp_comm_timed": False})),),
+    )[1]
     assert with_comm["tp_comm"] == 0 < without["tp_comm"]
 
 
@@ -92,33 +113,55 @@ def test_measured_activations_replace_the_count_and_stages_hold_what_1f1b_keeps(
     from xdscheduler.costmodel.layers import LayerMemory
     from xdscheduler.costmodel.steptime import memory_gib
 
-    m = MeasuredLayers.of(profile(memory=[LayerMemory(tp=1, first_bytes=1e6, layer_bytes=2e7,
-                                                      last_bytes=3e7)]))
-    one = memory_gib(TINY, 8, PlanBatch.of([Plan(dp=1, micro_batch=2, zero=0)]), Stack(),
-                     measured=(m,))
+    m = MeasuredLayers.of(
+        profile(memory=[LayerMemory(tp=1, first_bytes=1e6, layer_bytes=2e7, last_bytes=3e7)])
+    )
+    one = memory_gib(
+        TINY, 8, PlanBatch.of([Plan(dp=1, micro_batch=2, zero=0)]), Stack(), measured=(m,)
+    )
     assert one["activations"][0] * 2**30 == pytest.approx(2 * (4 * 2e7 + 1e6))
     assert one["logits"][0] * 2**30 == pytest.approx(2 * 3e7)
     # two stages, four micro-batches: the first keeps two of its 2 layers and the embedding
-    two = memory_gib(TINY, 8, PlanBatch.of([Plan(dp=1, pp=2, micro_batch=2, zero=0)]),
-                     Stack(), measured=(m,))
+    two = memory_gib(
+        TINY, 8, PlanBatch.of([Plan(dp=1, pp=2, micro_batch=2, zero=0)]), Stack(), measured=(m,)
+    )
     first, last = 2 * 2 * (2 * 2e7 + 1e6), 2 * (2 * 2e7) + 2 * 3e7
     assert (two["activations"][0] + two["logits"][0]) * 2**30 == pytest.approx(max(first, last))
 
 
 def sailor_doc(layers=4, update=0.5):
     """Sailor's simulator format: model -> GPU -> micro-batch -> TP -> layer -> [f, b, u]."""
-    table = {str(mb): {"1": {str(i): [0.001 * mb * (3 if i in (0, layers + 1) else 1 + i),
-                                      0.002 * mb, update] for i in range(layers + 2)}}
-             for mb in (1, 2)}
+    table = {
+        str(mb): {
+            "1": {
+                str(i): [0.001 * mb * (3 if i in (0, layers + 1) else 1 + i), 0.002 * mb, update]
+                for i in range(layers + 2)
+            }
+        }
+        for mb in (1, 2)
+    }
     return {"OPT-350": {"GH-96": table, "A100-40": table}, "GPT-Neo-2.7": {"GH-96": table}}
 
 
 def test_sailors_profile_reads_as_ours_median_layer_and_memory_in_fp32_floats():
     arch = catalog.ModelArch("four", 4, 1024, 4096, 16, 16, 50272, 2048, False, True)
-    info = {"OPT-350": {"1": {str(i): {"act_mem_floats": 1000 * (i + 1),
-                                       "params_floats": 60_000_000} for i in range(6)}}}
-    p = from_sailor(sailor_doc(), arch, "GH200", sailor_model="OPT-350", sailor_gpu="GH-96",
-                    llm_info=info, source="test")
+    info = {
+        "OPT-350": {
+            "1": {
+                str(i): {"act_mem_floats": 1000 * (i + 1), "params_floats": 60_000_000}
+                for i in range(6)
+            }
+        }
+    }
+    p = from_sailor(
+        sailor_doc(),
+        arch,
+        "GH200",
+        sailor_model="OPT-350",
+        sailor_gpu="GH-96",
+        llm_info=info,
+        source="test",
+    )
     t = {(r.micro_batch, r.tp): r for r in p.timings}[(2, 1)]
     assert t.layer_fwd_s == pytest.approx(0.002 * 3.5)  # median of layers 1-4: 2, 3, 4, 5
     assert (t.first_fwd_s, t.last_fwd_s) == (pytest.approx(0.006), pytest.approx(0.006))
@@ -129,8 +172,15 @@ def test_sailors_profile_reads_as_ours_median_layer_and_memory_in_fp32_floats():
     assert q.timings == p.timings
     # GPT-Neo's last block is the final norm alone: the output layer is left to the model
     info["OPT-350"]["1"]["5"]["params_floats"] = 5120
-    assert not from_sailor(sailor_doc(), arch, "GH200", sailor_model="OPT-350",
-                           sailor_gpu="GH-96", llm_info=info, source="t").output_layer_timed
+    assert not from_sailor(
+        sailor_doc(),
+        arch,
+        "GH200",
+        sailor_model="OPT-350",
+        sailor_gpu="GH-96",
+        llm_info=info,
+        source="t",
+    ).output_layer_timed
 
 
 def test_sailors_profile_of_another_shape_or_key_is_refused_with_the_choices():
@@ -147,8 +197,21 @@ def test_layers_import_show_and_estimate_with_a_profile(capsys, tmp_path):
     src, out = tmp_path / "sailor.json", tmp_path / "gh200.yaml"
     doc = sailor_doc(layers=24)
     src.write_text(json.dumps(doc))
-    argv = ["layers", "import", str(src), "--model", "opt-350m", "--accelerator", "GH200",
-            "--sailor-model", "OPT-350", "--sailor-gpu", "GH-96", "--out", str(out)]
+    argv = [
+        "layers",
+        "import",
+        str(src),
+        "--model",
+        "opt-350m",
+        "--accelerator",
+        "GH200",
+        "--sailor-model",
+        "OPT-350",
+        "--sailor-gpu",
+        "GH-96",
+        "--out",
+        str(out),
+    ]
     code, text, err = run(capsys, *argv)
     assert code == 0, err
     assert "wrote" in text and LayerProfile.load(out).accelerator == "GH200"
@@ -156,9 +219,26 @@ def test_layers_import_show_and_estimate_with_a_profile(capsys, tmp_path):
     assert code == 2 and "--force" in err
     code, text, _ = run(capsys, "layers", "show", str(out), "--json")
     assert code == 0 and json.loads(text)["shape"]["hidden"] == 1024
-    estimate_argv = ["estimate", "--gpu", "GH200", "--model", "opt-350m", "--gpus", "4",
-                     "--global-batch", "8", "--micro-batch", "2", "--dtype", "tf32", "--zero",
-                     "0", "--stack", "megatron-deepspeed", "--json"]
+    estimate_argv = [
+        "estimate",
+        "--gpu",
+        "GH200",
+        "--model",
+        "opt-350m",
+        "--gpus",
+        "4",
+        "--global-batch",
+        "8",
+        "--micro-batch",
+        "2",
+        "--dtype",
+        "tf32",
+        "--zero",
+        "0",
+        "--stack",
+        "megatron-deepspeed",
+        "--json",
+    ]
     code, text, err = run(capsys, *estimate_argv, "--layer-profile", str(out))
     assert code == 0, err
     with_profile = json.loads(text)
@@ -167,19 +247,34 @@ def test_layers_import_show_and_estimate_with_a_profile(capsys, tmp_path):
     assert with_profile["step_time_s"] != json.loads(text)["step_time_s"]
 
 
-@pytest.mark.parametrize("content, message", [
-    ("not json", "not JSON"),
-    ("[1, 2]", "a JSON object is expected"),
-    ('{"OPT-350": {"GH-96": {"1": {"1": {"0": [1, 1, 1]}}}}}', "needs 26 (embedding"),
-    (json.dumps({"1": {"1": {str(i): "fast" for i in range(26)}}}), "micro-batch 1, TP 1: not"),
-    (json.dumps({"1": {"1": {str(i): [-1, 1, 1] for i in range(26)}}}),
-     "micro-batch 1, TP 1: not"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("not json", "not JSON"),
+        ("[1, 2]", "a JSON object is expected"),
+        ('{"OPT-350": {"GH-96": {"1": {"1": {"0": [1, 1, 1]}}}}}', "needs 26 (embedding"),
+        (json.dumps({"1": {"1": {str(i): "fast" for i in range(26)}}}), "micro-batch 1, TP 1: not"),
+        (
+            json.dumps({"1": {"1": {str(i): [-1, 1, 1] for i in range(26)}}}),
+            "micro-batch 1, TP 1: not",
+        ),
+    ],
+)
 def test_a_bad_sailor_file_is_one_line_and_exit_2(capsys, tmp_path, content, message):
     src = tmp_path / "bad.json"
     src.write_text(content)
-    code, _, err = run(capsys, "layers", "import", str(src), "--model", "opt-350m",
-                       "--accelerator", "GH200", "--out", str(tmp_path / "x.yaml"))
+    code, _, err = run(
+        capsys,
+        "layers",
+        "import",
+        str(src),
+        "--model",
+        "opt-350m",
+        "--accelerator",
+        "GH200",
+        "--out",
+        str(tmp_path / "x.yaml"),
+    )
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
@@ -202,15 +297,35 @@ def test_the_search_plans_only_what_a_profile_of_its_accelerator_timed():
 
     scn = load_scenario(SCENARIOS / "sailor_five_zones.yaml")
     arch = catalog.model("opt-350m")
-    rows = [LayerTiming(micro_batch=8, tp=4, first_fwd_s=1e-3, first_bwd_s=0.0,
-                        layer_fwd_s=6e-3, layer_bwd_s=13e-3, last_fwd_s=8e-3,
-                        last_bwd_s=8e-3)]
-    m = MeasuredLayers.of(LayerProfile(accelerator="A100-40GB", dtype="tf32",
-                                       stack="megatron-deepspeed", shape=Shape.of(arch),
-                                       source="by hand", timings=rows))
+    rows = [
+        LayerTiming(
+            micro_batch=8,
+            tp=4,
+            first_fwd_s=1e-3,
+            first_bwd_s=0.0,
+            layer_fwd_s=6e-3,
+            layer_bwd_s=13e-3,
+            last_fwd_s=8e-3,
+            last_bwd_s=8e-3,
+        )
+    ]
+    m = MeasuredLayers.of(
+        LayerProfile(
+            accelerator="A100-40GB",
+            dtype="tf32",
+            stack="megatron-deepspeed",
+            shape=Shape.of(arch),
+            source="by hand",
+            timings=rows,
+        )
+    )
     opts = SearchOptions(dtype="tf32", stack=Stack.preset("megatron-deepspeed"), layers=(m,))
-    ev = evaluate_space(JobSpec.of(scn.job("opt-350m-sailor")), ClusterView.from_scenario(scn),
-                        Weights(efficiency=1.0, utilization=0.0, cost=0.0), opts)
+    ev = evaluate_space(
+        JobSpec.of(scn.job("opt-350m-sailor")),
+        ClusterView.from_scenario(scn),
+        Weights(efficiency=1.0, utilization=0.0, cost=0.0),
+        opts,
+    )
     assert len(ev.place) > 0
     assert set(ev.plans.tp) == {4} and set(ev.plans.micro_batch) == {8}
 
@@ -224,10 +339,25 @@ def test_layer_timer_measures_a_tiny_model_on_the_cpu():
     torch.set_num_threads(1)  # a loaded machine: one thread times steadier
     try:
         arch = catalog.ModelArch("tiny", 2, 64, 256, 4, 4, 128, 32, False, True)
-        p = measure(arch, micro_batches=[1, 2], tp=2, dtype="tf32", accelerator="A100-40GB",
-                    device="cpu", repeats=1)
-        fused = measure(arch, micro_batches=[1], tp=1, dtype="bf16", accelerator="A100-40GB",
-                        device="cpu", repeats=1, fused_attention=True)
+        p = measure(
+            arch,
+            micro_batches=[1, 2],
+            tp=2,
+            dtype="tf32",
+            accelerator="A100-40GB",
+            device="cpu",
+            repeats=1,
+        )
+        fused = measure(
+            arch,
+            micro_batches=[1],
+            tp=1,
+            dtype="bf16",
+            accelerator="A100-40GB",
+            device="cpu",
+            repeats=1,
+            fused_attention=True,
+        )
     finally:
         torch.set_num_threads(threads)
     assert [t.micro_batch for t in p.timings] == [1, 2]
@@ -241,32 +371,85 @@ def test_layer_timer_measures_a_tiny_model_on_the_cpu():
 
 
 def test_layers_measure_on_the_cpu_needs_the_accelerator_named(capsys, tmp_path):
-    code, _, err = run(capsys, "layers", "measure", "--model", "gpt3-125m", "--device", "cpu",
-                       "--out", str(tmp_path / "p.yaml"))
+    code, _, err = run(
+        capsys,
+        "layers",
+        "measure",
+        "--model",
+        "gpt3-125m",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path / "p.yaml"),
+    )
     assert code == 2 and "--accelerator" in err
-    code, _, err = run(capsys, "layers", "measure", "--model", "gpt3-125m", "--device", "cpu",
-                       "--accelerator", "A100-40GB", "--micro-batch", "0,2",
-                       "--out", str(tmp_path / "p.yaml"))
+    code, _, err = run(
+        capsys,
+        "layers",
+        "measure",
+        "--model",
+        "gpt3-125m",
+        "--device",
+        "cpu",
+        "--accelerator",
+        "A100-40GB",
+        "--micro-batch",
+        "0,2",
+        "--out",
+        str(tmp_path / "p.yaml"),
+    )
     assert code == 2 and "--micro-batch" in err
 
 
 def test_xds_plan_with_a_layer_profile_plans_on_its_stack_and_what_it_timed(capsys, tmp_path):
     arch = catalog.model("opt-350m")
-    rows = [LayerTiming(micro_batch=8, tp=4, first_fwd_s=1e-3, first_bwd_s=0.0,
-                        layer_fwd_s=6e-3, layer_bwd_s=13e-3, last_fwd_s=8e-3, last_bwd_s=8e-3)]
+    rows = [
+        LayerTiming(
+            micro_batch=8,
+            tp=4,
+            first_fwd_s=1e-3,
+            first_bwd_s=0.0,
+            layer_fwd_s=6e-3,
+            layer_bwd_s=13e-3,
+            last_fwd_s=8e-3,
+            last_bwd_s=8e-3,
+        )
+    ]
     path = tmp_path / "a100.yaml"
-    LayerProfile(accelerator="A100-40GB", dtype="tf32", stack="megatron-deepspeed",
-                 shape=Shape.of(arch), source="by hand", timings=rows).save(path)
-    code, out, err = run(capsys, "plan", str(SCENARIOS / "sailor_five_zones.yaml"), "--dtype",
-                         "tf32", "--weights", "1,0,0", "--layer-profile", str(path), "--json")
+    LayerProfile(
+        accelerator="A100-40GB",
+        dtype="tf32",
+        stack="megatron-deepspeed",
+        shape=Shape.of(arch),
+        source="by hand",
+        timings=rows,
+    ).save(path)
+    code, out, err = run(
+        capsys,
+        "plan",
+        str(SCENARIOS / "sailor_five_zones.yaml"),
+        "--dtype",
+        "tf32",
+        "--weights",
+        "1,0,0",
+        "--layer-profile",
+        str(path),
+        "--json",
+    )
     assert code == 0, err
     plan = json.loads(out)["plan"]
     assert (plan["tp"], plan["micro_batch"], plan["zero"]) == (4, 8, 0)  # DeepSpeed's ZeRO-0
 
 
-@pytest.mark.parametrize("device, name", [
-    ("NVIDIA GH200 480GB", "GH200"), ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
-    ("NVIDIA H100 80GB HBM3", "H100-SXM"), ("NVIDIA GeForce RTX 4090", None)])
+@pytest.mark.parametrize(
+    "device, name",
+    [
+        ("NVIDIA GH200 480GB", "GH200"),
+        ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
+        ("NVIDIA H100 80GB HBM3", "H100-SXM"),
+        ("NVIDIA GeForce RTX 4090", None),
+    ],
+)
 def test_a_cuda_device_name_finds_its_catalog_entry(device, name):
     """The profiler names the accelerator from torch.cuda.get_device_name: the longest catalog
     name or alias the device's name holds (GH200 holds H200's too)."""

@@ -20,11 +20,31 @@ from xdscheduler.sim.jobs import JobRun
 
 PACKAGE = Path(__file__).resolve().parents[1] / "xdscheduler"
 # The models, the search, the engine, faults and forecasting: pure, whatever a function imports.
-PURE = ("costmodel", "planner", "sim", "faults", "forecast", "network", "perception", "catalog",
-        "scenario", "workload")
+PURE = (
+    "costmodel",
+    "planner",
+    "sim",
+    "faults",
+    "forecast",
+    "network",
+    "perception",
+    "catalog",
+    "scenario",
+    "workload",
+)
 ABOVE = ("rl", "serving", "runtime", "live", "registry", "cli")  # the pure layers never reach
-FORBIDDEN = ("ray", "torch", "torch_geometric", "fastapi", "uvicorn", "starlette", "requests",
-             "httpx", "http.client", "urllib.request")
+FORBIDDEN = (
+    "ray",
+    "torch",
+    "torch_geometric",
+    "fastapi",
+    "uvicorn",
+    "starlette",
+    "requests",
+    "httpx",
+    "http.client",
+    "urllib.request",
+)
 # Layers, bottom up: a folder may import only from its own layer or below (docs/architecture.md
 # draws them and says why).
 LAYERS = [
@@ -110,23 +130,33 @@ def test_importing_the_pure_layers_loads_none_of_it():
     """In a fresh interpreter, every module of the pure layers imported: nothing above them,
     no Ray, no torch, no HTTP client."""
     names = sorted(m for m in modules() if folder(m) in PURE)
-    code = ("import importlib, json, sys\n"
-            f"for m in {names!r}: importlib.import_module(m)\n"
-            "print(json.dumps(sorted(sys.modules)))")
-    loaded = json.loads(subprocess.run([sys.executable, "-c", code], check=True,
-                                       capture_output=True, text=True).stdout)
-    hits = [m for m in loaded
-            if _forbidden(m) or (m.startswith("xdscheduler.") and folder(m) in ABOVE)]
+    code = (
+        "import importlib, json, sys\n"
+        f"for m in {names!r}: importlib.import_module(m)\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    loaded = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", code], check=True, capture_output=True, text=True
+        ).stdout
+    )
+    hits = [
+        m for m in loaded if _forbidden(m) or (m.startswith("xdscheduler.") and folder(m) in ABOVE)
+    ]
     assert not hits
 
 
 def test_folders_import_only_their_own_layer_or_below():
     rank = {f: k for k, layer in enumerate(LAYERS) for f in layer}
-    assert set(folder(m) for m in modules()) - {"xdscheduler"} <= set(rank), \
+    assert set(folder(m) for m in modules()) - {"xdscheduler"} <= set(rank), (
         "a new top-level module: place it in LAYERS"
-    upward = sorted((m, dep) for m in modules() for dep in imports(m)[0]
-                    if folder(m) in rank and folder(dep) in rank
-                    and rank[folder(dep)] > rank[folder(m)])
+    )
+    upward = sorted(
+        (m, dep)
+        for m in modules()
+        for dep in imports(m)[0]
+        if folder(m) in rank and folder(dep) in rank and rank[folder(dep)] > rank[folder(m)]
+    )
     assert not upward
 
 
@@ -136,8 +166,10 @@ def runtime_imports(name: str) -> set[str]:
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING",
-                                                                   "typing.TYPE_CHECKING"):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in (
+            "TYPE_CHECKING",
+            "typing.TYPE_CHECKING",
+        ):
             return
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
@@ -159,8 +191,7 @@ def test_no_cycle_between_modules():
     from graphlib import CycleError, TopologicalSorter
 
     packages = {name for name, path in modules().items() if path.name == "__init__.py"}
-    graph = {name: runtime_imports(name) - packages for name in modules()
-             if name not in packages}
+    graph = {name: runtime_imports(name) - packages for name in modules() if name not in packages}
     try:
         TopologicalSorter(graph).prepare()
     except CycleError as err:
@@ -177,8 +208,11 @@ def test_the_architecture_page_names_every_layer():
     assert named == [set(layer) for layer in LAYERS], "the page's diagram and LAYERS differ"
 
 
-ENGINE_PARTS = ("xdscheduler.sim.speeds", "xdscheduler.sim.switching",
-                "xdscheduler.sim.recording")  # the engine's own parts, each in its module
+ENGINE_PARTS = (
+    "xdscheduler.sim.speeds",
+    "xdscheduler.sim.switching",
+    "xdscheduler.sim.recording",
+)  # the engine's own parts, each in its module
 MAX_ENGINE_METHODS = 25  # issue 40: the engine split along its seams stays small
 
 
@@ -195,11 +229,15 @@ def _writes(tree: ast.AST):
             targets = node.targets
         elif isinstance(node, ast.AugAssign | ast.AnnAssign):
             targets = [node.target]
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-              and node.func.id == "setattr" and node.args):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "setattr"
+            and node.args
+        ):
             yield ast.unparse(node.args[0]), "<setattr>", node.lineno
         for t in targets:
-            for el in (t.elts if isinstance(t, ast.Tuple) else [t]):
+            for el in t.elts if isinstance(t, ast.Tuple) else [t]:
                 if isinstance(el, ast.Attribute) and ast.unparse(el.value) not in ("self", "cls"):
                     yield ast.unparse(el.value), el.attr, el.lineno
 
@@ -207,18 +245,28 @@ def _writes(tree: ast.AST):
 def test_no_module_outside_the_engine_writes_engine_or_job_state():
     """The engine (and the job record's own methods) change what the event queue depends on;
     every other module goes through their methods."""
-    others = {f.name for p in modules().values() for node in ast.walk(ast.parse(p.read_text()))
-              if isinstance(node, ast.ClassDef) and node.name != "JobRun"
-              for f in _annotated(node)}
+    others = {
+        f.name
+        for p in modules().values()
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.ClassDef) and node.name != "JobRun"
+        for f in _annotated(node)
+    }
     job_only = {f.name for f in fields(JobRun)} - others
     job_fields = {f.name for f in fields(JobRun)}
     owners = {"xdscheduler.sim.engine", "xdscheduler.sim.jobs", *ENGINE_PARTS}
     engine_names = ("eng", "engine", "twin", "self.eng", "self.engine")
     job_names = ("r", "run", "self.run", "x")  # what the code calls a job's record
-    found = [f"{name}:{line} {obj}.{attr}" for name, path in modules().items()
-             if name not in owners for obj, attr, line in _writes(ast.parse(path.read_text()))
-             if obj in engine_names or attr in job_only or attr == "<setattr>"
-             or (obj in job_names and attr in job_fields)]
+    found = [
+        f"{name}:{line} {obj}.{attr}"
+        for name, path in modules().items()
+        if name not in owners
+        for obj, attr, line in _writes(ast.parse(path.read_text()))
+        if obj in engine_names
+        or attr in job_only
+        or attr == "<setattr>"
+        or (obj in job_names and attr in job_fields)
+    ]
     assert not found
 
 
@@ -228,8 +276,11 @@ class _Field:
 
 
 def _annotated(cls: ast.ClassDef) -> list[_Field]:
-    return [_Field(n.target.id) for n in cls.body
-            if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
+    return [
+        _Field(n.target.id)
+        for n in cls.body
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    ]
 
 
 def folder_graph() -> dict[tuple[str, str], str]:
@@ -242,9 +293,16 @@ def folder_graph() -> dict[tuple[str, str], str]:
         for node in ast.walk(tree):
             if not isinstance(node, ast.Import | ast.ImportFrom):
                 continue
-            mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                    else [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules()
-                          else node.module for a in node.names])
+            mods = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [
+                    f"{node.module}.{a.name}"
+                    if f"{node.module}.{a.name}" in modules()
+                    else node.module
+                    for a in node.names
+                ]
+            )
             for mod in mods:
                 if mod in modules() and folder(mod) not in (folder(name), "xdscheduler"):
                     key = (folder(name), folder(mod))

@@ -35,27 +35,31 @@ def test_fabric_shapes_every_direction_at_its_own_rate():
     assert all(len(f.host_end(i)) <= 15 for i in range(3)) and len(f.bridge) <= 15
     # east -> west at 1 Gbit/s of payload: the bucket counts the frames' headers too
     rates = [c for c in f.shaping_commands(0) if "classid" in c and "1:101" in c]
-    assert rates and rates[0][rates[0].index("rate") + 1] == \
-        f"{1000 * fabric.WIRE_PER_PAYLOAD:.3f}mbit"
+    assert (
+        rates
+        and rates[0][rates[0].index("rate") + 1] == f"{1000 * fabric.WIRE_PER_PAYLOAD:.3f}mbit"
+    )
     west = next(c for c in f.shaping_commands(1) if "1:100" in c and "classid" in c)
     assert west[west.index("rate") + 1] == f"{800 * fabric.WIRE_PER_PAYLOAD:.3f}mbit"
     down = f.down_commands()
     assert ["ip", "netns", "del", "xdsab12-north"] in down and down[-1][-1] == "xdsbrab12"
 
 
-
 def test_a_link_is_reshaped_in_its_own_direction_only():
     f = fabric.Fabric.plan(["east", "west", "north"], np.ones((3, 3)), "ab12", "10.250.3")
     cmd = f.rate_command("north", "east", 0.002)
     assert cmd[:4] == ["ip", "netns", "exec", "xdsab12-north"]
-    assert cmd[cmd.index("change") + 1:cmd.index("change") + 3] == ["dev", "eth0"]
+    assert cmd[cmd.index("change") + 1 : cmd.index("change") + 3] == ["dev", "eth0"]
     assert cmd[cmd.index("classid") + 1] == "1:100"  # north's class for the link to east
     assert cmd[cmd.index("rate") + 1] == f"{2 * fabric.WIRE_PER_PAYLOAD:.3f}mbit"
-    for args, reason in ((("north", "south", 1.0), "no domain 'south'.*east, west, north"),
-                         (("east", "east", 1.0), "two different domains"),
-                         (("east", "west", 0.0), "give 0.0001 to 100")):
+    for args, reason in (
+        (("north", "south", 1.0), "no domain 'south'.*east, west, north"),
+        (("east", "east", 1.0), "two different domains"),
+        (("east", "west", 0.0), "give 0.0001 to 100"),
+    ):
         with pytest.raises(UserError, match=reason):
             f.rate_command(*args)
+
 
 def test_fabric_refuses_a_pair_without_a_link():
     bw = np.array([[0, 1.0, 0], [1.0, 0, 1.0], [0, 1.0, 0]])
@@ -91,11 +95,21 @@ def test_a_live_report_gives_the_12_indicators_a_study_domain_reports():
     from xdscheduler.scenario import load_scenario
 
     east = load_scenario(LOCAL).domains[0]
-    report = {"domain": "east", "time": time.time(), "nodes": 1, "cpus": 2, "gpus": 0,
-              "free_cpus": 1, "free_gpus": 0, "held": 1,
-              "links": [{"dst": "west", "rate_gbps": 1.0, "sent_gbps": 0.25},
-                        {"dst": "north", "rate_gbps": 0.5, "sent_gbps": None}],
-              "rtt_ms": {"west": 0.2, "north": 0.4}}
+    report = {
+        "domain": "east",
+        "time": time.time(),
+        "nodes": 1,
+        "cpus": 2,
+        "gpus": 0,
+        "free_cpus": 1,
+        "free_gpus": 0,
+        "held": 1,
+        "links": [
+            {"dst": "west", "rate_gbps": 1.0, "sent_gbps": 0.25},
+            {"dst": "north", "rate_gbps": 0.5, "sent_gbps": None},
+        ],
+        "rtt_ms": {"west": 0.2, "north": 0.4},
+    }
     got = {s.name: s for s in indicators(report, east, {"west": 0.9})}
     assert set(got) == set(INDICATORS)
     assert not [rejection(s, time.time()) for s in got.values() if rejection(s, time.time())]
@@ -103,8 +117,7 @@ def test_a_live_report_gives_the_12_indicators_a_study_domain_reports():
     # west: its probe less what goes over it now; north: its bucket's rate, nothing sent
     assert got["inter_domain_bandwidth"].value == pytest.approx((0.9 - 0.25 + 0.5) / 2)
     assert got["latency"].value == pytest.approx(0.3)
-    assert got["compute_index"].value == pytest.approx(
-        2 * east.accelerator.half_tflops / 989.4)
+    assert got["compute_index"].value == pytest.approx(2 * east.accelerator.half_tflops / 989.4)
 
 
 def test_an_agents_demand_history_is_a_mean_per_minute():
@@ -127,11 +140,15 @@ def test_a_runs_trainer_polls_often_and_finds_the_state_api_of_its_own_cluster(m
     dashboard where it is known, else the cluster's GCS (never Ray's default temp folder)."""
     monkeypatch.delenv(TRAIN_POLL_ENV, raising=False)
     env = trainer_env("http://10.0.0.1:8265", "10.0.0.1:6379")
-    assert env == {TRAIN_POLL_ENV: str(TRAIN_POLL_S),
-                   "RAY_API_SERVER_ADDRESS": "http://10.0.0.1:8265"} and TRAIN_POLL_S < 2
+    assert (
+        env == {TRAIN_POLL_ENV: str(TRAIN_POLL_S), "RAY_API_SERVER_ADDRESS": "http://10.0.0.1:8265"}
+        and TRAIN_POLL_S < 2
+    )
     monkeypatch.setenv(TRAIN_POLL_ENV, "3")
-    assert trainer_env(None, "10.0.0.1:6379") == {TRAIN_POLL_ENV: "3",
-                                                   "RAY_ADDRESS": "10.0.0.1:6379"}
+    assert trainer_env(None, "10.0.0.1:6379") == {
+        TRAIN_POLL_ENV: "3",
+        "RAY_ADDRESS": "10.0.0.1:6379",
+    }
 
 
 def test_a_run_across_domains_is_timed_over_whole_sync_rounds():
@@ -162,12 +179,16 @@ def test_a_run_that_slows_down_is_measured_slow_within_its_recent_steps():
         rec.hear({"step": step, "loss": 1.0, "step_time_s": 0.1 if step <= 1000 else 0.3})
     assert rec.measured() == pytest.approx(0.3)
 
-@pytest.mark.parametrize(("text", "reason"), [
-    ("workers: {min: 4, max: 2}", r"workers: min 4 is larger than max 2"),
-    ("name: Bad Name", r"job.yaml: name: String should match pattern"),
-    ("model: {hidden: 130, heads: 4}", r"model: .*hidden 130 is not a multiple of heads 4"),
-    ("model: {layers: 100000}", r"model.layers: Input should be less than or equal"),
-])
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("workers: {min: 4, max: 2}", r"workers: min 4 is larger than max 2"),
+        ("name: Bad Name", r"job.yaml: name: String should match pattern"),
+        ("model: {hidden: 130, heads: 4}", r"model: .*hidden 130 is not a multiple of heads 4"),
+        ("model: {layers: 100000}", r"model.layers: Input should be less than or equal"),
+    ],
+)
 def test_a_bad_job_file_names_the_field(tmp_path, text, reason):
     bad = tmp_path / "job.yaml"
     bad.write_text(text if text.startswith("name:") else f"name: x\n{text}\n")
@@ -208,8 +229,7 @@ def test_the_live_policies_put_the_jobs_as_the_live_runner_trains(policy):
     state = ClusterState(scenario=str(LOCAL), address="", policy=policy)
     small, wide = (load_job(str(JOBS / f)) for f in ("gpt-small.yaml", "gpt-wide.yaml"))
     decider = live_policy(state, scn.weights, LIVE_OPTIONS, Agents(scn.weights))
-    placed = decider.decide([small.spec(0.0), wide.spec(1.0)], ClusterView.from_scenario(scn),
-                            2.0)
+    placed = decider.decide([small.spec(0.0), wide.spec(1.0)], ClusterView.from_scenario(scn), 2.0)
     by_job = {p.job: p for p in placed}
     assert set(by_job) == {"gpt-small", "gpt-wide"}
     assert by_job["gpt-wide"].kind == "data" and len(by_job["gpt-wide"].names) >= 2
@@ -221,17 +241,28 @@ def test_the_live_policies_put_the_jobs_as_the_live_runner_trains(policy):
 
 
 # ---- a live cluster on this machine
-needs_fabric = pytest.mark.skipif(fabric.available() is not None,
-                                  reason=f"no local cluster here: {fabric.available()}")
+needs_fabric = pytest.mark.skipif(
+    fabric.available() is not None, reason=f"no local cluster here: {fabric.available()}"
+)
 
 
 def xds(*args: str, state, timeout: float = 300, check: bool = True) -> str:
     env = {**os.environ, "XDS_CLUSTER": str(state)}
-    for var in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE",
-                "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):
+    for var in (
+        "RAY_ADDRESS",
+        "RAY_AUTH_TOKEN",
+        "RAY_AUTH_MODE",
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",
+    ):
         env.pop(var, None)  # the test session's Ray (one machine alone) is not the one tested
-    done = subprocess.run([sys.executable, "-m", "xdscheduler", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-m", "xdscheduler", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check:
         assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
@@ -283,8 +314,13 @@ def test_a_users_own_tasks_find_the_state_api_of_this_cluster(cluster):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env |= {k: v for k, v in state.environment().items() if k != "RAY_API_SERVER_ADDRESS"}
     domain = next(iter(state.domains))
-    done = subprocess.run([sys.executable, "-c", PROBE_STATE_API, state.address, DOMAIN_LABEL,
-                           domain], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE_STATE_API, state.address, DOMAIN_LABEL, domain],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     address, nodes = json.loads(done.stdout.strip().splitlines()[-1])
     assert address == state.dashboard
@@ -300,8 +336,19 @@ def test_profile_measures_every_domain_and_calibrate_fits_the_runner_to_it(clust
     calibrate fits the plain-dp stack to the same trainings from the files it wrote."""
     state, _ = cluster
     entries, runs, fitted = tmp_path / "acc.yaml", tmp_path / "runs.csv", tmp_path / "fit.yaml"
-    out = json.loads(xds("profile", "--out", str(entries), "--runs", str(runs), "--apply",
-                         "--json", state=state, timeout=400))
+    out = json.loads(
+        xds(
+            "profile",
+            "--out",
+            str(entries),
+            "--runs",
+            str(runs),
+            "--apply",
+            "--json",
+            state=state,
+            timeout=400,
+        )
+    )
     assert [m["domain"] for m in out["domains"]] == ["east", "west", "north"]
     for m in out["domains"]:
         assert min(m["gemm_tflops"].values()) > 0 and m["memory_gbs"] > 0
@@ -309,9 +356,25 @@ def test_profile_measures_every_domain_and_calibrate_fits_the_runner_to_it(clust
         assert min(m["reduce_busbw_gbs"].values()) > 0
         assert len(m["trainings"]) == 6 and min(t["step_s"] for t in m["trainings"]) > 0
     done = subprocess.run(
-        [sys.executable, "-m", "xdscheduler.cli", "calibrate", str(runs), "--stack", "plain-dp",
-         "--accelerators", str(entries), "--out", str(fitted), "--json"],
-        capture_output=True, text=True, cwd=REPO, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "xdscheduler.cli",
+            "calibrate",
+            str(runs),
+            "--stack",
+            "plain-dp",
+            "--accelerators",
+            str(entries),
+            "--out",
+            str(fitted),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["fitted"] == summary["held_out"] == 9
@@ -321,7 +384,8 @@ def test_profile_measures_every_domain_and_calibrate_fits_the_runner_to_it(clust
     assert len({e["name"] for e in out["applied"]["entries"].values()}) == 1
     assert set(out["applied"]["entries"]) == {"east", "west", "north"}
     assert out["applied"]["entries"]["east"]["fp32_tflops"] == pytest.approx(
-        float(np.median([e["fp32_tflops"] for e in out["accelerators"]])), abs=1e-4)
+        float(np.median([e["fp32_tflops"] for e in out["accelerators"]])), abs=1e-4
+    )
     assert out["applied"]["median_abs_error_held_out"] < 0.3
 
 
@@ -339,8 +403,20 @@ def test_two_jobs_train_one_inside_a_domain_one_across_two(cluster):
         time.sleep(3)
     small, wide = jobs["gpt-small"], jobs["gpt-wide"]
     for j in (small, wide):  # the figures, for a reader of `pytest -rA`
-        print(j["job"], j["domains"], {k: j[k] for k in (
-            "predicted_step_s", "measured_step_s", "corrected_step_s", "first_loss", "loss")})
+        print(
+            j["job"],
+            j["domains"],
+            {
+                k: j[k]
+                for k in (
+                    "predicted_step_s",
+                    "measured_step_s",
+                    "corrected_step_s",
+                    "first_loss",
+                    "loss",
+                )
+            },
+        )
     assert small["status"] == wide["status"] == "done", jobs
     assert len(small["domains"]) == 1 and len(wide["domains"]) >= 2
     assert "the whole job runs inside" in small["reason"] and "replicas over" in wide["reason"]
@@ -355,8 +431,11 @@ def test_two_jobs_train_one_inside_a_domain_one_across_two(cluster):
         assert abs(j["corrected_step_s"] / j["measured_step_s"] - 1) < 0.05, j
     table = xds("jobs", state=state)
     assert "gpt-small" in table and "gpt-wide" in table
-    placed = [e for e in json.loads(xds("logs", "gpt-wide", "--json", state=state))["events"]
-              if e["event"] == "placed"]
+    placed = [
+        e
+        for e in json.loads(xds("logs", "gpt-wide", "--json", state=state))["events"]
+        if e["event"] == "placed"
+    ]
     # its workers ran where it was last placed (the controller may move it once gpt-small's
     # domain frees up, where the correction finds it would finish sooner)
     assert placed and sorted(set(placed[-1]["workers"])) == sorted(wide["domains"])
@@ -367,16 +446,22 @@ def test_two_jobs_train_one_inside_a_domain_one_across_two(cluster):
         # where its start went, stage by stage, from its launch to its first step
         started = next(e for e in events if e["event"] == "started")
         stages = [k for k in started if k.endswith("_s") and k != "startup_s"]
-        assert {"placement_s", "train_controller_s", "worker_s", "backend_s", "loop_s",
-                "resumed_s", "first_step_s"} <= set(stages), started
+        assert {
+            "placement_s",
+            "train_controller_s",
+            "worker_s",
+            "backend_s",
+            "loop_s",
+            "resumed_s",
+            "first_step_s",
+        } <= set(stages), started
         print(name, "start-up", {k: started[k] for k in ("startup_s", *stages)})
         last = max(e["time"] for e in events if e["event"] == "step")
         done = next(e["time"] for e in events if e["event"] == "done")
         assert done - last < 8, (name, done - last)
     # every domain's agent reports its nodes, its links' bytes and its demand forecast
     time.sleep(7)  # a report after the last job's end (every 5 s)
-    domains = {d["domain"]: d for d in json.loads(xds("domains", "--json", state=state))[
-        "domains"]}
+    domains = {d["domain"]: d for d in json.loads(xds("domains", "--json", state=state))["domains"]}
     assert set(domains) == {"east", "west", "north"}
     for d in domains.values():
         assert d["status"] == "up" and d["nodes"] == 1 and d["cpus"] == 2, d
@@ -385,16 +470,23 @@ def test_two_jobs_train_one_inside_a_domain_one_across_two(cluster):
         # the 12 indicators, each sound: links measured, round trips to the other domains
         assert len(d["indicators"]) == 12 and not d["rejected"], d
         assert d["indicators"]["inter_domain_bandwidth"] > 0 and set(d["rtt_ms"]) == {
-            "east", "west", "north"} - {d["domain"]}, d
+            "east",
+            "west",
+            "north",
+        } - {d["domain"]}, d
     a, b = sorted(wide["domains"])
     crossed = next(r for r in domains[a]["links"] if r["dst"] == b)
     # the replicas' exchange crossed the link the fabric shapes (a DiLoCo sync: 4 B a
     # parameter each way, every few steps)
     assert crossed["sent_total_gb"] > 1e-3, domains[a]["links"]
     assert "links (Gbit/s)" in xds("domains", state=state)
-    again = subprocess.run([sys.executable, "-m", "xdscheduler", "submit",
-                            str(JOBS / "gpt-small.yaml")], capture_output=True, text=True,
-                           env={**os.environ, "XDS_CLUSTER": str(state)}, cwd=REPO)
+    again = subprocess.run(
+        [sys.executable, "-m", "xdscheduler", "submit", str(JOBS / "gpt-small.yaml")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "XDS_CLUSTER": str(state)},
+        cwd=REPO,
+    )
     assert again.returncode == 2 and "exists already" in again.stderr
 
 
@@ -417,19 +509,19 @@ def test_a_job_on_a_domain_slowed_under_it_moves_where_it_runs_faster(cluster, t
     finally:
         quota.create(group, before)
     moving = next(e for e in events if e["event"] == "moving")
-    print(f"slowed {domain} at step 15; moved at step {moving['at_step']} to "
-          f"{moving['domains']}: {moving['from_step_s']:.3f} -> {moving['step_s']:.3f} s a "
-          f"step, {moving['gain_s']:.1f} s sooner for {moving['cost_s']:.1f} s of moving")
+    print(
+        f"slowed {domain} at step 15; moved at step {moving['at_step']} to "
+        f"{moving['domains']}: {moving['from_step_s']:.3f} -> {moving['step_s']:.3f} s a "
+        f"step, {moving['gain_s']:.1f} s sooner for {moving['cost_s']:.1f} s of moving"
+    )
     assert domain not in ended["domains"] and domain not in moving["domains"], (ended, moving)
     assert moving["from_step_s"] > 1.5 * moving["step_s"]  # the correction saw the slowdown
     assert [e["event"] for e in events].count("placed") == 2
 
 
-
 @needs_fabric
 @pytest.mark.slow
-def test_a_job_across_a_link_that_drops_is_set_moving_and_cancelled_while_moving(cluster,
-                                                                                  tmp_path):
+def test_a_job_across_a_link_that_drops_is_set_moving_and_cancelled_while_moving(cluster, tmp_path):
     """Drop the link a job trains across to 2 Mbit/s both ways, as a WAN's bandwidth swings:
     the agents report the new rate, the controller re-plans with it (each DiLoCo round would
     wait seconds for the sync) and sets the job moving, to domains joined by a fast link. It
@@ -439,8 +531,12 @@ def test_a_job_across_a_link_that_drops_is_set_moving_and_cancelled_while_moving
 
     state, started = cluster
     rates = {(r["src"], r["dst"]): r["rate_gbps"] for r in link_rates(state)}
-    spec = {**load_job(JOBS / "gpt-wide.yaml").model_dump(), "name": "gpt-swung",
-            "steps": 250, "checkpoint_every": 50}
+    spec = {
+        **load_job(JOBS / "gpt-wide.yaml").model_dump(),
+        "name": "gpt-swung",
+        "steps": 250,
+        "checkpoint_every": 50,
+    }
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(spec))
     xds("submit", str(tmp_path / "job.yaml"), state=state)
     a, b = sorted(wait_for(state, "gpt-swung", lambda r: r["step"] >= 5)["domains"])
@@ -458,10 +554,12 @@ def test_a_job_across_a_link_that_drops_is_set_moving_and_cancelled_while_moving
     assert {(e["src"], e["dst"]) for e in swung} == {(a, b), (b, a)}, swung
     assert all(e["gbps"] == pytest.approx(0.002, rel=0.01) for e in swung)
     decided = next(e for e in events if e["event"] == "moving")
-    print(f"{a} <-> {b} dropped to 2 Mbit/s; set moving at step {decided['at_step']} to "
-          f"{decided['domains']}: {decided['from_step_s']:.3f} -> {decided['step_s']:.3f} s a "
-          f"step; cancelled while {moving['status']} at step {moving['step']}, over in "
-          f"{took:.1f} s")
+    print(
+        f"{a} <-> {b} dropped to 2 Mbit/s; set moving at step {decided['at_step']} to "
+        f"{decided['domains']}: {decided['from_step_s']:.3f} -> {decided['step_s']:.3f} s a "
+        f"step; cancelled while {moving['status']} at step {moving['step']}, over in "
+        f"{took:.1f} s"
+    )
     assert kinds.index("link_changed") < kinds.index("moving")
     assert set(decided["domains"]) != {a, b}  # off the dropped link
     # the drop as the model reads it: several times the step it was placed at
@@ -474,6 +572,7 @@ def link_rates(state) -> list[dict]:
     """Every link's rate as the domains' agents last reported it."""
     domains = json.loads(xds("domains", "--json", state=state))["domains"]
     return [{"src": d["domain"], **r} for d in domains for r in d.get("links", [])]
+
 
 def running_long_job(state, tmp_path, name: str, steps: int, until_step: int) -> str:
     """Submit gpt-long as `name` with `steps`; once it passed `until_step`, its one domain."""
@@ -492,8 +591,13 @@ def trained_after_moving(state, job: str) -> tuple[dict, list[dict]]:
     test. Its last row and its events, after checking that each run it was moved into went on
     from the checkpoint its last run stopped at."""
     resumed = wait_for(state, job, lambda r: r["attempts"] >= 2 and r["status"] == "running")
-    wait_for(state, job, lambda r: r["step"] >= resumed["step"] + 10
-             or r["status"] in ("done", "failed", "cancelled"))
+    wait_for(
+        state,
+        job,
+        lambda r: (
+            r["step"] >= resumed["step"] + 10 or r["status"] in ("done", "failed", "cancelled")
+        ),
+    )
     xds("cancel", job, state=state)
     ended = wait_for(state, job, lambda r: r["status"] in ("done", "failed", "cancelled"))
     events = json.loads(xds("logs", job, "--json", state=state))["events"]
@@ -511,8 +615,7 @@ def auth_of(started: dict) -> dict[str, str]:
     return {"Authorization": f"Bearer {started['api_token']}"}
 
 
-def cancelled_within(api: str, auth: dict, job: str, seconds: float = 5.0
-                     ) -> tuple[dict, float]:
+def cancelled_within(api: str, auth: dict, job: str, seconds: float = 5.0) -> tuple[dict, float]:
     """Cancel `job` over HTTP and follow it to its end: its last row, and how long that took
     (the issue's bound: every state ends within 5 s)."""
     import requests
@@ -520,7 +623,8 @@ def cancelled_within(api: str, auth: dict, job: str, seconds: float = 5.0
     start = time.monotonic()
     assert requests.delete(f"{api}/jobs/{job}", headers=auth, timeout=30).status_code == 200
     while (row := requests.get(f"{api}/jobs/{job}", headers=auth, timeout=30).json())[
-            "status"] not in ("done", "failed", "cancelled"):
+        "status"
+    ] not in ("done", "failed", "cancelled"):
         assert time.monotonic() - start < seconds, row
         time.sleep(0.2)
     took = time.monotonic() - start
@@ -542,26 +646,34 @@ print(json.dumps(table))
 
 def placement_groups(state) -> dict[str, str]:
     """Every placement group the cluster's GCS knows, by name, with its state."""
-    done = subprocess.run([sys.executable, "-c", PG_TABLE, str(state)], cwd=REPO,
-                          env={**os.environ, "XDS_CLUSTER": str(state)}, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", PG_TABLE, str(state)],
+        cwd=REPO,
+        env={**os.environ, "XDS_CLUSTER": str(state)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def held_by_nobody(state, jobs: dict[str, dict]) -> dict[str, str]:
     """The placement groups still reserved that no running job's current run owns."""
-    running = {f"xds-run-{j['job']}-{j['attempts']}" for j in jobs.values()
-               if j["status"] not in ("queued", "done", "failed", "cancelled")}
-    return {n: s for n, s in placement_groups(state).items()
-            if s != "REMOVED" and n not in running}
+    running = {
+        f"xds-run-{j['job']}-{j['attempts']}"
+        for j in jobs.values()
+        if j["status"] not in ("queued", "done", "failed", "cancelled")
+    }
+    return {n: s for n, s in placement_groups(state).items() if s != "REMOVED" and n not in running}
 
 
 def wait_for(state, job: str, until, timeout_s: float = 400) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        row = next(j for j in json.loads(xds("jobs", "--json", state=state))["jobs"]
-                   if j["job"] == job)
+        row = next(
+            j for j in json.loads(xds("jobs", "--json", state=state))["jobs"] if j["job"] == job
+        )
         if until(row):
             return row
         time.sleep(1)
@@ -575,9 +687,14 @@ def wide_low(cluster, tmp_path_factory):
     import yaml
 
     state, _ = cluster
-    spec = {**load_job(JOBS / "gpt-wide.yaml").model_dump(), "name": "wide-low",
-            "steps": 3000, "workers": {"min": 6, "max": 6}, "priority": 1,
-            "global_batch": 48}  # divides over 6 workers and their micro-batches
+    spec = {
+        **load_job(JOBS / "gpt-wide.yaml").model_dump(),
+        "name": "wide-low",
+        "steps": 3000,
+        "workers": {"min": 6, "max": 6},
+        "priority": 1,
+        "global_batch": 48,
+    }  # divides over 6 workers and their micro-batches
     path = tmp_path_factory.mktemp("wide") / "wide-low.yaml"
     path.write_text(yaml.safe_dump(spec))
     xds("submit", str(path), state=state)
@@ -595,18 +712,32 @@ def test_the_live_dashboard_in_headless_chromium_shows_the_live_jobs(cluster, wi
     state, started = cluster
     wait_for(state, wide_low, lambda r: r["status"] == "running")
     done = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=6000",
-         "--dump-dom", f"{started['api']}/?policy=live&token={started['api_token']}"],
-        capture_output=True, text=True, timeout=120)
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=6000",
+            "--dump-dom",
+            f"{started['api']}/?policy=live&token={started['api_token']}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     dom = Dom()
     dom.feed(done.stdout)
     body = next(a for t, a in dom.elements if t == "body")
     assert body["data-policy"] == "live" and int(body["data-updates"]) >= 2
     assert {a["data-domain"] for t, a in dom.elements if t == "g" and "data-domain" in a} == {
-        "east", "west", "north"}
-    running = {a["data-job"] for t, a in dom.elements
-               if t == "tr" and a.get("data-state") == "running"}
+        "east",
+        "west",
+        "north",
+    }
+    running = {
+        a["data-job"] for t, a in dom.elements if t == "tr" and a.get("data-state") == "running"
+    }
     assert wide_low in running, running
     assert "the live cluster, up" in done.stdout
 
@@ -614,7 +745,8 @@ def test_the_live_dashboard_in_headless_chromium_shows_the_live_jobs(cluster, wi
 @needs_fabric
 @pytest.mark.slow
 def test_a_priority_job_preempts_a_running_one_which_resumes_from_its_checkpoint(
-        cluster, wide_low, tmp_path):
+    cluster, wide_low, tmp_path
+):
     """wide-low holds every accelerator; a job of priority 5 arrives: wide-low saves a
     checkpoint at its next question and queues again, the urgent job trains and finishes, and
     wide-low goes on from the step it saved (then it is cancelled while running: within 5 s)."""
@@ -622,26 +754,32 @@ def test_a_priority_job_preempts_a_running_one_which_resumes_from_its_checkpoint
 
     state, started = cluster
     wait_for(state, wide_low, lambda r: r["status"] == "running" and r["step"] >= 3)
-    spec = {**load_job(JOBS / "gpt-long.yaml").model_dump(), "name": "urgent", "steps": 20,
-            "priority": 5}
+    spec = {
+        **load_job(JOBS / "gpt-long.yaml").model_dump(),
+        "name": "urgent",
+        "steps": 20,
+        "priority": 5,
+    }
     (tmp_path / "urgent.yaml").write_text(yaml.safe_dump(spec))
     xds("submit", str(tmp_path / "urgent.yaml"), state=state)
-    assert wait_for(state, "urgent", lambda r: r["status"] in ("done", "failed"))[
-        "status"] == "done"
-    resumed = wait_for(state, wide_low, lambda r: r["attempts"] >= 2 and r["status"] ==
-                       "running")
+    assert (
+        wait_for(state, "urgent", lambda r: r["status"] in ("done", "failed"))["status"] == "done"
+    )
+    resumed = wait_for(state, wide_low, lambda r: r["attempts"] >= 2 and r["status"] == "running")
     events = json.loads(xds("logs", wide_low, "--json", state=state))["events"]
     kinds = [e["event"] for e in events]
     preempting = next(e for e in events if e["event"] == "preempting")
     preempted = next(e for e in events if e["event"] == "preempted")
     assert preempting["why"].startswith("preempted for urgent (priority 5 over 1)")
     saved = preempted["checkpoint"]
-    after = [e["step"] for e in events[kinds.index("preempted"):] if e["event"] == "step"]
+    after = [e["step"] for e in events[kinds.index("preempted") :] if e["event"] == "step"]
     urgent = json.loads(xds("logs", "urgent", "--json", state=state))["events"]
     placed = next(e["time"] for e in urgent if e["event"] == "placed")
-    print(f"wide-low preempted at step {preempting['at_step']}, saved step {saved}; urgent "
-          f"placed {placed - preempted['time']:.1f} s after; wide-low went on at "
-          f"{after[:1]} (attempt {resumed['attempts']})")
+    print(
+        f"wide-low preempted at step {preempting['at_step']}, saved step {saved}; urgent "
+        f"placed {placed - preempted['time']:.1f} s after; wide-low went on at "
+        f"{after[:1]} (attempt {resumed['attempts']})"
+    )
     assert placed >= preempted["time"]  # it took what wide-low gave back
     assert after and after[0] == saved + 1 and saved >= preempting["at_step"], (saved, after)
     row, _ = cancelled_within(started["api"], auth_of(started), wide_low)
@@ -651,7 +789,8 @@ def test_a_priority_job_preempts_a_running_one_which_resumes_from_its_checkpoint
 @needs_fabric
 @pytest.mark.slow
 def test_over_http_a_job_stuck_in_its_start_is_failed_by_the_watchdog_and_cancelled(
-        cluster, tmp_path):
+    cluster, tmp_path
+):
     """The jobs API (what every `xds` job command asks), on a job whose code hangs before its
     first step: the watchdog ends its run after its start-up timeout (its placement group
     removed) and queues it again. Cancelled while it starts again it ends within 5 s, as a
@@ -663,21 +802,28 @@ def test_over_http_a_job_stuck_in_its_start_is_failed_by_the_watchdog_and_cancel
     api, auth = started["api"], auth_of(started)
     jobs = f"{api}/jobs"
     (tmp_path / "hang.py").write_text("import time\ntime.sleep(3600)\n")
-    stuck = {"name": "stuck", "script": str(tmp_path / "hang.py"), "startup_timeout_s": 20.0,
-             "workers": {"min": 2, "max": 2}}
+    stuck = {
+        "name": "stuck",
+        "script": str(tmp_path / "hang.py"),
+        "startup_timeout_s": 20.0,
+        "workers": {"min": 2, "max": 2},
+    }
     assert requests.get(jobs, timeout=30).status_code == 401  # no token
     made = requests.post(jobs, json=stuck, headers=auth, timeout=30)
     assert made.status_code == 201 and made.json()["job"] == "stuck", made.text
     assert requests.post(jobs, json=stuck, headers=auth, timeout=30).status_code == 409
-    for bad, field in (({"global_batch": 0}, "global_batch"), ({"tenant": "lab"}, "tenant"),
-                       # no plan trains 16 samples on 6 workers, even on the idle cluster
-                       ({"workers": {"min": 6, "max": 6}, "global_batch": 16}, "workers")):
-        refused = requests.post(jobs, json={"name": "refused", **bad}, headers=auth,
-                                timeout=30)
+    for bad, field in (
+        ({"global_batch": 0}, "global_batch"),
+        ({"tenant": "lab"}, "tenant"),
+        # no plan trains 16 samples on 6 workers, even on the idle cluster
+        ({"workers": {"min": 6, "max": 6}, "global_batch": 16}, "workers"),
+    ):
+        refused = requests.post(jobs, json={"name": "refused", **bad}, headers=auth, timeout=30)
         assert refused.status_code == 422, refused.text
         assert refused.json()["detail"][0]["loc"] == ["body", field], refused.text
-    row = wait_for(state, "stuck", lambda r: r["attempts"] >= 2 and r["status"] == "starting",
-                   timeout_s=120)
+    row = wait_for(
+        state, "stuck", lambda r: r["attempts"] >= 2 and r["status"] == "starting", timeout_s=120
+    )
     big = {"name": "too-big", "workers": {"min": 6, "max": 6}, "global_batch": 48}
     assert requests.post(jobs, json=big, headers=auth, timeout=30).status_code == 201
     assert wait_for(state, "too-big", lambda r: True)["status"] == "queued"  # stuck holds 2
@@ -685,8 +831,10 @@ def test_over_http_a_job_stuck_in_its_start_is_failed_by_the_watchdog_and_cancel
     gone, took_starting = cancelled_within(api, auth, "stuck")
     events = requests.get(f"{jobs}/stuck/events", headers=auth, timeout=30).json()["events"]
     watchdog = next(e for e in events if e["event"] == "watchdog")
-    print(f"watchdog after {watchdog['after_s']:.1f} s ({watchdog['stage']}); cancelled "
-          f"queued in {took_queued:.2f} s, starting in {took_starting:.2f} s")
+    print(
+        f"watchdog after {watchdog['after_s']:.1f} s ({watchdog['stage']}); cancelled "
+        f"queued in {took_queued:.2f} s, starting in {took_starting:.2f} s"
+    )
     assert [e["event"] for e in events][:2] == ["submitted", "placed"]
     assert watchdog["stage"] == "starting" and watchdog["after_s"] >= 20.0
     assert watchdog["placement_group"] == "xds-run-stuck-1"
@@ -695,11 +843,13 @@ def test_over_http_a_job_stuck_in_its_start_is_failed_by_the_watchdog_and_cancel
     assert requests.delete(f"{jobs}/nobody", headers=auth, timeout=30).status_code == 404
     domains = requests.get(f"{api}/live/domains", headers=auth, timeout=30).json()
     assert {d["domain"]: d["status"] for d in domains["domains"]} == dict.fromkeys(
-        ("east", "west", "north"), "up")
+        ("east", "west", "north"), "up"
+    )
     listed = {j["job"]: j for j in requests.get(jobs, headers=auth, timeout=30).json()["jobs"]}
     groups = placement_groups(state)
-    assert groups.get("xds-run-stuck-1") == groups.get(f"xds-run-stuck-{row['attempts']}") \
-        == "REMOVED", groups
+    assert (
+        groups.get("xds-run-stuck-1") == groups.get(f"xds-run-stuck-{row['attempts']}") == "REMOVED"
+    ), groups
     assert held_by_nobody(state, listed) == {}
 
 
@@ -709,7 +859,8 @@ BURN = "import time\nend = time.time() + {seconds}\nwhile time.time() < end: pas
 @needs_fabric
 @pytest.mark.slow
 def test_under_load_only_a_killed_raylets_domain_is_found_down_and_the_hf_job_resumes(
-        cluster, tmp_path):
+    cluster, tmp_path
+):
     """The transformers GPT-2 example trains across two domains; four busy processes load the
     machine's two cores (as `stress-ng --cpu 4`). The agent of one of its domains is killed:
     the domain is suspected, its raylet still answers, so it is not found down and the job
@@ -726,8 +877,7 @@ def test_under_load_only_a_killed_raylets_domain_is_found_down_and_the_hf_job_re
     xds("submit", str(tmp_path / "hf.yaml"), state=state)
     row = wait_for(state, "hf-gpt2", lambda r: r["step"] >= 12, timeout_s=600)
     first, second = sorted(row["domains"])
-    burners = [subprocess.Popen([sys.executable, "-c", BURN.format(seconds=120)])
-               for _ in range(4)]
+    burners = [subprocess.Popen([sys.executable, "-c", BURN.format(seconds=120)]) for _ in range(4)]
     try:
         node_processes(started, first, "DomainAgent")[0].kill()
         at = row["step"]
@@ -740,17 +890,19 @@ def test_under_load_only_a_killed_raylets_domain_is_found_down_and_the_hf_job_re
     finally:
         for b in burners:
             b.kill()
-    done = wait_for(state, "hf-gpt2", lambda r: r["status"] in ("done", "failed"),
-                    timeout_s=600)
+    done = wait_for(state, "hf-gpt2", lambda r: r["status"] in ("done", "failed"), timeout_s=600)
     events = json.loads(xds("logs", "hf-gpt2", "--json", state=state))["events"]
     cluster_events = live_events(started)
     down = [e for e in cluster_events if e["event"] == "domain_down"]
-    suspected = [(e["domain"], e["why"][:60]) for e in cluster_events
-                 if e["event"] == "domain_suspect"]
+    suspected = [
+        (e["domain"], e["why"][:60]) for e in cluster_events if e["event"] == "domain_suspect"
+    ]
     requeued = [e for e in events if e["event"] == "requeued"]
-    print(f"hf-gpt2 on {first}+{second}; {first}'s agent killed, then {second}'s raylet: "
-          f"suspected {suspected}; found down {[(e['domain'], e['evidence']) for e in down]}, "
-          f"{down[-1]['time'] - killed_at:.2f} s after the kill; finished on {done['domains']}")
+    print(
+        f"hf-gpt2 on {first}+{second}; {first}'s agent killed, then {second}'s raylet: "
+        f"suspected {suspected}; found down {[(e['domain'], e['evidence']) for e in down]}, "
+        f"{down[-1]['time'] - killed_at:.2f} s after the kill; finished on {done['domains']}"
+    )
     assert done["status"] == "done" and done["step"] == done["steps"], done
     assert [e["domain"] for e in down] == [second], down  # no false "down"
     assert down[0]["time"] - killed_at < 3.0
@@ -781,8 +933,9 @@ def node_processes(started: dict, domain: str, name: str) -> list:
     import psutil
 
     node = next(p["pid"] for p in started["processes"] if p.get("domain") == domain)
-    return [c for c in psutil.Process(node).children(recursive=True)
-            if name in " ".join(c.cmdline())]
+    return [
+        c for c in psutil.Process(node).children(recursive=True) if name in " ".join(c.cmdline())
+    ]
 
 
 def assert_resumed(events: list[dict], steps: int) -> None:
@@ -807,14 +960,16 @@ def test_down_stops_exactly_what_up_started(cluster):
 
     state, started = cluster
     # the processes still there: the lost-node test killed a node's raylet, and it is gone
-    alive = [psutil.Process(p["pid"]) for p in started["processes"]
-             if psutil.pid_exists(p["pid"])]
+    alive = [psutil.Process(p["pid"]) for p in started["processes"] if psutil.pid_exists(p["pid"])]
     assert len(alive) >= 3, started["processes"]  # the head and two domains at least
     tree = {c.pid for p in alive for c in p.children(recursive=True)} | {p.pid for p in alive}
     out = xds("down", state=state)
     assert "removed 3 namespaces" in out and not state.exists()
-    assert not [p for p in tree if psutil.pid_exists(p)
-                and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not [
+        p
+        for p in tree
+        if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+    ]
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert f"xds{started['tag']}-" not in namespaces
 
@@ -830,12 +985,18 @@ def existing_cluster(tmp_path_factory):
     from xdscheduler.scenario import load_scenario
 
     scn = load_scenario(LOCAL)
-    net = fabric.Fabric.plan([d.name for d in scn.domains], base_matrices(scn)[0],
-                             secrets.token_hex(2), "10.251.9")
+    net = fabric.Fabric.plan(
+        [d.name for d in scn.domains], base_matrices(scn)[0], secrets.token_hex(2), "10.251.9"
+    )
     fabric.build(net)
     token, port, dash = secrets.token_hex(32), free_port(), free_port()
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token,
-           "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": token,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1",
+    }
     env.pop("RAY_ADDRESS", None)
     ray = os.path.join(os.path.dirname(sys.executable), "ray")
     logs = tmp_path_factory.mktemp("existing")
@@ -844,21 +1005,53 @@ def existing_cluster(tmp_path_factory):
     def start(args, ns=None, extra=None):
         cmd = [ray, "start", "--block", "--object-store-memory", str(128 * 2**20), *args]
         out = (logs / f"{ns or 'head'}.log").open("w")
-        started.append(subprocess.Popen(
-            ["ip", "netns", "exec", ns, *cmd] if ns else cmd, env={**env, **(extra or {})},
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True).pid)
+        started.append(
+            subprocess.Popen(
+                ["ip", "netns", "exec", ns, *cmd] if ns else cmd,
+                env={**env, **(extra or {})},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            ).pid
+        )
 
     head = f"{net.head_ip}:{port}"
     try:
-        start(["--head", "--port", str(port), "--node-ip-address", net.head_ip,
-               "--dashboard-host", net.head_ip, "--dashboard-port", str(dash),
-               "--dashboard-agent-listen-port", str(free_port()),
-               "--num-cpus", "1", "--labels", "xds.role=head"])
+        start(
+            [
+                "--head",
+                "--port",
+                str(port),
+                "--node-ip-address",
+                net.head_ip,
+                "--dashboard-host",
+                net.head_ip,
+                "--dashboard-port",
+                str(dash),
+                "--dashboard-agent-listen-port",
+                str(free_port()),
+                "--num-cpus",
+                "1",
+                "--labels",
+                "xds.role=head",
+            ]
+        )
         time.sleep(6)
         for i, d in enumerate(net.domains):
-            start(["--address", head, "--node-ip-address", net.ip(i), "--num-cpus", "2",
-                   "--labels", f"xds.domain={d}"], net.namespace(i),
-                  {"GLOO_SOCKET_IFNAME": "eth0"})
+            start(
+                [
+                    "--address",
+                    head,
+                    "--node-ip-address",
+                    net.ip(i),
+                    "--num-cpus",
+                    "2",
+                    "--labels",
+                    f"xds.domain={d}",
+                ],
+                net.namespace(i),
+                {"GLOO_SOCKET_IFNAME": "eth0"},
+            )
             time.sleep(4)  # one at a time: nodes joining at once race for socket names
         yield head, f"http://{net.head_ip}:{dash}", env, started
     finally:
@@ -875,16 +1068,24 @@ def test_the_same_commands_run_on_a_cluster_given_by_address(existing_cluster, t
     base = {**env, "XDS_CLUSTER": str(state)}
 
     def run(*args, check=True, **kw):
-        done = subprocess.run([sys.executable, "-m", "xdscheduler", *args], cwd=REPO,
-                              env=base, capture_output=True, text=True, timeout=300, **kw)
+        done = subprocess.run(
+            [sys.executable, "-m", "xdscheduler", *args],
+            cwd=REPO,
+            env=base,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            **kw,
+        )
         assert not check or done.returncode == 0, done.stderr[-3000:]
         return done
 
     deadline = time.monotonic() + 300  # a loaded machine: its three Serve apps take minutes
     http = ["--http-port", str(free_port(address.split(":")[0]))]  # never 8000 in a test
     # the trained agents decide here, each step asked of the policy app over HTTP
-    while run("up", str(LOCAL), "--address", address, *http, "--policy", "ppo",
-              check=False).returncode:
+    while run(
+        "up", str(LOCAL), "--address", address, *http, "--policy", "ppo", check=False
+    ).returncode:
         assert time.monotonic() < deadline, "the existing cluster's nodes never all joined"
         time.sleep(3)
     assert json.loads(state.read_text())["attached"] is True
@@ -894,15 +1095,34 @@ def test_the_same_commands_run_on_a_cluster_given_by_address(existing_cluster, t
         assert time.monotonic() < deadline and row["status"] != "failed", row
         time.sleep(2)
     assert row["loss"] < row["first_loss"] - 1.0 and len(row["domains"]) == 1
-    placed = next(e for e in json.loads(run("logs", "gpt-small", "--json").stdout)["events"]
-                  if e["event"] == "placed")
+    placed = next(
+        e
+        for e in json.loads(run("logs", "gpt-small", "--json").stdout)["events"]
+        if e["event"] == "placed"
+    )
     assert placed["policy"] == "ppo" and placed["reason"].startswith("gpt-small: inside")
     # a `ray job submit` job runs the same commands against the cluster it runs in
     job_env = {k: v for k, v in base.items() if k != "XDS_CLUSTER"}
     submitted = subprocess.run(
-        [os.path.join(os.path.dirname(sys.executable), "ray"), "job", "submit", "--address",
-         dashboard, "--", sys.executable, "-m", "xdscheduler", "jobs", "--json"],
-        env=job_env, capture_output=True, text=True, timeout=180, cwd=REPO)
+        [
+            os.path.join(os.path.dirname(sys.executable), "ray"),
+            "job",
+            "submit",
+            "--address",
+            dashboard,
+            "--",
+            sys.executable,
+            "-m",
+            "xdscheduler",
+            "jobs",
+            "--json",
+        ],
+        env=job_env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=REPO,
+    )
     assert submitted.returncode == 0, submitted.stderr[-3000:]
     assert '"job": "gpt-small"' in submitted.stdout and '"status": "done"' in submitted.stdout
     out = run("down").stdout
@@ -920,9 +1140,13 @@ def test_a_profile_becomes_a_catalog_entry_of_measured_figures():
     from xdscheduler.scenario import load_scenario
 
     scn = load_scenario(LOCAL)
-    measured = {"domain": "west", "accelerators": 2, "memory_gbs": 7.5,
-                "gemm_tflops": {"fp32_256": 0.031, "fp32_1024": 0.036, "bf16_512": 0.15},
-                "reduce_busbw_gbs": {"1": 0.1, "2": 0.2, "4": 0.3}}
+    measured = {
+        "domain": "west",
+        "accelerators": 2,
+        "memory_gbs": 7.5,
+        "gemm_tflops": {"fp32_256": 0.031, "fp32_1024": 0.036, "bf16_512": 0.15},
+        "reduce_busbw_gbs": {"1": 0.1, "2": 0.2, "4": 0.3},
+    }
     e = entry(measured, scn, "CPU-core-west")
     assert (e.fp32_tflops, e.bf16_tflops, e.memory_gbs) == (0.036, 0.15, 7.5)
     assert e.scaleup_gbs == 0.2  # the median bus bandwidth of the domain's reductions
@@ -959,10 +1183,14 @@ def test_reference_trainings_are_runs_calibrate_fits_the_plain_stack_to(tmp_path
     from xdscheduler.costmodel.calibration import load_runs
     from xdscheduler.live.profile import REFERENCES, RUN_COLUMNS, run_rows
 
-    measured = {"domain": "east", "accelerators": 2,
-                "trainings": [{"layers": layers, "hidden": hidden, "batch": batch,
-                               "step_s": 0.01 * (i + 1)}
-                              for i, (layers, hidden, batch) in enumerate(REFERENCES)]}
+    measured = {
+        "domain": "east",
+        "accelerators": 2,
+        "trainings": [
+            {"layers": layers, "hidden": hidden, "batch": batch, "step_s": 0.01 * (i + 1)}
+            for i, (layers, hidden, batch) in enumerate(REFERENCES)
+        ],
+    }
     path = tmp_path / "runs.csv"
     with path.open("w", newline="") as f:
         out = csv.DictWriter(f, RUN_COLUMNS)
@@ -974,7 +1202,8 @@ def test_reference_trainings_are_runs_calibrate_fits_the_plain_stack_to(tmp_path
     runs, skipped = load_runs(path)
     assert not skipped and len(runs) == len(REFERENCES)
     assert {(r.stack, r.plan.zero, r.plan.dtype, r.gpus, r.gpu.name) for r in runs} == {
-        ("plain-dp", 0, "fp32", 1, "CPU-core")}
+        ("plain-dp", 0, "fp32", 1, "CPU-core")
+    }
     assert [r.value for r in runs] == [t["step_s"] for t in measured["trainings"]]
 
 
@@ -986,10 +1215,24 @@ def test_the_shipped_local_profile_is_what_calibrate_computes(tmp_path):
     folder = SCENARIOS / "profiles"
     out = tmp_path / "plain-dp.yaml"
     done = subprocess.run(
-        [sys.executable, "-m", "xdscheduler.cli", "calibrate",
-         "scenarios/profiles/local-cpu-runs.csv", "--stack", "plain-dp", "--accelerators",
-         "scenarios/profiles/local-cpu-accelerators.yaml", "--out", str(out)],
-        capture_output=True, text=True, cwd=REPO, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "xdscheduler.cli",
+            "calibrate",
+            "scenarios/profiles/local-cpu-runs.csv",
+            "--stack",
+            "plain-dp",
+            "--accelerators",
+            "scenarios/profiles/local-cpu-accelerators.yaml",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     shipped, again = Profile.load(folder / "local-cpu-plain-dp.yaml"), Profile.load(out)
     assert again.constants == pytest.approx(shipped.constants, rel=1e-6)
@@ -1003,8 +1246,10 @@ def test_a_live_cluster_plans_with_a_plain_dp_profile_only():
         _checked_profile("fsdp2")
 
 
-@pytest.mark.skipif(not __import__("xdscheduler.live.quota", fromlist=["x"]).available(),
-                    reason="no CPU cgroups can be made here (not root, or no cpu controller)")
+@pytest.mark.skipif(
+    not __import__("xdscheduler.live.quota", fromlist=["x"]).available(),
+    reason="no CPU cgroups can be made here (not root, or no cpu controller)",
+)
 def test_a_cpu_quota_holds_a_process_that_joins_it_to_its_share():
     """A worker told its node's group (as a domain's node tells its workers) joins it and runs
     at a quarter of a core; one not told runs free."""
@@ -1013,13 +1258,25 @@ def test_a_cpu_quota_holds_a_process_that_joins_it_to_its_share():
     name = f"xds-test-{os.getpid()}"
     procs = quota.create(name, 0.25)
     try:
-        spin = "from xdscheduler.live import quota\nquota.join()\nimport time\n" \
-               "t=time.process_time()\nw=time.time()\n" \
-               "while time.time()-w<1.0: pass\nprint(time.process_time()-t)"
+        spin = (
+            "from xdscheduler.live import quota\nquota.join()\nimport time\n"
+            "t=time.process_time()\nw=time.time()\n"
+            "while time.time()-w<1.0: pass\nprint(time.process_time()-t)"
+        )
         told = {**os.environ, quota.ENV: str(procs)}
-        cpu = [float(subprocess.run([sys.executable, "-c", spin], capture_output=True,
-                                    text=True, timeout=30, env=env, cwd=REPO).stdout)
-               for env in (told, os.environ)]
+        cpu = [
+            float(
+                subprocess.run(
+                    [sys.executable, "-c", spin],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                    env=env,
+                    cwd=REPO,
+                ).stdout
+            )
+            for env in (told, os.environ)
+        ]
         assert cpu[0] < 0.4 < cpu[1]  # a quarter of a core over one second of wall time
     finally:
         quota.remove(name)

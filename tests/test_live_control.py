@@ -40,8 +40,12 @@ def raylet():
 
 
 def node(domain: str, port: int, alive: bool = True) -> dict:
-    return {"Labels": {"xds.domain": domain}, "Alive": alive,
-            "NodeManagerAddress": "127.0.0.1", "NodeManagerPort": port}
+    return {
+        "Labels": {"xds.domain": domain},
+        "Alive": alive,
+        "NodeManagerAddress": "127.0.0.1",
+        "NodeManagerPort": port,
+    }
 
 
 def test_the_second_path_finds_a_domain_dead_only_when_no_raylet_of_it_answers(raylet):
@@ -145,10 +149,13 @@ def running_jobs(n: int, priority: int):
     from xdscheduler.planner.view import ClusterView
 
     scn = load_scenario(LOCAL)
-    recs = [JobRecord(LiveJob(name=f"low{i}", workers={"min": 2, "max": 2}), 0.0,
-                      priority=priority) for i in range(n)]
+    recs = [
+        JobRecord(LiveJob(name=f"low{i}", workers={"min": 2, "max": 2}), 0.0, priority=priority)
+        for i in range(n)
+    ]
     placed = PlannerPolicy(scn.weights, "planner", LIVE_OPTIONS).decide(
-        [r.job.spec(0.0) for r in recs], ClusterView.from_scenario(scn), 0.0)
+        [r.job.spec(0.0) for r in recs], ClusterView.from_scenario(scn), 0.0
+    )
     for i, (r, p) in enumerate(zip(recs, placed, strict=True)):
         r.status, r.chosen = "running", p
         r.placement = {"domains": dict(zip(p.names, p.gpus, strict=True))}
@@ -162,8 +169,11 @@ def test_a_priority_job_preempts_the_running_job_that_loses_least_once():
     scn, low = running_jobs(3, priority=1)
     tenancy = LiveTenancy(scn)  # no tenancy: one tenant, priorities still preempt
     names = [d.name for d in scn.domains]
-    urgent = JobRecord(LiveJob(name="urgent", workers={"min": 2, "max": 2}, priority=5), 0.0,
-                       priority=tenancy.priority("default", 5))
+    urgent = JobRecord(
+        LiveJob(name="urgent", workers={"min": 2, "max": 2}, priority=5),
+        0.0,
+        priority=tenancy.priority("default", 5),
+    )
     active = [as_run(r, 0.0, names) for r in low]
     chosen = tenancy.victims([as_run(urgent, 0.0, names)], active, [0, 0, 0], 10.0)
     # low0 is 5 steps past its checkpoint, low1 and low2 15 and 25: low0 loses least
@@ -210,8 +220,18 @@ class FakeApi(BaseHTTPRequestHandler):
 
     def do_POST(self):
         self.rfile.read(int(self.headers["content-length"]))
-        self._answer(422, {"detail": [{"type": "value_error", "loc": ["body", "steps"],
-                                       "msg": "Input should be greater than 0"}]})
+        self._answer(
+            422,
+            {
+                "detail": [
+                    {
+                        "type": "value_error",
+                        "loc": ["body", "steps"],
+                        "msg": "Input should be greater than 0",
+                    }
+                ]
+            },
+        )
 
     def log_message(self, *args):
         pass
@@ -243,19 +263,34 @@ def test_the_client_says_what_the_api_refused_in_one_line(fake_api):
 
 
 def xds(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "xdscheduler", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "xdscheduler", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_the_http_commands_need_neither_ray_nor_the_rest_of_the_package(tmp_path, fake_api):
     state = tmp_path / "cluster.json"
     state.write_text(json.dumps({"api": fake_api, "api_token": "right"}))
     done = subprocess.run(
-        [sys.executable, "-c", "import sys; from xdscheduler.entry import main; "
-         "code = main(['jobs', '--json', '--state', sys.argv[1]]); "
-         "heavy = [m for m in ('ray', 'torch', 'numpy', 'pydantic', 'xdscheduler.cli') "
-         "if m in sys.modules]; print(heavy, file=sys.stderr); sys.exit(code)", str(state)],
-        cwd=REPO, capture_output=True, text=True, timeout=60)
+        [
+            sys.executable,
+            "-c",
+            "import sys; from xdscheduler.entry import main; "
+            "code = main(['jobs', '--json', '--state', sys.argv[1]]); "
+            "heavy = [m for m in ('ray', 'torch', 'numpy', 'pydantic', 'xdscheduler.cli') "
+            "if m in sys.modules]; print(heavy, file=sys.stderr); sys.exit(code)",
+            str(state),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"jobs": [{"job": "a"}]}
     assert done.stderr.strip() == "[]"
@@ -281,21 +316,33 @@ def test_the_live_state_renders_in_the_studies_dashboard():
     names = [d.name for d in scn.domains]
     _, recs = running_jobs(2, priority=1)
     board = LiveBoard(0.0)
-    board.decided(1.0, "low0", "placed", {"domains": {"east": 2}, "reason": "why here",
-                                          "decision_ms": 3.0})
+    board.decided(
+        1.0, "low0", "placed", {"domains": {"east": 2}, "reason": "why here", "decision_ms": 3.0}
+    )
     board.decided(2.0, "low0", "step", {"step": 1})  # not a decision
     bw = np.array([[0, 1.0, 0.5], [1.0, 0, 0.25], [0.5, 0.25, 0]])
     state = {
-        "policy": "live", "live": True, "scenario": scn.name, "now_s": 65.0, "horizon_s": 0.0,
+        "policy": "live",
+        "live": True,
+        "scenario": scn.name,
+        "now_s": 65.0,
+        "horizon_s": 0.0,
         "finished": False,
-        "domains": domains_state(scn, names, {}, {"east": 0, "west": 0, "north": 2},
-                                 {"east": 2, "west": 2, "north": 0},
-                                 {"east": "up", "west": "suspect", "north": "down"}),
+        "domains": domains_state(
+            scn,
+            names,
+            {},
+            {"east": 0, "west": 0, "north": 2},
+            {"east": 2, "west": 2, "north": 0},
+            {"east": "up", "west": "suspect", "north": "down"},
+        ),
         "links": links_state(names, bw * 0.9, bw, {("east", "west"): 0.1}),
-        "jobs": [job_state(r.row(), 0.0, 1024) for r in recs], "queue": [],
-        "decisions": board.decisions, "decisions_total": board.total,
-        "faults": {"outages": [{"domain": "north", "down_s": 60.0, "up_s": None}],
-                   "incidents": []}}
+        "jobs": [job_state(r.row(), 0.0, 1024) for r in recs],
+        "queue": [],
+        "decisions": board.decisions,
+        "decisions_total": board.total,
+        "faults": {"outages": [{"domain": "north", "down_s": 60.0, "up_s": None}], "incidents": []},
+    }
     shown = views.fragments(state)
     assert "the live cluster, up" in shown["status"]
     assert 'data-job="low0"' in shown["jobs"] and 'data-state="running"' in shown["jobs"]
@@ -303,8 +350,9 @@ def test_the_live_state_renders_in_the_studies_dashboard():
     assert all(f'data-domain="{n}"' in shown["graph"] for n in names)
     metrics = StudyMetrics({"live": state})
     metrics.observe("live", state["decisions"])
-    assert b'xds_domain_up{accelerator="CPU-core",domain="north",policy="live"} 0.0' in \
-        metrics.text()
+    assert (
+        b'xds_domain_up{accelerator="CPU-core",domain="north",policy="live"} 0.0' in metrics.text()
+    )
 
 
 # ---- bring your own training code
@@ -319,8 +367,9 @@ def one_rank(tmp_path_factory):
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("entrypoint", ["xdscheduler.live.gpt:train",
-                                        "xdscheduler.live.examples.hf_gpt2:train"])
+@pytest.mark.parametrize(
+    "entrypoint", ["xdscheduler.live.gpt:train", "xdscheduler.live.examples.hf_gpt2:train"]
+)
 def test_both_shipped_trainings_learn_through_the_plan_api(one_rank, entrypoint):
     """The built-in GPT and the Hugging Face GPT-2 example, each given a worker's plan (no
     controller, no storage: nothing asked, nothing checkpointed), learn the corpus."""
@@ -333,9 +382,16 @@ def test_both_shipped_trainings_learn_through_the_plan_api(one_rank, entrypoint)
     if "hf_gpt2" in entrypoint:
         pytest.importorskip("transformers", reason="the hf extra is not installed")
     torch.manual_seed(0)
-    cfg = TrainConfig(job="byo", steps=30, global_batch=8, entrypoint=entrypoint, seed=1,
-                      shape={"layers": 1, "hidden": 32, "heads": 2, "vocab": 32, "seq": 16},
-                      micro_batch=4, lr=1e-2)
+    cfg = TrainConfig(
+        job="byo",
+        steps=30,
+        global_batch=8,
+        entrypoint=entrypoint,
+        seed=1,
+        shape={"layers": 1, "hidden": 32, "heads": 2, "vocab": 32, "seq": 16},
+        micro_batch=4,
+        lr=1e-2,
+    )
     plan = make_plan(cfg, 0, 1, 0, "local", torch.device("cpu"), {})
     code_of(cfg)(plan)
     assert len(plan.losses) == 30 and plan.domains == {"local": [0]}

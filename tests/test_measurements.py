@@ -11,11 +11,15 @@ from xdscheduler.scenario import parse_scenario
 REGIONS = ["aws:a", "gcp:b", "azure:c"]
 REAL = ["aws:us-east-1", "gcp:europe-west1-b", "azure:japaneast"]
 # The real files' columns (2022-11 spells 'throughput_recieved').
-THROUGHPUT_COLUMNS = ("src_region,src_tier,src_instance_class,dst_region,dst_tier,"
-                      "dst_instance_class,iperf3_connections,iperf3_runtime,tag,stdout_path,"
-                      "stderr_path,throughput_sent,throughput_received,cpu_utilization,success")
-LATENCY_COLUMNS = ("src_region,src_tier,src_instance_class,dst_region,dst_tier,"
-                   "dst_instance_class,min_rtt,avg_rtt,max_rtt,mdev_rtt")
+THROUGHPUT_COLUMNS = (
+    "src_region,src_tier,src_instance_class,dst_region,dst_tier,"
+    "dst_instance_class,iperf3_connections,iperf3_runtime,tag,stdout_path,"
+    "stderr_path,throughput_sent,throughput_received,cpu_utilization,success"
+)
+LATENCY_COLUMNS = (
+    "src_region,src_tier,src_instance_class,dst_region,dst_tier,"
+    "dst_instance_class,min_rtt,avg_rtt,max_rtt,mdev_rtt"
+)
 
 
 def _write(path: Path, columns: str, rows: list[dict]) -> None:
@@ -25,24 +29,46 @@ def _write(path: Path, columns: str, rows: list[dict]) -> None:
 
 def _throughput(path: Path, rows: list[tuple], later: bool = False) -> None:
     received = "throughput_recieved" if later else "throughput_received"
-    _write(path, THROUGHPUT_COLUMNS.replace("throughput_received", received), [
-        {"src_region": s, "dst_region": d, "src_tier": t, "dst_tier": t, received: gbps * 1e9,
-         "throughput_sent": gbps * 1.05e9, "success": ok} for s, d, gbps, t, ok in rows])
+    _write(
+        path,
+        THROUGHPUT_COLUMNS.replace("throughput_received", received),
+        [
+            {
+                "src_region": s,
+                "dst_region": d,
+                "src_tier": t,
+                "dst_tier": t,
+                received: gbps * 1e9,
+                "throughput_sent": gbps * 1.05e9,
+                "success": ok,
+            }
+            for s, d, gbps, t, ok in rows
+        ],
+    )
 
 
-FIRST = [("aws:a", "gcp:b", 4.0, "PREMIUM", True), ("aws:a", "gcp:b", 6.0, "PREMIUM", True),
-         ("aws:a", "gcp:b", 50.0, "STANDARD", True),  # ignored: the pair has PREMIUM rows
-         ("gcp:b", "aws:a", 3.0, "STANDARD", True),  # only STANDARD rows: used
-         ("aws:a", "azure:c", 2.0, "PREMIUM", True),
-         ("aws:a", "azure:c", 99.0, "PREMIUM", False),  # failed run: dropped
-         ("azure:c", "aws:a", 2.0, "PREMIUM", True),  # same both ways: no bandwidth_gbps_ba
-         ("azure:c", "gcp:b", 1.5, "PREMIUM", True)]  # b->a only: used for the link
-LATER = [("aws:a", "gcp:b", 6.0, "PREMIUM", True), ("gcp:b", "aws:a", 3.3, "PREMIUM", True),
-         ("aws:a", "azure:c", 2.02, "PREMIUM", True)]
-PING = [("aws:a", "gcp:b", "PREMIUM", 79.0, 80.0), ("gcp:b", "aws:a", "PREMIUM", 83.0, 84.0),
-        ("aws:a", "azure:c", "PREMIUM", 149.0, 150.0),
-        ("aws:a", "azure:c", "STANDARD", 9.0, 10.0),  # ignored: PREMIUM exists
-        ("azure:c", "gcp:b", "PREMIUM", 190.0, 200.0)]
+FIRST = [
+    ("aws:a", "gcp:b", 4.0, "PREMIUM", True),
+    ("aws:a", "gcp:b", 6.0, "PREMIUM", True),
+    ("aws:a", "gcp:b", 50.0, "STANDARD", True),  # ignored: the pair has PREMIUM rows
+    ("gcp:b", "aws:a", 3.0, "STANDARD", True),  # only STANDARD rows: used
+    ("aws:a", "azure:c", 2.0, "PREMIUM", True),
+    ("aws:a", "azure:c", 99.0, "PREMIUM", False),  # failed run: dropped
+    ("azure:c", "aws:a", 2.0, "PREMIUM", True),  # same both ways: no bandwidth_gbps_ba
+    ("azure:c", "gcp:b", 1.5, "PREMIUM", True),
+]  # b->a only: used for the link
+LATER = [
+    ("aws:a", "gcp:b", 6.0, "PREMIUM", True),
+    ("gcp:b", "aws:a", 3.3, "PREMIUM", True),
+    ("aws:a", "azure:c", 2.02, "PREMIUM", True),
+]
+PING = [
+    ("aws:a", "gcp:b", "PREMIUM", 79.0, 80.0),
+    ("gcp:b", "aws:a", "PREMIUM", 83.0, 84.0),
+    ("aws:a", "azure:c", "PREMIUM", 149.0, 150.0),
+    ("aws:a", "azure:c", "STANDARD", 9.0, 10.0),  # ignored: PREMIUM exists
+    ("azure:c", "gcp:b", "PREMIUM", 190.0, 200.0),
+]
 
 
 @pytest.fixture
@@ -51,9 +77,21 @@ def grid(tmp_path: Path) -> Path:
     folder.mkdir()
     _throughput(folder / m.THROUGHPUT, FIRST)
     _throughput(folder / m.THROUGHPUT_LATER, LATER, later=True)
-    _write(folder / m.LATENCY, LATENCY_COLUMNS, [
-        {"src_region": s, "dst_region": d, "src_tier": t, "dst_tier": t, "min_rtt": lo,
-         "avg_rtt": avg} for s, d, t, lo, avg in PING])
+    _write(
+        folder / m.LATENCY,
+        LATENCY_COLUMNS,
+        [
+            {
+                "src_region": s,
+                "dst_region": d,
+                "src_tier": t,
+                "dst_tier": t,
+                "min_rtt": lo,
+                "avg_rtt": avg,
+            }
+            for s, d, t, lo, avg in PING
+        ],
+    )
     return folder
 
 
@@ -89,12 +127,18 @@ def test_links_per_pair_with_directions_rtt_and_drift(grid):
     assert scn.job().model == "llama2-70b"
 
 
-@pytest.mark.parametrize("regions,message", [
-    (["aws:a"], "at least 2 regions, got 1"),
-    (["aws:a", "aws:a"], "regions repeat"),
-    (["aws:a", "gcp:bb", "azure:cc"], r"'gcp:bb': did you mean gcp:b\?; 'azure:cc': did you "
-                                      r"mean azure:c\?"),
-])
+@pytest.mark.parametrize(
+    "regions,message",
+    [
+        (["aws:a"], "at least 2 regions, got 1"),
+        (["aws:a", "aws:a"], "regions repeat"),
+        (
+            ["aws:a", "gcp:bb", "azure:cc"],
+            r"'gcp:bb': did you mean gcp:b\?; 'azure:cc': did you "
+            r"mean azure:c\?",
+        ),
+    ],
+)
 def test_bad_region_lists_are_explained(grid, regions, message):
     with pytest.raises(UserError, match=message):
         m.scenario_from_measurements(regions, grid)
@@ -108,8 +152,11 @@ def test_unmeasured_pair_is_named(grid):
 
 def test_missing_file_is_named(grid):
     (grid / m.LATENCY).unlink()
-    with pytest.raises(UserError, match=rf"{m.LATENCY} is missing: the folder must hold the "
-                                        "Skyplane CSVs"):
+    with pytest.raises(
+        UserError,
+        match=rf"{m.LATENCY} is missing: the folder must hold the "
+        "Skyplane CSVs",
+    ):
         m.load_wan(grid)
 
 

@@ -31,14 +31,16 @@ def test_a_ring_by_hand_buckets_and_message_sizes():
     buckets of 14 messages of 1 MB, each at 2 GB/s (half the 4 GB/s peak)."""
     peak, step = 4e9, NET_STEP_LATENCY_S
     assert ring_s(16e6, 8, peak, bucket=8e6, curve=CURVE) == pytest.approx(
-        2 * 14 * (step + 1e6 / 2e9))
+        2 * 14 * (step + 1e6 / 2e9)
+    )
     # one bucket: messages of 2 MB at 3 GB/s; without a curve, the peak and the latency alone
     assert ring_s(16e6, 8, peak, curve=CURVE) == pytest.approx(14 * (step + 2e6 / 3e9))
     assert ring_s(16e6, 8, peak) == pytest.approx(14 * (step + 2e6 / peak))
     # a remainder bucket is its own ring of smaller messages (0.5 MB at 1 GB/s); one rank
     # sends nothing
     assert ring_s(12e6, 8, peak, 8e6, CURVE) == pytest.approx(
-        14 * (step + 1e6 / 2e9) + 14 * (step + 0.5e6 / 1e9))
+        14 * (step + 1e6 / 2e9) + 14 * (step + 0.5e6 / 1e9)
+    )
     assert ring_s(16e6, 1, peak, 8e6, CURVE) == 0.0
 
 
@@ -52,8 +54,7 @@ def test_the_step_time_model_prices_a_flat_ring_at_its_message_sizes():
     slow = MessageCurve((0.5,), peak_gbps=19.4)  # a flat half of the peak at every size
     for stack, slower in ((Stack.preset("megatron-deepspeed"), True), (Stack(), False)):
         base = estimate(arch, 256, plans, hw, stack=stack).breakdown_s["dp_comm"][0]
-        curved = estimate(arch, 256, plans, hw, stack=stack,
-                          network=slow).breakdown_s["dp_comm"][0]
+        curved = estimate(arch, 256, plans, hw, stack=stack, network=slow).breakdown_s["dp_comm"][0]
         assert (curved > 1.9 * base) if slower else curved == base
 
 
@@ -71,8 +72,9 @@ def test_xds_layers_import_network_writes_a_profile_the_planner_reads(capsys, tm
     src = tmp_path / "network_coeffs.json"
     src.write_text(json.dumps({"inter": {"A100-40": {"1": [[-0.002, 0.14, 1.12], 2.42e9]}}}))
     out = tmp_path / "net.yaml"
-    code, text, _ = run(capsys, "layers", "import-network", str(src), "--sailor-gpu", "A100-40",
-                        "--out", str(out))
+    code, text, _ = run(
+        capsys, "layers", "import-network", str(src), "--sailor-gpu", "A100-40", "--out", str(out)
+    )
     assert code == 0 and "wrote" in text
     curve = NetworkProfile.load(out).curve()
     assert curve.coeffs == (-0.002, 0.14, 1.12) and curve.peak_gbps == pytest.approx(19.36)
@@ -80,6 +82,14 @@ def test_xds_layers_import_network_writes_a_profile_the_planner_reads(capsys, tm
     bad.write_text("coeffs: []\npeak_gbps: 10\n")
     with pytest.raises(UserError, match="coeffs"):
         NetworkProfile.load(bad)
-    code, _, err = run(capsys, "layers", "import-network", str(src), "--sailor-gpu", "GH-96",
-                       "--out", str(tmp_path / "x.yaml"))
+    code, _, err = run(
+        capsys,
+        "layers",
+        "import-network",
+        str(src),
+        "--sailor-gpu",
+        "GH-96",
+        "--out",
+        str(tmp_path / "x.yaml"),
+    )
     assert code == 2 and len(err.strip().splitlines()) == 1

@@ -24,21 +24,43 @@ HOURS = 2.0
 
 
 def one_domain(tokens: float):
-    return parse_scenario({
-        "name": "one", "domains": [{"name": "east", "location": {"city": "east"},
-                                    "nodes": [{"accelerator": "H100-SXM", "count": 4}]}],
-        "jobs": [{"name": "j", "model": "llama3-8b", "global_batch": 256, "tokens": tokens,
-                  "gpus": {"min": 8, "max": 16}}]})
+    return parse_scenario(
+        {
+            "name": "one",
+            "domains": [
+                {
+                    "name": "east",
+                    "location": {"city": "east"},
+                    "nodes": [{"accelerator": "H100-SXM", "count": 4}],
+                }
+            ],
+            "jobs": [
+                {
+                    "name": "j",
+                    "model": "llama3-8b",
+                    "global_batch": 256,
+                    "tokens": tokens,
+                    "gpus": {"min": 8, "max": 16},
+                }
+            ],
+        }
+    )
 
 
 def study(tokens: float, hours: float = HOURS):
     scn = one_domain(tokens)
     view = ClusterView.from_scenario(scn)
-    res = run_here(scn, scn.jobs, make_policy("planner", scn.weights),
-                   study_dynamics(scn, 1, hours), hours)
+    res = run_here(
+        scn, scn.jobs, make_policy("planner", scn.weights), study_dynamics(scn, 1, hours), hours
+    )
     spec = JobSpec.of(scn.jobs[0])
-    return res, summarise(res, scn.weights, ideal_rates([spec], view), view, hours * 3600,
-                          free_share_gpus=32.0), spec
+    return (
+        res,
+        summarise(
+            res, scn.weights, ideal_rates([spec], view), view, hours * 3600, free_share_gpus=32.0
+        ),
+        spec,
+    )
 
 
 def test_a_finished_job_counts_its_model_flops_its_slowdown_and_its_accelerator_hours():
@@ -47,8 +69,7 @@ def test_a_finished_job_counts_its_model_flops_its_slowdown_and_its_accelerator_
     assert r.end_s is not None and r.end_s < HOURS * 3600
     peak = 32 * 989.4e12 * HOURS * 3600  # every accelerator of the cluster
     assert m.useful_utilization == pytest.approx(r.tokens * spec.flops_per_token / peak)
-    assert m.gpu_h_per_job == pytest.approx(r.placement.total_gpus * (r.end_s - r.start_s)
-                                            / 3600)
+    assert m.gpu_h_per_job == pytest.approx(r.placement.total_gpus * (r.end_s - r.start_s) / 3600)
     ideal_s = r.tokens / ideal_rates([spec], ClusterView.from_scenario(one_domain(2e8)))["j"]
     assert m.mean_slowdown == pytest.approx(r.end_s / ideal_s)  # arrived at 0
     assert m.mean_efficiency == pytest.approx(min(1.0, ideal_s / r.end_s))
@@ -61,7 +82,8 @@ def test_work_after_the_horizon_is_not_useful_utilisation_and_unfinished_jobs_st
     assert rate is not None  # it finished while the queue drained
     window = min(r.end_s, 1800.0) - r.start_s
     assert m.useful_utilization == pytest.approx(
-        rate * window * spec.flops_per_token / (32 * 989.4e12 * 1800), rel=1e-6)
+        rate * window * spec.flops_per_token / (32 * 989.4e12 * 1800), rel=1e-6
+    )
     res, short, _ = study(1e10, hours=0.5)  # does not finish within 4x the arrival window
     (r,) = res.jobs
     ideal = ideal_rates([spec], ClusterView.from_scenario(one_domain(1e10)))["j"]
@@ -75,8 +97,9 @@ def test_offered_load_is_the_work_asked_at_the_generators_mfu_over_what_the_clus
     view = ClusterView.from_scenario(scn)
     spec = JobSpec.of(scn.jobs[0])
     one_hour = MFU * peak_flop_per_s(view) * 3600 / (6 * spec.arch.params)  # tokens
-    assert offered_load([spec.__class__(**{**spec.__dict__, "tokens": one_hour})], view,
-                        3600.0) == pytest.approx(1.0)
+    assert offered_load(
+        [spec.__class__(**{**spec.__dict__, "tokens": one_hour})], view, 3600.0
+    ) == pytest.approx(1.0)
 
 
 def test_starved_jobs_are_counted_and_weigh_their_work_in_r():
@@ -84,14 +107,36 @@ def test_starved_jobs_are_counted_and_weigh_their_work_in_r():
     free; its plans take powers of two) and trains past the study's end; a 16-accelerator job
     arriving a minute later never starts. The first asks for more than the domain's free
     share: a giant."""
-    scn = parse_scenario({
-        "name": "one", "weights": {"efficiency": 1.0, "utilization": 0.3, "cost": 0.3},
-        "domains": [{"name": "east", "location": {"city": "east"},
-                     "nodes": [{"accelerator": "H100-SXM", "count": 4}]}],
-        "jobs": [{"name": "long", "model": "llama3-8b", "global_batch": 256, "tokens": 4e10,
-                  "gpus": {"min": 16, "max": 32}},
-                 {"name": "short", "model": "llama3-8b", "global_batch": 256, "tokens": 1e8,
-                  "arrival_s": 60, "gpus": {"min": 16, "max": 16}}]})
+    scn = parse_scenario(
+        {
+            "name": "one",
+            "weights": {"efficiency": 1.0, "utilization": 0.3, "cost": 0.3},
+            "domains": [
+                {
+                    "name": "east",
+                    "location": {"city": "east"},
+                    "nodes": [{"accelerator": "H100-SXM", "count": 4}],
+                }
+            ],
+            "jobs": [
+                {
+                    "name": "long",
+                    "model": "llama3-8b",
+                    "global_batch": 256,
+                    "tokens": 4e10,
+                    "gpus": {"min": 16, "max": 32},
+                },
+                {
+                    "name": "short",
+                    "model": "llama3-8b",
+                    "global_batch": 256,
+                    "tokens": 1e8,
+                    "arrival_s": 60,
+                    "gpus": {"min": 16, "max": 16},
+                },
+            ],
+        }
+    )
     view, hours = ClusterView.from_scenario(scn), 0.5
     dyn = study_dynamics(scn, 1, hours)
     res = run_here(scn, scn.jobs, make_policy("planner-single-domain", scn.weights), dyn, hours)

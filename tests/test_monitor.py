@@ -50,9 +50,15 @@ def families(text: str) -> dict:
 def engine():
     scn = small_scenario()
     jobs = study_jobs(scn, 2, 3)
-    eng = Engine(scn, jobs, make_policy("planner", scn.weights), study_dynamics(scn, 3, 2),
-                 LocalDomains(scn.domains, study_dynamics(scn, 3, 2)), 2 * 3600,
-                 truth=Truth.draw(scn, jobs, 3))
+    eng = Engine(
+        scn,
+        jobs,
+        make_policy("planner", scn.weights),
+        study_dynamics(scn, 3, 2),
+        LocalDomains(scn.domains, study_dynamics(scn, 3, 2)),
+        2 * 3600,
+        truth=Truth.draw(scn, jobs, 3),
+    )
     eng.run(until_s=3600)
     return eng
 
@@ -68,7 +74,10 @@ def test_the_live_state_is_plain_json_of_what_runs_now(engine):
         assert j["measured_step_s"] > 0 and j["predicted_step_s"] > 0 and 0 <= j["progress"] < 1
         assert sum(j["domains"].values()) == j["gpus"]
     assert {(lk["a"], lk["b"]) for lk in state["links"]} == {
-        ("east", "west"), ("east", "north"), ("west", "north")}
+        ("east", "west"),
+        ("east", "north"),
+        ("west", "north"),
+    }
     assert state["decisions_total"] == len(state["decisions"]) == len(engine.recorder.decisions)
     later = live_state(engine, "planner", decisions_from=len(engine.recorder.decisions) - 1)
     assert [d["index"] for d in later["decisions"]] == [len(engine.recorder.decisions) - 1]
@@ -92,28 +101,43 @@ def check_plausible(found: dict, state: dict) -> None:
             assert math.isfinite(s.value) and s.value >= 0, (name, s)
             if name.endswith("_ratio"):
                 assert s.value <= 1.0 + 1e-9, (name, s)
-    capacity = {s.labels["domain"]: s.value
-                for s in found["xds_domain_capacity_accelerators"].samples}
+    capacity = {
+        s.labels["domain"]: s.value for s in found["xds_domain_capacity_accelerators"].samples
+    }
     assert capacity == {d["name"]: d["total"] for d in state["domains"]}
     for s in found["xds_domain_allocated_accelerators"].samples:
         assert s.value <= capacity[s.labels["domain"]]
-    leased = {(s.labels["a"], s.labels["b"]): s.value
-              for s in found["xds_link_leased_bandwidth_bytes_per_second"].samples}
+    leased = {
+        (s.labels["a"], s.labels["b"]): s.value
+        for s in found["xds_link_leased_bandwidth_bytes_per_second"].samples
+    }
     for s in found["xds_link_bandwidth_bytes_per_second"].samples:
         assert 0 < s.value <= 1.5 * leased[(s.labels["a"], s.labels["b"])]
     assert all(0 < s.value < 3600 for s in found["xds_job_measured_step_seconds"].samples)
-    count = next(s.value for s in found["xds_decision_latency_seconds"].samples
-                 if s.name.endswith("_count"))
+    count = next(
+        s.value for s in found["xds_decision_latency_seconds"].samples if s.name.endswith("_count")
+    )
     assert count >= 1
     assert any(s.value > 0 for s in found["xds_job_steps_per_second"].samples)
 
 
 def test_the_graph_draws_each_domain_and_link_coloured_by_bandwidth_over_lease():
-    domains = [{"name": n, "accelerator": "H100-SXM", "total": t, "allocated": a, "up": up,
-                "lat": None, "lon": None}
-               for n, t, a, up in (("a", 64, 32, True), ("b", 16, 0, True), ("c", 8, 0, False))]
-    links = [{"a": "a", "b": "b", "bandwidth_gbps": 9.5, "leased_gbps": 10, "rtt_ms": 5},
-             {"a": "a", "b": "c", "bandwidth_gbps": 5.0, "leased_gbps": 10, "rtt_ms": 9}]
+    domains = [
+        {
+            "name": n,
+            "accelerator": "H100-SXM",
+            "total": t,
+            "allocated": a,
+            "up": up,
+            "lat": None,
+            "lon": None,
+        }
+        for n, t, a, up in (("a", 64, 32, True), ("b", 16, 0, True), ("c", 8, 0, False))
+    ]
+    links = [
+        {"a": "a", "b": "b", "bandwidth_gbps": 9.5, "leased_gbps": 10, "rtt_ms": 5},
+        {"a": "a", "b": "c", "bandwidth_gbps": 5.0, "leased_gbps": 10, "rtt_ms": 9},
+    ]
     svg = graph_svg(domains, links)
     assert re.findall(r'data-domain="(\w)"', svg) == ["a", "b", "c"]
     assert re.findall(r'data-link="([\w-]+)"', svg) == ["a-b", "a-c"]
@@ -139,8 +163,9 @@ def test_the_report_shows_each_policy_graph_and_the_jobs_by_domain(tmp_path):
     run_study(scn, ["planner-single-domain", "planner"], 2, 3, tmp_path, local=True)
     page = (tmp_path / "report.html").read_text()
     assert 'alt="gantt.png"' in page and (tmp_path / "gantt.png").stat().st_size > 10_000
-    graphs = re.findall(r'<figure class="graph" data-policy="([^"]+)">(.*?)</figure>', page,
-                        flags=re.S)
+    graphs = re.findall(
+        r'<figure class="graph" data-policy="([^"]+)">(.*?)</figure>', page, flags=re.S
+    )
     assert [p for p, _ in graphs] == ["planner-single-domain", "planner"]
     for _, svg in graphs:
         assert re.findall(r'data-domain="(\w+)"', svg) == ["east", "west", "north"]
@@ -193,8 +218,12 @@ def test_the_alert_rules_parse_and_use_exported_metrics(engine):
     path = REPO / "deploy" / "prometheus" / "alerts.yml"
     doc = yaml.safe_load(path.read_text())
     rules = [r for g in doc["groups"] for r in g["rules"]]
-    assert {r["alert"] for r in rules} == {"XdsDomainDown", "XdsLinkBelowLease",
-                                           "XdsJobSlowerThanPredicted", "XdsQueueWaitOverAnHour"}
+    assert {r["alert"] for r in rules} == {
+        "XdsDomainDown",
+        "XdsLinkBelowLease",
+        "XdsJobSlowerThanPredicted",
+        "XdsQueueWaitOverAnHour",
+    }
     names = exported_names(engine)
     for r in rules:
         assert set(r) <= {"alert", "expr", "for", "labels", "annotations"}, r
@@ -203,8 +232,9 @@ def test_the_alert_rules_parse_and_use_exported_metrics(engine):
         assert selectors(r["expr"]) <= names, r["expr"]
         assert r["labels"]["severity"] in {"warning", "critical"}
     if shutil.which("promtool"):  # the real checker where Prometheus is installed
-        done = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True,
-                              text=True, timeout=60)
+        done = subprocess.run(
+            ["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+        )
         assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -237,15 +267,17 @@ def live(serve_port, tmp_path_factory):
     scn = small_scenario()
     url = start(None, None, scn, port=serve_port)
     out = tmp_path_factory.mktemp("live")
-    study = threading.Thread(target=run_study, args=(scn, ["planner"], 0.5, 3, out),
-                             kwargs={"realtime": True, "speed": 240, "show_progress": False},
-                             daemon=True)
+    study = threading.Thread(
+        target=run_study,
+        args=(scn, ["planner"], 0.5, 3, out),
+        kwargs={"realtime": True, "speed": 240, "show_progress": False},
+        daemon=True,
+    )
     study.start()
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         state = json.loads(get(f"{url}/api/state"))
-        runs = [j for s in state["policies"].values() for j in s["jobs"]
-                if j["state"] == "running"]
+        runs = [j for s in state["policies"].values() for j in s["jobs"] if j["state"] == "running"]
         if runs:
             break
         time.sleep(0.5)
@@ -264,17 +296,18 @@ def test_metrics_of_a_live_study_scraped_over_http(live):
         found = families(get(f"{url}/metrics").decode())
         if listed <= set(found) and all(found[n].samples for n in listed):
             break
-        assert time.monotonic() < deadline, sorted(n for n in listed if n not in found
-                                                   or not found[n].samples)
+        assert time.monotonic() < deadline, sorted(
+            n for n in listed if n not in found or not found[n].samples
+        )
         time.sleep(1)
     state = json.loads(get(f"{url}/api/state"))["policies"]["planner"]
-    check_plausible({n: f for n, f in found.items() if n != "xds_endpoint_latency_seconds"},
-                    state)
+    check_plausible({n: f for n, f in found.items() if n != "xds_endpoint_latency_seconds"}, state)
     again = families(get(f"{url}/metrics").decode())  # this scrape counts the last one
     routes = {s.labels["endpoint"] for s in again["xds_endpoint_latency_seconds"].samples}
     assert {"/metrics", "/api/state"} <= routes
     assert {s.labels["domain"] for s in found["xds_domain_up"].samples} == {
-        d.name for d in scn.domains}
+        d.name for d in scn.domains
+    }
 
 
 class Dom(HTMLParser):
@@ -299,24 +332,33 @@ def test_the_dashboard_in_headless_chromium_shows_running_jobs_and_domains(live)
     scn, url = live
     browser = chromium()
     # --virtual-time-budget lets the page's timers run (several polls) before the DOM is dumped
-    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-             "--virtual-time-budget=6000"]
+    flags = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--virtual-time-budget=6000",
+    ]
     # The token once in the address, as a user opens the dashboard; the page's polls carry it
     # on as the cookie the first answer set.
-    done = subprocess.run([*flags, "--dump-dom", f"{url}/?token={API_TOKEN}"],
-                          capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [*flags, "--dump-dom", f"{url}/?token={API_TOKEN}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     dom = Dom()
     dom.feed(done.stdout)
     body = next(a for t, a in dom.elements if t == "body")
     assert int(body["data-updates"]) >= 2, "the page updated itself live"
     assert body["data-policy"] == "planner"
-    shown_domains = {a["data-domain"] for t, a in dom.elements
-                     if t == "g" and "data-domain" in a}
+    shown_domains = {a["data-domain"] for t, a in dom.elements if t == "g" and "data-domain" in a}
     assert shown_domains == {d.name for d in scn.domains}
-    shown_running = {a["data-job"] for t, a in dom.elements
-                     if t == "tr" and a.get("data-state") == "running"}
+    shown_running = {
+        a["data-job"] for t, a in dom.elements if t == "tr" and a.get("data-state") == "running"
+    }
     state = json.loads(get(f"{url}/api/state"))["policies"]["planner"]
     running_now = {j["name"] for j in state["jobs"] if j["state"] == "running"}
     ended = {j["name"] for j in state["jobs"] if j["state"] == "completed"}
@@ -324,16 +366,23 @@ def test_the_dashboard_in_headless_chromium_shows_running_jobs_and_domains(live)
     assert shown_running <= running_now | ended  # what ran when the page was dumped
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "dashboard.png"
-    done = subprocess.run([*flags, "--window-size=1500,1100", f"--screenshot={shot}",
-                           f"{url}/?token={API_TOKEN}"], capture_output=True, text=True,
-                          timeout=120, cwd=ARTIFACTS)
+    done = subprocess.run(
+        [*flags, "--window-size=1500,1100", f"--screenshot={shot}", f"{url}/?token={API_TOKEN}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ARTIFACTS,
+    )
     assert done.returncode == 0 and shot.stat().st_size > 20_000, done.stderr[-2000:]
 
 
 def test_the_readme_lists_what_is_exported(engine):
     listed = readme_metrics()
-    names = {re.sub(r"_(bucket|count|sum)$", "", n) for n in exported_names(engine)
-             if not n.endswith("_created")}  # _created: the counters' start time, not a family
+    names = {
+        re.sub(r"_(bucket|count|sum)$", "", n)
+        for n in exported_names(engine)
+        if not n.endswith("_created")
+    }  # _created: the counters' start time, not a family
     assert listed == names, (sorted(listed - names), sorted(names - listed))
 
 
@@ -343,14 +392,20 @@ def test_alert_rules_and_dashboard_are_documented():
         assert path in text and Path(REPO / path).exists()
 
 
-@pytest.mark.parametrize("argv, reason", [
-    (["--speed", "60"], "--speed paces a live study: add --realtime"),
-    (["--realtime", "--speed", "nan"], "argument --speed: nan is outside (0, 86,400]"),
-    (["--realtime", "--speed", "0"], "argument --speed: 0 is outside (0, 86,400]"),
-    (["--dashboard", "8100"], "--dashboard shows a live study on Ray"),
-    (["--realtime", "--local", "--dashboard", "8100"], "--dashboard shows a live study on Ray"),
-    (["--realtime", "--dashboard", "70000"], "argument --dashboard: 70000 is outside [1, 65,535]"),
-])
+@pytest.mark.parametrize(
+    "argv, reason",
+    [
+        (["--speed", "60"], "--speed paces a live study: add --realtime"),
+        (["--realtime", "--speed", "nan"], "argument --speed: nan is outside (0, 86,400]"),
+        (["--realtime", "--speed", "0"], "argument --speed: 0 is outside (0, 86,400]"),
+        (["--dashboard", "8100"], "--dashboard shows a live study on Ray"),
+        (["--realtime", "--local", "--dashboard", "8100"], "--dashboard shows a live study on Ray"),
+        (
+            ["--realtime", "--dashboard", "70000"],
+            "argument --dashboard: 70000 is outside [1, 65,535]",
+        ),
+    ],
+)
 def test_live_options_are_checked_before_anything_runs(capsys, tmp_path, argv, reason):
     from xdscheduler.cli import main
 

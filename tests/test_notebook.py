@@ -12,11 +12,12 @@ from .conftest import REPO
 @pytest.mark.slow
 def test_tune_sweep_notebook_executes(tmp_path):
     nb = nbformat.read(REPO / "notebooks" / "tune_sweep.ipynb", as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
-    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
-                      for o in c.get("outputs", []))
+    NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    printed = "".join(
+        o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+    )
     assert "coverage" in printed and "Pareto-optimal choices" in printed
-    images = [o for c in nb.cells for o in c.get("outputs", [])
-              if "image/png" in o.get("data", {})]
+    images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert images, "the front plot is shown"

@@ -28,16 +28,33 @@ GOLDEN = Path(__file__).parent / "golden"
 STUDIES = {  # golden file -> (scenario, hours, seed, fault scale)
     "study_three_domains_faults200_seed4_3h.report.json": (small_scenario, 3.0, 4, 200.0),
     "study_five_domains_seed7_4h.report.json": (
-        lambda: load_scenario(default_scenario_path()), 4.0, 7, None),
+        lambda: load_scenario(default_scenario_path()),
+        4.0,
+        7,
+        None,
+    ),
     "study_five_domains_faults60_seed5_3h.report.json": (
-        lambda: load_scenario(default_scenario_path()), 3.0, 5, 60.0),
+        lambda: load_scenario(default_scenario_path()),
+        3.0,
+        5,
+        60.0,
+    ),
 }
 
 
 def study_report(golden: str, out: Path) -> dict:
     scenario, hours, seed, faults = STUDIES[golden]
-    report = run_study(scenario(), names(), hours, seed, out, local=True, show_progress=False,
-                       faults=faults, truth=False)  # the model as the truth, as they were made
+    report = run_study(
+        scenario(),
+        names(),
+        hours,
+        seed,
+        out,
+        local=True,
+        show_progress=False,
+        faults=faults,
+        truth=False,
+    )  # the model as the truth, as they were made
     return report_json(report)
 
 
@@ -63,21 +80,29 @@ def test_a_study_at_sixty_times_the_failure_rates_reports_what_it_did_before(tmp
 def digest(res) -> dict:
     """What the engine did: every job's life, the decision log, swings and relocations."""
     return {
-        "jobs": [[r.spec.name, r.start_s, r.end_s, r.done, r.replans, r.requeues, r.wan_gb,
-                  r.lost_gpu_s] for r in res.jobs],
+        "jobs": [
+            [r.spec.name, r.start_s, r.end_s, r.done, r.replans, r.requeues, r.wan_gb, r.lost_gpu_s]
+            for r in res.jobs
+        ],
         "decisions": [[d.time_s, d.job, str(d.action)] for d in res.decisions],
         "swings": [[s.job, s.cause, str(s.how), s.start_s, s.end_s] for s in res.swings],
-        "relocations": [[m.job, str(m.how), str(m.phase), m.switch_s, m.lost_s]
-                        for m in res.relocations],
-        "busy_gpu_s": res.busy_gpu_s, "end_s": res.end_s, "down": res.down}
+        "relocations": [
+            [m.job, str(m.how), str(m.phase), m.switch_s, m.lost_s] for m in res.relocations
+        ],
+        "busy_gpu_s": res.busy_gpu_s,
+        "end_s": res.end_s,
+        "down": res.down,
+    }
 
 
-FAULTS = [FaultEvent(3600.0, "node_crash", "east/n0", 1800.0),
-          FaultEvent(4000.0, "straggler", "east/n1", 1200.0, slowdown=2.0),
-          FaultEvent(5000.0, "node_crash", "west/n2", 1800.0),
-          FaultEvent(7200.0, "link_cut", "east|west", 900.0),
-          FaultEvent(9000.0, "domain_outage", "north", 1200.0),
-          FaultEvent(9500.0, "domain_outage", "east", 600.0)]
+FAULTS = [
+    FaultEvent(3600.0, "node_crash", "east/n0", 1800.0),
+    FaultEvent(4000.0, "straggler", "east/n1", 1200.0, slowdown=2.0),
+    FaultEvent(5000.0, "node_crash", "west/n2", 1800.0),
+    FaultEvent(7200.0, "link_cut", "east|west", 900.0),
+    FaultEvent(9000.0, "domain_outage", "north", 1200.0),
+    FaultEvent(9500.0, "domain_outage", "east", 600.0),
+]
 
 
 def faults_digest() -> dict:
@@ -85,8 +110,14 @@ def faults_digest() -> dict:
     got = {}
     for name in ("planner", "greedy-cross-domain"):
         faults = Faults(FAULTS, [2.0] * len(FAULTS), {d.name: 16 for d in scn.domains}, 1e-3)
-        res = run_here(scn, study_jobs(scn, 4.0, 2), make_policy(name, scn.weights),
-                       study_dynamics(scn, 2, 4.0), 4.0, faults=faults)
+        res = run_here(
+            scn,
+            study_jobs(scn, 4.0, 2),
+            make_policy(name, scn.weights),
+            study_dynamics(scn, 2, 4.0),
+            4.0,
+            faults=faults,
+        )
         got[name] = {**digest(res), "incidents": [[i.how, i.jobs] for i in faults.incidents]}
     return json.loads(json.dumps(got))
 
@@ -94,14 +125,29 @@ def faults_digest() -> dict:
 def swings_digest() -> dict:
     scn = load_scenario(default_scenario_path())
     dyn, _ = inject_swings(study_dynamics(scn, 8, 4.0), 8, 1800.0, until_s=4 * 3600)
-    return json.loads(json.dumps({
-        str(mode): digest(run_here(scn, study_jobs(scn, 4.0, 8),
-                                   make_policy("planner", scn.weights), dyn, 4.0, replan=mode))
-        for mode in (Switch.MAKE_BEFORE_BREAK, Switch.RESTART)}))
+    return json.loads(
+        json.dumps(
+            {
+                str(mode): digest(
+                    run_here(
+                        scn,
+                        study_jobs(scn, 4.0, 8),
+                        make_policy("planner", scn.weights),
+                        dyn,
+                        4.0,
+                        replan=mode,
+                    )
+                )
+                for mode in (Switch.MAKE_BEFORE_BREAK, Switch.RESTART)
+            }
+        )
+    )
 
 
-ENGINE = {"engine_faults_small_seed2_4h.json": faults_digest,
-          "engine_swings_five_domains_seed8_4h.json": swings_digest}
+ENGINE = {
+    "engine_faults_small_seed2_4h.json": faults_digest,
+    "engine_swings_five_domains_seed8_4h.json": swings_digest,
+}
 
 
 def test_hand_injected_faults_play_out_as_before():
@@ -117,6 +163,7 @@ def test_swings_and_relocations_play_out_as_before():
 def test_a_difference_is_found():
     """The comparison can fail: a changed figure, and a key that appeared, are both seen."""
     assert differences({"a": 1.0, "b": [1, 2]}, {"a": 1.0 + 1e-6, "b": [1, 2]}) == [
-        ".a: 1.0 then, 1.000001 now"]
+        ".a: 1.0 then, 1.000001 now"
+    ]
     assert differences({"a": 1.0}, {"a": 1.0, "c": 3}) == [".c: None then, 3 now"]
     assert not differences({"cross_domain_cost": 2.0, "wall_s": 1}, {"cross_domain_cost_usd": 2.0})

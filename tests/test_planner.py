@@ -86,13 +86,13 @@ def brute_force(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchO
     places = [("single", (i,)) for i in range(k) if free[i] > 0]
     for size in range(2, (opts.max_domains or k) + 1):
         for members in itertools.combinations(sorted(big), size):
-            linked = all(bw[a, b] > 0 and bw[b, a] > 0
-                         for a, b in itertools.combinations(members, 2))
+            linked = all(
+                bw[a, b] > 0 and bw[b, a] > 0 for a, b in itertools.combinations(members, 2)
+            )
             if sum(free[i] for i in members) < job.gpus_min or not linked:
                 continue
             places.append(("data", members))
-            places += [("pipeline", c) for c in itertools.permutations(members)
-                       if c[0] < c[-1]]
+            places += [("pipeline", c) for c in itertools.permutations(members) if c[0] < c[-1]]
     rows = []
     for kind, members in places:
         doms = [view.domains[i] for i in members]
@@ -106,29 +106,37 @@ def brute_force(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchO
             memory_gbs=min(a.memory_gbs for a in accs),
             scaleup_gbs=min(d.scaleup_gbs for d in doms),
             scaleout_gbps=min(d.scaleout_gbps for d in doms),
-            gpus_per_node=min(d.node_gpus for d in doms))
+            gpus_per_node=min(d.node_gpus for d in doms),
+        )
         pairs = list(itertools.combinations(members, 2))
         hops = list(itertools.pairwise(members))
         if kind == "pipeline":
-            wan = WanUse(pp_crossings=len(hops),
-                         pp_gbps=min(min(bw[a, b], bw[b, a]) for a, b in hops),
-                         pp_latency_s=sum(view.rtt_ms[a, b] / 2000 for a, b in hops))
+            wan = WanUse(
+                pp_crossings=len(hops),
+                pp_gbps=min(min(bw[a, b], bw[b, a]) for a, b in hops),
+                pp_latency_s=sum(view.rtt_ms[a, b] / 2000 for a, b in hops),
+            )
             price = sum(view.price_per_gb[a, b] for a, b in hops) / len(hops)
         elif kind == "data":
-            wan = WanUse(dp_domains=len(members),
-                         dp_gbps=min(min(bw[a, b], bw[b, a]) for a, b in pairs),
-                         dp_rtt_s=max(view.rtt_ms[a, b] / 1000 for a, b in pairs))
+            wan = WanUse(
+                dp_domains=len(members),
+                dp_gbps=min(min(bw[a, b], bw[b, a]) for a, b in pairs),
+                dp_rtt_s=max(view.rtt_ms[a, b] / 1000 for a, b in pairs),
+            )
             price = sum(view.price_per_gb[a, b] for a, b in pairs) / len(pairs)
         else:
             wan, price = WanUse(), 0.0
         arch = job.arch
         tps = [t for t in opts.tensor if arch.heads % t == 0 and arch.kv_heads % t == 0]
-        pps = [p for p in range(1, min(arch.layers, opts.max_pipeline) + 1)
-               if arch.layers % p == 0]
-        dps = [d for d in range(1, min(job.global_batch, job.gpus_max) + 1)
-               if job.global_batch % d == 0]
-        for tp, pp, vp, mb, dp, h in itertools.product(tps, pps, opts.virtual, opts.micro_batch,
-                                                        dps, opts.diloco_h):
+        pps = [p for p in range(1, min(arch.layers, opts.max_pipeline) + 1) if arch.layers % p == 0]
+        dps = [
+            d
+            for d in range(1, min(job.global_batch, job.gpus_max) + 1)
+            if job.global_batch % d == 0
+        ]
+        for tp, pp, vp, mb, dp, h in itertools.product(
+            tps, pps, opts.virtual, opts.micro_batch, dps, opts.diloco_h
+        ):
             n = dp * tp * pp
             micro = job.global_batch // (dp * mb) if job.global_batch % (dp * mb) == 0 else 0
             if not micro or not job.gpus_min <= n <= job.gpus_max or tp > hw.gpus_per_node:
@@ -147,25 +155,42 @@ def brute_force(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchO
             if gpus is None:
                 continue
             for zero, rec in MEMORY_LADDER:
-                plan = Plan(dp=dp, tp=tp, pp=pp, vp=vp, micro_batch=mb, zero=zero,
-                            recompute=RECOMPUTE[rec], diloco_h=h)
-                est = estimate(arch, job.global_batch, PlanBatch.of([plan]), hw, wan,
-                               seq=job.seq)
+                plan = Plan(
+                    dp=dp,
+                    tp=tp,
+                    pp=pp,
+                    vp=vp,
+                    micro_batch=mb,
+                    zero=zero,
+                    recompute=RECOMPUTE[rec],
+                    diloco_h=h,
+                )
+                est = estimate(arch, job.global_batch, PlanBatch.of([plan]), hw, wan, seq=job.seq)
                 if est.fits[0]:
                     break
             else:
                 continue
             step = float(est.step_time_s[0])
-            peak = sum(g * view.domains[i].accelerator.half_tflops * 1e12
-                       for g, i in zip(gpus, members, strict=True))
-            gpu_cost = sum(g * view.domains[i].price_per_gpu_hour
-                           for g, i in zip(gpus, members, strict=True))
+            peak = sum(
+                g * view.domains[i].accelerator.half_tflops * 1e12
+                for g, i in zip(gpus, members, strict=True)
+            )
+            gpu_cost = sum(
+                g * view.domains[i].price_per_gpu_hour for g, i in zip(gpus, members, strict=True)
+            )
             wan_cost = float(est.cross_domain_bytes[0]) / 1e9 * price * 3600 / step
-            rows.append((job.global_batch * job.seq / step, est.model_flops / step / peak,
-                         wan_cost / gpu_cost))
+            rows.append(
+                (
+                    job.global_batch * job.seq / step,
+                    est.model_flops / step / peak,
+                    wan_cost / gpu_cost,
+                )
+            )
     best_tps = max(r[0] for r in rows)
-    return max(weights.efficiency * t / best_tps + weights.utilization * u - weights.cost * c
-               for t, u, c in rows)
+    return max(
+        weights.efficiency * t / best_tps + weights.utilization * u - weights.cost * c
+        for t, u, c in rows
+    )
 
 
 def random_instance(rng: np.random.Generator):
@@ -175,32 +200,59 @@ def random_instance(rng: np.random.Generator):
     for i in range(k):
         acc = catalog.accelerator(str(rng.choice(names)))
         acc = replace(acc, memory_gib=float(rng.choice([6, 8, 12, acc.memory_gib])))
-        doms.append(DomainView(f"d{i}", acc, int(rng.choice([8, 16, 24, 32])), acc.scaleup_gbs,
-                               float(rng.choice([100, 200, 400])),
-                               float(rng.uniform(1, 3))))
+        doms.append(
+            DomainView(
+                f"d{i}",
+                acc,
+                int(rng.choice([8, 16, 24, 32])),
+                acc.scaleup_gbs,
+                float(rng.choice([100, 200, 400])),
+                float(rng.uniform(1, 3)),
+            )
+        )
     bw = rng.uniform(1, 10, size=(k, k)) * (rng.random((k, k)) > 0.15)
     rtt = rng.uniform(2, 40, size=(k, k))
     rtt = (rtt + rtt.T) / 2
     price = rng.uniform(0.01, 0.05, size=(k, k))
     view = ClusterView(tuple(doms), bw, rtt, (price + price.T) / 2)
     heads = int(rng.choice([8, 16]))
-    arch = catalog.ModelArch("toy", int(rng.choice([4, 6, 8, 12])),
-                             heads * int(rng.choice([64, 128, 256])),
-                             int(rng.choice([2048, 4096, 8192])), heads,
-                             int(rng.choice([heads, heads // 4])), 32000,
-                             int(rng.choice([1024, 2048])), bool(rng.random() < 0.5), False)
-    job = JobSpec("toy", arch, int(rng.choice([8, 16, 32])), arch.seq_len,
-                  int(rng.choice([1, 4, 8])), int(rng.choice([16, 32])))
-    weights = Weights(efficiency=1.0, utilization=float(rng.uniform(0, 1)),
-                      cost=float(rng.uniform(0, 1)))
+    arch = catalog.ModelArch(
+        "toy",
+        int(rng.choice([4, 6, 8, 12])),
+        heads * int(rng.choice([64, 128, 256])),
+        int(rng.choice([2048, 4096, 8192])),
+        heads,
+        int(rng.choice([heads, heads // 4])),
+        32000,
+        int(rng.choice([1024, 2048])),
+        bool(rng.random() < 0.5),
+        False,
+    )
+    job = JobSpec(
+        "toy",
+        arch,
+        int(rng.choice([8, 16, 32])),
+        arch.seq_len,
+        int(rng.choice([1, 4, 8])),
+        int(rng.choice([16, 32])),
+    )
+    weights = Weights(
+        efficiency=1.0, utilization=float(rng.uniform(0, 1)), cost=float(rng.uniform(0, 1))
+    )
     return job, view, weights
 
 
 @pytest.mark.slow
 def test_search_equals_brute_force_on_random_small_instances():
     rng = np.random.default_rng(2024)
-    opts = SearchOptions(tensor=(1, 2, 4, 8), max_pipeline=8, virtual=(1, 2),
-                         micro_batch=(1, 2), diloco_h=(0, 10), uneven=False)
+    opts = SearchOptions(
+        tensor=(1, 2, 4, 8),
+        max_pipeline=8,
+        virtual=(1, 2),
+        micro_batch=(1, 2),
+        diloco_h=(0, 10),
+        uneven=False,
+    )
     checked = 0
     while checked < 100:
         job, view, weights = random_instance(rng)
@@ -216,11 +268,18 @@ def test_search_equals_brute_force_on_random_small_instances():
 
 def pair(west: str = "H100-SXM", gbps: float = 10.0) -> ClusterView:
     """east (16 H100) and west (16 of `west`), one link."""
-    return ClusterView.from_scenario(parse_scenario({
-        "name": "pair", "domains": [
-            {"name": n, "location": {"city": n}, "nodes": [{"accelerator": a, "count": 2}]}
-            for n, a in (("east", "H100-SXM"), ("west", west))],
-        "links": [{"a": "east", "b": "west", "bandwidth_gbps": gbps, "rtt_ms": 20}]}))
+    return ClusterView.from_scenario(
+        parse_scenario(
+            {
+                "name": "pair",
+                "domains": [
+                    {"name": n, "location": {"city": n}, "nodes": [{"accelerator": a, "count": 2}]}
+                    for n, a in (("east", "H100-SXM"), ("west", west))
+                ],
+                "links": [{"a": "east", "b": "west", "bandwidth_gbps": gbps, "rtt_ms": 20}],
+            }
+        )
+    )
 
 
 def eight_b(gpus_min: int = 8, gpus_max: int = 32) -> JobSpec:
@@ -265,7 +324,10 @@ def test_short_jobs_go_first_and_waiting_raises_a_long_one():
     long = replace(eight_b(), name="long", tokens=1e11, arrival_s=0.0)
     urgent = replace(eight_b(), name="urgent", tokens=1e11, arrival_s=200.0, priority=2)
     assert [j.name for j in by_response_ratio([long, short, urgent], view, 200.0)] == [
-        "urgent", "short", "long"]
+        "urgent",
+        "short",
+        "long",
+    ]
     # Once long has waited twice its ideal run, a short job just arrived no longer overtakes it.
     later = 2 * long.tokens / ideal_tokens_per_s(long, view)
     fresh = replace(short, arrival_s=later)
@@ -288,8 +350,10 @@ def test_a_spread_job_gives_a_domain_back_when_a_queued_job_needs_it():
     assert spread.taken[given] >= needs_east.gpus_min
     assert planner.yielded(eight_b(), spread, now, [], 0.0) is None  # nobody waits
     fits = replace(eight_b(gpus_min=4, gpus_max=4), name="small")
-    assert planner.yielded(eight_b(), spread, view.with_free({"east": 4, "west": 0}),
-                           [fits], 0.0) is None  # it starts without any help
+    assert (
+        planner.yielded(eight_b(), spread, view.with_free({"east": 4, "west": 0}), [fits], 0.0)
+        is None
+    )  # it starts without any help
 
 
 def test_a_giant_stays_preemptible_when_re_planned():
@@ -420,8 +484,7 @@ def test_a_throughput_floor_alone_picks_the_cheapest_plan_per_token_that_reaches
 
     job, view, weights = sailor()
     floor = 1.5e6
-    r = search(job, view, weights, top_k=8, limits=Limits(min_tokens_per_s=floor),
-               pareto=False)
+    r = search(job, view, weights, top_k=8, limits=Limits(min_tokens_per_s=floor), pareto=False)
 
     def per_token(p):
         return placement_cost_per_hour(p, view) / p.estimate.tokens_per_s
@@ -436,8 +499,12 @@ def test_uneven_data_parallelism_uses_accelerators_a_divisor_would_leave_idle():
     """160 accelerators, a global batch of 1024: the even grid stops at DP 128; an uneven one
     runs more replicas (some a sample lighter) and finishes a step sooner."""
     acc = catalog.accelerator("A100-40GB")
-    view = ClusterView((DomainView("z", acc, 160, acc.scaleup_gbs, 100, 3.7),),
-                       np.zeros((1, 1)), np.zeros((1, 1)), np.zeros((1, 1)))
+    view = ClusterView(
+        (DomainView("z", acc, 160, acc.scaleup_gbs, 100, 3.7),),
+        np.zeros((1, 1)),
+        np.zeros((1, 1)),
+        np.zeros((1, 1)),
+    )
     arch = catalog.model("opt-350m")
     job = JobSpec("opt", arch, 1024, arch.seq_len, 8, 160)
     even = search(job, view, THROUGHPUT, SearchOptions(uneven=False), pareto=False).best
@@ -457,15 +524,18 @@ def test_a_balanced_split_by_hand():
     max(27/2, 13/1) = 13.5; 10 layers over speeds 3 and 1: 8 + 2 (7 + 3 would pace 3)."""
     from xdscheduler.planner.balance import balanced_pace
 
-    units, pace = balanced_pace(np.array([80.0, 10.0]), np.array([[2, 2], [1, 1]]),
-                                np.array([[2.0, 1.0], [3.0, 1.0]]))
+    units, pace = balanced_pace(
+        np.array([80.0, 10.0]), np.array([[2, 2], [1, 1]]), np.array([[2.0, 1.0], [3.0, 1.0]])
+    )
     assert units.tolist() == [[27, 13], [8, 2]] and pace.tolist() == [13.5, 8 / 3]
 
 
 def h100_and_910b() -> ClusterView:
     h, a = catalog.accelerator("H100-SXM"), catalog.accelerator("Ascend-910B")
-    doms = (DomainView("h100", h, 64, h.scaleup_gbs, 400, 2.5),
-            DomainView("910b", a, 64, a.scaleup_gbs, 200, 1.5))
+    doms = (
+        DomainView("h100", h, 64, h.scaleup_gbs, 400, 2.5),
+        DomainView("910b", a, 64, a.scaleup_gbs, 200, 1.5),
+    )
     bw = np.array([[0, 100.0], [100.0, 0]])
     return ClusterView(doms, bw, np.full((2, 2), 2.0), np.full((2, 2), 0.01))
 
@@ -488,8 +558,10 @@ def test_a_mixed_job_splits_work_by_speed_and_beats_the_even_split(kind):
         assert sum(s * x for s, x in zip(stages, mixed.split, strict=True)) >= arch.layers
     else:
         replicas = [g // (p.tp * p.pp * p.cp) for g in mixed.gpus]
-        assert sum(r * x for r, x in zip(replicas, mixed.split, strict=True)) * p.micro_batch \
+        assert (
+            sum(r * x for r, x in zip(replicas, mixed.split, strict=True)) * p.micro_batch
             >= job.global_batch
+        )
     assert mixed.estimate.tokens_per_s > 1.2 * even.estimate.tokens_per_s
 
 
@@ -511,10 +583,13 @@ def test_a_mixed_plan_beats_the_best_single_type_plan_on_the_same_accelerators()
 def a100_and_v100(gpus: int = 16) -> ClusterView:
     """16 A100-40GB and 16 V100 in one building (100 Gbit/s between them)."""
     a, v = catalog.accelerator("A100-40GB"), catalog.accelerator("V100")
-    doms = (DomainView("a100", a, gpus, a.scaleup_gbs, 100, 3.7),
-            DomainView("v100", v, gpus, v.scaleup_gbs, 50, 2.5))
-    return ClusterView(doms, np.array([[0, 100.0], [100.0, 0]]), np.full((2, 2), 1.0),
-                       np.full((2, 2), 0.01))
+    doms = (
+        DomainView("a100", a, gpus, a.scaleup_gbs, 100, 3.7),
+        DomainView("v100", v, gpus, v.scaleup_gbs, 50, 2.5),
+    )
+    return ClusterView(
+        doms, np.array([[0, 100.0], [100.0, 0]]), np.full((2, 2), 1.0), np.full((2, 2), 0.01)
+    )
 
 
 # V100 runs no FlashAttention-2 (Ampere and later): Megatron's fused softmax, in fp16
@@ -554,17 +629,22 @@ def test_a_mixed_plan_splits_by_the_models_own_speeds_and_is_paced_by_its_slowes
 
     def alone(domain: int, micro_batches: int) -> float:
         hw = Hardware.of(view.domains[domain].accelerator)
-        own = estimate(arch, 2 * micro_batches, PlanBatch.of([Plan(dp=1, micro_batch=2,
-                                                                   dtype="fp16")]),
-                       hw, stack=VOLTA.stack)
+        own = estimate(
+            arch,
+            2 * micro_batches,
+            PlanBatch.of([Plan(dp=1, micro_batch=2, dtype="fp16")]),
+            hw,
+            stack=VOLTA.stack,
+        )
         return float(own.breakdown_s["compute"][0])
 
     assert both.estimate.breakdown_s["compute"] == pytest.approx(alone(1, 11), rel=0.015)
     assert both.estimate.breakdown_s["compute"] < alone(0, 23)
 
 
-@pytest.mark.parametrize("dtype, per_zone, zones",
-                         [("bf16", 8, 4), ("fp32", 8, 5), ("fp32", 16, 5), ("bf16", 32, 4)])
+@pytest.mark.parametrize(
+    "dtype, per_zone, zones", [("bf16", 8, 4), ("fp32", 8, 5), ("fp32", 16, 5), ("bf16", 32, 4)]
+)
 def test_sailors_five_zones_get_the_best_plan_on_any_number_of_zones(dtype, per_zone, zones):
     """Sailor's setup: the search's pick is the fastest of every candidate (no gap), and the
     Oregon zone, 7.8-9.1 Gbit/s a VM pair from the rest, is worth its gradient exchange only
@@ -617,18 +697,31 @@ def test_our_placements_read_as_sailors_plans_and_back():
     job, view = setup(8)
     arch = catalog.model("opt-350m")
     names = tuple(d.name for d in view.domains)
-    data = Placement(job.name, "data", (0, 1, 2, 3), (8, 8, 8, 8),
-                     Plan(dp=16, tp=2, micro_batch=4, zero=0, dtype="tf32"), names[:4])
+    data = Placement(
+        job.name,
+        "data",
+        (0, 1, 2, 3),
+        (8, 8, 8, 8),
+        Plan(dp=16, tp=2, micro_batch=4, zero=0, dtype="tf32"),
+        names[:4],
+    )
     body = as_sailor(data, arch)
     stages = body["pipeline_list"][0]
     assert stages["layers_per_stage"] == [list(range(26))] and stages["dp"] == [16]
     assert [vm[0][0][2] for vm in stages["tmp_per_stage"][0]] == [
-        z for z in ("us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f")
-        for _ in range(4)]
+        z
+        for z in ("us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f")
+        for _ in range(4)
+    ]
     assert from_sailor_plan(body, view, job) == data
-    pipe = Placement(job.name, "pipeline", (0, 4), (24, 16),
-                     Plan(dp=2, tp=4, pp=5, micro_batch=8, zero=0, dtype="tf32"),
-                     (names[0], names[4]))
+    pipe = Placement(
+        job.name,
+        "pipeline",
+        (0, 4),
+        (24, 16),
+        Plan(dp=2, tp=4, pp=5, micro_batch=8, zero=0, dtype="tf32"),
+        (names[0], names[4]),
+    )
     body = as_sailor(pipe, arch)
     layers = body["pipeline_list"][0]["layers_per_stage"]
     assert [len(s) for s in layers] == [6, 5, 5, 5, 5]  # 5+5+5+5+4 layers, embedding, output
@@ -636,8 +729,9 @@ def test_our_placements_read_as_sailors_plans_and_back():
     assert from_sailor_plan(body, view, job) == pipe
 
 
-def test_the_side_by_side_says_why_it_does_not_run_without_a_checkout(capsys, monkeypatch,
-                                                                     tmp_path):
+def test_the_side_by_side_says_why_it_does_not_run_without_a_checkout(
+    capsys, monkeypatch, tmp_path
+):
     from benchmarks import sailor_side_by_side
 
     monkeypatch.delenv("SAILOR_DIR", raising=False)

@@ -23,8 +23,11 @@ def listening_sockets(root_pid: int) -> list[tuple[str, str, int]]:
     found = []
     for proc in [root, *root.children(recursive=True)]:
         try:
-            found += [(proc.name(), c.laddr.ip, c.laddr.port)
-                      for c in proc.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+            found += [
+                (proc.name(), c.laddr.ip, c.laddr.port)
+                for c in proc.net_connections(kind="inet")
+                if c.status == psutil.CONN_LISTEN
+            ]
         except psutil.NoSuchProcess:  # a worker that ended meanwhile
             continue
     return found
@@ -49,8 +52,7 @@ def refusals(address: str, method: str, request: bytes) -> list[grpc.StatusCode]
     """The status codes of one call without a token and one with a wrong token."""
     codes = []
     with grpc.insecure_channel(address) as channel:
-        call = channel.unary_unary(method, request_serializer=bytes,
-                                   response_deserializer=bytes)
+        call = channel.unary_unary(method, request_serializer=bytes, response_deserializer=bytes)
         for metadata in ([], [("authorization", "Bearer " + "0" * 64)]):
             try:
                 call(request, timeout=10, metadata=metadata)
@@ -74,8 +76,11 @@ def test_its_grpc_ports_ask_for_the_clusters_token(ray_session):
     address = ray_session._private.worker.global_worker.node.gcs_address
     with grpc.insecure_channel(address) as channel:
         nodes = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetAllNodeInfo
-        answer = nodes(gcs_service_pb2.GetAllNodeInfoRequest(), timeout=10,
-                       metadata=[("authorization", f"Bearer {ray_token()}")])
+        answer = nodes(
+            gcs_service_pb2.GetAllNodeInfoRequest(),
+            timeout=10,
+            metadata=[("authorization", f"Bearer {ray_token()}")],
+        )
         assert len(answer.node_info_list) >= 1
     method = "/ray.rpc.NodeInfoGcsService/GetAllNodeInfo"
     assert refusals(address, method, b"") == [grpc.StatusCode.UNAUTHENTICATED] * 2

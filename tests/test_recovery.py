@@ -24,10 +24,15 @@ def run_with(events: list[FaultEvent], pool_nodes: int = 2):
     jobs = study_jobs(scn, HOURS, SEED)
     pool = {d.name: 8 * pool_nodes for d in scn.domains}
     faults = Faults(events, [DETECT_S] * len(events), pool, node_rate_per_hour=1e-3)
-    res = run_here(scn, jobs, make_policy("planner", scn.weights),
-                   study_dynamics(scn, SEED, HOURS), HOURS, faults=faults)
+    res = run_here(
+        scn,
+        jobs,
+        make_policy("planner", scn.weights),
+        study_dynamics(scn, SEED, HOURS),
+        HOURS,
+        faults=faults,
+    )
     return res, faults
-
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +90,15 @@ def test_faulty_run_reports_faults(tmp_path):
     summary = run_study(scn, ["planner"], 2.0, 4, tmp_path, local=True, faults=200.0)
     f = json.loads((tmp_path / "report.json").read_text())["faults"]
     assert f == report_json(summary)["faults"]
-    for key in ("injected", "detected", "false_alarms", "detection_s_p50", "detection_s_p99",
-                "idle_wait_fraction", "blocking_rate"):
+    for key in (
+        "injected",
+        "detected",
+        "false_alarms",
+        "detection_s_p50",
+        "detection_s_p99",
+        "idle_wait_fraction",
+        "blocking_rate",
+    ):
         assert key in f
     assert f["injected"] > 0 and f["detected"] <= f["injected"]
     per = f["policies"]["planner"]
@@ -100,7 +112,13 @@ def test_a_job_asking_for_a_whole_domain_is_not_starved_by_the_backup_pool(polic
     # node. Asked for the whole domain, FIFO would wait at the head of the queue for ever.
     scn = small_scenario(hours_of_jobs=False)
     pool = {d.name: 8 for d in scn.domains}
-    res = run_here(scn, scn.jobs, make_policy(policy, scn.weights), study_dynamics(scn, 1, 2.0),
-                   2.0, faults=Faults([], [], pool, 1e-3))
+    res = run_here(
+        scn,
+        scn.jobs,
+        make_policy(policy, scn.weights),
+        study_dynamics(scn, 1, 2.0),
+        2.0,
+        faults=Faults([], [], pool, 1e-3),
+    )
     (big,) = res.jobs
     assert big.start_s is not None, f"{policy} never placed the job"

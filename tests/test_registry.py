@@ -17,17 +17,27 @@ from xdscheduler.scenario import Weights
 
 
 def test_each_layer_registers_its_own_policies_in_order():
-    assert names() == ["fifo-single-domain", "backfill-single-domain", "gang-single-domain",
-                       "planner-single-domain", "greedy-cross-domain", "planner", "ppo"]
+    assert names() == [
+        "fifo-single-domain",
+        "backfill-single-domain",
+        "gang-single-domain",
+        "planner-single-domain",
+        "greedy-cross-domain",
+        "planner",
+        "ppo",
+    ]
     made = {n: make_policy(n, Weights()) for n in names()[:-1]}
-    kinds = {"fifo-single-domain": FifoSingleDomain, "backfill-single-domain":
-             BackfillSingleDomain, "gang-single-domain": GangSingleDomain,
-             "planner-single-domain": PlannerPolicy, "greedy-cross-domain": GreedyCrossDomain,
-             "planner": PlannerPolicy}
+    kinds = {
+        "fifo-single-domain": FifoSingleDomain,
+        "backfill-single-domain": BackfillSingleDomain,
+        "gang-single-domain": GangSingleDomain,
+        "planner-single-domain": PlannerPolicy,
+        "greedy-cross-domain": GreedyCrossDomain,
+        "planner": PlannerPolicy,
+    }
     assert all(isinstance(made[n], k) for n, k in kinds.items())
     assert all(p.name == n for n, p in made.items())
-    assert [n for n, p in made.items() if not p.single_domain] == ["greedy-cross-domain",
-                                                                   "planner"]
+    assert [n for n, p in made.items() if not p.single_domain] == ["greedy-cross-domain", "planner"]
 
 
 def test_a_serve_url_makes_the_served_policy_where_there_is_one():
@@ -35,13 +45,17 @@ def test_a_serve_url_makes_the_served_policy_where_there_is_one():
 
     served = make_policy("ppo", Weights(), {"serve_url": "http://127.0.0.1:9"})
     assert isinstance(served, PPOPolicy)  # its steps go to the endpoint, when it decides
-    assert isinstance(make_policy("planner", Weights(), {"serve_url": "http://127.0.0.1:9"}),
-                      PlannerPolicy)  # no served planner: the one in process
+    assert isinstance(
+        make_policy("planner", Weights(), {"serve_url": "http://127.0.0.1:9"}), PlannerPolicy
+    )  # no served planner: the one in process
 
 
 def test_unknown_names_and_options_are_refused_clearly():
-    with pytest.raises(UserError, match=r"unknown policies fifo \(did you mean "
-                                        r"'fifo-single-domain'\?\); known: fifo-single-domain"):
+    with pytest.raises(
+        UserError,
+        match=r"unknown policies fifo \(did you mean "
+        r"'fifo-single-domain'\?\); known: fifo-single-domain",
+    ):
         make_policy("fifo", Weights())
     with pytest.raises(ValueError, match="servce_url"):
         PolicyOptions.model_validate({"servce_url": "http://x"})

@@ -105,12 +105,17 @@ def test_replans_keep_off_the_domains_a_placement_holds_back():
     first = planner.decide([job], view, 0.0)[0]
     elsewhere = [i for i in range(len(view.domains)) if i not in first.domains]
     off = tuple(i for i in first.domains)  # hold back every domain it chose
-    moved = planner.replan(job, replace(first, keep_off=off), view.adjust_free(
-        {i: -n for i, n in first.taken.items()}))
+    moved = planner.replan(
+        job, replace(first, keep_off=off), view.adjust_free({i: -n for i, n in first.taken.items()})
+    )
     assert elsewhere and moved is not None and moved.keep_off == off
     assert not set(moved.domains) & set(off)
-    assert planner.replan(job, first, view.adjust_free(
-        {i: -n for i, n in first.taken.items()})).keep_off == ()
+    assert (
+        planner.replan(
+            job, first, view.adjust_free({i: -n for i, n in first.taken.items()})
+        ).keep_off
+        == ()
+    )
 
 
 def test_environment_episode_rewards_and_final_observations(env_and_obs):
@@ -145,8 +150,16 @@ def test_waiting_costs_the_best_objective_per_decision():
 
 def big_job_decision(seed: int = 2) -> PlacementEnv:
     """An environment on the study reward, stopped at a decision its upper agent is asked."""
-    env = PlacementEnv({"seed": seed, "hours": 7.0, "warmup_hours": 5.0, "window_hours": 2.0,
-                        "max_decisions": 100, "rollout_hours": 0.5})
+    env = PlacementEnv(
+        {
+            "seed": seed,
+            "hours": 7.0,
+            "warmup_hours": 5.0,
+            "window_hours": 2.0,
+            "max_decisions": 100,
+            "rollout_hours": 0.5,
+        }
+    )
     obs, _ = env.reset(seed=seed)
     while UPPER not in obs:
         obs, _, term, trunc, _ = env.step({a: 0 for a in obs})
@@ -157,15 +170,24 @@ def big_job_decision(seed: int = 2) -> PlacementEnv:
 def test_study_reward_is_the_decisions_advantage_over_the_planners_in_a_rollout():
     env = big_job_decision()
     ch, eng = env.current, env.engine
-    before = (eng.now, len(eng.recorder.decisions), [r.spec.name for r in eng.queue],
-              eng.busy_gpu_s)
+    before = (
+        eng.now,
+        len(eng.recorder.decisions),
+        [r.spec.name for r in eng.queue],
+        eng.busy_gpu_s,
+    )
     off = next(g for g in range(len(ch.groups)) if ch.keep_off[g])
     planners = ch.placement(ch.best(0))
-    expected = (rollout(eng, ch.job.name, ch.placement(ch.best(off), off), env.weights, 0.5)
-                - rollout(eng, ch.job.name, planners, env.weights, 0.5))
+    expected = rollout(
+        eng, ch.job.name, ch.placement(ch.best(off), off), env.weights, 0.5
+    ) - rollout(eng, ch.job.name, planners, env.weights, 0.5)
     # The rollouts leave the engine as it was, and give the same figure every time.
-    assert before == (eng.now, len(eng.recorder.decisions), [r.spec.name for r in eng.queue],
-                      eng.busy_gpu_s)
+    assert before == (
+        eng.now,
+        len(eng.recorder.decisions),
+        [r.spec.name for r in eng.queue],
+        eng.busy_gpu_s,
+    )
     assert advantage(eng, ch.job.name, planners, planners, env.weights, 0.5) == 0.0
     obs, rew, _, _, _ = env.step({UPPER: off})
     (lower,) = obs
@@ -174,8 +196,9 @@ def test_study_reward_is_the_decisions_advantage_over_the_planners_in_a_rollout(
 
 
 def test_study_episodes_are_windows_of_time_cut_short_not_ended():
-    env = PlacementEnv({"seed": 4, "hours": 2.0, "warmup_hours": 0.5, "window_hours": 0.5,
-                        "max_decisions": 500})
+    env = PlacementEnv(
+        {"seed": 4, "hours": 2.0, "warmup_hours": 0.5, "window_hours": 0.5, "max_decisions": 500}
+    )
     obs, _ = env.reset(seed=4)
     rewards = []
     while True:
@@ -190,9 +213,11 @@ def test_study_episodes_are_windows_of_time_cut_short_not_ended():
 
 def test_module_masks_choices_and_values(env_and_obs):
     env, obs = env_and_obs
-    module = GraphChoiceModule(observation_space=env.observation_spaces[UPPER],
-                               action_space=env.action_spaces[UPPER],
-                               model_config={"hidden": 16})
+    module = GraphChoiceModule(
+        observation_space=env.observation_spaces[UPPER],
+        action_space=env.action_spaces[UPPER],
+        model_config={"hidden": 16},
+    )
     o = next(iter(obs.values()))
     batch = {k: torch.from_numpy(np.stack([v, v])) for k, v in o.items()}
     batch["action_mask"][1, 0] = 0  # close the first choice in the second sample
@@ -226,8 +251,11 @@ def test_agent_steps_batched_into_one_forward_pass_answer_as_each_alone():
     scn = load_scenario(default_scenario_path())
     agents = Agents(scn.weights)
     arch = catalog.model("llama3-8b")
-    wide = (JobSpec("wide", arch, 256, arch.seq_len, 8, 32, tokens=1e10),
-            ClusterView.from_scenario(ring(10)), 0.0)  # 10 nodes: more than the padding's 8
+    wide = (
+        JobSpec("wide", arch, 256, arch.seq_len, 8, 32, tokens=1e10),
+        ClusterView.from_scenario(ring(10)),
+        0.0,
+    )  # 10 nodes: more than the padding's 8
     states = [*fixed_states(6), wide]
     asks = []
     for job, view, now in states:
@@ -248,8 +276,11 @@ def test_ppo_policy_runs_a_study_to_the_end():
     res = run_here(scn, jobs, local_policy(scn.weights), study_dynamics(scn, 3, hours), hours)
     done = [r for r in res.jobs if r.end_s is not None]
     assert len(done) == len(jobs)
-    assert all("over" in d.explanation or "only" in d.explanation
-               for d in res.decisions if d.action == "place")
+    assert all(
+        "over" in d.explanation or "only" in d.explanation
+        for d in res.decisions
+        if d.action == "place"
+    )
 
 
 def test_weights_change_the_choice_the_way_they_should():
@@ -275,13 +306,25 @@ def ring(k: int):
     from xdscheduler.scenario import parse_scenario
 
     accelerators = ["H100-SXM", "A100-80GB", "H800"]
-    return parse_scenario({
-        "name": f"ring{k}",
-        "domains": [{"name": f"d{i}", "location": {"city": f"c{i}"},
-                     "nodes": [{"accelerator": accelerators[i % 3], "count": 2 + i % 3}]}
-                    for i in range(k)],
-        "links": [{"a": f"d{i}", "b": f"d{j}", "bandwidth_gbps": 2.0 + i % 4, "rtt_ms": 20}
-                  for i in range(k) for j in (i + 1, i + 2) if j < k]})
+    return parse_scenario(
+        {
+            "name": f"ring{k}",
+            "domains": [
+                {
+                    "name": f"d{i}",
+                    "location": {"city": f"c{i}"},
+                    "nodes": [{"accelerator": accelerators[i % 3], "count": 2 + i % 3}],
+                }
+                for i in range(k)
+            ],
+            "links": [
+                {"a": f"d{i}", "b": f"d{j}", "bandwidth_gbps": 2.0 + i % 4, "rtt_ms": 20}
+                for i in range(k)
+                for j in (i + 1, i + 2)
+                if j < k
+            ],
+        }
+    )
 
 
 @pytest.mark.parametrize("k", [3, 9, 16, 64])
@@ -291,8 +334,9 @@ def test_the_shipped_policy_decides_on_any_number_of_domains(k):
     scn = ring(k)
     view = ClusterView.from_scenario(scn)
     arch = catalog.model("llama3-8b")
-    queue = [JobSpec(f"j{n}", arch, 256, arch.seq_len, 8, 8 * (n + 1), tokens=1e10)
-             for n in range(3)]
+    queue = [
+        JobSpec(f"j{n}", arch, 256, arch.seq_len, 8, 8 * (n + 1), tokens=1e10) for n in range(3)
+    ]
     placed = local_policy(scn.weights).decide(queue, view, 0.0)
     assert placed and len({p.job for p in placed}) == len(placed)
     for p in placed:

@@ -30,8 +30,13 @@ def test_a_killed_domain_actor_is_replaced_and_its_jobs_re_placed_within_10_s(ra
 
     scn = small_scenario()
     jobs = study_jobs(scn, HOURS, 2)
-    controller = Controller.remote(scn.model_dump(), [j.model_dump() for j in jobs], "planner",
-                                   study_dynamics(scn, 2, HOURS), HOURS * 3600)
+    controller = Controller.remote(
+        scn.model_dump(),
+        [j.model_dump() for j in jobs],
+        "planner",
+        study_dynamics(scn, 2, HOURS),
+        HOURS * 3600,
+    )
     ray.get(controller.advance.remote(3600))
     actors = ray.get(controller.domain_actors.remote())
     held = ray.get([a.allocations.remote() for a in actors])
@@ -93,8 +98,14 @@ def test_real_time_mode_runs_one_simulated_second_per_second(ray_session):
 
     scn = small_scenario()
     jobs = study_jobs(scn, HOURS, 4)
-    controller = Controller.remote(scn.model_dump(), [j.model_dump() for j in jobs], "planner",
-                                   study_dynamics(scn, 4, HOURS), HOURS * 3600, True)
+    controller = Controller.remote(
+        scn.model_dump(),
+        [j.model_dump() for j in jobs],
+        "planner",
+        study_dynamics(scn, 4, HOURS),
+        HOURS * 3600,
+        True,
+    )
     ray.get(controller.status.remote())  # constructed
     start = time.monotonic()
     status = ray.get(controller.advance.remote(3.0))

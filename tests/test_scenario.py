@@ -37,17 +37,22 @@ def test_every_shipped_scenario_is_valid(path):
     assert load_scenario(path).domains
 
 
-@pytest.mark.parametrize("mutate,message", [
-    (lambda d: d.update(colour="blue"), r"colour: unknown field"),
-    (lambda d: d["domains"][1]["nodes"][0].update(accelerator="H1000"),
-     r"domains\[1\]\.nodes\[0\]\.accelerator: unknown accelerator 'H1000'"),
-    (lambda d: d["links"][0].update(a="mars"), r"links\[0\] names unknown domain 'mars'"),
-    (lambda d: d["links"][0].update(bandwidth_gbps=-1), r"links\[0\]\.bandwidth_gbps"),
-    (lambda d: d["links"][0].update(fluctuation=0.5), r"links\[0\]\.fluctuation"),
-    (lambda d: d["jobs"][0].update(model="gpt5"), r"jobs\[0\].*unknown model 'gpt5'"),
-    (lambda d: d["jobs"][0].update(gpus={"min": 64, "max": 8}), r"min 64 is larger than max 8"),
-    (lambda d: d["domains"].append(dict(d["domains"][0])), r"repeated: jjj"),
-])
+@pytest.mark.parametrize(
+    "mutate,message",
+    [
+        (lambda d: d.update(colour="blue"), r"colour: unknown field"),
+        (
+            lambda d: d["domains"][1]["nodes"][0].update(accelerator="H1000"),
+            r"domains\[1\]\.nodes\[0\]\.accelerator: unknown accelerator 'H1000'",
+        ),
+        (lambda d: d["links"][0].update(a="mars"), r"links\[0\] names unknown domain 'mars'"),
+        (lambda d: d["links"][0].update(bandwidth_gbps=-1), r"links\[0\]\.bandwidth_gbps"),
+        (lambda d: d["links"][0].update(fluctuation=0.5), r"links\[0\]\.fluctuation"),
+        (lambda d: d["jobs"][0].update(model="gpt5"), r"jobs\[0\].*unknown model 'gpt5'"),
+        (lambda d: d["jobs"][0].update(gpus={"min": 64, "max": 8}), r"min 64 is larger than max 8"),
+        (lambda d: d["domains"].append(dict(d["domains"][0])), r"repeated: jjj"),
+    ],
+)
 def test_bad_scenarios_name_the_field(default_scenario_path, mutate, message):
     doc = _doc(default_scenario_path)
     mutate(doc)
@@ -69,8 +74,9 @@ def test_cli_reports_a_bad_file_with_status_2_and_no_traceback(tmp_path, default
     doc["domains"][0]["nodes"][0]["count"] = 0
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(doc))
-    run = subprocess.run([sys.executable, "-m", "xdscheduler.cli", "plan", str(bad)],
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "xdscheduler.cli", "plan", str(bad)], capture_output=True, text=True
+    )
     assert run.returncode == 2
     assert "domains[0].nodes[0].count" in run.stderr and "Traceback" not in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1
@@ -90,5 +96,11 @@ def test_sailor_scenario_is_sailors_geo_setup_with_opt_350m():
     arch = job.arch
     assert arch.name == "opt-350m" and not arch.gated_mlp and arch.tied_embeddings
     assert (arch.layers, arch.hidden, arch.heads, arch.ffn_hidden, arch.vocab, arch.seq_len) == (
-        24, 1024, 16, 4096, 50272, 2048)
+        24,
+        1024,
+        16,
+        4096,
+        50272,
+        2048,
+    )
     assert arch.params / 1e6 == pytest.approx(354, rel=0.01)

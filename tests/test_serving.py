@@ -45,8 +45,12 @@ def served(serve_port):
 
 def call(method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
     conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=30)
-    conn.request(method, path, json.dumps(body) if body is not None else None,
-                 {"Content-Type": "application/json", **AUTH})
+    conn.request(
+        method,
+        path,
+        json.dumps(body) if body is not None else None,
+        {"Content-Type": "application/json", **AUTH},
+    )
     resp = conn.getresponse()
     return resp.status, json.loads(resp.read())
 
@@ -54,8 +58,7 @@ def call(method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
 def request_for(scn, job_index: int = 1) -> dict:
     view = ClusterView.from_scenario(scn)
     domains, links = state_of(view)
-    req = DecideRequest(job=job_in(JobSpec.of(scn.jobs[job_index])), domains=domains,
-                        links=links)
+    req = DecideRequest(job=job_in(JobSpec.of(scn.jobs[job_index])), domains=domains, links=links)
     return json.loads(req.model_dump_json())
 
 
@@ -72,13 +75,16 @@ def test_decide_returns_a_decision_alternatives_and_an_explanation(served):
     assert status == 200 and health["ok"] and health["scenario"] == scn.name
 
 
-@pytest.mark.parametrize("change, reason", [
-    (lambda r: r["domains"].pop(), "domains must be exactly"),
-    (lambda r: r["job"].pop("global_batch"), "global_batch"),
-    (lambda r: r["job"].update(model="gpt-9", architecture=None), "gpt-9"),
-    (lambda r: r["links"][0].update(b="atlantis"), "atlantis"),
-    (lambda r: r["domains"][0]["indicators"].update(mood=1.0), "unknown indicators"),
-])
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (lambda r: r["domains"].pop(), "domains must be exactly"),
+        (lambda r: r["job"].pop("global_batch"), "global_batch"),
+        (lambda r: r["job"].update(model="gpt-9", architecture=None), "gpt-9"),
+        (lambda r: r["links"][0].update(b="atlantis"), "atlantis"),
+        (lambda r: r["domains"][0]["indicators"].update(mood=1.0), "unknown indicators"),
+    ],
+)
 def test_bad_requests_get_422_with_the_reason(served, change, reason):
     scn, _ = served
     body = request_for(scn)
@@ -94,8 +100,11 @@ def act_body(scn, agent: str = "upper") -> tuple[dict, int]:
     from xdscheduler.rl.candidates import choices, lower_observation, upper_observation
 
     ch = choices(JobSpec.of(scn.jobs[0]), ClusterView.from_scenario(scn), scn.weights)
-    obs, options = ((upper_observation(ch, 1), upper_options(ch)) if agent == "upper"
-                    else (lower_observation(ch, 0, 1), lower_options(ch, 0)))
+    obs, options = (
+        (upper_observation(ch, 1), upper_options(ch))
+        if agent == "upper"
+        else (lower_observation(ch, 0, 1), lower_options(ch, 0))
+    )
     local = Agents(scn.weights).step(agent, obs, options)
     return step_body(agent, obs, options, scn.jobs[0].name), local.choice
 
@@ -124,33 +133,47 @@ def test_agent_steps_sent_at_once_each_get_the_pick_made_alone(served):
 
     scn, _ = served
     agents = Agents(scn.weights)
-    steps = [(upper_observation(ch, 1), upper_options(ch))
-             for job, view, now in fixed_states(30)
-             if (ch := choices(job, view, scn.weights, now)) is not None]
+    steps = [
+        (upper_observation(ch, 1), upper_options(ch))
+        for job, view, now in fixed_states(30)
+        if (ch := choices(job, view, scn.weights, now)) is not None
+    ]
     with ThreadPoolExecutor(20) as pool:
-        answers = list(pool.map(lambda s: call("POST", "/policy/act", step_body("upper", *s)),
-                                steps[:20]))
+        answers = list(
+            pool.map(lambda s: call("POST", "/policy/act", step_body("upper", *s)), steps[:20])
+        )
     assert len(answers) == 20
     for (obs, options), (status, out) in zip(steps, answers, strict=False):
         assert status == 200, out
         assert out["choice"] == agents.step("upper", obs, options).choice
 
 
-@pytest.mark.parametrize("change, reason", [
-    (lambda b: b["observation"].pop("edges"), '"edges"'),
-    (lambda b: b["observation"]["choices"].pop(), "has shape"),
-    (lambda b: b.update(agent="middle"), "upper"),
-    (lambda b: b["observation"]["context"].__setitem__(0, "x"), "valid number"),
-    (lambda b: b["observation"]["context"].__setitem__(0, float("nan")), "finite"),
-    (lambda b: b["observation"]["edge_index"][0].__setitem__(0, 99), "outside 0..8"),
-    (lambda b: b["observation"]["edge_index"][0].__setitem__(
-        0, len(b["observation"]["nodes"])), "not node indices"),
-    (lambda b: b["observation"]["edge_index"][0].__setitem__(0, 0.5), "not node indices"),
-    (lambda b: b["observation"]["edge_index"][0].__setitem__(0, -1), "outside"),
-    (lambda b: b["observation"].update(
-        action_mask=[0.0] * len(b["observation"]["action_mask"])), "opens no choice"),
-    (lambda b: b["choices"][0]["terms"].update(cost=float("inf")), "finite"),
-])
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (lambda b: b["observation"].pop("edges"), '"edges"'),
+        (lambda b: b["observation"]["choices"].pop(), "has shape"),
+        (lambda b: b.update(agent="middle"), "upper"),
+        (lambda b: b["observation"]["context"].__setitem__(0, "x"), "valid number"),
+        (lambda b: b["observation"]["context"].__setitem__(0, float("nan")), "finite"),
+        (lambda b: b["observation"]["edge_index"][0].__setitem__(0, 99), "outside 0..8"),
+        (
+            lambda b: b["observation"]["edge_index"][0].__setitem__(
+                0, len(b["observation"]["nodes"])
+            ),
+            "not node indices",
+        ),
+        (lambda b: b["observation"]["edge_index"][0].__setitem__(0, 0.5), "not node indices"),
+        (lambda b: b["observation"]["edge_index"][0].__setitem__(0, -1), "outside"),
+        (
+            lambda b: b["observation"].update(
+                action_mask=[0.0] * len(b["observation"]["action_mask"])
+            ),
+            "opens no choice",
+        ),
+        (lambda b: b["choices"][0]["terms"].update(cost=float("inf")), "finite"),
+    ],
+)
 def test_bad_agent_steps_get_422_with_the_reason(served, change, reason):
     scn, _ = served
     body, _ = act_body(scn)
@@ -171,16 +194,25 @@ def test_nothing_fits_is_an_answer_not_an_error(served):
 def test_a_controller_deciding_over_http_matches_the_agents_in_process(served, tmp_path):
     scn, url = served
     hours, seed = 0.5, 4
-    summary = run_study(scn, ["ppo"], hours, seed, tmp_path, policy_options={"serve_url": url},
-                        show_progress=False)
+    summary = run_study(
+        scn, ["ppo"], hours, seed, tmp_path, policy_options={"serve_url": url}, show_progress=False
+    )
     jobs = study_jobs(scn, hours, seed)
-    here = run_here(scn, jobs, local_policy(scn.weights), study_dynamics(scn, seed, hours), hours,
-                    truth=Truth.draw(scn, jobs, seed))  # the study's own truth
-    decisions = [json.loads(line)
-                 for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
+    here = run_here(
+        scn,
+        jobs,
+        local_policy(scn.weights),
+        study_dynamics(scn, seed, hours),
+        hours,
+        truth=Truth.draw(scn, jobs, seed),
+    )  # the study's own truth
+    decisions = [
+        json.loads(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()
+    ]
     assert summary.policies["ppo"].jobs_total == len(jobs)
-    served_places = [(d["job"], d["domains"], d["plan"]) for d in decisions
-                     if d["action"] == "place"]
+    served_places = [
+        (d["job"], d["domains"], d["plan"]) for d in decisions if d["action"] == "place"
+    ]
     local_places = [(d.job, d.domains, d.plan) for d in here.decisions if d.action == "place"]
     assert served_places and served_places == local_places
 
@@ -202,9 +234,15 @@ def test_serve_config_file_builds_the_application():
 
 def test_forecast_is_served_beside_the_policy(served):
     history = [100.0 + (i % 60) / 10 for i in range(24 * 60)]
-    status, out = call("POST", "/forecast", {"history": history, "step_min": 1,
-                                              "known_jobs": [{"name": "a", "gpus": 16,
-                                                              "finish_min": 30}]})
+    status, out = call(
+        "POST",
+        "/forecast",
+        {
+            "history": history,
+            "step_min": 1,
+            "known_jobs": [{"name": "a", "gpus": 16, "finish_min": 30}],
+        },
+    )
     assert status == 200, out
     assert [h["horizon_min"] for h in out["horizons"]] == [10, 60]
     assert out["frees_min"]["a"] == 30 and out["backup_pool_gpus"] >= 0
@@ -212,15 +250,18 @@ def test_forecast_is_served_beside_the_policy(served):
     assert status == 422
 
 
-@pytest.mark.parametrize("change, reason", [
-    (lambda r: r["domains"][0].update(free_gpus=-1), "greater than or equal to 0"),
-    (lambda r: r["domains"][0].update(free_gpus=2**70), "less than or equal to 1000000"),
-    (lambda r: r["links"][0].update(bandwidth_gbps=float("inf")), "finite"),
-    (lambda r: r["links"][0].update(bandwidth_gbps=float("nan")), "finite"),
-    (lambda r: r["domains"][0]["indicators"].update(util=float("nan")), "finite"),
-    (lambda r: r["job"].update(global_batch=True), "valid integer"),
-    (lambda r: r.update(now_s=1e300), "less than or equal to"),
-])
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (lambda r: r["domains"][0].update(free_gpus=-1), "greater than or equal to 0"),
+        (lambda r: r["domains"][0].update(free_gpus=2**70), "less than or equal to 1000000"),
+        (lambda r: r["links"][0].update(bandwidth_gbps=float("inf")), "finite"),
+        (lambda r: r["links"][0].update(bandwidth_gbps=float("nan")), "finite"),
+        (lambda r: r["domains"][0]["indicators"].update(util=float("nan")), "finite"),
+        (lambda r: r["job"].update(global_batch=True), "valid integer"),
+        (lambda r: r.update(now_s=1e300), "less than or equal to"),
+    ],
+)
 def test_impossible_cluster_states_get_422(served, change, reason):
     scn, _ = served
     body = request_for(scn)
@@ -230,19 +271,26 @@ def test_impossible_cluster_states_get_422(served, change, reason):
     assert reason in json.dumps(out)
 
 
-@pytest.mark.parametrize("change, reason", [
-    (lambda r: r["history"].__setitem__(3, float("nan")), "finite"),
-    (lambda r: r["history"].__setitem__(3, float("inf")), "finite"),
-    (lambda r: r["history"].__setitem__(3, 1e308), "less than or equal to"),
-    (lambda r: r.update(step_min=10**9), "less than or equal to 1440"),
-    (lambda r: r.update(end_time="2300-01-01T00:00:00"), "must lie between 1971 and 2200"),
-    (lambda r: r.update(end_time="1900-01-01T00:00:00"), "must lie between 1971 and 2200"),
-    (lambda r: r["known_jobs"][0].update(finish_min=float("nan")), "finite"),
-    (lambda r: r.update(seed=False), "valid integer"),
-])
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (lambda r: r["history"].__setitem__(3, float("nan")), "finite"),
+        (lambda r: r["history"].__setitem__(3, float("inf")), "finite"),
+        (lambda r: r["history"].__setitem__(3, 1e308), "less than or equal to"),
+        (lambda r: r.update(step_min=10**9), "less than or equal to 1440"),
+        (lambda r: r.update(end_time="2300-01-01T00:00:00"), "must lie between 1971 and 2200"),
+        (lambda r: r.update(end_time="1900-01-01T00:00:00"), "must lie between 1971 and 2200"),
+        (lambda r: r["known_jobs"][0].update(finish_min=float("nan")), "finite"),
+        (lambda r: r.update(seed=False), "valid integer"),
+    ],
+)
 def test_impossible_forecast_requests_get_422(served, change, reason):
-    body = {"history": [100.0] * 120, "step_min": 1, "end_time": "2026-01-05T12:00:00",
-            "known_jobs": [{"name": "a", "gpus": 16, "finish_min": 30}]}
+    body = {
+        "history": [100.0] * 120,
+        "step_min": 1,
+        "end_time": "2026-01-05T12:00:00",
+        "known_jobs": [{"name": "a", "gpus": 16, "finish_min": 30}],
+    }
     change(body)
     status, out = call("POST", "/forecast", body)
     assert status == 422, out
@@ -289,8 +337,13 @@ def test_a_chunked_body_over_the_bound_gets_413(served):
     chunks = (b"1" * (1 << 16) for _ in range(160))
     # answered before the rest was sent, the answer is still there to read
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        conn.request("POST", "/forecast", chunks, {"Content-Type": "application/json", **AUTH},
-                     encode_chunked=True)
+        conn.request(
+            "POST",
+            "/forecast",
+            chunks,
+            {"Content-Type": "application/json", **AUTH},
+            encode_chunked=True,
+        )
     resp = conn.getresponse()
     assert resp.status == 413 and b"at most" in resp.read()
 
@@ -312,11 +365,29 @@ def test_schemathesis_finds_no_failure(served, tmp_path):
     pytest.importorskip("schemathesis")
     examples = os.environ.get("XDS_SCHEMATHESIS_EXAMPLES", "15")
     done = subprocess.run(
-        [sys.executable, "-m", "schemathesis.cli", "run",
-         f"http://127.0.0.1:{PORT}/openapi.json", "-H", f"Authorization: Bearer {API_TOKEN}",
-         "--checks", "all", "--exclude-checks", "positive_data_acceptance",
-         "--max-examples", examples, "--seed", "1", "--no-color"],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "schemathesis.cli",
+            "run",
+            f"http://127.0.0.1:{PORT}/openapi.json",
+            "-H",
+            f"Authorization: Bearer {API_TOKEN}",
+            "--checks",
+            "all",
+            "--exclude-checks",
+            "positive_data_acceptance",
+            "--max-examples",
+            examples,
+            "--seed",
+            "1",
+            "--no-color",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout[-4000:]
 
 
@@ -347,8 +418,9 @@ def test_xds_serve_with_replicas_answers_through_haproxy_and_leaves_nothing():
     port = free_port()
     proc = xds_serve(port, "--replicas", "2")
     try:
-        haproxies = [p for p in psutil.Process(proc.pid).children(recursive=True)
-                     if p.name() == "haproxy"]
+        haproxies = [
+            p for p in psutil.Process(proc.pid).children(recursive=True) if p.name() == "haproxy"
+        ]
         assert haproxies, "no HAProxy under xds serve --replicas 2"
         cmdline = haproxies[0].cmdline()
         folder = os.path.dirname(cmdline[cmdline.index("-f") + 1])
@@ -357,8 +429,9 @@ def test_xds_serve_with_replicas_answers_through_haproxy_and_leaves_nothing():
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=90) == 0, "xds serve did not end on Ctrl-C"
         assert not healthy(port)
-        assert not [p for p in haproxies if p.is_running()
-                    and p.status() != psutil.STATUS_ZOMBIE], "HAProxy outlived xds serve"
+        assert not [
+            p for p in haproxies if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        ], "HAProxy outlived xds serve"
         assert not os.path.exists(folder)
     finally:
         if proc.poll() is None:
@@ -367,9 +440,11 @@ def test_xds_serve_with_replicas_answers_through_haproxy_and_leaves_nothing():
 
 def xds_serve(port: int, *flags: str, timeout_s: float = 180) -> subprocess.Popen:
     """`xds serve` on `port` (with `flags`) in a process of its own, once it answers."""
-    proc = subprocess.Popen([sys.executable, "-m", "xdscheduler.cli", "serve", "--port",
-                             str(port), *flags],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xdscheduler.cli", "serve", "--port", str(port), *flags],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + timeout_s
     while not healthy(port):
         if proc.poll() is not None or time.monotonic() > deadline:

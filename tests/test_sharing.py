@@ -23,15 +23,26 @@ def workload(*classes) -> Workload:
 
 def nodes(*gpus, cpu=32000, memory=262144, model="T4") -> Nodes:
     k = len(gpus)
-    return Nodes(np.array([f"n{i}" for i in range(k)]), np.full(k, cpu), np.full(k, memory),
-                 np.array(gpus), np.array([model] * k))
+    return Nodes(
+        np.array([f"n{i}" for i in range(k)]),
+        np.full(k, cpu),
+        np.full(k, memory),
+        np.array(gpus),
+        np.array([model] * k),
+    )
 
 
 def pods(rows) -> Pods:
     """(cpu, memory, num_gpu, gpu_milli) per pod."""
     cpu, mem, n, g = (np.array(x) for x in zip(*rows, strict=True))
-    return Pods(np.array([f"p{i}" for i in range(len(cpu))]), cpu, mem, n, g,
-                np.array([None] * len(cpu), dtype=object))
+    return Pods(
+        np.array([f"p{i}" for i in range(len(cpu))]),
+        cpu,
+        mem,
+        n,
+        g,
+        np.array([None] * len(cpu), dtype=object),
+    )
 
 
 # A share of half a GPU half the time, one whole GPU a quarter, no GPU a quarter.
@@ -71,7 +82,10 @@ def test_options_follow_the_request():
     share = cluster.options(Pod(1000, 1024, 1, 200))
     # one candidate per distinct free amount of a node: 1000 and 300 on node 0, 1000 on node 1
     assert sorted(zip(share.node.tolist(), share.gpu.tolist(), strict=True)) == [
-        (0, 300), (0, 1000), (1, 1000)]
+        (0, 300),
+        (0, 1000),
+        (1, 1000),
+    ]
     assert (share.take.sum(axis=1) == 200).all()
     whole = cluster.options(Pod(1000, 1024, 2, 1000))
     assert whole.node.tolist() == [0, 1]  # only fully free GPUs count
@@ -86,8 +100,15 @@ def test_options_follow_the_request():
 @pytest.mark.parametrize("packer", list(PACKERS))
 def test_inflation_invariants(packer):
     cluster_nodes = nodes(8, 8, 4, 2, 2, 1)
-    trace = pods([(4000, 8192, 1, 500), (8000, 16384, 1, 1000), (2000, 4096, 0, 0),
-                  (16000, 32768, 4, 1000), (4000, 8192, 1, 250)])
+    trace = pods(
+        [
+            (4000, 8192, 1, 500),
+            (8000, 16384, 1, 1000),
+            (2000, 4096, 0, 0),
+            (16000, 32768, 4, 1000),
+            (4000, 8192, 1, 250),
+        ]
+    )
     work = Workload.of(trace)
     curve = inflate(cluster_nodes, trace, work, packer, seed=3, until=1.2)
     seen = curve.unallocated[np.isfinite(curve.unallocated)]
@@ -102,19 +123,34 @@ def test_inflation_invariants(packer):
 def _write_small_trace(tmp_path):
     (tmp_path / "nodes.csv").write_text(
         "sn,cpu_milli,memory_mib,gpu,model\n"
-        + "".join(f"node-{i},32000,262144,{g},T4\n" for i, g in enumerate([8, 8, 4, 2, 2])))
+        + "".join(f"node-{i},32000,262144,{g},T4\n" for i, g in enumerate([8, 8, 4, 2, 2]))
+    )
     (tmp_path / "pods.csv").write_text(
         "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
         "a,4000,8192,1,500,\nb,8000,16384,1,1000,\nc,2000,4096,0,0,\nd,12000,32768,2,1000,\n"
-        "e,4000,8192,1,250,\n")
+        "e,4000,8192,1,250,\n"
+    )
 
 
 def test_share_bench_cli_writes_its_report(tmp_path, capsys):
     _write_small_trace(tmp_path)
     out = tmp_path / "out"
-    code, stdout, _ = run(capsys, "share", "bench", "--trace", str(tmp_path / "pods.csv"),
-                          "--nodes", str(tmp_path / "nodes.csv"), "--seeds", "3",
-                          "--workers", "1", "--out", str(out), "--json")
+    code, stdout, _ = run(
+        capsys,
+        "share",
+        "bench",
+        "--trace",
+        str(tmp_path / "pods.csv"),
+        "--nodes",
+        str(tmp_path / "nodes.csv"),
+        "--seeds",
+        "3",
+        "--workers",
+        "1",
+        "--out",
+        str(out),
+        "--json",
+    )
     assert code == 0
     result = json.loads(stdout)
     assert set(result["packers"]) == set(PACKERS)
@@ -130,10 +166,25 @@ def test_share_bench_writes_its_readme_section(tmp_path, capsys):
     _write_small_trace(tmp_path)
     readme = tmp_path / "README.md"
     readme.write_text("# x\n<!-- share:begin -->\nold\n<!-- share:end -->\nafter\n")
-    code, out, _ = run(capsys, "share", "bench", "--trace", str(tmp_path / "pods.csv"),
-                       "--nodes", str(tmp_path / "nodes.csv"), "--seeds", "2", "--workers", "1",
-                       "--packers", "best-fit,fgd", "--out", str(tmp_path / "o"),
-                       "--readme", str(readme))
+    code, out, _ = run(
+        capsys,
+        "share",
+        "bench",
+        "--trace",
+        str(tmp_path / "pods.csv"),
+        "--nodes",
+        str(tmp_path / "nodes.csv"),
+        "--seeds",
+        "2",
+        "--workers",
+        "1",
+        "--packers",
+        "best-fit,fgd",
+        "--out",
+        str(tmp_path / "o"),
+        "--readme",
+        str(readme),
+    )
     text = readme.read_text()
     assert code == 0 and "old" not in text and text.endswith("after\n")
     assert out.splitlines()[0] in text and "| fgd |" in text
@@ -142,11 +193,14 @@ def test_share_bench_writes_its_readme_section(tmp_path, capsys):
     assert code == 2 and "share:begin" in err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--packers", "best-fit,tetris"], "unknown tetris"),
-    (["--seeds", "0"], "outside"),
-    (["--trace", "no-such-trace"], "neither a trace name"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--packers", "best-fit,tetris"], "unknown tetris"),
+        (["--seeds", "0"], "outside"),
+        (["--trace", "no-such-trace"], "neither a trace name"),
+    ],
+)
 def test_share_bench_refuses_bad_arguments(tmp_path, capsys, argv, message):
     _write_small_trace(tmp_path)
     defaults = ["--nodes", str(tmp_path / "nodes.csv"), "--out", str(tmp_path / "o")]
@@ -156,12 +210,15 @@ def test_share_bench_refuses_bad_arguments(tmp_path, capsys, argv, message):
     assert code == 2 and message in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("text, message", [
-    ("name,cpu_milli,memory_mib,num_gpu\na,1,1,1\n", "no column gpu_milli"),
-    ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,1,1,1500\n", "gpu_milli is 1500"),
-    ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,1,2,500\n", "must take them whole"),
-    ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,x,1,500\n", "must hold numbers"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("name,cpu_milli,memory_mib,num_gpu\na,1,1,1\n", "no column gpu_milli"),
+        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,1,1,1500\n", "gpu_milli is 1500"),
+        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,1,2,500\n", "must take them whole"),
+        ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,x,1,500\n", "must hold numbers"),
+    ],
+)
 def test_bad_pod_lists_are_named(tmp_path, text, message):
     from xdscheduler.errors import UserError
 
@@ -178,6 +235,8 @@ def test_fgd_beats_best_fit_on_the_openb_trace(data_dir):
     cluster_nodes = load_nodes(folder / "openb_node_list_gpu_node.csv")
     trace = load_pods(folder / "openb_pod_list_default.csv")
     work = Workload.of(trace)
-    at = {p: at_capacity(inflate(cluster_nodes, trace, work, p, seed=11, until=1.0))
-          for p in ("random", "best-fit", "fgd")}
+    at = {
+        p: at_capacity(inflate(cluster_nodes, trace, work, p, seed=11, until=1.0))
+        for p in ("random", "best-fit", "fgd")
+    }
     assert at["fgd"] < 0.9 * at["best-fit"] < 0.9 * at["random"]

@@ -23,16 +23,23 @@ def test_the_forecast_is_each_links_ar1_fitted_on_its_window():
 
 def test_a_runs_figures_weigh_each_sample_by_the_steps_trained_in_it():
     # 300 s at 10 s a step, then 300 s at 20 s of which 60 s paused: 30 + 12 steps
-    line = sj.Timeline(step_s=np.array([10.0, 20.0]), compute_s=np.array([8.0, 8.0]),
-                       comm_s=np.array([4.0, 16.0]), hidden_s=np.array([2.0, 4.0]),
-                       wan_gb=np.array([1.0, 3.0]), extra_tokens=np.array([0.06, 0.0]),
-                       pause_s=np.array([0.0, 60.0]), replans=1)
+    line = sj.Timeline(
+        step_s=np.array([10.0, 20.0]),
+        compute_s=np.array([8.0, 8.0]),
+        comm_s=np.array([4.0, 16.0]),
+        hidden_s=np.array([2.0, 4.0]),
+        wan_gb=np.array([1.0, 3.0]),
+        extra_tokens=np.array([0.06, 0.0]),
+        pause_s=np.array([0.0, 60.0]),
+        replans=1,
+    )
     job = sj.job_of(sj.SETTINGS["70b"])
     f = sj.figures(line, job)
     assert f["step_s"] == pytest.approx(600 / 42)
     mean = (30 * 10 + 12 * 20) / 42
-    assert f["step_std_s"] == pytest.approx(np.sqrt((30 * (10 - mean) ** 2
-                                                     + 12 * (20 - mean) ** 2) / 42))
+    assert f["step_std_s"] == pytest.approx(
+        np.sqrt((30 * (10 - mean) ** 2 + 12 * (20 - mean) ** 2) / 42)
+    )
     assert f["wan_gb_per_step"] == pytest.approx((30 * 1 + 12 * 3) / 42)
     assert f["comm_over_compute"] == pytest.approx((30 * 4 + 12 * 16) / 42 / 8)
     assert f["overlap"] == pytest.approx((30 * 2 + 12 * 4) / (30 * 4 + 12 * 16))
@@ -40,7 +47,8 @@ def test_a_runs_figures_weigh_each_sample_by_the_steps_trained_in_it():
     tokens_per_s = job.global_batch * job.seq * 42 / 600
     assert f["tokens_per_s"] == pytest.approx(tokens_per_s)
     assert f["days_to_target"] == pytest.approx(
-        20 * job.arch.params * (1 + f["extra_tokens"]) / tokens_per_s / 86400)
+        20 * job.arch.params * (1 + f["extra_tokens"]) / tokens_per_s / 86400
+    )
 
 
 def test_the_swings_stay_within_thirty_percent_and_the_rtts_in_their_range():
@@ -73,8 +81,23 @@ def test_every_plan_runs_and_the_baselines_are_what_they_say(short_run):
 
 
 def test_bench_job_prints_a_table_per_setting_and_writes_its_files(tmp_path, capsys):
-    code = main(["bench", "job", "--sizes", "70b", "--gbps", "10", "--seeds", "2", "--hours",
-                 "0.5", "--out", str(tmp_path), "--json"])
+    code = main(
+        [
+            "bench",
+            "job",
+            "--sizes",
+            "70b",
+            "--gbps",
+            "10",
+            "--seeds",
+            "2",
+            "--hours",
+            "0.5",
+            "--out",
+            str(tmp_path),
+            "--json",
+        ]
+    )
     doc = json.loads(capsys.readouterr().out)
     assert code == 0 and "25% target" in doc["headline"] and len(doc["runs"]) == 12
     for name in ("single_job.csv", "single_job.md", "single_job.png"):
@@ -82,12 +105,15 @@ def test_bench_job_prints_a_table_per_setting_and_writes_its_files(tmp_path, cap
     assert "| MAST-style" in (tmp_path / "single_job.md").read_text()
 
 
-@pytest.mark.parametrize("flags,message", [
-    (["--sizes", "7b"], "unknown job size 7b"),
-    (["--gbps", "x"], "--gbps takes comma-separated numbers"),
-    (["--gbps", "0"], "bandwidth is in (0, 10000]"),
-    (["--seeds", "1"], "argument --seeds: 1 is outside [2, 1,000]"),
-])
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--sizes", "7b"], "unknown job size 7b"),
+        (["--gbps", "x"], "--gbps takes comma-separated numbers"),
+        (["--gbps", "0"], "bandwidth is in (0, 10000]"),
+        (["--seeds", "1"], "argument --seeds: 1 is outside [2, 1,000]"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(flags, message, tmp_path, capsys):
     code = main(["bench", "job", "--hours", "0.5", "--out", str(tmp_path), *flags])
     out, err = capsys.readouterr()

@@ -40,9 +40,15 @@ def test_large_compute_bound_step_is_flops_over_sustained_peak():
 
 def test_breakdown_sums_to_step_time_for_many_plans():
     arch = catalog.model("llama2-70b")
-    plans = PlanBatch.of([Plan(dp=d, tp=t, pp=p, micro_batch=1, recompute=r)
-                          for d in (1, 4) for t in (4, 8) for p in (2, 8)
-                          for r in ("none", "full")])
+    plans = PlanBatch.of(
+        [
+            Plan(dp=d, tp=t, pp=p, micro_batch=1, recompute=r)
+            for d in (1, 4)
+            for t in (4, 8)
+            for p in (2, 8)
+            for r in ("none", "full")
+        ]
+    )
     est = estimate(arch, 64, plans, H100)
     total = sum(est.breakdown_s[k] for k in BREAKDOWN_KEYS)
     np.testing.assert_allclose(total, est.step_time_s, rtol=1e-12)
@@ -110,7 +116,6 @@ def test_diloco_divides_the_wan_traffic_by_h():
     assert lazy.breakdown_s["dp_comm"][0] < sync.breakdown_s["dp_comm"][0]
 
 
-
 def test_an_outer_sync_not_streamed_is_waited_for_in_full():
     """Streamed, DiLoCo's outer sync hides behind the next H inner steps; taken in the step
     that syncs (the live runner's plain loop), every step pays its share of it."""
@@ -124,6 +129,7 @@ def test_an_outer_sync_not_streamed_is_waited_for_in_full():
     assert waited.breakdown_s["sync"][0] == pytest.approx(share)
     assert waited.overlapped_s["sync"][0] == 0.0
     assert not Stack.preset("plain-dp").overlap_outer_sync
+
 
 def test_links_rated_per_node_pair_carry_the_wan_bytes_over_every_node_pair():
     """A cloud's inter-zone figure is what one pair of VMs gets (Sailor profiles one 4-GPU VM
@@ -145,15 +151,18 @@ def test_links_rated_per_node_pair_carry_the_wan_bytes_over_every_node_pair():
     # replicas that fill less than a node pair get the one pair's figure, as a shared link
     small = Plan(dp=8, tp=1)
     assert one(arch, 256, small, wan=WanUse(dp_per_node=1.0, **link))[1] == pytest.approx(
-        one(arch, 256, small, wan=WanUse(**link))[1])
+        one(arch, 256, small, wan=WanUse(**link))[1]
+    )
     # a pipeline boundary: the stage's 16 ranks stream over 2 node pairs
     wan = dict(pp_crossings=1, pp_gbps=2.0, pp_latency_s=0.015)
     stages = Plan(dp=16, tp=1, pp=2)
     e_shared, t_shared = one(arch, 256, stages, wan=WanUse(**wan))
     e_node, t_node = one(arch, 256, stages, wan=WanUse(pp_per_node=1.0, **wan))
     assert t_node < t_shared
-    assert (e_node.breakdown_s["pp_comm"][0] + e_node.overlapped_s["pp_comm"][0]
-            < e_shared.breakdown_s["pp_comm"][0] + e_shared.overlapped_s["pp_comm"][0])
+    assert (
+        e_node.breakdown_s["pp_comm"][0] + e_node.overlapped_s["pp_comm"][0]
+        < e_shared.breakdown_s["pp_comm"][0] + e_shared.overlapped_s["pp_comm"][0]
+    )
 
 
 def test_older_software_stack_is_slower():
@@ -187,10 +196,17 @@ def test_a_plain_data_parallel_loop_waits_for_its_whole_fp32_reduction():
 def test_vectorised_equals_one_at_a_time():
     arch = catalog.model("llama3-8b")
     rng = np.random.default_rng(0)
-    plans = [Plan(dp=int(rng.choice([1, 2, 4])), tp=int(rng.choice([1, 2, 4, 8])),
-                  pp=int(rng.choice([1, 2, 4])), micro_batch=int(rng.choice([1, 2])),
-                  recompute=str(rng.choice(["none", "selective", "full"])),
-                  zero=int(rng.integers(0, 4))) for _ in range(50)]
+    plans = [
+        Plan(
+            dp=int(rng.choice([1, 2, 4])),
+            tp=int(rng.choice([1, 2, 4, 8])),
+            pp=int(rng.choice([1, 2, 4])),
+            micro_batch=int(rng.choice([1, 2])),
+            recompute=str(rng.choice(["none", "selective", "full"])),
+            zero=int(rng.integers(0, 4)),
+        )
+        for _ in range(50)
+    ]
     batch = estimate(arch, 64, PlanBatch.of(plans), H100)
     singles = [one(arch, 64, p)[1] for p in plans]
     np.testing.assert_allclose(batch.step_time_s, singles, rtol=1e-12)
@@ -199,8 +215,12 @@ def test_vectorised_equals_one_at_a_time():
 def test_heterogeneous_hardware_broadcasts_per_plan():
     arch = catalog.model("llama2-7b")
     plans = PlanBatch.of([Plan(dp=8), Plan(dp=8)])
-    hw = Hardware(**{f.name: np.array([getattr(H100, f.name), getattr(A100, f.name)])
-                     for f in dataclasses.fields(Hardware)})
+    hw = Hardware(
+        **{
+            f.name: np.array([getattr(H100, f.name), getattr(A100, f.name)])
+            for f in dataclasses.fields(Hardware)
+        }
+    )
     est = estimate(arch, 64, plans, hw)
     assert est.step_time_s[1] > 2 * est.step_time_s[0]
 
@@ -209,10 +229,12 @@ def test_chunked_evaluation_matches_one_pass(monkeypatch):
     from xdscheduler.costmodel import steptime
 
     arch = catalog.model("llama2-13b")
-    plans = PlanBatch.of([Plan(dp=d, tp=t, pp=p) for d in (1, 2, 4) for t in (1, 2, 4, 8)
-                          for p in (1, 2, 4, 5)])
-    hw = Hardware(**{f.name: np.full(len(plans), getattr(H100, f.name))
-                     for f in dataclasses.fields(Hardware)})
+    plans = PlanBatch.of(
+        [Plan(dp=d, tp=t, pp=p) for d in (1, 2, 4) for t in (1, 2, 4, 8) for p in (1, 2, 4, 5)]
+    )
+    hw = Hardware(
+        **{f.name: np.full(len(plans), getattr(H100, f.name)) for f in dataclasses.fields(Hardware)}
+    )
     whole = estimate(arch, 64, plans, hw)
     monkeypatch.setattr(steptime, "CHUNK", 7)
     parts = estimate(arch, 64, plans, hw)
@@ -229,7 +251,11 @@ def test_uneven_stages_take_the_shortfall_off_the_last_stage_first():
     from xdscheduler.costmodel.steptime import stage_layers
 
     assert [tuple(map(int, stage_layers(126, p))) for p in (16, 8, 9, 1)] == [
-        (8, 7), (16, 15), (14, 14), (126, 126)]
+        (8, 7),
+        (16, 15),
+        (14, 14),
+        (126, 126),
+    ]
     assert tuple(map(int, stage_layers(7, 3))) == (3, 2)
 
 
@@ -249,10 +275,13 @@ def test_an_uneven_data_parallel_split_waits_for_the_busiest_replica():
     assert replica_micro_batches(1024, 160, 1) == 7 == replica_micro_batches(1024, 147, 1)
     assert replica_micro_batches(1024, 128, 8) == 1
     arch = catalog.model("llama2-7b")
-    compute = [one(arch, 1024, Plan(dp=d, micro_batch=1))[0].breakdown_s["compute"][0]
-               for d in (128, 147, 160)]
+    compute = [
+        one(arch, 1024, Plan(dp=d, micro_batch=1))[0].breakdown_s["compute"][0]
+        for d in (128, 147, 160)
+    ]
     assert compute[1] == pytest.approx(compute[2]) and compute[1] == pytest.approx(
-        compute[0] * 7 / 8)
+        compute[0] * 7 / 8
+    )
 
 
 def test_precisions_by_hand():
@@ -262,8 +291,7 @@ def test_precisions_by_hand():
     Adam's m and v alone are the optimizer state) and 4-byte activations."""
     arch = catalog.model("gpt3-13b")
     base = dict(dp=8, tp=8, pp=1, micro_batch=1, zero=1)
-    est = {d: one(arch, 512, Plan(**base, dtype=d))[0]
-           for d in ("bf16", "fp16", "tf32", "fp32")}
+    est = {d: one(arch, 512, Plan(**base, dtype=d))[0] for d in ("bf16", "fp16", "tf32", "fp32")}
     step = {d: float(e.step_time_s[0]) for d, e in est.items()}
     assert step["fp16"] == step["bf16"]
     assert 1.6 < step["tf32"] / step["bf16"] <= 989.4 / 494.7
@@ -286,10 +314,15 @@ def test_a_precision_the_catalog_does_not_rate_is_refused_or_planned_around():
     with pytest.raises(UserError, match="no FP32 peak rated"):
         npu.peak_tflops("fp32")
     h100 = catalog.accelerator("H100-SXM")
-    view = ClusterView((DomainView("npu", npu, 64, npu.scaleup_gbs, 200, 1.0),
-                        DomainView("gpu", h100, 16, h100.scaleup_gbs, 400, 2.0)),
-                       np.array([[0, 100.0], [100.0, 0]]), np.full((2, 2), 2.0),
-                       np.full((2, 2), 0.01))
+    view = ClusterView(
+        (
+            DomainView("npu", npu, 64, npu.scaleup_gbs, 200, 1.0),
+            DomainView("gpu", h100, 16, h100.scaleup_gbs, 400, 2.0),
+        ),
+        np.array([[0, 100.0], [100.0, 0]]),
+        np.full((2, 2), 2.0),
+        np.full((2, 2), 0.01),
+    )
     arch = catalog.model("llama2-7b")
     job = JobSpec("j", arch, 512, arch.seq_len, 8, 64)
     fp32 = search(job, view, THROUGHPUT_ONLY, SearchOptions(dtype="fp32"), pareto=False).best
@@ -335,8 +368,10 @@ def test_a_flat_ring_through_one_capped_connection_a_node_by_hand():
         assert e.breakdown_s["dp_comm"][0] == pytest.approx(ring, rel=1e-9)
     # without a cap a connection gets the node's whole rate: the ring is faster
     plan = Plan(dp=32, tp=1, micro_batch=8, zero=0, dtype="tf32")
-    assert one(arch, 256, plan, hw=dataclasses.replace(a100, gpus_per_node=4),
-               stack=DEEPSPEED)[1] < one(arch, 256, plan, hw=capped, stack=DEEPSPEED)[1]
+    assert (
+        one(arch, 256, plan, hw=dataclasses.replace(a100, gpus_per_node=4), stack=DEEPSPEED)[1]
+        < one(arch, 256, plan, hw=capped, stack=DEEPSPEED)[1]
+    )
 
 
 def test_a_flat_ring_across_domains_runs_at_its_slower_hops_pace_with_a_step_a_hop():
@@ -352,7 +387,8 @@ def test_a_flat_ring_across_domains_runs_at_its_slower_hops_pace_with_a_step_a_h
     conn = 50e9 / 8 * DEFAULT.wan_efficiency / 4
     ring_wan = 2 * 15 * (NET_STEP_LATENCY_S + arch.params * 4 / 4 / 16 / conn) + 15 * 0.001
     assert flat.breakdown_s["dp_comm"][0] == pytest.approx(
-        max(inside.breakdown_s["dp_comm"][0], ring_wan), rel=1e-9)
+        max(inside.breakdown_s["dp_comm"][0], ring_wan), rel=1e-9
+    )
 
 
 def test_tied_embeddings_are_reduced_between_the_first_and_last_stage():
@@ -369,7 +405,8 @@ def test_tied_embeddings_are_reduced_between_the_first_and_last_stage():
 
     bf16_grads = tied.vocab * tied.hidden * Stack().grad_reduce_bytes
     assert pp(tied) - pp(untied) == pytest.approx(
-        bf16_grads / (10e9 / 8 * DEFAULT.wan_efficiency), rel=1e-9)
+        bf16_grads / (10e9 / 8 * DEFAULT.wan_efficiency), rel=1e-9
+    )
     assert one(tied, 8, Plan(dp=1, micro_batch=1))[0].breakdown_s["pp_comm"][0] == 0.0
 
 
@@ -385,16 +422,18 @@ def test_unfused_fp32_softmax_passes_over_the_scores_more_than_the_fused_kernel(
     fused = one(arch, 4, plan, stack=DEEPSPEED)[1]
     unfused = one(arch, 4, plan, stack=dataclasses.replace(DEEPSPEED, fused_softmax=False))[1]
     scores = 4 * 2048 * 16 * 2048 * arch.layers  # a micro-batch's scores in all layers
-    assert unfused - fused == pytest.approx(scores * (13 + 15 - 20) / (H100.memory_gbs * 1e9),
-                                            rel=1e-9)
+    assert unfused - fused == pytest.approx(
+        scores * (13 + 15 - 20) / (H100.memory_gbs * 1e9), rel=1e-9
+    )
 
 
 def test_deepspeed_keeps_its_buffers_and_a_pipeline_keeps_logits_on_its_last_stage():
     from xdscheduler.costmodel.steptime import memory_gib
 
     arch = catalog.model("opt-350m")
-    plans = PlanBatch.of([Plan(dp=1, tp=4, pp=p, micro_batch=8, zero=0, dtype="tf32")
-                          for p in (1, 4)])
+    plans = PlanBatch.of(
+        [Plan(dp=1, tp=4, pp=p, micro_batch=8, zero=0, dtype="tf32") for p in (1, 4)]
+    )
     mem = memory_gib(arch, 128, plans, DEEPSPEED)
     params = (arch.layers * arch.params_per_layer + arch.embedding_params) / 4
     assert mem["buffers"][0] * 2**30 == pytest.approx(8 * params)

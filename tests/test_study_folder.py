@@ -46,12 +46,15 @@ def test_a_finished_study_is_kept_unless_forced(capsys, tmp_path):
     assert json.loads((tmp_path / "out" / "report.json").read_text())["seed"] == 2
 
 
-@pytest.mark.parametrize("argv, reason", [
-    (["--resume", "{out}"], "holds no study to resume"),
-    (["--resume", "{out}", "--seed", "3"], "leave out --seed"),
-    (["--resume", "{out}", "--hours", "2"], "leave out --hours"),
-    (["--resume", "{out}", "--speed", "2"], "leave out --speed"),
-])
+@pytest.mark.parametrize(
+    "argv, reason",
+    [
+        (["--resume", "{out}"], "holds no study to resume"),
+        (["--resume", "{out}", "--seed", "3"], "leave out --seed"),
+        (["--resume", "{out}", "--hours", "2"], "leave out --hours"),
+        (["--resume", "{out}", "--speed", "2"], "leave out --speed"),
+    ],
+)
 def test_resume_needs_a_journal_and_takes_nothing_else(capsys, tmp_path, argv, reason):
     out = tmp_path / "out"
     assert run(capsys, *LOCAL, "--out", str(out))[0] == 0  # --local: no journal
@@ -90,16 +93,30 @@ def test_a_damaged_study_record_is_a_clear_error(tmp_path):
 
 @pytest.mark.slow
 def test_a_study_killed_mid_way_resumes_to_the_report_of_an_uninterrupted_run(
-        capsys, ray_session, tmp_path):
+    capsys, ray_session, tmp_path
+):
     scenario = tmp_path / "small.yaml"
     scenario.write_text(yaml.safe_dump(small_scenario().model_dump(mode="json")))
-    argv = ["run", str(scenario), "--policies", "planner-single-domain,planner",
-            "--hours", "12", "--realtime", "--speed", "7200"]
+    argv = [
+        "run",
+        str(scenario),
+        "--policies",
+        "planner-single-domain,planner",
+        "--hours",
+        "12",
+        "--realtime",
+        "--speed",
+        "7200",
+    ]
     out = tmp_path / "killed"
     # its own driver and local Ray, interrupted as a user would (Ctrl-C)
-    proc = subprocess.Popen([sys.executable, "-m", "xdscheduler.cli", *argv, "--out", str(out)],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xdscheduler.cli", *argv, "--out", str(out)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while reached(out) < 3 * 3600:
@@ -115,12 +132,19 @@ def test_a_study_killed_mid_way_resumes_to_the_report_of_an_uninterrupted_run(
     assert not (out / "report.json").exists()
     assert run(capsys, "run", "--resume", str(out))[0] == 0
     assert run(capsys, *argv, "--out", str(tmp_path / "whole"))[0] == 0
-    resumed, whole = (json.loads((tmp_path / d / "report.json").read_text())
-                      for d in ("killed", "whole"))
+    resumed, whole = (
+        json.loads((tmp_path / d / "report.json").read_text()) for d in ("killed", "whole")
+    )
     for name in ("planner-single-domain", "planner"):
         a, b = resumed["policies"][name], whole["policies"][name]
-        for key in ("mean_jct_s", "jobs_completed", "objective", "useful_utilization",
-                    "cross_domain_gb", "mean_queue_s"):
+        for key in (
+            "mean_jct_s",
+            "jobs_completed",
+            "objective",
+            "useful_utilization",
+            "cross_domain_gb",
+            "mean_queue_s",
+        ):
             assert a[key] == pytest.approx(b[key], rel=1e-12), (name, key)
 
 

@@ -29,13 +29,30 @@ SWING_S = 600.0  # the load of `east` rises by half here
 
 def two_domains():
     """east and west (64 H100 each, 400 Gbit/s NICs), one 10 Gbit/s link, one long 8B job."""
-    return parse_scenario({
-        "name": "two", "domains": [
-            {"name": n, "location": {"city": n}, "intra_domain_gbps": 400,
-             "nodes": [{"accelerator": "H100-SXM", "count": 8}]} for n in ("east", "west")],
-        "links": [{"a": "east", "b": "west", "bandwidth_gbps": 10, "rtt_ms": 20}],
-        "jobs": [{"name": "j", "model": "llama3-8b", "global_batch": 256, "tokens": 1e12,
-                  "gpus": {"min": 8, "max": 32}}]})
+    return parse_scenario(
+        {
+            "name": "two",
+            "domains": [
+                {
+                    "name": n,
+                    "location": {"city": n},
+                    "intra_domain_gbps": 400,
+                    "nodes": [{"accelerator": "H100-SXM", "count": 8}],
+                }
+                for n in ("east", "west")
+            ],
+            "links": [{"a": "east", "b": "west", "bandwidth_gbps": 10, "rtt_ms": 20}],
+            "jobs": [
+                {
+                    "name": "j",
+                    "model": "llama3-8b",
+                    "global_batch": 256,
+                    "tokens": 1e12,
+                    "gpus": {"min": 8, "max": 32},
+                }
+            ],
+        }
+    )
 
 
 def plan_on(domain: int, gpus: int) -> Placement:
@@ -62,20 +79,36 @@ def swing_dynamics(scn, hours: float = 2.0) -> Dynamics:
     bw, rtt, _ = base_matrices(scn)
     steps = int(hours * 3600 / 300) + 1
     load = np.full((steps, 2), 2 / 64)  # 2 of east's 64 accelerators held by other tenants
-    load[int(SWING_S // 300):, 0] = 3 / 64  # 3 of 64: a 50% swing
-    return Dynamics(np.arange(steps) * 300.0, np.repeat(bw[None], steps, 0),
-                    np.repeat(rtt[None], steps, 0), load, 300.0)
+    load[int(SWING_S // 300) :, 0] = 3 / 64  # 3 of 64: a 50% swing
+    return Dynamics(
+        np.arange(steps) * 300.0,
+        np.repeat(bw[None], steps, 0),
+        np.repeat(rtt[None], steps, 0),
+        load,
+        300.0,
+    )
 
 
 def engine(scn, policy: Scripted, jobs=None, replan: Switch = Switch.MAKE_BEFORE_BREAK):
     """An engine over the scenario's jobs (or `jobs`) under the swing of `swing_dynamics`."""
     dyn = swing_dynamics(scn)
-    return Engine(scn, scn.jobs if jobs is None else jobs, policy, dyn,
-                  LocalDomains(scn.domains, dyn), 3600.0, replan=replan)
+    return Engine(
+        scn,
+        scn.jobs if jobs is None else jobs,
+        policy,
+        dyn,
+        LocalDomains(scn.domains, dyn),
+        3600.0,
+        replan=replan,
+    )
 
 
-def run(then: Placement, replan: Switch = Switch.MAKE_BEFORE_BREAK, until_s: float = 1800.0,
-        start: Placement | None = None):
+def run(
+    then: Placement,
+    replan: Switch = Switch.MAKE_BEFORE_BREAK,
+    until_s: float = 1800.0,
+    start: Placement | None = None,
+):
     eng = engine(two_domains(), Scripted(then, start), replan=replan)
     eng.run(until_s=until_s)
     return eng
@@ -112,8 +145,20 @@ def test_a_load_swing_grows_the_job_in_place_with_the_dip_worked_by_hand():
 
 def test_the_adjustments_own_dip_leaves_out_the_swings_slowdown():
     # 100 tokens/s before the swing, 80 under it: 5 s of preparation at 80, a 0.5 s pause.
-    s = reconfig.Swing("j", "rtt", Switch.MAKE_BEFORE_BREAK, 0.0, 100.0, 80.0, 120.0, 0.0,
-                       5.0, 0.5, end_s=5.5, tokens=400.0)
+    s = reconfig.Swing(
+        "j",
+        "rtt",
+        Switch.MAKE_BEFORE_BREAK,
+        0.0,
+        100.0,
+        80.0,
+        120.0,
+        0.0,
+        5.0,
+        0.5,
+        end_s=5.5,
+        tokens=400.0,
+    )
     assert s.dip == pytest.approx(1 - 400 / 550)  # against the rate before the swing
     assert s.swing_dip == pytest.approx(0.2)
     assert s.adjustment_dip == pytest.approx(1 - 400 / 440)  # against keeping the plan
@@ -200,8 +245,7 @@ def test_a_move_across_the_wan_is_a_relocation_charged_for_its_pause_and_idle_ac
     assert block.relocations.transfer_s_max == pytest.approx(m.pause_s)
 
 
-def test_a_relocation_is_made_only_when_it_beats_staying_by_more_than_the_models_error(
-        monkeypatch):
+def test_a_relocation_is_made_only_when_it_beats_staying_by_more_than_the_models_error(monkeypatch):
     """The move from SLOW to west saves a share of the time staying takes; with the margin just
     above that share the job stays, just below it the job moves."""
     assert replanning.MOVE_MARGIN == 0.10
@@ -218,10 +262,12 @@ def test_a_relocation_is_made_only_when_it_beats_staying_by_more_than_the_models
 def test_a_relocations_wan_bill_is_charged_as_time_of_the_accelerators_it_moves_to():
     """A dollar of WAN weighs what a dollar of the target's accelerator time does: the same
     move over a link of $0.05/GB is charged its bill over 32 H100 at $2/h more."""
+
     def moved(price: float):
         scn = two_domains()
-        scn = scn.model_copy(update={"links": [scn.links[0].model_copy(
-            update={"price_per_gb": price})]})
+        scn = scn.model_copy(
+            update={"links": [scn.links[0].model_copy(update={"price_per_gb": price})]}
+        )
         eng = engine(scn, Scripted(plan_on(1, 32), SLOW))
         eng.run(until_s=1800.0)
         (m,) = eng.results().relocations
@@ -237,8 +283,11 @@ def test_a_relocations_wan_bill_is_charged_as_time_of_the_accelerators_it_moves_
 
 def test_a_relocation_through_the_checkpoint_redoes_what_was_trained_since(monkeypatch):
     real = reconfig.switch_charge
-    monkeypatch.setattr(reconfig, "switch_charge",  # make the paused transfer never pay
-                        lambda *a: (float("inf"), 0.0) if a[4] else real(*a))
+    monkeypatch.setattr(
+        reconfig,
+        "switch_charge",  # make the paused transfer never pay
+        lambda *a: (float("inf"), 0.0) if a[4] else real(*a),
+    )
     eng = run(plan_on(1, 32), until_s=3000.0, start=SLOW)
     (m,) = eng.results().relocations
     params = catalog.model("llama3-8b").params
@@ -259,15 +308,17 @@ def test_a_relocation_through_the_checkpoint_redoes_what_was_trained_since(monke
 
 def test_no_room_alongside_falls_back_to_checkpoint_and_restart(monkeypatch):
     real = reconfig.switch_cost
-    monkeypatch.setattr(reconfig, "switch_cost",
-                        lambda *a: replace(real(*a), alongside=False))
+    monkeypatch.setattr(reconfig, "switch_cost", lambda *a: replace(real(*a), alongside=False))
     eng = run(plan_on(0, 32))
     (s,) = [s for s in eng.results().swings if s.how != "kept"]
     assert (s.how, s.prepare_s, s.dip) == ("fallback", 0.0, 1.0)
     window = eng.speeds.of(eng.runs[0], plan_on(0, 32))[1]
-    assert s.recovery_s == pytest.approx(RESTART_S + real(
-        plan_on(0, 16), plan_on(0, 32), catalog.model("llama3-8b").params, eng.view,
-        window).pause_s)
+    assert s.recovery_s == pytest.approx(
+        RESTART_S
+        + real(
+            plan_on(0, 16), plan_on(0, 32), catalog.model("llama3-8b").params, eng.view, window
+        ).pause_s
+    )
     assert reconfig.summary(eng.results().swings).fallbacks_to_restart == 1
 
 
@@ -286,11 +337,13 @@ def test_injected_swings_reproduce_with_their_seed():
     b, sb = inject_swings(dyn, 4, until_s=3 * 3600)
     _, sc = inject_swings(dyn, 5, until_s=3 * 3600)
     assert sa == sb and sa != sc and {s["kind"] for s in sa} <= {"load", "rtt"}
-    assert np.array_equal(a.rtt_ms, b.rtt_ms) and np.array_equal(a.background_load,
-                                                                 b.background_load)
+    assert np.array_equal(a.rtt_ms, b.rtt_ms) and np.array_equal(
+        a.background_load, b.background_load
+    )
     for s in sa:  # each one is at least the size the triggers react to
         assert abs(s["factor"] - 1) >= 0.2 if s["kind"] == "load" else s["factor"] >= 1.5
     jobs = study_jobs(scn, 3.0, 1)
     runs = [run_here(scn, jobs, PlannerPolicy(scn.weights), a, 3.0) for _ in range(2)]
     assert [(s.job, s.cause, s.start_s, s.end_s) for s in runs[0].swings] == [
-        (s.job, s.cause, s.start_s, s.end_s) for s in runs[1].swings]
+        (s.job, s.cause, s.start_s, s.end_s) for s in runs[1].swings
+    ]

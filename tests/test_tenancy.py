@@ -24,11 +24,18 @@ HOUR = 3600.0
 def scenario(tenants: list[dict], jobs: list[dict], **tenancy) -> dict:
     """One domain of 64 H100s (8 nodes of 8) and the given tenants and jobs."""
     return {
-        "name": "tenants", "seed": 1,
-        "domains": [{"name": "dc", "location": {"city": "x"},
-                     "nodes": [{"accelerator": "H100-SXM", "count": 8}]}],
+        "name": "tenants",
+        "seed": 1,
+        "domains": [
+            {
+                "name": "dc",
+                "location": {"city": "x"},
+                "nodes": [{"accelerator": "H100-SXM", "count": 8}],
+            }
+        ],
         "tenancy": {"tenants": tenants, **tenancy},
-        "jobs": [{"model": "llama3-8b", "global_batch": 512, **j} for j in jobs]}
+        "jobs": [{"model": "llama3-8b", "global_batch": 512, **j} for j in jobs],
+    }
 
 
 def engine(data: dict, policy: str = "gang-single-domain") -> Engine:
@@ -36,17 +43,27 @@ def engine(data: dict, policy: str = "gang-single-domain") -> Engine:
     scn = parse_scenario(data)
     bw, rtt, _ = base_matrices(scn)
     steps = 200
-    dyn = Dynamics(np.arange(steps) * 300.0, np.repeat(bw[None], steps, 0),
-                   np.repeat(rtt[None], steps, 0), np.zeros((steps, len(scn.domains))), 300.0)
+    dyn = Dynamics(
+        np.arange(steps) * 300.0,
+        np.repeat(bw[None], steps, 0),
+        np.repeat(rtt[None], steps, 0),
+        np.zeros((steps, len(scn.domains))),
+        300.0,
+    )
     pol = POLICIES[policy](scn.weights, {})
     return Engine(scn, scn.jobs, pol, dyn, LocalDomains(scn.domains, dyn), 48 * HOUR)
 
 
 def test_quota_arithmetic():
-    tenancy = Tenancy.model_validate({"tenants": [
-        {"name": "a", "quota": {"all": 48}, "cohort": "c", "lending_limit": 40},
-        {"name": "b", "quota": {"all": 16}, "cohort": "c", "borrowing_limit": 20},
-        {"name": "solo", "quota": {"all": 8}}]})
+    tenancy = Tenancy.model_validate(
+        {
+            "tenants": [
+                {"name": "a", "quota": {"all": 48}, "cohort": "c", "lending_limit": 40},
+                {"name": "b", "quota": {"all": 16}, "cohort": "c", "borrowing_limit": 20},
+                {"name": "solo", "quota": {"all": 8}},
+            ]
+        }
+    )
     q = Quotas(tenancy)
     used = {"a": {ALL: 0}, "b": {ALL: 0}, "solo": {ALL: 0}}
     # b: its own 16, then what a lends (at most 40 of its idle 48), within b's limit of 20
@@ -62,17 +79,37 @@ def test_quota_arithmetic():
 def test_borrow_then_reclaim_by_hand():
     """The borrower runs 64 (48 of them borrowed) until the owner needs 32 of its 48: the
     borrower's job is preempted at once, without a checkpoint yet, losing 1,000 s × 64."""
-    eng = engine(scenario(
-        [{"name": "owner", "quota": {"all": 48}, "cohort": "c"},
-         {"name": "borrower", "quota": {"all": 16}, "cohort": "c"}],
-        [{"name": "b1", "tenant": "borrower", "tokens": 4e10, "arrival_s": 0.0,
-          "gpus": {"min": 64, "max": 64}},
-         {"name": "a1", "tenant": "owner", "tokens": 2e9, "arrival_s": 1000.0,
-          "gpus": {"min": 32, "max": 32}}]))
+    eng = engine(
+        scenario(
+            [
+                {"name": "owner", "quota": {"all": 48}, "cohort": "c"},
+                {"name": "borrower", "quota": {"all": 16}, "cohort": "c"},
+            ],
+            [
+                {
+                    "name": "b1",
+                    "tenant": "borrower",
+                    "tokens": 4e10,
+                    "arrival_s": 0.0,
+                    "gpus": {"min": 64, "max": 64},
+                },
+                {
+                    "name": "a1",
+                    "tenant": "owner",
+                    "tokens": 2e9,
+                    "arrival_s": 1000.0,
+                    "gpus": {"min": 32, "max": 32},
+                },
+            ],
+        )
+    )
     res = eng.run(until_s=6 * HOUR)
     log = [(d.time_s, d.job, d.action) for d in res.decisions]
-    assert log[:3] == [(0.0, "b1", Action.PLACE), (1000.0, "b1", Action.REQUEUE),
-                       (1000.0, "a1", Action.PLACE)]
+    assert log[:3] == [
+        (0.0, "b1", Action.PLACE),
+        (1000.0, "b1", Action.REQUEUE),
+        (1000.0, "a1", Action.PLACE),
+    ]
     why = res.decisions[1].explanation
     assert "owner reclaims its nominal quota lent to borrower" in why
     assert "loses 17.78 accelerator-hours" in why  # 1,000 s × 64 / 3,600
@@ -97,12 +134,32 @@ def test_priority_preemption_picks_the_victim_losing_least_work():
     one has none after 1,000 s. The high-priority job takes the older one's accelerators: it
     loses 200 s × 32, the newer would lose 1,000 s × 32 (the giants' rule, newest first,
     would have chosen it)."""
-    jobs = [{"name": "old", "tenant": "team", "priority": 0, "tokens": 4e10, "arrival_s": 0.0,
-             "gpus": {"min": 32, "max": 32}},
-            {"name": "new", "tenant": "team", "priority": 0, "tokens": 4e10,
-             "arrival_s": 1000.0, "gpus": {"min": 32, "max": 32}},
-            {"name": "urgent", "tenant": "team", "priority": 5, "tokens": 1e9,
-             "arrival_s": 2000.0, "gpus": {"min": 32, "max": 32}}]
+    jobs = [
+        {
+            "name": "old",
+            "tenant": "team",
+            "priority": 0,
+            "tokens": 4e10,
+            "arrival_s": 0.0,
+            "gpus": {"min": 32, "max": 32},
+        },
+        {
+            "name": "new",
+            "tenant": "team",
+            "priority": 0,
+            "tokens": 4e10,
+            "arrival_s": 1000.0,
+            "gpus": {"min": 32, "max": 32},
+        },
+        {
+            "name": "urgent",
+            "tenant": "team",
+            "priority": 5,
+            "tokens": 1e9,
+            "arrival_s": 2000.0,
+            "gpus": {"min": 32, "max": 32},
+        },
+    ]
     eng = engine(scenario([{"name": "team", "quota": {"all": 64}}], jobs))
     res = eng.run(until_s=3 * HOUR)
     requeued = [d for d in res.decisions if d.action == Action.REQUEUE]
@@ -115,12 +172,27 @@ def test_priority_preemption_picks_the_victim_losing_least_work():
 
 
 def test_a_grace_period_lets_the_victim_checkpoint():
-    jobs = [{"name": "low", "tenant": "team", "priority": 0, "tokens": 4e10, "arrival_s": 0.0,
-             "gpus": {"min": 64, "max": 64}},
-            {"name": "high", "tenant": "team", "priority": 5, "tokens": 1e9,
-             "arrival_s": 1000.0, "gpus": {"min": 32, "max": 32}}]
-    eng = engine(scenario([{"name": "team", "quota": {"all": 64}}], jobs,
-                          preemption={"grace_s": 120.0}))
+    jobs = [
+        {
+            "name": "low",
+            "tenant": "team",
+            "priority": 0,
+            "tokens": 4e10,
+            "arrival_s": 0.0,
+            "gpus": {"min": 64, "max": 64},
+        },
+        {
+            "name": "high",
+            "tenant": "team",
+            "priority": 5,
+            "tokens": 1e9,
+            "arrival_s": 1000.0,
+            "gpus": {"min": 32, "max": 32},
+        },
+    ]
+    eng = engine(
+        scenario([{"name": "team", "quota": {"all": 64}}], jobs, preemption={"grace_s": 120.0})
+    )
     res = eng.run(until_s=2 * HOUR)
     requeue = next(d for d in res.decisions if d.action == Action.REQUEUE)
     assert requeue.time_s == pytest.approx(1120.0) and "loses nothing" in requeue.explanation
@@ -130,10 +202,22 @@ def test_a_grace_period_lets_the_victim_checkpoint():
 
 def test_admission_keeps_tenants_within_their_quota():
     """No cohort: a tenant never holds more than its quota, whatever is free."""
-    eng = engine(scenario(
-        [{"name": "a", "quota": {"all": 24}}, {"name": "b", "quota": {"all": 40}}],
-        [{"name": f"a{i}", "tenant": "a", "tokens": 5e9, "arrival_s": 0.0,
-          "gpus": {"min": 8, "max": 16}} for i in range(4)]), policy="planner")
+    eng = engine(
+        scenario(
+            [{"name": "a", "quota": {"all": 24}}, {"name": "b", "quota": {"all": 40}}],
+            [
+                {
+                    "name": f"a{i}",
+                    "tenant": "a",
+                    "tokens": 5e9,
+                    "arrival_s": 0.0,
+                    "gpus": {"min": 8, "max": 16},
+                }
+                for i in range(4)
+            ],
+        ),
+        policy="planner",
+    )
     peak = 0
     while (point := eng.next_decision(until_s=4 * HOUR)) is not None:
         from xdscheduler.sim import scheduling
@@ -145,16 +229,34 @@ def test_admission_keeps_tenants_within_their_quota():
 
 def test_three_tenant_study_reports_every_tenant(tmp_path, capsys):
     out = tmp_path / "study"
-    code, _, err = run(capsys, "run", "scenarios/three_tenants.yaml", "--hours", "3",
-                       "--local", "--policies", "planner,gang-single-domain", "--out", str(out))
+    code, _, err = run(
+        capsys,
+        "run",
+        "scenarios/three_tenants.yaml",
+        "--hours",
+        "3",
+        "--local",
+        "--policies",
+        "planner,gang-single-domain",
+        "--out",
+        str(out),
+    )
     assert code == 0, err
     report = json.loads((out / "report.json").read_text())
     for policy in report["policies"].values():
         tenants = policy["tenants"]
         assert set(tenants) == {"big-lab", "small-lab", "production"}
         for figures in tenants.values():
-            for key in ("quota", "use_gpu_h", "borrowed_gpu_h", "lent_gpu_h", "admitted",
-                        "preempted", "mean_wait_s", "bill_usd"):
+            for key in (
+                "quota",
+                "use_gpu_h",
+                "borrowed_gpu_h",
+                "lent_gpu_h",
+                "admitted",
+                "preempted",
+                "mean_wait_s",
+                "bill_usd",
+            ):
                 assert key in figures
         assert tenants["small-lab"]["borrowed_gpu_h"] > 0  # it lives on what others lend
         total = sum(t["use_gpu_h"] for t in tenants.values())
@@ -164,20 +266,29 @@ def test_three_tenant_study_reports_every_tenant(tmp_path, capsys):
             assert t["bill_usd"] == pytest.approx(t["accelerators_usd"] + t["wan_usd"])
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda t: t["tenants"][0]["quota"].update(all=-4), "quota.all: Input should be greater"),
-    (lambda t: t["tenants"][0]["quota"].update(TPUv9=8), "unknown accelerator class 'TPUv9'"),
-    (lambda t: t["tenants"][0].update(lending_limit=100), "lending_limit 100 is more than"),
-    (lambda t: t.update(cohorts=[{"name": "x", "parent": "y"}, {"name": "y", "parent": "x"}]),
-     "form a cycle"),
-    (lambda t: t["tenants"][0].update(cohort="nowhere"), "unknown cohort 'nowhere'"),
-    (lambda t: t["tenants"].append({"name": "a", "quota": {"all": 1}}), "repeated: a"),
-    (lambda t: t["tenants"][0]["quota"].update(all=60), "add up to 76, over 1 x the 64"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda t: t["tenants"][0]["quota"].update(all=-4), "quota.all: Input should be greater"),
+        (lambda t: t["tenants"][0]["quota"].update(TPUv9=8), "unknown accelerator class 'TPUv9'"),
+        (lambda t: t["tenants"][0].update(lending_limit=100), "lending_limit 100 is more than"),
+        (
+            lambda t: t.update(
+                cohorts=[{"name": "x", "parent": "y"}, {"name": "y", "parent": "x"}]
+            ),
+            "form a cycle",
+        ),
+        (lambda t: t["tenants"][0].update(cohort="nowhere"), "unknown cohort 'nowhere'"),
+        (lambda t: t["tenants"].append({"name": "a", "quota": {"all": 1}}), "repeated: a"),
+        (lambda t: t["tenants"][0]["quota"].update(all=60), "add up to 76, over 1 x the 64"),
+    ],
+)
 def test_bad_tenancy_is_named(change, message):
-    data = scenario([{"name": "a", "quota": {"all": 16}, "cohort": "c"}],
-                    [{"name": "j", "tenant": "a", "tokens": 1e9}],
-                    cohorts=[{"name": "c"}])
+    data = scenario(
+        [{"name": "a", "quota": {"all": 16}, "cohort": "c"}],
+        [{"name": "j", "tenant": "a", "tokens": 1e9}],
+        cohorts=[{"name": "c"}],
+    )
     data["tenancy"]["tenants"].append({"name": "b", "quota": {"all": 16}})
     change(data["tenancy"])
     with pytest.raises(UserError, match=message):
@@ -185,8 +296,9 @@ def test_bad_tenancy_is_named(change, message):
 
 
 def test_a_job_of_an_unknown_tenant_is_named(tmp_path, capsys):
-    data = scenario([{"name": "a", "quota": {"all": 16}}],
-                    [{"name": "j", "tenant": "nobody", "tokens": 1e9}])
+    data = scenario(
+        [{"name": "a", "quota": {"all": 16}}], [{"name": "j", "tenant": "nobody", "tokens": 1e9}]
+    )
     path = tmp_path / "s.yaml"
     import yaml
 
@@ -201,9 +313,21 @@ def test_a_job_re_placed_after_a_fault_stays_within_its_quota():
     from xdscheduler.sim import scheduling
     from xdscheduler.sim.recovery import Faults
 
-    eng = engine(scenario([{"name": "a", "quota": {"all": 16}}],
-                          [{"name": "j", "tenant": "a", "tokens": 5e9, "arrival_s": 0.0,
-                            "gpus": {"min": 8, "max": 64}}]), policy="planner")
+    eng = engine(
+        scenario(
+            [{"name": "a", "quota": {"all": 16}}],
+            [
+                {
+                    "name": "j",
+                    "tenant": "a",
+                    "tokens": 5e9,
+                    "arrival_s": 0.0,
+                    "gpus": {"min": 8, "max": 64},
+                }
+            ],
+        ),
+        policy="planner",
+    )
     eng.faults = Faults([], [], {}, node_rate_per_hour=1e-4)
     point = eng.next_decision()
     (job,) = point.queue

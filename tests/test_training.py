@@ -27,8 +27,18 @@ def tiny_config(tmp_path):
 @pytest.mark.slow
 def test_smoke_training_writes_modules_that_restore(ray_session, tmp_path, capsys):
     out = tmp_path / "train"
-    code = main(["train", "--config", str(tiny_config(tmp_path)), "--iterations", "1",
-                 "--out", str(out), "--json"])
+    code = main(
+        [
+            "train",
+            "--config",
+            str(tiny_config(tmp_path)),
+            "--iterations",
+            "1",
+            "--out",
+            str(out),
+            "--json",
+        ]
+    )
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
     (trial,) = summary["trials"]
@@ -39,14 +49,19 @@ def test_smoke_training_writes_modules_that_restore(ray_session, tmp_path, capsy
     assert verdict is not None and verdict.explanation["summary"]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["train", "--config", "/nonexistent.yaml"], "no such file"),
-    (["train", "--samples", "0"], "--samples: 0 is outside [1, 1,000]"),
-    (["train", "--samples", "99"], "sweep lists"),
-    (["run", "--local", "--hours", "0.1", "--policies", "ppo", "--policy-path", "/nowhere"],
-     "not a trained policy"),
-    (["run", "--local", "--policies", "ppo", "--serve-url", "ftp://x"], "http://HOST:PORT"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "--config", "/nonexistent.yaml"], "no such file"),
+        (["train", "--samples", "0"], "--samples: 0 is outside [1, 1,000]"),
+        (["train", "--samples", "99"], "sweep lists"),
+        (
+            ["run", "--local", "--hours", "0.1", "--policies", "ppo", "--policy-path", "/nowhere"],
+            "not a trained policy",
+        ),
+        (["run", "--local", "--policies", "ppo", "--serve-url", "ftp://x"], "http://HOST:PORT"),
+    ],
+)
 def test_bad_training_and_policy_input_is_one_clear_line(argv, message, capsys, tmp_path):
     if argv[0] == "run":
         argv = [*argv, "--out", str(tmp_path / "out")]

@@ -33,19 +33,44 @@ SMALL_ARCH = {"layers": 16, "hidden": 2048, "ffn_hidden": 8192, "heads": 16, "vo
 
 def two_domains(gpus: dict | None = None):
     """Two one-node H100 domains joined by a slow link; one small job (1 GPU unless told)."""
-    return parse_scenario({
-        "name": "two", "seed": 1,
-        "domains": [{"name": n, "location": {"city": n},
-                     "nodes": [{"accelerator": "H100-SXM", "count": 8}]} for n in ("a", "b")],
-        "links": [{"a": "a", "b": "b", "bandwidth_gbps": 1, "rtt_ms": 10}],
-        "jobs": [{"name": "small", "architecture": SMALL_ARCH, "seq_len": 2048,
-                  "global_batch": 64, "tokens": 1e9, "gpus": gpus or {"min": 1, "max": 1}}]})
+    return parse_scenario(
+        {
+            "name": "two",
+            "seed": 1,
+            "domains": [
+                {
+                    "name": n,
+                    "location": {"city": n},
+                    "nodes": [{"accelerator": "H100-SXM", "count": 8}],
+                }
+                for n in ("a", "b")
+            ],
+            "links": [{"a": "a", "b": "b", "bandwidth_gbps": 1, "rtt_ms": 10}],
+            "jobs": [
+                {
+                    "name": "small",
+                    "architecture": SMALL_ARCH,
+                    "seq_len": 2048,
+                    "global_batch": 64,
+                    "tokens": 1e9,
+                    "gpus": gpus or {"min": 1, "max": 1},
+                }
+            ],
+        }
+    )
 
 
 def engine(scn, jobs, hours: float, seed: int, truth, policy=None) -> Engine:
     dyn = study_dynamics(scn, seed, hours)
-    return Engine(scn, jobs, policy or PlannerPolicy(scn.weights), dyn,
-                  LocalDomains(scn.domains, dyn), hours * 3600, truth=truth)
+    return Engine(
+        scn,
+        jobs,
+        policy or PlannerPolicy(scn.weights),
+        dyn,
+        LocalDomains(scn.domains, dyn),
+        hours * 3600,
+        truth=truth,
+    )
 
 
 def test_the_truth_is_drawn_from_the_seed():
@@ -70,8 +95,9 @@ def test_every_policy_of_a_study_meets_the_same_truth(tmp_path, monkeypatch):
 
     monkeypatch.setattr(study, "run_here", spy)
     scn = small_scenario()
-    report = study.run_study(scn, ["planner", "greedy-cross-domain"], 1.0, 5, tmp_path,
-                             local=True, show_progress=False)
+    report = study.run_study(
+        scn, ["planner", "greedy-cross-domain"], 1.0, 5, tmp_path, local=True, show_progress=False
+    )
     assert len(seen) == 2 and seen[0] is seen[1] and seen[0] is not None
     drawn = Truth.draw(scn, study_jobs(scn, 1.0, 5), 5)
     assert np.array_equal(seen[0].speed, drawn.speed) and seen[0].jitter == drawn.jitter
@@ -176,13 +202,13 @@ def test_the_correction_converges_on_a_links_goodput():
     assert np.all(c.speed == 1)  # a job across domains says nothing of their speeds
 
 
-
 def test_a_correction_relaxes_back_to_the_model_in_logs():
     c = Correction(np.array([0.25, 1.0, 4.0]), np.array([[1.0, 0.5], [0.5, 1.0]]))
     half = c.relaxed(0.5)
     assert half.speed == pytest.approx([0.5, 1.0, 2.0])
-    assert half.goodput[0, 1] == pytest.approx(0.5 ** 0.5)
+    assert half.goodput[0, 1] == pytest.approx(0.5**0.5)
     assert np.all(c.relaxed(1.0).speed == 1.0) and c.relaxed(0.0).speed[0] == 0.25
+
 
 def test_the_fitted_parameters_are_what_the_data_gives(data_dir):
     from benchmarks.fit_truth import fit, render

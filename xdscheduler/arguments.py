@@ -66,11 +66,17 @@ def invisible(text: str) -> str | None:
     return None
 
 
-def number(kind: type = float, lo: float | None = None, hi: float | None = None,
-           above: bool = False) -> Callable[[str], float | int]:
+def number(
+    kind: type = float, lo: float | None = None, hi: float | None = None, above: bool = False
+) -> Callable[[str], float | int]:
     """An argparse type: a finite `kind` (int or float) in [lo, hi] ((lo, hi] when `above`)."""
-    span = (("(" if above else "[") + ("-inf" if lo is None else _show(lo)) + ", "
-            + ("inf" if hi is None else _show(hi)) + "]")
+    span = (
+        ("(" if above else "[")
+        + ("-inf" if lo is None else _show(lo))
+        + ", "
+        + ("inf" if hi is None else _show(hi))
+        + "]"
+    )
 
     def parse(text: str):
         try:

@@ -40,8 +40,13 @@ class Accelerator:
     def rated_tflops(self) -> dict[str, float | None]:
         """Dense peak per precision, None where the catalog rates none; FP16 runs at the BF16
         rate on every chip that has both, so an entry names it only where BF16 is missing."""
-        return {"bf16": self.bf16_tflops, "fp16": self.fp16_tflops or self.bf16_tflops,
-                "fp8": self.fp8_tflops, "tf32": self.tf32_tflops, "fp32": self.fp32_tflops}
+        return {
+            "bf16": self.bf16_tflops,
+            "fp16": self.fp16_tflops or self.bf16_tflops,
+            "fp8": self.fp8_tflops,
+            "tf32": self.tf32_tflops,
+            "fp32": self.fp32_tflops,
+        }
 
     @property
     def half_tflops(self) -> float:
@@ -62,8 +67,10 @@ class Accelerator:
         if rated[dtype] is None:
             what = "FP32 peak rated" if dtype == "fp32" else f"{dtype.upper()} tensor cores"
             has = ", ".join(d for d in rated if rated[d] is not None)
-            raise UserError(f"{self.name} has no {what} in the catalog; use --dtype with one "
-                            f"it has ({has}), or add {dtype}_tflops to its entry")
+            raise UserError(
+                f"{self.name} has no {what} in the catalog; use --dtype with one "
+                f"it has ({has}), or add {dtype}_tflops to its entry"
+            )
         return rated[dtype]
 
 
@@ -114,11 +121,15 @@ def register(entry: AcceleratorEntry | Accelerator, where: str = "catalog") -> A
         known = _ACCELERATOR_KEYS.get(_key(name))
         if known is None or known == acc:
             continue
-        differs = next((f for f in Accelerator.__dataclass_fields__
-                        if getattr(known, f) != getattr(acc, f)), "name")
-        raise ValueError(f"{where}: accelerator {acc.name!r} is already known as "
-                         f"{known.name!r} with {differs} {getattr(known, differs)!r}, not "
-                         f"{getattr(acc, differs)!r}: give yours another name")
+        differs = next(
+            (f for f in Accelerator.__dataclass_fields__ if getattr(known, f) != getattr(acc, f)),
+            "name",
+        )
+        raise ValueError(
+            f"{where}: accelerator {acc.name!r} is already known as "
+            f"{known.name!r} with {differs} {getattr(known, differs)!r}, not "
+            f"{getattr(acc, differs)!r}: give yours another name"
+        )
     ACCELERATORS[acc.name] = acc
     for name in (acc.name, *acc.aliases):
         _ACCELERATOR_KEYS[_key(name)] = acc
@@ -129,8 +140,12 @@ def accelerator_in(text: str) -> str | None:
     """The accelerator a device's own name (NVIDIA GH200 480GB, NVIDIA A100-SXM4-40GB) names:
     the one whose longest name or alias it contains; None if none."""
     key = _key(text)
-    found = [(len(_key(n)), acc.name) for acc in ACCELERATORS.values()
-             for n in (acc.name, *acc.aliases) if _key(n) and _key(n) in key]
+    found = [
+        (len(_key(n)), acc.name)
+        for acc in ACCELERATORS.values()
+        for n in (acc.name, *acc.aliases)
+        if _key(n) and _key(n) in key
+    ]
     return max(found)[1] if found else None
 
 
@@ -269,7 +284,7 @@ _MODEL_KEYS = {_key(m.name): m for m in MODELS.values()}
 
 
 def did_you_mean(name: str, known) -> str:
-    """", did you mean X?" for the closest known name, or nothing."""
+    """ ", did you mean X?" for the closest known name, or nothing."""
     lowered = str(name).lower()
     match = next((k for k in known if k.lower().startswith(lowered)), None)  # a name cut short
     if match is None:
@@ -292,8 +307,10 @@ def accelerator(name: str) -> Accelerator:
     _visible(name, "accelerator")
     found = _ACCELERATOR_KEYS.get(_key(name))
     if found is None:
-        raise UserError(f"unknown accelerator {name!r}{did_you_mean(name, ACCELERATORS)}; "
-                        f"known: {', '.join(sorted(ACCELERATORS))}")
+        raise UserError(
+            f"unknown accelerator {name!r}{did_you_mean(name, ACCELERATORS)}; "
+            f"known: {', '.join(sorted(ACCELERATORS))}"
+        )
     return found
 
 
@@ -302,6 +319,8 @@ def model(name: str) -> ModelArch:
     _visible(name, "model")
     found = _MODEL_KEYS.get(_key(name))
     if found is None:
-        raise UserError(f"unknown model {name!r}{did_you_mean(name, MODELS)}; "
-                        f"known: {', '.join(sorted(MODELS))}")
+        raise UserError(
+            f"unknown model {name!r}{did_you_mean(name, MODELS)}; "
+            f"known: {', '.join(sorted(MODELS))}"
+        )
     return found

@@ -46,8 +46,7 @@ def _csv_floats(text: str, n: int, what: str) -> list[float]:
     except ValueError:
         values = []
     if len(values) != n or not all(0 <= v <= 1000 for v in values):  # also refuses NaN
-        raise UserError(f"{what} takes {n} numbers in [0, 1000] separated by commas, "
-                        f"got {text!r}")
+        raise UserError(f"{what} takes {n} numbers in [0, 1000] separated by commas, got {text!r}")
     return values
 
 
@@ -59,35 +58,57 @@ def cmd_catalog(args) -> None:
         catalog.load_catalog(path)
     catalog.user_catalogs()
     accs = [
-        {"name": a.name, "vendor": a.vendor,
-         **{f"{k}_tflops": v for k, v in a.rated_tflops.items()},
-         "memory_gib": a.memory_gib, "memory_gbs": a.memory_gbs,
-         "scaleup_gbs": a.scaleup_gbs, "scaleout_gbps": a.scaleout_gbps,
-         "gpus_per_node": a.gpus_per_node, "power_w": a.power_w, "aliases": list(a.aliases),
-         "source": a.source}
+        {
+            "name": a.name,
+            "vendor": a.vendor,
+            **{f"{k}_tflops": v for k, v in a.rated_tflops.items()},
+            "memory_gib": a.memory_gib,
+            "memory_gbs": a.memory_gbs,
+            "scaleup_gbs": a.scaleup_gbs,
+            "scaleout_gbps": a.scaleout_gbps,
+            "gpus_per_node": a.gpus_per_node,
+            "power_w": a.power_w,
+            "aliases": list(a.aliases),
+            "source": a.source,
+        }
         for a in catalog.ACCELERATORS.values()
     ]
     models = [
-        {"name": m.name, "params_b": round(m.params / 1e9, 2), "layers": m.layers,
-         "hidden": m.hidden, "ffn_hidden": m.ffn_hidden, "heads": m.heads,
-         "kv_heads": m.kv_heads, "vocab": m.vocab, "seq_len": m.seq_len,
-         "gated_mlp": m.gated_mlp}
+        {
+            "name": m.name,
+            "params_b": round(m.params / 1e9, 2),
+            "layers": m.layers,
+            "hidden": m.hidden,
+            "ffn_hidden": m.ffn_hidden,
+            "heads": m.heads,
+            "kv_heads": m.kv_heads,
+            "vocab": m.vocab,
+            "seq_len": m.seq_len,
+            "gated_mlp": m.gated_mlp,
+        }
         for m in catalog.MODELS.values()
     ]
     if args.json:
         _print_json({"accelerators": accs, "models": models})
         return
-    print(f"{'accelerator':<15}{'BF16 TF':>9}{'FP16 TF':>9}{'FP8 TF':>9}{'GiB':>6}"
-          f"{'HBM GB/s':>10}{'link GB/s':>10}")
+    print(
+        f"{'accelerator':<15}{'BF16 TF':>9}{'FP16 TF':>9}{'FP8 TF':>9}{'GiB':>6}"
+        f"{'HBM GB/s':>10}{'link GB/s':>10}"
+    )
     for a in accs:
-        bf16, fp16, fp8 = (f"{a[k]:.0f}" if a[k] else "-"
-                           for k in ("bf16_tflops", "fp16_tflops", "fp8_tflops"))
-        print(f"{a['name']:<15}{bf16:>9}{fp16:>9}{fp8:>9}{a['memory_gib']:>6.0f}"
-              f"{a['memory_gbs']:>10.0f}{a['scaleup_gbs']:>10.0f}")
+        bf16, fp16, fp8 = (
+            f"{a[k]:.0f}" if a[k] else "-" for k in ("bf16_tflops", "fp16_tflops", "fp8_tflops")
+        )
+        print(
+            f"{a['name']:<15}{bf16:>9}{fp16:>9}{fp8:>9}{a['memory_gib']:>6.0f}"
+            f"{a['memory_gbs']:>10.0f}{a['scaleup_gbs']:>10.0f}"
+        )
     print(f"\n{'model':<15}{'params':>8}{'layers':>8}{'hidden':>8}{'heads':>7}{'kv':>5}{'seq':>7}")
     for m in models:
-        print(f"{m['name']:<15}{m['params_b']:>7.1f}B{m['layers']:>8}{m['hidden']:>8}"
-              f"{m['heads']:>7}{m['kv_heads']:>5}{m['seq_len']:>7}")
+        print(
+            f"{m['name']:<15}{m['params_b']:>7.1f}B{m['layers']:>8}{m['hidden']:>8}"
+            f"{m['heads']:>7}{m['kv_heads']:>5}{m['seq_len']:>7}"
+        )
 
 
 # ---------------------------------------------------------------- estimate
@@ -100,14 +121,26 @@ def _arch_from_args(args) -> catalog.ModelArch:
     if args.model:
         base = catalog.model(args.model)
         return catalog.ModelArch(**{**base.__dict__, "seq_len": args.seq or base.seq_len})
-    missing = [f"--{n}" for n, v in zip(("layers", "hidden", "ffn-hidden", "heads", "vocab"),
-                                         explicit, strict=True) if v is None]
+    missing = [
+        f"--{n}"
+        for n, v in zip(("layers", "hidden", "ffn-hidden", "heads", "vocab"), explicit, strict=True)
+        if v is None
+    ]
     if missing:
         raise UserError("without --model, give the architecture: missing " + ", ".join(missing))
     gated = args.mlp == "swiglu" or (args.mlp == "auto" and args.ffn_hidden != 4 * args.hidden)
     arch = catalog.ModelArch(
-        "custom", args.layers, args.hidden, args.ffn_hidden, args.heads,
-        args.kv_heads or args.heads, args.vocab, args.seq or 2048, gated, not gated)
+        "custom",
+        args.layers,
+        args.hidden,
+        args.ffn_hidden,
+        args.heads,
+        args.kv_heads or args.heads,
+        args.vocab,
+        args.seq or 2048,
+        gated,
+        not gated,
+    )
     arch.validate()
     return arch
 
@@ -118,23 +151,41 @@ def cmd_estimate(args) -> None:
     arch = _arch_from_args(args)
     profile = _profile(args.profile)
     result = estimate_one(
-        gpu=args.gpu, arch=arch, gpus=args.gpus, tp=args.tp, pp=args.pp, cp=args.cp, vp=args.vp,
-        global_batch=args.global_batch, micro_batch=args.micro_batch, recompute=args.recompute,
-        dtype=args.dtype, zero=args.zero, measured=_layer_profiles(args.layer_profiles),
-        **({"stack": profile.stack, "calibration": profile.calibration} if profile
-           else {"stack": args.stack}),
+        gpu=args.gpu,
+        arch=arch,
+        gpus=args.gpus,
+        tp=args.tp,
+        pp=args.pp,
+        cp=args.cp,
+        vp=args.vp,
+        global_batch=args.global_batch,
+        micro_batch=args.micro_batch,
+        recompute=args.recompute,
+        dtype=args.dtype,
+        zero=args.zero,
+        measured=_layer_profiles(args.layer_profiles),
+        **(
+            {"stack": profile.stack, "calibration": profile.calibration}
+            if profile
+            else {"stack": args.stack}
+        ),
     )
     if args.json:
         _print_json(result)
         return
-    print(f"{result['model']} on {result['gpus']} × {result['gpu']}  "
-          f"(DP {result['plan']['dp']} × TP {args.tp} × PP {args.pp} × CP {args.cp})")
+    print(
+        f"{result['model']} on {result['gpus']} × {result['gpu']}  "
+        f"(DP {result['plan']['dp']} × TP {args.tp} × PP {args.pp} × CP {args.cp})"
+    )
     print(f"  step time        {result['step_time_s']:.3f} s")
     print(f"  tokens/s per GPU {result['tokens_per_s_per_gpu']:.0f}")
-    print(f"  model TFLOP/s    {result['model_tflops_per_gpu']:.1f} per GPU (MFU "
-          f"{result['mfu']:.1%})")
-    print(f"  memory           {result['memory_gib_per_gpu']:.1f} GiB per GPU, "
-          f"{'fits' if result['fits'] else 'does NOT fit: ' + result['reason']}")
+    print(
+        f"  model TFLOP/s    {result['model_tflops_per_gpu']:.1f} per GPU (MFU {result['mfu']:.1%})"
+    )
+    print(
+        f"  memory           {result['memory_gib_per_gpu']:.1f} GiB per GPU, "
+        f"{'fits' if result['fits'] else 'does NOT fit: ' + result['reason']}"
+    )
     for key, value in result["breakdown_s"].items():
         print(f"    {key:<10} {value:9.3f} s")
 
@@ -154,15 +205,27 @@ def cmd_plan(args) -> None:
     weights = scn.weights
     if args.weights:
         w = _csv_floats(args.weights, 3, "--weights")
-        weights = validated(Weights, dict(zip(("efficiency", "utilization", "cost"), w,
-                                              strict=True)), "--weights", "weights")
+        weights = validated(
+            Weights,
+            dict(zip(("efficiency", "utilization", "cost"), w, strict=True)),
+            "--weights",
+            "weights",
+        )
     job = scn.job(args.job)
     profile = _profile(args.profile)
     layers = _layer_profiles(args.layer_profiles)
-    tuned = {"stack": Stack.preset(profile.stack), "calibration": profile.calibration} \
-        if profile else _measured_stack(layers)
-    opts = SearchOptions(diloco_h=(0, args.diloco) if args.diloco else (0,), dtype=args.dtype,
-                         layers=layers, network=_network(args.network_profile), **tuned)
+    tuned = (
+        {"stack": Stack.preset(profile.stack), "calibration": profile.calibration}
+        if profile
+        else _measured_stack(layers)
+    )
+    opts = SearchOptions(
+        diloco_h=(0, args.diloco) if args.diloco else (0,),
+        dtype=args.dtype,
+        layers=layers,
+        network=_network(args.network_profile),
+        **tuned,
+    )
     view = ClusterView.from_scenario(scn)
     limits = Limits(args.budget, args.min_throughput)
     result = search(JobSpec.of(job), view, weights, opts, args.top, limits=limits)
@@ -171,8 +234,11 @@ def cmd_plan(args) -> None:
         return {**p.to_json(), "cost_per_hour": placement_cost_per_hour(p, view)}
 
     out = {
-        "scenario": scn.name, "job": job.name, **as_json(result.best),
-        "decision_ms": result.decision_ms, "plans_evaluated": result.evaluated,
+        "scenario": scn.name,
+        "job": job.name,
+        **as_json(result.best),
+        "decision_ms": result.decision_ms,
+        "plans_evaluated": result.evaluated,
         "explanation": result.explanation,
         "alternatives": [as_json(c) for c in result.alternatives],
         "pareto": [as_json(c) for c in result.pareto],
@@ -184,18 +250,24 @@ def cmd_plan(args) -> None:
     from xdscheduler.planner.search import describe
 
     best = result.best.estimate
-    print(f"{job.name} ({job.arch.size}) in {scn.name}: decided in "
-          f"{result.decision_ms:.0f} ms over {result.evaluated} plans")
+    print(
+        f"{job.name} ({job.arch.size}) in {scn.name}: decided in "
+        f"{result.decision_ms:.0f} ms over {result.evaluated} plans"
+    )
     print(f"  plan   {describe(result.best)}")
-    print(f"  step   {best.step_time_s:.2f} s, {best.tokens_per_s:,.0f} tokens/s, "
-          f"{best.cross_domain_gb_per_step:.2f} GB over the WAN per step, "
-          f"${out['cost_per_hour']:,.2f}/h")
+    print(
+        f"  step   {best.step_time_s:.2f} s, {best.tokens_per_s:,.0f} tokens/s, "
+        f"{best.cross_domain_gb_per_step:.2f} GB over the WAN per step, "
+        f"${out['cost_per_hour']:,.2f}/h"
+    )
     print(f"  why    {result.explanation['summary']}")
     if out["left_out"]:
         print(f"  note   {out['left_out']}")
     for i, alt in enumerate(result.alternatives, 1):
-        print(f"  alt {i}  R={alt.objective.objective:.3f}  {alt.estimate.step_time_s:.2f} s  "
-              f"${placement_cost_per_hour(alt, view):,.2f}/h  {describe(alt)}")
+        print(
+            f"  alt {i}  R={alt.objective.objective:.3f}  {alt.estimate.step_time_s:.2f} s  "
+            f"${placement_cost_per_hour(alt, view):,.2f}/h  {describe(alt)}"
+        )
 
 
 def _layer_profiles(paths: list[str] | None) -> tuple:
@@ -223,10 +295,15 @@ def _measured_stack(layers: tuple) -> dict:
 
 
 def _layers_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--layer-profile", action="append", metavar="PROFILE", dest="layer_profiles",
-                   help="a layer profile (xds layers measure / import): its measured times "
-                        "replace the roofline's for the model, accelerator, precision, TP "
-                        "degrees and micro-batches it covers (repeatable)")
+    p.add_argument(
+        "--layer-profile",
+        action="append",
+        metavar="PROFILE",
+        dest="layer_profiles",
+        help="a layer profile (xds layers measure / import): its measured times "
+        "replace the roofline's for the model, accelerator, precision, TP "
+        "degrees and micro-batches it covers (repeatable)",
+    )
 
 
 def _profile(path: str | None):
@@ -255,12 +332,28 @@ def _resume(args):
     from xdscheduler.runtime.folder import SPEC, StudyFolder, trusted
     from xdscheduler.scenario import parse_scenario
 
-    given = [f"--{f.replace('_', '-')}" for f in (
-        "scenario", "policies", "hours", "seed", "faults", "forecast", "local", "force", "out",
-        "realtime", "speed") if getattr(args, f) is not None and getattr(args, f) is not False]
+    given = [
+        f"--{f.replace('_', '-')}"
+        for f in (
+            "scenario",
+            "policies",
+            "hours",
+            "seed",
+            "faults",
+            "forecast",
+            "local",
+            "force",
+            "out",
+            "realtime",
+            "speed",
+        )
+        if getattr(args, f) is not None and getattr(args, f) is not False
+    ]
     if given:
-        raise UserError("--resume takes the study's own parameters from its folder: leave out "
-                        + ", ".join(given))
+        raise UserError(
+            "--resume takes the study's own parameters from its folder: leave out "
+            + ", ".join(given)
+        )
     spec = StudyFolder(args.resume).spec()
     trusted(spec, args.resume, args.policy_path, args.serve_url)
     args.out, args.hours, args.seed = args.resume, spec.hours, spec.seed
@@ -275,12 +368,16 @@ def _used(args, policies: list[str]) -> None:
     if args.local and args.address:
         raise UserError("--address names a Ray cluster and --local runs without Ray: give one")
     if args.policy_path and "ppo" not in policies:
-        raise UserError("--policy-path is the trained policy of ppo, which --policies leaves "
-                        "out: add ppo, or leave --policy-path out")
+        raise UserError(
+            "--policy-path is the trained policy of ppo, which --policies leaves "
+            "out: add ppo, or leave --policy-path out"
+        )
     forecast = args.forecast or (args.forecast is None and args.faults is not None)
     if args.serve_url and "ppo" not in policies and not forecast:
-        raise UserError("--serve-url is where ppo decides and the demand forecast is asked; "
-                        "this run has neither (add ppo to --policies, or --forecast)")
+        raise UserError(
+            "--serve-url is where ppo decides and the demand forecast is asked; "
+            "this run has neither (add ppo to --policies, or --forecast)"
+        )
 
 
 def _serve(args, scn, token: str) -> str | None:
@@ -295,8 +392,13 @@ def _serve(args, scn, token: str) -> str | None:
         return None
     from xdscheduler.serving.app import start
 
-    url = start(args.address, args.policy_path, scn,
-                port=8000 if args.dashboard is None else args.dashboard, token=token)
+    url = start(
+        args.address,
+        args.policy_path,
+        scn,
+        port=8000 if args.dashboard is None else args.dashboard,
+        token=token,
+    )
     if args.dashboard is not None:
         print(f"dashboard: {url}/   metrics: {url}/metrics", file=sys.stderr, flush=True)
         serving_cli.announce_token(url, token)
@@ -335,39 +437,76 @@ def cmd_run(args) -> None:
     token = api_token()  # the app started here asks for it; one at --serve-url for its own
     started = _serve(args, scn, token)
     serve_url = args.serve_url or (started if args.serve else None)
-    options = {"policy_path": args.policy_path, "serve_url": serve_url,
-               "serve_token": os.environ.get(TOKEN_ENV) if args.serve_url else token}
+    options = {
+        "policy_path": args.policy_path,
+        "serve_url": serve_url,
+        "serve_token": os.environ.get(TOKEN_ENV) if args.serve_url else token,
+    }
     try:
-        report = run_study(scn, policies, args.hours, seed, out, address=args.address,
-                           local=args.local, realtime=args.realtime, speed=args.speed,
-                           policy_options=options, faults=args.faults, forecast=args.forecast,
-                           mode="resume" if args.resume else "force" if args.force else "new")
+        report = run_study(
+            scn,
+            policies,
+            args.hours,
+            seed,
+            out,
+            address=args.address,
+            local=args.local,
+            realtime=args.realtime,
+            speed=args.speed,
+            policy_options=options,
+            faults=args.faults,
+            forecast=args.forecast,
+            mode="resume" if args.resume else "force" if args.force else "new",
+        )
     except KeyboardInterrupt:
         raise Interrupted(_interrupted(out)) from None
     if args.json:
         _print_json(report_json(report))
         return
-    print(f"{scn.name}: {report.jobs} jobs over {args.hours:g} h, seed {seed} "
-          f"({report.runtime}); report in {out}/report.html")
-    cols = [("mean_jct_s", "mean JCT h", 1 / 3600), ("p95_jct_s", "p95 JCT h", 1 / 3600),
-            ("useful_utilization", "useful", 1), ("mean_queue_s", "queue h", 1 / 3600),
-            ("jobs_completed", "done", 1), ("cross_domain_gb", "WAN GB", 1),
-            ("cross_domain_cost_usd", "WAN $", 1), ("decision_ms_p50", "dec ms p50", 1),
-            ("jobs_never_started", "never run", 1), ("objective_work", "R (work)", 1),
-            ("objective", "R (per job)", 1)]
-    print(f"offered load {report.offered_load:.2f} (other tenants hold "
-          f"{report.background_load:.0%}); against {report.comparison.baseline}")
+    print(
+        f"{scn.name}: {report.jobs} jobs over {args.hours:g} h, seed {seed} "
+        f"({report.runtime}); report in {out}/report.html"
+    )
+    cols = [
+        ("mean_jct_s", "mean JCT h", 1 / 3600),
+        ("p95_jct_s", "p95 JCT h", 1 / 3600),
+        ("useful_utilization", "useful", 1),
+        ("mean_queue_s", "queue h", 1 / 3600),
+        ("jobs_completed", "done", 1),
+        ("cross_domain_gb", "WAN GB", 1),
+        ("cross_domain_cost_usd", "WAN $", 1),
+        ("decision_ms_p50", "dec ms p50", 1),
+        ("jobs_never_started", "never run", 1),
+        ("objective_work", "R (work)", 1),
+        ("objective", "R (per job)", 1),
+    ]
+    print(
+        f"offered load {report.offered_load:.2f} (other tenants hold "
+        f"{report.background_load:.0%}); against {report.comparison.baseline}"
+    )
     _print_rows(report.policies, cols, lambda row, key: getattr(row, key))
     first = next(iter(report.policies.values()))
     giants = first.classes["giant"]
-    print(f"\n{giants.jobs} giants (asking for more than the largest domain's free share, "
-          f"{first.free_share_gpus:.0f} accelerators): {giants.gpu_time_share:.0%} of the "
-          f"offered GPU-time")
-    cols = [(f"{c}.{key}", f"{c} {label}", k) for c in ("fit", "giant") for key, label, k in (
-        ("mean_jct_s", "JCT h", 1 / 3600), ("never_started", "never run", 1),
-        ("unfinished", "unfinished", 1), ("crossed", "across", 1))]
-    _print_rows(report.policies, cols, lambda row, key: getattr(
-        row.classes[key.split(".")[0]], key.split(".")[1]))
+    print(
+        f"\n{giants.jobs} giants (asking for more than the largest domain's free share, "
+        f"{first.free_share_gpus:.0f} accelerators): {giants.gpu_time_share:.0%} of the "
+        f"offered GPU-time"
+    )
+    cols = [
+        (f"{c}.{key}", f"{c} {label}", k)
+        for c in ("fit", "giant")
+        for key, label, k in (
+            ("mean_jct_s", "JCT h", 1 / 3600),
+            ("never_started", "never run", 1),
+            ("unfinished", "unfinished", 1),
+            ("crossed", "across", 1),
+        )
+    ]
+    _print_rows(
+        report.policies,
+        cols,
+        lambda row, key: getattr(row.classes[key.split(".")[0]], key.split(".")[1]),
+    )
     if args.dashboard is not None and sys.stdin.isatty():  # someone may still be looking
         print("the dashboard shows the study's end until Ctrl-C", file=sys.stderr)
         serving_cli.block_until_interrupted()
@@ -376,13 +515,19 @@ def cmd_run(args) -> None:
 def _print_rows(policies: dict, cols: list[tuple[str, str, float]], get) -> None:
     """A plain table: a row per policy, the figure `get(row, key)` of each column, scaled."""
     widths = [max(12, len(label) + 2) for _, label, _ in cols]
-    print(f"{'policy':<22}" + "".join(f"{label:>{w}}" for (_, label, _), w in
-                                      zip(cols, widths, strict=True)))
+    print(
+        f"{'policy':<22}"
+        + "".join(f"{label:>{w}}" for (_, label, _), w in zip(cols, widths, strict=True))
+    )
     for name, row in policies.items():
         cells = [get(row, key) for key, _, _ in cols]
-        print(f"{name:<22}" + "".join("–".rjust(w) if v is None else f"{v * k:>{w}.3g}"
-                                      for v, (_, _, k), w in zip(cells, cols, widths,
-                                                                 strict=True)))
+        print(
+            f"{name:<22}"
+            + "".join(
+                "–".rjust(w) if v is None else f"{v * k:>{w}.3g}"
+                for v, (_, _, k), w in zip(cells, cols, widths, strict=True)
+            )
+        )
 
 
 # ---------------------------------------------------------------- index
@@ -413,9 +558,11 @@ def cmd_scenario_check(args) -> None:
     scn = load_scenario(args.file)
     gpus = sum(d.gpus for d in scn.domains)
     jobs = check_size(scn, 24.0)  # what `xds run` does by default must fit
-    print(f"{args.file}: valid; {len(scn.domains)} domains, {gpus} accelerators, "
-          f"{len(scn.links)} links, {len(scn.jobs)} jobs listed; a day's study holds about "
-          f"{jobs:,.0f} jobs")
+    print(
+        f"{args.file}: valid; {len(scn.domains)} domains, {gpus} accelerators, "
+        f"{len(scn.links)} links, {len(scn.jobs)} jobs listed; a day's study holds about "
+        f"{jobs:,.0f} jobs"
+    )
 
 
 def cmd_scenario_from_measurements(args) -> None:
@@ -428,11 +575,17 @@ def cmd_scenario_from_measurements(args) -> None:
     output_file(Path(args.out), "scenario")  # before the measurements are read
     data_dir = Path(args.data) if args.data else m.default_data_dir()
     doc = m.scenario_from_measurements(
-        regions, data_dir, accelerator=catalog.accelerator(args.accelerator).name,
-        nodes_per_domain=args.nodes, name=args.name)
+        regions,
+        data_dir,
+        accelerator=catalog.accelerator(args.accelerator).name,
+        nodes_per_domain=args.nodes,
+        name=args.name,
+    )
     m.write_scenario(doc, Path(args.out), overwrite=args.force)
-    print(f"wrote {args.out}: {len(doc['domains'])} domains, {len(doc['links'])} links "
-          f"from {data_dir}")
+    print(
+        f"wrote {args.out}: {len(doc['domains'])} domains, {len(doc['links'])} links "
+        f"from {data_dir}"
+    )
 
 
 # ---------------------------------------------------------------- parser
@@ -453,10 +606,14 @@ def _version() -> str:
 
 
 def _dtype_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dtype", choices=DTYPES, default="bf16",
-                   help="precision of the GEMMs (fp16 at the 16-bit rate, the only 16-bit one on "
-                        "chips without BF16 such as V100; tf32 and fp32 keep weights, "
-                        "activations and gradients in 4 bytes)")
+    p.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default="bf16",
+        help="precision of the GEMMs (fp16 at the 16-bit rate, the only 16-bit one on "
+        "chips without BF16 such as V100; tf32 and fp32 keep weights, "
+        "activations and gradients in 4 bytes)",
+    )
 
 
 def _commander(sub) -> Callable[[str, Callable | None, str], argparse.ArgumentParser]:
@@ -472,10 +629,14 @@ def _add_model_commands(sub) -> None:
     """`catalog`, `estimate`, `plan`, `index`, `scenario`: the models and the search alone."""
     command = _commander(sub)
     p = command("catalog", cmd_catalog, "list accelerators and model architectures")
-    p.add_argument("--accelerators", action="append", metavar="FILE",
-                   help="a catalog file of your own accelerators to check and list with the "
-                        "shipped ones (like xdscheduler/accelerators.yaml; repeatable; "
-                        "XDS_ACCELERATORS names such files for every command)")
+    p.add_argument(
+        "--accelerators",
+        action="append",
+        metavar="FILE",
+        help="a catalog file of your own accelerators to check and list with the "
+        "shipped ones (like xdscheduler/accelerators.yaml; repeatable; "
+        "XDS_ACCELERATORS names such files for every command)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
     p = command("estimate", cmd_estimate, "step time, throughput and memory of one plan")
@@ -483,24 +644,33 @@ def _add_model_commands(sub) -> None:
     p.add_argument("--model", help="catalog model name (see `xds catalog`)")
     for flag in ("layers", "hidden", "ffn-hidden", "heads", "kv-heads", "vocab"):
         p.add_argument(f"--{flag}", type=number(int, 1, 1 << 24), help="explicit architecture")
-    p.add_argument("--mlp", choices=("auto", "gelu", "swiglu"), default="auto",
-                   help="MLP type of an explicit architecture (auto: GeLU when ffn = 4·hidden)")
-    p.add_argument("--seq", type=number(int, 1, 1 << 24),
-                   help="sequence length (default: the model's)")
+    p.add_argument(
+        "--mlp",
+        choices=("auto", "gelu", "swiglu"),
+        default="auto",
+        help="MLP type of an explicit architecture (auto: GeLU when ffn = 4·hidden)",
+    )
+    p.add_argument(
+        "--seq", type=number(int, 1, 1 << 24), help="sequence length (default: the model's)"
+    )
     p.add_argument("--gpus", type=GPUS, required=True)
     p.add_argument("--tp", type=DEGREE, default=1)
     p.add_argument("--pp", type=DEGREE, default=1)
     p.add_argument("--cp", type=DEGREE, default=1)
     p.add_argument("--vp", type=DEGREE, default=1, help="virtual pipeline stages per rank")
-    p.add_argument("--global-batch", type=number(int, 1, 1 << 24), required=True,
-                   help="sequences per step")
+    p.add_argument(
+        "--global-batch", type=number(int, 1, 1 << 24), required=True, help="sequences per step"
+    )
     p.add_argument("--micro-batch", type=number(int, 1, 1 << 16), default=1)
     p.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
     _dtype_argument(p)
     p.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=1)
-    p.add_argument("--stack", default="megatron-core",
-                   help="software stack preset: megatron-core, megatron-core-tp-overlap, "
-                        "megatron-2022, megatron-2021, fsdp, fsdp2")
+    p.add_argument(
+        "--stack",
+        default="megatron-core",
+        help="software stack preset: megatron-core, megatron-core-tp-overlap, "
+        "megatron-2022, megatron-2021, fsdp, fsdp2",
+    )
     p.add_argument("--profile", help="a profile from xds calibrate: its stack and constants")
     _layers_argument(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -510,22 +680,39 @@ def _add_model_commands(sub) -> None:
     p.add_argument("--job", help="job name (default: the scenario's first job)")
     p.add_argument("--weights", help="w1,w2,w3 for efficiency, utilisation, cost")
     p.add_argument("--top", type=number(int, 0, 100), default=5, help="alternatives to list")
-    p.add_argument("--diloco", type=number(int, 0, 1 << 20), default=0,
-                   help="also consider DiLoCo-style outer sync every H steps across domains")
+    p.add_argument(
+        "--diloco",
+        type=number(int, 0, 1 << 20),
+        default=0,
+        help="also consider DiLoCo-style outer sync every H steps across domains",
+    )
     _dtype_argument(p)
-    p.add_argument("--budget", type=number(float, 0, 1e9, above=True), metavar="DOLLARS",
-                   help="most to pay per hour (accelerators and WAN traffic): the best plan by "
-                        "R within it")
-    p.add_argument("--profile", help="a software stack's profile from xds calibrate (default: "
-                                      "Megatron-Core with the shipped constants)")
+    p.add_argument(
+        "--budget",
+        type=number(float, 0, 1e9, above=True),
+        metavar="DOLLARS",
+        help="most to pay per hour (accelerators and WAN traffic): the best plan by R within it",
+    )
+    p.add_argument(
+        "--profile",
+        help="a software stack's profile from xds calibrate (default: "
+        "Megatron-Core with the shipped constants)",
+    )
     _layers_argument(p)
-    p.add_argument("--network-profile", help="a network curve (xds layers import-network): "
-                                             "a flat ring's messages at the rate their size "
-                                             "gets")
-    p.add_argument("--min-throughput", type=number(float, 0, 1e15, above=True),
-                   metavar="TOKENS_PER_S", help="fewest tokens/s: alone, the plan that reaches it "
-                                                "for the fewest dollars per token; with "
-                                                "--budget, a floor")
+    p.add_argument(
+        "--network-profile",
+        help="a network curve (xds layers import-network): "
+        "a flat ring's messages at the rate their size "
+        "gets",
+    )
+    p.add_argument(
+        "--min-throughput",
+        type=number(float, 0, 1e15, above=True),
+        metavar="TOKENS_PER_S",
+        help="fewest tokens/s: alone, the plan that reaches it "
+        "for the fewest dollars per token; with "
+        "--budget, a floor",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
     p = command("index", cmd_index, "compute index of accelerators for a model's training")
@@ -540,14 +727,14 @@ def _add_model_commands(sub) -> None:
     q = ssub.add_parser("check", help="validate a scenario file")
     q.add_argument("file")
     q.set_defaults(fn=cmd_scenario_check)
-    q = ssub.add_parser("from-measurements",
-                        help="a scenario from measured inter-region bandwidth and RTT")
+    q = ssub.add_parser(
+        "from-measurements", help="a scenario from measured inter-region bandwidth and RTT"
+    )
     q.add_argument("--regions", required=True, help="comma-separated, e.g. aws:us-east-1,...")
     q.add_argument("--out", required=True, help="YAML file to write")
     q.add_argument("--data", help="folder with the Skyplane CSVs (default: shared data)")
     q.add_argument("--accelerator", default="H100-SXM")
-    q.add_argument("--nodes", type=number(int, 1, 100_000), default=16,
-                   help="nodes per domain")
+    q.add_argument("--nodes", type=number(int, 1, 100_000), default=16, help="nodes per domain")
     q.add_argument("--name", help="scenario name")
     q.add_argument("--force", action="store_true", help="overwrite an existing file")
     q.set_defaults(fn=cmd_scenario_from_measurements)
@@ -558,45 +745,80 @@ def _add_study_commands(sub) -> None:
     command = _commander(sub)
     p = command("run", cmd_run, "run a study: every policy over days of jobs, with a report")
     p.add_argument("scenario", nargs="?", help="scenario YAML (default: five_domains)")
-    p.add_argument("--policies", help="comma-separated (default: all): fifo-single-domain, "
-                   "backfill-single-domain, gang-single-domain, planner-single-domain, "
-                   "greedy-cross-domain, planner, ppo (the trained agents)")
+    p.add_argument(
+        "--policies",
+        help="comma-separated (default: all): fifo-single-domain, "
+        "backfill-single-domain, gang-single-domain, planner-single-domain, "
+        "greedy-cross-domain, planner, ppo (the trained agents)",
+    )
     p.add_argument("--policy-path", help="trained policy for ppo (default: the shipped one)")
-    p.add_argument("--serve", action="store_true",
-                   help="ppo decides through the Serve endpoint (started here if needed)")
-    p.add_argument("--serve-url", help="an endpoint already running, e.g. "
-                   "http://127.0.0.1:8000 (implies --serve)")
-    p.add_argument("--hours", type=HOURS,
-                   help=f"hours of job arrivals, at most {MAX_HOURS:g} (default 24)")
+    p.add_argument(
+        "--serve",
+        action="store_true",
+        help="ppo decides through the Serve endpoint (started here if needed)",
+    )
+    p.add_argument(
+        "--serve-url",
+        help="an endpoint already running, e.g. http://127.0.0.1:8000 (implies --serve)",
+    )
+    p.add_argument(
+        "--hours", type=HOURS, help=f"hours of job arrivals, at most {MAX_HOURS:g} (default 24)"
+    )
     p.add_argument("--seed", type=seed, help="seed (default: the scenario's)")
-    p.add_argument("--out", help="folder for the report (default xds-run); "
-                   "one study at a time, and one that holds a study is refused (see --force, "
-                   "--resume)")
-    p.add_argument("--force", action="store_true",
-                   help="replace the study the --out folder holds")
-    p.add_argument("--resume", metavar="OUT",
-                   help="continue the interrupted study in OUT with its own parameters: each "
-                        "policy replays its journal and goes on")
+    p.add_argument(
+        "--out",
+        help="folder for the report (default xds-run); "
+        "one study at a time, and one that holds a study is refused (see --force, "
+        "--resume)",
+    )
+    p.add_argument("--force", action="store_true", help="replace the study the --out folder holds")
+    p.add_argument(
+        "--resume",
+        metavar="OUT",
+        help="continue the interrupted study in OUT with its own parameters: each "
+        "policy replays its journal and goes on",
+    )
     p.add_argument("--address", help="Ray cluster address (default: an embedded local Ray)")
     p.add_argument("--local", action="store_true", help="no Ray: domains as plain objects")
-    p.add_argument("--realtime", action="store_true",
-                   help="live service: one simulated second per wall-clock second (see "
-                        "--speed); its state is on the board the dashboard and /metrics read")
-    p.add_argument("--speed", type=number(float, 0, 86400, above=True),
-                   help="with --realtime: simulated seconds per wall-clock second (default 1)")
-    p.add_argument("--dashboard", type=port, metavar="PORT",
-                   help="with --realtime: serve the live dashboard (GET /) and Prometheus "
-                        "metrics (GET /metrics) on 127.0.0.1:PORT while the study runs")
-    p.add_argument("--faults", type=number(float, 0, 1000, above=True), metavar="SCALE",
-                   help="inject node, GPU, domain, link and straggler faults at the published "
-                        "rates times SCALE (1: as published; 50: a stress test)")
-    p.add_argument("--forecast", action=argparse.BooleanOptionalAction, default=None,
-                   help="consult the demand forecast every simulated hour: hold accelerators for "
-                        "the scenario's announced jobs before they arrive and, under --faults, "
-                        "size the backup pools (default: on under --faults, off otherwise)")
+    p.add_argument(
+        "--realtime",
+        action="store_true",
+        help="live service: one simulated second per wall-clock second (see "
+        "--speed); its state is on the board the dashboard and /metrics read",
+    )
+    p.add_argument(
+        "--speed",
+        type=number(float, 0, 86400, above=True),
+        help="with --realtime: simulated seconds per wall-clock second (default 1)",
+    )
+    p.add_argument(
+        "--dashboard",
+        type=port,
+        metavar="PORT",
+        help="with --realtime: serve the live dashboard (GET /) and Prometheus "
+        "metrics (GET /metrics) on 127.0.0.1:PORT while the study runs",
+    )
+    p.add_argument(
+        "--faults",
+        type=number(float, 0, 1000, above=True),
+        metavar="SCALE",
+        help="inject node, GPU, domain, link and straggler faults at the published "
+        "rates times SCALE (1: as published; 50: a stress test)",
+    )
+    p.add_argument(
+        "--forecast",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="consult the demand forecast every simulated hour: hold accelerators for "
+        "the scenario's announced jobs before they arrive and, under --faults, "
+        "size the backup pools (default: on under --faults, off otherwise)",
+    )
     p.add_argument("--json", action="store_true", help="print report.json's content")
-    p.add_argument("--schema", action="store_true",
-                   help="print report.json's JSON Schema (units in the field names) and exit")
+    p.add_argument(
+        "--schema",
+        action="store_true",
+        help="print report.json's JSON Schema (units in the field names) and exit",
+    )
     runtime_cli.register(sub)
     report_cli.register(sub)
 
@@ -605,23 +827,32 @@ def _add_study_commands(sub) -> None:
 # old name (`xds jobs`, `xds run`) for one release.
 GROUPS = {
     "study": ("studies in simulation: run, compare, bill, tenants, bench", _add_study_commands),
-    "live": ("the live control plane: up, down, jobs, submit, logs, cancel, domains, links, "
-             "profile", live_cli.register),
+    "live": (
+        "the live control plane: up, down, jobs, submit, logs, cancel, domains, links, profile",
+        live_cli.register,
+    ),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(
-        prog="xds", description="Schedule large-model training across compute domains.")
+    parser = Parser(prog="xds", description="Schedule large-model training across compute domains.")
     parser.add_argument("--version", action="version", version=f"xds {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (text, register) in GROUPS.items():
         group = sub.add_parser(name, help=text, description=text)
         register(group.add_subparsers(dest=f"{name}_command", required=True, metavar="COMMAND"))
     _add_model_commands(sub)
-    for register in (_add_study_commands, live_cli.register, forecast_cli.register,
-                     faults_cli.register, rl_cli.register, serving_cli.register,
-                     costmodel_cli.register, layers_cli.register, sharing_cli.register):
+    for register in (
+        _add_study_commands,
+        live_cli.register,
+        forecast_cli.register,
+        faults_cli.register,
+        rl_cli.register,
+        serving_cli.register,
+        costmodel_cli.register,
+        layers_cli.register,
+        sharing_cli.register,
+    ):
         register(sub)
     return parser
 

@@ -198,8 +198,13 @@ class Adaptation:
     pause_during_collective: bool = True
 
 
-def adapt(job: DataJob, mean_gbs: float, sd_gbs: float,
-          pol: AdaptivePolicy = AdaptivePolicy(), ready_gb: float = math.inf) -> Adaptation:
+def adapt(
+    job: DataJob,
+    mean_gbs: float,
+    sd_gbs: float,
+    pol: AdaptivePolicy = AdaptivePolicy(),
+    ready_gb: float = math.inf,
+) -> Adaptation:
     """Shard size, prefetch depth and moved share from a link forecast (mean, sd in GB/s);
     transfers pause during the collective unless the buffer (ready_gb) is nearly dry."""
     low = max(mean_gbs - sd_gbs, 0.5 * mean_gbs) * pol.safety  # conservative forecast
@@ -228,12 +233,14 @@ def run_adaptive(job: DataJob, bw: np.ndarray, pol: AdaptivePolicy = AdaptivePol
         blocked += clash or wait > 1e-9
         moved, shards, depths = moved + a.move_share, shards + a.shard_gb, depths + a.depth
     n = job.steps
-    return _summary("adaptive", job, sim, idle, blocked, contended, moved / n, shards / n,
-                    depths / n)
+    return _summary(
+        "adaptive", job, sim, idle, blocked, contended, moved / n, shards / n, depths / n
+    )
 
 
-def _move_share(job: DataJob, pol: AdaptivePolicy, low: float,
-                shard: float) -> tuple[float, float, float]:
+def _move_share(
+    job: DataJob, pol: AdaptivePolicy, low: float, shard: float
+) -> tuple[float, float, float]:
     """Share of samples moved to the data's domain so input fits the compute windows."""
     m = 0.0
     rate = shard / (shard / low + job.setup_s)  # setup latency eats into the window
@@ -244,22 +251,38 @@ def _move_share(job: DataJob, pol: AdaptivePolicy, low: float,
 
 
 def _summary(name, job, sim, idle, blocked, contended, moved, shard, depth) -> dict:
-    return {"policy": name, "steps": job.steps, "wall_s": sim.t,
-            "steps_per_s": job.steps / sim.t, "idle_wait_s": idle,
-            "idle_wait_fraction": idle / sim.t, "blocking_rate": blocked / job.steps,
-            "contended_steps": int(contended), "moved_work_share": moved,
-            "mean_shard_gb": shard, "mean_depth": depth, "peak_buffer_gb": sim.f.peak}
+    return {
+        "policy": name,
+        "steps": job.steps,
+        "wall_s": sim.t,
+        "steps_per_s": job.steps / sim.t,
+        "idle_wait_s": idle,
+        "idle_wait_fraction": idle / sim.t,
+        "blocking_rate": blocked / job.steps,
+        "contended_steps": int(contended),
+        "moved_work_share": moved,
+        "mean_shard_gb": shard,
+        "mean_depth": depth,
+        "peak_buffer_gb": sim.f.peak,
+    }
 
 
-def compare(job: DataJob = DataJob(), seed: int = 0,
-            adaptive: AdaptivePolicy = AdaptivePolicy()) -> dict:
+def compare(
+    job: DataJob = DataJob(), seed: int = 0, adaptive: AdaptivePolicy = AdaptivePolicy()
+) -> dict:
     """Both policies on one seeded trace; ratios adaptive / fixed."""
     if job.steps < 1 or job.input_gb <= 0 or job.link_gbps <= 0:
         raise UserError("a data job needs steps ≥ 1, input_gb > 0 and link_gbps > 0")
     bw = bandwidth_trace(job, seed, horizon_s=job.steps * (job.compute_s + 1) * 6)
     fixed, adapted = run_fixed(job, bw), run_adaptive(job, bw, adaptive)
-    ratio = {k: adapted[k] / fixed[k] if fixed[k] else math.nan
-             for k in ("idle_wait_fraction", "blocking_rate", "steps_per_s")}
-    return {"seed": seed, "fixed": fixed, "adaptive": adapted, "ratio": ratio,
-            "bandwidth_gbs": {"mean": float(bw.mean()), "min": float(bw.min()),
-                              "max": float(bw.max())}}
+    ratio = {
+        k: adapted[k] / fixed[k] if fixed[k] else math.nan
+        for k in ("idle_wait_fraction", "blocking_rate", "steps_per_s")
+    }
+    return {
+        "seed": seed,
+        "fixed": fixed,
+        "adaptive": adapted,
+        "ratio": ratio,
+        "bandwidth_gbs": {"mean": float(bw.mean()), "min": float(bw.min()), "max": float(bw.max())},
+    }

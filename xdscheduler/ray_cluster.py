@@ -39,8 +39,7 @@ def start_local(**options) -> None:
     os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = "0"
     ray_constants.ENABLE_RAY_CLUSTER = False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             **options)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, **options)
 
 
 def starts_local(address: str | None) -> bool:
@@ -64,8 +63,9 @@ def check_address(address: str, timeout_s: float = 5.0) -> None:
         return
     host, _, port = address.split("://")[-1].rstrip("/").rpartition(":")
     if not host or not port.isdigit():
-        raise UserError(f"Ray address {address!r} is not HOST:PORT (e.g. 127.0.0.1:6379), "
-                        "'auto' or 'local'")
+        raise UserError(
+            f"Ray address {address!r} is not HOST:PORT (e.g. 127.0.0.1:6379), 'auto' or 'local'"
+        )
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
     except OSError as err:

@@ -66,12 +66,10 @@ def check(policies: list[str]) -> None:
     unknown = [p for p in policies if p not in known]
     if unknown:
         hint = did_you_mean(unknown[0], known)
-        raise UserError(f"unknown policies {', '.join(unknown)}{hint}; known: "
-                        f"{', '.join(known)}")
+        raise UserError(f"unknown policies {', '.join(unknown)}{hint}; known: {', '.join(known)}")
 
 
-def make_policy(name: str, weights: Weights, options: PolicyOptions | dict | None = None
-                ) -> Policy:
+def make_policy(name: str, weights: Weights, options: PolicyOptions | dict | None = None) -> Policy:
     """The policy registered under `name`, deciding by `weights`."""
     check([name])
     opts = PolicyOptions.model_validate(options or {})

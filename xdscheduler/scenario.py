@@ -83,8 +83,9 @@ class Domain(FileModel):
     @model_validator(mode="after")
     def _bounded(self) -> Domain:
         if self.gpus > MAX_DOMAIN_GPUS:
-            raise ValueError(f"{self.gpus:,} accelerators; a domain holds at most "
-                             f"{MAX_DOMAIN_GPUS:,}")
+            raise ValueError(
+                f"{self.gpus:,} accelerators; a domain holds at most {MAX_DOMAIN_GPUS:,}"
+            )
         return self
 
     @cached_property  # a scenario is immutable; asked at every report of every domain
@@ -192,8 +193,16 @@ class Job(FileModel):
         a = self.architecture
         assert a is not None
         return catalog.ModelArch(
-            self.name, a.layers, a.hidden, a.ffn_hidden, a.heads, a.kv_heads or a.heads,
-            a.vocab, self.seq_len or 2048, a.gated_mlp, a.tied_embeddings,
+            self.name,
+            a.layers,
+            a.hidden,
+            a.ffn_hidden,
+            a.heads,
+            a.kv_heads or a.heads,
+            a.vocab,
+            self.seq_len or 2048,
+            a.gated_mlp,
+            a.tied_embeddings,
         )
 
 
@@ -207,8 +216,9 @@ class Weights(FileModel):
     @model_validator(mode="after")
     def _some_weight(self) -> Weights:
         if not (self.efficiency or self.utilization or self.cost):
-            raise ValueError("every weight is 0: R would rank every plan alike; give at least "
-                             "one weight above 0")
+            raise ValueError(
+                "every weight is 0: R would rank every plan alike; give at least one weight above 0"
+            )
         return self
 
 
@@ -240,8 +250,9 @@ class Scenario(FileModel):
         entries = data.get("accelerators") if isinstance(data, dict) else None
         for i, entry in enumerate(entries if isinstance(entries, list) else []):
             try:
-                catalog.register(catalog.AcceleratorEntry.model_validate(entry),
-                                 f"accelerators[{i}]")
+                catalog.register(
+                    catalog.AcceleratorEntry.model_validate(entry), f"accelerators[{i}]"
+                )
             except ValidationError as err:
                 first = err.errors()[0]
                 where = ".".join(str(x) for x in first["loc"])
@@ -279,8 +290,9 @@ class Scenario(FileModel):
         names = [t.name for t in tenancy.tenants]
         for i, job in enumerate(self.jobs):
             if job.tenant not in names:
-                raise ValueError(f"jobs[{i}].tenant: unknown tenant {job.tenant!r}; "
-                                 f"tenants: {', '.join(names)}")
+                raise ValueError(
+                    f"jobs[{i}].tenant: unknown tenant {job.tenant!r}; tenants: {', '.join(names)}"
+                )
 
     def job(self, name: str | None = None) -> Job:
         if not self.jobs:
@@ -291,8 +303,10 @@ class Scenario(FileModel):
             if job.name == name:
                 return job
         names = [j.name for j in self.jobs]
-        raise UserError(f"no job {name!r} in scenario {self.name!r}"
-                        f"{catalog.did_you_mean(name, names)}; jobs: {', '.join(names)}")
+        raise UserError(
+            f"no job {name!r} in scenario {self.name!r}"
+            f"{catalog.did_you_mean(name, names)}; jobs: {', '.join(names)}"
+        )
 
 
 def _where(loc: tuple) -> str:

@@ -37,8 +37,10 @@ class Tenant(FileModel):
     def _lends_what_it_has(self) -> Tenant:
         owned = self.quota.get(ALL, sum(self.quota.values()))
         if self.lending_limit is not None and self.lending_limit > owned:
-            raise ValueError(f"lending_limit {self.lending_limit} is more than its quota "
-                             f"{owned}: a tenant lends only what it owns")
+            raise ValueError(
+                f"lending_limit {self.lending_limit} is more than its quota "
+                f"{owned}: a tenant lends only what it owns"
+            )
         return self
 
 
@@ -68,14 +70,17 @@ class Tenancy(FileModel):
             seen, at = {c.name}, c.parent
             while at is not None:
                 if at in seen:
-                    raise ValueError(f"cohorts[{i}]: the cohorts' parents form a cycle "
-                                     f"through {c.name!r}")
+                    raise ValueError(
+                        f"cohorts[{i}]: the cohorts' parents form a cycle through {c.name!r}"
+                    )
                 seen.add(at)
                 at = cohorts[at]
         for i, t in enumerate(self.tenants):
             if t.cohort is not None and cohorts and t.cohort not in cohorts:
-                raise ValueError(f"tenants[{i}].cohort: unknown cohort {t.cohort!r}; "
-                                 f"cohorts: {', '.join(cohorts)}")
+                raise ValueError(
+                    f"tenants[{i}].cohort: unknown cohort {t.cohort!r}; "
+                    f"cohorts: {', '.join(cohorts)}"
+                )
         return self
 
     def root(self, cohort: str | None) -> str | None:
@@ -92,14 +97,18 @@ class Tenancy(FileModel):
         for i, t in enumerate(self.tenants):
             for key in t.quota:
                 if key not in capacity:
-                    raise ValueError(f"{where}.tenants[{i}].quota: unknown accelerator class "
-                                     f"{key!r}; the cluster has {', '.join(capacity)}")
+                    raise ValueError(
+                        f"{where}.tenants[{i}].quota: unknown accelerator class "
+                        f"{key!r}; the cluster has {', '.join(capacity)}"
+                    )
         for key, have in capacity.items():
             asked = sum(t.quota.get(key, 0) for t in self.tenants)
             if asked > self.overcommit * have:
-                raise ValueError(f"{where}: the tenants' nominal {key} quotas add up to {asked}, "
-                                 f"over {self.overcommit:g} x the {have} the cluster has "
-                                 f"(raise overcommit to allow it)")
+                raise ValueError(
+                    f"{where}: the tenants' nominal {key} quotas add up to {asked}, "
+                    f"over {self.overcommit:g} x the {have} the cluster has "
+                    f"(raise overcommit to allow it)"
+                )
 
 
 @dataclass(frozen=True)
@@ -138,8 +147,11 @@ class Quotas:
         root = self.tenancy.root(self.tenant(name).cohort)
         if root is None:
             return []
-        return [t.name for t in self.tenancy.tenants
-                if t.name != name and self.tenancy.root(t.cohort) == root]
+        return [
+            t.name
+            for t in self.tenancy.tenants
+            if t.name != name and self.tenancy.root(t.cohort) == root
+        ]
 
     def headroom(self, used: dict, name: str, key: str) -> int | None:
         """How many more accelerators of `key` it may take now: its idle quota, then what its
@@ -151,8 +163,11 @@ class Quotas:
         have, peers = used.get(name, {}).get(key, 0), self.peers(name)
         mine = self.borrowed(used, name, key)
         # what the cohort lends, less what its members (this one included) borrow already
-        pool = (sum(self.lendable(used, p, key) for p in peers)
-                - sum(self.borrowed(used, p, key) for p in peers) - mine)
+        pool = (
+            sum(self.lendable(used, p, key) for p in peers)
+            - sum(self.borrowed(used, p, key) for p in peers)
+            - mine
+        )
         limit = self.tenant(name).borrowing_limit
         room = pool if limit is None else min(pool, limit - mine)
         return max(q - have, 0) + max(room, 0)

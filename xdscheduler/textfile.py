@@ -22,8 +22,13 @@ def checked_input(path: Path, what: str, max_bytes: int) -> Path:
     path = Path(path)
     try:
         if not path.is_file():  # a folder, a device (/dev/zero), a pipe, nothing
-            found = "a folder" if path.is_dir() else "missing (no such file)" \
-                if not path.exists() else "not a regular file"
+            found = (
+                "a folder"
+                if path.is_dir()
+                else "missing (no such file)"
+                if not path.exists()
+                else "not a regular file"
+            )
             raise UserError(f"cannot read {what} {path}: {found}")
         size = path.stat().st_size
     except OSError as err:
@@ -55,8 +60,9 @@ def read_text(path: Path, what: str, max_bytes: int, kind: str) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        raise UserError(f"{what} {path} is not UTF-8 text (byte {err.start}); save it as "
-                        f"UTF-8") from None
+        raise UserError(
+            f"{what} {path} is not UTF-8 text (byte {err.start}); save it as UTF-8"
+        ) from None
 
 
 def read_frame(path: Path, what: str, max_bytes: int = MAX_CSV_BYTES):
@@ -83,8 +89,9 @@ def output_file(path: Path, what: str = "output") -> Path:
         mode = os.stat(real).st_mode
     except FileNotFoundError:
         if path.is_symlink():
-            raise UserError(f"cannot write {what} {path}: a symlink to nothing "
-                            f"({os.readlink(path)})") from None
+            raise UserError(
+                f"cannot write {what} {path}: a symlink to nothing ({os.readlink(path)})"
+            ) from None
         if not real.parent.is_dir():
             raise UserError(f"cannot write {what} {path}: no folder {real.parent}") from None
         return real
@@ -92,8 +99,9 @@ def output_file(path: Path, what: str = "output") -> Path:
         raise UserError(f"cannot write {what} {path}: {err.strerror or err}") from None
     if not stat.S_ISREG(mode):
         found = "a folder" if stat.S_ISDIR(mode) else "a device, fifo or socket"
-        raise UserError(f"cannot write {what} {path}: it is {found}, not a regular file; "
-                        f"name a file")
+        raise UserError(
+            f"cannot write {what} {path}: it is {found}, not a regular file; name a file"
+        )
     return real
 
 
@@ -109,8 +117,9 @@ def output_folder(path: Path, what: str = "output folder") -> Path:
     return path
 
 
-def write_atomic(path: Path, data: str | bytes | Callable[[Path], object],
-                 what: str = "output") -> Path:
+def write_atomic(
+    path: Path, data: str | bytes | Callable[[Path], object], what: str = "output"
+) -> Path:
     """Write `data` (text, bytes, or a function writing the file at the path it is given) to
     `path` (see `output_file`) through a new temporary file renamed over it: a reader (or a
     full disk) never sees half a file. The temporary file keeps the suffix, which some writers
@@ -121,8 +130,9 @@ def write_atomic(path: Path, data: str | bytes | Callable[[Path], object],
     except FileNotFoundError:
         mode = 0o666 & ~_umask()
     try:
-        fd, name = tempfile.mkstemp(prefix=f".{real.stem}.", suffix=f".tmp{real.suffix}",
-                                    dir=real.parent)  # a new file of ours, whatever was there
+        fd, name = tempfile.mkstemp(
+            prefix=f".{real.stem}.", suffix=f".tmp{real.suffix}", dir=real.parent
+        )  # a new file of ours, whatever was there
     except OSError as err:
         raise UserError(f"cannot write {what} {path}: {err.strerror or err}") from None
     tmp = Path(name)

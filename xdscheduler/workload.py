@@ -19,12 +19,30 @@ from xdscheduler.errors import UserError
 from xdscheduler.scenario import GpuRequest, Job
 
 ACME = {
-    "seren": {"mean_gpus": 5.68, "median_gpus": 1.0, "mean_run_s": 1414.335,
-              "median_run_s": 122.0, "mean_queue_s": 445.984, "median_queue_s": 1.0,
-              "max_gpus": 1024, "complete": 0.497, "cancel": 0.075, "fail": 0.429},
-    "kalos": {"mean_gpus": 26.77, "median_gpus": 1.0, "mean_run_s": 1259.689,
-              "median_run_s": 124.0, "mean_queue_s": 214.179, "median_queue_s": 17.0,
-              "max_gpus": 1024, "complete": 0.541, "cancel": 0.062, "fail": 0.397},
+    "seren": {
+        "mean_gpus": 5.68,
+        "median_gpus": 1.0,
+        "mean_run_s": 1414.335,
+        "median_run_s": 122.0,
+        "mean_queue_s": 445.984,
+        "median_queue_s": 1.0,
+        "max_gpus": 1024,
+        "complete": 0.497,
+        "cancel": 0.075,
+        "fail": 0.429,
+    },
+    "kalos": {
+        "mean_gpus": 26.77,
+        "median_gpus": 1.0,
+        "mean_run_s": 1259.689,
+        "median_run_s": 124.0,
+        "mean_queue_s": 214.179,
+        "median_queue_s": 17.0,
+        "max_gpus": 1024,
+        "complete": 0.541,
+        "cancel": 0.062,
+        "fail": 0.397,
+    },
 }
 SIZE_EXPONENT = 0.3  # assumption: run time grows as (gpus/8)^0.3 (bigger runs train longer)
 RUN_LIMITS_S = (600.0, 3 * 86400.0)  # a training job runs 10 minutes to 3 days here
@@ -48,8 +66,9 @@ def _model_for(gpus: int, rng: np.random.Generator) -> str:
     return "gpt3-175b"
 
 
-def _sizes_and_runs(rng: np.random.Generator, n: int, stats: dict, low: int,
-                    high: int) -> tuple[np.ndarray, np.ndarray]:
+def _sizes_and_runs(
+    rng: np.random.Generator, n: int, stats: dict, low: int, high: int
+) -> tuple[np.ndarray, np.ndarray]:
     """GPU requests (powers of two in [low, high]) and run times for n jobs.
 
     The lognormal of all GPU jobs is truncated to multi-node sizes: this study schedules
@@ -73,34 +92,44 @@ def _limits(total_gpus: int, cluster: str, min_gpus: int) -> tuple[dict, int]:
         raise UserError(f"unknown cluster {cluster!r}; known: {', '.join(ACME)}")
     high = min(stats["max_gpus"], 2 ** int(math.log2(max(total_gpus, 1))))
     if high < min_gpus:
-        raise UserError(f"a cluster of {total_gpus} accelerators cannot hold jobs of "
-                        f"{min_gpus}")
+        raise UserError(f"a cluster of {total_gpus} accelerators cannot hold jobs of {min_gpus}")
     return stats, high
 
 
 @cache  # a pure function of its arguments, asked when a study is sized and when it is drawn
-def gpu_s_per_job(total_gpus: int, seed: int, cluster: str = "kalos",
-                  min_gpus: int = 8) -> float:
+def gpu_s_per_job(total_gpus: int, seed: int, cluster: str = "kalos", min_gpus: int = 8) -> float:
     """Expected accelerator-seconds of one generated job: what `generate_jobs` divides the
     offered accelerator-time by to set how many jobs arrive (a probe of 20,000 draws)."""
     stats, high = _limits(total_gpus, cluster, min_gpus)
-    probe_g, probe_t = _sizes_and_runs(np.random.default_rng(seed + 1), 20000, stats,
-                                       min_gpus, high)
+    probe_g, probe_t = _sizes_and_runs(
+        np.random.default_rng(seed + 1), 20000, stats, min_gpus, high
+    )
     return float(np.mean(probe_g * probe_t))
 
 
-def mean_jobs(hours: float, total_gpus: int, seed: int, load: float = 0.9,
-              cluster: str = "kalos", min_gpus: int = 8) -> float:
+def mean_jobs(
+    hours: float,
+    total_gpus: int,
+    seed: int,
+    load: float = 0.9,
+    cluster: str = "kalos",
+    min_gpus: int = 8,
+) -> float:
     """How many jobs `generate_jobs` draws on average (it draws a Poisson count of this mean):
     known before any is drawn, to size a study."""
-    return load * total_gpus * (hours * 3600) / gpu_s_per_job(total_gpus, seed, cluster,
-                                                               min_gpus)
+    return load * total_gpus * (hours * 3600) / gpu_s_per_job(total_gpus, seed, cluster, min_gpus)
 
 
-def generate_jobs(hours: float, total_gpus: int, seed: int, load: float = 0.9,
-                  cluster: str = "kalos", min_gpus: int = 8,
-                  peak_tflops: float = PEAK_TFLOPS, tenants: tuple[str, ...] = TENANTS
-                  ) -> list[Job]:
+def generate_jobs(
+    hours: float,
+    total_gpus: int,
+    seed: int,
+    load: float = 0.9,
+    cluster: str = "kalos",
+    min_gpus: int = 8,
+    peak_tflops: float = PEAK_TFLOPS,
+    tenants: tuple[str, ...] = TENANTS,
+) -> list[Job]:
     """Jobs arriving over `hours`, offering `load` × the cluster's accelerator-time, each of
     one of `tenants` (uniformly).
 
@@ -120,10 +149,16 @@ def generate_jobs(hours: float, total_gpus: int, seed: int, load: float = 0.9,
         params = MODELS[model].params
         tokens_per_gpu_s = MFU * peak_tflops * 1e12 / (6 * params)
         batch = 512 if params < 10e9 else (1024 if params < 100e9 else 1536)
-        jobs.append(Job(
-            name=f"gen-{i:04d}", model=model, global_batch=batch,
-            tokens=float(runs[i] * gpus[i] * tokens_per_gpu_s),
-            tenant=tenants[int(rng.integers(len(tenants)))],
-            priority=int(rng.integers(0, 3)), arrival_s=float(arrivals[i]),
-            gpus=GpuRequest(min=max(min_gpus, int(gpus[i]) // 4), max=int(gpus[i]))))
+        jobs.append(
+            Job(
+                name=f"gen-{i:04d}",
+                model=model,
+                global_batch=batch,
+                tokens=float(runs[i] * gpus[i] * tokens_per_gpu_s),
+                tenant=tenants[int(rng.integers(len(tenants)))],
+                priority=int(rng.integers(0, 3)),
+                arrival_s=float(arrivals[i]),
+                gpus=GpuRequest(min=max(min_gpus, int(gpus[i]) // 4), max=int(gpus[i])),
+            )
+        )
     return jobs

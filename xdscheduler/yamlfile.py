@@ -34,8 +34,10 @@ class _Loader(yaml.SafeLoader):
         nested = isinstance(event, yaml.CollectionStartEvent)
         self.depth += nested
         if self.depth > MAX_DEPTH:
-            raise UserError(f"{self.name}: line {event.start_mark.line + 1} is nested "
-                            f"{self.depth} deep; at most {MAX_DEPTH} levels are read")
+            raise UserError(
+                f"{self.name}: line {event.start_mark.line + 1} is nested "
+                f"{self.depth} deep; at most {MAX_DEPTH} levels are read"
+            )
         try:
             return super().compose_node(parent, index)
         finally:
@@ -47,8 +49,11 @@ class _Loader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} given twice (first on line {seen[key] + 1})",
-                    key_node.start_mark)
+                    None,
+                    None,
+                    f"key {key!r} given twice (first on line {seen[key] + 1})",
+                    key_node.start_mark,
+                )
             try:
                 seen[key] = key_node.start_mark.line
             except TypeError:  # an unhashable key: the base class says so
@@ -59,9 +64,12 @@ class _Loader(yaml.SafeLoader):
 # YAML 1.2 floats: a dot or an exponent, the exponent's sign optional (YAML 1.1 wants both).
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
-               r"|[0-9][0-9_]*[eE][-+]?[0-9]+)$"),
-    list("-+0123456789."))
+    re.compile(
+        r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
+        r"|[0-9][0-9_]*[eE][-+]?[0-9]+)$"
+    ),
+    list("-+0123456789."),
+)
 
 
 def read_yaml(path: str | Path, what: str = "file") -> object:

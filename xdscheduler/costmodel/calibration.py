@@ -27,8 +27,13 @@ from xdscheduler.errors import UserError
 from xdscheduler.schema import FileModel
 from xdscheduler.textfile import MAX_CSV_BYTES, read_text
 
-FITTED = ("gemm_efficiency", "fp8_gemm_efficiency", "attention_efficiency", "memory_passes",
-          "kernel_overhead_s")
+FITTED = (
+    "gemm_efficiency",
+    "fp8_gemm_efficiency",
+    "attention_efficiency",
+    "memory_passes",
+    "kernel_overhead_s",
+)
 BOUNDS = ([0.3, 0.2, 0.2, 0.1, 1e-7], [1.0, 1.0, 1.0, 8.0, 1e-3])  # physical ranges
 # Pull toward the shipped constants (squared log ratio, this weight against each run's): a
 # constant the runs say nothing of (FP8 efficiency, with no FP8 run) stays where it was, and
@@ -38,16 +43,29 @@ PRIOR_WEIGHT = 0.1
 VOCAB_BY_FAMILY = {"gpt3": 51200, "llama2": 32000, "nemotron": 256000}
 # Software each source ran (see Stack.preset), where a row has no `stack` column: the first
 # key found in the source's name wins.
-STACK_BY_SOURCE = {"narayanan": "megatron-2021", "korthikanti": "megatron-2022",
-                   "llama team": "unknown interleaving depth",
-                   "mosaicml": "fsdp",
-                   "rowwise": "the Float8 rowwise recipe (a scale per row; other kernels)",
-                   "eager": "fsdp2-eager", "2024-04 a100": "fsdp2-eager",  # no torch.compile
-                   "asynctp": "fsdp2-async-tp", "torchtitan": "fsdp2",
-                   "megatron-lm readme": "megatron-core-tp-overlap", "nemo": "megatron-core"}
+STACK_BY_SOURCE = {
+    "narayanan": "megatron-2021",
+    "korthikanti": "megatron-2022",
+    "llama team": "unknown interleaving depth",
+    "mosaicml": "fsdp",
+    "rowwise": "the Float8 rowwise recipe (a scale per row; other kernels)",
+    "eager": "fsdp2-eager",
+    "2024-04 a100": "fsdp2-eager",  # no torch.compile
+    "asynctp": "fsdp2-async-tp",
+    "torchtitan": "fsdp2",
+    "megatron-lm readme": "megatron-core-tp-overlap",
+    "nemo": "megatron-core",
+}
 METRIC_PREFERENCE = ("tokens_per_s_per_gpu", "iteration_time_s", "tflops_per_gpu", "mfu")
-DTYPES = {"fp8": "fp8", "fp8-cs": "fp8", "bf16": "bf16", "mixed precision 16-bit": "bf16",
-          "fp16": "fp16", "tf32": "tf32", "fp32": "fp32"}
+DTYPES = {
+    "fp8": "fp8",
+    "fp8-cs": "fp8",
+    "bf16": "bf16",
+    "mixed precision 16-bit": "bf16",
+    "fp16": "fp16",
+    "tf32": "tf32",
+    "fp32": "fp32",
+}
 SHIPPED = Path(__file__).with_name("profiles")  # fitted on benchmarks/published_runs.csv
 SHARDED = ("fsdp", "fsdp2", "fsdp2-eager", "fsdp2-async-tp")  # ZeRO-3: all state sharded
 
@@ -71,19 +89,35 @@ class Run:
     @property
     def label(self) -> str:
         p = self.plan
-        return (f"{self.arch.name} {self.gpus}×{self.gpu.name} TP{p.tp} PP{p.pp}"
-                + (f" CP{p.cp}" if p.cp > 1 else "") + (f" VP{p.vp}" if p.vp > 1 else "")
-                + f" mb{p.micro_batch} GBS{self.global_batch} {p.dtype}"
-                + (f" {p.recompute} recompute" if p.recompute != "none" else ""))
+        return (
+            f"{self.arch.name} {self.gpus}×{self.gpu.name} TP{p.tp} PP{p.pp}"
+            + (f" CP{p.cp}" if p.cp > 1 else "")
+            + (f" VP{p.vp}" if p.vp > 1 else "")
+            + f" mb{p.micro_batch} GBS{self.global_batch} {p.dtype}"
+            + (f" {p.recompute} recompute" if p.recompute != "none" else "")
+        )
 
 
 # The columns of a runs CSV that hold whole numbers, and the largest each may be; and the
 # columns a row must have. A row is checked whole (`check_row`) before it is modelled: a value
 # that makes no sense refuses the file, where a configuration the model lacks is only left out.
-WHOLE = {"gpu_count": 1 << 20, "layers": 10_000, "hidden": 1 << 20, "ffn_hidden": 1 << 22,
-         "heads": 1 << 14, "kv_heads": 1 << 14, "vocab": 1 << 24, "seq": 1 << 24,
-         "global_batch": 1 << 24, "micro_batch": 1 << 16, "tp": 1 << 16, "pp": 1 << 16,
-         "cp": 1 << 16, "vp": 1 << 16, "dp": 1 << 20}
+WHOLE = {
+    "gpu_count": 1 << 20,
+    "layers": 10_000,
+    "hidden": 1 << 20,
+    "ffn_hidden": 1 << 22,
+    "heads": 1 << 14,
+    "kv_heads": 1 << 14,
+    "vocab": 1 << 24,
+    "seq": 1 << 24,
+    "global_batch": 1 << 24,
+    "micro_batch": 1 << 16,
+    "tp": 1 << 16,
+    "pp": 1 << 16,
+    "cp": 1 << 16,
+    "vp": 1 << 16,
+    "dp": 1 << 20,
+}
 REQUIRED = ("source", "source_ref", "gpu", "model", "metric", "value")
 
 
@@ -109,15 +143,20 @@ def check_row(row: dict, where: str) -> None:
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
-        raise UserError(f"{where}, column 'value': {text!r} is not a measured value (a finite "
-                        f"number above 0)")
+        raise UserError(
+            f"{where}, column 'value': {text!r} is not a measured value (a finite number above 0)"
+        )
     if whole.get("micro_batch", 1) > whole.get("global_batch", math.inf):
-        raise UserError(f"{where}: micro_batch {whole['micro_batch']} is above global_batch "
-                        f"{whole['global_batch']}")
+        raise UserError(
+            f"{where}: micro_batch {whole['micro_batch']} is above global_batch "
+            f"{whole['global_batch']}"
+        )
     heads, kv = whole.get("heads"), whole.get("kv_heads")
     if heads and kv and heads % kv:
-        raise UserError(f"{where}: kv_heads {kv} does not divide heads {heads} (each key-value "
-                        f"head serves a whole group of query heads)")
+        raise UserError(
+            f"{where}: kv_heads {kv} does not divide heads {heads} (each key-value "
+            f"head serves a whole group of query heads)"
+        )
 
 
 def _num(row: dict, key: str, default: float | None = None) -> float | None:
@@ -148,8 +187,9 @@ def parse_row(row: dict) -> Run:
         dtype = "bf16"  # its MFU figures are against the dense BF16 peak
     dtype = DTYPES.get(dtype)
     if dtype is None:
-        raise ValueError(f"precision {row.get('dtype')!r} is not modelled (bf16, fp16, fp8, "
-                         f"tf32, fp32)")
+        raise ValueError(
+            f"precision {row.get('dtype')!r} is not modelled (bf16, fp16, fp8, tf32, fp32)"
+        )
     if not (row.get("layers") and row.get("hidden") and row.get("gpu_count")):
         raise ValueError("the source gives no full architecture or GPU count")
     try:
@@ -158,12 +198,22 @@ def parse_row(row: dict) -> Run:
         raise ValueError(f"accelerator {row['gpu']!r} is not in the catalog") from None
     layers, hidden, heads = (int(_num(row, k)) for k in ("layers", "hidden", "heads"))
     ffn = int(_num(row, "ffn_hidden", 4 * hidden))
-    vocab = _num(row, "vocab") or _lookup(VOCAB_BY_FAMILY, row["model"].replace(" ", ""),
-                                          "vocabulary")
+    vocab = _num(row, "vocab") or _lookup(
+        VOCAB_BY_FAMILY, row["model"].replace(" ", ""), "vocabulary"
+    )
     gated = ffn != 4 * hidden
-    arch = catalog.ModelArch(row["model"], layers, hidden, ffn, heads,
-                             int(_num(row, "kv_heads", heads)), int(vocab),
-                             int(_num(row, "seq")), gated, not gated)
+    arch = catalog.ModelArch(
+        row["model"],
+        layers,
+        hidden,
+        ffn,
+        heads,
+        int(_num(row, "kv_heads", heads)),
+        int(vocab),
+        int(_num(row, "seq")),
+        gated,
+        not gated,
+    )
     gpus = int(_num(row, "gpu_count"))
     tp, pp, cp = (int(_num(row, k, 1)) for k in ("tp", "pp", "cp"))
     dp = int(_num(row, "dp", gpus // (tp * pp * cp)))
@@ -172,22 +222,41 @@ def parse_row(row: dict) -> Run:
     batch = int(_num(row, "global_batch", 0))
     if batch == 0:
         raise ValueError("no global batch")
-    stack = (row.get("stack") or "").strip() or _lookup(STACK_BY_SOURCE, row["source"],
-                                                        "software stack")
+    stack = (row.get("stack") or "").strip() or _lookup(
+        STACK_BY_SOURCE, row["source"], "software stack"
+    )
     if stack not in STACKS:
         raise ValueError(f"not modelled: {stack}")
     recompute = (row.get("recompute") or "").strip() or "none"
-    plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, vp=int(_num(row, "vp", 1)),
-                micro_batch=int(_num(row, "micro_batch", 1)),
-                zero=3 if stack in SHARDED else (
-                    0 if stack == "megatron-2021" or not Stack.preset(stack).memory_savers
-                    else 1),
-                recompute=recompute, dtype=dtype)
+    plan = Plan(
+        dp=dp,
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        vp=int(_num(row, "vp", 1)),
+        micro_batch=int(_num(row, "micro_batch", 1)),
+        zero=3
+        if stack in SHARDED
+        else (0 if stack == "megatron-2021" or not Stack.preset(stack).memory_savers else 1),
+        recompute=recompute,
+        dtype=dtype,
+    )
     value = _num(row, "value")
     if row["metric"] == "mfu":
         value /= 100
-    return Run(row["source"], row["source_ref"], gpu, arch, gpus, plan, batch, stack,
-               row["metric"], convention_of(row), value)
+    return Run(
+        row["source"],
+        row["source_ref"],
+        gpu,
+        arch,
+        gpus,
+        plan,
+        batch,
+        stack,
+        row["metric"],
+        convention_of(row),
+        value,
+    )
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -197,13 +266,17 @@ def read_rows(path: Path) -> list[dict]:
     try:
         missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
         if missing:
-            raise UserError(f"{path}: no column {', '.join(missing)}; a runs CSV has the "
-                            f"columns of benchmarks/published_runs.csv")
+            raise UserError(
+                f"{path}: no column {', '.join(missing)}; a runs CSV has the "
+                f"columns of benchmarks/published_runs.csv"
+            )
         rows = []
         for i, row in enumerate(reader, 1):
             if None in row or None in row.values():
-                raise UserError(f"{path}, row {i}: {len(row) - (None in row)} fields where the "
-                                f"header has {len(reader.fieldnames)}")
+                raise UserError(
+                    f"{path}, row {i}: {len(row) - (None in row)} fields where the "
+                    f"header has {len(reader.fieldnames)}"
+                )
             check_row(row, f"{path}, row {i}")
             rows.append(row)
     except csv.Error as err:
@@ -229,8 +302,9 @@ def load_runs(path: Path) -> tuple[list[Run], list[tuple[dict, str]]]:
     return runs, skipped
 
 
-def source_flops(run: Run, step_s: np.ndarray, hardware_flops: np.ndarray,
-                 model_flops: float) -> np.ndarray:
+def source_flops(
+    run: Run, step_s: np.ndarray, hardware_flops: np.ndarray, model_flops: float
+) -> np.ndarray:
     """FLOPs of one step as the source counts them."""
     a, B = run.arch, run.global_batch
     s, L, h, V = a.seq_len, a.layers, a.hidden, a.vocab
@@ -243,8 +317,14 @@ def source_flops(run: Run, step_s: np.ndarray, hardware_flops: np.ndarray,
 
 def predict(run: Run, calib: Calibration) -> float:
     """The model's value of the run's metric, in the source's convention."""
-    est = estimate(run.arch, run.global_batch, PlanBatch.of([run.plan]), Hardware.of(run.gpu),
-                   stack=Stack.preset(run.stack), calib=calib)
+    est = estimate(
+        run.arch,
+        run.global_batch,
+        PlanBatch.of([run.plan]),
+        Hardware.of(run.gpu),
+        stack=Stack.preset(run.stack),
+        calib=calib,
+    )
     step = est.step_time_s
     if run.metric == "iteration_time_s":
         return float(step[0])
@@ -269,8 +349,9 @@ def relative_error(run: Run, predicted: float) -> float:
     return 1 / ratio - 1 if run.metric == "iteration_time_s" else ratio - 1
 
 
-def fit(runs: list[Run], start: Calibration = DEFAULT,
-        prior_weight: float = PRIOR_WEIGHT) -> Calibration:
+def fit(
+    runs: list[Run], start: Calibration = DEFAULT, prior_weight: float = PRIOR_WEIGHT
+) -> Calibration:
     """The constants that minimise the squared log error over `runs` (least squares), held
     near `start` by a weak prior."""
     from scipy.optimize import least_squares
@@ -337,21 +418,26 @@ class Profile(FileModel):
             path = shipped
         elif not Path(path).exists():
             names = ", ".join(sorted(p.stem for p in SHIPPED.glob("*.yaml")))
-            raise UserError(f"no profile {path!r}: give a file from xds calibrate or one of "
-                            f"the shipped: {names}")
+            raise UserError(
+                f"no profile {path!r}: give a file from xds calibrate or one of "
+                f"the shipped: {names}"
+            )
         doc = read_yaml(path, "profile")
         try:
             profile = cls.model_validate(doc)
         except ValidationError as err:
             first = err.errors()[0]
             where = ".".join(str(x) for x in first["loc"]) or "the document"
-            raise UserError(f"{path}: not a profile written by xds calibrate ({where}: "
-                            f"{first['msg']})") from None
+            raise UserError(
+                f"{path}: not a profile written by xds calibrate ({where}: {first['msg']})"
+            ) from None
         unknown = set(profile.constants) - set(FITTED)
         if unknown or profile.stack not in STACKS:
-            raise UserError(f"{path}: unknown stack {profile.stack!r} or constants "
-                            f"{sorted(unknown)}; stacks: {', '.join(STACKS)}; constants: "
-                            f"{', '.join(FITTED)}")
+            raise UserError(
+                f"{path}: unknown stack {profile.stack!r} or constants "
+                f"{sorted(unknown)}; stacks: {', '.join(STACKS)}; constants: "
+                f"{', '.join(FITTED)}"
+            )
         return profile
 
 
@@ -365,20 +451,32 @@ def calibrate(runs: list[Run], held_out: list[bool], data: str = "") -> Profile:
     profile with both sets' errors."""
     stacks = {VARIANT_OF.get(r.stack, r.stack) for r in runs}
     if len(stacks) != 1:
-        raise UserError(f"calibrate one software stack at a time; the runs are of "
-                        f"{', '.join(sorted(stacks))}")
+        raise UserError(
+            f"calibrate one software stack at a time; the runs are of {', '.join(sorted(stacks))}"
+        )
     family = stacks.pop()
     train = [r for r, h in zip(runs, held_out, strict=True) if not h]
     if len(train) < 2:
         raise UserError(f"{len(train)} run(s) to fit on: at least 2 are needed")
     calib = fit(train)
-    rows = [RowError(configuration=r.label, source=r.source, metric=r.metric, measured=r.value,
-                     model=m, error=relative_error(r, m))
-            for r, m in ((r, predict(r, calib)) for r in runs)]
-    return Profile(stack=family, constants={k: getattr(calib, k) for k in FITTED},
-                   data=data,
-                   fitted=[row for row, h in zip(rows, held_out, strict=True) if not h],
-                   held_out=[row for row, h in zip(rows, held_out, strict=True) if h])
+    rows = [
+        RowError(
+            configuration=r.label,
+            source=r.source,
+            metric=r.metric,
+            measured=r.value,
+            model=m,
+            error=relative_error(r, m),
+        )
+        for r, m in ((r, predict(r, calib)) for r in runs)
+    ]
+    return Profile(
+        stack=family,
+        constants={k: getattr(calib, k) for k in FITTED},
+        data=data,
+        fitted=[row for row, h in zip(rows, held_out, strict=True) if not h],
+        held_out=[row for row, h in zip(rows, held_out, strict=True) if h],
+    )
 
 
 def median_error(rows: list[RowError]) -> float:

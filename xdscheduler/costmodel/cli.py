@@ -11,21 +11,33 @@ from xdscheduler.errors import UserError
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "calibrate", help="fit a software stack's step-time constants to measured runs",
+        "calibrate",
+        help="fit a software stack's step-time constants to measured runs",
         description="fit the step-time model's constants to one software stack's measured "
-                    "runs (a CSV with the columns of benchmarks/published_runs.csv), print "
-                    "model vs measured for the fitted and the held-out runs, and write the "
-                    "profile that xds plan --profile and xds estimate --profile use")
+        "runs (a CSV with the columns of benchmarks/published_runs.csv), print "
+        "model vs measured for the fitted and the held-out runs, and write the "
+        "profile that xds plan --profile and xds estimate --profile use",
+    )
     p.add_argument("csv", help="measured runs")
-    p.add_argument("--stack", required=True,
-                   help="the software stack to fit (rows of other stacks are left out): "
-                        "megatron-core, fsdp, fsdp2, ...")
-    p.add_argument("--hold-out", metavar="REGEX",
-                   help="hold out the configurations whose label matches (default: every "
-                        "other configuration, ordered by model size and GPU count)")
-    p.add_argument("--accelerators", action="append", metavar="FILE",
-                   help="a catalog file of the runs' own accelerators (xds profile --out "
-                        "writes one; repeatable)")
+    p.add_argument(
+        "--stack",
+        required=True,
+        help="the software stack to fit (rows of other stacks are left out): "
+        "megatron-core, fsdp, fsdp2, ...",
+    )
+    p.add_argument(
+        "--hold-out",
+        metavar="REGEX",
+        help="hold out the configurations whose label matches (default: every "
+        "other configuration, ordered by model size and GPU count)",
+    )
+    p.add_argument(
+        "--accelerators",
+        action="append",
+        metavar="FILE",
+        help="a catalog file of the runs' own accelerators (xds profile --out "
+        "writes one; repeatable)",
+    )
     p.add_argument("--out", required=True, help="the profile to write (YAML)")
     p.add_argument("--force", action="store_true", help="replace an existing profile")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -56,10 +68,15 @@ def cmd_calibrate(args) -> None:
     profile = calibrate(runs, held, data=str(args.csv))
     text = yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
     write_atomic(out, text, "profile")
-    summary = {"stack": profile.stack, "profile": str(out), "constants": profile.constants,
-               "fitted": len(profile.fitted), "held_out": len(profile.held_out),
-               "median_abs_error_fitted": median_error(profile.fitted),
-               "median_abs_error_held_out": median_error(profile.held_out)}
+    summary = {
+        "stack": profile.stack,
+        "profile": str(out),
+        "constants": profile.constants,
+        "fitted": len(profile.fitted),
+        "held_out": len(profile.held_out),
+        "median_abs_error_fitted": median_error(profile.fitted),
+        "median_abs_error_held_out": median_error(profile.held_out),
+    }
     if args.json:
         print(json.dumps({**summary, "rows": profile.model_dump(mode="json")}, indent=2))
         return
@@ -90,12 +107,18 @@ def _held_out(runs, pattern: str | None) -> list[bool]:
 
 
 def _print(profile, summary) -> None:
-    print(f"{profile.stack}: fitted on {summary['fitted']} runs, "
-          f"{summary['held_out']} held out; wrote {summary['profile']}")
+    print(
+        f"{profile.stack}: fitted on {summary['fitted']} runs, "
+        f"{summary['held_out']} held out; wrote {summary['profile']}"
+    )
     print("  " + ", ".join(f"{k}={v:.4g}" for k, v in profile.constants.items()))
     for role, rows in (("fit", profile.fitted), ("held out", profile.held_out)):
         for r in rows:
-            print(f"  {role:8}  {r.configuration:60}  {r.metric:22} measured {r.measured:10,.4g}"
-                  f"  model {r.model:10,.4g}  {r.error:+.1%}")
-    print(f"median |error|: fitted {summary['median_abs_error_fitted']:.1%}, held out "
-          f"{summary['median_abs_error_held_out']:.1%}")
+            print(
+                f"  {role:8}  {r.configuration:60}  {r.metric:22} measured {r.measured:10,.4g}"
+                f"  model {r.model:10,.4g}  {r.error:+.1%}"
+            )
+    print(
+        f"median |error|: fitted {summary['median_abs_error_fitted']:.1%}, held out "
+        f"{summary['median_abs_error_held_out']:.1%}"
+    )

@@ -10,12 +10,20 @@ from xdscheduler.costmodel.steptime import estimate, replica_micro_batches, stag
 from xdscheduler.errors import UserError
 
 
-def check_plan(arch: catalog.ModelArch, acc: catalog.Accelerator, gpus: int, plan_args: dict,
-               global_batch: int) -> Plan:
+def check_plan(
+    arch: catalog.ModelArch, acc: catalog.Accelerator, gpus: int, plan_args: dict, global_batch: int
+) -> Plan:
     """The plan these numbers describe, or a UserError naming what does not divide."""
     tp, pp, cp, vp, mb = (plan_args[k] for k in ("tp", "pp", "cp", "vp", "micro_batch"))
-    for name, value in (("--gpus", gpus), ("--tp", tp), ("--pp", pp), ("--cp", cp), ("--vp", vp),
-                        ("--micro-batch", mb), ("--global-batch", global_batch)):
+    for name, value in (
+        ("--gpus", gpus),
+        ("--tp", tp),
+        ("--pp", pp),
+        ("--cp", cp),
+        ("--vp", vp),
+        ("--micro-batch", mb),
+        ("--global-batch", global_batch),
+    ):
         if value < 1:
             raise UserError(f"{name} must be at least 1, got {value}")
     if gpus % (tp * pp * cp):
@@ -33,36 +41,69 @@ def check_plan(arch: catalog.ModelArch, acc: catalog.Accelerator, gpus: int, pla
     if vp > 1 and pp == 1:
         raise UserError("--vp (interleaved stages) needs --pp of at least 2")
     if heaviest % vp:
-        raise UserError(f"VP {vp} does not divide the {heaviest} layers of the heaviest of "
-                        f"{pp} stages of {arch.name}")
+        raise UserError(
+            f"VP {vp} does not divide the {heaviest} layers of the heaviest of "
+            f"{pp} stages of {arch.name}"
+        )
     share = -(-global_batch // dp)
     if dp > global_batch or share % mb:
-        raise UserError(f"--micro-batch {mb} does not divide the {share} samples of the busiest "
-                        f"of {dp} data-parallel replicas (--global-batch {global_batch})")
+        raise UserError(
+            f"--micro-batch {mb} does not divide the {share} samples of the busiest "
+            f"of {dp} data-parallel replicas (--global-batch {global_batch})"
+        )
     if vp > 1 and (share // mb) % pp:
-        raise UserError(f"interleaving needs the {share // mb} micro-batches per step to be a "
-                        f"multiple of PP {pp}")
+        raise UserError(
+            f"interleaving needs the {share // mb} micro-batches per step to be a "
+            f"multiple of PP {pp}"
+        )
     if arch.seq_len % cp:
         raise UserError(f"CP {cp} does not divide the sequence length {arch.seq_len}")
     acc.peak_tflops(plan_args["dtype"])  # raises where the catalog rates no such peak
     return Plan(dp=dp, **plan_args)
 
 
-def estimate_one(gpu: str, arch: catalog.ModelArch, gpus: int, tp: int, pp: int, cp: int,
-                 vp: int, global_batch: int, micro_batch: int, recompute: str, dtype: str,
-                 zero: int, stack: str = "megatron-core",
-                 calibration: Calibration = DEFAULT, measured: tuple = ()) -> dict:
+def estimate_one(
+    gpu: str,
+    arch: catalog.ModelArch,
+    gpus: int,
+    tp: int,
+    pp: int,
+    cp: int,
+    vp: int,
+    global_batch: int,
+    micro_batch: int,
+    recompute: str,
+    dtype: str,
+    zero: int,
+    stack: str = "megatron-core",
+    calibration: Calibration = DEFAULT,
+    measured: tuple = (),
+) -> dict:
     acc = catalog.accelerator(gpu)
     try:
         software = Stack.preset(stack)
     except ValueError as err:
         raise UserError(str(err)) from None
-    plan = check_plan(arch, acc, gpus, dict(tp=tp, pp=pp, cp=cp, vp=vp, micro_batch=micro_batch,
-                                            zero=zero, recompute=recompute, dtype=dtype),
-                      global_batch)
+    plan = check_plan(
+        arch,
+        acc,
+        gpus,
+        dict(
+            tp=tp,
+            pp=pp,
+            cp=cp,
+            vp=vp,
+            micro_batch=micro_batch,
+            zero=zero,
+            recompute=recompute,
+            dtype=dtype,
+        ),
+        global_batch,
+    )
     one, hw = PlanBatch.of([plan]), Hardware.of(acc)
-    est = estimate(arch, global_batch, one, hw, stack=software, calib=calibration,
-                   measured=measured)
+    est = estimate(
+        arch, global_batch, one, hw, stack=software, calib=calibration, measured=measured
+    )
     profiled = bool(coverage(measured, arch, arch.seq_len, one, hw)[0][0])
     step = float(est.step_time_s[0])
     heaviest, last = stage_layers(arch.layers, pp)
@@ -71,18 +112,32 @@ def estimate_one(gpu: str, arch: catalog.ModelArch, gpus: int, tp: int, pp: int,
     fits = bool(est.fits[0])
     warnings = []
     if tp > acc.gpus_per_node:
-        warnings.append(f"TP {tp} spans nodes of {acc.gpus_per_node} GPUs: its all-reduces "
-                        "run over the scale-out network")
-    reason = "" if fits else (
-        f"needs {need:.1f} GiB per GPU, {acc.name} has {acc.memory_gib:.0f} GiB; largest: "
-        + ", ".join(f"{k} {v:.1f}" for k, v in sorted(memory.items(), key=lambda kv: -kv[1])[:3])
-        + "; try more TP/PP, a higher --zero, or --recompute full")
+        warnings.append(
+            f"TP {tp} spans nodes of {acc.gpus_per_node} GPUs: its all-reduces "
+            "run over the scale-out network"
+        )
+    reason = (
+        ""
+        if fits
+        else (
+            f"needs {need:.1f} GiB per GPU, {acc.name} has {acc.memory_gib:.0f} GiB; largest: "
+            + ", ".join(
+                f"{k} {v:.1f}" for k, v in sorted(memory.items(), key=lambda kv: -kv[1])[:3]
+            )
+            + "; try more TP/PP, a higher --zero, or --recompute full"
+        )
+    )
     model_tflops = est.model_flops / step / gpus / 1e12
     return {
-        "gpu": acc.name, "model": arch.name, "params_b": arch.params / 1e9, "gpus": gpus,
-        "plan": {**plan.as_dict(), "micro_batches": int(replica_micro_batches(
-            global_batch, plan.dp, micro_batch)), "layers_per_stage": {
-                "heaviest": int(heaviest), "last": int(last)}},
+        "gpu": acc.name,
+        "model": arch.name,
+        "params_b": arch.params / 1e9,
+        "gpus": gpus,
+        "plan": {
+            **plan.as_dict(),
+            "micro_batches": int(replica_micro_batches(global_batch, plan.dp, micro_batch)),
+            "layers_per_stage": {"heaviest": int(heaviest), "last": int(last)},
+        },
         "stack": stack,
         "measured_layers": profiled,  # a layer profile's times replaced the roofline's
         "step_time_s": step,

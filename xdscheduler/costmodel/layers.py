@@ -30,8 +30,7 @@ from xdscheduler.schema import FileModel, NonNegative, Positive
 SAILOR_GPUS = {"A100-40": "A100-40GB", "A100-80": "A100-80GB", "GH-96": "GH200"}
 SAILOR_MODELS = {"OPT-350": "opt-350m", "GPT-Neo-2.7": "gpt-neo-2.7b"}
 SAILOR_FLOAT_BYTES = 4  # its runs train in fp32: llm_info.json counts floats of 4 bytes
-TIMES = ("first_fwd_s", "first_bwd_s", "layer_fwd_s", "layer_bwd_s", "last_fwd_s",
-         "last_bwd_s")
+TIMES = ("first_fwd_s", "first_bwd_s", "layer_fwd_s", "layer_bwd_s", "last_fwd_s", "last_bwd_s")
 MAX_BYTES = 8 << 20  # a profile of every (micro-batch, TP) of four models is under 1 MB
 
 
@@ -49,15 +48,27 @@ class Shape(FileModel):
 
     @classmethod
     def of(cls, arch: catalog.ModelArch, seq: int | None = None) -> Shape:
-        return cls(layers=arch.layers, hidden=arch.hidden, ffn_hidden=arch.ffn_hidden,
-                   heads=arch.heads, kv_heads=arch.kv_heads, vocab=arch.vocab,
-                   seq_len=seq or arch.seq_len, gated_mlp=arch.gated_mlp)
+        return cls(
+            layers=arch.layers,
+            hidden=arch.hidden,
+            ffn_hidden=arch.ffn_hidden,
+            heads=arch.heads,
+            kv_heads=arch.kv_heads,
+            vocab=arch.vocab,
+            seq_len=seq or arch.seq_len,
+            gated_mlp=arch.gated_mlp,
+        )
 
     def same_layers(self, arch: catalog.ModelArch, seq: int) -> bool:
         """A job whose layers are these (their count and the vocabulary padding aside)."""
-        return (self.hidden, self.ffn_hidden, self.heads, self.kv_heads, self.seq_len,
-                self.gated_mlp) == (arch.hidden, arch.ffn_hidden, arch.heads, arch.kv_heads,
-                                    seq, arch.gated_mlp)
+        return (
+            self.hidden,
+            self.ffn_hidden,
+            self.heads,
+            self.kv_heads,
+            self.seq_len,
+            self.gated_mlp,
+        ) == (arch.hidden, arch.ffn_hidden, arch.heads, arch.kv_heads, seq, arch.gated_mlp)
 
 
 class LayerTiming(FileModel):
@@ -117,8 +128,10 @@ class LayerProfile(FileModel):
 
         from xdscheduler.textfile import write_atomic
 
-        return write_atomic(Path(path), yaml.safe_dump(self.model_dump(mode="json"),
-                                                       sort_keys=False, allow_unicode=True))
+        return write_atomic(
+            Path(path),
+            yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True),
+        )
 
     @classmethod
     def load(cls, path: str | Path) -> LayerProfile:
@@ -130,8 +143,10 @@ class LayerProfile(FileModel):
         except ValidationError as err:
             first = err.errors()[0]
             where = ".".join(str(x) for x in first["loc"]) or "the document"
-            raise UserError(f"{path}: not a layer profile ({where}: {first['msg']}); "
-                            f"xds layers measure or xds layers import write one") from None
+            raise UserError(
+                f"{path}: not a layer profile ({where}: {first['msg']}); "
+                f"xds layers measure or xds layers import write one"
+            ) from None
         catalog.accelerator(profile.accelerator)  # an unknown one is named, with the known
         return profile
 
@@ -156,12 +171,20 @@ class MeasuredLayers:
         tables = {}
         for tp, rows in by_tp.items():
             rows.sort(key=lambda r: r.micro_batch)
-            tables[tp] = (np.array([r.micro_batch for r in rows], dtype=float),
-                          np.array([[getattr(r, k) for k in TIMES] for r in rows]))
-        memory = {m.tp: np.array([m.first_bytes, m.layer_bytes, m.last_bytes])
-                  for m in profile.memory}
-        return cls(profile, catalog.accelerator_code(profile.accelerator),
-                   DTYPES.index(profile.dtype), tables, memory)
+            tables[tp] = (
+                np.array([r.micro_batch for r in rows], dtype=float),
+                np.array([[getattr(r, k) for k in TIMES] for r in rows]),
+            )
+        memory = {
+            m.tp: np.array([m.first_bytes, m.layer_bytes, m.last_bytes]) for m in profile.memory
+        }
+        return cls(
+            profile,
+            catalog.accelerator_code(profile.accelerator),
+            DTYPES.index(profile.dtype),
+            tables,
+            memory,
+        )
 
     def applies(self, arch: catalog.ModelArch, seq: int) -> bool:
         return self.profile.shape.same_layers(arch, seq)
@@ -175,12 +198,18 @@ class MeasuredLayers:
         mb, tp = np.broadcast_to(mb, n), np.broadcast_to(tp, n)
         out = np.full((*n, len(TIMES)), np.nan)
         mine = (np.asarray(accelerator) == self.accelerator) & (
-            np.asarray(precision) == self.precision)
+            np.asarray(precision) == self.precision
+        )
         for degree, (sizes, table) in self.by_tp.items():
             rows = np.broadcast_to(mine, n) & (tp == degree)
             if rows.any():
-                out[rows] = np.stack([np.interp(mb[rows], sizes, table[:, k], np.nan, np.nan)
-                                      for k in range(len(TIMES))], axis=-1)
+                out[rows] = np.stack(
+                    [
+                        np.interp(mb[rows], sizes, table[:, k], np.nan, np.nan)
+                        for k in range(len(TIMES))
+                    ],
+                    axis=-1,
+                )
         return out
 
     def activation_bytes(self, tp, precision) -> np.ndarray:
@@ -197,8 +226,9 @@ def applicable(profiles, arch: catalog.ModelArch, seq: int) -> tuple[MeasuredLay
     return tuple(m for m in profiles or () if m.applies(arch, seq))
 
 
-def coverage(profiles, arch: catalog.ModelArch, seq: int, plans,
-             hw) -> tuple[np.ndarray, np.ndarray]:
+def coverage(
+    profiles, arch: catalog.ModelArch, seq: int, plans, hw
+) -> tuple[np.ndarray, np.ndarray]:
     """Per plan: whether a profile times it (its accelerator, precision, TP degree and
     micro-batch, no context parallelism), and whether a profile is of its accelerator and
     precision at all (then a plan it does not time would be the roofline's among measured
@@ -206,21 +236,32 @@ def coverage(profiles, arch: catalog.ModelArch, seq: int, plans,
     n = len(plans)
     timed, profiled = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
     for m in applicable(profiles, arch, seq):
-        mine = np.broadcast_to((np.asarray(hw.accelerator) == m.accelerator)
-                               & (np.asarray(plans.precision) == m.precision), (n,))
+        mine = np.broadcast_to(
+            (np.asarray(hw.accelerator) == m.accelerator)
+            & (np.asarray(plans.precision) == m.precision),
+            (n,),
+        )
         profiled |= mine
-        timed |= ~np.isnan(m.times(plans.micro_batch, plans.tp, hw.accelerator,
-                                   plans.precision)[..., 0]) & (np.asarray(plans.cp) == 1)
+        timed |= ~np.isnan(
+            m.times(plans.micro_batch, plans.tp, hw.accelerator, plans.precision)[..., 0]
+        ) & (np.asarray(plans.cp) == 1)
     return timed, profiled
 
 
 # ----------------------------------------------------------------------------- Sailor's format
 
 
-def from_sailor(doc: dict, model: catalog.ModelArch, accelerator: str, *,
-                sailor_model: str | None = None, sailor_gpu: str | None = None,
-                llm_info: dict | None = None, dtype: str = "tf32",
-                source: str = "") -> LayerProfile:
+def from_sailor(
+    doc: dict,
+    model: catalog.ModelArch,
+    accelerator: str,
+    *,
+    sailor_model: str | None = None,
+    sailor_gpu: str | None = None,
+    llm_info: dict | None = None,
+    dtype: str = "tf32",
+    source: str = "",
+) -> LayerProfile:
     """Sailor's profile as ours. `doc` is either its simulator's file
     (Planner/simulations/profiles_tmp.json: model -> GPU -> micro-batch -> TP -> layer ->
     [fwd, bwd, update]) or its planner's (Planner/sailor_planner/profiles/MODEL/GPU/
@@ -240,30 +281,41 @@ def from_sailor(doc: dict, model: catalog.ModelArch, accelerator: str, *,
         sailor_gpu = _pick(gpus, sailor_gpu, "GPU type", "--sailor-gpu")
         table = gpus[sailor_gpu]
         if not _is_micro_batch_table(table):
-            raise UserError(f"Sailor profile: {sailor_model}/{sailor_gpu} is not a table of "
-                            f"micro-batch -> TP -> layer -> [fwd, bwd, update]")
+            raise UserError(
+                f"Sailor profile: {sailor_model}/{sailor_gpu} is not a table of "
+                f"micro-batch -> TP -> layer -> [fwd, bwd, update]"
+            )
     timings = []
     for mb, by_tp in table.items():
-        for tp, by_layer in (by_tp.items() if isinstance(by_tp, dict) else ()):
+        for tp, by_layer in by_tp.items() if isinstance(by_tp, dict) else ():
             try:
                 timings.append(_sailor_timing(int(mb), int(tp), by_layer, model))
             except (TypeError, ValueError, IndexError, AttributeError) as err:
-                raise UserError(f"Sailor profile: micro-batch {mb}, TP {tp}: not a table of "
-                                f"layer -> [fwd s, bwd s, update s] of numbers ("
-                                f"{_first_error(err)})") from None
+                raise UserError(
+                    f"Sailor profile: micro-batch {mb}, TP {tp}: not a table of "
+                    f"layer -> [fwd s, bwd s, update s] of numbers ("
+                    f"{_first_error(err)})"
+                ) from None
     if not timings:
         raise UserError("Sailor profile: no micro-batch -> TP -> layer times in it")
     try:
         memory = _sailor_memory(llm_info, sailor_model, model) if llm_info else []
         output_timed = _output_layer_in_last(llm_info, sailor_model, model)
     except (KeyError, TypeError, ValueError, AttributeError) as err:
-        raise UserError(f"Sailor llm_info: not model -> TP -> layer -> act_mem_floats, "
-                        f"params_floats ({_first_error(err)})") from None
-    return LayerProfile(accelerator=catalog.accelerator(accelerator).name, dtype=dtype,
-                        stack="megatron-deepspeed", shape=Shape.of(model), source=source,
-                        output_layer_timed=output_timed,
-                        timings=sorted(timings, key=lambda t: (t.tp, t.micro_batch)),
-                        memory=memory)
+        raise UserError(
+            f"Sailor llm_info: not model -> TP -> layer -> act_mem_floats, "
+            f"params_floats ({_first_error(err)})"
+        ) from None
+    return LayerProfile(
+        accelerator=catalog.accelerator(accelerator).name,
+        dtype=dtype,
+        stack="megatron-deepspeed",
+        shape=Shape.of(model),
+        source=source,
+        output_layer_timed=output_timed,
+        timings=sorted(timings, key=lambda t: (t.tp, t.micro_batch)),
+        memory=memory,
+    )
 
 
 def _first_error(err: Exception) -> str:
@@ -281,28 +333,38 @@ def _pick(doc: dict, key: str | None, what: str, flag: str) -> str:
     if key is None and len(doc) == 1:
         return next(iter(doc))
     if key not in doc:
-        raise UserError(f"Sailor profile: {'no ' + what + ' ' + repr(key) if key else what + 's'}"
-                        f" in it; give {flag} one of: {', '.join(sorted(doc))}")
+        raise UserError(
+            f"Sailor profile: {'no ' + what + ' ' + repr(key) if key else what + 's'}"
+            f" in it; give {flag} one of: {', '.join(sorted(doc))}"
+        )
     return key
 
 
 def _sailor_timing(mb: int, tp: int, by_layer: dict, model: catalog.ModelArch) -> LayerTiming:
     layers = {int(k): v for k, v in by_layer.items()}
     if sorted(layers) != list(range(model.layers + 2)):
-        raise UserError(f"Sailor profile: micro-batch {mb}, TP {tp} has {len(layers)} "
-                        f"entries; {model.name} needs {model.layers + 2} (embedding, "
-                        f"{model.layers} layers, output): is it the right --model?")
+        raise UserError(
+            f"Sailor profile: micro-batch {mb}, TP {tp} has {len(layers)} "
+            f"entries; {model.name} needs {model.layers + 2} (embedding, "
+            f"{model.layers} layers, output): is it the right --model?"
+        )
     inner = [layers[i] for i in range(1, model.layers + 1)]
     first, last = layers[0], layers[model.layers + 1]
     return LayerTiming(
-        micro_batch=mb, tp=tp, first_fwd_s=float(first[0]), first_bwd_s=float(first[1]),
+        micro_batch=mb,
+        tp=tp,
+        first_fwd_s=float(first[0]),
+        first_bwd_s=float(first[1]),
         layer_fwd_s=statistics.median(float(v[0]) for v in inner),
         layer_bwd_s=statistics.median(float(v[1]) for v in inner),
-        last_fwd_s=float(last[0]), last_bwd_s=float(last[1]))
+        last_fwd_s=float(last[0]),
+        last_bwd_s=float(last[1]),
+    )
 
 
-def _output_layer_in_last(llm_info: dict | None, sailor_model: str | None,
-                          model: catalog.ModelArch) -> bool:
+def _output_layer_in_last(
+    llm_info: dict | None, sailor_model: str | None, model: catalog.ModelArch
+) -> bool:
     """Whether Sailor's last block holds the output layer: its parameters (llm_info.json, TP
     1) are the vocabulary's embedding, not only the final norm (GPT-Neo's profile stops at
     the norm). Without llm_info it is taken to."""
@@ -317,8 +379,9 @@ def _sailor_name(sailor_model: str | None, model: catalog.ModelArch) -> str | No
     return sailor_model or next((k for k, v in SAILOR_MODELS.items() if v == model.name), None)
 
 
-def _sailor_memory(llm_info: dict, sailor_model: str | None,
-                   model: catalog.ModelArch) -> list[LayerMemory]:
+def _sailor_memory(
+    llm_info: dict, sailor_model: str | None, model: catalog.ModelArch
+) -> list[LayerMemory]:
     name = _sailor_name(sailor_model, model)
     if name not in llm_info:
         raise UserError(f"Sailor llm_info: no model {name!r}; it has {', '.join(llm_info)}")
@@ -326,9 +389,14 @@ def _sailor_memory(llm_info: dict, sailor_model: str | None,
     for tp, by_layer in llm_info[name].items():
         floats = {int(k): v["act_mem_floats"] for k, v in by_layer.items()}
         inner = [floats[i] for i in range(1, model.layers + 1)]
-        out.append(LayerMemory(tp=int(tp), first_bytes=floats[0] * SAILOR_FLOAT_BYTES,
-                               layer_bytes=statistics.median(inner) * SAILOR_FLOAT_BYTES,
-                               last_bytes=floats[model.layers + 1] * SAILOR_FLOAT_BYTES))
+        out.append(
+            LayerMemory(
+                tp=int(tp),
+                first_bytes=floats[0] * SAILOR_FLOAT_BYTES,
+                layer_bytes=statistics.median(inner) * SAILOR_FLOAT_BYTES,
+                last_bytes=floats[model.layers + 1] * SAILOR_FLOAT_BYTES,
+            )
+        )
     return sorted(out, key=lambda m: m.tp)
 
 

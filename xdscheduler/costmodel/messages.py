@@ -62,11 +62,16 @@ def from_sailor(path: Path, gpu: str, gpus: int = 1) -> MessageCurve:
     A100-40, GH-96, ...) from one of its network_coeffs_*.json files."""
     try:
         coeffs, peak_bytes_s = json.loads(Path(path).read_text())["inter"][gpu][str(gpus)]
-        return MessageCurve(tuple(float(c) for c in coeffs), float(peak_bytes_s) * 8 / 1e9,
-                            f"{Path(path).name}: inter {gpu} x{gpus}")
+        return MessageCurve(
+            tuple(float(c) for c in coeffs),
+            float(peak_bytes_s) * 8 / 1e9,
+            f"{Path(path).name}: inter {gpu} x{gpus}",
+        )
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise UserError(f"{path}: no Sailor network curve for inter/{gpu}/{gpus} ({e}); "
-                        "expected a network_coeffs_*.json of Sailor's providers") from None
+        raise UserError(
+            f"{path}: no Sailor network curve for inter/{gpu}/{gpus} ({e}); "
+            "expected a network_coeffs_*.json of Sailor's providers"
+        ) from None
 
 
 class NetworkProfile(FileModel):
@@ -84,8 +89,9 @@ class NetworkProfile(FileModel):
 
         from xdscheduler.textfile import write_atomic
 
-        return write_atomic(Path(path), yaml.safe_dump(self.model_dump(mode="json"),
-                                                       sort_keys=False))
+        return write_atomic(
+            Path(path), yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+        )
 
     @classmethod
     def load(cls, path: str | Path) -> NetworkProfile:
@@ -96,5 +102,7 @@ class NetworkProfile(FileModel):
         except ValidationError as err:
             first = err.errors()[0]
             where = ".".join(str(x) for x in first["loc"]) or "the document"
-            raise UserError(f"{path}: not a network profile ({where}: {first['msg']}); "
-                            "xds layers import-network writes one") from None
+            raise UserError(
+                f"{path}: not a network profile ({where}: {first['msg']}); "
+                "xds layers import-network writes one"
+            ) from None

@@ -54,9 +54,13 @@ class PlanBatch:
     def of(cls, plans: list[Plan]) -> PlanBatch:
         cols = {f.name: [getattr(p, f.name) for p in plans] for f in fields(Plan)}
         return cls(
-            dp=np.array(cols["dp"]), tp=np.array(cols["tp"]), pp=np.array(cols["pp"]),
-            cp=np.array(cols["cp"]), vp=np.array(cols["vp"]),
-            micro_batch=np.array(cols["micro_batch"]), zero=np.array(cols["zero"]),
+            dp=np.array(cols["dp"]),
+            tp=np.array(cols["tp"]),
+            pp=np.array(cols["pp"]),
+            cp=np.array(cols["cp"]),
+            vp=np.array(cols["vp"]),
+            micro_batch=np.array(cols["micro_batch"]),
+            zero=np.array(cols["zero"]),
             recompute=np.array([RECOMPUTE.index(r) for r in cols["recompute"]]),
             precision=np.array([DTYPES.index(d) for d in cols["dtype"]]),
             diloco_h=np.array(cols["diloco_h"]),
@@ -71,10 +75,16 @@ class PlanBatch:
 
     def plan(self, i: int) -> Plan:
         return Plan(
-            dp=int(self.dp[i]), tp=int(self.tp[i]), pp=int(self.pp[i]), cp=int(self.cp[i]),
-            vp=int(self.vp[i]), micro_batch=int(self.micro_batch[i]), zero=int(self.zero[i]),
+            dp=int(self.dp[i]),
+            tp=int(self.tp[i]),
+            pp=int(self.pp[i]),
+            cp=int(self.cp[i]),
+            vp=int(self.vp[i]),
+            micro_batch=int(self.micro_batch[i]),
+            zero=int(self.zero[i]),
             recompute=RECOMPUTE[int(self.recompute[i])],
-            dtype=DTYPES[int(self.precision[i])], diloco_h=int(self.diloco_h[i]),
+            dtype=DTYPES[int(self.precision[i])],
+            diloco_h=int(self.diloco_h[i]),
         )
 
     def take(self, index: np.ndarray) -> PlanBatch:
@@ -104,12 +114,16 @@ class Hardware:
         from xdscheduler.catalog import accelerator_code
 
         return cls(
-            peak_tflops=acc.half_tflops, peak_fp8_tflops=acc.fp8_tflops or 0.0,
-            peak_tf32_tflops=acc.tf32_tflops or 0.0, peak_fp32_tflops=acc.fp32_tflops or 0.0,
-            memory_gib=acc.memory_gib, memory_gbs=acc.memory_gbs,
+            peak_tflops=acc.half_tflops,
+            peak_fp8_tflops=acc.fp8_tflops or 0.0,
+            peak_tf32_tflops=acc.tf32_tflops or 0.0,
+            peak_fp32_tflops=acc.fp32_tflops or 0.0,
+            memory_gib=acc.memory_gib,
+            memory_gbs=acc.memory_gbs,
             scaleup_gbs=scaleup_gbs or acc.scaleup_gbs,
             scaleout_gbps=scaleout_gbps or acc.scaleout_gbps,
-            gpus_per_node=acc.gpus_per_node, accelerator=accelerator_code(acc.name),
+            gpus_per_node=acc.gpus_per_node,
+            accelerator=accelerator_code(acc.name),
         )
 
 
@@ -174,12 +188,20 @@ class Stack:
         if name == "megatron-2021":
             # Narayanan et al. 2021: fused softmax but no flash attention, no sequence
             # parallelism, gradient all-reduce after the backward pass.
-            return cls(flash_attention=False, sequence_parallel=False,
-                       overlap_grad_reduce=False, overlap_param_gather=False)
+            return cls(
+                flash_attention=False,
+                sequence_parallel=False,
+                overlap_grad_reduce=False,
+                overlap_param_gather=False,
+            )
         if name == "megatron-2022":
             # Korthikanti et al. 2022: sequence parallelism added, still no flash attention.
-            return cls(flash_attention=False, sequence_parallel=True,
-                       overlap_grad_reduce=False, overlap_param_gather=False)
+            return cls(
+                flash_attention=False,
+                sequence_parallel=True,
+                overlap_grad_reduce=False,
+                overlap_param_gather=False,
+            )
         if name == "megatron-core":
             return cls()
         if name == "megatron-core-tp-overlap":
@@ -201,22 +223,46 @@ class Stack:
             # ae_scripts/clariden_scripts/run_opt.slurm): no flash attention or sequence
             # parallelism, one fp32 all-reduce after the last backward pass over a flat ring,
             # blocking pipeline sends, every state on every rank, no recomputation.
-            return cls(flash_attention=False, sequence_parallel=False, overlap_grad_reduce=False,
-                       overlap_param_gather=False, grad_reduce_bytes=4, memory_savers=False,
-                       overlap_outer_sync=False, overlap_p2p=False, hierarchical_dp=False,
-                       extra_state_bytes=8.0, grad_bucket_elems=5e8)  # allreduce_bucket_size
+            return cls(
+                flash_attention=False,
+                sequence_parallel=False,
+                overlap_grad_reduce=False,
+                overlap_param_gather=False,
+                grad_reduce_bytes=4,
+                memory_savers=False,
+                overlap_outer_sync=False,
+                overlap_p2p=False,
+                hierarchical_dp=False,
+                extra_state_bytes=8.0,
+                grad_bucket_elems=5e8,
+            )  # allreduce_bucket_size
         if name == "plain-dp":
             # A plain data-parallel loop, as the live runner trains: whole optimizer state on
             # every rank, no recomputation, one fp32 gradient reduction after the backward pass,
             # DiLoCo's outer average in the step that syncs.
-            return cls(sequence_parallel=False, overlap_grad_reduce=False,
-                       overlap_param_gather=False, grad_reduce_bytes=4, memory_savers=False,
-                       overlap_outer_sync=False)
+            return cls(
+                sequence_parallel=False,
+                overlap_grad_reduce=False,
+                overlap_param_gather=False,
+                grad_reduce_bytes=4,
+                memory_savers=False,
+                overlap_outer_sync=False,
+            )
         raise ValueError(f"unknown software stack {name!r}; known: {', '.join(STACKS)}")
 
 
 # Stacks that differ from another only by a mechanism the model has (TP communication
 # overlapped): they share its constants, and calibrate with it.
 VARIANT_OF = {"megatron-core-tp-overlap": "megatron-core", "fsdp2-async-tp": "fsdp2"}
-STACKS = ("megatron-core", "megatron-core-tp-overlap", "megatron-2022", "megatron-2021", "fsdp",
-          "fsdp2", "fsdp2-eager", "fsdp2-async-tp", "megatron-deepspeed", "plain-dp")
+STACKS = (
+    "megatron-core",
+    "megatron-core-tp-overlap",
+    "megatron-2022",
+    "megatron-2021",
+    "fsdp",
+    "fsdp2",
+    "fsdp2-eager",
+    "fsdp2-async-tp",
+    "megatron-deepspeed",
+    "plain-dp",
+)

@@ -26,7 +26,14 @@ FLASH_BACKWARD_FACTOR = 2.5  # FlashAttention-2 backward recomputes QK^T: 2.5x f
 RUNTIME_OVERHEAD_GIB = 3.0  # CUDA context, NCCL buffers, allocator fragmentation
 
 BREAKDOWN_KEYS = (
-    "compute", "recompute", "tp_comm", "pp_comm", "dp_comm", "bubble", "sync", "convergence",
+    "compute",
+    "recompute",
+    "tp_comm",
+    "pp_comm",
+    "dp_comm",
+    "bubble",
+    "sync",
+    "convergence",
     "optimizer",
 )
 
@@ -61,9 +68,10 @@ def model_flops_per_step(arch: ModelArch, global_batch, seq=None) -> float:
     """
     s = seq or arch.seq_len
     h, f = arch.hidden, arch.ffn_hidden
-    per_token_layer = 2 * (
-        h * h * (2 + 2 * arch.kv_heads / arch.heads) + (3 if arch.gated_mlp else 2) * h * f
-    ) + 4 * s * h
+    per_token_layer = (
+        2 * (h * h * (2 + 2 * arch.kv_heads / arch.heads) + (3 if arch.gated_mlp else 2) * h * f)
+        + 4 * s * h
+    )
     per_token = arch.layers * per_token_layer + 2 * h * arch.vocab
     return 3.0 * per_token * global_batch * s
 
@@ -102,8 +110,7 @@ def estimate(
     measured = applicable(measured, arch, int(seq or arch.seq_len))
     n = len(plans)
     if n <= CHUNK:
-        return _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured,
-                         network)
+        return _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured, network)
     blocks = []
     for start in range(0, n, CHUNK):
         cut = slice(start, start + CHUNK)
@@ -111,11 +118,20 @@ def estimate(
         def part(x, cut=cut):
             return x[cut] if np.ndim(x) and np.shape(x)[0] == n else x
 
-        blocks.append(_estimate(
-            arch, part(global_batch), plans.take(cut),
-            Hardware(**{k: part(v) for k, v in hw.__dict__.items()}),
-            WanUse(**{k: part(v) for k, v in wan.__dict__.items()}), stack, calib, seq,
-            measured, network))
+        blocks.append(
+            _estimate(
+                arch,
+                part(global_batch),
+                plans.take(cut),
+                Hardware(**{k: part(v) for k, v in hw.__dict__.items()}),
+                WanUse(**{k: part(v) for k, v in wan.__dict__.items()}),
+                stack,
+                calib,
+                seq,
+                measured,
+                network,
+            )
+        )
     return _concat(blocks)
 
 
@@ -134,7 +150,8 @@ def _concat(blocks: list[StepEstimate]) -> StepEstimate:
         memory_gib=cat(lambda b: b.memory_gib),
         memory_parts_gib=cat_dict(lambda b: b.memory_parts_gib),
         fits=cat(lambda b: b.fits),
-        model_flops=first.model_flops if np.ndim(first.model_flops) == 0
+        model_flops=first.model_flops
+        if np.ndim(first.model_flops) == 0
         else cat(lambda b: b.model_flops),
         hardware_flops=cat(lambda b: b.hardware_flops),
         tokens=first.tokens if np.ndim(first.tokens) == 0 else cat(lambda b: b.tokens),
@@ -142,13 +159,15 @@ def _concat(blocks: list[StepEstimate]) -> StepEstimate:
     )
 
 
-def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured,
-              network=None) -> StepEstimate:
+def _estimate(
+    arch, global_batch, plans, hw, wan, stack, calib, seq, measured, network=None
+) -> StepEstimate:
     s = float(seq or arch.seq_len)
     h, ffn, heads, vocab = float(arch.hidden), float(arch.ffn_hidden), arch.heads, arch.vocab
     kv_frac = arch.kv_heads / heads
-    dp, tp, pp, cp, vp, mb = (_f(x) for x in (plans.dp, plans.tp, plans.pp, plans.cp,
-                                               plans.vp, plans.micro_batch))
+    dp, tp, pp, cp, vp, mb = (
+        _f(x) for x in (plans.dp, plans.tp, plans.pp, plans.cp, plans.vp, plans.micro_batch)
+    )
     batch = _f(global_batch)
     micro_batches = replica_micro_batches(batch, dp, mb)
     tok = mb * s / cp  # tokens of one micro-batch on one GPU
@@ -160,8 +179,13 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured,
     # the GEMMs' own peak: the 16-bit one for bf16 and fp16, else FP8, TF32 or FP32's
     own_peak = np.select(
         [fp8, precision == DTYPES.index("tf32"), precision == DTYPES.index("fp32")],
-        [_f(hw.peak_fp8_tflops) * 1e12, _f(hw.peak_tf32_tflops) * 1e12,
-         _f(hw.peak_fp32_tflops) * 1e12], half_peak)
+        [
+            _f(hw.peak_fp8_tflops) * 1e12,
+            _f(hw.peak_tf32_tflops) * 1e12,
+            _f(hw.peak_fp32_tflops) * 1e12,
+        ],
+        half_peak,
+    )
     gemm_peak = own_peak * np.where(fp8, calib.fp8_gemm_efficiency, calib.gemm_efficiency)
     mem_bw = _f(hw.memory_gbs) * 1e9
     operand_bytes = np.asarray(OPERAND_BYTES)[precision]
@@ -176,8 +200,12 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured,
         return 2 * m * k * n / peak + (elem * (m * k + k * n) + 2 * m * n) / mem_bw
 
     n_up = 2.0 if arch.gated_mlp else 1.0
-    gemm_fwd = (gemm(tok, h, h * (1 + 2 * kv_frac) / tp) + gemm(tok, h / tp, h)
-                + gemm(tok, h, n_up * ffn / tp) + gemm(tok, ffn / tp, h))
+    gemm_fwd = (
+        gemm(tok, h, h * (1 + 2 * kv_frac) / tp)
+        + gemm(tok, h / tp, h)
+        + gemm(tok, h, n_up * ffn / tp)
+        + gemm(tok, ffn / tp, h)
+    )
 
     half_eff_peak = attn_base * calib.gemm_efficiency
     if stack.flash_attention:
@@ -189,8 +217,9 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured,
         score_fwd = score_bwd = 0.0
     else:
         d_head = h / heads
-        per_head = (gemm(s / cp, d_head, s, half_eff_peak, elem)
-                    + gemm(s / cp, s, d_head, half_eff_peak, elem))
+        per_head = gemm(s / cp, d_head, s, half_eff_peak, elem) + gemm(
+            s / cp, s, d_head, half_eff_peak, elem
+        )
         attn_fwd = mb * heads / tp * per_head
         attn_bwd = 2 * attn_fwd
         scores = tok * heads / tp * s  # attention scores of a micro-batch on one GPU
@@ -208,8 +237,9 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured,
     # Tensor-parallel all-reduce (or reduce-scatter + all-gather): two per layer each way.
     gpn = _f(hw.gpus_per_node)
     tp_link = np.where(tp <= gpn, _f(hw.scaleup_gbs) * 1e9, _f(hw.scaleout_gbps) * 1e9 / 8)
-    coll = np.where(tp > 1, 2 * (tp - 1) / tp * tok * h * elem / (calib.collective_efficiency
-                                                              * tp_link), 0.0)
+    coll = np.where(
+        tp > 1, 2 * (tp - 1) / tp * tok * h * elem / (calib.collective_efficiency * tp_link), 0.0
+    )
     tp_fwd = 2 * coll
     if stack.tp_comm_overlap:
         tp_fwd_exposed = np.maximum(0.0, tp_fwd - gemm_fwd)
@@ -220,22 +250,26 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured,
     # Context parallelism passes K and V blocks round a ring of CP ranks while attention runs
     # (and dK, dV back in the backward pass): only what attention cannot cover is exposed.
     cp_link = np.where(tp * cp <= gpn, _f(hw.scaleup_gbs) * 1e9, _f(hw.scaleout_gbps) * 1e9 / 8)
-    kv_ring = (cp - 1) * 2 * tok * h * kv_frac / tp * elem / (calib.collective_efficiency
-                                                             * cp_link)
+    kv_ring = (cp - 1) * 2 * tok * h * kv_frac / tp * elem / (calib.collective_efficiency * cp_link)
     cp_fwd = np.maximum(0.0, kv_ring - attn_fwd)
     cp_bwd = np.maximum(0.0, 2 * kv_ring - attn_bwd)
 
     layer_fwd = gemm_fwd + attn_fwd + elem_fwd + cp_fwd + calib.kernel_overhead_s
     layer_bwd = 2 * gemm_fwd + attn_bwd + elem_bwd + cp_bwd + 2 * calib.kernel_overhead_s
     recompute = _f(plans.recompute)
-    layer_rec = np.where(recompute == 2, layer_fwd + tp_fwd_exposed,
-                         np.where(recompute == 1, attn_fwd + elem_s2_fwd, 0.0))
+    layer_rec = np.where(
+        recompute == 2,
+        layer_fwd + tp_fwd_exposed,
+        np.where(recompute == 1, attn_fwd + elem_s2_fwd, 0.0),
+    )
     if stack.flash_attention:
         layer_rec = np.where(recompute == 1, 0.0, layer_rec)  # flash already recomputes
 
     # FP8 recipes keep the output layer in BF16 (Transformer Engine casts only the blocks).
-    logits = (3 * gemm(tok, h, vocab / tp, half_eff_peak, elem)
-              + 3 * calib.memory_passes * tok * vocab / tp * 4 / mem_bw)
+    logits = (
+        3 * gemm(tok, h, vocab / tp, half_eff_peak, elem)
+        + 3 * calib.memory_passes * tok * vocab / tp * 4 / mem_bw
+    )
     embed = 0.0  # a gather: nothing beside the layers, unless a profile measured it
     # Measured layers stand in for the roofline where a profile covers the plan; their times
     # include the tensor-parallel all-reduces as they ran.
@@ -250,8 +284,13 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured,
         tp_fwd = np.where(timed, 0.0, tp_fwd)
         # a profile whose last block stops at the final norm leaves the output layer to the
         # roofline
-        logits = np.where(have, block["last_fwd_s"] + block["last_bwd_s"]
-                          + np.where(block["output_layer_timed"] > 0, 0.0, logits), logits)
+        logits = np.where(
+            have,
+            block["last_fwd_s"]
+            + block["last_bwd_s"]
+            + np.where(block["output_layer_timed"] > 0, 0.0, logits),
+            logits,
+        )
         embed = np.where(have, block["first_fwd_s"] + block["first_bwd_s"], 0.0)
     # The slowest stage sets the pace: the first with the embedding, the heaviest, or the last
     # with the output layer (one stage holds all three without a pipeline).
@@ -260,8 +299,9 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured,
     last_end = logits + np.where(pp > 1, 0.0, embed)
     last_binds = last * per_layer_t + last_end >= heaviest * per_layer_t + first_end
     layers_per_stage = np.where(last_binds, last, heaviest)
-    stage_compute = (layers_per_stage * (layer_fwd + layer_bwd)
-                     + np.where(last_binds, last_end, first_end))
+    stage_compute = layers_per_stage * (layer_fwd + layer_bwd) + np.where(
+        last_binds, last_end, first_end
+    )
     stage_rec = layers_per_stage * layer_rec
     stage_tp = layers_per_stage * (tp_fwd_exposed + tp_bwd_exposed)
     t_mb = stage_compute + stage_rec + stage_tp
@@ -277,14 +317,21 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured,
     # stage's nodes (dp·tp·cp ranks) streams to its peer at that rate.
     pp_lanes = np.where(_f(wan.pp_per_node) > 0, _lanes(dp * tp * cp, gpn), 1.0)
     # each rank of the boundary stage streams its share on its own connection
-    p2p_wan = dp * mb * s * h * elem / np.minimum(
-        wan_bps * pp_lanes, dp * tp * cp * _f(wan.pp_flow_gbps) * 1e9 / 8 * calib.wan_efficiency)
+    p2p_wan = (
+        dp
+        * mb
+        * s
+        * h
+        * elem
+        / np.minimum(
+            wan_bps * pp_lanes, dp * tp * cp * _f(wan.pp_flow_gbps) * 1e9 / 8 * calib.wan_efficiency
+        )
+    )
     link_busy = vp * np.where(crossings > 0, p2p_wan, p2p_intra)
     fill = 2 * ((pp - 1 - crossings) * p2p_intra + crossings * p2p_wan) + 2 * _f(wan.pp_latency_s)
     has_pp = pp > 1
     if stack.overlap_p2p:
-        pp_exposed = np.where(has_pp, micro_batches * np.maximum(0.0, link_busy - t_mb) + fill,
-                              0.0)
+        pp_exposed = np.where(has_pp, micro_batches * np.maximum(0.0, link_busy - t_mb) + fill, 0.0)
         pp_hidden = np.where(has_pp, micro_batches * np.minimum(link_busy, t_mb), 0.0)
     else:
         # Blocking sends and receives: an end stage waits for its activations out and their
@@ -297,9 +344,16 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured,
         # The first and last stages both hold the tied embedding: they all-reduce its
         # gradients once a step, over the WAN where the pipeline crosses one.
         tied = arch.vocab * h / tp * grad_elem
-        pp_exposed = pp_exposed + np.where(has_pp, tied / np.where(
-            crossings > 0, wan_bps * pp_lanes,
-            calib.collective_efficiency * np.minimum(scaleout, flow)), 0.0)
+        pp_exposed = pp_exposed + np.where(
+            has_pp,
+            tied
+            / np.where(
+                crossings > 0,
+                wan_bps * pp_lanes,
+                calib.collective_efficiency * np.minimum(scaleout, flow),
+            ),
+            0.0,
+        )
 
     # Data parallelism: reduce inside each domain, then across domains over the WAN.
     gpu_params = _stage_params(arch, pp) / tp
@@ -308,10 +362,21 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured,
     local = np.maximum(dp / domains, 1.0)
     flat = (_f(wan.dp_flat) > 0) | (not stack.hierarchical_dp)
     bucket = stack.grad_bucket_elems * grad_elem
-    dp_intra = _allreduce_s(grad_bytes, local, tp * cp, gpn, _f(hw.scaleup_gbs) * 1e9, scaleout,
-                            calib.collective_efficiency, flat, flow, bucket, network)
+    dp_intra = _allreduce_s(
+        grad_bytes,
+        local,
+        tp * cp,
+        gpn,
+        _f(hw.scaleup_gbs) * 1e9,
+        scaleout,
+        calib.collective_efficiency,
+        flat,
+        flow,
+        bucket,
+        network,
+    )
     diloco_h = _f(plans.diloco_h)
-    spans = (domains > 1)
+    spans = domains > 1
     model_grad_bytes = arch.params * grad_elem
     dp_wan_bps = _f(wan.dp_gbps) * 1e9 / 8 * calib.wan_efficiency
     # Hierarchical: only 1/local of the gradients leaves each domain. A flat ring over every
@@ -320,17 +385,20 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured,
     # Over links rated per node pair the bytes spread over the node pairs that carry them:
     # every node of a domain's replicas in the hierarchical exchange, one replica's nodes
     # where a flat ring crosses.
-    dp_lanes = np.where(_f(wan.dp_per_node) > 0,
-                        _lanes(np.where(flat, 1.0, local) * tp * cp * pp, gpn), 1.0)
+    dp_lanes = np.where(
+        _f(wan.dp_per_node) > 0, _lanes(np.where(flat, 1.0, local) * tp * cp * pp, gpn), 1.0
+    )
     # Each rank crossing streams on its own connection: a flat ring's one replica's ranks,
     # every rank of a domain's replicas in the hierarchical exchange.
     flows = np.where(flat, 1.0, local) * tp * cp * pp
-    wan_conn_bps = np.minimum(dp_wan_bps * dp_lanes / flows,
-                              _f(wan.dp_flow_gbps) * 1e9 / 8 * calib.wan_efficiency)
+    wan_conn_bps = np.minimum(
+        dp_wan_bps * dp_lanes / flows, _f(wan.dp_flow_gbps) * 1e9 / 8 * calib.wan_efficiency
+    )
     # a flat ring: each connection carries its replica's share in messages of bucket/dp bytes
     flat_wan = ring_s(model_grad_bytes / flows, dp, wan_conn_bps, bucket, network)
-    ring = (np.where(flat, flat_wan, wan_share * model_grad_bytes / (flows * wan_conn_bps))
-            + np.where(flat, dp - 1, domains - 1) * _f(wan.dp_rtt_s))  # a step a hop: 2(n-1)·rtt/2
+    ring = np.where(
+        flat, flat_wan, wan_share * model_grad_bytes / (flows * wan_conn_bps)
+    ) + np.where(flat, dp - 1, domains - 1) * _f(wan.dp_rtt_s)  # a step a hop: 2(n-1)·rtt/2
     dp_wan = np.where(spans & (diloco_h == 0), ring, 0.0)
     zero = _f(plans.zero)
     zero3 = zero >= 3
@@ -348,8 +416,10 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured,
     fwd_window = layers_per_stage * layer_fwd if stack.overlap_param_gather else 0.0
     dp_total = np.where(zero3, 1.5 * micro_batches * dp_intra + dp_wan, reduce + gather)
     dp_exposed = np.where(
-        zero3, np.maximum(0.0, dp_total - micro_batches * t_mb),
-        np.maximum(0.0, reduce - bwd_window) + np.maximum(0.0, gather - fwd_window))
+        zero3,
+        np.maximum(0.0, dp_total - micro_batches * t_mb),
+        np.maximum(0.0, reduce - bwd_window) + np.maximum(0.0, gather - fwd_window),
+    )
     dp_hidden = dp_total - dp_exposed
 
     compute_part = micro_batches * stage_compute
@@ -360,14 +430,16 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured,
     sync_total = np.where(diloco, ring / np.maximum(diloco_h, 1), 0.0)
     sync_exposed = np.maximum(0.0, sync_total - inner) if stack.overlap_outer_sync else sync_total
     # Its replica groups drift apart between syncs: charged as steps that train nothing kept.
-    convergence = np.where(diloco, (inner + sync_exposed) * DILOCO_EXTRA_TOKENS * (domains - 1),
-                           0.0)
+    convergence = np.where(
+        diloco, (inner + sync_exposed) * DILOCO_EXTRA_TOKENS * (domains - 1), 0.0
+    )
     opt_params = gpu_params / np.where(zero >= 1, dp, 1.0)
     # fp32 plans have no separate bf16 copy of the weights to write
     optimizer = opt_params * np.where(
         np.isnan(block["optimizer_s_per_param"]),
         np.where(wide, ADAM_BYTES_PER_PARAM - 2, ADAM_BYTES_PER_PARAM) / mem_bw,
-        block["optimizer_s_per_param"])
+        block["optimizer_s_per_param"],
+    )
 
     breakdown = {
         "compute": compute_part,
@@ -394,29 +466,40 @@ def _estimate(arch, global_batch, plans, hw, wan, stack, calib, seq, measured,
     tokens = batch * s
     mflops = model_flops_per_step(arch, batch, int(s))
     layer_fwd_flops = (mflops / tokens - 6 * h * vocab) / 3  # one forward of all layers
-    rec_flops = np.where(recompute == 2, layer_fwd_flops,
-                         np.where(recompute == 1, 4 * s * h * arch.layers, 0.0))
+    rec_flops = np.where(
+        recompute == 2, layer_fwd_flops, np.where(recompute == 1, 4 * s * h * arch.layers, 0.0)
+    )
     hflops = mflops + rec_flops * tokens
 
     pp_bytes = 2 * crossings * batch * s * h * elem * vp
-    dp_bytes = np.where(spans, np.where(flat, 2 * domains, 2 * (domains - 1)) * model_grad_bytes
-                        / np.where(diloco_h > 0, diloco_h, 1.0), 0.0)
+    dp_bytes = np.where(
+        spans,
+        np.where(flat, 2 * domains, 2 * (domains - 1))
+        * model_grad_bytes
+        / np.where(diloco_h > 0, diloco_h, 1.0),
+        0.0,
+    )
 
     def full(x):
         return np.broadcast_to(np.asarray(x, dtype=np.float64), step.shape)
 
     return StepEstimate(
-        step_time_s=step, breakdown_s={k: full(v) for k, v in breakdown.items()},
+        step_time_s=step,
+        breakdown_s={k: full(v) for k, v in breakdown.items()},
         overlapped_s={k: full(v) for k, v in overlapped.items()},
-        memory_gib=full(total_mem), memory_parts_gib={k: full(v) for k, v in memory.items()},
-        fits=full(total_mem) <= _f(hw.memory_gib), model_flops=mflops,
-        hardware_flops=full(hflops), tokens=tokens,
+        memory_gib=full(total_mem),
+        memory_parts_gib={k: full(v) for k, v in memory.items()},
+        fits=full(total_mem) <= _f(hw.memory_gib),
+        model_flops=mflops,
+        hardware_flops=full(hflops),
+        tokens=tokens,
         cross_domain_bytes=full(pp_bytes + dp_bytes),
     )
 
 
-def _measured_blocks(measured: tuple[MeasuredLayers, ...], plans: PlanBatch, hw: Hardware,
-                     cp) -> dict[str, np.ndarray]:
+def _measured_blocks(
+    measured: tuple[MeasuredLayers, ...], plans: PlanBatch, hw: Hardware, cp
+) -> dict[str, np.ndarray]:
     """Each plan's block times (TIMES) and optimizer seconds per parameter from the first
     profile that covers it (its accelerator, precision, TP degree, micro-batch; without
     context parallelism); NaN where none does."""
@@ -431,8 +514,12 @@ def _measured_blocks(measured: tuple[MeasuredLayers, ...], plans: PlanBatch, hw:
         tp_timed[new] = m.profile.tp_comm_timed
         if m.profile.optimizer_s_per_param is not None:
             rate[new] = m.profile.optimizer_s_per_param
-    return {**{k: out[:, i] for i, k in enumerate(TIMES)}, "optimizer_s_per_param": rate,
-            "output_layer_timed": timed, "tp_comm_timed": tp_timed}
+    return {
+        **{k: out[:, i] for i, k in enumerate(TIMES)},
+        "optimizer_s_per_param": rate,
+        "output_layer_timed": timed,
+        "tp_comm_timed": tp_timed,
+    }
 
 
 def _lanes(ranks, gpn):
@@ -440,8 +527,19 @@ def _lanes(ranks, gpn):
     return np.maximum(np.floor(ranks / gpn + 1e-9), 1.0)
 
 
-def _allreduce_s(size, ranks, inner, gpn, scaleup, scaleout, efficiency, flat=False,
-                 flow=np.inf, bucket=np.inf, network=None):
+def _allreduce_s(
+    size,
+    ranks,
+    inner,
+    gpn,
+    scaleup,
+    scaleout,
+    efficiency,
+    flat=False,
+    flow=np.inf,
+    bucket=np.inf,
+    network=None,
+):
     """All-reduce of `size` bytes over `ranks` ranks placed `inner` apart.
 
     Megatron orders ranks TP, CP, DP, PP, so r = gpn / (TP·CP) ranks of a data-parallel group
@@ -455,8 +553,11 @@ def _allreduce_s(size, ranks, inner, gpn, scaleup, scaleout, efficiency, flat=Fa
     nodes = ranks / per_node
     inside = 2 * (per_node - 1) / per_node * size / scaleup
     across = 2 * (nodes - 1) / nodes * size / (per_node * np.minimum(scaleout, flow))
-    ring = np.where(nodes > 1, ring_s(size, ranks, np.minimum(flow, per_node * scaleout),
-                                      bucket, network), inside)
+    ring = np.where(
+        nodes > 1,
+        ring_s(size, ranks, np.minimum(flow, per_node * scaleout), bucket, network),
+        inside,
+    )
     return np.where(flat, ring, inside + across) / efficiency
 
 
@@ -492,9 +593,14 @@ def _score_bytes_per_token(arch: ModelArch, tp, s: float, stack: Stack):
     return 0.0 if stack.flash_attention else 5.0 * arch.heads * s / tp
 
 
-def memory_gib(arch: ModelArch, global_batch, plans: PlanBatch, stack: Stack | None = None,
-               seq: int | None = None, measured: tuple[MeasuredLayers, ...] = ()
-               ) -> dict[str, np.ndarray]:
+def memory_gib(
+    arch: ModelArch,
+    global_batch,
+    plans: PlanBatch,
+    stack: Stack | None = None,
+    seq: int | None = None,
+    measured: tuple[MeasuredLayers, ...] = (),
+) -> dict[str, np.ndarray]:
     """Per-GPU memory of the fullest stage: states sharded by ZeRO, activations in flight.
 
     1F1B keeps up to `pp` micro-batches of activations on the first stage (with the
@@ -504,8 +610,9 @@ def memory_gib(arch: ModelArch, global_batch, plans: PlanBatch, stack: Stack | N
     """
     stack = stack or Stack()
     s = float(seq or arch.seq_len)
-    dp, tp, pp, cp, vp, mb = (_f(x) for x in (plans.dp, plans.tp, plans.pp, plans.cp,
-                                               plans.vp, plans.micro_batch))
+    dp, tp, pp, cp, vp, mb = (
+        _f(x) for x in (plans.dp, plans.tp, plans.pp, plans.cp, plans.vp, plans.micro_batch)
+    )
     zero, recompute = _f(plans.zero), _f(plans.recompute)
     tok = mb * s / cp
     gpu_params = _stage_params(arch, pp) / tp
@@ -518,22 +625,31 @@ def memory_gib(arch: ModelArch, global_batch, plans: PlanBatch, stack: Stack | N
     act = tok * _activation_bytes_per_token(arch, tp, stack) * np.where(wide, 2.0, 1.0)
     full_layer = act + tok * _score_bytes_per_token(arch, tp, s, stack)
     sp_div = tp if stack.sequence_parallel else 1.0
-    per_layer = np.where(recompute == 2, tok * np.where(wide, 4, 2) * arch.hidden / sp_div,
-                         np.where(recompute == 1, act, full_layer))
+    per_layer = np.where(
+        recompute == 2,
+        tok * np.where(wide, 4, 2) * arch.hidden / sp_div,
+        np.where(recompute == 1, act, full_layer),
+    )
     logits = tok * arch.vocab / tp * 4 * 2  # fp32 logits and their gradient, last stage
     embed = 0.0 * tok
     for m in applicable(measured, arch, int(s)):
-        kept = m.activation_bytes(np.broadcast_to(tp, tok.shape),
-                                  np.broadcast_to(plans.precision, tok.shape)) * mb[..., None]
+        kept = (
+            m.activation_bytes(
+                np.broadcast_to(tp, tok.shape), np.broadcast_to(plans.precision, tok.shape)
+            )
+            * mb[..., None]
+        )
         use = ~np.isnan(kept[..., 1]) & (recompute == 0) & (cp == 1)
-        embed, per_layer, logits = (np.where(use, kept[..., i], x)
-                                    for i, x in enumerate((embed, per_layer, logits)))
+        embed, per_layer, logits = (
+            np.where(use, kept[..., i], x) for i, x in enumerate((embed, per_layer, logits))
+        )
     micro_batches = replica_micro_batches(_f(global_batch), dp, mb)
     in_flight = np.minimum(micro_batches, pp) * np.where(vp > 1, 1 + (pp - 1) / (pp * vp), 1.0)
     heaviest, last = stage_layers(arch.layers, pp)
     first_stage = (per_layer * heaviest + embed) * in_flight
-    last_stage = (per_layer * last * np.where(vp > 1, in_flight, 1.0) + logits
-                  + np.where(pp > 1, 0.0, embed))
+    last_stage = (
+        per_layer * last * np.where(vp > 1, in_flight, 1.0) + logits + np.where(pp > 1, 0.0, embed)
+    )
     last_fuller = (pp == 1) | (last_stage > first_stage)
     activations = np.where(last_fuller, last_stage - logits, first_stage)
     activations = activations + np.where(recompute == 2, full_layer, 0.0)  # one layer rebuilt
@@ -556,7 +672,8 @@ def _wide(plans: PlanBatch) -> np.ndarray:
 def _stage_params(arch: ModelArch, pp):
     """Parameters of the heaviest pipeline stage: its layers plus one embedding table."""
     return stage_layers(arch.layers, pp)[0] * arch.params_per_layer + np.where(
-        pp > 1, arch.vocab * arch.hidden, arch.embedding_params)
+        pp > 1, arch.vocab * arch.hidden, arch.embedding_params
+    )
 
 
 def stage_layers(layers: int, pp) -> tuple[np.ndarray, np.ndarray]:

@@ -33,8 +33,9 @@ MIX = ("node_crash", "gpu_error", "domain_outage", "link_cut", "straggler", "act
 CLUSTER = Cluster({"east": 4, "west": 4}, (("east", "west"),))
 
 
-def heartbeats(rng, period_s: float, t1: float, stop: float = np.inf,
-               loss: float = 0.0) -> np.ndarray:
+def heartbeats(
+    rng, period_s: float, t1: float, stop: float = np.inf, loss: float = 0.0
+) -> np.ndarray:
     """Arrival times with every interval period·(1 ± 30%), from a random phase, until stop;
     each heartbeat lost with probability `loss` (0 in the headline figures)."""
     n = int(t1 / (period_s * (1 - JITTER))) + 2
@@ -57,8 +58,11 @@ def draw_fault(rng, kind: str | None) -> FaultEvent | None:
     t = float(rng.uniform(*FAULT_AT))
     domain = str(rng.choice(list(CLUSTER.nodes)))
     node = node_id(domain, int(rng.integers(CLUSTER.nodes[domain])))
-    target = {"domain_outage": domain, "actor_crash": domain,
-              "link_cut": link_id(*CLUSTER.links[0])}.get(kind, node)
+    target = {
+        "domain_outage": domain,
+        "actor_crash": domain,
+        "link_cut": link_id(*CLUSTER.links[0]),
+    }.get(kind, node)
     slow = float(rng.uniform(1.3, 3.0)) if kind == "straggler" else 1.0
     return FaultEvent(t, kind, target, 3600.0, slow)
 
@@ -67,15 +71,18 @@ def _silenced_at(sender: str, fault: FaultEvent | None) -> float:
     if fault is None:
         return np.inf
     k, tgt = fault.kind, fault.target
-    hit = ((k in ("node_crash",) and sender == tgt)
-           or (k in ("actor_crash", "link_cut") and sender == tgt)
-           or (k == "domain_outage" and (sender == tgt or sender.startswith(tgt + "/")
-                                         or tgt in sender.split("|"))))
+    hit = (
+        (k in ("node_crash",) and sender == tgt)
+        or (k in ("actor_crash", "link_cut") and sender == tgt)
+        or (
+            k == "domain_outage"
+            and (sender == tgt or sender.startswith(tgt + "/") or tgt in sender.split("|"))
+        )
+    )
     return fault.time_s if hit else np.inf
 
 
-def trial_streams(rng, fault: FaultEvent | None, t_end: float, period_s: float,
-                  loss: float = 0.0):
+def trial_streams(rng, fault: FaultEvent | None, t_end: float, period_s: float, loss: float = 0.0):
     """Time-sorted (time, sender or LogRecord) of one trial."""
     hb_senders = list(CLUSTER.nodes) + CLUSTER.node_ids() + [link_id(*CLUSTER.links[0])]
     items: list[tuple[float, object]] = []
@@ -122,13 +129,17 @@ def detection_delay_s(kind: str, seed: int, model: TemplateModel | None = None) 
     fault = draw_fault(rng, kind)
     assert fault is not None  # a kind was named
     verdicts = run_trial(rng, fault, model or fit_log_model(0), DetectorConfig())
-    hits = [v.time_s - fault.time_s for v in verdicts
-            if (v.target, v.kind) == (fault.target, kind) and v.time_s >= fault.time_s]
+    hits = [
+        v.time_s - fault.time_s
+        for v in verdicts
+        if (v.target, v.kind) == (fault.target, kind) and v.time_s >= fault.time_s
+    ]
     return hits[0] if hits else None
 
 
-def bench(n: int = 1000, seed: int = 0, config: DetectorConfig | None = None,
-          loss: float = 0.0) -> dict:
+def bench(
+    n: int = 1000, seed: int = 0, config: DetectorConfig | None = None, loss: float = 0.0
+) -> dict:
     """n faults (an even mix of kinds) plus n·CLEAN_SHARE fault-free trials."""
     config = config or DetectorConfig()
     model = fit_log_model(seed)
@@ -143,8 +154,13 @@ def bench(n: int = 1000, seed: int = 0, config: DetectorConfig | None = None,
         verdicts = run_trial(trial_rng, fault, model, config, loss)
         found = False
         for v in verdicts:
-            if (fault and not found and v.target == fault.target and v.kind == fault.kind
-                    and v.time_s >= fault.time_s):
+            if (
+                fault
+                and not found
+                and v.target == fault.target
+                and v.kind == fault.kind
+                and v.time_s >= fault.time_s
+            ):
                 found = True
                 delays.append(v.time_s - fault.time_s)
                 by_kind[fault.kind].append(v.time_s - fault.time_s)
@@ -157,16 +173,22 @@ def bench(n: int = 1000, seed: int = 0, config: DetectorConfig | None = None,
         fp = len(false_alarms)
     d = np.array(delays) if delays else np.array([np.nan])
     return {
-        "n_faults": n, "fault_free_trials": int(n * CLEAN_SHARE), "seed": seed,
-        "true_positives": tp, "false_alarms": fp,
+        "n_faults": n,
+        "fault_free_trials": int(n * CLEAN_SHARE),
+        "seed": seed,
+        "true_positives": tp,
+        "false_alarms": fp,
         "precision": tp / (tp + fp) if tp + fp else 0.0,
         "recall": tp / n if n else 0.0,
         "detection_s_p50": float(np.percentile(d, 50)),
         "detection_s_p99": float(np.percentile(d, 99)),
         "detection_s_max": float(np.max(d)),
         "recall_by_kind": {k: h[0] / h[1] for k, h in hit.items() if h[1]},
-        "detection_s_p99_by_kind": {k: float(np.percentile(v, 99))
-                                    for k, v in by_kind.items() if v},
-        "heartbeat_period_s": config.period_s, "jitter": JITTER, "heartbeat_loss": loss,
+        "detection_s_p99_by_kind": {
+            k: float(np.percentile(v, 99)) for k, v in by_kind.items() if v
+        },
+        "heartbeat_period_s": config.period_s,
+        "jitter": JITTER,
+        "heartbeat_loss": loss,
         "false_alarm_examples": false_alarms[:5],
     }

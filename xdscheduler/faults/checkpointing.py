@@ -35,8 +35,9 @@ def daly_interval_s(checkpoint_s: float, mtbf_s: float) -> float:
 CHECKPOINT_BYTES_PER_PARAM = 14.0
 
 
-def checkpoint_cost_s(params: float, write_gbs: float,
-                      bytes_per_param: float = CHECKPOINT_BYTES_PER_PARAM) -> float:
+def checkpoint_cost_s(
+    params: float, write_gbs: float, bytes_per_param: float = CHECKPOINT_BYTES_PER_PARAM
+) -> float:
     """Seconds to write a full training state at an aggregate write bandwidth (GB/s)."""
     if params <= 0 or write_gbs <= 0:
         raise UserError(f"need params and write bandwidth > 0, got {params}, {write_gbs}")
@@ -46,13 +47,15 @@ def checkpoint_cost_s(params: float, write_gbs: float,
 def job_mtbf_s(nodes: int, node_failures_per_hour: float) -> float:
     """Any node's failure interrupts a synchronous job: rates add."""
     if nodes < 1 or node_failures_per_hour <= 0:
-        raise UserError(f"need nodes ≥ 1 and a positive failure rate, got {nodes}, "
-                        f"{node_failures_per_hour}")
+        raise UserError(
+            f"need nodes ≥ 1 and a positive failure rate, got {nodes}, {node_failures_per_hour}"
+        )
     return 3600.0 / (nodes * node_failures_per_hour)
 
 
-def expected_loss_per_failure_s(interval_s: float, checkpoint_s: float,
-                                restart_s: float = 0.0) -> float:
+def expected_loss_per_failure_s(
+    interval_s: float, checkpoint_s: float, restart_s: float = 0.0
+) -> float:
     """Work redone plus restart after one failure: half a segment on average, plus R."""
     return (interval_s + checkpoint_s) / 2 + restart_s
 
@@ -69,8 +72,12 @@ class CheckpointPlan:
         return self.__dict__.copy()
 
 
-def plan_checkpoints(nodes: int, checkpoint_s: float, restart_s: float = 300.0,
-                     node_failures_per_hour: float | None = None) -> CheckpointPlan:
+def plan_checkpoints(
+    nodes: int,
+    checkpoint_s: float,
+    restart_s: float = 300.0,
+    node_failures_per_hour: float | None = None,
+) -> CheckpointPlan:
     """Daly's interval for a job on `nodes` nodes (default rate: Llama 3's, per node)."""
     from xdscheduler.faults.failure_model import NODE_FAILURE_PER_HOUR
 

@@ -60,15 +60,17 @@ class Verdict:
 class FaultDetector:
     """Feed heartbeats and log records as they arrive; `evaluate(now)` returns new verdicts."""
 
-    def __init__(self, cluster: Cluster, log_model: TemplateModel,
-                 config: DetectorConfig | None = None):
+    def __init__(
+        self, cluster: Cluster, log_model: TemplateModel, config: DetectorConfig | None = None
+    ):
         self.cluster, self.config = cluster, config or DetectorConfig()
         config = self.config
         self.domains = {d: [f"{d}/n{i}" for i in range(n)] for d, n in cluster.nodes.items()}
         self.links = {link_id(a, b): (a, b) for a, b in cluster.links}
         senders = list(self.domains) + [n for ns in self.domains.values() for n in ns]
-        self.hb = PhiAccrual(senders + list(self.links), config.period_s,
-                             threshold=config.phi_threshold)
+        self.hb = PhiAccrual(
+            senders + list(self.links), config.period_s, threshold=config.phi_threshold
+        )
         self.logs = LogAnomalyDetector(log_model)
         self.steps = StepTimeMonitor()
         self.verdicts: list[Verdict] = []
@@ -76,8 +78,13 @@ class FaultDetector:
         self._pending: dict[str, float] = {}  # target → time first suspected
 
     @classmethod
-    def create(cls, cluster: Cluster, seed: int = 0, config: DetectorConfig | None = None,
-               train_s: float = 3600.0) -> FaultDetector:
+    def create(
+        cls,
+        cluster: Cluster,
+        seed: int = 0,
+        config: DetectorConfig | None = None,
+        train_s: float = 3600.0,
+    ) -> FaultDetector:
         """A detector whose log model is fitted on a seeded benign trace (up to 16 sources:
         sources are alike, the model is per source and window)."""
         rng = np.random.default_rng([seed, 999])
@@ -87,8 +94,9 @@ class FaultDetector:
 
     # -------------------------------------------------------------- input
 
-    def observe_report(self, report, node_heartbeats: Iterable[str] = (),
-                       logs: Iterable[LogRecord] = ()) -> None:
+    def observe_report(
+        self, report, node_heartbeats: Iterable[str] = (), logs: Iterable[LogRecord] = ()
+    ) -> None:
         """A DomainReport (domain, time_s, links: neighbour → (Gbit/s, RTT)) is the actor's
         heartbeat and, for each neighbour it still reaches, the link's; node ids listed beat
         at the same time; log records go to the log detectors."""
@@ -132,9 +140,17 @@ class FaultDetector:
                 self._pending.pop(lid, None)
                 continue
             t = self.config.phi_threshold
-            self._hold(lid, "link_cut", phi[lid] >= 1, now, new, lambda lid=lid, a=a, b=b, t=t: {
-                "phi": round(phi[lid] * t, 2),
-                "endpoint_phi": [round(phi[a] * t, 2), round(phi[b] * t, 2)]})
+            self._hold(
+                lid,
+                "link_cut",
+                phi[lid] >= 1,
+                now,
+                new,
+                lambda lid=lid, a=a, b=b, t=t: {
+                    "phi": round(phi[lid] * t, 2),
+                    "endpoint_phi": [round(phi[a] * t, 2), round(phi[b] * t, 2)],
+                },
+            )
         self.verdicts += new
         return new
 
@@ -145,9 +161,14 @@ class FaultDetector:
         node_phi = np.array([phi[n] for n in nodes])
         frac = float(np.mean(node_phi >= 1))
         suspect = phi[dom] >= 1 or frac >= OUTAGE_FRACTION
-        ev = lambda: {"actor_phi": round(phi[dom] * self.config.phi_threshold, 2),  # noqa: E731
-                      "silent_node_fraction": frac,
-                      "min_node_phi": round(float(node_phi.min()) * self.config.phi_threshold, 2)}
+
+        def ev() -> dict:  # the evidence, made only where something is declared or held
+            return {
+                "actor_phi": round(phi[dom] * self.config.phi_threshold, 2),
+                "silent_node_fraction": frac,
+                "min_node_phi": round(float(node_phi.min()) * self.config.phi_threshold, 2),
+            }
+
         if phi[dom] >= 1 and frac >= OUTAGE_FRACTION:
             self._declare(dom, "domain_outage", now, ev(), new)
             for n in nodes:
@@ -166,9 +187,15 @@ class FaultDetector:
         score, counts = self.logs.score(node, now)
         log_rel = score / self.config.log_threshold
         crash = phi_rel + LOG_WEIGHT * log_rel
-        ev = lambda: {"phi": round(phi_rel * self.config.phi_threshold, 2),  # noqa: E731
-                      "log_score": round(score, 2), "templates": counts,
-                      "crash_score": round(crash, 3)}
+
+        def ev() -> dict:
+            return {
+                "phi": round(phi_rel * self.config.phi_threshold, 2),
+                "log_score": round(score, 2),
+                "templates": counts,
+                "crash_score": round(crash, 3),
+            }
+
         if phi_rel >= 0.5 and crash >= 1:
             self._hold(node, "node_crash", True, now, new, ev)
             return

@@ -128,5 +128,7 @@ def _poisson_events(rng, kind, targets, mean_count, horizon_s, span, slow) -> li
     # log-uniform durations: repairs span orders of magnitude
     durations = np.exp(rng.uniform(np.log(span[0]), np.log(span[1]), len(who)))
     slowdown = rng.uniform(*slow, len(who)) if slow else np.ones(len(who))
-    return [FaultEvent(float(t), kind, targets[i], float(d), float(s))
-            for i, t, d, s in zip(who, times, durations, slowdown, strict=True)]
+    return [
+        FaultEvent(float(t), kind, targets[i], float(d), float(s))
+        for i, t, d, s in zip(who, times, durations, slowdown, strict=True)
+    ]

@@ -27,8 +27,13 @@ def phi_from(elapsed, mean, std):
 class PhiAccrual:
     """Heartbeat arrival windows for a fixed list of senders, phi for all of them at once."""
 
-    def __init__(self, senders: list[str], period_s: float, window: int = WINDOW,
-                 threshold: float = PHI_THRESHOLD):
+    def __init__(
+        self,
+        senders: list[str],
+        period_s: float,
+        window: int = WINDOW,
+        threshold: float = PHI_THRESHOLD,
+    ):
         self.senders = list(senders)
         self.index = {s: i for i, s in enumerate(self.senders)}
         self.threshold = threshold

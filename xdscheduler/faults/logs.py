@@ -26,18 +26,30 @@ UNSEEN_PSEUDO = 0.5  # pseudo-count of a template never seen in training
 RARE_MEAN = 0.01  # templates rarer than this per window count as independent evidence
 
 # Benign noise: warnings that recover on their own (template, weight in background and bursts).
-BENIGN = (("nccl_retry", "WARNING", None), ("collective_timeout", "WARNING", None),
-          ("ecc_corrected", "WARNING", None), ("dataloader_slow", "WARNING", None),
-          ("storage_retry", "WARNING", None), ("checkpoint_saved", "INFO", None))
+BENIGN = (
+    ("nccl_retry", "WARNING", None),
+    ("collective_timeout", "WARNING", None),
+    ("ecc_corrected", "WARNING", None),
+    ("dataloader_slow", "WARNING", None),
+    ("storage_retry", "WARNING", None),
+    ("checkpoint_saved", "INFO", None),
+)
 BENIGN_PER_S = 0.02  # background rate per source and template
 BURST_PER_S = 1 / 30  # a benign burst per source about every 30 s (stress level)
 BURST_SIZE = (5, 40)
 BURST_SPAN_S = (0.5, 5.0)
 # Fault signatures: Xid 79 (GPU fallen off the bus), 48 (double-bit ECC), 94/95 (contained /
 # uncontained ECC), 63 (row remapping), CUDA OOM, NCCL watchdog abort.
-FAULT = (("xid", "ERROR", 79), ("xid", "ERROR", 48), ("xid", "ERROR", 94), ("xid", "ERROR", 95),
-         ("xid", "ERROR", 63), ("cuda_oom", "ERROR", None), ("ecc_uncorrectable", "ERROR", None),
-         ("nccl_watchdog_timeout", "ERROR", None))
+FAULT = (
+    ("xid", "ERROR", 79),
+    ("xid", "ERROR", 48),
+    ("xid", "ERROR", 94),
+    ("xid", "ERROR", 95),
+    ("xid", "ERROR", 63),
+    ("cuda_oom", "ERROR", None),
+    ("ecc_uncorrectable", "ERROR", None),
+    ("nccl_watchdog_timeout", "ERROR", None),
+)
 FAULT_BURST = (2, 6)
 FAULT_GAP_S = 0.3  # mean gap between a fault's error lines
 
@@ -67,8 +79,13 @@ class LogRecord:
         return f"{self.event}:{self.level}" + (f":{code}" if code is not None else "")
 
     def to_json(self) -> dict:
-        return {"time_s": self.time_s, "source": self.source, "level": self.level,
-                "event": self.event, **self.fields}
+        return {
+            "time_s": self.time_s,
+            "source": self.source,
+            "level": self.level,
+            "event": self.event,
+            **self.fields,
+        }
 
 
 # ---------------------------------------------------------------- generators
@@ -103,8 +120,14 @@ def fault_burst(rng: np.random.Generator, source: str, t0: float) -> list[LogRec
     return [_record(t, source, FAULT[specs[k % 2]]) for k, t in enumerate(times)]
 
 
-def step_times(rng: np.random.Generator, t0: float, t1: float, slow_from: float = np.inf,
-               slowdown: float = 1.0, stop: float = np.inf) -> tuple[np.ndarray, np.ndarray]:
+def step_times(
+    rng: np.random.Generator,
+    t0: float,
+    t1: float,
+    slow_from: float = np.inf,
+    slowdown: float = 1.0,
+    stop: float = np.inf,
+) -> tuple[np.ndarray, np.ndarray]:
     """End times and durations of steps in [t0, min(t1, stop)); slower from `slow_from`."""
     n = int((t1 - t0) / STEP_S * 1.2) + 2
     dur = STEP_S * rng.lognormal(0, STEP_SIGMA, n)
@@ -118,8 +141,10 @@ def step_times(rng: np.random.Generator, t0: float, t1: float, slow_from: float 
 
 
 def step_logs(source: str, ends: np.ndarray, durs: np.ndarray) -> list[LogRecord]:
-    return [LogRecord(float(t), source, "INFO", STEP_EVENT, {"step_time_s": float(d)})
-            for t, d in zip(ends, durs, strict=True)]
+    return [
+        LogRecord(float(t), source, "INFO", STEP_EVENT, {"step_time_s": float(d)})
+        for t, d in zip(ends, durs, strict=True)
+    ]
 
 
 # ---------------------------------------------------------------- template model
@@ -135,8 +160,9 @@ class TemplateModel:
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def fit(cls, records: list[LogRecord], sources: int, span_s: float,
-            window_s: float = WINDOW_S) -> TemplateModel:
+    def fit(
+        cls, records: list[LogRecord], sources: int, span_s: float, window_s: float = WINDOW_S
+    ) -> TemplateModel:
         """Moments of windowed counts from a benign trace of `sources` sources over span_s."""
         nwin = max(1, int(span_s // window_s))
         names = sorted({r.source for r in records})
@@ -239,9 +265,12 @@ class StepTimeMonitor:
         run, bound = self._run.get(source, 0), self._ref[source][2]
         elapsed = now - self._last[source]
         in_progress = int(elapsed > bound) + int(elapsed > 2 * bound)
-        return run + in_progress, {"slow_run": run, "in_progress_s": round(elapsed, 3),
-                                   "last_z": round(self._z.get(source, 0.0), 2),
-                                   "slow_bound_s": round(bound, 4)}
+        return run + in_progress, {
+            "slow_run": run,
+            "in_progress_s": round(elapsed, 3),
+            "last_z": round(self._z.get(source, 0.0), 2),
+            "slow_bound_s": round(bound, 4),
+        }
 
 
 def _reference(h: deque) -> tuple[float, float, float]:

@@ -158,8 +158,10 @@ def has_statsforecast() -> bool:
     the `baselines` extra, needed by nothing else."""
     found = importlib.util.find_spec("statsforecast") is not None
     if not found:
-        log.warning("statsforecast is not installed: the auto_ets baseline is left out "
-                    "(pip install 'xdscheduler[baselines]')")
+        log.warning(
+            "statsforecast is not installed: the auto_ets baseline is left out "
+            "(pip install 'xdscheduler[baselines]')"
+        )
     return found
 
 
@@ -230,7 +232,9 @@ def run(
         **coverage(win.actual, point, unit, model.rel_quantiles),
         # the constant interval (no swing) from the same residuals, for comparison
         "flat_intervals": coverage(
-            win.actual, point, scale_of(series.values, series.per_day)[win.origins],
+            win.actual,
+            point,
+            scale_of(series.values, series.per_day)[win.origins],
             model.flat_quantiles,
         ),
         "shrink_weight": model.weight,

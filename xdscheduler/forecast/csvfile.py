@@ -59,11 +59,12 @@ def _columns(rows, header: list[str], cols: list[str], path: Path) -> pd.DataFra
         if not row:
             continue
         if len(row) != len(header):
-            raise UserError(f"{path}, row {len(data[0]) + 1}: {len(row)} fields where the "
-                            f"header has {len(header)}")
+            raise UserError(
+                f"{path}, row {len(data[0]) + 1}: {len(row)} fields where the "
+                f"header has {len(header)}"
+            )
         if len(data[0]) == MAX_ROWS:
-            raise UserError(f"{path}: more than {MAX_ROWS:,} data rows; at most that many "
-                            f"are read")
+            raise UserError(f"{path}: more than {MAX_ROWS:,} data rows; at most that many are read")
         for values, i in zip(data, at, strict=True):
             values.append(row[i])
     if not data[0]:
@@ -78,16 +79,25 @@ def pick(columns: Sequence, needs: Sequence[Sequence[str]], where: str) -> list[
         if set(cols) <= have:
             return list(cols)
     sets = [", ".join(map(repr, cols)) for cols in needs]
-    wanted = (f"a {sets[0]} column" if len(needs) == 1 and len(needs[0]) == 1
-              else f"columns {sets[0]}" if len(needs) == 1
-              else "columns " + " or ".join(f"({s})" for s in sets))
+    wanted = (
+        f"a {sets[0]} column"
+        if len(needs) == 1 and len(needs[0]) == 1
+        else f"columns {sets[0]}"
+        if len(needs) == 1
+        else "columns " + " or ".join(f"({s})" for s in sets)
+    )
     found = ", ".join(repr(str(c)) for c in columns) or "none"  # quoted: a stray space shows
     raise MissingColumns(f"{where}: needs {wanted}; found {found}")
 
 
 def numbers(
-    df: pd.DataFrame, col: str, where: str, low: float = 0.0, high: float = np.inf,
-    above: bool = False, whole: bool = False,
+    df: pd.DataFrame,
+    col: str,
+    where: str,
+    low: float = 0.0,
+    high: float = np.inf,
+    above: bool = False,
+    whole: bool = False,
 ) -> np.ndarray:
     """Column `col` as floats, each finite and in [low, high] ((low, high] when `above`; whole
     numbers when `whole`); else UserError naming the first bad row."""
@@ -103,8 +113,7 @@ def numbers(
     kind = "a whole number" if whole else "a finite number"
     bound = f"above {low:,.0f}" if above else f"from {low:,.0f}"
     accepted = f"{kind} {bound}" + (f" to {high:,.0f}" if np.isfinite(high) else "")
-    raise UserError(f"{where}, row {i + 1}, column {col!r}: {_cell(raw.iloc[i])} is not "
-                    f"{accepted}")
+    raise UserError(f"{where}, row {i + 1}, column {col!r}: {_cell(raw.iloc[i])} is not {accepted}")
 
 
 def timestamps(df: pd.DataFrame, col: str, where: str) -> pd.DatetimeIndex:
@@ -115,10 +124,15 @@ def timestamps(df: pd.DataFrame, col: str, where: str) -> pd.DatetimeIndex:
     if ok.all():
         return t
     i = int(np.argmin(ok))
-    like = (f"written like row {np.argmax(ok) + 1} ({df[col].iloc[np.argmax(ok)]})" if ok.any()
-            else "e.g. 2020-05-01 00:00:00")
-    raise UserError(f"{where}, row {i + 1}, column {col!r}: {_cell(df[col].iloc[i])} is not "
-                    f"a date and time from 1970 to 2200 {like}")
+    like = (
+        f"written like row {np.argmax(ok) + 1} ({df[col].iloc[np.argmax(ok)]})"
+        if ok.any()
+        else "e.g. 2020-05-01 00:00:00"
+    )
+    raise UserError(
+        f"{where}, row {i + 1}, column {col!r}: {_cell(df[col].iloc[i])} is not "
+        f"a date and time from 1970 to 2200 {like}"
+    )
 
 
 def _times(values: pd.Series) -> pd.DatetimeIndex:

@@ -236,8 +236,15 @@ class HistoryModel:
         for lo, hi in ((0.6, 0.8), (0.8, 1.0)):  # train before each fold, validate on it
             model, dist = self._train_on(rows(0.0, lo, shift=self.h))
             for (X, target, scale, swings, fut, _), fold in rows(lo, hi):
-                folds.append((target[fold], self._changes(model, dist, X.iloc[fold]),
-                              scale[fold], swings[fold], fut[fold]))
+                folds.append(
+                    (
+                        target[fold],
+                        self._changes(model, dist, X.iloc[fold]),
+                        scale[fold],
+                        swings[fold],
+                        fut[fold],
+                    )
+                )
         actual, pred, unit, swing, level = (np.concatenate(c) for c in zip(*folds, strict=True))
         self.weight, self.doubt = _shrink_weights(actual, pred, unit, self.h)
         self.doubt = self.doubt if self.use_median else 1.0  # no distribution: no median moves

@@ -75,8 +75,14 @@ class Forecaster:
         fitted = {} if fitted is None else fitted
         models = {
             hm: fit_history(
-                values, index, step_min, max(hm // step_min, 1), target, seed=seed,
-                others=others, fitted=fitted,
+                values,
+                index,
+                step_min,
+                max(hm // step_min, 1),
+                target,
+                seed=seed,
+                others=others,
+                fitted=fitted,
             )
             for hm in horizons_min
         }

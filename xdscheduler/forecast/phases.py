@@ -89,8 +89,12 @@ def recognise(loss: np.ndarray) -> np.ndarray:
     """Phase (0 warm-up, 1 fast, 2 stable) of every step of a loss curve; FLAT or DIVERGING at
     every step where the curve does not fall beyond its noise."""
     loss = np.asarray(loss, float)
-    if (loss.ndim != 1 or len(loss) < MIN_STEPS or not np.all(np.isfinite(loss))
-            or np.any(loss <= 0)):
+    if (
+        loss.ndim != 1
+        or len(loss) < MIN_STEPS
+        or not np.all(np.isfinite(loss))
+        or np.any(loss <= 0)
+    ):
         raise UserError(f"a loss curve needs at least {MIN_STEPS} positive, finite values")
     n = len(loss)
     trend = _without_descent(np.log(loss))
@@ -159,12 +163,15 @@ def label_csv(path: str | Path) -> dict:
     df = read_csv(path, "loss curve", [("loss",)], optional=("step",))
     loss = numbers(df, "loss", where, above=True)
     # steps up to 1e15: whole numbers a float holds exactly
-    steps = (numbers(df, "step", where, high=1e15, whole=True) if "step" in df
-             else np.arange(len(loss)))
+    steps = (
+        numbers(df, "step", where, high=1e15, whole=True) if "step" in df else np.arange(len(loss))
+    )
     curve = by_key(steps, loss)
     if not MIN_STEPS <= len(curve) <= MAX_STEPS:
-        raise UserError(f"{where}: {len(curve):,} steps; a loss curve of {MIN_STEPS} to "
-                        f"{MAX_STEPS:,} steps is read (thin a longer one: every k-th row)")
+        raise UserError(
+            f"{where}: {len(curve):,} steps; a loss curve of {MIN_STEPS} to "
+            f"{MAX_STEPS:,} steps is read (thin a longer one: every k-th row)"
+        )
     labels = recognise(curve.to_numpy())
     steps = curve.index.to_numpy()
     edges = np.flatnonzero(np.diff(labels)) + 1

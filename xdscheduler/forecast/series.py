@@ -85,8 +85,10 @@ def _step_min(index: pd.DatetimeIndex, where: str) -> int:
     step = pd.Timedelta(index.to_series().diff().median())
     step_min = max(int(step.total_seconds() // 60), 1)
     if step_min > MAX_STEP_MIN:
-        raise UserError(f"{where}: times are {step_min:,} min apart (median); steps of 1 to "
-                        f"{MAX_STEP_MIN} min are read")
+        raise UserError(
+            f"{where}: times are {step_min:,} min apart (median); steps of 1 to "
+            f"{MAX_STEP_MIN} min are read"
+        )
     return step_min
 
 

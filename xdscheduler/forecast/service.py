@@ -48,7 +48,8 @@ class KnownJobIn(FileModel):
 class ForecastRequest(FileModel):
     # demand per step (accelerators), oldest first (≥ a day helps)
     history: list[Annotated[float, Field(ge=0, le=MAX_DOMAIN_GPUS * MAX_DOMAINS)]] = Field(
-        min_length=1, max_length=MAX_HISTORY)
+        min_length=1, max_length=MAX_HISTORY
+    )
     step_min: int = Field(default=1, gt=0, le=1440)
     # time of the last value (default: now); ISO 8601 text in JSON
     end_time: datetime | None = Field(default=None, strict=False)
@@ -64,8 +65,10 @@ class ForecastRequest(FileModel):
         """Checked before the history's start is computed from it: year 1 minus a step would
         overflow datetime."""
         if end is not None and not EARLIEST <= end.replace(tzinfo=None) <= LATEST:
-            raise ValueError(f"end_time {end.replace(tzinfo=None).isoformat()} must lie between "
-                             f"{EARLIEST:%Y} and {LATEST:%Y}")
+            raise ValueError(
+                f"end_time {end.replace(tzinfo=None).isoformat()} must lie between "
+                f"{EARLIEST:%Y} and {LATEST:%Y}"
+            )
         return end
 
     @model_validator(mode="after")
@@ -75,8 +78,10 @@ class ForecastRequest(FileModel):
             end = self.end_time.replace(tzinfo=None)
             start = end - timedelta(minutes=self.step_min * (len(self.history) - 1))
             if start < EARLIEST:
-                raise ValueError(f"the history spans {start:%Y-%m-%d} to {end:%Y-%m-%d}; it "
-                                 f"must lie between {EARLIEST:%Y} and {LATEST:%Y}")
+                raise ValueError(
+                    f"the history spans {start:%Y-%m-%d} to {end:%Y-%m-%d}; it "
+                    f"must lie between {EARLIEST:%Y} and {LATEST:%Y}"
+                )
         return self
 
 
@@ -114,8 +119,9 @@ def request_end(request: ForecastRequest) -> pd.Timestamp:
 def request_series(request: ForecastRequest) -> tuple[np.ndarray, pd.DatetimeIndex]:
     """The request's history as values on a time grid ending at its `end_time`."""
     values = np.asarray(request.history, float)
-    index = pd.date_range(end=request_end(request), periods=len(values),
-                          freq=f"{request.step_min}min")
+    index = pd.date_range(
+        end=request_end(request), periods=len(values), freq=f"{request.step_min}min"
+    )
     return values, index
 
 
@@ -188,6 +194,7 @@ def _response(current: float, out: list[HorizonForecast], known) -> ForecastResp
         horizons=list(out),
         backup_pool_gpus=math.ceil(max(max(f.hi95 - f.mean for f in out), 0.0)),
         preallocate_gpus=math.ceil(max(out[-1].mean - current, 0.0)),
-        frees_min={} if known is None else {
-            name: m if math.isfinite(m) else None for name, m in known.frees.items()},
+        frees_min={}
+        if known is None
+        else {name: m if math.isfinite(m) else None for name, m in known.frees.items()},
     )

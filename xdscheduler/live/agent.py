@@ -72,8 +72,9 @@ class DemandHistory:
 # load, when two missed 0.4 s pings find the domain down): each has a thread of its own.
 @ray.remote(num_cpus=0, concurrency_groups={"heartbeat": 1, "report": 1, "links": 1})  # type: ignore[call-overload]
 class DomainAgent:
-    def __init__(self, name: str, domains: list[str], api: str | None = None,
-                 token: str | None = None):
+    def __init__(
+        self, name: str, domains: list[str], api: str | None = None, token: str | None = None
+    ):
         from xdscheduler.serving.client import ForecastClient
 
         self.name, self.domains = name, domains
@@ -99,9 +100,16 @@ class DomainAgent:
         held = sum(j["workers"] for j in hosted)
         self.demand.add(now, held)
         nodes = [n for n in ray.nodes() if n["Alive"]]
-        return {"domain": self.name, "time": now, **self._nodes(nodes), "held": held,
-                "jobs": hosted, "links": self._links(now), "rtt_ms": self._rtts(nodes),
-                **self._forecast(hosted)}
+        return {
+            "domain": self.name,
+            "time": now,
+            **self._nodes(nodes),
+            "held": held,
+            "jobs": hosted,
+            "links": self._links(now),
+            "rtt_ms": self._rtts(nodes),
+            **self._forecast(hosted),
+        }
 
     @ray.method(concurrency_group="links")
     def link_rates(self) -> dict[str, float]:
@@ -117,10 +125,11 @@ class DomainAgent:
         free = available_resources_per_node()
         total = [n["Resources"] for n in nodes]
         avail = [free.get(n["NodeID"], {}) for n in nodes]
-        return {"nodes": len(nodes),
-                **{f"{k.lower()}s": int(sum(r.get(k, 0) for r in total)) for k in ("CPU", "GPU")},
-                **{f"free_{k.lower()}s": int(sum(r.get(k, 0) for r in avail))
-                   for k in ("CPU", "GPU")}}
+        return {
+            "nodes": len(nodes),
+            **{f"{k.lower()}s": int(sum(r.get(k, 0) for r in total)) for k in ("CPU", "GPU")},
+            **{f"free_{k.lower()}s": int(sum(r.get(k, 0) for r in avail)) for k in ("CPU", "GPU")},
+        }
 
     def _links(self, now: float) -> list[dict]:
         """Per link out of this domain: its rate, the goodput sent over it since the last
@@ -133,15 +142,25 @@ class DomainAgent:
             gbps = None
             if last and dst in last[1] and now > last[0]:
                 gbps = (sent - last[1][dst]) * 8 / (now - last[0]) / 1e9 / WIRE_PER_PAYLOAD
-            rows.append({"dst": dst, "rate_gbps": rate, "sent_gbps": gbps,
-                         "sent_total_gb": sent / 1e9 / WIRE_PER_PAYLOAD})
+            rows.append(
+                {
+                    "dst": dst,
+                    "rate_gbps": rate,
+                    "sent_gbps": gbps,
+                    "sent_total_gb": sent / 1e9 / WIRE_PER_PAYLOAD,
+                }
+            )
         return rows
 
     def _counters(self) -> dict[str, tuple[float, int]]:
         """`link_counters` of this node's uplink; {} where tc or the buckets are absent."""
         try:
-            done = subprocess.run(["tc", "-s", "class", "show", "dev", "eth0"],
-                                  capture_output=True, text=True, timeout=5)
+            done = subprocess.run(
+                ["tc", "-s", "class", "show", "dev", "eth0"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+            )
         except (OSError, subprocess.TimeoutExpired):  # no tc on this node
             return {}
         return link_counters(done.stdout, self.domains) if not done.returncode else {}
@@ -158,8 +177,9 @@ class DomainAgent:
             for _ in range(3):
                 start = time.perf_counter()
                 try:
-                    socket.create_connection((n["NodeManagerAddress"], n["NodeManagerPort"]),
-                                             timeout=1).close()
+                    socket.create_connection(
+                        (n["NodeManagerAddress"], n["NodeManagerPort"]), timeout=1
+                    ).close()
                 except OSError:
                     continue
                 took.append((time.perf_counter() - start) * 1000)
@@ -174,25 +194,35 @@ class DomainAgent:
         accelerators' time on this machine)."""
         if self.forecaster is None:
             return {"forecast": None}
-        asked_on = (len(self.demand.minutes), tuple(sorted((j["job"], j["workers"])
-                                                           for j in hosted)))
+        asked_on = (
+            len(self.demand.minutes),
+            tuple(sorted((j["job"], j["workers"]) for j in hosted)),
+        )
         if self.forecast and self.forecast[0] == asked_on:
             return self.forecast[1]
         self.forecast = (asked_on, self._ask_forecast(self.forecaster, hosted))
         return self.forecast[1]
 
     def _ask_forecast(self, client: ForecastClient, hosted: list[dict]) -> dict:
-        known = [KnownJobIn(name=j["job"], gpus=j["workers"], finish_min=j["finish_min"])
-                 for j in hosted if j["finish_min"] is not None]
-        request = ForecastRequest(history=self.demand.series(), step_min=1, known_jobs=known,
-                                  series=f"live-{self.name}")
+        known = [
+            KnownJobIn(name=j["job"], gpus=j["workers"], finish_min=j["finish_min"])
+            for j in hosted
+            if j["finish_min"] is not None
+        ]
+        request = ForecastRequest(
+            history=self.demand.series(), step_min=1, known_jobs=known, series=f"live-{self.name}"
+        )
         try:
             answer = client.answer(request)
         except Exception as err:  # the app away: the report goes on without a forecast
             return {"forecast": None, "forecast_error": f"{type(err).__name__}: {err}"}
-        return {"forecast": [{"horizon_min": h.horizon_min, "mean": h.mean, "hi95": h.hi95}
-                             for h in answer.horizons],
-                "backup_pool_gpus": answer.backup_pool_gpus}
+        return {
+            "forecast": [
+                {"horizon_min": h.horizon_min, "mean": h.mean, "hi95": h.hi95}
+                for h in answer.horizons
+            ],
+            "backup_pool_gpus": answer.backup_pool_gpus,
+        }
 
 
 def indicators(report: dict, domain: Domain, probed: dict[str, float]) -> list[Sample]:
@@ -202,9 +232,19 @@ def indicators(report: dict, domain: Domain, probed: dict[str, float]) -> list[S
     fabric inside the domain as its scenario says (nothing here measures them). `probed`:
     destination domain -> Gbit/s of the last `xds links probe` from this domain."""
     kind = "cpus" if domain.accelerator.vendor == "CPU" else "gpus"
-    left = [max(probed.get(r["dst"], r["rate_gbps"]) - (r["sent_gbps"] or 0.0), 0.0)
-            for r in report["links"]]
+    left = [
+        max(probed.get(r["dst"], r["rate_gbps"]) - (r["sent_gbps"] or 0.0), 0.0)
+        for r in report["links"]
+    ]
     return domain_samples(
-        domain, total=report[kind], free=report[f"free_{kind}"], held=report["held"],
-        background=0.0, bandwidth_gbps=left, rtt_ms=list(report["rtt_ms"].values()),
-        healthy=bool(report["nodes"]), source=f"agent:{domain.name}", time_s=report["time"])
+        domain,
+        total=report[kind],
+        free=report[f"free_{kind}"],
+        held=report["held"],
+        background=0.0,
+        bandwidth_gbps=left,
+        rtt_ms=list(report["rtt_ms"].values()),
+        healthy=bool(report["nodes"]),
+        source=f"agent:{domain.name}",
+        time_s=report["time"],
+    )

@@ -46,13 +46,17 @@ def refused(why: str) -> dict:
     return {"model": Refusal, "description": why}
 
 
-app = FastAPI(title="xdscheduler live jobs",
-              description="Submit, follow and cancel training jobs on the live cluster.",
-              responses={503: refused("the controller did not answer in time")})
+app = FastAPI(
+    title="xdscheduler live jobs",
+    description="Submit, follow and cancel training jobs on the live cluster.",
+    responses={503: refused("the controller did not answer in time")},
+)
 NOT_FOUND = {404: refused("no job of that name")}
-live_app = FastAPI(title="xdscheduler live domains",
-                   description="The live cluster's domains as its controller sees them.",
-                   responses={503: refused("the controller did not answer in time")})
+live_app = FastAPI(
+    title="xdscheduler live domains",
+    description="The live cluster's domains as its controller sees them.",
+    responses={503: refused("the controller did not answer in time")},
+)
 
 
 class PrefixRoot:
@@ -101,8 +105,7 @@ def _ask(state: ClusterState, method: str, *args):
     from xdscheduler.live import controller
 
     try:
-        return controller.ask(getattr(controller.controller(state), method), *args,
-                              timeout_s=30)
+        return controller.ask(getattr(controller.controller(state), method), *args, timeout_s=30)
     except UserError as err:
         if "did not answer" in str(err):
             raise HTTPException(503, str(err)) from None
@@ -132,8 +135,9 @@ class JobsService:
             if "exists already" in str(err):
                 raise HTTPException(409, str(err)) from None
             where = "tenant" if "tenant" in str(err) else "workers"
-            raise HTTPException(422, [{"type": "value_error", "loc": ["body", where],
-                                       "msg": str(err)}]) from None
+            raise HTTPException(
+                422, [{"type": "value_error", "loc": ["body", where], "msg": str(err)}]
+            ) from None
 
     @app.get("/")
     def jobs(self) -> dict[str, list[JobRow]]:
@@ -188,10 +192,18 @@ def deploy(state: ClusterState, host: str, port: int) -> ClusterState:
     policy = application(load_scenario(state.scenario), token, actor_options=ON_HEAD)
     serve.run(policy, name=POLICY_APP, route_prefix="/", blocking=False)
     state = state.model_copy(update={"api": f"http://{host}:{port}", "api_token": token})
-    serve.run(JobsService.bind(state.model_dump_json(), token), name=JOBS_APP,
-              route_prefix="/jobs", blocking=False)
-    serve.run(LiveService.bind(state.model_dump_json(), token), name=LIVE_APP,
-              route_prefix="/live", blocking=False)
+    serve.run(
+        JobsService.bind(state.model_dump_json(), token),
+        name=JOBS_APP,
+        route_prefix="/jobs",
+        blocking=False,
+    )
+    serve.run(
+        LiveService.bind(state.model_dump_json(), token),
+        name=LIVE_APP,
+        route_prefix="/live",
+        blocking=False,
+    )
     wait_answering(state.api, ["/healthz", "/jobs", "/live/domains"], token, timeout_s=120)
     return state
 

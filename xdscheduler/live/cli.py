@@ -26,71 +26,113 @@ def _state_path(args) -> Path:
 
 
 def _with_state(p) -> None:
-    p.add_argument("--state", metavar="FILE",
-                   help="the cluster's state file (default: XDS_CLUSTER, else ~/.xds/cluster.json)")
+    p.add_argument(
+        "--state",
+        metavar="FILE",
+        help="the cluster's state file (default: XDS_CLUSTER, else ~/.xds/cluster.json)",
+    )
 
 
 def register(sub) -> None:
-    p = sub.add_parser("up", help="start a local cluster of labelled Ray nodes for a scenario "
-                       "(or attach to one with --address)",
-                       description="Start a Ray head and, per domain of the scenario, Ray nodes "
-                       "labelled xds.domain=<name> in a network namespace of the domain's own, "
-                       "with every link shaped to its bandwidth; record it in a state file. "
-                       "With --address, only attach to a cluster whose nodes carry the labels.")
+    p = sub.add_parser(
+        "up",
+        help="start a local cluster of labelled Ray nodes for a scenario "
+        "(or attach to one with --address)",
+        description="Start a Ray head and, per domain of the scenario, Ray nodes "
+        "labelled xds.domain=<name> in a network namespace of the domain's own, "
+        "with every link shaped to its bandwidth; record it in a state file. "
+        "With --address, only attach to a cluster whose nodes carry the labels.",
+    )
     p.add_argument("scenario", help="scenario file, e.g. scenarios/local_three_domains.yaml")
     p.add_argument("--address", help="a running Ray cluster (HOST:PORT) to attach to")
-    p.add_argument("--storage", help="where jobs checkpoint and the controller keeps its "
-                   "journal (default: beside the state file)")
-    p.add_argument("--profile", help="the plain-dp stack's profile from xds calibrate that "
-                   "jobs are planned with (default: the model's shipped constants), e.g. "
-                   "scenarios/profiles/local-cpu-plain-dp.yaml")
-    p.add_argument("--policy", choices=("planner", "ppo"), default="planner",
-                   help="what decides where jobs run: the planner's search, or the trained "
-                   "agents asked over HTTP (POST /policy/act) among the same candidates")
-    p.add_argument("--http-port", type=number(int, 1024, 65535),
-                   help="where the HTTP API (jobs, policy, forecast) answers on the head "
-                        "(default: a free port; 8000 with --address)")
+    p.add_argument(
+        "--storage",
+        help="where jobs checkpoint and the controller keeps its "
+        "journal (default: beside the state file)",
+    )
+    p.add_argument(
+        "--profile",
+        help="the plain-dp stack's profile from xds calibrate that "
+        "jobs are planned with (default: the model's shipped constants), e.g. "
+        "scenarios/profiles/local-cpu-plain-dp.yaml",
+    )
+    p.add_argument(
+        "--policy",
+        choices=("planner", "ppo"),
+        default="planner",
+        help="what decides where jobs run: the planner's search, or the trained "
+        "agents asked over HTTP (POST /policy/act) among the same candidates",
+    )
+    p.add_argument(
+        "--http-port",
+        type=number(int, 1024, 65535),
+        help="where the HTTP API (jobs, policy, forecast) answers on the head "
+        "(default: a free port; 8000 with --address)",
+    )
     _with_state(p)
     p.add_argument("--json", action="store_true", help="print the state as one JSON object")
     p.set_defaults(fn=cmd_up)
 
-    p = sub.add_parser("down", help="stop what `xds up` started (by process id) and remove its "
-                       "namespaces")
+    p = sub.add_parser(
+        "down", help="stop what `xds up` started (by process id) and remove its namespaces"
+    )
     _with_state(p)
     p.set_defaults(fn=cmd_down)
 
     p = sub.add_parser("links", help="the live cluster's WAN links")
     lsub = p.add_subparsers(dest="links_command", required=True, metavar="COMMAND")
-    q = lsub.add_parser("probe", help="measure every link through the path jobs use; "
-                        "configured vs measured")
+    q = lsub.add_parser(
+        "probe", help="measure every link through the path jobs use; configured vs measured"
+    )
     _with_state(q)
-    q.add_argument("--seconds", type=number(float, 0.2, 60), default=2.0,
-                   help="how long each direction sends (0.2-60)")
-    q.add_argument("--json", action="store_true",
-                   help="print one JSON object: a record per link and direction")
+    q.add_argument(
+        "--seconds",
+        type=number(float, 0.2, 60),
+        default=2.0,
+        help="how long each direction sends (0.2-60)",
+    )
+    q.add_argument(
+        "--json", action="store_true", help="print one JSON object: a record per link and direction"
+    )
     q.set_defaults(fn=cmd_links_probe)
-    q = lsub.add_parser("set", help="reshape a link of the cluster `xds up` built, as a WAN's "
-                        "bandwidth swings: the agents report the new rate and the controller "
-                        "re-plans its jobs with it")
+    q = lsub.add_parser(
+        "set",
+        help="reshape a link of the cluster `xds up` built, as a WAN's "
+        "bandwidth swings: the agents report the new rate and the controller "
+        "re-plans its jobs with it",
+    )
     q.add_argument("src", help="the domain the link leaves")
     q.add_argument("dst", help="the domain it reaches")
-    q.add_argument("gbps", type=number(float, 0.0001, 100),
-                   help="its goodput from now on, Gbit/s (0.0001-100)")
+    q.add_argument(
+        "gbps", type=number(float, 0.0001, 100), help="its goodput from now on, Gbit/s (0.0001-100)"
+    )
     q.add_argument("--both", action="store_true", help="both directions")
     _with_state(q)
     q.set_defaults(fn=cmd_links_set)
 
-    p = sub.add_parser("profile", help="measure each domain's accelerators (GEMMs per dtype "
-                       "and size, memory bandwidth) and links; write catalog entries")
+    p = sub.add_parser(
+        "profile",
+        help="measure each domain's accelerators (GEMMs per dtype "
+        "and size, memory bandwidth) and links; write catalog entries",
+    )
     p.add_argument("--domain", action="append", help="profile only this domain (repeatable)")
-    p.add_argument("--seconds", type=number(float, 0.05, 10), default=0.3,
-                   help="per measurement (0.05-10)")
+    p.add_argument(
+        "--seconds", type=number(float, 0.05, 10), default=0.3, help="per measurement (0.05-10)"
+    )
     p.add_argument("--out", help="write the entries as a catalog file (accelerators: ...)")
-    p.add_argument("--runs", metavar="CSV", help="write the reference trainings as measured "
-                   "runs on those entries, for xds calibrate --stack plain-dp --accelerators OUT")
-    p.add_argument("--apply", action="store_true", help="the controller plans from now on with "
-                   "the measured entries and the plain-dp constants fitted to the reference "
-                   "trainings (journalled)")
+    p.add_argument(
+        "--runs",
+        metavar="CSV",
+        help="write the reference trainings as measured "
+        "runs on those entries, for xds calibrate --stack plain-dp --accelerators OUT",
+    )
+    p.add_argument(
+        "--apply",
+        action="store_true",
+        help="the controller plans from now on with "
+        "the measured entries and the plain-dp constants fitted to the reference "
+        "trainings (journalled)",
+    )
     _with_state(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(fn=cmd_profile)
@@ -105,22 +147,33 @@ HTTP_COMMANDS = ("submit", "jobs", "logs", "cancel", "domains")
 
 def register_http(sub) -> None:
     for name, fn, text, job in (
-            ("submit", cmd_submit, "submit a training job to the live cluster", True),
-            ("jobs", cmd_jobs, "the live cluster's jobs: where, how far, predicted and "
-             "measured step time", False),
-            ("logs", cmd_logs, "a job's decisions, steps and faults, from the journal", True),
-            ("cancel", cmd_cancel, "stop a job in any state, and follow it to its end (< 5 s)",
-             True)):
+        ("submit", cmd_submit, "submit a training job to the live cluster", True),
+        (
+            "jobs",
+            cmd_jobs,
+            "the live cluster's jobs: where, how far, predicted and measured step time",
+            False,
+        ),
+        ("logs", cmd_logs, "a job's decisions, steps and faults, from the journal", True),
+        ("cancel", cmd_cancel, "stop a job in any state, and follow it to its end (< 5 s)", True),
+    ):
         p = sub.add_parser(name, help=text, description=text)
         if job:
-            p.add_argument("job", help="job file (YAML), e.g. scenarios/jobs/gpt-small.yaml"
-                           if name == "submit" else "the job's name")
+            p.add_argument(
+                "job",
+                help="job file (YAML), e.g. scenarios/jobs/gpt-small.yaml"
+                if name == "submit"
+                else "the job's name",
+            )
         _with_state(p)
         if name != "cancel":
             p.add_argument("--json", action="store_true", help="print one JSON object")
         p.set_defaults(fn=fn)
-    p = sub.add_parser("domains", help="each domain as its agent last reported it: status (up, "
-                       "suspect, down), nodes, free accelerators, jobs, links, demand forecast")
+    p = sub.add_parser(
+        "domains",
+        help="each domain as its agent last reported it: status (up, "
+        "suspect, down), nodes, free accelerators, jobs, links, demand forecast",
+    )
     _with_state(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(fn=cmd_domains)
@@ -139,9 +192,15 @@ def cmd_up(args) -> None:
     from xdscheduler.live import cluster
 
     path = _state_path(args)
-    state, counts = cluster.up(args.scenario, path, address=args.address, storage=args.storage,
-                               profile=args.profile, http_port=args.http_port,
-                               policy=args.policy)
+    state, counts = cluster.up(
+        args.scenario,
+        path,
+        address=args.address,
+        storage=args.storage,
+        profile=args.profile,
+        http_port=args.http_port,
+        policy=args.policy,
+    )
     cluster.disconnect()
     if args.json:
         print(json.dumps({**state.model_dump(exclude={"token"}), "nodes_per_domain": counts}))
@@ -153,8 +212,10 @@ def cmd_up(args) -> None:
         print(f"  domain {name}: {n} node(s){where}")
     if state.dashboard:
         print(f"  dashboard and job server: {state.dashboard} (token in the state file)")
-    print(f"  HTTP API: {state.api}/jobs, {state.api}/policy/act, {state.api}/forecast "
-          f"(docs at {state.api}/jobs/docs; bearer token: api_token in the state file)")
+    print(
+        f"  HTTP API: {state.api}/jobs, {state.api}/policy/act, {state.api}/forecast "
+        f"(docs at {state.api}/jobs/docs; bearer token: api_token in the state file)"
+    )
 
 
 def _progress(line: str) -> None:
@@ -181,6 +242,7 @@ def cmd_links_probe(args) -> None:
 
     state = cluster.connect(_state_path(args))
     from xdscheduler.live import probe  # imports ray: after connect set its token
+
     rows = probe.probe_links(cluster.load_scenario(state.scenario), args.seconds, _progress)
     from xdscheduler.live import controller
 
@@ -192,8 +254,10 @@ def cmd_links_probe(args) -> None:
     print(f"{'link':<24} {'configured Gbit/s':>18} {'measured Gbit/s':>16} {'error':>8}")
     for r in rows:
         err = r["measured_gbps"] / r["configured_gbps"] - 1
-        print(f"{r['src'] + ' -> ' + r['dst']:<24} {r['configured_gbps']:>18.3f} "
-              f"{r['measured_gbps']:>16.3f} {err:>+8.1%}")
+        print(
+            f"{r['src'] + ' -> ' + r['dst']:<24} {r['configured_gbps']:>18.3f} "
+            f"{r['measured_gbps']:>16.3f} {err:>+8.1%}"
+        )
 
 
 def _api(args):
@@ -218,8 +282,9 @@ def _api(args):
         except (ValueError, AttributeError):
             raise UserError(f"{path} is not a cluster state file") from None
     if not api:
-        raise UserError(f"the cluster recorded at {path} has no HTTP API: `xds down` and "
-                        "`xds up` it again")
+        raise UserError(
+            f"the cluster recorded at {path} has no HTTP API: `xds down` and `xds up` it again"
+        )
     return LiveClient(api, token)
 
 
@@ -228,8 +293,10 @@ def cmd_submit(args) -> None:
 
     spec = read_yaml(args.job, "job")
     if not isinstance(spec, dict):
-        raise UserError(f"{args.job}: a job file is a mapping of fields (name, model, steps, "
-                        "...); see scenarios/jobs/")
+        raise UserError(
+            f"{args.job}: a job file is a mapping of fields (name, model, steps, "
+            "...); see scenarios/jobs/"
+        )
     row = _api(args).submit(spec, args.job)
     print(json.dumps(row) if args.json else f"submitted {row['job']}: {row['status']}")
 
@@ -239,16 +306,22 @@ def cmd_jobs(args) -> None:
     if args.json:
         print(json.dumps({"jobs": rows}))
         return
-    print("step times: predicted by the model (pred.), as corrected from the steps seen "
-          "(corr.), measured (meas., median)")
-    print(f"{'job':<20} {'status':<10} {'domains':<22} {'step':>9} {'loss':>7} "
-          f"{'pred. s':>8} {'corr. s':>8} {'meas. s':>8} {'start s':>8}")
+    print(
+        "step times: predicted by the model (pred.), as corrected from the steps seen "
+        "(corr.), measured (meas., median)"
+    )
+    print(
+        f"{'job':<20} {'status':<10} {'domains':<22} {'step':>9} {'loss':>7} "
+        f"{'pred. s':>8} {'corr. s':>8} {'meas. s':>8} {'start s':>8}"
+    )
     for r in rows:
         where = "+".join(f"{d}:{n}" for d, n in r["domains"].items()) or "-"
-        print(f"{r['job']:<20} {r['status']:<10} {where:<22} "
-              f"{r['step']:>4}/{r['steps']:<4} {_num(r['loss'], 3):>7} "
-              f"{_num(r['predicted_step_s'], 3):>8} {_num(r['corrected_step_s'], 3):>8} "
-              f"{_num(r['measured_step_s'], 3):>8} {_num(r.get('startup_s'), 3):>8}")
+        print(
+            f"{r['job']:<20} {r['status']:<10} {where:<22} "
+            f"{r['step']:>4}/{r['steps']:<4} {_num(r['loss'], 3):>7} "
+            f"{_num(r['predicted_step_s'], 3):>8} {_num(r['corrected_step_s'], 3):>8} "
+            f"{_num(r['measured_step_s'], 3):>8} {_num(r.get('startup_s'), 3):>8}"
+        )
 
 
 def cmd_domains(args) -> None:
@@ -257,29 +330,34 @@ def cmd_domains(args) -> None:
         print(json.dumps(out))
         return
     probed = {(r["src"], r["dst"]): r["measured_gbps"] for r in out["probed"]}
-    print(f"{'domain':<10} {'status':<8} {'nodes':>5} {'free/CPUs':>10} {'free/GPUs':>10} "
-          f"{'held':>5} {'in 10 min':>10} {'in 1 h':>8}  jobs")
+    print(
+        f"{'domain':<10} {'status':<8} {'nodes':>5} {'free/CPUs':>10} {'free/GPUs':>10} "
+        f"{'held':>5} {'in 10 min':>10} {'in 1 h':>8}  jobs"
+    )
     for d in out["domains"]:
         ahead = {h["horizon_min"]: h["mean"] for h in d.get("forecast") or []}
         jobs = ", ".join(f"{j['job']}:{j['workers']}" for j in d.get("jobs", [])) or "-"
-        print(f"{d['domain']:<10} {d['status']:<8} {_num(d.get('nodes'), 3):>5} "
-              f"{_num(d.get('free_cpus'), 4)}/{_num(d.get('cpus'), 4):<5} "
-              f"{_num(d.get('free_gpus'), 4):>4}/{_num(d.get('gpus'), 4):<5} "
-              f"{_num(d.get('held'), 4):>5} {_num(ahead.get(10), 3):>10} "
-              f"{_num(ahead.get(60), 3):>8}  {jobs}")
+        print(
+            f"{d['domain']:<10} {d['status']:<8} {_num(d.get('nodes'), 3):>5} "
+            f"{_num(d.get('free_cpus'), 4)}/{_num(d.get('cpus'), 4):<5} "
+            f"{_num(d.get('free_gpus'), 4):>4}/{_num(d.get('gpus'), 4):<5} "
+            f"{_num(d.get('held'), 4):>5} {_num(ahead.get(10), 3):>10} "
+            f"{_num(ahead.get(60), 3):>8}  {jobs}"
+        )
     print("indicators (as a study's domains report them):")
     for d in out["domains"]:
         shown = ", ".join(f"{k} {_num(v, 3)}" for k, v in d.get("indicators", {}).items())
         print(f"  {d['domain']}: {shown or '-'}")
         for why in d.get("rejected", []):
             print(f"  {d['domain']}: rejected: {why}")
-    print("links (Gbit/s): the bucket's rate, the last `xds links probe`, sent in the last "
-          "report")
+    print("links (Gbit/s): the bucket's rate, the last `xds links probe`, sent in the last report")
     for d in out["domains"]:
         for r in d.get("links", []):
-            print(f"  {d['domain'] + ' -> ' + r['dst']:<22} rate {r['rate_gbps']:.3f}  probed "
-                  f"{_num(probed.get((d['domain'], r['dst'])), 4):>6}  sent "
-                  f"{_num(r['sent_gbps'], 3)}")
+            print(
+                f"  {d['domain'] + ' -> ' + r['dst']:<22} rate {r['rate_gbps']:.3f}  probed "
+                f"{_num(probed.get((d['domain'], r['dst'])), 4):>6}  sent "
+                f"{_num(r['sent_gbps'], 3)}"
+            )
 
 
 def cmd_logs(args) -> None:
@@ -294,8 +372,11 @@ def cmd_logs(args) -> None:
     for e in events:
         when = datetime.datetime.fromtimestamp(e.pop("time")).strftime("%H:%M:%S.%f")[:-3]
         kind = e.pop("event")
-        text = e.get("reason") if kind == "placed" else \
-            ", ".join(f"{k}={_num(v, 4)}" for k, v in e.items())
+        text = (
+            e.get("reason")
+            if kind == "placed"
+            else ", ".join(f"{k}={_num(v, 4)}" for k, v in e.items())
+        )
         print(f"{when} {kind:<10} {text}")
 
 
@@ -306,17 +387,17 @@ def cmd_cancel(args) -> None:
     row = api.cancel(args.job)
     if row is None:
         raise UserError(f"no job named {args.job!r}; `xds jobs` lists them")
-    while row["status"] not in ("done", "failed", "cancelled") and \
-            time.monotonic() - start < CANCEL_WAIT_S:
+    while (
+        row["status"] not in ("done", "failed", "cancelled")
+        and time.monotonic() - start < CANCEL_WAIT_S
+    ):
         time.sleep(0.2)
         row = api.job(args.job) or row
-    print(f"{args.job}: {row['status']} at step {row['step']} "
-          f"({time.monotonic() - start:.1f} s)")
+    print(f"{args.job}: {row['status']} at step {row['step']} ({time.monotonic() - start:.1f} s)")
 
 
 def _num(v, digits: int) -> str:
     return "-" if v is None else f"{v:.{digits}g}" if isinstance(v, float) else str(v)
-
 
 
 def cmd_profile(args) -> None:
@@ -337,20 +418,31 @@ def cmd_profile(args) -> None:
     from xdscheduler.live.training import trainer_env
 
     env = trainer_env(state.dashboard, ray.get_runtime_context().gcs_address)
-    measured = profile.measure_domains({d.name: d.gpus for d in scn.domains
-                                        if not args.domain or d.name in args.domain},
-                                       args.seconds, state.storage, env)
+    measured = profile.measure_domains(
+        {d.name: d.gpus for d in scn.domains if not args.domain or d.name in args.domain},
+        args.seconds,
+        state.storage,
+        env,
+    )
     links = probe.probe_links(scn, 1.0)
-    entries = [profile.entry(m, scn, f"{accelerator[m['domain']]}-{m['domain']}")
-               for m in measured]
-    rows = [row for m, e in zip(measured, entries, strict=True)
-            for row in profile.run_rows(m, e.name)]
+    entries = [profile.entry(m, scn, f"{accelerator[m['domain']]}-{m['domain']}") for m in measured]
+    rows = [
+        row for m, e in zip(measured, entries, strict=True) for row in profile.run_rows(m, e.name)
+    ]
     applied = _apply(state, scn, measured, accelerator) if args.apply else None
     cluster.disconnect()
     _write_profile(args, entries, rows)
     if args.json:
-        print(json.dumps({"domains": measured, "links": links, "applied": applied,
-                          "accelerators": [e.model_dump() for e in entries]}))
+        print(
+            json.dumps(
+                {
+                    "domains": measured,
+                    "links": links,
+                    "applied": applied,
+                    "accelerators": [e.model_dump() for e in entries],
+                }
+            )
+        )
         return
     _print_profile(args, measured, entries, links, applied)
 
@@ -378,8 +470,11 @@ def _apply(state, scn, measured: list[dict], accelerator: dict[str, str]) -> dic
         adopted |= {m["domain"]: e.model_dump() for m in group}
     fitted = profile.fit_runner(rows)
     controller.ask(controller.controller(state).adopt, adopted, fitted.constants)
-    return {"entries": adopted, "constants": fitted.constants,
-            "median_abs_error_held_out": median_error(fitted.held_out)}
+    return {
+        "entries": adopted,
+        "constants": fitted.constants,
+        "median_abs_error_held_out": median_error(fitted.held_out),
+    }
 
 
 def _write_profile(args, entries: list, rows: list[dict]) -> None:
@@ -388,8 +483,11 @@ def _write_profile(args, entries: list, rows: list[dict]) -> None:
     from xdscheduler.live.profile import RUN_COLUMNS
 
     if args.out:
-        write_atomic(Path(args.out), yaml.safe_dump(
-            {"accelerators": [e.model_dump() for e in entries]}, sort_keys=False), "catalog")
+        write_atomic(
+            Path(args.out),
+            yaml.safe_dump({"accelerators": [e.model_dump() for e in entries]}, sort_keys=False),
+            "catalog",
+        )
     if args.runs:
         text = io.StringIO()
         out = csv.DictWriter(text, RUN_COLUMNS)
@@ -398,26 +496,39 @@ def _write_profile(args, entries: list, rows: list[dict]) -> None:
         write_atomic(Path(args.runs), text.getvalue(), "runs CSV")
 
 
-def _print_profile(args, measured: list[dict], entries: list, links: list[dict],
-                   applied: dict | None) -> None:
+def _print_profile(
+    args, measured: list[dict], entries: list, links: list[dict], applied: dict | None
+) -> None:
     for m, e in zip(measured, entries, strict=True):
-        steps = ", ".join(f"L{t['layers']} H{t['hidden']} b{t['batch']} {t['step_s']:.3f} s"
-                          for t in m["trainings"])
+        steps = ", ".join(
+            f"L{t['layers']} H{t['hidden']} b{t['batch']} {t['step_s']:.3f} s"
+            for t in m["trainings"]
+        )
         print(f"{m['domain']}: reference steps {steps}")
-        print(f"{m['domain']}: {e.name}: fp32 {e.fp32_tflops:.3f} TFLOP/s, bf16 "
-              f"{e.bf16_tflops:.3f} TFLOP/s, copy {e.memory_gbs:.1f} GB/s an accelerator, "
-              f"gradient reduction {e.scaleup_gbs:.3f} GB/s bus bandwidth")
+        print(
+            f"{m['domain']}: {e.name}: fp32 {e.fp32_tflops:.3f} TFLOP/s, bf16 "
+            f"{e.bf16_tflops:.3f} TFLOP/s, copy {e.memory_gbs:.1f} GB/s an accelerator, "
+            f"gradient reduction {e.scaleup_gbs:.3f} GB/s bus bandwidth"
+        )
     for r in links:
-        print(f"  link {r['src']} -> {r['dst']}: {r['measured_gbps']:.3f} of "
-              f"{r['configured_gbps']:.3f} Gbit/s")
+        print(
+            f"  link {r['src']} -> {r['dst']}: {r['measured_gbps']:.3f} of "
+            f"{r['configured_gbps']:.3f} Gbit/s"
+        )
     if args.out:
-        print(f"wrote {len(entries)} entries to {args.out} (name it in XDS_ACCELERATORS, or "
-              "copy them into the scenario's accelerators:)")
+        print(
+            f"wrote {len(entries)} entries to {args.out} (name it in XDS_ACCELERATORS, or "
+            "copy them into the scenario's accelerators:)"
+        )
     if args.runs:
-        print(f"wrote {len(measured) * len(measured[0]['trainings'])} reference trainings to "
-              f"{args.runs} (xds calibrate {args.runs} --stack plain-dp --accelerators "
-              f"{args.out or 'OUT'} --out PROFILE)")
+        print(
+            f"wrote {len(measured) * len(measured[0]['trainings'])} reference trainings to "
+            f"{args.runs} (xds calibrate {args.runs} --stack plain-dp --accelerators "
+            f"{args.out or 'OUT'} --out PROFILE)"
+        )
     if applied:
-        print(f"the controller plans from now on with these entries and the plain-dp "
-              f"constants fitted to the reference trainings (held-out median error "
-              f"{applied['median_abs_error_held_out']:.1%})")
+        print(
+            f"the controller plans from now on with these entries and the plain-dp "
+            f"constants fitted to the reference trainings (held-out median error "
+            f"{applied['median_abs_error_held_out']:.1%})"
+        )

@@ -27,8 +27,10 @@ def default_state_path() -> Path:
 def recorded(path: Path) -> str:
     """The state file's text; UserError when there is none."""
     if not path.exists():
-        raise UserError(f"no cluster recorded at {path}: start one with `xds up SCENARIO` "
-                        "(or set XDS_CLUSTER to its state file)")
+        raise UserError(
+            f"no cluster recorded at {path}: start one with `xds up SCENARIO` "
+            "(or set XDS_CLUSTER to its state file)"
+        )
     return read_text(path, "cluster state file", MAX_STATE_BYTES, "JSON")
 
 
@@ -49,13 +51,13 @@ class LiveClient:
         """The status and the decoded answer; UserError when the API cannot be reached."""
         conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
         try:
-            conn.request(method, path, None if body is None else json.dumps(body),
-                         self.headers)
+            conn.request(method, path, None if body is None else json.dumps(body), self.headers)
             resp = conn.getresponse()
             data = resp.read()
         except (OSError, http.client.HTTPException) as err:
-            raise UserError(f"the live API at {self.url} does not answer ({err}): is the "
-                            "cluster up? (`xds up`)") from None
+            raise UserError(
+                f"the live API at {self.url} does not answer ({err}): is the cluster up? (`xds up`)"
+            ) from None
         finally:
             conn.close()
         try:
@@ -63,8 +65,9 @@ class LiveClient:
         except ValueError:
             answer = data.decode(errors="replace")
         if resp.status == 401:
-            raise UserError(f"{method} {path} answered 401: the state file's api_token is not "
-                            "this cluster's")
+            raise UserError(
+                f"{method} {path} answered 401: the state file's api_token is not this cluster's"
+            )
         if resp.status >= 500:
             raise UserError(f"{method} {path} answered {resp.status}: {detail(answer)}")
         return resp.status, answer

@@ -44,9 +44,15 @@ NODE_TIMEOUT_S = 120.0  # a node that has not joined by then will not (2 busy co
 STOP_GRACE_S = 3.0
 
 
-def up(scenario_path: str, state_path: Path, address: str | None = None,
-       storage: str | None = None, profile: str | None = None, http_port: int | None = None,
-       policy: str = "planner") -> tuple[ClusterState, dict[str, int]]:
+def up(
+    scenario_path: str,
+    state_path: Path,
+    address: str | None = None,
+    storage: str | None = None,
+    profile: str | None = None,
+    http_port: int | None = None,
+    policy: str = "planner",
+) -> tuple[ClusterState, dict[str, int]]:
     """Start a local cluster for the scenario (or attach to the one at `address`); jobs
     checkpoint to `storage` (a folder, or any URI Ray Train's storage takes) and are planned
     with the constants of `profile` (`xds calibrate`'s, of the plain-dp stack) by `policy`
@@ -54,29 +60,45 @@ def up(scenario_path: str, state_path: Path, address: str | None = None,
     answer on the head at `http_port` (default: a free port here; 8000 on a cluster attached
     to). The state, and the alive nodes of each domain."""
     if state_path.exists():
-        raise UserError(f"a cluster is already recorded at {state_path}: `xds down` it first "
-                        "(or set XDS_CLUSTER to another state file)")
+        raise UserError(
+            f"a cluster is already recorded at {state_path}: `xds down` it first "
+            "(or set XDS_CLUSTER to another state file)"
+        )
     scn = load_scenario(scenario_path)
     path = str(Path(scenario_path).resolve())
     profile = _checked_profile(profile)
     if address:
-        state = ClusterState(scenario=path, address=address, attached=True, policy=policy,
-                             token=os.environ.get("RAY_AUTH_TOKEN"), profile=profile,
-                             storage=storage or str(state_path.parent / "storage"))
+        state = ClusterState(
+            scenario=path,
+            address=address,
+            attached=True,
+            policy=policy,
+            token=os.environ.get("RAY_AUTH_TOKEN"),
+            profile=profile,
+            storage=storage or str(state_path.parent / "storage"),
+        )
         counts = check_labels(state, scn)
         host = address.split("://")[-1].rpartition(":")[0]
         state = _serve(state, state_path, host, http_port or 8000)
         return state, counts
     tag = secrets.token_hex(2)
     subnet = f"10.{200 + int(tag[0], 16) % 50}.{int(tag[1:], 16) % 250}"
-    state = ClusterState(scenario=path, address="", tag=tag, subnet=subnet, profile=profile,
-                         policy=policy,
-                         token=secrets.token_hex(32), temp_dir=f"/tmp/xds-ray-{tag}",
-                         storage=storage or str(state_path.parent / f"storage-{tag}"))
+    state = ClusterState(
+        scenario=path,
+        address="",
+        tag=tag,
+        subnet=subnet,
+        profile=profile,
+        policy=policy,
+        token=secrets.token_hex(32),
+        temp_dir=f"/tmp/xds-ray-{tag}",
+        storage=storage or str(state_path.parent / f"storage-{tag}"),
+    )
     fabric = state.fabric(scn)
     fab.build(fabric)
-    state = state.model_copy(update={"domains": {n: fabric.ip(i)
-                                                 for i, n in enumerate(fabric.domains)}})
+    state = state.model_copy(
+        update={"domains": {n: fabric.ip(i) for i, n in enumerate(fabric.domains)}}
+    )
     try:
         from xdscheduler.ray_cluster import free_port
 
@@ -112,13 +134,16 @@ def _checked_profile(profile: str | None) -> str | None:
         return None
     stack = Profile.load(profile).stack
     if stack != "plain-dp":
-        raise UserError(f"{profile}: a profile of stack {stack!r}; live jobs train with the "
-                        f"plain-dp stack (xds calibrate RUNS --stack plain-dp)")
+        raise UserError(
+            f"{profile}: a profile of stack {stack!r}; live jobs train with the "
+            f"plain-dp stack (xds calibrate RUNS --stack plain-dp)"
+        )
     return str(Path(profile).resolve()) if Path(profile).exists() else profile
 
 
-def _start_nodes(state: ClusterState, scn: Scenario, fabric: fab.Fabric,
-                 state_path: Path) -> ClusterState:
+def _start_nodes(
+    state: ClusterState, scn: Scenario, fabric: fab.Fabric, state_path: Path
+) -> ClusterState:
     """The head, then each domain's nodes, each node's work in a CPU cgroup of its
     accelerators' share of this machine's cores (where cgroups can be made), one Ray CPU an
     accelerator."""
@@ -130,15 +155,35 @@ def _start_nodes(state: ClusterState, scn: Scenario, fabric: fab.Fabric,
     port, dash = free_port(fabric.head_ip), free_port(fabric.head_ip)
     address = f"{fabric.head_ip}:{port}"
     # known before the head starts: every node's processes inherit it (`environment`)
-    state = state.model_copy(update={"address": address,
-                                     "dashboard": f"http://{fabric.head_ip}:{dash}"})
-    head = _ray_start(state, ["--head", "--port", str(port), "--node-ip-address", fabric.head_ip,
-                              "--dashboard-host", fabric.head_ip, "--dashboard-port", str(dash),
-                              "--ray-client-server-port", str(free_port()),
-                              # not the agent's default port: another Ray here may hold it
-                              "--dashboard-agent-listen-port", str(free_port()),
-                              "--num-cpus", "1", "--labels", f"{HEAD_LABEL}=head",
-                              "--temp-dir", state.temp_dir], None)
+    state = state.model_copy(
+        update={"address": address, "dashboard": f"http://{fabric.head_ip}:{dash}"}
+    )
+    head = _ray_start(
+        state,
+        [
+            "--head",
+            "--port",
+            str(port),
+            "--node-ip-address",
+            fabric.head_ip,
+            "--dashboard-host",
+            fabric.head_ip,
+            "--dashboard-port",
+            str(dash),
+            "--ray-client-server-port",
+            str(free_port()),
+            # not the agent's default port: another Ray here may hold it
+            "--dashboard-agent-listen-port",
+            str(free_port()),
+            "--num-cpus",
+            "1",
+            "--labels",
+            f"{HEAD_LABEL}=head",
+            "--temp-dir",
+            state.temp_dir,
+        ],
+        None,
+    )
     state = state.model_copy(update={"processes": [Started.of(head, role="head")]})
     save(state, state_path)  # from here on, `xds down` can stop what is running
     _wait_nodes(state, 1)
@@ -148,13 +193,31 @@ def _start_nodes(state: ClusterState, scn: Scenario, fabric: fab.Fabric,
                 cpus = group.gpus_each
                 cgroup = f"xds-{state.tag}-{len(state.processes)}"
                 procs = quota.create(cgroup, cpus * share) if share else None
-                proc = _ray_start(state, ["--address", address, "--node-ip-address",
-                                          fabric.ip(i), "--num-cpus", str(cpus),
-                                          "--labels", f"{DOMAIN_LABEL}={d.name}"],
-                                  fabric.namespace(i), procs)
-                state = state.model_copy(update={"processes": [
-                    *state.processes, Started.of(proc, role="node", domain=d.name,
-                                                 cgroup=cgroup if share else None)]})
+                proc = _ray_start(
+                    state,
+                    [
+                        "--address",
+                        address,
+                        "--node-ip-address",
+                        fabric.ip(i),
+                        "--num-cpus",
+                        str(cpus),
+                        "--labels",
+                        f"{DOMAIN_LABEL}={d.name}",
+                    ],
+                    fabric.namespace(i),
+                    procs,
+                )
+                state = state.model_copy(
+                    update={
+                        "processes": [
+                            *state.processes,
+                            Started.of(
+                                proc, role="node", domain=d.name, cgroup=cgroup if share else None
+                            ),
+                        ]
+                    }
+                )
                 save(state, state_path)
                 # one at a time: nodes joining at once race for the session's socket names
                 _wait_nodes(state, len(state.processes))
@@ -162,18 +225,29 @@ def _start_nodes(state: ClusterState, scn: Scenario, fabric: fab.Fabric,
     return state
 
 
-def _ray_start(state: ClusterState, args: list[str], namespace: str | None,
-               cgroup_procs: Path | None = None) -> subprocess.Popen:
+def _ray_start(
+    state: ClusterState, args: list[str], namespace: str | None, cgroup_procs: Path | None = None
+) -> subprocess.Popen:
     """`ray start --block` as the leader of a process group of its own, in the namespace
     given, its workers told which CPU cgroup to join; its output goes to a log beside the
     session."""
-    env = {**os.environ, **state.environment(), "GLOO_SOCKET_IFNAME": "eth0"
-           if namespace else os.environ.get("GLOO_SOCKET_IFNAME", "lo")}
+    env = {
+        **os.environ,
+        **state.environment(),
+        "GLOO_SOCKET_IFNAME": "eth0" if namespace else os.environ.get("GLOO_SOCKET_IFNAME", "lo"),
+    }
     if cgroup_procs:
         env[quota.ENV] = str(cgroup_procs)
     ray = str(Path(sys.executable).with_name("ray"))
-    cmd = [ray, "start", "--block", "--disable-usage-stats", "--object-store-memory",
-           str(128 * 2**20), *args]
+    cmd = [
+        ray,
+        "start",
+        "--block",
+        "--disable-usage-stats",
+        "--object-store-memory",
+        str(128 * 2**20),
+        *args,
+    ]
     if namespace:
         # the network namespace alone: `ip netns exec` would also mount a /sys of its own,
         # without the cgroups the node's workers join
@@ -181,8 +255,14 @@ def _ray_start(state: ClusterState, args: list[str], namespace: str | None,
     logs = Path(state.temp_dir or "/tmp")
     logs.mkdir(parents=True, exist_ok=True)
     out = (logs / f"ray-start-{namespace or 'head'}-{time.time_ns()}.log").open("w")
-    return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    return subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def _wait_nodes(state: ClusterState, count: int) -> None:
@@ -191,13 +271,17 @@ def _wait_nodes(state: ClusterState, count: int) -> None:
     while time.monotonic() < deadline:
         for p in state.processes:
             if not _alive(p.pid):
-                raise UserError(f"the Ray {p.role} {p.domain or ''} (pid {p.pid}) exited while "
-                                f"starting; its log is in {state.temp_dir}")
+                raise UserError(
+                    f"the Ray {p.role} {p.domain or ''} (pid {p.pid}) exited while "
+                    f"starting; its log is in {state.temp_dir}"
+                )
         if len(alive_nodes(state)) >= count:
             return
         time.sleep(0.5)
-    raise UserError(f"only {len(alive_nodes(state))} of {count} Ray nodes joined within "
-                    f"{NODE_TIMEOUT_S:.0f} s; logs in {state.temp_dir}")
+    raise UserError(
+        f"only {len(alive_nodes(state))} of {count} Ray nodes joined within "
+        f"{NODE_TIMEOUT_S:.0f} s; logs in {state.temp_dir}"
+    )
 
 
 def alive_nodes(state: ClusterState) -> list[dict]:
@@ -221,9 +305,11 @@ def check_labels(state: ClusterState, scn: Scenario) -> dict[str, int]:
         counts[name] = counts.get(name, 0) + 1
     absent = [d.name for d in scn.domains if not counts.get(d.name)]
     if absent:
-        raise UserError(f"no alive node labelled {DOMAIN_LABEL}=<name> for domain(s) "
-                        f"{', '.join(absent)}; label the nodes (`ray start --labels "
-                        f"{DOMAIN_LABEL}={absent[0]}`) or fix the scenario")
+        raise UserError(
+            f"no alive node labelled {DOMAIN_LABEL}=<name> for domain(s) "
+            f"{', '.join(absent)}; label the nodes (`ray start --labels "
+            f"{DOMAIN_LABEL}={absent[0]}`) or fix the scenario"
+        )
     return {d.name: counts[d.name] for d in scn.domains}
 
 
@@ -263,16 +349,20 @@ def reshape(state_path: Path, src: str, dst: str, gbps: float, both: bool) -> li
     controller plans with it."""
     state = load(state_path)
     if not state.tag:
-        raise UserError(f"the cluster at {state.address} was not built by `xds up`: its links "
-                        "are not shaped here")
+        raise UserError(
+            f"the cluster at {state.address} was not built by `xds up`: its links "
+            "are not shaped here"
+        )
     fabric = state.fabric(load_scenario(state.scenario))
     pairs = [(src, dst), (dst, src)] if both else [(src, dst)]
     commands = [fabric.rate_command(a, b, gbps) for a, b in pairs]  # every one checked first
     for (a, b), cmd in zip(pairs, commands, strict=True):
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode:
-            raise UserError(f"could not reshape {a} -> {b}: `{' '.join(cmd)}` said "
-                            f"{done.stderr.strip() or done.returncode}")
+            raise UserError(
+                f"could not reshape {a} -> {b}: `{' '.join(cmd)}` said "
+                f"{done.stderr.strip() or done.returncode}"
+            )
     return [f"{a} -> {b}: {gbps:g} Gbit/s" for a, b in pairs]
 
 
@@ -282,8 +372,7 @@ def stop(state: ClusterState, say=None) -> list[str]:
     done = []
     nodes = [p for p in state.processes if p.role != "head"]
     strangers = [p for p in state.processes if _alive(p.pid) and not p.ours()]
-    done += [f"pid {p.pid} is not the Ray {p.role} `xds up` started: left alone"
-             for p in strangers]
+    done += [f"pid {p.pid} is not the Ray {p.role} `xds up` started: left alone" for p in strangers]
     for group in (nodes, [p for p in state.processes if p.role == "head"]):  # nodes first
         group = [p for p in group if p not in strangers]
         whats = [f"Ray {p.role} {p.domain or ''} (pid {p.pid})".replace("  ", " ") for p in group]
@@ -291,8 +380,9 @@ def stop(state: ClusterState, say=None) -> list[str]:
             say(f"stopping {', '.join(whats)} ...")
         try:
             gone = stop_processes([p.pid for p in group])
-            done += [f"stopped {w}" if g else f"{w} had exited" for w, g in zip(whats, gone,
-                                                                                strict=True)]
+            done += [
+                f"stopped {w}" if g else f"{w} had exited" for w, g in zip(whats, gone, strict=True)
+            ]
         except Exception as err:  # go on: the rest must stop all the same
             done += [f"could not stop {w}: {err}" for w in whats]
         for p in group:
@@ -373,8 +463,9 @@ def _from_job() -> ClusterState:
         handle = ray.get_actor(CONTROLLER, namespace=NAMESPACE)
     except ValueError:
         disconnect()
-        raise UserError("this Ray cluster has no xds controller: `xds up SCENARIO "
-                        "--address ADDR` first") from None
+        raise UserError(
+            "this Ray cluster has no xds controller: `xds up SCENARIO --address ADDR` first"
+        ) from None
     return ClusterState.model_validate_json(ray.get(handle.state_json.remote()))
 
 

@@ -107,8 +107,9 @@ class JobBook:
 
     def events(self, name: str) -> list[dict]:
         with self.lock:
-            rows = self.db.execute("SELECT time, kind, record FROM events WHERE job = ? "
-                                   "ORDER BY idx", (name,)).fetchall()
+            rows = self.db.execute(
+                "SELECT time, kind, record FROM events WHERE job = ? ORDER BY idx", (name,)
+            ).fetchall()
         return [{**json.loads(r), "time": t, "event": k} for t, k, r in rows]
 
     def cancel_job(self, name: str) -> dict | None:
@@ -124,8 +125,7 @@ class JobBook:
             rec.cancel, rec.cancel_at = True, time.time()
             self._event(name, "cancel", {"status": rec.shown})
             if rec.status == "queued" or rec.stepped_at is None:
-                self._end(rec, "cancelled", {"while": "queued" if rec.run is None
-                                             else "starting"})
+                self._end(rec, "cancelled", {"while": "queued" if rec.run is None else "starting"})
             return rec.row()
 
     def _end(self, rec: JobRecord, status: str, record: dict) -> None:
@@ -134,8 +134,10 @@ class JobBook:
 
     def _event(self, job: str, kind: str, record: dict) -> None:
         with self.lock:
-            self.db.execute("INSERT INTO events (time, job, kind, record) VALUES (?, ?, ?, ?)",
-                            (time.time(), job, kind, json.dumps(record, default=str)))
+            self.db.execute(
+                "INSERT INTO events (time, job, kind, record) VALUES (?, ?, ?, ?)",
+                (time.time(), job, kind, json.dumps(record, default=str)),
+            )
 
 
 @ray.remote(num_cpus=0, max_concurrency=64)
@@ -180,8 +182,7 @@ class LiveController(JobBook):
     def _admitted(self, job: LiveJob) -> JobRecord:
         self.tenancy.check(job.tenant)
         self._feasible(job)
-        return JobRecord(job, time.time(), priority=self.tenancy.priority(job.tenant,
-                                                                         job.priority))
+        return JobRecord(job, time.time(), priority=self.tenancy.priority(job.tenant, job.priority))
 
     def _feasible(self, job: LiveJob) -> None:
         """ValueError saying why, when no plan of the live runner trains the job even on the
@@ -191,20 +192,35 @@ class LiveController(JobBook):
         from xdscheduler.planner.search import search
 
         try:
-            search(job.spec(0.0), ClusterView.from_scenario(self.scn), self.scn.weights,
-                   self.options, top_k=0, pareto=False)
+            search(
+                job.spec(0.0),
+                ClusterView.from_scenario(self.scn),
+                self.scn.weights,
+                self.options,
+                top_k=0,
+                pareto=False,
+            )
         except UserError as err:
-            raise ValueError(f"{err}, even with the whole cluster idle: its global batch "
-                             f"({job.global_batch}) must divide over its workers and "
-                             "micro-batches") from None
+            raise ValueError(
+                f"{err}, even with the whole cluster idle: its global batch "
+                f"({job.global_batch}) must divide over its workers and "
+                "micro-batches"
+            ) from None
 
     def domains(self) -> dict:
         """Every domain as its agent last reported it (up, suspected or down), its jobs as
         they are now, and the links as the last `xds links probe` measured them."""
         with self.lock:
             hosted, now = self._hosted(), time.time()
-            rows = [{"domain": n, **self.reports.get(n, {}), "status": self._health(n, now),
-                     "jobs": hosted[n]} for n in self.names]
+            rows = [
+                {
+                    "domain": n,
+                    **self.reports.get(n, {}),
+                    "status": self._health(n, now),
+                    "jobs": hosted[n],
+                }
+                for n in self.names
+            ]
             return {"domains": rows, "probed": self.probed}
 
     def _health(self, domain: str, now: float) -> str:
@@ -224,8 +240,9 @@ class LiveController(JobBook):
         self.probed = rows
         for r in rows:
             if r["measured_gbps"] > 0:
-                self.links_gbps[self.names.index(r["src"]),
-                                self.names.index(r["dst"])] = r["measured_gbps"]
+                self.links_gbps[self.names.index(r["src"]), self.names.index(r["dst"])] = r[
+                    "measured_gbps"
+                ]
 
     def state_json(self) -> str:
         return self.state.model_dump_json()
@@ -281,8 +298,11 @@ class LiveController(JobBook):
     def _started(self, rec: JobRecord, loop_marks: dict) -> None:
         """A run's first step: where its start-up went, journalled (`xds logs`)."""
         marks = {k: t - rec.placed_at for k, t in rec.marks.items()} | loop_marks
-        self._event(rec.job.name, "started", {"attempt": rec.attempts,
-                                              "startup_s": rec.startup_s, **stages(marks)})
+        self._event(
+            rec.job.name,
+            "started",
+            {"attempt": rec.attempts, "startup_s": rec.startup_s, **stages(marks)},
+        )
 
     def _correct(self, rec: JobRecord, measured: float) -> None:
         """Learn from the run's last steps (`measured`), then re-plan the running jobs."""
@@ -295,14 +315,20 @@ class LiveController(JobBook):
         # a run's measured step sums up many steps: it is taken whole (a study
         # weighs one jittery step rate at WEIGHT); a run's early steps, slowed by a job
         # starting beside it, would otherwise hold the factor back long after
-        self.correction = self.correction.observe(rec.chosen, spec, view, measured,
-                                                  spread_speed=True, weight=1.0,
-                                                  opts=self.options)
+        self.correction = self.correction.observe(
+            rec.chosen, spec, view, measured, spread_speed=True, weight=1.0, opts=self.options
+        )
         rec.observed += 1
         corrected = self._reestimate()
-        self._event(rec.job.name, "correction", {
-            "measured_step_s": measured, "speed": self.correction.speed.tolist(),
-            "corrected_step_s": rec.placement["corrected_step_s"]})
+        self._event(
+            rec.job.name,
+            "correction",
+            {
+                "measured_step_s": measured,
+                "speed": self.correction.speed.tolist(),
+                "corrected_step_s": rec.placement["corrected_step_s"],
+            },
+        )
         return corrected
 
     def _learn_from_last_steps(self, rec: JobRecord) -> None:
@@ -320,13 +346,19 @@ class LiveController(JobBook):
         for other in self.jobs.values():
             if other.status == "running" and other.chosen is not None:
                 other.placement["corrected_step_s"] = estimate_placement(
-                    other.chosen, other.job.spec(0.0), corrected, self.options).step_time_s
+                    other.chosen, other.job.spec(0.0), corrected, self.options
+                ).step_time_s
         return corrected
 
     def _replan_running(self, corrected: ClusterView) -> None:
         for other in self.jobs.values():
-            if (other.status == "running" and other.moving is None and other.chosen
-                    and other.preempting is None and not other.cancel):
+            if (
+                other.status == "running"
+                and other.moving is None
+                and other.chosen
+                and other.preempting is None
+                and not other.cancel
+            ):
                 self._replan(other, corrected)
 
     def _replan(self, rec: JobRecord, corrected: ClusterView) -> None:
@@ -336,21 +368,34 @@ class LiveController(JobBook):
         with its checkpoint; the policy then places it on the corrected model."""
         spec = rec.job.spec(0.0)
         best = self.policy.replan(spec, rec.chosen, corrected)
-        if best is None or rec.startup_s is None or (
-                best.names, best.gpus, best.plan) == (rec.chosen.names, rec.chosen.gpus,
-                                                      rec.chosen.plan):
+        if (
+            best is None
+            or rec.startup_s is None
+            or (best.names, best.gpus, best.plan)
+            == (rec.chosen.names, rec.chosen.gpus, rec.chosen.plan)
+        ):
             return
         now_s = rec.placement["corrected_step_s"]
         then_s = best.estimate.step_time_s
         gain = (rec.job.steps - rec.step) * (now_s - then_s)
         cost = rec.startup_s + (rec.step % rec.job.checkpoint_every + ASK_EVERY) * then_s
         if gain > MOVE_GAIN * cost:
-            rec.moving = {"domains": dict(zip(best.names, best.gpus, strict=True)),
-                          "step_s": then_s, "from_step_s": now_s, "gain_s": gain,
-                          "cost_s": cost, "at_step": rec.step}
+            rec.moving = {
+                "domains": dict(zip(best.names, best.gpus, strict=True)),
+                "step_s": then_s,
+                "from_step_s": now_s,
+                "gain_s": gain,
+                "cost_s": cost,
+                "at_step": rec.step,
+            }
             self._event(rec.job.name, "moving", rec.moving)
-            log.info("%s: moves: %.1f s sooner on %s, moving costs %.1f s", rec.job.name,
-                     gain, rec.moving["domains"], cost)
+            log.info(
+                "%s: moves: %.1f s sooner on %s, moving costs %.1f s",
+                rec.job.name,
+                gain,
+                rec.moving["domains"],
+                cost,
+            )
 
     def stopped(self, name: str, attempt: int, step: int = 0) -> int:
         """What a run must do at `step`: go on (GO); stop (STOP: cancelled, not its current
@@ -371,14 +416,24 @@ class LiveController(JobBook):
         """Whether a run of this attempt is the job's latest and still under way: not one
         given up (its job queued again, placed anew, or ended by force). A finished run's last
         report may come after the run was reaped: it counts."""
-        return (rec is not None and rec.attempts == attempt
-                and (rec.status == "running" or rec.status == "done"))
+        return (
+            rec is not None
+            and rec.attempts == attempt
+            and (rec.status == "running" or rec.status == "done")
+        )
 
     # ---- the loop
     def _loop(self) -> None:
         while True:
-            for part in (self._heartbeats, self._reports, self._reap, self._watch, self._relax,
-                         self._schedule, self._publish):
+            for part in (
+                self._heartbeats,
+                self._reports,
+                self._reap,
+                self._watch,
+                self._relax,
+                self._schedule,
+                self._publish,
+            ):
                 try:
                     part()
                 except Exception:  # the loop must outlive any one bad round
@@ -399,8 +454,12 @@ class LiveController(JobBook):
         now = time.time()
         for n, got in self.pings.answers().items():
             if isinstance(got, Exception):
-                self.health.failed(n, f"its agent answered {type(got).__name__}: "
-                                   f"{str(got).strip().splitlines()[-1][:200]}", now)
+                self.health.failed(
+                    n,
+                    f"its agent answered {type(got).__name__}: "
+                    f"{str(got).strip().splitlines()[-1][:200]}",
+                    now,
+                )
                 if isinstance(got, RayActorError):
                     self._respawn(n, now)
             else:
@@ -417,8 +476,9 @@ class LiveController(JobBook):
                 self._event("", kind, record)
                 log.warning("%s: %s", kind, record)
                 if kind == "domain_down":
-                    self.outages.append({"domain": record["domain"],
-                                         "down_s": now - self.started, "up_s": None})
+                    self.outages.append(
+                        {"domain": record["domain"], "down_s": now - self.started, "up_s": None}
+                    )
                 elif kind == "domain_up":
                     for o in self.outages:
                         if o["domain"] == record["domain"] and o["up_s"] is None:
@@ -486,8 +546,7 @@ class LiveController(JobBook):
         """The report with its 12 indicators, each checked as a study checks a sample (a
         rejected one is named with why, and left out)."""
         domain = self.scn.domains[self.names.index(report["domain"])]
-        probed = {r["dst"]: r["measured_gbps"] for r in self.probed
-                  if r["src"] == report["domain"]}
+        probed = {r["dst"]: r["measured_gbps"] for r in self.probed if r["src"] == report["domain"]}
         good, rejected = checked(indicators(report, domain, probed), time.time())
         return {**report, "indicators": {s.name: s.value for s in good}, "rejected": rejected}
 
@@ -508,9 +567,16 @@ class LiveController(JobBook):
         removed) and their jobs queue again; they resume from their last checkpoint wherever
         the policy puts them next."""
         for rec in self._running_on(domain):
-            self._requeue(rec, "requeued", {"domain": domain, "from_step": rec.step,
-                                            "down_at": self.down[domain],
-                                            "last_heartbeat": self.health.heard_at.get(domain)})
+            self._requeue(
+                rec,
+                "requeued",
+                {
+                    "domain": domain,
+                    "from_step": rec.step,
+                    "down_at": self.down[domain],
+                    "last_heartbeat": self.health.heard_at.get(domain),
+                },
+            )
 
     def _release(self, rec: JobRecord) -> dict:
         """End the run's life: remove its placement group (its workers end with it) and
@@ -537,8 +603,7 @@ class LiveController(JobBook):
 
     def _running_on(self, *domains: str) -> list[JobRecord]:
         """The jobs with a run in every one of `domains`."""
-        return [r for r in self._active()
-                if set(domains) <= set(r.placement.get("domains", {}))]
+        return [r for r in self._active() if set(domains) <= set(r.placement.get("domains", {}))]
 
     def _active(self) -> list[JobRecord]:
         return [r for r in self.jobs.values() if r.status == "running"]
@@ -582,8 +647,7 @@ class LiveController(JobBook):
         rec.failures += 1
         if rec.failures >= MAX_FAILED_RUNS:
             self._event(rec.job.name, kind, record)
-            self._end(rec, "failed", {"error": f"{rec.failures} runs in a row failed",
-                                      **record})
+            self._end(rec, "failed", {"error": f"{rec.failures} runs in a row failed", **record})
         else:
             self._requeue(rec, kind, record)
 
@@ -598,15 +662,24 @@ class LiveController(JobBook):
                 if rec.cancel and now - rec.cancel_at > CANCEL_GRACE_S:
                     self._end(rec, "cancelled", {"forced_after_s": now - rec.cancel_at})
                     continue
-                if rec.group is not None and "placement" not in rec.marks and \
-                        self._placed(rec.group):
+                if (
+                    rec.group is not None
+                    and "placement" not in rec.marks
+                    and self._placed(rec.group)
+                ):
                     rec.marks["placement"] = now
                 since = rec.stepped_at or rec.placed_at
                 if now - since > rec.job.startup_timeout_s:
                     stage = "starting" if rec.stepped_at is None else "stalled"
-                    self._failed_run(rec, "watchdog", {
-                        "stage": stage, "after_s": now - since,
-                        "marks": {k: t - rec.placed_at for k, t in rec.marks.items()}})
+                    self._failed_run(
+                        rec,
+                        "watchdog",
+                        {
+                            "stage": stage,
+                            "after_s": now - since,
+                            "marks": {k: t - rec.placed_at for k, t in rec.marks.items()},
+                        },
+                    )
 
     @staticmethod
     def _placed(group) -> bool:
@@ -620,8 +693,9 @@ class LiveController(JobBook):
             if rec.preempting is None and not rec.cancel:
                 for d, n in rec.placement["domains"].items():
                     held[d] += n
-        return {d.name: 0 if d.name in self.down else d.gpus - held[d.name]
-                for d in self.scn.domains}
+        return {
+            d.name: 0 if d.name in self.down else d.gpus - held[d.name] for d in self.scn.domains
+        }
 
     def _schedule(self) -> None:
         """Place what may start now: the tenants' rules first (preempt for queued jobs that
@@ -632,13 +706,16 @@ class LiveController(JobBook):
             if not queued:
                 return
             now = time.time()
-            runs = {r.job.name: as_run(r, self.started, self.names)
-                    for r in [*queued, *self._active()]}
-            active = [runs[r.job.name] for r in self._active()
-                      if r.preempting is None and not r.cancel]
+            runs = {
+                r.job.name: as_run(r, self.started, self.names) for r in [*queued, *self._active()]
+            }
+            active = [
+                runs[r.job.name] for r in self._active() if r.preempting is None and not r.cancel
+            ]
             self._preempt([runs[r.job.name] for r in queued], active, now)
-            specs, used = self.tenancy.admissible([runs[r.job.name] for r in queued],
-                                                  [runs[r.job.name] for r in self._active()])
+            specs, used = self.tenancy.admissible(
+                [runs[r.job.name] for r in queued], [runs[r.job.name] for r in self._active()]
+            )
             if not specs:
                 return
             view = self.correction.apply(self._view())
@@ -672,13 +749,13 @@ class LiveController(JobBook):
         """Mark the jobs the tenants' rules preempt for the queued ones: each saves a
         checkpoint at its next question and queues again."""
         free = self._free()
-        chosen = self.tenancy.victims(queued, active, [free[n] for n in self.names],
-                                      now - self.started)
+        chosen = self.tenancy.victims(
+            queued, active, [free[n] for n in self.names], now - self.started
+        )
         for name, why in chosen.items():
             rec = self.jobs[name]
             rec.preempting = {"why": why, "at_step": rec.step}
-            self._event(name, "preempting", {**rec.preempting,
-                                             "domains": rec.placement["domains"]})
+            self._event(name, "preempting", {**rec.preempting, "domains": rec.placement["domains"]})
             log.info("%s: preempted: %s", name, why)
             if rec.stepped_at is None:  # still starting: nothing to save, it goes at once
                 self._requeue(rec, "preempted", {"checkpoint": rec.checkpointed, "why": why})
@@ -694,13 +771,17 @@ class LiveController(JobBook):
         workers = [name for name, n in zip(p.names, p.gpus, strict=True) for _ in range(n)]
         plan = p.plan
         rec.placement = {
-            "policy": self.state.policy, "kind": p.kind,
+            "policy": self.state.policy,
+            "kind": p.kind,
             "domains": dict(zip(p.names, p.gpus, strict=True)),
             "plan": f"DP {plan.dp}, micro-batch {plan.micro_batch}"
-                    + (f", DiLoCo every {plan.diloco_h} steps" if plan.diloco_h else ""),
-            "diloco_h": plan.diloco_h, "reason": p.explanation,
-            "predicted_step_s": self._nominal(rec, p), "corrected_step_s": (
-                p.estimate.step_time_s if p.estimate else None), "decision_ms": decision_ms}
+            + (f", DiLoCo every {plan.diloco_h} steps" if plan.diloco_h else ""),
+            "diloco_h": plan.diloco_h,
+            "reason": p.explanation,
+            "predicted_step_s": self._nominal(rec, p),
+            "corrected_step_s": (p.estimate.step_time_s if p.estimate else None),
+            "decision_ms": decision_ms,
+        }
         rec.status, rec.attempts, rec.chosen = "running", rec.attempts + 1, p
         rec.measure_afresh()
         rec.placed_at, rec.stepped_at, rec.startup_s = time.time(), None, None
@@ -708,13 +789,20 @@ class LiveController(JobBook):
         use_gpu = any(self.scn.domains[i].accelerator.vendor != "CPU" for i in p.domains)
         rec.group = make_placement_group(rec.job.name, rec.attempts, workers, use_gpu)
         cfg = rec.job.train_config(
-            plan.diloco_h if len(p.names) > 1 else 0, CONTROLLER, self.storage,
-            plan.micro_batch, rec.attempts, launched_at=rec.placed_at,
-            placement_group=placement_group_name(rec.job.name, rec.attempts))
+            plan.diloco_h if len(p.names) > 1 else 0,
+            CONTROLLER,
+            self.storage,
+            plan.micro_batch,
+            rec.attempts,
+            launched_at=rec.placed_at,
+            placement_group=placement_group_name(rec.job.name, rec.attempts),
+        )
         rec.run = run_training.options(label_selector={HEAD_LABEL: "head"}).remote(
-            cfg.model_dump(), workers, self.storage, use_gpu)
-        self._event(rec.job.name, "placed", {**rec.placement, "workers": workers,
-                                             "attempt": rec.attempts})
+            cfg.model_dump(), workers, self.storage, use_gpu
+        )
+        self._event(
+            rec.job.name, "placed", {**rec.placement, "workers": workers, "attempt": rec.attempts}
+        )
         log.info("%s: %s", rec.job.name, p.explanation)
 
     def _nominal(self, rec: JobRecord, p) -> float:
@@ -724,7 +812,8 @@ class LiveController(JobBook):
     # ---- plumbing
     def _agent(self, name: str):
         return DomainAgent.options(label_selector={DOMAIN_LABEL: name}).remote(
-            name, self.names, self.state.api, self.state.api_token)
+            name, self.names, self.state.api, self.state.api_token
+        )
 
     def _path(self, name: str):
         from pathlib import Path
@@ -748,22 +837,46 @@ class LiveController(JobBook):
             for rec in self._active():
                 for d, k in rec.placement["domains"].items():
                     held[d] += k
-            rtt = {(n, dst): ms for n, r in self.reports.items()
-                   for dst, ms in (r.get("rtt_ms") or {}).items()}
-            jobs = [job_state(r.row(), r.submitted - self.started,
-                              r.job.global_batch * r.job.model.seq)
-                    for r in self.jobs.values()]
-            queue = [{"name": r.job.name, "tenant": r.job.tenant, "priority": r.priority,
-                      "waited_s": now - r.submitted, "gpus_min": r.job.workers.min}
-                     for r in self.jobs.values() if r.status == "queued" and not r.cancel]
+            rtt = {
+                (n, dst): ms
+                for n, r in self.reports.items()
+                for dst, ms in (r.get("rtt_ms") or {}).items()
+            }
+            jobs = [
+                job_state(r.row(), r.submitted - self.started, r.job.global_batch * r.job.model.seq)
+                for r in self.jobs.values()
+            ]
+            queue = [
+                {
+                    "name": r.job.name,
+                    "tenant": r.job.tenant,
+                    "priority": r.priority,
+                    "waited_s": now - r.submitted,
+                    "gpus_min": r.job.workers.min,
+                }
+                for r in self.jobs.values()
+                if r.status == "queued" and not r.cancel
+            ]
             state = {
-                "policy": LIVE, "live": True, "scenario": self.scn.name,
-                "now_s": now - self.started, "horizon_s": 0.0, "finished": False,
-                "domains": domains_state(self.scn, self.names, self.reports, free, held,
-                                         {n: self._health(n, now) for n in self.names}),
+                "policy": LIVE,
+                "live": True,
+                "scenario": self.scn.name,
+                "now_s": now - self.started,
+                "horizon_s": 0.0,
+                "finished": False,
+                "domains": domains_state(
+                    self.scn,
+                    self.names,
+                    self.reports,
+                    free,
+                    held,
+                    {n: self._health(n, now) for n in self.names},
+                ),
                 "links": links_state(self.names, self.links_gbps, self.leased_gbps, rtt),
-                "jobs": jobs, "queue": queue,
-                "faults": {"outages": list(self.outages), "incidents": []}}
+                "jobs": jobs,
+                "queue": queue,
+                "faults": {"outages": list(self.outages), "incidents": []},
+            }
         self.board.publish(state)
 
     def _replay(self) -> None:
@@ -781,8 +894,9 @@ class LiveController(JobBook):
                 self.bucket_gbps[i, j] = self.links_gbps[i, j] = data["gbps"]
             elif kind == "submitted":
                 job = LiveJob.model_validate(data)
-                self.jobs[name] = JobRecord(job, t, priority=self.tenancy.priority(
-                    job.tenant, job.priority))
+                self.jobs[name] = JobRecord(
+                    job, t, priority=self.tenancy.priority(job.tenant, job.priority)
+                )
             elif name in self.jobs:
                 rec = self.jobs[name]
                 if kind == "step":
@@ -802,8 +916,12 @@ class LiveController(JobBook):
 def controller(state: ClusterState):
     """The cluster's controller: the running one, or a new one that replays the journal."""
     return LiveController.options(
-        name=CONTROLLER, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
-        label_selector={HEAD_LABEL: "head"}).remote(state.model_dump_json())
+        name=CONTROLLER,
+        namespace=NAMESPACE,
+        lifetime="detached",
+        get_if_exists=True,
+        label_selector={HEAD_LABEL: "head"},
+    ).remote(state.model_dump_json())
 
 
 def ask(method, *args, timeout_s: float = 120.0):

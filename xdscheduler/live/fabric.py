@@ -39,8 +39,7 @@ class Fabric:
     rates_mbit: tuple[tuple[float, ...], ...]  # [i][j]: i -> j; 0 on the diagonal
 
     @classmethod
-    def plan(cls, names: list[str], bandwidth_gbps: np.ndarray, tag: str,
-             subnet: str) -> Fabric:
+    def plan(cls, names: list[str], bandwidth_gbps: np.ndarray, tag: str, subnet: str) -> Fabric:
         """The fabric of domains `names` with `bandwidth_gbps[i, j]` from i to j; every pair
         must have a link (a pair without one would be a partition, which no cluster is)."""
         k = len(names)
@@ -49,11 +48,17 @@ class Fabric:
         for i in range(k):
             for j in range(i + 1, k):
                 if bandwidth_gbps[i, j] <= 0 or bandwidth_gbps[j, i] <= 0:
-                    raise UserError(f"no link between {names[i]!r} and {names[j]!r}: a local "
-                                    "cluster shapes every pair of domains; add one to links:")
-        rates = tuple(tuple(float(bandwidth_gbps[i, j]) * 1000 * WIRE_PER_PAYLOAD if i != j
-                            else 0.0
-                            for j in range(k)) for i in range(k))
+                    raise UserError(
+                        f"no link between {names[i]!r} and {names[j]!r}: a local "
+                        "cluster shapes every pair of domains; add one to links:"
+                    )
+        rates = tuple(
+            tuple(
+                float(bandwidth_gbps[i, j]) * 1000 * WIRE_PER_PAYLOAD if i != j else 0.0
+                for j in range(k)
+            )
+            for i in range(k)
+        )
         return cls(tag, subnet, tuple(names), rates)
 
     @property
@@ -75,35 +80,72 @@ class Fabric:
 
     def up_commands(self) -> list[list[str]]:
         """`ip` and `tc` commands that build the fabric, in order."""
-        cmds = [["ip", "link", "add", self.bridge, "type", "bridge"],
-                ["ip", "addr", "add", f"{self.head_ip}/24", "dev", self.bridge],
-                ["ip", "link", "set", self.bridge, "up"]]
+        cmds = [
+            ["ip", "link", "add", self.bridge, "type", "bridge"],
+            ["ip", "addr", "add", f"{self.head_ip}/24", "dev", self.bridge],
+            ["ip", "link", "set", self.bridge, "up"],
+        ]
         for i in range(len(self.domains)):
             ns, host = self.namespace(i), self.host_end(i)
-            cmds += [["ip", "netns", "add", ns],
-                     ["ip", "link", "add", host, "type", "veth", "peer", "name", "eth0",
-                      "netns", ns],
-                     ["ip", "link", "set", host, "master", self.bridge, "up"],
-                     ["ip", "-n", ns, "addr", "add", f"{self.ip(i)}/24", "dev", "eth0"],
-                     ["ip", "-n", ns, "link", "set", "eth0", "up"],
-                     ["ip", "-n", ns, "link", "set", "lo", "up"],
-                     *self.shaping_commands(i)]
+            cmds += [
+                ["ip", "netns", "add", ns],
+                ["ip", "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", ns],
+                ["ip", "link", "set", host, "master", self.bridge, "up"],
+                ["ip", "-n", ns, "addr", "add", f"{self.ip(i)}/24", "dev", "eth0"],
+                ["ip", "-n", ns, "link", "set", "eth0", "up"],
+                ["ip", "-n", ns, "link", "set", "lo", "up"],
+                *self.shaping_commands(i),
+            ]
         return cmds
 
     def shaping_commands(self, i: int) -> list[list[str]]:
         """HTB on domain i's way out: one class per link i -> j, unshaped to the head."""
         tc = self._tc(i)
-        cmds = [[*tc, "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "htb",
-                 "default", "1"],
-                [*tc, "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:1", "htb",
-                 "rate", f"{UNSHAPED_MBIT}mbit", "quantum", str(QUANTUM_BYTES)]]
+        cmds = [
+            [*tc, "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "htb", "default", "1"],
+            [
+                *tc,
+                "class",
+                "add",
+                "dev",
+                "eth0",
+                "parent",
+                "1:",
+                "classid",
+                "1:1",
+                "htb",
+                "rate",
+                f"{UNSHAPED_MBIT}mbit",
+                "quantum",
+                str(QUANTUM_BYTES),
+            ],
+        ]
         for j, rate in enumerate(self.rates_mbit[i]):
             if j == i:
                 continue
-            cmds += [self._link_class("add", i, j, rate),
-                     [*tc, "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip",
-                      "prio", "1", "u32", "match", "ip", "dst", f"{self.ip(j)}/32",
-                      "flowid", f"1:{LINK_CLASS_BASE + j}"]]
+            cmds += [
+                self._link_class("add", i, j, rate),
+                [
+                    *tc,
+                    "filter",
+                    "add",
+                    "dev",
+                    "eth0",
+                    "parent",
+                    "1:",
+                    "protocol",
+                    "ip",
+                    "prio",
+                    "1",
+                    "u32",
+                    "match",
+                    "ip",
+                    "dst",
+                    f"{self.ip(j)}/32",
+                    "flowid",
+                    f"1:{LINK_CLASS_BASE + j}",
+                ],
+            ]
         return cmds
 
     def rate_command(self, src: str, dst: str, gbps: float) -> list[str]:
@@ -111,29 +153,50 @@ class Fabric:
         WAN's bandwidth swings (the flows on it keep going, at the new rate)."""
         for name in (src, dst):
             if name not in self.domains:
-                raise UserError(f"no domain {name!r} in this cluster; its domains: "
-                                f"{', '.join(self.domains)}")
+                raise UserError(
+                    f"no domain {name!r} in this cluster; its domains: {', '.join(self.domains)}"
+                )
         if src == dst:
             raise UserError(f"{src} -> {dst}: a link joins two different domains")
         if not 0.0001 <= gbps <= 100:
             raise UserError(f"{gbps:g} Gbit/s: give 0.0001 to 100")
-        return self._link_class("change", self.domains.index(src), self.domains.index(dst),
-                                gbps * 1000 * WIRE_PER_PAYLOAD)
+        return self._link_class(
+            "change",
+            self.domains.index(src),
+            self.domains.index(dst),
+            gbps * 1000 * WIRE_PER_PAYLOAD,
+        )
 
     def _tc(self, i: int) -> list[str]:
         """`tc` in domain i's namespace."""
         return ["ip", "netns", "exec", self.namespace(i), "tc"]
 
     def _link_class(self, verb: str, i: int, j: int, rate_mbit: float) -> list[str]:
-        return [*self._tc(i), "class", verb, "dev", "eth0",
-                "parent", "1:", "classid", f"1:{LINK_CLASS_BASE + j}", "htb",
-                "rate", f"{rate_mbit:.3f}mbit", "ceil", f"{rate_mbit:.3f}mbit",
-                "quantum", str(QUANTUM_BYTES)]
+        return [
+            *self._tc(i),
+            "class",
+            verb,
+            "dev",
+            "eth0",
+            "parent",
+            "1:",
+            "classid",
+            f"1:{LINK_CLASS_BASE + j}",
+            "htb",
+            "rate",
+            f"{rate_mbit:.3f}mbit",
+            "ceil",
+            f"{rate_mbit:.3f}mbit",
+            "quantum",
+            str(QUANTUM_BYTES),
+        ]
 
     def down_commands(self) -> list[list[str]]:
         """Commands that remove what `up_commands` built (a namespace takes its veth along)."""
-        return [*(["ip", "netns", "del", self.namespace(i)] for i in range(len(self.domains))),
-                ["ip", "link", "del", self.bridge]]
+        return [
+            *(["ip", "netns", "del", self.namespace(i)] for i in range(len(self.domains))),
+            ["ip", "link", "del", self.bridge],
+        ]
 
 
 def build(fabric: Fabric) -> None:
@@ -143,8 +206,10 @@ def build(fabric: Fabric) -> None:
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode:
             teardown(fabric)
-            raise UserError(f"could not build the local WAN: `{' '.join(cmd)}` said "
-                            f"{done.stderr.strip() or done.returncode}")
+            raise UserError(
+                f"could not build the local WAN: `{' '.join(cmd)}` said "
+                f"{done.stderr.strip() or done.returncode}"
+            )
 
 
 def teardown(fabric: Fabric) -> list[str]:
@@ -162,8 +227,10 @@ def check_tools() -> None:
     import os
 
     if os.geteuid() != 0:
-        raise UserError("a local cluster builds network namespaces and shapes links with tc: "
-                        "run it as root (or attach to a running cluster with --address)")
+        raise UserError(
+            "a local cluster builds network namespaces and shapes links with tc: "
+            "run it as root (or attach to a running cluster with --address)"
+        )
     for tool, package in (("ip", "iproute2"), ("tc", "iproute2"), ("nsenter", "util-linux")):
         if shutil.which(tool) is None:
             raise UserError(f"`{tool}` ({package}) is not installed; a local cluster needs it")

@@ -18,15 +18,17 @@ class Block(nn.Module):
         super().__init__()
         self.norm1, self.norm2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
         self.qkv, self.proj = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
-        self.mlp = nn.Sequential(nn.Linear(hidden, 4 * hidden), nn.GELU(),
-                                 nn.Linear(4 * hidden, hidden))
+        self.mlp = nn.Sequential(
+            nn.Linear(hidden, 4 * hidden), nn.GELU(), nn.Linear(4 * hidden, hidden)
+        )
         self.heads = heads
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, h = x.shape
         q, k, v = self.qkv(self.norm1(x)).view(b, s, 3, self.heads, h // self.heads).unbind(2)
-        att = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                             v.transpose(1, 2), is_causal=True)
+        att = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
         x = x + self.proj(att.transpose(1, 2).reshape(b, s, h))
         return x + self.mlp(self.norm2(x))
 

@@ -38,8 +38,9 @@ class Suspicion:
     evidence: str | None = None  # what the last check found (alive)
 
 
-def second_path(domain: str, nodes: list[dict], timeout_s: float = CONFIRM_TIMEOUT_S
-                ) -> tuple[bool, str]:
+def second_path(
+    domain: str, nodes: list[dict], timeout_s: float = CONFIRM_TIMEOUT_S
+) -> tuple[bool, str]:
     """Whether `domain` is dead as seen without its agent, and the evidence. `nodes`: the
     cluster's nodes as `ray.nodes()` gives them."""
     mine = [n for n in nodes if n.get("Labels", {}).get(DOMAIN_LABEL) == domain]
@@ -60,8 +61,7 @@ def second_path(domain: str, nodes: list[dict], timeout_s: float = CONFIRM_TIMEO
 class DomainHealth:
     """Suspicions and verdicts for every domain of a live cluster; `events` says what changed."""
 
-    def __init__(self, names: list[str], period_s: float, nodes,
-                 threshold: float = PHI_THRESHOLD):
+    def __init__(self, names: list[str], period_s: float, nodes, threshold: float = PHI_THRESHOLD):
         """`nodes()`: the cluster's nodes now (`ray.nodes`), asked on a thread of its own."""
         self.names, self.nodes = names, nodes
         self.phi = PhiAccrual(names, period_s, threshold=threshold)
@@ -69,8 +69,9 @@ class DomainHealth:
         self.suspects: dict[str, Suspicion] = {}
         self.down: dict[str, float] = {}  # domain -> when it was confirmed down
         self.checks: dict[str, Future] = {}  # second-path checks under way
-        self.pool = ThreadPoolExecutor(max_workers=max(len(names), 1),
-                                       thread_name_prefix="second-path")
+        self.pool = ThreadPoolExecutor(
+            max_workers=max(len(names), 1), thread_name_prefix="second-path"
+        )
         self.events: list[tuple[str, dict]] = []  # (kind, record) since the last `take`
 
     def heard(self, domain: str, now: float) -> None:
@@ -84,9 +85,18 @@ class DomainHealth:
             self.events.append(("domain_up", {"domain": domain, "silent_s": silent_s}))
         elif domain in self.suspects:  # a check under way is moot: it answered
             s = self.suspects.pop(domain)
-            self.events.append(("domain_cleared", {
-                "domain": domain, "suspected_s": now - s.since, "silent_s": silent_s,
-                "why": s.why, "evidence": s.evidence}))
+            self.events.append(
+                (
+                    "domain_cleared",
+                    {
+                        "domain": domain,
+                        "suspected_s": now - s.since,
+                        "silent_s": silent_s,
+                        "why": s.why,
+                        "evidence": s.evidence,
+                    },
+                )
+            )
 
     def failed(self, domain: str, why: str, now: float) -> None:
         """Its agent answered with an error, or is dead: suspected at once."""
@@ -97,26 +107,42 @@ class DomainHealth:
         second path, and give the domains found down by it now."""
         phi = self.phi.phi(now)
         for i, n in enumerate(self.names):
-            if n in self.heard_at and phi[i] >= self.phi.threshold and \
-                    now - self.heard_at[n] >= ACCEPTABLE_PAUSE_S:
-                self._suspect(n, f"phi {phi[i]:.1f} after {now - self.heard_at[n]:.2f} s of "
-                                 "silence", now)
+            if (
+                n in self.heard_at
+                and phi[i] >= self.phi.threshold
+                and now - self.heard_at[n] >= ACCEPTABLE_PAUSE_S
+            ):
+                self._suspect(
+                    n, f"phi {phi[i]:.1f} after {now - self.heard_at[n]:.2f} s of silence", now
+                )
         lost = []
         for n, check in list(self.checks.items()):
             if not check.done():
                 continue
             del self.checks[n]
             s = self.suspects.get(n)
-            dead, evidence = check.result() if check.exception() is None else (
-                False, f"the check failed: {check.exception()}")
+            dead, evidence = (
+                check.result()
+                if check.exception() is None
+                else (False, f"the check failed: {check.exception()}")
+            )
             if s is None or n in self.down:
                 continue
             s.checked_at, s.evidence = time.time(), evidence
             if dead:
                 self.down[n] = now
-                self.events.append(("domain_down", {
-                    "domain": n, "why": s.why, "evidence": evidence, "suspected_at": s.since,
-                    "last_heartbeat": self.heard_at.get(n)}))
+                self.events.append(
+                    (
+                        "domain_down",
+                        {
+                            "domain": n,
+                            "why": s.why,
+                            "evidence": evidence,
+                            "suspected_at": s.since,
+                            "last_heartbeat": self.heard_at.get(n),
+                        },
+                    )
+                )
                 lost.append(n)
         for n, s in self.suspects.items():
             if n not in self.checks and n not in self.down and now - s.checked_at >= RECHECK_S:
@@ -136,5 +162,9 @@ class DomainHealth:
         if domain in self.suspects or domain in self.down:
             return
         self.suspects[domain] = Suspicion(now, why)
-        self.events.append(("domain_suspect", {"domain": domain, "why": why,
-                                               "last_heartbeat": self.heard_at.get(domain)}))
+        self.events.append(
+            (
+                "domain_suspect",
+                {"domain": domain, "why": why, "last_heartbeat": self.heard_at.get(domain)},
+            )
+        )

@@ -33,8 +33,9 @@ class LiveJob(FileModel):
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
     # module:function called with each worker's plan (`live.plan`), or a script run as __main__
-    entrypoint: str = Field(default=BUILT_IN, max_length=300,
-                            pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    entrypoint: str = Field(
+        default=BUILT_IN, max_length=300, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
+    )
     script: str | None = Field(default=None, min_length=1, max_length=4096)
     config: dict[str, Any] = Field(default_factory=dict, max_length=100)  # for the code itself
     model: GptShape = GptShape()
@@ -58,26 +59,61 @@ class LiveJob(FileModel):
 
     def arch(self) -> ModelArch:
         m = self.model
-        return ModelArch(self.name, m.layers, m.hidden, 4 * m.hidden, m.heads, m.heads, m.vocab,
-                         m.seq, False, True)
+        return ModelArch(
+            self.name,
+            m.layers,
+            m.hidden,
+            4 * m.hidden,
+            m.heads,
+            m.heads,
+            m.vocab,
+            m.seq,
+            False,
+            True,
+        )
 
     def spec(self, arrival_s: float, priority: int | None = None) -> JobSpec:
         """What the planner decides on: every sample of every step, as tokens."""
-        return JobSpec(self.name, self.arch(), self.global_batch, self.model.seq,
-                       self.workers.min, self.workers.max,
-                       tokens=float(self.steps * self.global_batch * self.model.seq),
-                       arrival_s=arrival_s,
-                       priority=self.priority if priority is None else priority)
+        return JobSpec(
+            self.name,
+            self.arch(),
+            self.global_batch,
+            self.model.seq,
+            self.workers.min,
+            self.workers.max,
+            tokens=float(self.steps * self.global_batch * self.model.seq),
+            arrival_s=arrival_s,
+            priority=self.priority if priority is None else priority,
+        )
 
-    def train_config(self, diloco_h: int, controller: str | None, storage: str | None = None,
-                     micro_batch: int = 0, attempt: int = 0, **run) -> TrainConfig:
+    def train_config(
+        self,
+        diloco_h: int,
+        controller: str | None,
+        storage: str | None = None,
+        micro_batch: int = 0,
+        attempt: int = 0,
+        **run,
+    ) -> TrainConfig:
         """What its workers run; `run`: the run's own fields (its placement group, launch)."""
-        return TrainConfig(job=self.name, storage=storage, shape=self.model,
-                           global_batch=self.global_batch, steps=self.steps, lr=self.lr,
-                           seed=self.seed, diloco_h=diloco_h, micro_batch=micro_batch,
-                           attempt=attempt, checkpoint_every=self.checkpoint_every,
-                           controller=controller, entrypoint=self.entrypoint,
-                           script=self.script, config=self.config, **run)
+        return TrainConfig(
+            job=self.name,
+            storage=storage,
+            shape=self.model,
+            global_batch=self.global_batch,
+            steps=self.steps,
+            lr=self.lr,
+            seed=self.seed,
+            diloco_h=diloco_h,
+            micro_batch=micro_batch,
+            attempt=attempt,
+            checkpoint_every=self.checkpoint_every,
+            controller=controller,
+            entrypoint=self.entrypoint,
+            script=self.script,
+            config=self.config,
+            **run,
+        )
 
 
 class JobRow(BaseModel):

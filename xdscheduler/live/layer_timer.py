@@ -30,8 +30,12 @@ from xdscheduler import catalog
 from xdscheduler.costmodel.layers import LayerMemory, LayerProfile, LayerTiming, Shape
 from xdscheduler.errors import UserError
 
-TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32,
-                "fp32": torch.float32}
+TORCH_DTYPES = {
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "tf32": torch.float32,
+    "fp32": torch.float32,
+}
 
 
 class Block(nn.Module):
@@ -53,8 +57,9 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
         q, k, v = self.qkv(self.norm1(x)).split(
-            [self.heads * self.d_head, self.kv_heads * self.d_head,
-             self.kv_heads * self.d_head], dim=-1)
+            [self.heads * self.d_head, self.kv_heads * self.d_head, self.kv_heads * self.d_head],
+            dim=-1,
+        )
         q = q.view(b, s, self.heads, self.d_head).transpose(1, 2)
         k, v = (t.view(b, s, self.kv_heads, self.d_head).transpose(1, 2) for t in (k, v))
         if self.kv_heads != self.heads:
@@ -62,7 +67,7 @@ class Block(nn.Module):
         if self.fused:
             attn = F.scaled_dot_product_attention(q, k, v, dropout_p=self.p, is_causal=True)
         else:  # Megatron's unfused path: scores, mask, softmax, dropout, then the values
-            scores = torch.matmul(q, k.transpose(-1, -2)) / self.d_head ** 0.5
+            scores = torch.matmul(q, k.transpose(-1, -2)) / self.d_head**0.5
             mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
             probs = F.dropout(scores.masked_fill(mask, -10000.0).softmax(-1), self.p)
             attn = torch.matmul(probs, v)
@@ -118,8 +123,9 @@ class Clock:
         return time.perf_counter() - begin
 
 
-def time_block(module: nn.Module, make_input, clock: Clock, repeats: int,
-               warmup: int = 2) -> tuple[float, float, float]:
+def time_block(
+    module: nn.Module, make_input, clock: Clock, repeats: int, warmup: int = 2
+) -> tuple[float, float, float]:
     """Median forward and backward seconds of `module`, and the bytes its forward keeps."""
     fwd, bwd, kept = [], [], 0.0
     cuda = clock.cuda
@@ -140,8 +146,9 @@ def time_block(module: nn.Module, make_input, clock: Clock, repeats: int,
     return statistics.median(fwd), statistics.median(bwd), max(kept, 0.0)
 
 
-def time_optimizer(device: torch.device, clock: Clock, repeats: int,
-                   params: int = 1 << 24) -> float:
+def time_optimizer(
+    device: torch.device, clock: Clock, repeats: int, params: int = 1 << 24
+) -> float:
     """Seconds per parameter of an AdamW step over `params` parameters (fused on a GPU)."""
     p = torch.zeros(params, device=device, dtype=torch.float32, requires_grad=True)
     p.grad = torch.randn_like(p)
@@ -150,32 +157,56 @@ def time_optimizer(device: torch.device, clock: Clock, repeats: int,
     return statistics.median(times) / params
 
 
-def measure(arch: catalog.ModelArch, *, micro_batches: list[int], tp: int, dtype: str,
-            accelerator: str | None, device: str = "auto", repeats: int = 5,
-            fused_attention: bool = False, stack: str = "megatron-2021",
-            seq: int | None = None) -> LayerProfile:
+def measure(
+    arch: catalog.ModelArch,
+    *,
+    micro_batches: list[int],
+    tp: int,
+    dtype: str,
+    accelerator: str | None,
+    device: str = "auto",
+    repeats: int = 5,
+    fused_attention: bool = False,
+    stack: str = "megatron-2021",
+    seq: int | None = None,
+) -> LayerProfile:
     """The layer profile of `arch` on this machine's device."""
-    dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
-                       ("cpu" if device == "auto" else device))
+    dev = torch.device(
+        "cuda"
+        if device == "auto" and torch.cuda.is_available()
+        else ("cpu" if device == "auto" else device)
+    )
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda: no CUDA device here (torch.cuda.is_available() is "
-                        "false); use --device cpu or auto")
+        raise UserError(
+            "--device cuda: no CUDA device here (torch.cuda.is_available() is "
+            "false); use --device cpu or auto"
+        )
     if arch.heads % tp or arch.ffn_hidden % tp:
-        raise UserError(f"TP {tp} does not divide the {arch.heads} heads and FFN "
-                        f"{arch.ffn_hidden} of {arch.name}")
+        raise UserError(
+            f"TP {tp} does not divide the {arch.heads} heads and FFN "
+            f"{arch.ffn_hidden} of {arch.name}"
+        )
     name = _accelerator(dev, accelerator)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = dtype == "tf32"
     # what ran: a CPU has no TF32, and the flag is what PyTorch reads at each matmul
     wide = dtype in ("tf32", "fp32")
-    ran = ("tf32" if dev.type == "cuda" and torch.backends.cuda.matmul.allow_tf32 else "fp32"
-           ) if wide else dtype
+    ran = (
+        ("tf32" if dev.type == "cuda" and torch.backends.cuda.matmul.allow_tf32 else "fp32")
+        if wide
+        else dtype
+    )
     torch_dtype = TORCH_DTYPES[dtype]
     shape = Shape.of(arch, seq)
     clock = Clock(dev)
     torch.manual_seed(0)
-    blocks = {k: m.to(dev, torch_dtype) for k, m in (
-        ("first", Embedding(shape, tp)), ("layer", Block(shape, tp, fused_attention)),
-        ("last", Output(shape, tp)))}
+    blocks = {
+        k: m.to(dev, torch_dtype)
+        for k, m in (
+            ("first", Embedding(shape, tp)),
+            ("layer", Block(shape, tp, fused_attention)),
+            ("last", Output(shape, tp)),
+        )
+    }
     timings, kept = [], {}
     for mb in micro_batches:
         s, h = shape.seq_len, shape.hidden
@@ -194,21 +225,40 @@ def measure(arch: catalog.ModelArch, *, micro_batches: list[int], tp: int, dtype
         for key, make in (("first", ids), ("layer", hidden), ("last", head)):
             t[key] = time_block(blocks[key], make, clock, repeats)
             kept.setdefault(key, []).append(t[key][2] / mb)
-        timings.append(LayerTiming(
-            micro_batch=mb, tp=tp, first_fwd_s=t["first"][0], first_bwd_s=t["first"][1],
-            layer_fwd_s=t["layer"][0], layer_bwd_s=t["layer"][1], last_fwd_s=t["last"][0],
-            last_bwd_s=t["last"][1]))
-    memory = [LayerMemory(tp=tp, **{f"{k}_bytes": statistics.median(v) for k, v in kept.items()})
-              ] if dev.type == "cuda" else []
+        timings.append(
+            LayerTiming(
+                micro_batch=mb,
+                tp=tp,
+                first_fwd_s=t["first"][0],
+                first_bwd_s=t["first"][1],
+                layer_fwd_s=t["layer"][0],
+                layer_bwd_s=t["layer"][1],
+                last_fwd_s=t["last"][0],
+                last_bwd_s=t["last"][1],
+            )
+        )
+    memory = (
+        [LayerMemory(tp=tp, **{f"{k}_bytes": statistics.median(v) for k, v in kept.items()})]
+        if dev.type == "cuda"
+        else []
+    )
     where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     return LayerProfile(
-        accelerator=name, dtype=ran, stack=stack, shape=shape,
-        source=(f"xds layers measure on {where} (torch {torch.__version__}; "
-                f"allow_tf32={torch.backends.cuda.matmul.allow_tf32}; "
-                f"{'fused' if fused_attention else 'unfused'} attention; {repeats} repeats, "
-                f"median; TP {tp} timed as one rank's shard without its all-reduces)"),
+        accelerator=name,
+        dtype=ran,
+        stack=stack,
+        shape=shape,
+        source=(
+            f"xds layers measure on {where} (torch {torch.__version__}; "
+            f"allow_tf32={torch.backends.cuda.matmul.allow_tf32}; "
+            f"{'fused' if fused_attention else 'unfused'} attention; {repeats} repeats, "
+            f"median; TP {tp} timed as one rank's shard without its all-reduces)"
+        ),
         optimizer_s_per_param=time_optimizer(dev, clock, repeats),
-        tp_comm_timed=tp == 1, timings=timings, memory=memory)
+        tp_comm_timed=tp == 1,
+        timings=timings,
+        memory=memory,
+    )
 
 
 def _accelerator(dev: torch.device, given: str | None) -> str:
@@ -216,11 +266,14 @@ def _accelerator(dev: torch.device, given: str | None) -> str:
     if given:
         return catalog.accelerator(given).name
     if dev.type != "cuda":
-        raise UserError("on the CPU, name the accelerator the profile stands for with "
-                        "--accelerator (a catalog name): a CPU is not in the catalog")
+        raise UserError(
+            "on the CPU, name the accelerator the profile stands for with "
+            "--accelerator (a catalog name): a CPU is not in the catalog"
+        )
     device_name = torch.cuda.get_device_name(dev)
     found = catalog.accelerator_in(device_name)
     if found:
         return found
-    raise UserError(f"CUDA device {device_name!r} is not in the catalog: name it with "
-                    f"--accelerator")
+    raise UserError(
+        f"CUDA device {device_name!r} is not in the catalog: name it with --accelerator"
+    )

@@ -141,8 +141,7 @@ class _Run:
     def step(self, step: int, loss: float, step_time_s: float, model, opt) -> bool:
         self.accelerate()  # code that never resumed: from its first step
         cfg, rank = self.cfg, self.sync.rank
-        metrics = {"step": step, "loss": loss, "step_time_s": step_time_s,
-                   "attempt": cfg.attempt}
+        metrics = {"step": step, "loss": loss, "step_time_s": step_time_s, "attempt": cfg.attempt}
         if self.first and cfg.launched_at is not None:  # the stages of its start, from launch
             self.marks["first_step"] = time.time()
             metrics["startup"] = {k: t - cfg.launched_at for k, t in self.marks.items()}
@@ -150,8 +149,7 @@ class _Run:
         if self.listener is not None and rank == 0:
             self.listener.heard.remote(cfg.job, metrics)
         # no storage (a run outside the live plane): nothing to checkpoint to
-        saving = cfg.storage is not None and (step % cfg.checkpoint_every == 0
-                                              or step == cfg.steps)
+        saving = cfg.storage is not None and (step % cfg.checkpoint_every == 0 or step == cfg.steps)
         # every few steps, and before each checkpoint: a run cancelled, or one the controller
         # gave up for lost, stops, every rank at the same step, and saves nothing its successor
         # could resume from; one preempted saves first
@@ -174,17 +172,39 @@ def entrypoint(cfg: TrainConfig):
     return getattr(importlib.import_module(module), name)
 
 
-def make_plan(cfg: TrainConfig, rank: int, world: int, local_rank: int, domain: str,
-              device, marks: dict[str, float]) -> Plan:
+def make_plan(
+    cfg: TrainConfig,
+    rank: int,
+    world: int,
+    local_rank: int,
+    domain: str,
+    device,
+    marks: dict[str, float],
+) -> Plan:
     """The plan of one worker, its process groups made (every rank at once)."""
     sync = DomainSync(domain, rank, world, device)
     marks["groups"] = time.time()
-    return Plan(job=cfg.job, rank=rank, world_size=world, local_rank=local_rank, domain=domain,
-                domains=sync.members, diloco_h=cfg.diloco_h, steps=cfg.steps, start_step=0,
-                global_batch=cfg.global_batch, batch=share(cfg.global_batch, world, rank),
-                micro_batch=cfg.micro_batch, lr=cfg.lr, seed=cfg.seed,
-                checkpoint_every=cfg.checkpoint_every, model=cfg.shape, config=cfg.config,
-                device=device, _run=_Run(cfg, sync, marks))
+    return Plan(
+        job=cfg.job,
+        rank=rank,
+        world_size=world,
+        local_rank=local_rank,
+        domain=domain,
+        domains=sync.members,
+        diloco_h=cfg.diloco_h,
+        steps=cfg.steps,
+        start_step=0,
+        global_batch=cfg.global_batch,
+        batch=share(cfg.global_batch, world, rank),
+        micro_batch=cfg.micro_batch,
+        lr=cfg.lr,
+        seed=cfg.seed,
+        checkpoint_every=cfg.checkpoint_every,
+        model=cfg.shape,
+        config=cfg.config,
+        device=device,
+        _run=_Run(cfg, sync, marks),
+    )
 
 
 def train_loop(config: dict) -> None:

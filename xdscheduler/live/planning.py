@@ -15,10 +15,19 @@ from xdscheduler.planner.space import SearchOptions
 # The live runner trains data-parallel plans (hierarchical across domains, DiLoCo every H):
 # the planner searches those, in FP32 (what CPUs and gloo run), DiLoCo every 10 steps, with
 # the runner's own software: a plain loop that reduces the gradients after the backward pass.
-LIVE_OPTIONS = replace(ONLINE, tensor=(1,), max_pipeline=1, context=(1,), virtual=(1,),
-                       kinds=("single", "data"), dtype="fp32", diloco_h=(0, 10),
-                       micro_batch=(1, 2, 4, 8, 16), stack=Stack.preset("plain-dp"),
-                       balance=False)  # the runner gives every replica an even share
+LIVE_OPTIONS = replace(
+    ONLINE,
+    tensor=(1,),
+    max_pipeline=1,
+    context=(1,),
+    virtual=(1,),
+    kinds=("single", "data"),
+    dtype="fp32",
+    diloco_h=(0, 10),
+    micro_batch=(1, 2, 4, 8, 16),
+    stack=Stack.preset("plain-dp"),
+    balance=False,
+)  # the runner gives every replica an even share
 
 
 def options(state: ClusterState) -> SearchOptions:
@@ -41,7 +50,11 @@ def live_policy(state: ClusterState, weights, opts: SearchOptions, stepper=None)
     from xdscheduler.serving.client import PolicyClient
 
     stepper = stepper or PolicyClient(state.api, state.api_token)
-    policy = PPOPolicy(weights, lambda job, view, queued, now, job_weights: decide(
-        stepper, job_weights, job, view, queued, now, opts))
+    policy = PPOPolicy(
+        weights,
+        lambda job, view, queued, now, job_weights: decide(
+            stepper, job_weights, job, view, queued, now, opts
+        ),
+    )
     policy.planner = PlannerPolicy(weights, "planner", opts)  # it re-plans in the same space
     return policy

@@ -71,10 +71,18 @@ def probe_links(scn: Scenario, seconds: float = 2.0, say=None) -> list[dict]:
     rows = []
     for k, (link, a, b) in enumerate(pairs, 1):
         configured = float(bw[names.index(a), names.index(b)])
-        rows.append({"link": f"{link.a}-{link.b}", "src": a, "dst": b,
-                     "configured_gbps": configured,
-                     "measured_gbps": round(measure(a, b, seconds), 4)})
+        rows.append(
+            {
+                "link": f"{link.a}-{link.b}",
+                "src": a,
+                "dst": b,
+                "configured_gbps": configured,
+                "measured_gbps": round(measure(a, b, seconds), 4),
+            }
+        )
         if say:
-            say(f"[{k}/{len(pairs)}] {a} -> {b}: {rows[-1]['measured_gbps']:.3f} of "
-                f"{configured:.3f} Gbit/s")
+            say(
+                f"[{k}/{len(pairs)}] {a} -> {b}: {rows[-1]['measured_gbps']:.3f} of "
+                f"{configured:.3f} Gbit/s"
+            )
     return rows

@@ -55,8 +55,7 @@ def measure_accelerator(seconds: float) -> dict:
     src = torch.empty(32 * 2**20 // 4)
     dst = torch.empty_like(src)
     copy_gbs = 2 * src.numel() * 4 * per_second(lambda: dst.copy_(src), seconds) / 1e9
-    return {"node": ray.util.get_node_ip_address(), "gemm_tflops": gemm,
-            "memory_gbs": copy_gbs}
+    return {"node": ray.util.get_node_ip_address(), "gemm_tflops": gemm, "memory_gbs": copy_gbs}
 
 
 @ray.remote(num_cpus=1, max_calls=1)
@@ -117,8 +116,7 @@ def reduce_loop(config: dict) -> None:
     # Ray Train keeps a run's metrics with its checkpoints only: rank 0's figures go in one
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / "reduce_s.json").write_text(json.dumps(seconds))
-        train.report({}, checkpoint=train.Checkpoint.from_directory(folder) if rank == 0
-                     else None)
+        train.report({}, checkpoint=train.Checkpoint.from_directory(folder) if rank == 0 else None)
 
 
 @ray.remote(num_cpus=0, max_retries=0)
@@ -132,13 +130,16 @@ def measure_reduction(name: str, accelerators: int, storage: str, burst_s: float
     if accelerators < 2:
         return {}
     result = TorchTrainer(
-        reduce_loop, train_loop_config={"sizes_mb": REDUCE_MB, "repeats": REDUCE_REPEATS,
-                                        "burst_s": burst_s},
+        reduce_loop,
+        train_loop_config={"sizes_mb": REDUCE_MB, "repeats": REDUCE_REPEATS, "burst_s": burst_s},
         torch_config=TorchConfig(backend="gloo"),
-        scaling_config=ScalingConfig(num_workers=accelerators, resources_per_worker={"CPU": 1},
-                                     label_selector=[{DOMAIN_LABEL: name}] * accelerators),  # type: ignore[call-arg]
-        run_config=RunConfig(name=f"xds-profile-{name}-{time.time_ns()}",
-                             storage_path=storage)).fit()
+        scaling_config=ScalingConfig(
+            num_workers=accelerators,
+            resources_per_worker={"CPU": 1},
+            label_selector=[{DOMAIN_LABEL: name}] * accelerators,
+        ),  # type: ignore[call-arg]
+        run_config=RunConfig(name=f"xds-profile-{name}-{time.time_ns()}", storage_path=storage),
+    ).fit()
     if result.error:
         raise result.error
     assert result.checkpoint is not None, "the reduce loop reports a checkpoint"
@@ -148,58 +149,112 @@ def measure_reduction(name: str, accelerators: int, storage: str, burst_s: float
     return {mb: ring * int(mb) * 2**20 / s / 1e9 for mb, s in seconds.items()}
 
 
-def measure_domains(domains: dict[str, int], seconds: float, storage: str,
-                    env: dict[str, str]) -> list[dict]:
+def measure_domains(
+    domains: dict[str, int], seconds: float, storage: str, env: dict[str, str]
+) -> list[dict]:
     """Per domain (name -> accelerators), the median over its accelerators of the GEMMs and
     copies, then of the reference trainings, and the bus bandwidth of a reduction over them
     all: every domain at once, each phase on every accelerator, as jobs that fill the cluster
     run them (the accelerators share the host's caches and memory: measured one domain at a
     time, fresh profiles predicted the jobs 26% short to 18% long; at once, 12% short to 20%
     long over 31 runs). `env`: the environment of the tasks that drive Ray Train runs."""
+
     def at_once(task, *args) -> dict[str, list]:
-        refs = {n: [task.options(label_selector={DOMAIN_LABEL: n}).remote(*args)
-                    for _ in range(k)] for n, k in domains.items()}
+        refs = {
+            n: [task.options(label_selector={DOMAIN_LABEL: n}).remote(*args) for _ in range(k)]
+            for n, k in domains.items()
+        }
         return {n: ray.get(r, timeout=600) for n, r in refs.items()}
 
     runs = at_once(measure_accelerator, seconds)
     trainings = at_once(measure_trainings)
-    reduce = {n: measure_reduction.options(label_selector={HEAD_LABEL: "head"},
-                                           runtime_env={"env_vars": env}).remote(
-        n, k, storage, seconds / 4) for n, k in domains.items()}
-    return [_summary(n, k, runs[n], trainings[n], ray.get(reduce[n], timeout=600))
-            for n, k in domains.items()]
+    reduce = {
+        n: measure_reduction.options(
+            label_selector={HEAD_LABEL: "head"}, runtime_env={"env_vars": env}
+        ).remote(n, k, storage, seconds / 4)
+        for n, k in domains.items()
+    }
+    return [
+        _summary(n, k, runs[n], trainings[n], ray.get(reduce[n], timeout=600))
+        for n, k in domains.items()
+    ]
 
 
-def _summary(name: str, accelerators: int, runs: list[dict], trainings: list[list[float]],
-             reduce: dict) -> dict:
+def _summary(
+    name: str, accelerators: int, runs: list[dict], trainings: list[list[float]], reduce: dict
+) -> dict:
     steps = np.median(trainings, axis=0)
     keys = runs[0]["gemm_tflops"]
-    return {"domain": name, "accelerators": accelerators,
-            "gemm_tflops": {k: float(np.median([r["gemm_tflops"][k] for r in runs]))
-                            for k in keys},
-            "memory_gbs": float(np.median([r["memory_gbs"] for r in runs])),
-            "reduce_busbw_gbs": reduce,
-            "trainings": [{"layers": layers, "hidden": hidden, "batch": batch, "step_s": float(t)}
-                          for (layers, hidden, batch), t in zip(REFERENCES, steps, strict=True)]}
+    return {
+        "domain": name,
+        "accelerators": accelerators,
+        "gemm_tflops": {k: float(np.median([r["gemm_tflops"][k] for r in runs])) for k in keys},
+        "memory_gbs": float(np.median([r["memory_gbs"] for r in runs])),
+        "reduce_busbw_gbs": reduce,
+        "trainings": [
+            {"layers": layers, "hidden": hidden, "batch": batch, "step_s": float(t)}
+            for (layers, hidden, batch), t in zip(REFERENCES, steps, strict=True)
+        ],
+    }
 
 
-RUN_COLUMNS = ("source", "source_ref", "gpu", "gpu_count", "model", "layers", "hidden",
-               "ffn_hidden", "heads", "kv_heads", "vocab", "seq", "global_batch", "micro_batch",
-               "tp", "pp", "dp", "dtype", "recompute", "stack", "metric", "value")
+RUN_COLUMNS = (
+    "source",
+    "source_ref",
+    "gpu",
+    "gpu_count",
+    "model",
+    "layers",
+    "hidden",
+    "ffn_hidden",
+    "heads",
+    "kv_heads",
+    "vocab",
+    "seq",
+    "global_batch",
+    "micro_batch",
+    "tp",
+    "pp",
+    "dp",
+    "dtype",
+    "recompute",
+    "stack",
+    "metric",
+    "value",
+)
 
 
 def run_rows(measured: dict, accelerator: str) -> list[dict]:
     """The domain's reference trainings as rows of a runs CSV (the columns of
     benchmarks/published_runs.csv) on `accelerator`, for `xds calibrate --stack plain-dp`."""
-    return [{"source": f"xds profile of domain {measured['domain']}",
-             "source_ref": f"{time.strftime('%Y-%m-%d')}, median of {REFERENCE_STEPS[1]} steps "
-                           f"on each of {measured['accelerators']} accelerators at once",
-             "gpu": accelerator, "gpu_count": 1, "model": f"gpt L{t['layers']} H{t['hidden']}",
-             "layers": t["layers"], "hidden": t["hidden"], "ffn_hidden": 4 * t["hidden"],
-             "heads": 4, "kv_heads": 4, "vocab": 512, "seq": 64, "global_batch": t["batch"],
-             "micro_batch": t["batch"], "tp": 1, "pp": 1, "dp": 1, "dtype": "fp32",
-             "recompute": "none", "stack": "plain-dp", "metric": "iteration_time_s",
-             "value": round(t["step_s"], 6)} for t in measured["trainings"]]
+    return [
+        {
+            "source": f"xds profile of domain {measured['domain']}",
+            "source_ref": f"{time.strftime('%Y-%m-%d')}, median of {REFERENCE_STEPS[1]} steps "
+            f"on each of {measured['accelerators']} accelerators at once",
+            "gpu": accelerator,
+            "gpu_count": 1,
+            "model": f"gpt L{t['layers']} H{t['hidden']}",
+            "layers": t["layers"],
+            "hidden": t["hidden"],
+            "ffn_hidden": 4 * t["hidden"],
+            "heads": 4,
+            "kv_heads": 4,
+            "vocab": 512,
+            "seq": 64,
+            "global_batch": t["batch"],
+            "micro_batch": t["batch"],
+            "tp": 1,
+            "pp": 1,
+            "dp": 1,
+            "dtype": "fp32",
+            "recompute": "none",
+            "stack": "plain-dp",
+            "metric": "iteration_time_s",
+            "value": round(t["step_s"], 6),
+        }
+        for t in measured["trainings"]
+    ]
 
 
 def fit_runner(rows: list[dict]):
@@ -215,18 +270,25 @@ def fit_runner(rows: list[dict]):
 def pooled(measured: list[dict]) -> dict:
     """Several domains' measurements of one accelerator type as one: the medians of each
     figure (the first domain's name stands for them; `domains` names them all)."""
+
     def median(values) -> float:
         return float(np.median(list(values)))
 
     first = measured[0]
-    return {"domain": first["domain"], "domains": [m["domain"] for m in measured],
-            "accelerators": sum(m["accelerators"] for m in measured),
-            "gemm_tflops": {k: median(m["gemm_tflops"][k] for m in measured)
-                            for k in first["gemm_tflops"]},
-            "memory_gbs": median(m["memory_gbs"] for m in measured),
-            "reduce_busbw_gbs": {mb: median(m["reduce_busbw_gbs"][mb] for m in measured)
-                                 for mb in first["reduce_busbw_gbs"]
-                                 if all(mb in m["reduce_busbw_gbs"] for m in measured)}}
+    return {
+        "domain": first["domain"],
+        "domains": [m["domain"] for m in measured],
+        "accelerators": sum(m["accelerators"] for m in measured),
+        "gemm_tflops": {
+            k: median(m["gemm_tflops"][k] for m in measured) for k in first["gemm_tflops"]
+        },
+        "memory_gbs": median(m["memory_gbs"] for m in measured),
+        "reduce_busbw_gbs": {
+            mb: median(m["reduce_busbw_gbs"][mb] for m in measured)
+            for mb in first["reduce_busbw_gbs"]
+            if all(mb in m["reduce_busbw_gbs"] for m in measured)
+        },
+    }
 
 
 def entry(measured: dict, scn: Scenario, name: str) -> AcceleratorEntry:
@@ -236,21 +298,33 @@ def entry(measured: dict, scn: Scenario, name: str) -> AcceleratorEntry:
     # each dtype's largest GEMM: a small one runs within one quota period's burst on a share
     # of a CPU core (read 40-60% fast), and leaves a GPU idle part of the time
     gemm = measured["gemm_tflops"]
-    best = {dt: gemm[max((k for k in gemm if k.startswith(f"{dt}_")),
-                         key=lambda k: int(k.split("_")[1]))] for dt in DTYPES}
+    best = {
+        dt: gemm[
+            max((k for k in gemm if k.startswith(f"{dt}_")), key=lambda k: int(k.split("_")[1]))
+        ]
+        for dt in DTYPES
+    }
     shapes = ", ".join(f"{k} {v:.3f}" for k, v in measured["gemm_tflops"].items())
     reduce = measured["reduce_busbw_gbs"]
     sizes = ", ".join(f"{mb} MB {v:.3f}" for mb, v in reduce.items())
     return AcceleratorEntry(
-        name=name, vendor=base.vendor, bf16_tflops=round(best["bf16"], 4),
-        fp32_tflops=round(best["fp32"], 4), tf32_tflops=round(best["fp32"], 4),
-        memory_gib=base.memory_gib, memory_gbs=round(measured["memory_gbs"], 2),
-        scaleup_gbs=round(float(np.median(list(reduce.values()))), 4) if reduce
-        else base.scaleup_gbs, scaleout_gbps=base.scaleout_gbps,
-        gpus_per_node=domain.gpus_per_node, power_w=base.power_w,
+        name=name,
+        vendor=base.vendor,
+        bf16_tflops=round(best["bf16"], 4),
+        fp32_tflops=round(best["fp32"], 4),
+        tf32_tflops=round(best["fp32"], 4),
+        memory_gib=base.memory_gib,
+        memory_gbs=round(measured["memory_gbs"], 2),
+        scaleup_gbs=round(float(np.median(list(reduce.values()))), 4)
+        if reduce
+        else base.scaleup_gbs,
+        scaleout_gbps=base.scaleout_gbps,
+        gpus_per_node=domain.gpus_per_node,
+        power_w=base.power_w,
         source=f"xds profile of domain {', '.join(measured.get('domains', [domain.name]))} "
-               f"({measured['accelerators']} accelerators "
-               f"at once, one thread each) on {time.strftime('%Y-%m-%d')}: GEMM TFLOP/s "
-               f"{shapes}; copy {measured['memory_gbs']:.1f} GB/s"
-               + (f"; gradient reduction bus GB/s {sizes} (scale-up: the median)" if reduce
-                  else "") + f"; memory, node shape and power from {base.name}")
+        f"({measured['accelerators']} accelerators "
+        f"at once, one thread each) on {time.strftime('%Y-%m-%d')}: GEMM TFLOP/s "
+        f"{shapes}; copy {measured['memory_gbs']:.1f} GB/s"
+        + (f"; gradient reduction bus GB/s {sizes} (scale-up: the median)" if reduce else "")
+        + f"; memory, node shape and power from {base.name}",
+    )

@@ -37,9 +37,15 @@ def _folder(name: str) -> Path:
 def available() -> bool:
     """Whether this machine lets us make CPU cgroups (root, a cpu controller mounted)."""
     parent = ROOT if _v2() else ROOT / "cpu"
-    return os.geteuid() == 0 and os.access(parent, os.W_OK) and (
-        "cpu" in (ROOT / "cgroup.subtree_control").read_text().split() if _v2()
-        else (parent / "cpu.cfs_quota_us").exists())
+    return (
+        os.geteuid() == 0
+        and os.access(parent, os.W_OK)
+        and (
+            "cpu" in (ROOT / "cgroup.subtree_control").read_text().split()
+            if _v2()
+            else (parent / "cpu.cfs_quota_us").exists()
+        )
+    )
 
 
 def create(name: str, cores: float) -> Path:
@@ -64,7 +70,8 @@ def cores(name: str) -> float:
         quota, period = (folder / "cpu.max").read_text().split()
         return int(quota) / int(period)
     return int((folder / "cpu.cfs_quota_us").read_text()) / int(
-        (folder / "cpu.cfs_period_us").read_text())
+        (folder / "cpu.cfs_period_us").read_text()
+    )
 
 
 def join() -> None:

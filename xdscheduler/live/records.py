@@ -123,7 +123,7 @@ class JobRecord:
         h = (self.placement.get("diloco_h") or 1) if crossing else 1
         first = self.step - len(tail) + 1  # the step number of tail[0]; syncs end rounds
         start = -(first - 1) % h
-        rounds = [statistics.fmean(tail[i:i + h]) for i in range(start, len(tail) - h + 1, h)]
+        rounds = [statistics.fmean(tail[i : i + h]) for i in range(start, len(tail) - h + 1, h)]
         return statistics.median(rounds) if rounds else None
 
     def measure_afresh(self) -> None:
@@ -134,12 +134,22 @@ class JobRecord:
     def row(self) -> dict:
         j = self.job
         return JobRow(
-            job=j.name, status=self.shown, tenant=j.tenant, priority=self.priority,
-            entrypoint=j.script or j.entrypoint, step=self.step, steps=j.steps,
-            loss=self.loss, first_loss=self.first_loss,
-            domains=self.placement.get("domains", {}), kind=self.placement.get("kind"),
-            plan=self.placement.get("plan"), reason=self.placement.get("reason"),
+            job=j.name,
+            status=self.shown,
+            tenant=j.tenant,
+            priority=self.priority,
+            entrypoint=j.script or j.entrypoint,
+            step=self.step,
+            steps=j.steps,
+            loss=self.loss,
+            first_loss=self.first_loss,
+            domains=self.placement.get("domains", {}),
+            kind=self.placement.get("kind"),
+            plan=self.placement.get("plan"),
+            reason=self.placement.get("reason"),
             predicted_step_s=self.placement.get("predicted_step_s"),
             corrected_step_s=self.placement.get("corrected_step_s"),
-            measured_step_s=self.measured(), attempts=self.attempts,
-            startup_s=self.startup_s).model_dump()
+            measured_step_s=self.measured(),
+            attempts=self.attempts,
+            startup_s=self.startup_s,
+        ).model_dump()

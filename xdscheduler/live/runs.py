@@ -49,9 +49,11 @@ def make_placement_group(job: str, attempt: int, workers: list[str], use_gpu: bo
     of that worker's domain. Not waited for: the run waits, and the watchdog with it."""
     bundle = {"GPU": 1, "CPU": 1} if use_gpu else {"CPU": 1}
     return ray.util.placement_group(
-        [dict(bundle) for _ in workers], strategy="PACK",
+        [dict(bundle) for _ in workers],
+        strategy="PACK",
         name=placement_group_name(job, attempt),
-        bundle_label_selector=[{DOMAIN_LABEL: d} for d in workers])
+        bundle_label_selector=[{DOMAIN_LABEL: d} for d in workers],
+    )
 
 
 class BorrowedHandle(DefaultPlacementGroupHandle):
@@ -88,8 +90,11 @@ class OwnedTorchTrainer(TorchTrainer):
     """A TorchTrainer whose workers run on the controller's placement group."""
 
     def _create_default_callbacks(self):
-        return [c for c in super()._create_default_callbacks()
-                if not isinstance(c, PlacementGroupCleanerCallback)]
+        return [
+            c
+            for c in super()._create_default_callbacks()
+            if not isinstance(c, PlacementGroupCleanerCallback)
+        ]
 
     def _initialize_and_run_controller(self, **kwargs):
         # the trainer builds its controller actor from this module attribute; patched for
@@ -127,8 +132,16 @@ class StartupMarks(WorkerGroupCallback, WorkerCallback):
 # A run's start, stage by stage: its placement group reserved (alongside the rest), its Ray Train
 # controller up, its workers' processes up, the backend (torch, the process group), the train
 # loop entered, the domains' groups made, the checkpoint read, the first step done
-STAGES = ("placement", "train_controller", "worker", "backend", "loop", "groups", "resumed",
-          "first_step")
+STAGES = (
+    "placement",
+    "train_controller",
+    "worker",
+    "backend",
+    "loop",
+    "groups",
+    "resumed",
+    "first_step",
+)
 
 
 def stages(marks: dict[str, float]) -> dict[str, float]:
@@ -151,16 +164,28 @@ def run_training(config: dict, workers: list[str], storage: str, use_gpu: bool) 
 
     from xdscheduler.live.plan import train_loop
 
-    marks = [StartupMarks(config["controller"], config["job"], config["attempt"])] \
-        if config.get("controller") else []
+    marks = (
+        [StartupMarks(config["controller"], config["job"], config["attempt"])]
+        if config.get("controller")
+        else []
+    )
     trainer = OwnedTorchTrainer(
-        train_loop, train_loop_config=config,
+        train_loop,
+        train_loop_config=config,
         torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
-        scaling_config=ScalingConfig(num_workers=len(workers), use_gpu=use_gpu,
-                                     resources_per_worker=None if use_gpu else {"CPU": 1}),
-        run_config=RunConfig(name=config["job"], storage_path=storage, callbacks=marks,
-                             checkpoint_config=CheckpointConfig(num_to_keep=KEEP_CHECKPOINTS),
-                             failure_config=FailureConfig(max_failures=0)))
+        scaling_config=ScalingConfig(
+            num_workers=len(workers),
+            use_gpu=use_gpu,
+            resources_per_worker=None if use_gpu else {"CPU": 1},
+        ),
+        run_config=RunConfig(
+            name=config["job"],
+            storage_path=storage,
+            callbacks=marks,
+            checkpoint_config=CheckpointConfig(num_to_keep=KEEP_CHECKPOINTS),
+            failure_config=FailureConfig(max_failures=0),
+        ),
+    )
     result = trainer.fit()
     # its last checkpoint's step and loss: the steps are heard one by one, and the last may
     # still be on its way when the run is reaped

@@ -25,5 +25,11 @@ class GptShape(Strict):
 
     def architecture(self) -> dict:
         """The scenario's `architecture:` block for this shape (a GeLU MLP of 4·hidden)."""
-        return {"layers": self.layers, "hidden": self.hidden, "ffn_hidden": 4 * self.hidden,
-                "heads": self.heads, "vocab": self.vocab, "gated_mlp": False}
+        return {
+            "layers": self.layers,
+            "hidden": self.hidden,
+            "ffn_hidden": 4 * self.hidden,
+            "heads": self.heads,
+            "vocab": self.vocab,
+            "gated_mlp": False,
+        }

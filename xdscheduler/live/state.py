@@ -75,8 +75,12 @@ class ClusterState(Strict):
         """Variables a Ray client of this cluster needs."""
         # no scheduler events or log dedup notes on a client's standard output (--json); and a
         # cluster of several nodes, whatever a single-machine Ray of this process's parent set
-        env = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_SCHEDULER_EVENTS": "0", "RAY_DEDUP_LOGS": "0",
-               "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
+        env = {
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_SCHEDULER_EVENTS": "0",
+            "RAY_DEDUP_LOGS": "0",
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1",
+        }
         if self.token:
             env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token}
         if self.dashboard:
@@ -97,7 +101,4 @@ def load(path: Path) -> ClusterState:
     try:
         return ClusterState.model_validate_json(recorded(path))
     except ValueError as err:
-        raise UserError(f"{path} is not a cluster state file: {str(err).splitlines()[0]}") \
-            from None
-
-
+        raise UserError(f"{path} is not a cluster state file: {str(err).splitlines()[0]}") from None

@@ -51,16 +51,18 @@ class _Engine:
 class LiveTenancy:
     def __init__(self, scn):
         classes = [d.accelerator.name for d in scn.domains]
-        tenancy = scn.tenancy or Tenancy(tenants=[Tenant(
-            name=DEFAULT, quota={"all": sum(d.gpus for d in scn.domains)})])
+        tenancy = scn.tenancy or Tenancy(
+            tenants=[Tenant(name=DEFAULT, quota={"all": sum(d.gpus for d in scn.domains)})]
+        )
         self.state = TenancyState(tenancy, classes)
         self.names = [t.name for t in tenancy.tenants]
 
     def check(self, tenant: str) -> None:
         """ValueError naming the tenants when the job's is not one of the scenario's."""
         if tenant not in self.names:
-            raise ValueError(f"tenant {tenant!r} is not one of the scenario's: "
-                             f"{', '.join(self.names)}")
+            raise ValueError(
+                f"tenant {tenant!r} is not one of the scenario's: {', '.join(self.names)}"
+            )
 
     def priority(self, tenant: str, priority: int) -> int:
         """A job's priority: its own, at least its tenant's floor."""
@@ -74,8 +76,9 @@ class LiveTenancy:
     def accept(self, tenant: str, taken: dict[int, int], used: dict) -> bool:
         return self.state.accept(tenant, taken, used)
 
-    def victims(self, queued: list[JobRun], active: list[JobRun], free: list[int],
-                now_s: float) -> dict[str, str]:
+    def victims(
+        self, queued: list[JobRun], active: list[JobRun], free: list[int], now_s: float
+    ) -> dict[str, str]:
         """The running jobs to preempt now for the queued ones, each with why; `active`: the
         running jobs not already preempted, `free`: per domain, what is free or being given
         back."""
@@ -86,8 +89,11 @@ class LiveTenancy:
             chosen.setdefault(name, why)
         self.state.evicting.clear()  # a live victim leaves when it has saved, not on a timer
         # the studies' reason, then what a live victim does instead of what a study's loses
-        return {name: why.rsplit("; ", 1)[0] + "; saves a checkpoint at its next question and "
-                "resumes from it" for name, why in chosen.items()}
+        return {
+            name: why.rsplit("; ", 1)[0] + "; saves a checkpoint at its next question and "
+            "resumes from it"
+            for name, why in chosen.items()
+        }
 
 
 def as_run(rec, started: float, names: list[str]) -> JobRun:
@@ -101,9 +107,18 @@ def as_run(rec, started: float, names: list[str]) -> JobRun:
         measured = rec.measured()
         # a job across domains is a candidate like any other: the studies' giants are
         # reclaimed by whatever fits a domain, which the live plane does not do
-        progress = {"placement": replace(rec.chosen, preemptible=False),
-                    "start_s": rec.placed_at - started, "done": rec.step * per_step,
-                    "checkpoint": rec.checkpointed * per_step,
-                    "rate": per_step / measured if measured else 0.0}
-    return JobRun(spec=spec, tokens=spec.tokens, arrival_s=rec.submitted - started,
-                  priority=rec.priority, tenant=job.tenant, **progress)
+        progress = {
+            "placement": replace(rec.chosen, preemptible=False),
+            "start_s": rec.placed_at - started,
+            "done": rec.step * per_step,
+            "checkpoint": rec.checkpointed * per_step,
+            "rate": per_step / measured if measured else 0.0,
+        }
+    return JobRun(
+        spec=spec,
+        tokens=spec.tokens,
+        arrival_s=rec.submitted - started,
+        priority=rec.priority,
+        tenant=job.tenant,
+        **progress,
+    )

@@ -109,7 +109,7 @@ class DomainSync:
     def _unflat(self, flat, tensors) -> None:
         at = 0
         for t in tensors:
-            t.copy_(flat[at: at + t.numel()].view_as(t))
+            t.copy_(flat[at : at + t.numel()].view_as(t))
             at += t.numel()
 
     def hierarchical_sum(self, flat, cross: bool):
@@ -185,8 +185,9 @@ def resume(model, opt, storage: str | None, job: str, device=None) -> int:
         if ckpt is None:
             return 0
         with ckpt.as_directory() as where:
-            state = torch.load(os.path.join(where, "state.pt"), weights_only=True,
-                               map_location=device)
+            state = torch.load(
+                os.path.join(where, "state.pt"), weights_only=True, map_location=device
+            )
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["opt"])
     return int(state["step"])
@@ -215,12 +216,17 @@ def newest_checkpoints(storage: str, job: str) -> list[StoredFolder]:
     """The job's checkpoint folders, the newest step first."""
     from pyarrow import fs as pafs
 
-    filesystem, root = pafs.FileSystem.from_uri(storage) if "://" in storage \
+    filesystem, root = (
+        pafs.FileSystem.from_uri(storage)
+        if "://" in storage
         else (pafs.LocalFileSystem(), os.path.abspath(storage))
+    )
     selector = pafs.FileSelector(f"{root}/{job}", allow_not_found=True)
-    folders = [StoredFolder(filesystem, info.path) for info in filesystem.get_file_info(selector)
-               if info.type == pafs.FileType.Directory
-               and info.base_name.startswith("checkpoint_")]
+    folders = [
+        StoredFolder(filesystem, info.path)
+        for info in filesystem.get_file_info(selector)
+        if info.type == pafs.FileType.Directory and info.base_name.startswith("checkpoint_")
+    ]
     return sorted((f for f in folders if f.step() >= 0), key=StoredFolder.step, reverse=True)
 
 
@@ -233,8 +239,10 @@ def checkpoint(model, opt, step: int, metrics: dict, rank: int) -> None:
         train.report(metrics, checkpoint=None)
         return
     with tempfile.TemporaryDirectory() as folder:
-        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step},
-                   os.path.join(folder, "state.pt"))
+        torch.save(
+            {"model": model.state_dict(), "opt": opt.state_dict(), "step": step},
+            os.path.join(folder, "state.pt"),
+        )
         with open(os.path.join(folder, "step"), "w") as f:  # written last: a whole folder
             f.write(str(step))
         train.report(metrics, checkpoint=train.Checkpoint.from_directory(folder))

@@ -46,9 +46,14 @@ class Board:
     def snapshot(self, policy: str | None = None) -> dict:
         """The latest states (one policy's, or all), each with its recent decisions."""
         names = [policy] if policy else list(self.states)
-        return {"updates": self.updates,
-                "policies": {n: {**self.states[n], "decisions": list(self.decisions[n])}
-                             for n in names if n in self.states}}
+        return {
+            "updates": self.updates,
+            "policies": {
+                n: {**self.states[n], "decisions": list(self.decisions[n])}
+                for n in names
+                if n in self.states
+            },
+        }
 
     def metrics_text(self) -> bytes:
         return self.metrics.text()

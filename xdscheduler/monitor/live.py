@@ -19,12 +19,19 @@ def live_state(engine, policy: str, decisions_from: int = 0) -> dict:
     """The engine's state now; `decisions` holds the log's entries from `decisions_from` on."""
     scn, view = engine.scn, engine.view
     return {
-        "policy": policy, "scenario": scn.name, "now_s": engine.now,
-        "horizon_s": engine.horizon_s, "finished": engine.finished,
-        "domains": _domains(engine), "links": _links(view),
-        "jobs": _jobs(engine), "queue": _queue(engine),
-        "decisions": [_decision(i, d) for i, d in
-                      enumerate(engine.recorder.decisions[decisions_from:], decisions_from)],
+        "policy": policy,
+        "scenario": scn.name,
+        "now_s": engine.now,
+        "horizon_s": engine.horizon_s,
+        "finished": engine.finished,
+        "domains": _domains(engine),
+        "links": _links(view),
+        "jobs": _jobs(engine),
+        "queue": _queue(engine),
+        "decisions": [
+            _decision(i, d)
+            for i, d in enumerate(engine.recorder.decisions[decisions_from:], decisions_from)
+        ],
         "decisions_total": len(engine.recorder.decisions),
         "faults": _faults(engine),
     }
@@ -35,24 +42,43 @@ def _domains(engine) -> list[dict]:
     ind = engine.view.indicators
     out = []
     for i, (d, spec) in enumerate(zip(engine.view.domains, engine.scn.domains, strict=True)):
-        values = {} if ind is None else {n: _finite(ind[i, j])
-                                          for j, n in enumerate(INDICATOR_NAMES)}
-        out.append({"name": d.name, "accelerator": d.accelerator.name,
-                    "total": d.total_gpus, "free": d.available, "allocated": held[i],
-                    "reserved": d.reserved_gpus, "pooled": d.pooled_gpus, "up": d.up,
-                    "lat": spec.location.lat, "lon": spec.location.lon,
-                    "indicators": values})
+        values = (
+            {} if ind is None else {n: _finite(ind[i, j]) for j, n in enumerate(INDICATOR_NAMES)}
+        )
+        out.append(
+            {
+                "name": d.name,
+                "accelerator": d.accelerator.name,
+                "total": d.total_gpus,
+                "free": d.available,
+                "allocated": held[i],
+                "reserved": d.reserved_gpus,
+                "pooled": d.pooled_gpus,
+                "up": d.up,
+                "lat": spec.location.lat,
+                "lon": spec.location.lon,
+                "indicators": values,
+            }
+        )
     return out
 
 
 def _links(view) -> list[dict]:
     base, base_rtt = view.leased
     k = len(view.names)
-    return [{"a": view.names[a], "b": view.names[b],
-             "bandwidth_gbps": float(view.bandwidth_gbps[a, b]),
-             "leased_gbps": float(base[a, b]), "rtt_ms": float(view.rtt_ms[a, b]),
-             "leased_rtt_ms": float(base_rtt[a, b])}
-            for a in range(k) for b in range(a + 1, k) if base[a, b] > 0]
+    return [
+        {
+            "a": view.names[a],
+            "b": view.names[b],
+            "bandwidth_gbps": float(view.bandwidth_gbps[a, b]),
+            "leased_gbps": float(base[a, b]),
+            "rtt_ms": float(view.rtt_ms[a, b]),
+            "leased_rtt_ms": float(base_rtt[a, b]),
+        }
+        for a in range(k)
+        for b in range(a + 1, k)
+        if base[a, b] > 0
+    ]
 
 
 def _jobs(engine) -> list[dict]:
@@ -63,16 +89,23 @@ def _jobs(engine) -> list[dict]:
         p = r.placement
         tokens_per_step = r.spec.global_batch * r.spec.seq
         measured = tokens_per_step / r.rate if r.running and r.rate > 0 else None
-        rows.append({
-            "name": r.name, "tenant": r.tenant, "state": str(r.state),
-            "domains": {engine.names[i]: n for i, n in p.taken.items()} if p else {},
-            "plan": _plan(p) if p else "", "gpus": p.total_gpus if p else 0,
-            "progress": min(r.done / r.tokens, 1.0) if r.tokens else 1.0,
-            "predicted_step_s": predicted.get(r.name) if r.running else None,
-            "measured_step_s": measured,
-            "steps_per_s": 1 / measured if measured else 0.0,
-            "arrival_s": r.arrival_s, "start_s": r.start_s, "end_s": r.end_s,
-        })
+        rows.append(
+            {
+                "name": r.name,
+                "tenant": r.tenant,
+                "state": str(r.state),
+                "domains": {engine.names[i]: n for i, n in p.taken.items()} if p else {},
+                "plan": _plan(p) if p else "",
+                "gpus": p.total_gpus if p else 0,
+                "progress": min(r.done / r.tokens, 1.0) if r.tokens else 1.0,
+                "predicted_step_s": predicted.get(r.name) if r.running else None,
+                "measured_step_s": measured,
+                "steps_per_s": 1 / measured if measured else 0.0,
+                "arrival_s": r.arrival_s,
+                "start_s": r.start_s,
+                "end_s": r.end_s,
+            }
+        )
     return rows
 
 
@@ -83,15 +116,28 @@ def _plan(p) -> str:
 
 
 def _queue(engine) -> list[dict]:
-    return [{"name": r.name, "tenant": r.tenant, "priority": r.priority,
-             "waited_s": max(engine.now - r.arrival_s, 0.0), "gpus_min": r.spec.gpus_min}
-            for r in engine.queue]
+    return [
+        {
+            "name": r.name,
+            "tenant": r.tenant,
+            "priority": r.priority,
+            "waited_s": max(engine.now - r.arrival_s, 0.0),
+            "gpus_min": r.spec.gpus_min,
+        }
+        for r in engine.queue
+    ]
 
 
 def _decision(index: int, d) -> dict:
-    return {"index": index, "time_s": d.time_s, "job": d.job, "action": str(d.action),
-            "domains": dict(d.domains), "explanation": d.explanation,
-            "decision_ms": d.decision_ms}
+    return {
+        "index": index,
+        "time_s": d.time_s,
+        "job": d.job,
+        "action": str(d.action),
+        "domains": dict(d.domains),
+        "explanation": d.explanation,
+        "decision_ms": d.decision_ms,
+    }
 
 
 def _faults(engine) -> dict:
@@ -104,12 +150,19 @@ def _faults(engine) -> dict:
         for inc in engine.faults.incidents:
             if inc.event.time_s > now:
                 break  # in time order: the rest is still to come
-            detected = inc.detected_s if inc.detected_s is not None and \
-                inc.detected_s <= now else None
-            incidents.append({"kind": inc.event.kind, "time_s": inc.event.time_s,
-                              "target": inc.event.target, "detected_s": detected,
-                              "jobs_hit": len(inc.jobs),
-                              "jobs_recovered": sum(v is not None for v in inc.jobs.values())})
+            detected = (
+                inc.detected_s if inc.detected_s is not None and inc.detected_s <= now else None
+            )
+            incidents.append(
+                {
+                    "kind": inc.event.kind,
+                    "time_s": inc.event.time_s,
+                    "target": inc.event.target,
+                    "detected_s": detected,
+                    "jobs_hit": len(inc.jobs),
+                    "jobs_recovered": sum(v is not None for v in inc.jobs.values()),
+                }
+            )
     return {"outages": outages, "incidents": incidents}
 
 

@@ -25,7 +25,7 @@ INDICATOR_METRICS: dict[str, tuple[str, float]] = {
     "compute_index": ("xds_domain_compute_index", 1.0),  # H100-equivalents
     "free_accelerators": ("xds_domain_free_accelerators", 1.0),
     "utilization": ("xds_domain_utilization_ratio", 1.0),
-    "free_accelerator_memory": ("xds_domain_free_accelerator_memory_bytes", 2.0 ** 30),
+    "free_accelerator_memory": ("xds_domain_free_accelerator_memory_bytes", 2.0**30),
     "storage_io": ("xds_domain_storage_io_bytes_per_second", GBIT),
     "free_storage": ("xds_domain_free_storage_bytes", 1e12),
     "intra_domain_bandwidth": ("xds_domain_intra_bandwidth_bytes_per_second", GBIT),
@@ -47,40 +47,85 @@ class StudyCollector(Collector):
         self.states = states
 
     def collect(self) -> Iterable[Metric]:
-        families = {name: GaugeMetricFamily(name, _help(ind), labels=["policy", "domain"])
-                    for ind, (name, _) in INDICATOR_METRICS.items()}
-        g = {name: GaugeMetricFamily(name, text, labels=labels) for name, text, labels in (
-            ("xds_domain_up", "1 while the domain reports, 0 while it is down",
-             ["policy", "domain", "accelerator"]),
-            ("xds_domain_capacity_accelerators", "accelerators of the domain",
-             ["policy", "domain"]),
-            ("xds_domain_allocated_accelerators", "accelerators held by this scheduler's jobs",
-             ["policy", "domain"]),
-            ("xds_link_bandwidth_bytes_per_second", "WAN bandwidth per direction now",
-             ["policy", "a", "b"]),
-            ("xds_link_leased_bandwidth_bytes_per_second", "WAN bandwidth as leased",
-             ["policy", "a", "b"]),
-            ("xds_link_rtt_seconds", "round-trip time of the WAN link now", ["policy", "a", "b"]),
-            ("xds_job_steps_per_second", "training steps per second now (0 while not running)",
-             ["policy", "job", "tenant"]),
-            ("xds_job_predicted_step_seconds", "step time the policy predicted for the plan",
-             ["policy", "job", "tenant"]),
-            ("xds_job_measured_step_seconds", "step time the job runs at", ["policy", "job",
-                                                                            "tenant"]),
-            ("xds_job_progress_ratio", "share of the job's tokens trained", ["policy", "job",
-                                                                             "tenant"]),
-            ("xds_job_info", "1 per job: its state, plan and domains",
-             ["policy", "job", "tenant", "state", "plan", "domains"]),
-            ("xds_queue_jobs", "jobs waiting", ["policy", "tenant"]),
-            ("xds_queue_oldest_wait_seconds", "how long the longest-waiting job has waited",
-             ["policy", "tenant"]),
-            ("xds_study_time_seconds", "the study's clock", ["policy"]),
-        )}
-        c = {name: CounterMetricFamily(name, text, labels=labels) for name, text, labels in (
-            ("xds_fault_detections", "faults detected so far", ["policy", "kind"]),
-            ("xds_fault_recoveries", "jobs resumed after a fault", ["policy", "kind"]),
-            ("xds_domain_outages", "times a domain stopped reporting", ["policy", "domain"]),
-        )}
+        families = {
+            name: GaugeMetricFamily(name, _help(ind), labels=["policy", "domain"])
+            for ind, (name, _) in INDICATOR_METRICS.items()
+        }
+        g = {
+            name: GaugeMetricFamily(name, text, labels=labels)
+            for name, text, labels in (
+                (
+                    "xds_domain_up",
+                    "1 while the domain reports, 0 while it is down",
+                    ["policy", "domain", "accelerator"],
+                ),
+                (
+                    "xds_domain_capacity_accelerators",
+                    "accelerators of the domain",
+                    ["policy", "domain"],
+                ),
+                (
+                    "xds_domain_allocated_accelerators",
+                    "accelerators held by this scheduler's jobs",
+                    ["policy", "domain"],
+                ),
+                (
+                    "xds_link_bandwidth_bytes_per_second",
+                    "WAN bandwidth per direction now",
+                    ["policy", "a", "b"],
+                ),
+                (
+                    "xds_link_leased_bandwidth_bytes_per_second",
+                    "WAN bandwidth as leased",
+                    ["policy", "a", "b"],
+                ),
+                (
+                    "xds_link_rtt_seconds",
+                    "round-trip time of the WAN link now",
+                    ["policy", "a", "b"],
+                ),
+                (
+                    "xds_job_steps_per_second",
+                    "training steps per second now (0 while not running)",
+                    ["policy", "job", "tenant"],
+                ),
+                (
+                    "xds_job_predicted_step_seconds",
+                    "step time the policy predicted for the plan",
+                    ["policy", "job", "tenant"],
+                ),
+                (
+                    "xds_job_measured_step_seconds",
+                    "step time the job runs at",
+                    ["policy", "job", "tenant"],
+                ),
+                (
+                    "xds_job_progress_ratio",
+                    "share of the job's tokens trained",
+                    ["policy", "job", "tenant"],
+                ),
+                (
+                    "xds_job_info",
+                    "1 per job: its state, plan and domains",
+                    ["policy", "job", "tenant", "state", "plan", "domains"],
+                ),
+                ("xds_queue_jobs", "jobs waiting", ["policy", "tenant"]),
+                (
+                    "xds_queue_oldest_wait_seconds",
+                    "how long the longest-waiting job has waited",
+                    ["policy", "tenant"],
+                ),
+                ("xds_study_time_seconds", "the study's clock", ["policy"]),
+            )
+        }
+        c = {
+            name: CounterMetricFamily(name, text, labels=labels)
+            for name, text, labels in (
+                ("xds_fault_detections", "faults detected so far", ["policy", "kind"]),
+                ("xds_fault_recoveries", "jobs resumed after a fault", ["policy", "kind"]),
+                ("xds_domain_outages", "times a domain stopped reporting", ["policy", "domain"]),
+            )
+        }
         for policy, s in self.states.items():
             self._domains(policy, s, families, g)
             self._jobs(policy, s, g)
@@ -105,21 +150,23 @@ class StudyCollector(Collector):
             key = [policy, link["a"], link["b"]]
             g["xds_link_bandwidth_bytes_per_second"].add_metric(key, link["bandwidth_gbps"] * GBIT)
             g["xds_link_leased_bandwidth_bytes_per_second"].add_metric(
-                key, link["leased_gbps"] * GBIT)
+                key, link["leased_gbps"] * GBIT
+            )
             g["xds_link_rtt_seconds"].add_metric(key, link["rtt_ms"] / 1e3)
 
     @staticmethod
     def _jobs(policy: str, s: dict, g: dict) -> None:
         for j in s["jobs"]:
             key = [policy, j["name"], j["tenant"]]
-            g["xds_job_info"].add_metric([*key, j["state"], j["plan"],
-                                          "+".join(j["domains"])], 1.0)
+            g["xds_job_info"].add_metric([*key, j["state"], j["plan"], "+".join(j["domains"])], 1.0)
             g["xds_job_progress_ratio"].add_metric(key, j["progress"])
             if j["state"] != "running":
                 continue
             g["xds_job_steps_per_second"].add_metric(key, j["steps_per_s"])
-            for field, name in (("predicted_step_s", "xds_job_predicted_step_seconds"),
-                                ("measured_step_s", "xds_job_measured_step_seconds")):
+            for field, name in (
+                ("predicted_step_s", "xds_job_predicted_step_seconds"),
+                ("measured_step_s", "xds_job_measured_step_seconds"),
+            ):
                 if j[field] is not None:
                     g[name].add_metric(key, j[field])
         waiting: dict[str, list[float]] = {j["tenant"]: [] for j in s["jobs"]}  # zeros too
@@ -153,11 +200,19 @@ class StudyMetrics:
     def __init__(self, states: dict[str, dict]):
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(StudyCollector(states))
-        self.latency = Histogram("xds_decision_latency_seconds",
-                                 "time a policy took to decide, per logged decision",
-                                 ["policy"], buckets=LATENCY_BUCKETS_S, registry=self.registry)
-        self.decisions = Counter("xds_decisions", "decisions logged, by what they did",
-                                 ["policy", "action"], registry=self.registry)
+        self.latency = Histogram(
+            "xds_decision_latency_seconds",
+            "time a policy took to decide, per logged decision",
+            ["policy"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.decisions = Counter(
+            "xds_decisions",
+            "decisions logged, by what they did",
+            ["policy", "action"],
+            registry=self.registry,
+        )
 
     def observe(self, policy: str, decisions: list[dict]) -> None:
         for d in decisions:
@@ -174,9 +229,13 @@ class EndpointMetrics:
 
     def __init__(self):
         self.registry = CollectorRegistry()
-        self.latency = Histogram("xds_endpoint_latency_seconds",
-                                 "time to answer a request, per route", ["endpoint"],
-                                 buckets=LATENCY_BUCKETS_S, registry=self.registry)
+        self.latency = Histogram(
+            "xds_endpoint_latency_seconds",
+            "time to answer a request, per route",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
 
     def observe(self, endpoint: str, seconds: float) -> None:
         self.latency.labels(endpoint).observe(seconds)

@@ -17,9 +17,12 @@ GRAPH_SIZE = (640, 420)
 
 @cache
 def _env() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("xdscheduler.monitor", "templates"),
-                             autoescape=jinja2.select_autoescape(("html", "svg", "j2")),
-                             trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("xdscheduler.monitor", "templates"),
+        autoescape=jinja2.select_autoescape(("html", "svg", "j2")),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters["hours"] = lambda s: "–" if s is None else f"{s / 3600:.2f} h"
     env.filters["num"] = lambda x, fmt="{:.3g}": "–" if x is None else fmt.format(x)
     return env
@@ -36,20 +39,47 @@ def graph_svg(domains: list[dict], links: list[dict], title: str = "") -> str:
     for d, (x, y) in zip(domains, pos, strict=True):
         share = d["allocated"] / d["total"] if d["total"] else 0.0
         r = NODE_R[0] + (NODE_R[1] - NODE_R[0]) * math.sqrt(d["total"] / biggest)
-        nodes.append({**d, "x": x, "y": y, "r": r, "share": min(share, 1.0),
-                      "fill": _blue(share) if d["up"] else "#9e9e9e"})
+        nodes.append(
+            {
+                **d,
+                "x": x,
+                "y": y,
+                "r": r,
+                "share": min(share, 1.0),
+                "fill": _blue(share) if d["up"] else "#9e9e9e",
+            }
+        )
     where = {d["name"]: (n["x"], n["y"]) for d, n in zip(domains, nodes, strict=True)}
     top = max((lk["leased_gbps"] for lk in links), default=1.0)
     edges = []
     for lk in links:
         ratio = lk["bandwidth_gbps"] / lk["leased_gbps"] if lk["leased_gbps"] else 0.0
         (x1, y1), (x2, y2) = where[lk["a"]], where[lk["b"]]
-        edges.append({**lk, "x1": x1, "y1": y1, "x2": x2, "y2": y2, "ratio": ratio,
-                      "color": link_color(ratio),
-                      "width": 1.5 + 4.5 * math.log1p(lk["leased_gbps"]) / math.log1p(top)})
-    return _env().get_template("graph.svg.j2").render(
-        nodes=nodes, edges=edges, width=width, height=height, title=title,
-        ok=LINK_OK, low=LINK_LOW)
+        edges.append(
+            {
+                **lk,
+                "x1": x1,
+                "y1": y1,
+                "x2": x2,
+                "y2": y2,
+                "ratio": ratio,
+                "color": link_color(ratio),
+                "width": 1.5 + 4.5 * math.log1p(lk["leased_gbps"]) / math.log1p(top),
+            }
+        )
+    return (
+        _env()
+        .get_template("graph.svg.j2")
+        .render(
+            nodes=nodes,
+            edges=edges,
+            width=width,
+            height=height,
+            title=title,
+            ok=LINK_OK,
+            low=LINK_LOW,
+        )
+    )
 
 
 def link_color(ratio: float) -> str:
@@ -66,16 +96,17 @@ def fragments(state: dict) -> dict[str, str]:
         "jobs": env.get_template("jobs.html").render(jobs=jobs),
         "queue": env.get_template("queue.html").render(queue=state["queue"]),
         "decisions": env.get_template("decisions.html").render(
-            decisions=list(reversed(state["decisions"][-50:]))),
-        "faults": env.get_template("faults.html").render(faults=state["faults"],
-                                                         now_s=state["now_s"]),
+            decisions=list(reversed(state["decisions"][-50:]))
+        ),
+        "faults": env.get_template("faults.html").render(
+            faults=state["faults"], now_s=state["now_s"]
+        ),
     }
 
 
 def page(policy: str | None, refresh_ms: int = 1000) -> str:
     """The dashboard's page: empty sections its script fills from `/api/view`."""
-    return _env().get_template("dashboard.html").render(policy=policy or "",
-                                                        refresh_ms=refresh_ms)
+    return _env().get_template("dashboard.html").render(policy=policy or "", refresh_ms=refresh_ms)
 
 
 def _layout(domains: list[dict], width: float, height: float) -> list[tuple[float, float]]:
@@ -90,15 +121,24 @@ def _layout(domains: list[dict], width: float, height: float) -> list[tuple[floa
             scale = min((width - 2 * pad) / span_x, (height - 2 * pad) / span_y)
             ox = (width - scale * span_x) / 2
             oy = (height - scale * span_y) / 2
-            placed = [(ox + scale * (x - min(xs)), height - oy - scale * (y - min(ys)))
-                      for x, y in zip(xs, ys, strict=True)]
-            if min(math.dist(p, q) for i, p in enumerate(placed) for q in placed[i + 1:]) \
-                    >= 2 * NODE_R[1] + 10:  # else nodes of nearby sites would hide each other
+            placed = [
+                (ox + scale * (x - min(xs)), height - oy - scale * (y - min(ys)))
+                for x, y in zip(xs, ys, strict=True)
+            ]
+            if (
+                min(math.dist(p, q) for i, p in enumerate(placed) for q in placed[i + 1 :])
+                >= 2 * NODE_R[1] + 10
+            ):  # else nodes of nearby sites would hide each other
                 return placed
     k = max(len(domains), 1)
     rx, ry = width / 2 - pad, height / 2 - pad
-    return [(width / 2 + rx * math.cos(2 * math.pi * i / k - math.pi / 2),
-             height / 2 + ry * math.sin(2 * math.pi * i / k - math.pi / 2)) for i in range(k)]
+    return [
+        (
+            width / 2 + rx * math.cos(2 * math.pi * i / k - math.pi / 2),
+            height / 2 + ry * math.sin(2 * math.pi * i / k - math.pi / 2),
+        )
+        for i in range(k)
+    ]
 
 
 def _blue(share: float) -> str:

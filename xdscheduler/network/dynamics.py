@@ -48,8 +48,9 @@ class Dynamics:
     step_s: float
 
     @classmethod
-    def generate(cls, scn: Scenario, seed: int, horizon_s: float,
-                 step_s: float = 300.0) -> Dynamics:
+    def generate(
+        cls, scn: Scenario, seed: int, horizon_s: float, step_s: float = 300.0
+    ) -> Dynamics:
         rng = np.random.default_rng(seed)
         bw, rtt, bound = base_matrices(scn)
         k = len(scn.domains)
@@ -63,8 +64,7 @@ class Dynamics:
         rtt_scale = np.ones((steps, k, k))
         rtt_scale[:, a, b] = rtt_scale[:, b, a] = spikes
         load = BASE_LOAD * (1 + _regimes(rng, steps, k, step_s))
-        return cls(np.arange(steps) * step_s, bw[None] * scale, rtt[None] * rtt_scale, load,
-                   step_s)
+        return cls(np.arange(steps) * step_s, bw[None] * scale, rtt[None] * rtt_scale, load, step_s)
 
     @classmethod
     def from_trace(cls, scn: Scenario, path: str | Path, step_s: float = 300.0) -> Dynamics:
@@ -72,8 +72,10 @@ class Dynamics:
         trace = read_frame(Path(path), "link trace")
         need = {"time_s", "a", "b", "bandwidth_gbps", "rtt_ms"}
         if missing := need - set(trace.columns):
-            raise UserError(f"{path}: missing columns {', '.join(sorted(missing))}; "
-                            f"a trace has {', '.join(sorted(need))}")
+            raise UserError(
+                f"{path}: missing columns {', '.join(sorted(missing))}; "
+                f"a trace has {', '.join(sorted(need))}"
+            )
         index = {d.name: i for i, d in enumerate(scn.domains)}
         bad = sorted(set(trace["a"]).union(trace["b"]) - set(index))
         if bad:
@@ -117,7 +119,7 @@ def _spikes(rng: np.random.Generator, steps: int, links: int, step_s: float) -> 
     starts = rng.random((steps, links)) < step_s / SPIKE_EVERY_S
     for t, link in zip(*np.nonzero(starts), strict=True):
         length = max(1, round(rng.exponential(SPIKE_MEAN_S) / step_s))
-        factor[t:t + length, link] = rng.uniform(*SPIKE_FACTOR)
+        factor[t : t + length, link] = rng.uniform(*SPIKE_FACTOR)
     return factor
 
 
@@ -128,6 +130,6 @@ def _regimes(rng: np.random.Generator, steps: int, domains: int, step_s: float) 
         t = 0
         while t < steps:
             length = max(1, round(rng.exponential(REGIME_MEAN_S) / step_s))
-            swing[t:t + length, d] = rng.uniform(-LOAD_SWING, LOAD_SWING)
+            swing[t : t + length, d] = rng.uniform(-LOAD_SWING, LOAD_SWING)
             t += length
     return swing

@@ -22,13 +22,23 @@ from xdscheduler.textfile import read_frame, write_atomic
 THROUGHPUT = "skyplane_throughput_2022-01.csv"
 THROUGHPUT_LATER = "skyplane_throughput_2022-11.csv"
 LATENCY = "skyplane_latency_2022-01.csv"
-SOURCE = ("Skyplane inter-region measurements (github.com/skyplane-project/skyplane, "
-          "Apache-2.0): iperf3, 64 connections, 5 s; throughput 2022-01 and 2022-11, "
-          "ping RTT 2022-01")
+SOURCE = (
+    "Skyplane inter-region measurements (github.com/skyplane-project/skyplane, "
+    "Apache-2.0): iperf3, 64 connections, 5 s; throughput 2022-01 and 2022-11, "
+    "ping RTT 2022-01"
+)
 MIN_FLUCTUATION, MAX_FLUCTUATION = 0.05, 0.3  # the scenario schema's bound on |epsilon|
 PAIR = ["src_region", "dst_region"]
-COLUMNS = {*PAIR, "src_tier", "dst_tier", "success", "throughput_received",
-           "throughput_recieved", "min_rtt", "avg_rtt"}  # 'recieved': sic in the 2022-11 file
+COLUMNS = {
+    *PAIR,
+    "src_tier",
+    "dst_tier",
+    "success",
+    "throughput_received",
+    "throughput_recieved",
+    "min_rtt",
+    "avg_rtt",
+}  # 'recieved': sic in the 2022-11 file
 
 Pair = tuple[str, str]
 
@@ -56,8 +66,9 @@ class WanMeasurements:
 
 def default_data_dir() -> Path:
     """The Skyplane folder: $XDS_DATA_DIR/wan, else shared/data/wan beside cwd or the repo."""
-    return shared_data_dir("wan", "the Skyplane CSVs", "pass --data DIR (the folder holding "
-                                                       "the Skyplane CSVs) or ")
+    return shared_data_dir(
+        "wan", "the Skyplane CSVs", "pass --data DIR (the folder holding the Skyplane CSVs) or "
+    )
 
 
 def shared_data_dir(sub: str, holding: str, remedy: str = "") -> Path:
@@ -68,18 +79,24 @@ def shared_data_dir(sub: str, holding: str, remedy: str = "") -> Path:
         if not (Path(env) / sub).is_dir():
             raise UserError(f"XDS_DATA_DIR={env} has no {sub}/ folder with {holding}")
         return Path(env) / sub
-    for path in (Path("../shared/data") / sub,
-                 Path(__file__).resolve().parents[2].parent / "shared" / "data" / sub):
+    for path in (
+        Path("../shared/data") / sub,
+        Path(__file__).resolve().parents[2].parent / "shared" / "data" / sub,
+    ):
         if path.is_dir():
             return path
-    raise UserError(f"no measurement folder found for {holding}: {remedy}set XDS_DATA_DIR to "
-                    f"the folder holding {sub}/")
+    raise UserError(
+        f"no measurement folder found for {holding}: {remedy}set XDS_DATA_DIR to "
+        f"the folder holding {sub}/"
+    )
 
 
 def _read(path: Path) -> pd.DataFrame:
     if not path.exists():
-        raise UserError(f"{path} is missing: the folder must hold the Skyplane CSVs "
-                        f"{THROUGHPUT}, {THROUGHPUT_LATER} and {LATENCY}")
+        raise UserError(
+            f"{path} is missing: the folder must hold the Skyplane CSVs "
+            f"{THROUGHPUT}, {THROUGHPUT_LATER} and {LATENCY}"
+        )
     frame = read_frame(path, "Skyplane CSV")
     frame = frame[[c for c in frame.columns if c in COLUMNS]]
     return frame.rename(columns={"throughput_recieved": "throughput_received"})
@@ -123,8 +140,10 @@ def _check_regions(regions: list[str], known: list[str]) -> None:
     unknown = [r for r in regions if r not in known]
     if unknown:
         hints = "; ".join(f"{r!r}: did you mean {_close(r, known)}?" for r in unknown)
-        raise UserError(f"region(s) not measured in {THROUGHPUT}: {hints} "
-                        f"({len(known)} regions known, written like 'aws:us-east-1')")
+        raise UserError(
+            f"region(s) not measured in {THROUGHPUT}: {hints} "
+            f"({len(known)} regions known, written like 'aws:us-east-1')"
+        )
 
 
 def _get(series: pd.Series, pair: Pair) -> float | None:
@@ -135,31 +154,47 @@ def _pair(w: WanMeasurements, a: str, b: str) -> tuple[float, float | None, floa
     """Bandwidth a->b and b->a (None if unmeasured), mean RTT, and the drift (None if unknown)."""
     ab, ba = _get(w.gbps, (a, b)), _get(w.gbps, (b, a))
     rtts = [r for r in (_get(w.rtt_ms, (a, b)), _get(w.rtt_ms, (b, a))) if r is not None]
-    for what, series, missing in (("throughput", w.gbps, ab is None and ba is None),
-                                  ("RTT", w.rtt_ms, not rtts)):
+    for what, series, missing in (
+        ("throughput", w.gbps, ab is None and ba is None),
+        ("RTT", w.rtt_ms, not rtts),
+    ):
         if missing:
-            partners = sorted({d for s, d in series.index if s == a}
-                              | {s for s, d in series.index if d == a})
-            raise UserError(f"no {what} measured between {a} and {b} (either direction); "
-                            f"regions measured with {a} close to {b!r}: {_close(b, partners)}")
+            partners = sorted(
+                {d for s, d in series.index if s == a} | {s for s, d in series.index if d == a}
+            )
+            raise UserError(
+                f"no {what} measured between {a} and {b} (either direction); "
+                f"regions measured with {a} close to {b!r}: {_close(b, partners)}"
+            )
     drift = w.drift
     change = [float(drift[p]) for p in ((a, b), (b, a)) if p in drift.index]
     bandwidth = next(x for x in (ab, ba) if x is not None)
     return bandwidth, ba, sum(rtts) / len(rtts), max(change, default=None)
 
 
-def scenario_from_measurements(regions: list[str], data_dir: Path,
-                               accelerator: str = "H100-SXM", nodes_per_domain: int = 16,
-                               price_per_gb: float = 0.02, name: str | None = None) -> dict:
+def scenario_from_measurements(
+    regions: list[str],
+    data_dir: Path,
+    accelerator: str = "H100-SXM",
+    nodes_per_domain: int = 16,
+    price_per_gb: float = 0.02,
+    name: str | None = None,
+) -> dict:
     """A scenario document (plain dict, valid for `parse_scenario`), one domain per region."""
     w = load_wan(data_dir)
     _check_regions(regions, w.regions)
-    domains = [{"name": _domain_name(r), "location": {"region": r},
-                "nodes": [{"accelerator": accelerator, "count": nodes_per_domain}],
-                "intra_domain_gbps": 400} for r in regions]
+    domains = [
+        {
+            "name": _domain_name(r),
+            "location": {"region": r},
+            "nodes": [{"accelerator": accelerator, "count": nodes_per_domain}],
+            "intra_domain_gbps": 400,
+        }
+        for r in regions
+    ]
     links = []
     for i, a in enumerate(regions):
-        for b in regions[i + 1:]:
+        for b in regions[i + 1 :]:
             ab, ba, rtt, drift = _pair(w, a, b)
             # Not re-measured in 2022-11: assume the bound (a quarter of the grid drifted >30%).
             change = MAX_FLUCTUATION if drift is None else drift
@@ -167,9 +202,12 @@ def scenario_from_measurements(regions: list[str], data_dir: Path,
             link = {"a": _domain_name(a), "b": _domain_name(b), "bandwidth_gbps": round(ab, 3)}
             if ba is not None and round(ba, 3) != link["bandwidth_gbps"]:
                 link["bandwidth_gbps_ba"] = round(ba, 3)
-            link |= {"rtt_ms": round(rtt, 2), "price_per_gb": price_per_gb,
-                     "fluctuation": round(min(max(change, MIN_FLUCTUATION), MAX_FLUCTUATION), 3),
-                     "source": f"Skyplane iperf3+ping 2022-01 ({THROUGHPUT}, {LATENCY}); {note}"}
+            link |= {
+                "rtt_ms": round(rtt, 2),
+                "price_per_gb": price_per_gb,
+                "fluctuation": round(min(max(change, MIN_FLUCTUATION), MAX_FLUCTUATION), 3),
+                "source": f"Skyplane iperf3+ping 2022-01 ({THROUGHPUT}, {LATENCY}); {note}",
+            }
             links.append(link)
     return {
         "name": name or "measured_" + "_".join(_domain_name(r) for r in regions),
@@ -177,8 +215,15 @@ def scenario_from_measurements(regions: list[str], data_dir: Path,
         "seed": 0,
         "domains": domains,
         "links": links,
-        "jobs": [{"name": "llama2-70b-pretrain", "model": "llama2-70b", "global_batch": 1024,
-                  "tokens": 2.0e11, "gpus": {"min": 64, "max": 512}}],
+        "jobs": [
+            {
+                "name": "llama2-70b-pretrain",
+                "model": "llama2-70b",
+                "global_batch": 1024,
+                "tokens": 2.0e11,
+                "gpus": {"min": 64, "max": 512},
+            }
+        ],
     }
 
 
@@ -191,5 +236,4 @@ def write_scenario(doc: dict, out: Path, overwrite: bool = False) -> None:
 
     parse_scenario(doc, str(out))  # never a file that `xds run` would refuse
     header = f"# Generated by `xds scenario from-measurements` from {SOURCE}.\n"
-    write_atomic(out, header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True),
-                 "scenario")
+    write_atomic(out, header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), "scenario")

@@ -44,7 +44,10 @@ def task(arch: catalog.ModelArch, gpus: int) -> JobSpec:
 def _search(job: JobSpec, acc: catalog.Accelerator, top_k: int) -> list[Placement]:
     view = ClusterView(
         (DomainView("domain", acc, job.gpus_max, acc.scaleup_gbs, acc.scaleout_gbps, 1.0),),
-        np.zeros((1, 1)), np.zeros((1, 1)), np.zeros((1, 1)))
+        np.zeros((1, 1)),
+        np.zeros((1, 1)),
+        np.zeros((1, 1)),
+    )
     try:
         result = search(job, view, THROUGHPUT_ONLY, top_k=top_k, pareto=False)
     except UserError:
@@ -70,11 +73,15 @@ class PlanSensitivity:
         """Integrate d ln T = Σ_k w_k·d ln(1/c_k) from `ref` to `acc`, with the elasticities
         taken halfway (midpoint rule): exact for a plan whose parts each scale with one
         capability, and close when overlap shifts the balance on the way."""
-        mid = _hardware({k: math.sqrt(getattr(ref, a) * getattr(acc, a))
-                         for k, (_, a) in CAPABILITIES.items()}, ref)
+        mid = _hardware(
+            {k: math.sqrt(getattr(ref, a) * getattr(acc, a)) for k, (_, a) in CAPABILITIES.items()},
+            ref,
+        )
         weights = elasticities(self.job, self.plan, mid)
-        log_ratio = sum(weights[k] * math.log(getattr(ref, a) / getattr(acc, a))
-                        for k, (_, a) in CAPABILITIES.items())
+        log_ratio = sum(
+            weights[k] * math.log(getattr(ref, a) / getattr(acc, a))
+            for k, (_, a) in CAPABILITIES.items()
+        )
         return self.step_s * math.exp(log_ratio)
 
 
@@ -98,16 +105,19 @@ def elasticities(job: JobSpec, plan: Plan, hw: Hardware) -> dict[str, float]:
     }
 
 
-def sensitivity(job: JobSpec, plan: Plan, ref: catalog.Accelerator,
-                memory_gib: float) -> PlanSensitivity:
+def sensitivity(
+    job: JobSpec, plan: Plan, ref: catalog.Accelerator, memory_gib: float
+) -> PlanSensitivity:
     hw = Hardware.of(ref)
-    step = float(estimate(job.arch, job.global_batch, PlanBatch.of([plan]), hw,
-                          seq=job.seq).step_time_s[0])
+    step = float(
+        estimate(job.arch, job.global_batch, PlanBatch.of([plan]), hw, seq=job.seq).step_time_s[0]
+    )
     return PlanSensitivity(job, plan, step, memory_gib, elasticities(job, plan, hw))
 
 
-def task_plans(job: JobSpec, ref: catalog.Accelerator, targets: list[catalog.Accelerator],
-               top_k: int = 8) -> list[PlanSensitivity]:
+def task_plans(
+    job: JobSpec, ref: catalog.Accelerator, targets: list[catalog.Accelerator], top_k: int = 8
+) -> list[PlanSensitivity]:
     """The reference's top plans, and its best plan under each target's structural limits.
 
     Memory capacity and interconnect decide which plans are possible or sensible (no TP over
@@ -120,14 +130,21 @@ def task_plans(job: JobSpec, ref: catalog.Accelerator, targets: list[catalog.Acc
     for gib, up, out in sorted(limits):
         found += _search(job, replace(ref, memory_gib=gib, scaleup_gbs=up, scaleout_gbps=out), 0)
     if not found:
-        raise UserError(f"{job.name} does not fit on {job.gpus_max} × {ref.name}; "
-                        "use more --gpus or another --reference")
+        raise UserError(
+            f"{job.name} does not fit on {job.gpus_max} × {ref.name}; "
+            "use more --gpus or another --reference"
+        )
     unique = {c.plan: c for c in found}
     return [sensitivity(job, p, ref, c.estimated.memory_gib_per_gpu) for p, c in unique.items()]
 
 
-def compute_index(arch: catalog.ModelArch, accelerators: list[str] | None = None,
-                  reference: str = "H100-SXM", gpus: int = 64, check: bool = True) -> dict:
+def compute_index(
+    arch: catalog.ModelArch,
+    accelerators: list[str] | None = None,
+    reference: str = "H100-SXM",
+    gpus: int = 64,
+    check: bool = True,
+) -> dict:
     """Index per accelerator for training `arch` on `gpus` of them; with `check`, the
     throughput ratio of each accelerator's own best plan beside it."""
     ref = catalog.accelerator(reference)
@@ -149,8 +166,13 @@ def compute_index(arch: catalog.ModelArch, accelerators: list[str] | None = None
                 row["relative_error"] = index / ratio - 1.0
         rows[acc.name] = row
     return {
-        "model": arch.name, "reference": ref.name, "gpus": gpus,
-        "global_batch": job.global_batch, "seq_len": job.seq,
-        "reference_plan": lead.plan.as_dict(), "sensitivity": lead.weights,
-        "plans_considered": len(plans), "accelerators": rows,
+        "model": arch.name,
+        "reference": ref.name,
+        "gpus": gpus,
+        "global_batch": job.global_batch,
+        "seq_len": job.seq,
+        "reference_plan": lead.plan.as_dict(),
+        "sensitivity": lead.weights,
+        "plans_considered": len(plans),
+        "accelerators": rows,
     }

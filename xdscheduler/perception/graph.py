@@ -18,10 +18,18 @@ from xdscheduler.planner.view import ClusterView
 INDICATOR_NAMES = tuple(INDICATORS)
 # Typical magnitude of each indicator: features are value / scale, so most lie in [0, 2].
 SCALE = {
-    "compute_index": 128.0, "free_accelerators": 512.0, "utilization": 1.0,
-    "free_accelerator_memory": 512.0 * 80, "storage_io": 1000.0, "free_storage": 10000.0,
-    "intra_domain_bandwidth": 400.0, "inter_domain_bandwidth": 10.0, "latency": 50.0,
-    "health": 1.0, "load": 1.0, "power": 1000.0,
+    "compute_index": 128.0,
+    "free_accelerators": 512.0,
+    "utilization": 1.0,
+    "free_accelerator_memory": 512.0 * 80,
+    "storage_io": 1000.0,
+    "free_storage": 10000.0,
+    "intra_domain_bandwidth": 400.0,
+    "inter_domain_bandwidth": 10.0,
+    "latency": 50.0,
+    "health": 1.0,
+    "load": 1.0,
+    "power": 1000.0,
 }
 NODE_EXTRAS = ("free_now", "size", "price", "bf16_pflops", "memory_100gib", "up")
 NODE_FEATURES = len(INDICATOR_NAMES) + len(NODE_EXTRAS)
@@ -75,9 +83,19 @@ def node_features(view: ClusterView) -> np.ndarray:
     k = len(view.domains)
     ind = view.indicators if view.indicators is not None else np.zeros((k, len(INDICATOR_NAMES)))
     scaled = ind / np.array([SCALE[n] for n in INDICATOR_NAMES])
-    extras = np.array([[d.available / max(d.total_gpus, 1), d.total_gpus / 512,
-                        d.price_per_gpu_hour / 3, d.accelerator.half_tflops / 1000,
-                        d.accelerator.memory_gib / 100, float(d.up)] for d in view.domains])
+    extras = np.array(
+        [
+            [
+                d.available / max(d.total_gpus, 1),
+                d.total_gpus / 512,
+                d.price_per_gpu_hour / 3,
+                d.accelerator.half_tflops / 1000,
+                d.accelerator.memory_gib / 100,
+                float(d.up),
+            ]
+            for d in view.domains
+        ]
+    )
     return np.concatenate([scaled, extras], axis=1).astype(np.float32)
 
 
@@ -87,8 +105,10 @@ def edges(view: ClusterView) -> tuple[np.ndarray, np.ndarray]:
     src, dst = np.nonzero(bw > 0)
     base = view.base_bandwidth_gbps if view.base_bandwidth_gbps is not None else bw
     eps = np.where(base[src, dst] > 0, bw[src, dst] / np.maximum(base[src, dst], 1e-9) - 1, 0)
-    feats = np.stack([bw[src, dst] / 10, view.rtt_ms[src, dst] / 50, eps,
-                      view.price_per_gb[src, dst] * 20], axis=1)
+    feats = np.stack(
+        [bw[src, dst] / 10, view.rtt_ms[src, dst] / 50, eps, view.price_per_gb[src, dst] * 20],
+        axis=1,
+    )
     return np.stack([src, dst]).astype(np.int64), feats.astype(np.float32)
 
 
@@ -98,15 +118,16 @@ def padded(view: ClusterView) -> dict[str, np.ndarray]:
     nodes, links = graph_size(k)
     index, feats = edges(view)
     e = index.shape[1]
-    out = {"nodes": np.zeros((nodes, NODE_FEATURES), np.float32),
-           "node_mask": np.zeros(nodes, np.float32),
-           "edge_index": np.zeros((2, links), np.float32),
-           "edges": np.zeros((links, EDGE_FEATURES), np.float32),
-           "edge_mask": np.zeros(links, np.float32)}
+    out = {
+        "nodes": np.zeros((nodes, NODE_FEATURES), np.float32),
+        "node_mask": np.zeros(nodes, np.float32),
+        "edge_index": np.zeros((2, links), np.float32),
+        "edges": np.zeros((links, EDGE_FEATURES), np.float32),
+        "edge_mask": np.zeros(links, np.float32),
+    }
     out["nodes"][:k] = node_features(view)
     out["node_mask"][:k] = 1
     out["edge_index"][:, :e] = index
     out["edges"][:e] = feats
     out["edge_mask"][:e] = 1
     return out
-

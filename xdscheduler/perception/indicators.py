@@ -43,9 +43,19 @@ def sample(name: str, value: float, source: str, time_s: float) -> Sample:
     return Sample(name, float(value), INDICATORS[name][1], source, time_s)
 
 
-def domain_samples(domain: Domain, *, total: int, free: int, held: int, background: float,
-                   bandwidth_gbps: Sequence[float], rtt_ms: Sequence[float], healthy: bool,
-                   source: str, time_s: float) -> list[Sample]:
+def domain_samples(
+    domain: Domain,
+    *,
+    total: int,
+    free: int,
+    held: int,
+    background: float,
+    bandwidth_gbps: Sequence[float],
+    rtt_ms: Sequence[float],
+    healthy: bool,
+    source: str,
+    time_s: float,
+) -> list[Sample]:
     """The 12 indicators of `domain`: `total` accelerators, `free` of them, `held` by this
     scheduler's jobs, `background` the share others' work takes; the bandwidth left and the
     round trip to each linked domain. Storage and the fabric inside are as the scenario says

@@ -23,8 +23,9 @@ if TYPE_CHECKING:
     from xdscheduler.planner.spec import JobSpec
 
 
-def balanced_pace(total: np.ndarray, counts: np.ndarray, speeds: np.ndarray,
-                  rounds: int = 40) -> tuple[np.ndarray, np.ndarray]:
+def balanced_pace(
+    total: np.ndarray, counts: np.ndarray, speeds: np.ndarray, rounds: int = 40
+) -> tuple[np.ndarray, np.ndarray]:
     """`total` whole units (layers, samples) over groups of counts[:, i] workers of speed
     speeds[:, i], every worker of a group taking as many: the units each worker of a group
     takes (N, k) and the pace, the largest units/speed of any worker (N,), as small as it
@@ -45,8 +46,15 @@ def balanced_pace(total: np.ndarray, counts: np.ndarray, speeds: np.ndarray,
     return units, np.where(used, units / s, 0.0).max(axis=1)
 
 
-def slot_speeds(job: JobSpec, view: ClusterView, plans: PlanBatch, plan_id: np.ndarray,
-                slots: np.ndarray, held: np.ndarray, opts: SearchOptions) -> np.ndarray:
+def slot_speeds(
+    job: JobSpec,
+    view: ClusterView,
+    plans: PlanBatch,
+    plan_id: np.ndarray,
+    slots: np.ndarray,
+    held: np.ndarray,
+    opts: SearchOptions,
+) -> np.ndarray:
     """How fast each held slot's accelerator runs these plans: 1 / the model's own time for a
     replica's or a stage's work on it, so memory-bound parts, slow links inside a node and
     every peak count as the model counts them (peaks alone overrate a chip poor in memory
@@ -55,20 +63,39 @@ def slot_speeds(job: JobSpec, view: ClusterView, plans: PlanBatch, plan_id: np.n
     key = plan_id[:, None] * len(view.domains) + domain
     _, first, back = np.unique(key[held], return_index=True, return_inverse=True)
     rows, doms = np.nonzero(held)[0][first], domain[held][first]
-    alone = describe_placements(view, np.full(len(view.domains), SINGLE, dtype=object),
-                                np.arange(len(view.domains))[:, None]).hardware
-    est = estimate(job.arch, job.global_batch, plans.take(rows), take_rows(alone, doms),
-                   stack=opts.stack, calib=opts.calibration, seq=job.seq, measured=opts.layers,
-                   network=opts.network)
+    alone = describe_placements(
+        view,
+        np.full(len(view.domains), SINGLE, dtype=object),
+        np.arange(len(view.domains))[:, None],
+    ).hardware
+    est = estimate(
+        job.arch,
+        job.global_batch,
+        plans.take(rows),
+        take_rows(alone, doms),
+        stack=opts.stack,
+        calib=opts.calibration,
+        seq=job.seq,
+        measured=opts.layers,
+        network=opts.network,
+    )
     busy = sum(est.breakdown_s[k] for k in ("compute", "recompute", "tp_comm"))
     speed = np.ones(slots.shape)
     speed[held] = (1.0 / busy)[back]
     return speed
 
 
-def balanced(job: JobSpec, view: ClusterView, staged: np.ndarray, plans: PlanBatch,
-             plan_id: np.ndarray, slots: np.ndarray, parts: np.ndarray, hw: Hardware,
-             opts: SearchOptions) -> tuple[Hardware, np.ndarray, np.ndarray]:
+def balanced(
+    job: JobSpec,
+    view: ClusterView,
+    staged: np.ndarray,
+    plans: PlanBatch,
+    plan_id: np.ndarray,
+    slots: np.ndarray,
+    parts: np.ndarray,
+    hw: Hardware,
+    opts: SearchOptions,
+) -> tuple[Hardware, np.ndarray, np.ndarray]:
     """Candidates over domains of different speeds with layers (pipeline stages) or
     micro-batches (replicas) in proportion to speed: the hardware that keeps their pace, the
     units each worker of a slot takes, and which candidates these are. `plan_id` names each
@@ -78,8 +105,9 @@ def balanced(job: JobSpec, view: ClusterView, staged: np.ndarray, plans: PlanBat
     shares = np.zeros(parts.shape)
     if not len(multi):
         return hw, shares, multi
-    speed = slot_speeds(job, view, plans.take(multi), plan_id[multi], slots[multi],
-                        held[multi], opts)
+    speed = slot_speeds(
+        job, view, plans.take(multi), plan_id[multi], slots[multi], held[multi], opts
+    )
     low = np.where(held[multi], speed, np.inf).min(axis=1)
     differ = np.where(held[multi], speed, 0.0).max(axis=1) > low * (1 + 1e-9)
     mixed, speed, held = multi[differ], speed[differ], held[multi][differ]
@@ -88,24 +116,32 @@ def balanced(job: JobSpec, view: ClusterView, staged: np.ndarray, plans: PlanBat
     # stages over domains split the layers; replicas over domains the micro-batches of a step
     pipeline = staged[mixed]
     workers = np.where(pipeline, plans.pp[mixed], plans.dp[mixed])
-    total = np.where(pipeline, job.arch.layers,
-                     -(-job.global_batch // plans.micro_batch[mixed])).astype(float)
+    total = np.where(
+        pipeline, job.arch.layers, -(-job.global_batch // plans.micro_batch[mixed])
+    ).astype(float)
     shares[mixed], _ = balanced_pace(total, parts[mixed], speed)
     # The slot that finishes last (most units for its speed) paces the step: its accelerator,
     # its speeds scaled by even/own share, is the hardware that takes as long at even shares.
     pacer = np.where(held, shares[mixed] / speed, -1.0).argmax(axis=1)
     row = np.arange(len(mixed))
     scale = (total / workers) / shares[mixed][row, pacer]
-    fields = {k: np.asarray(v, dtype=float) * np.ones(len(parts))
-              for k, v in hw.__dict__.items()}
+    fields = {k: np.asarray(v, dtype=float) * np.ones(len(parts)) for k, v in hw.__dict__.items()}
     for k, per_domain in domain_speeds(view).items():
         fields[k][mixed] = per_domain[slots[mixed][row, pacer]] * scale
     fields["accelerator"][mixed] = -1.0  # paced by a mix: no one profile stands for it
     return Hardware(**fields), shares, mixed
 
 
-def stages_fit(job: JobSpec, view: ClusterView, pipeline: np.ndarray, plans: PlanBatch, est,
-               slots: np.ndarray, shares: np.ndarray, rows: np.ndarray) -> np.ndarray:
+def stages_fit(
+    job: JobSpec,
+    view: ClusterView,
+    pipeline: np.ndarray,
+    plans: PlanBatch,
+    est,
+    slots: np.ndarray,
+    shares: np.ndarray,
+    rows: np.ndarray,
+) -> np.ndarray:
     """A balanced pipeline's stages hold layers in proportion to speed: each stage's memory
     (the estimate's, scaled by its layers over the even share) within its own accelerator's."""
     even = job.arch.layers / plans.pp[rows]

@@ -28,12 +28,16 @@ from xdscheduler.planner.view import ClusterView
 ONLINE = replace(even_grid(SearchOptions(diloco_h=(0, 100))), micro_batch=(1, 2))
 
 
-def megatron_default(job: JobSpec, gpus: int, hw: Hardware, stack: Stack | None = None
-                     ) -> Plan | None:
+def megatron_default(
+    job: JobSpec, gpus: int, hw: Hardware, stack: Stack | None = None
+) -> Plan | None:
     """TP 8 inside a node, the least PP that fits memory, the rest DP (Megatron's recipe)."""
     arch = job.arch
-    tp = next(t for t in (8, 4, 2, 1) if t <= hw.gpus_per_node and arch.heads % t == 0
-              and arch.kv_heads % t == 0)
+    tp = next(
+        t
+        for t in (8, 4, 2, 1)
+        if t <= hw.gpus_per_node and arch.heads % t == 0 and arch.kv_heads % t == 0
+    )
     for recompute in ("none", "full"):
         for pp in (p for p in range(1, arch.layers + 1) if arch.layers % p == 0):
             dp = gpus // (tp * pp)
@@ -48,8 +52,13 @@ def megatron_default(job: JobSpec, gpus: int, hw: Hardware, stack: Stack | None 
     return None
 
 
-def fastest_on(job: JobSpec, view: ClusterView, gpus: dict[int, int], least: int | None = None,
-               kinds: tuple[str, ...] = (SINGLE,)) -> Placement | None:
+def fastest_on(
+    job: JobSpec,
+    view: ClusterView,
+    gpus: dict[int, int],
+    least: int | None = None,
+    kinds: tuple[str, ...] = (SINGLE,),
+) -> Placement | None:
     """The fastest plan of `job` on exactly the accelerators `gpus` (domain -> count) offers,
     using at least `least` of them (default: the job's minimum); None if none fits."""
     total = sum(gpus.values())
@@ -61,8 +70,11 @@ def fastest_on(job: JobSpec, view: ClusterView, gpus: dict[int, int], least: int
     opts = replace(ONLINE, max_domains=max(len(gpus), 1), kinds=kinds)
     ev = evaluate_space(sized, offered, THROUGHPUT_ONLY, opts)
     # the fastest: the first best, as `search` ranks (no ranking, alternatives or text needed)
-    return None if ev is None else placement_at(
-        ev, int(np.argmax(ev.terms["objective"])), offered, sized)
+    return (
+        None
+        if ev is None
+        else placement_at(ev, int(np.argmax(ev.terms["objective"])), offered, sized)
+    )
 
 
 def _hardware(view: ClusterView, members: list[int]) -> Hardware:
@@ -104,10 +116,18 @@ class FifoSingleDomain(_NoReplans):
             if plan is None:
                 break
             free[fit] -= plan.gpus
-            out.append(Placement(job.name, SINGLE, (fit,), (plan.gpus,), plan,
-                                 (view.domains[fit].name,),
-                                 explanation="first domain with room, Megatron default plan",
-                                 decision_ms=(time.perf_counter() - start) * 1000))
+            out.append(
+                Placement(
+                    job.name,
+                    SINGLE,
+                    (fit,),
+                    (plan.gpus,),
+                    plan,
+                    (view.domains[fit].name,),
+                    explanation="first domain with room, Megatron default plan",
+                    decision_ms=(time.perf_counter() - start) * 1000,
+                )
+            )
         return out
 
 
@@ -132,25 +152,32 @@ class BackfillSingleDomain(_NoReplans):
             placed = None
             for d in fits:
                 p = fastest_on(job, view, {int(d): want}, least=want) or fastest_on(
-                    job, view, {int(d): want})
-                if p is not None and (reservation is None or _keeps(reservation, p, job,
-                                                                     now_s)):
+                    job, view, {int(d): want}
+                )
+                if p is not None and (reservation is None or _keeps(reservation, p, job, now_s)):
                     placed = p
                     break
             if placed is not None:
                 free[list(placed.domains)] -= placed.gpus
                 if reservation is not None:
                     reservation = _after(reservation, placed, job, now_s)
-                out.append(_timed(placed, start, "backfilled: best-fit domain, fastest plan "
-                                  "for the size it asks" if reservation else
-                                  "best-fit domain, fastest plan for the size it asks"))
+                out.append(
+                    _timed(
+                        placed,
+                        start,
+                        "backfilled: best-fit domain, fastest plan for the size it asks"
+                        if reservation
+                        else "best-fit domain, fastest plan for the size it asks",
+                    )
+                )
             elif reservation is None:
                 reservation = _reserve(want, free, view, now_s)
         return out
 
 
-def _reserve(want: int, free: np.ndarray, view: ClusterView,
-             now_s: float) -> tuple[int, float, int] | None:
+def _reserve(
+    want: int, free: np.ndarray, view: ClusterView, now_s: float
+) -> tuple[int, float, int] | None:
     """The domain that will first hold `want` accelerators as running jobs end, when, and how
     many it will have beyond them then."""
     best = None
@@ -174,16 +201,16 @@ def _ends_s(p: Placement, job: JobSpec, now_s: float) -> float:
     return now_s + job.tokens / p.estimate.tokens_per_s
 
 
-def _keeps(reservation: tuple[int, float, int], p: Placement, job: JobSpec,
-           now_s: float) -> bool:
+def _keeps(reservation: tuple[int, float, int], p: Placement, job: JobSpec, now_s: float) -> bool:
     """A backfilled placement delays no reservation: elsewhere, done before it, or within the
     accelerators the reserved domain will have to spare."""
     d, at, spare = reservation
     return d not in p.domains or _ends_s(p, job, now_s) <= at or p.taken[d] <= spare
 
 
-def _after(reservation: tuple[int, float, int], p: Placement, job: JobSpec,
-           now_s: float) -> tuple[int, float, int]:
+def _after(
+    reservation: tuple[int, float, int], p: Placement, job: JobSpec, now_s: float
+) -> tuple[int, float, int]:
     """The reservation once p is backfilled: still running then, it uses up some spare."""
     d, at, spare = reservation
     if d in p.domains and _ends_s(p, job, now_s) > at:
@@ -210,8 +237,13 @@ class GangSingleDomain(_NoReplans):
             p = fastest_on(job, view, {d: size}) if size >= job.gpus_min else None
             if p is not None:
                 free[d] -= p.total_gpus
-                out.append(_timed(p, start, "gang admitted at the largest size a domain holds "
-                                            "now, fastest plan"))
+                out.append(
+                    _timed(
+                        p,
+                        start,
+                        "gang admitted at the largest size a domain holds now, fastest plan",
+                    )
+                )
         return out
 
 
@@ -237,21 +269,26 @@ class GreedyCrossDomain(_NoReplans):
                 out.append(_timed(p, start, why))
         return out
 
-    def _place(self, job: JobSpec, view: ClusterView,
-               free: np.ndarray) -> tuple[Placement | None, str]:
+    def _place(
+        self, job: JobSpec, view: ClusterView, free: np.ndarray
+    ) -> tuple[Placement | None, str]:
         """The placement (None: none now) and why."""
         order = [int(i) for i in np.argsort(-free, kind="stable") if free[i] > 0]
         if not order or free.sum() < job.gpus_min:
             return None, ""
         if free[order[0]] >= job.gpus_min:
             d = order[0]
-            return (fastest_on(job, view, {d: int(min(job.gpus_max, free[d]))}),
-                    "inside the domain with the most room")
+            return (
+                fastest_on(job, view, {d: int(min(job.gpus_max, free[d]))}),
+                "inside the domain with the most room",
+            )
         taken, total = {}, 0
         for i in order:  # the most room first, until the minimum is met
             taken[i] = int(min(free[i], job.gpus_max - total))
             total += taken[i]
             if total >= job.gpus_min:
                 break
-        return (fastest_on(job, view, taken, kinds=(DATA,)),
-                "spread over the domains with the most room, hierarchical data parallelism")
+        return (
+            fastest_on(job, view, taken, kinds=(DATA,)),
+            "spread over the domains with the most room, hierarchical data parallelism",
+        )

@@ -41,14 +41,16 @@ def cost_per_hour(ev: Evaluated, view: ClusterView) -> np.ndarray:
 
 def accelerator_cost_per_hour(p: Placement, view: ClusterView) -> float:
     """Dollars per hour of one placement's accelerators, at their domains' prices."""
-    return sum(g * view.domains[d].price_per_gpu_hour for d, g in zip(p.domains, p.gpus,
-                                                                       strict=True))
+    return sum(
+        g * view.domains[d].price_per_gpu_hour for d, g in zip(p.domains, p.gpus, strict=True)
+    )
 
 
 def placement_cost_per_hour(p: Placement, view: ClusterView) -> float:
     """Dollars per hour of one placement: its accelerators and its WAN traffic."""
-    return accelerator_cost_per_hour(p, view) + (p.objective.wan_cost_per_hour
-                                                 if p.objective else 0.0)
+    return accelerator_cost_per_hour(p, view) + (
+        p.objective.wan_cost_per_hour if p.objective else 0.0
+    )
 
 
 def ranked(ev: Evaluated, view: ClusterView, limits: Limits) -> np.ndarray:
@@ -66,17 +68,23 @@ def ranked(ev: Evaluated, view: ClusterView, limits: Limits) -> np.ndarray:
         raise UserError(_out_of_limits(cost, speed, limits))
     idx = np.flatnonzero(ok)
     # cheapest: the fewest dollars per token, i.e. for the whole job
-    keys = (-ev.terms["objective"][idx], cost[idx] / speed[idx]) if limits.cheapest else (
-        -ev.terms["objective"][idx],)
+    keys = (
+        (-ev.terms["objective"][idx], cost[idx] / speed[idx])
+        if limits.cheapest
+        else (-ev.terms["objective"][idx],)
+    )
     return idx[np.lexsort(keys)]
 
 
 def _out_of_limits(cost: np.ndarray, speed: np.ndarray, limits: Limits) -> str:
     parts = []
     if limits.budget_per_hour is not None:
-        parts.append(f"a budget of ${limits.budget_per_hour:,.2f}/h (the cheapest plan costs "
-                     f"${cost.min():,.2f}/h)")
+        parts.append(
+            f"a budget of ${limits.budget_per_hour:,.2f}/h (the cheapest plan costs "
+            f"${cost.min():,.2f}/h)"
+        )
     if limits.min_tokens_per_s is not None:
-        parts.append(f"{limits.min_tokens_per_s:,.0f} tokens/s (the fastest plan reaches "
-                     f"{speed.max():,.0f})")
+        parts.append(
+            f"{limits.min_tokens_per_s:,.0f} tokens/s (the fastest plan reaches {speed.max():,.0f})"
+        )
     return "no plan meets " + " and ".join(parts)

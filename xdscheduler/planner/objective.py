@@ -34,8 +34,14 @@ class Objective:
         return asdict(self)
 
 
-def score(job, est, held_flops: np.ndarray, gpu_cost: np.ndarray,
-          wan_price_per_gb: np.ndarray, weights: Weights) -> dict[str, np.ndarray]:
+def score(
+    job,
+    est,
+    held_flops: np.ndarray,
+    gpu_cost: np.ndarray,
+    wan_price_per_gb: np.ndarray,
+    weights: Weights,
+) -> dict[str, np.ndarray]:
     """Objective terms for every candidate, from the rated FLOP/s and the $/h of the
     accelerators each holds."""
     step = est.step_time_s
@@ -44,10 +50,17 @@ def score(job, est, held_flops: np.ndarray, gpu_cost: np.ndarray,
     utilization = est.model_flops / step / held_flops
     wan_cost = est.cross_domain_bytes / 1e9 * wan_price_per_gb * 3600 / step
     cost = wan_cost / np.maximum(gpu_cost, 1e-9)
-    objective = (weights.efficiency * efficiency + weights.utilization * utilization
-                 - weights.cost * cost)
-    return {"tokens_per_s": tokens_per_s, "efficiency": efficiency, "utilization": utilization,
-            "cost": cost, "wan_cost_per_hour": wan_cost, "objective": objective}
+    objective = (
+        weights.efficiency * efficiency + weights.utilization * utilization - weights.cost * cost
+    )
+    return {
+        "tokens_per_s": tokens_per_s,
+        "efficiency": efficiency,
+        "utilization": utilization,
+        "cost": cost,
+        "wan_cost_per_hour": wan_cost,
+        "objective": objective,
+    }
 
 
 def pareto_mask(throughput: np.ndarray, utilization: np.ndarray, cost: np.ndarray) -> np.ndarray:

@@ -98,8 +98,9 @@ class Placement:
         p = self.plan
         if self.kind == PIPELINE:
             per_stage = p.dp * p.tp * p.cp
-            return [n for n, g in zip(self.names, self.gpus, strict=True)
-                    for _ in range(g // per_stage)]
+            return [
+                n for n, g in zip(self.names, self.gpus, strict=True) for _ in range(g // per_stage)
+            ]
         return [self.names[0] if self.kind == SINGLE else "+".join(self.names)] * p.pp
 
     @property
@@ -110,7 +111,7 @@ class Placement:
         if self.kind == PIPELINE:
             return list(itertools.pairwise(d))
         if self.kind == DATA:
-            return [(a, b) for i, a in enumerate(d) for b in d[i + 1:]]
+            return [(a, b) for i, a in enumerate(d) for b in d[i + 1 :]]
         return []
 
     @property
@@ -121,25 +122,39 @@ class Placement:
     def same_as(self, other: Placement | None) -> bool:
         """The same domains, accelerators and plan (what a re-plan would change)."""
         return other is not None and (self.domains, self.gpus, self.plan) == (
-            other.domains, other.gpus, other.plan)
+            other.domains,
+            other.gpus,
+            other.plan,
+        )
 
     def to_json(self) -> dict:
         """The plan, the predicted step and the objective terms, for people and endpoints."""
         plan = self.plan.as_dict()
         vp = plan.pop("vp")
-        out: dict = {"plan": {**plan, "vp": vp, "placement": self.kind,
-                        "stage_to_domain": self.stage_to_domain,
-                        "gpus_per_domain": self.gpus_per_domain}}
+        out: dict = {
+            "plan": {
+                **plan,
+                "vp": vp,
+                "placement": self.kind,
+                "stage_to_domain": self.stage_to_domain,
+                "gpus_per_domain": self.gpus_per_domain,
+            }
+        }
         if self.split:
             key = "layers_per_stage" if self.kind == PIPELINE else "micro_batches_per_replica"
             out["plan"][key] = dict(zip(self.names, self.split, strict=True))
         est = self.estimate
         if est is not None:
-            out.update({
-                "predicted_step_time_s": est.step_time_s, "tokens_per_s": est.tokens_per_s,
-                "breakdown_s": est.breakdown_s, "overlapped_s": est.overlapped_s,
-                "memory_gib_per_gpu": est.memory_gib_per_gpu,
-                "cross_domain_gb_per_step": est.cross_domain_gb_per_step})
+            out.update(
+                {
+                    "predicted_step_time_s": est.step_time_s,
+                    "tokens_per_s": est.tokens_per_s,
+                    "breakdown_s": est.breakdown_s,
+                    "overlapped_s": est.overlapped_s,
+                    "memory_gib_per_gpu": est.memory_gib_per_gpu,
+                    "cross_domain_gb_per_step": est.cross_domain_gb_per_step,
+                }
+            )
             if est.objective is not None:
                 out["objective"] = est.objective.as_dict()
         return out

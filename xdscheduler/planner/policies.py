@@ -85,8 +85,7 @@ class PlannerPolicy:
 
     def decide(self, queue: list[JobSpec], view: ClusterView, now_s: float) -> list[Placement]:
         self.seen.record(queue)
-        return queue_pass(queue, view, now_s, self._best, self.queue,
-                          giants=not self.single_domain)
+        return queue_pass(queue, view, now_s, self._best, self.queue, giants=not self.single_domain)
 
     @property
     def single_domain(self) -> bool:
@@ -100,14 +99,26 @@ class PlannerPolicy:
         best = self._best(job, view.with_free(off) if off else view)
         return replace(best, keep_off=current.keep_off) if best is not None else None
 
-    def yielded(self, job: JobSpec, current: Placement, view: ClusterView,
-                queue: list[JobSpec], now_s: float) -> Placement | None:
+    def yielded(
+        self,
+        job: JobSpec,
+        current: Placement,
+        view: ClusterView,
+        queue: list[JobSpec],
+        now_s: float,
+    ) -> Placement | None:
         """A placement on all but one of the domains a spread job holds, when giving that one
         back lets the first queued job that fits no single domain now start there (a spread
         soaks up what the queue cannot use, and yields it when the queue can)."""
         free = [d.available for d in view.domains]
-        waiting = next((q for q in by_response_ratio(queue, view, now_s)[: self.queue.lookahead]
-                        if q.gpus_min > max(free)), None)
+        waiting = next(
+            (
+                q
+                for q in by_response_ratio(queue, view, now_s)[: self.queue.lookahead]
+                if q.gpus_min > max(free)
+            ),
+            None,
+        )
         if waiting is None:
             return None
         mine = current.taken
@@ -115,12 +126,14 @@ class PlannerPolicy:
         if not room:
             return None
         drop = min(room, key=lambda d: mine[d])
-        keep = {view.names[i]: (view.domains[i].free_gpus + mine.get(i, 0)
-                                if i in mine and i != drop else 0)
-                for i in range(len(view.domains))}
+        keep = {
+            view.names[i]: (
+                view.domains[i].free_gpus + mine.get(i, 0) if i in mine and i != drop else 0
+            )
+            for i in range(len(view.domains))
+        }
         best = self._best(job, view.with_free(keep))
         return replace(best, keep_off=current.keep_off) if best is not None else None
-
 
     def job_weights(self, job: JobSpec) -> Weights:
         """R's weights for deciding `job`: its WAN bill weighed as the study counts it."""
@@ -140,15 +153,25 @@ class PlannerPolicy:
         runner = runner_up(ev, i, view, job)
         why = explain(job, p, runner, weights)["summary"]
         # a giant stays preemptible when re-planned or grown
-        return replace(p, explanation=why, decision_ms=(time.perf_counter() - start) * 1000,
-                       preemptible=is_giant(job, view))
+        return replace(
+            p,
+            explanation=why,
+            decision_ms=(time.perf_counter() - start) * 1000,
+            preemptible=is_giant(job, view),
+        )
 
 
 PlaceOne = Callable[[JobSpec, ClusterView, bool], Placement | None]
 
 
-def queue_pass(queue: list[JobSpec], view: ClusterView, now_s: float, place: PlaceOne,
-               decisions: DecisionQueue, giants: bool = True) -> list[Placement]:
+def queue_pass(
+    queue: list[JobSpec],
+    view: ClusterView,
+    now_s: float,
+    place: PlaceOne,
+    decisions: DecisionQueue,
+    giants: bool = True,
+) -> list[Placement]:
     """The planner's pass over the queue, with `place(job, view, modest)` deciding each job:
     by response ratio, the first `lookahead` jobs one domain can hold, on a view where what
     the giants hold is free (they are preempted for it), then the giants (unless not
@@ -156,7 +179,7 @@ def queue_pass(queue: list[JobSpec], view: ClusterView, now_s: float, place: Pla
     is skipped while nothing has freed up since it last did not fit (`decisions`)."""
     out, most = [], largest_domain(view)
     ordered = by_response_ratio(queue, view, now_s)
-    fitting = [j for j in ordered if j.gpus_min <= most][:decisions.lookahead]
+    fitting = [j for j in ordered if j.gpus_min <= most][: decisions.lookahead]
     todo = fitting + ([j for j in ordered if j.gpus_min > most] if giants else [])
     reclaim = view.reclaiming()
     for k, job in enumerate(todo):
@@ -194,6 +217,7 @@ def largest_domain(view: ClusterView) -> int:
 def by_response_ratio(queue: list[JobSpec], view: ClusterView, now_s: float) -> list[JobSpec]:
     """Highest priority first, then the highest response ratio: (waited + ideal time) / ideal
     time. Short jobs go first, and a long one's ratio grows while it waits."""
+
     def key(job: JobSpec) -> tuple:
         ideal_s = max(job.tokens / ideal_tokens_per_s(job, view), 1.0)
         return (-job.priority, -(max(now_s - job.arrival_s, 0.0) + ideal_s) / ideal_s)
@@ -201,8 +225,14 @@ def by_response_ratio(queue: list[JobSpec], view: ClusterView, now_s: float) -> 
     return sorted(queue, key=key)
 
 
-def planner_pick(ev: Evaluated | None, job: JobSpec, view: ClusterView, weights: Weights,
-                 options: SearchOptions, modest: bool = False) -> int | None:
+def planner_pick(
+    ev: Evaluated | None,
+    job: JobSpec,
+    view: ClusterView,
+    weights: Weights,
+    options: SearchOptions,
+    modest: bool = False,
+) -> int | None:
     """The planner's candidate of an evaluated space (None: nothing fits, or better to wait):
     the best inside one domain for a job one domain can hold, the best across domains for a
     giant (see PlannerPolicy); `modest`: a giant takes no more than its minimum (others wait)."""
@@ -221,8 +251,9 @@ def planner_pick(ev: Evaluated | None, job: JobSpec, view: ClusterView, weights:
     return m if enough else None
 
 
-def best_single_mfu(job: JobSpec, view: ClusterView, weights: Weights,
-                    options: SearchOptions) -> float:
+def best_single_mfu(
+    job: JobSpec, view: ClusterView, weights: Weights, options: SearchOptions
+) -> float:
     """The job's best model FLOP utilisation inside one empty domain of the cluster."""
     key = (job.shape_key, tuple((d.name, d.accelerator.name, d.total_gpus) for d in view.domains))
     if key not in _BEST_MFU:
@@ -235,8 +266,14 @@ def runner_up(ev: Evaluated, chosen: int, view: ClusterView, job: JobSpec) -> Pl
     """The best candidate of another placement or shape than the chosen one (the explanation's
     runner-up)."""
     mine = candidate_key(ev, chosen)
-    other = next((int(i) for i in np.argsort(-ev.terms["objective"], kind="stable")
-                  if candidate_key(ev, int(i)) != mine), None)
+    other = next(
+        (
+            int(i)
+            for i in np.argsort(-ev.terms["objective"], kind="stable")
+            if candidate_key(ev, int(i)) != mine
+        ),
+        None,
+    )
     return None if other is None else placement_at(ev, other, view, job)
 
 
@@ -247,7 +284,8 @@ POLICIES: dict[str, PolicyFactory] = {
     "backfill-single-domain": lambda weights, options: BackfillSingleDomain(),
     "gang-single-domain": lambda weights, options: GangSingleDomain(),
     "planner-single-domain": lambda weights, options: PlannerPolicy(
-        weights, "planner-single-domain", replace(ONLINE, max_domains=1)),
+        weights, "planner-single-domain", replace(ONLINE, max_domains=1)
+    ),
     "greedy-cross-domain": lambda weights, options: GreedyCrossDomain(),
     "planner": lambda weights, options: PlannerPolicy(weights),
 }

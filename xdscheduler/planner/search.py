@@ -36,8 +36,15 @@ from xdscheduler.planner.view import ClusterView
 DEFAULT_OPTIONS = SearchOptions()
 
 
-def search(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchOptions | None = None,
-           top_k: int = 5, pareto: bool = True, limits: Limits | None = None) -> SearchResult:
+def search(
+    job: JobSpec,
+    view: ClusterView,
+    weights: Weights,
+    opts: SearchOptions | None = None,
+    top_k: int = 5,
+    pareto: bool = True,
+    limits: Limits | None = None,
+) -> SearchResult:
     """Best plan for `job` on the free accelerators of `view`, with alternatives and reasons.
 
     `pareto=False` skips the Pareto front (quadratic in the candidates kept) when only the
@@ -51,15 +58,17 @@ def search(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchOption
         raise UserError(
             f"no feasible plan for job {job.name!r} ({job.arch.size} parameters, "
             f"{job.gpus_min}-{job.gpus_max} GPUs) on the free accelerators ({free})"
-            + unrated_note(view, opts.dtype))
+            + unrated_note(view, opts.dtype)
+        )
     order = ranked(ev, view, limits)
     picked = distinct(ev, order, top_k + 1)
     cands = [placement_at(ev, i, view, job) for i in picked]
     front_idx = []
     if pareto:
         front = order[: min(len(order), 4000)]
-        mask = pareto_mask(ev.terms["tokens_per_s"][front], ev.terms["utilization"][front],
-                           ev.terms["cost"][front])
+        mask = pareto_mask(
+            ev.terms["tokens_per_s"][front], ev.terms["utilization"][front], ev.terms["cost"][front]
+        )
         front_idx = distinct(ev, front[mask], 20)
     front_cands = [placement_at(ev, i, view, job) for i in front_idx]
     best = cands[0]
@@ -79,12 +88,19 @@ def ideal_tokens_per_s(job: JobSpec, view: ClusterView) -> float:
     """The job's best speed with the whole cluster, as leased, to itself: the yardstick its
     efficiency is measured against (the same for every policy, whatever the load)."""
     leased = view.leased
-    key = (job.shape_key, tuple((d.name, d.accelerator.name, d.total_gpus, d.scaleup_gbs,
-                                 d.scaleout_gbps) for d in view.domains),
-           leased[0].tobytes(), leased[1].tobytes())
+    key = (
+        job.shape_key,
+        tuple(
+            (d.name, d.accelerator.name, d.total_gpus, d.scaleup_gbs, d.scaleout_gbps)
+            for d in view.domains
+        ),
+        leased[0].tobytes(),
+        leased[1].tobytes(),
+    )
     if key not in _IDEAL:  # asked every decision and for every job of a rollout: search once
-        _IDEAL[key] = search(job, view.empty(), THROUGHPUT_ONLY, IDEAL_OPTIONS, top_k=0,
-                             pareto=False).best.estimate.tokens_per_s
+        _IDEAL[key] = search(
+            job, view.empty(), THROUGHPUT_ONLY, IDEAL_OPTIONS, top_k=0, pareto=False
+        ).best.estimate.tokens_per_s
     return _IDEAL[key]
 
 
@@ -92,8 +108,9 @@ def ideal_tokens_per_s(job: JobSpec, view: ClusterView) -> float:
 REFINED_PLACEMENTS = 12
 
 
-def refined_space(job: JobSpec, view: ClusterView, weights: Weights,
-                  opts: SearchOptions) -> Evaluated | None:
+def refined_space(
+    job: JobSpec, view: ClusterView, weights: Weights, opts: SearchOptions
+) -> Evaluated | None:
     """The space evaluated in two passes where it is large: the even grid (parallel degrees
     that divide layers and batch, few micro-batch sizes, as many layers or micro-batches on
     every domain) over every placement, then every plan, split by speed, over the placements
@@ -111,8 +128,13 @@ def refined_space(job: JobSpec, view: ClusterView, weights: Weights,
     return evaluate_space(job, view, weights, opts, pl.take(np.sort(best)))
 
 
-def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchOptions,
-                   pl: Placements | None = None) -> Evaluated | None:
+def evaluate_space(
+    job: JobSpec,
+    view: ClusterView,
+    weights: Weights,
+    opts: SearchOptions,
+    pl: Placements | None = None,
+) -> Evaluated | None:
     """All feasible (placement, plan) pairs of the space (over the placements `pl`, where
     given), evaluated; None if there are none."""
     grid = parallel_grid(job.arch, job.global_batch, job.seq, job.gpus_max, opts)
@@ -131,10 +153,14 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: Sear
     # (plan, placement) pairs as a C × P mask first: cheap where most pairs do not fit
     n = (g.dp * g.tp * g.pp * g.cp)[:, None]
     gpn = np.broadcast_to(np.asarray(hw.gpus_per_node), (len(pl),))
-    ok = ((n >= job.gpus_min) & (n <= room[None, :]) & (first[:, limit_of] >= 0)
-          & (g.tp[:, None] <= gpn[None, :])
-          & ((g.diloco_h[:, None] == 0) | (pl.kind == DATA)[None, :])
-          & rated(view, pl.domains, opts.dtype)[None, :])
+    ok = (
+        (n >= job.gpus_min)
+        & (n <= room[None, :])
+        & (first[:, limit_of] >= 0)
+        & (g.tp[:, None] <= gpn[None, :])
+        & ((g.diloco_h[:, None] == 0) | (pl.kind == DATA)[None, :])
+        & rated(view, pl.domains, opts.dtype)[None, :]
+    )
     c_idx, p_idx = np.nonzero(ok)
     if not len(c_idx):
         return None
@@ -166,26 +192,50 @@ def evaluate_space(job: JobSpec, view: ClusterView, weights: Weights, opts: Sear
     cand_hw, shares, mixed = take_rows(hw, p_idx), np.zeros(parts.shape), np.zeros(0, dtype=int)
     if opts.balance:
         plan_id = c_idx * len(ladder) + rung  # the grid's plan at its memory rung
-        cand_hw, shares, mixed = balanced(job, view, kind == PIPELINE, plans, plan_id, slots,
-                                          parts, cand_hw, opts)
-    est = estimate(job.arch, job.global_batch, plans, cand_hw, take_rows(pl.wan, p_idx),
-                   opts.stack, opts.calibration, seq=job.seq, measured=opts.layers,
-                   network=opts.network)
+        cand_hw, shares, mixed = balanced(
+            job, view, kind == PIPELINE, plans, plan_id, slots, parts, cand_hw, opts
+        )
+    est = estimate(
+        job.arch,
+        job.global_batch,
+        plans,
+        cand_hw,
+        take_rows(pl.wan, p_idx),
+        opts.stack,
+        opts.calibration,
+        seq=job.seq,
+        measured=opts.layers,
+        network=opts.network,
+    )
     gpus = parts * unit[:, None]
-    terms = score(job, est, unit * split.peak[back], unit * split.price[back],
-                  pl.wan_price_per_gb[p_idx], weights)
+    terms = score(
+        job,
+        est,
+        unit * split.peak[back],
+        unit * split.price[back],
+        pl.wan_price_per_gb[p_idx],
+        weights,
+    )
     keep = est.fits  # the ladder chose by memory; the estimate confirms it
     if opts.layers:  # where a profile is of the accelerator, only what it timed
         timed, profiled = coverage(opts.layers, job.arch, job.seq, plans, cand_hw)
         keep = keep & (timed | ~profiled)
     if len(mixed):  # each stage's own layers against its own accelerator's memory
-        keep[mixed] = stages_fit(job, view, kind[mixed] == PIPELINE, plans, est, slots[mixed],
-                                 shares[mixed], mixed)
+        keep[mixed] = stages_fit(
+            job, view, kind[mixed] == PIPELINE, plans, est, slots[mixed], shares[mixed], mixed
+        )
     if not keep.any():
         return None
-    return Evaluated(pl, plans.take(keep), p_idx[keep], gpus[keep], _take_est(est, keep),
-                     {k: v[keep] for k, v in terms.items()}, pl.wan_price_per_gb[p_idx[keep]],
-                     shares[keep])
+    return Evaluated(
+        pl,
+        plans.take(keep),
+        p_idx[keep],
+        gpus[keep],
+        _take_est(est, keep),
+        {k: v[keep] for k, v in terms.items()},
+        pl.wan_price_per_gb[p_idx[keep]],
+        shares[keep],
+    )
 
 
 @dataclass(frozen=True)
@@ -199,8 +249,15 @@ class _Split:
     price: np.ndarray  # $/h of them, per unit
 
 
-def _splits(pl: Placements, place: np.ndarray, unit: np.ndarray, total: np.ndarray,
-            single: np.ndarray, free: np.ndarray, view: ClusterView) -> _Split:
+def _splits(
+    pl: Placements,
+    place: np.ndarray,
+    unit: np.ndarray,
+    total: np.ndarray,
+    single: np.ndarray,
+    free: np.ndarray,
+    view: ClusterView,
+) -> _Split:
     slots = pl.domains[place]
     used = slots >= 0
     safe = np.where(used, slots, 0)
@@ -212,8 +269,12 @@ def _splits(pl: Placements, place: np.ndarray, unit: np.ndarray, total: np.ndarr
         parts[multi] = share(total[multi], caps // unit[multi, None])
     ok = (parts.sum(axis=1) == total) & (single | ((parts > 0).sum(axis=1) == used.sum(axis=1)))
     price = np.array([d.price_per_gpu_hour for d in view.domains])
-    return _Split(parts, ok, (parts * view.peak_tflops[safe] * 1e12).sum(axis=1),
-                  (parts * price[safe]).sum(axis=1))
+    return _Split(
+        parts,
+        ok,
+        (parts * view.peak_tflops[safe] * 1e12).sum(axis=1),
+        (parts * price[safe]).sum(axis=1),
+    )
 
 
 def rated(view: ClusterView, domains: np.ndarray, dtype: str) -> np.ndarray:
@@ -227,12 +288,14 @@ def rated(view: ClusterView, domains: np.ndarray, dtype: str) -> np.ndarray:
 def unrated_note(view: ClusterView, dtype: str) -> str:
     """What a plan in `dtype` leaves out, said to the user: the domains whose accelerator the
     catalog rates no such peak for, and the precisions they have."""
-    out = {d.accelerator.name: d.accelerator for d in view.domains
-           if not d.accelerator.rates(dtype)}
+    out = {
+        d.accelerator.name: d.accelerator for d in view.domains if not d.accelerator.rates(dtype)
+    }
     return "".join(
         f"; {dtype.upper()} plans leave out {name}, which has no {dtype.upper()} figure (it "
         f"has {', '.join(k for k in acc.rated_tflops if acc.rates(k))}: --dtype)"
-        for name, acc in out.items())
+        for name, acc in out.items()
+    )
 
 
 def _take_est(est, keep):
@@ -240,10 +303,15 @@ def _take_est(est, keep):
         return {k: v[keep] for k, v in parts.items()}
 
     return replace(
-        est, step_time_s=est.step_time_s[keep], breakdown_s=pick(est.breakdown_s),
-        overlapped_s=pick(est.overlapped_s), memory_gib=est.memory_gib[keep],
-        memory_parts_gib=pick(est.memory_parts_gib), fits=est.fits[keep],
-        hardware_flops=est.hardware_flops[keep], cross_domain_bytes=est.cross_domain_bytes[keep],
+        est,
+        step_time_s=est.step_time_s[keep],
+        breakdown_s=pick(est.breakdown_s),
+        overlapped_s=pick(est.overlapped_s),
+        memory_gib=est.memory_gib[keep],
+        memory_parts_gib=pick(est.memory_parts_gib),
+        fits=est.fits[keep],
+        hardware_flops=est.hardware_flops[keep],
+        cross_domain_bytes=est.cross_domain_bytes[keep],
     )
 
 
@@ -266,8 +334,9 @@ def distinct(ev: Evaluated, order: np.ndarray, k: int) -> list[int]:
     return out
 
 
-def _estimate_at(est: StepEstimate, i: int, wan_price_per_gb: float,
-                 objective: Objective | None = None) -> Estimate:
+def _estimate_at(
+    est: StepEstimate, i: int, wan_price_per_gb: float, objective: Objective | None = None
+) -> Estimate:
     """Row i of a batch estimate."""
     return Estimate(
         step_time_s=float(est.step_time_s[i]),
@@ -275,37 +344,64 @@ def _estimate_at(est: StepEstimate, i: int, wan_price_per_gb: float,
         overlapped_s={k: float(v[i]) for k, v in est.overlapped_s.items()},
         memory_gib_per_gpu=float(est.memory_gib[i]),
         cross_domain_bytes_per_step=float(est.cross_domain_bytes[i]),
-        wan_price_per_gb=float(wan_price_per_gb), tokens_per_step=float(est.tokens),
-        objective=objective)
+        wan_price_per_gb=float(wan_price_per_gb),
+        tokens_per_step=float(est.tokens),
+        objective=objective,
+    )
 
 
-def placement_at(ev: Evaluated, i: int, view: ClusterView, job: JobSpec, explanation: str = "",
-                 decision_ms: float = 0.0) -> Placement:
+def placement_at(
+    ev: Evaluated,
+    i: int,
+    view: ClusterView,
+    job: JobSpec,
+    explanation: str = "",
+    decision_ms: float = 0.0,
+) -> Placement:
     """Candidate i as a placement with its estimate: its domains in slot order (stage order for
     a pipeline), those it takes nothing in left out."""
     slots = ev.placements.domains[ev.place[i]]
     kind = str(ev.placements.kind[ev.place[i]])
-    members = [(int(s), int(ev.gpus[i, j]), int(ev.shares[i, j])) for j, s in enumerate(slots)
-               if s >= 0 and ev.gpus[i, j] > 0]
+    members = [
+        (int(s), int(ev.gpus[i, j]), int(ev.shares[i, j]))
+        for j, s in enumerate(slots)
+        if s >= 0 and ev.gpus[i, j] > 0
+    ]
     objective = Objective(**{k: float(v[i]) for k, v in ev.terms.items()})
     split = tuple(x for *_, x in members)
     return Placement(
-        job.name, kind, tuple(d for d, *_ in members), tuple(g for _, g, _ in members),
-        ev.plans.plan(i), tuple(view.domains[d].name for d, *_ in members),
+        job.name,
+        kind,
+        tuple(d for d, *_ in members),
+        tuple(g for _, g, _ in members),
+        ev.plans.plan(i),
+        tuple(view.domains[d].name for d, *_ in members),
         _estimate_at(ev.est, i, ev.wan_price_per_gb[i], objective),
-        explanation=explanation, decision_ms=decision_ms,
-        split=split if any(split) else ())
+        explanation=explanation,
+        decision_ms=decision_ms,
+        split=split if any(split) else (),
+    )
 
 
-def estimate_placement(p: Placement, job: JobSpec, view: ClusterView,
-                       opts: SearchOptions = DEFAULT_OPTIONS) -> Estimate:
+def estimate_placement(
+    p: Placement, job: JobSpec, view: ClusterView, opts: SearchOptions = DEFAULT_OPTIONS
+) -> Estimate:
     """A placement's estimate under the view's links now (the search's, for a placement it did
     not make, or after the links changed), with the software stack and constants of `opts`."""
     doms = np.array([list(p.domains)])
     pl = describe_placements(view, np.array([p.kind], dtype=object), doms)
-    est = estimate(job.arch, job.global_batch, PlanBatch.of([p.plan]), pl.hardware, pl.wan,
-                   opts.stack, opts.calibration, seq=job.seq, measured=opts.layers,
-                   network=opts.network)
+    est = estimate(
+        job.arch,
+        job.global_batch,
+        PlanBatch.of([p.plan]),
+        pl.hardware,
+        pl.wan,
+        opts.stack,
+        opts.calibration,
+        seq=job.seq,
+        measured=opts.layers,
+        network=opts.network,
+    )
     return _estimate_at(est, 0, pl.wan_price_per_gb[0])
 
 
@@ -321,12 +417,18 @@ def describe(c: Placement) -> str:
     extra = f", DiLoCo sync every {p.diloco_h} steps" if p.diloco_h else ""
     if c.split:  # by speed: more layers a stage, or micro-batches a replica, on faster domains
         unit = "layers a stage" if c.kind == PIPELINE else "micro-batches a replica"
-        where += " (" + ", ".join(f"{n} {x}" for n, x in zip(c.names, c.split, strict=True)) \
+        where += (
+            " ("
+            + ", ".join(f"{n} {x}" for n, x in zip(c.names, c.split, strict=True))
             + f" {unit}, in proportion to speed)"
-    return (f"{where}: TP {p.tp} × PP {p.pp} × DP {p.dp}" + (f" × CP {p.cp}" if p.cp > 1 else "")
-            + f" on {p.gpus} GPUs, micro-batch {p.micro_batch}"
-            + (f", {p.vp} virtual stages" if p.vp > 1 else "")
-            + f", ZeRO-{p.zero}, recompute {p.recompute}{extra}")
+        )
+    return (
+        f"{where}: TP {p.tp} × PP {p.pp} × DP {p.dp}"
+        + (f" × CP {p.cp}" if p.cp > 1 else "")
+        + f" on {p.gpus} GPUs, micro-batch {p.micro_batch}"
+        + (f", {p.vp} virtual stages" if p.vp > 1 else "")
+        + f", ZeRO-{p.zero}, recompute {p.recompute}{extra}"
+    )
 
 
 def explain(job: JobSpec, best: Placement, runner: Placement | None, weights: Weights) -> dict:
@@ -339,21 +441,29 @@ def explain(job: JobSpec, best: Placement, runner: Placement | None, weights: We
         hops = "; ".join(f"{a}→{b}" for a, b in itertools.pairwise(names))
         facts.append(
             f"data-parallel gradients are reduced inside each domain; the WAN is crossed only "
-            f"at pipeline boundaries ({hops}), {wan_gb:.2f} GB per step")
+            f"at pipeline boundaries ({hops}), {wan_gb:.2f} GB per step"
+        )
     elif p.diloco_h:
-        facts.append(f"replicas in {', '.join(names)} reduce gradients inside their "
-                     f"domain every step and synchronise over the WAN with DiLoCo every "
-                     f"{p.diloco_h} steps ({wan_gb:.2f} GB per step)")
+        facts.append(
+            f"replicas in {', '.join(names)} reduce gradients inside their "
+            f"domain every step and synchronise over the WAN with DiLoCo every "
+            f"{p.diloco_h} steps ({wan_gb:.2f} GB per step)"
+        )
     else:
-        facts.append(f"data-parallel gradients are all-reduced across "
-                     f"{', '.join(names)} over the WAN every step "
-                     f"({wan_gb:.2f} GB per step)")
+        facts.append(
+            f"data-parallel gradients are all-reduced across "
+            f"{', '.join(names)} over the WAN every step "
+            f"({wan_gb:.2f} GB per step)"
+        )
     out = {"summary": f"{job.name}: {describe(best)}; " + "; ".join(facts) + ".", "terms": {}}
     if runner is None:
         out["summary"] += " It is the only feasible shape."
         return out
-    w = {"efficiency": weights.efficiency, "utilization": weights.utilization,
-         "cost": -weights.cost}
+    w = {
+        "efficiency": weights.efficiency,
+        "utilization": weights.utilization,
+        "cost": -weights.cost,
+    }
     for term, weight in w.items():
         a, b = getattr(best.objective, term), getattr(runner.objective, term)
         out["terms"][term] = {"chosen": a, "runner_up": b, "weighted_delta": weight * (a - b)}
@@ -362,6 +472,8 @@ def explain(job: JobSpec, best: Placement, runner: Placement | None, weights: We
     lead = max(out["terms"], key=lambda k: out["terms"][k].get("weighted_delta", -np.inf))
     gain = best.objective.objective - runner.objective.objective
     out["runner_up"] = describe(runner)
-    out["summary"] += (f" It beats the runner-up ({describe(runner)}) by {gain:.3f} in R, "
-                       f"mostly on {lead} (step {step:.2f} s vs {runner_step:.2f} s).")
+    out["summary"] += (
+        f" It beats the runner-up ({describe(runner)}) by {gain:.3f} in R, "
+        f"mostly on {lead} (step {step:.2f} s vs {runner_step:.2f} s)."
+    )
     return out

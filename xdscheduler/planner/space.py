@@ -92,14 +92,20 @@ class Placements:
         return len(self.kind)
 
     def take(self, idx: np.ndarray) -> Placements:
-        return Placements(self.kind[idx], self.domains[idx], take_rows(self.hardware, idx),
-                          take_rows(self.wan, idx), self.wan_price_per_gb[idx])
+        return Placements(
+            self.kind[idx],
+            self.domains[idx],
+            take_rows(self.hardware, idx),
+            take_rows(self.wan, idx),
+            self.wan_price_per_gb[idx],
+        )
 
 
 def take_rows(arrays, idx: np.ndarray):
     """The same dataclass of per-placement arrays, rows `idx` (scalars stay as they are)."""
-    return type(arrays)(**{k: np.asarray(v)[idx] if np.ndim(v) else v
-                           for k, v in arrays.__dict__.items()})
+    return type(arrays)(
+        **{k: np.asarray(v)[idx] if np.ndim(v) else v for k, v in arrays.__dict__.items()}
+    )
 
 
 def even_grid(opts: SearchOptions) -> SearchOptions:
@@ -122,8 +128,9 @@ def _degrees(n: int, limit: int, uneven: bool) -> list[int]:
     return sorted({-(-n // k) for k in range(1, n + 1)} & set(range(1, min(n, limit) + 1)))
 
 
-def placements(view: ClusterView, opts: SearchOptions, gpus_min: int,
-               gpus_max: int | None = None) -> Placements:
+def placements(
+    view: ClusterView, opts: SearchOptions, gpus_min: int, gpus_max: int | None = None
+) -> Placements:
     """Every single-domain placement, and multi-domain ones (see the module's docstring) that
     hold at least `gpus_min` and need every member to reach `gpus_max`: a domain more only adds
     WAN hops to a job that cannot use its accelerators."""
@@ -132,8 +139,15 @@ def placements(view: ClusterView, opts: SearchOptions, gpus_min: int,
     # one of each kind (the first), so 64 domains of 8 types search like 8.
     alike, speed = {}, view.speed
     for i, d in enumerate(view.domains):
-        key = (d.accelerator.name, free[i], d.scaleup_gbs, d.scaleout_gbps, d.price_per_gpu_hour,
-               speed[i], d.node_gpus)
+        key = (
+            d.accelerator.name,
+            free[i],
+            d.scaleup_gbs,
+            d.scaleout_gbps,
+            d.price_per_gpu_hour,
+            speed[i],
+            d.node_gpus,
+        )
         alike.setdefault(key, i)
     singles = [(SINGLE, (i,)) for i in sorted(alike.values()) if free[i] > 0]
     singles = singles if SINGLE in opts.kinds else []
@@ -149,11 +163,16 @@ def placements(view: ClusterView, opts: SearchOptions, gpus_min: int,
     chains = list(dict.fromkeys(chains + [min(g, g[::-1]) for g in grown]))
     combos = []
     if DATA in opts.kinds:
-        combos += [(DATA, m) for m in sets
-                   if free[list(m)].sum() >= gpus_min and _connected(view, m)]
+        combos += [
+            (DATA, m) for m in sets if free[list(m)].sum() >= gpus_min and _connected(view, m)
+        ]
     if PIPELINE in opts.kinds:
-        combos += [(PIPELINE, c) for c in chains if free[list(c)].sum() >= gpus_min
-                   and all(view.bandwidth_gbps[a, b] > 0 for a, b in itertools.pairwise(c))]
+        combos += [
+            (PIPELINE, c)
+            for c in chains
+            if free[list(c)].sum() >= gpus_min
+            and all(view.bandwidth_gbps[a, b] > 0 for a, b in itertools.pairwise(c))
+        ]
     rows = singles + combos
     width = max((len(m) for _, m in rows), default=1)
     doms = np.full((len(rows), width), -1)
@@ -162,8 +181,9 @@ def placements(view: ClusterView, opts: SearchOptions, gpus_min: int,
     return describe_placements(view, np.array([kind for kind, _ in rows], dtype=object), doms)
 
 
-def _grown(view: ClusterView, free: np.ndarray, seed: int, limit: int,
-           gpus_max: int | None) -> list[tuple[int, ...]]:
+def _grown(
+    view: ClusterView, free: np.ndarray, seed: int, limit: int, gpus_max: int | None
+) -> list[tuple[int, ...]]:
     """The chains of 2 to `limit` domains grown from `seed`, each adding the free domain with
     the widest link (both ways) to the last one taken, until they hold `gpus_max`."""
     bw = np.minimum(view.bandwidth_gbps, view.bandwidth_gbps.T)
@@ -182,8 +202,10 @@ def _grown(view: ClusterView, free: np.ndarray, seed: int, limit: int,
 
 
 def _connected(view: ClusterView, members) -> bool:
-    return all(view.bandwidth_gbps[a, b] > 0 and view.bandwidth_gbps[b, a] > 0
-               for a, b in itertools.combinations(members, 2))
+    return all(
+        view.bandwidth_gbps[a, b] > 0 and view.bandwidth_gbps[b, a] > 0
+        for a, b in itertools.combinations(members, 2)
+    )
 
 
 def _chains(members: tuple[int, ...]) -> list[tuple[int, ...]]:
@@ -195,11 +217,13 @@ def domain_speeds(view: ClusterView) -> dict[str, np.ndarray]:
     """Per domain, the Hardware fields a faster accelerator does faster, at the view's speed
     factors: the peaks (0 where the catalog rates none) and memory bandwidth."""
     accs = [d.accelerator for d in view.domains]
-    rated = {"peak_tflops": [a.half_tflops for a in accs],
-             "peak_fp8_tflops": [a.fp8_tflops or 0.0 for a in accs],
-             "peak_tf32_tflops": [a.tf32_tflops or 0.0 for a in accs],
-             "peak_fp32_tflops": [a.fp32_tflops or 0.0 for a in accs],
-             "memory_gbs": [a.memory_gbs for a in accs]}
+    rated = {
+        "peak_tflops": [a.half_tflops for a in accs],
+        "peak_fp8_tflops": [a.fp8_tflops or 0.0 for a in accs],
+        "peak_tf32_tflops": [a.tf32_tflops or 0.0 for a in accs],
+        "peak_fp32_tflops": [a.fp32_tflops or 0.0 for a in accs],
+        "memory_gbs": [a.memory_gbs for a in accs],
+    }
     return {k: np.asarray(v, dtype=float) * view.speed for k, v in rated.items()}
 
 
@@ -239,8 +263,9 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
     pair_price = np.zeros(len(kind))
     # Links rated per node pair: a placement counts them so only where all its links are,
     # its narrowest link then standing for each of its node pairs.
-    per_node = (view.per_node_pair if view.per_node_pair is not None
-                else np.zeros(bw.shape, dtype=bool))
+    per_node = (
+        view.per_node_pair if view.per_node_pair is not None else np.zeros(bw.shape, dtype=bool)
+    )
     flow = view.flow_gbps if view.flow_gbps is not None else np.full(bw.shape, np.inf)
     pair_flow = np.full(len(kind), np.inf)
     pp_per_node = np.where(hop, per_node[a, b], True).all(axis=1)
@@ -263,8 +288,9 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
         dp_rtt_s=np.where(is_dp, pair_rtt, 0.0),
         pp_per_node=(is_pp & pp_per_node).astype(float),
         dp_per_node=(is_dp & dp_per_node).astype(float),
-        pp_flow_gbps=np.where(is_pp, np.where(hop, flow[a, b], np.inf).min(axis=1, initial=np.inf),
-                              np.inf),
+        pp_flow_gbps=np.where(
+            is_pp, np.where(hop, flow[a, b], np.inf).min(axis=1, initial=np.inf), np.inf
+        ),
         dp_flow_gbps=np.where(is_dp, pair_flow, np.inf),
     )
     hop_price = np.where(hop, price[a, b], 0.0).sum(axis=1) / np.maximum(n_dom - 1, 1)
@@ -281,14 +307,26 @@ class ParallelGrid:
 
 
 @functools.lru_cache(maxsize=256)  # every decision for a job asks again; read-only arrays
-def parallel_grid(arch: ModelArch, global_batch: int, seq: int, gpus_max: int,
-                  opts: SearchOptions) -> ParallelGrid:
+def parallel_grid(
+    arch: ModelArch, global_batch: int, seq: int, gpus_max: int, opts: SearchOptions
+) -> ParallelGrid:
     tp = [t for t in opts.tensor if arch.heads % t == 0 and arch.kv_heads % t == 0]
     pp = _degrees(arch.layers, opts.max_pipeline, opts.uneven)
     cp = [c for c in opts.context if seq % (2 * c) == 0] if seq >= 8192 else [1]
-    grid = np.array(list(itertools.product(
-        tp, pp, cp, opts.virtual, opts.micro_batch,
-        _degrees(global_batch, gpus_max, opts.uneven), opts.diloco_h)), dtype=np.int64)
+    grid = np.array(
+        list(
+            itertools.product(
+                tp,
+                pp,
+                cp,
+                opts.virtual,
+                opts.micro_batch,
+                _degrees(global_batch, gpus_max, opts.uneven),
+                opts.diloco_h,
+            )
+        ),
+        dtype=np.int64,
+    )
     t, p, c, v, mb, d, h = grid.T
     share = -(-global_batch // d)  # samples of the busiest replica
     fits = (share % mb == 0) if opts.uneven else (global_batch % (d * mb) == 0)
@@ -299,14 +337,34 @@ def parallel_grid(arch: ModelArch, global_batch: int, seq: int, gpus_max: int,
     ok &= (v == 1) | ((p > 1) & (heaviest % v == 0) & (micro % p == 0))
     t, p, c, v, mb, d, h = (x[ok] for x in (t, p, c, v, mb, d, h))
     one = np.ones_like(t)
-    plans = PlanBatch(dp=d, tp=t, pp=p, cp=c, vp=v, micro_batch=mb, zero=one,
-                      recompute=0 * one, precision=np.full(t.shape, DTYPES.index(opts.dtype)),
-                      diloco_h=h)
-    mem = np.stack([
-        sum(memory_gib(arch, global_batch, _with(plans, zero=z, recompute=r), opts.stack,
-                       seq, opts.layers).values())
-        for z, r in memory_ladder(opts.stack)
-    ], axis=1)
+    plans = PlanBatch(
+        dp=d,
+        tp=t,
+        pp=p,
+        cp=c,
+        vp=v,
+        micro_batch=mb,
+        zero=one,
+        recompute=0 * one,
+        precision=np.full(t.shape, DTYPES.index(opts.dtype)),
+        diloco_h=h,
+    )
+    mem = np.stack(
+        [
+            sum(
+                memory_gib(
+                    arch,
+                    global_batch,
+                    _with(plans, zero=z, recompute=r),
+                    opts.stack,
+                    seq,
+                    opts.layers,
+                ).values()
+            )
+            for z, r in memory_ladder(opts.stack)
+        ],
+        axis=1,
+    )
     for a in (*plans.__dict__.values(), mem):
         a.flags.writeable = False  # shared by every caller through the cache
     return ParallelGrid(plans, mem)

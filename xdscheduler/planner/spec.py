@@ -33,8 +33,17 @@ class JobSpec:
     @classmethod
     def of(cls, job) -> JobSpec:
         arch = job.arch
-        return cls(job.name, arch, job.global_batch, arch.seq_len, job.gpus.min, job.gpus.max,
-                   float(job.tokens), float(job.arrival_s), job.priority)
+        return cls(
+            job.name,
+            arch,
+            job.global_batch,
+            arch.seq_len,
+            job.gpus.min,
+            job.gpus.max,
+            float(job.tokens),
+            float(job.arrival_s),
+            job.priority,
+        )
 
     @cached_property
     def flops_per_token(self) -> float:

@@ -82,13 +82,19 @@ class ClusterView:
         domains = []
         for d in scn.domains:
             acc = d.accelerator
-            domains.append(DomainView(
-                name=d.name, accelerator=acc, free_gpus=free_gpus.get(d.name, d.gpus),
-                scaleup_gbs=(d.intra_node_gbps / 8 if d.intra_node_gbps else acc.scaleup_gbs),
-                scaleout_gbps=d.intra_domain_gbps, price_per_gpu_hour=d.price_per_gpu_hour,
-                total_gpus=d.gpus, gpus_per_node=d.gpus_per_node,
-                flow_gbps=d.flow_gbps or np.inf,
-            ))
+            domains.append(
+                DomainView(
+                    name=d.name,
+                    accelerator=acc,
+                    free_gpus=free_gpus.get(d.name, d.gpus),
+                    scaleup_gbs=(d.intra_node_gbps / 8 if d.intra_node_gbps else acc.scaleup_gbs),
+                    scaleout_gbps=d.intra_domain_gbps,
+                    price_per_gpu_hour=d.price_per_gpu_hour,
+                    total_gpus=d.gpus,
+                    gpus_per_node=d.gpus_per_node,
+                    flow_gbps=d.flow_gbps or np.inf,
+                )
+            )
         k = len(domains)
         index = {d.name: i for i, d in enumerate(domains)}
         bw, rtt, price = np.zeros((k, k)), np.zeros((k, k)), np.zeros((k, k))
@@ -102,17 +108,33 @@ class ClusterView:
             price[i, j] = price[j, i] = link.price_per_gb
             per_node[i, j] = per_node[j, i] = link.per_node_pair
             flow[i, j] = flow[j, i] = link.flow_gbps or np.inf
-        return cls(tuple(domains), bw, rtt, price, bw.copy(), rtt.copy(),
-                   per_node_pair=per_node if per_node.any() else None,
-                   flow_gbps=flow if np.isfinite(flow).any() else None)
+        return cls(
+            tuple(domains),
+            bw,
+            rtt,
+            price,
+            bw.copy(),
+            rtt.copy(),
+            per_node_pair=per_node if per_node.any() else None,
+            flow_gbps=flow if np.isfinite(flow).any() else None,
+        )
 
-    def with_free(self, free_gpus: dict[str, int], reserved: dict[str, int] | None = None,
-                  pooled: dict[str, int] | None = None) -> ClusterView:
+    def with_free(
+        self,
+        free_gpus: dict[str, int],
+        reserved: dict[str, int] | None = None,
+        pooled: dict[str, int] | None = None,
+    ) -> ClusterView:
         reserved, pooled = reserved or {}, pooled or {}
-        domains = tuple(replace(d, free_gpus=free_gpus.get(d.name, d.free_gpus),
-                                reserved_gpus=reserved.get(d.name, d.reserved_gpus),
-                                pooled_gpus=pooled.get(d.name, d.pooled_gpus))
-                        for d in self.domains)
+        domains = tuple(
+            replace(
+                d,
+                free_gpus=free_gpus.get(d.name, d.free_gpus),
+                reserved_gpus=reserved.get(d.name, d.reserved_gpus),
+                pooled_gpus=pooled.get(d.name, d.pooled_gpus),
+            )
+            for d in self.domains
+        )
         return replace(self, domains=domains)
 
     def with_reclaimable(self, held: dict[int, int]) -> ClusterView:
@@ -120,30 +142,40 @@ class ClusterView:
         held: this view, whose domains hold none)."""
         if not held and not any(d.reclaimable_gpus for d in self.domains):
             return self
-        domains = tuple(replace(d, reclaimable_gpus=held.get(i, 0))
-                        for i, d in enumerate(self.domains))
+        domains = tuple(
+            replace(d, reclaimable_gpus=held.get(i, 0)) for i, d in enumerate(self.domains)
+        )
         return replace(self, domains=domains)
 
     def reclaiming(self) -> ClusterView:
         """What a placement that may preempt sees: what preemptible placements hold, free."""
         if not any(d.reclaimable_gpus for d in self.domains):
             return self
-        domains = tuple(replace(d, free_gpus=max(d.free_gpus, 0) + d.reclaimable_gpus,
-                                reclaimable_gpus=0) if d.up else d for d in self.domains)
+        domains = tuple(
+            replace(d, free_gpus=max(d.free_gpus, 0) + d.reclaimable_gpus, reclaimable_gpus=0)
+            if d.up
+            else d
+            for d in self.domains
+        )
         return replace(self, domains=domains)
 
     def adjust_free(self, delta: dict[int, int]) -> ClusterView:
         """Free accelerators changed by `delta` (domain index -> +given back / -taken)."""
-        domains = tuple(replace(d, free_gpus=d.free_gpus + delta.get(i, 0))
-                        for i, d in enumerate(self.domains))
+        domains = tuple(
+            replace(d, free_gpus=d.free_gpus + delta.get(i, 0)) for i, d in enumerate(self.domains)
+        )
         return replace(self, domains=domains)
 
     def with_links(self, bandwidth_gbps: np.ndarray, rtt_ms: np.ndarray) -> ClusterView:
-        return replace(self, bandwidth_gbps=np.asarray(bandwidth_gbps, dtype=float),
-                       rtt_ms=np.asarray(rtt_ms, dtype=float))
+        return replace(
+            self,
+            bandwidth_gbps=np.asarray(bandwidth_gbps, dtype=float),
+            rtt_ms=np.asarray(rtt_ms, dtype=float),
+        )
 
-    def with_factors(self, speed: np.ndarray | None = None,
-                     goodput: np.ndarray | None = None) -> ClusterView:
+    def with_factors(
+        self, speed: np.ndarray | None = None, goodput: np.ndarray | None = None
+    ) -> ClusterView:
         """The view with these speed and goodput factors (None: the model's own)."""
         return replace(self, speed_factor=speed, goodput_factor=goodput)
 
@@ -170,25 +202,37 @@ class ClusterView:
         bw = self.bandwidth_gbps.copy()
         bw[idx, :] = 0.0
         bw[:, idx] = 0.0
-        domains = tuple(replace(d, free_gpus=0, up=False) if d.name in down else d
-                        for d in self.domains)
+        domains = tuple(
+            replace(d, free_gpus=0, up=False) if d.name in down else d for d in self.domains
+        )
         return replace(self, domains=domains, bandwidth_gbps=bw)
 
     @property
     def leased(self) -> tuple[np.ndarray, np.ndarray]:
         """Bandwidth and RTT of the links as leased (as now where that is not known)."""
-        bw = self.base_bandwidth_gbps if self.base_bandwidth_gbps is not None else (
-            self.bandwidth_gbps)
+        bw = (
+            self.base_bandwidth_gbps
+            if self.base_bandwidth_gbps is not None
+            else (self.bandwidth_gbps)
+        )
         return bw, self.base_rtt_ms if self.base_rtt_ms is not None else self.rtt_ms
 
     def empty(self) -> ClusterView:
         """The same domains and links as leased, every accelerator free and every domain up, at
         the model's speeds (the yardstick of every job's efficiency stays the same)."""
         bw, rtt = self.leased
-        domains = tuple(replace(d, free_gpus=d.total_gpus, reserved_gpus=0, up=True)
-                        for d in self.domains)
-        return replace(self, domains=domains, bandwidth_gbps=bw, rtt_ms=rtt, indicators=None,
-                       speed_factor=None, goodput_factor=None)
+        domains = tuple(
+            replace(d, free_gpus=d.total_gpus, reserved_gpus=0, up=True) for d in self.domains
+        )
+        return replace(
+            self,
+            domains=domains,
+            bandwidth_gbps=bw,
+            rtt_ms=rtt,
+            indicators=None,
+            speed_factor=None,
+            goodput_factor=None,
+        )
 
     @cached_property
     def peak_tflops(self) -> np.ndarray:
@@ -199,7 +243,8 @@ class ClusterView:
     def mean_gpu_price(self) -> float:
         """$ per accelerator-hour over the whole cluster, each domain weighted by its size."""
         return sum(d.price_per_gpu_hour * d.total_gpus for d in self.domains) / sum(
-            d.total_gpus for d in self.domains)
+            d.total_gpus for d in self.domains
+        )
 
     @property
     def names(self) -> list[str]:

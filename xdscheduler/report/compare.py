@@ -110,8 +110,9 @@ def mean_ci(values) -> Estimate:
 def _complete(cells: pd.DataFrame) -> pd.DataFrame:
     """The cells with every figure and key: one the studies did not give (cells saved by an
     older version) is NaN, shown as "–"; a cell of the workload as drawn has no giant share."""
-    return cells.assign(**{name: np.nan for name in [*ALL_FIGURES, "giant_share"]
-                           if name not in cells})
+    return cells.assign(
+        **{name: np.nan for name in [*ALL_FIGURES, "giant_share"] if name not in cells}
+    )
 
 
 def summary(cells: pd.DataFrame) -> pd.DataFrame:
@@ -121,8 +122,15 @@ def summary(cells: pd.DataFrame) -> pd.DataFrame:
     for key, group in cells.groupby(KEYS, sort=False, dropna=False):
         for name in ALL_FIGURES:
             est = mean_ci(group[name].astype(float))
-            rows.append(dict(zip(KEYS, key, strict=True), figure=name, mean=est.mean,
-                             half_width=est.half_width, n=est.n))
+            rows.append(
+                dict(
+                    zip(KEYS, key, strict=True),
+                    figure=name,
+                    mean=est.mean,
+                    half_width=est.half_width,
+                    n=est.n,
+                )
+            )
     return pd.DataFrame(rows)
 
 
@@ -138,8 +146,10 @@ def change_kinds(cells: pd.DataFrame, baseline: str) -> dict[str, str]:
     """Per figure: relative where the baseline is never 0 in any cell that has the figure (a
     cell without giants has no giants' JCT), else the plain difference, down a whole column."""
     base = cells[cells["policy"] == baseline]
-    return {name: "relative" if (base[name].astype(float).dropna() != 0).all()
-            else "difference" for name in ALL_FIGURES}
+    return {
+        name: "relative" if (base[name].astype(float).dropna() != 0).all() else "difference"
+        for name in ALL_FIGURES
+    }
 
 
 def paired(cells: pd.DataFrame, baseline: str) -> pd.DataFrame:
@@ -154,12 +164,23 @@ def paired(cells: pd.DataFrame, baseline: str) -> pd.DataFrame:
             mine = group.set_index("seed")
             for name, kind in kinds.items():
                 est = paired_change(mine[name], base[name], kind)
-                rows.append({"scenario": scenario, "giant_share": share, "load": load,
-                             "policy": policy, "figure": name, "kind": kind, "mean": est.mean,
-                             "half_width": est.half_width, "n": est.n,
-                             "significant": est.significant})
-    return pd.DataFrame(rows, columns=[*KEYS, "figure", "kind", "mean", "half_width", "n",
-                                       "significant"])
+                rows.append(
+                    {
+                        "scenario": scenario,
+                        "giant_share": share,
+                        "load": load,
+                        "policy": policy,
+                        "figure": name,
+                        "kind": kind,
+                        "mean": est.mean,
+                        "half_width": est.half_width,
+                        "n": est.n,
+                        "significant": est.significant,
+                    }
+                )
+    return pd.DataFrame(
+        rows, columns=[*KEYS, "figure", "kind", "mean", "half_width", "n", "significant"]
+    )
 
 
 def single_domain_leaders(cells: pd.DataFrame, table: pd.DataFrame) -> pd.Series:
@@ -179,8 +200,7 @@ def best_crossing(cells: pd.DataFrame, changes: pd.DataFrame) -> str | None:
     return None if r.empty else str(r.groupby("policy", sort=False)["mean"].mean().idxmax())
 
 
-def headline(cells: pd.DataFrame, table: pd.DataFrame, changes: pd.DataFrame,
-             baseline: str) -> str:
+def headline(cells: pd.DataFrame, table: pd.DataFrame, changes: pd.DataFrame, baseline: str) -> str:
     """Sentences: which policy won against the baseline on R (work), where, and by how much;
     then what the best policy across domains did to the giants and to the jobs that fit, or,
     where the grid fixes the giants' share, its change in mean JCT along that share."""
@@ -194,12 +214,14 @@ def headline(cells: pd.DataFrame, table: pd.DataFrame, changes: pd.DataFrame,
     jct = changes[(changes["policy"] == best) & (changes["figure"] == "mean_jct_s")]
     wins = int((mine["significant"] & (mine["mean"] > 0)).sum())
     losses = int((mine["significant"] & (mine["mean"] < 0)).sum())
-    text = (f"**{best}**, the best of the others by mean change in R (work), "
-            f"{_verdict(wins, losses)} **{baseline}** ({_leader_note(cells, table, baseline)}):"
-            f" R (work) significantly higher at {wins} and lower at {losses} of {len(mine)} "
-            f"{_points(changes)} ({seeds} seeds each, 95% CIs); R (work) {_span(mine)}, mean "
-            f"JCT {_span(jct)}; the largest R (work) change at {_where(top)}: "
-            f"{_change(top, FIGURES['objective_work'])}.")
+    text = (
+        f"**{best}**, the best of the others by mean change in R (work), "
+        f"{_verdict(wins, losses)} **{baseline}** ({_leader_note(cells, table, baseline)}):"
+        f" R (work) significantly higher at {wins} and lower at {losses} of {len(mine)} "
+        f"{_points(changes)} ({seeds} seeds each, 95% CIs); R (work) {_span(mine)}, mean "
+        f"JCT {_span(jct)}; the largest R (work) change at {_where(top)}: "
+        f"{_change(top, FIGURES['objective_work'])}."
+    )
     crossing = best_crossing(cells, changes)
     if crossing is None:
         return text
@@ -213,8 +235,11 @@ def headline(cells: pd.DataFrame, table: pd.DataFrame, changes: pd.DataFrame,
 
 
 def _points(changes: pd.DataFrame) -> str:
-    return ("scenario × load points" if changes["giant_share"].isna().all()
-            else "scenario × giant share × load points")
+    return (
+        "scenario × load points"
+        if changes["giant_share"].isna().all()
+        else "scenario × giant share × load points"
+    )
 
 
 def _where(row) -> str:
@@ -222,21 +247,30 @@ def _where(row) -> str:
     return f"{row['scenario']}, {share}load {float(row['load'])}"
 
 
-def _classes_sentence(cells: pd.DataFrame, changes: pd.DataFrame, policy: str,
-                      baseline: str) -> str:
+def _classes_sentence(
+    cells: pd.DataFrame, changes: pd.DataFrame, policy: str, baseline: str
+) -> str:
     """Per scenario: the giants' count and share, and the change in mean JCT of the giants and
     of the jobs that fit, at each load."""
     parts = []
     for scenario, rows in changes.groupby("scenario", sort=False):
-        mine = cells[(cells["scenario"] == scenario) & cells["giant_share"].isna()
-                     & (cells["policy"] == policy)]
-        head = (f"on {scenario} its {mine['giant_jobs'].mean():.1f} giants a study "
-                f"({mine['giant_gpu_time_share'].mean():.0%} of the offered GPU-time)")
+        mine = cells[
+            (cells["scenario"] == scenario)
+            & cells["giant_share"].isna()
+            & (cells["policy"] == policy)
+        ]
+        head = (
+            f"on {scenario} its {mine['giant_jobs'].mean():.1f} giants a study "
+            f"({mine['giant_gpu_time_share'].mean():.0%} of the offered GPU-time)"
+        )
         giants = _by_load(rows[rows["figure"] == "giant_mean_jct_s"])
         fits = _by_load(rows[rows["figure"] == "fit_mean_jct_s"])
         parts.append(f"{head}: {giants}; the jobs that fit: {fits}")
-    return (f"Where crossing pays: {policy}'s change in mean JCT against {baseline}, by load: "
-            + "; ".join(parts) + ".")
+    return (
+        f"Where crossing pays: {policy}'s change in mean JCT against {baseline}, by load: "
+        + "; ".join(parts)
+        + "."
+    )
 
 
 def _curve_sentence(changes: pd.DataFrame, policy: str, baseline: str) -> str:
@@ -248,20 +282,26 @@ def _curve_sentence(changes: pd.DataFrame, policy: str, baseline: str) -> str:
         said = []
         for share, at in jct.groupby("giant_share"):
             sig = int(at["significant"].sum())
-            verdict = (": crossing ties" if share == 0 and not sig else "")
-            said.append(f"with {share:.0%} of the offered GPU-time in giants {_span(at)} "
-                        f"(significant at {sig} of {len(at)} loads{verdict})")
+            verdict = ": crossing ties" if share == 0 and not sig else ""
+            said.append(
+                f"with {share:.0%} of the offered GPU-time in giants {_span(at)} "
+                f"(significant at {sig} of {len(at)} loads{verdict})"
+            )
         parts.append(f"on {scenario}, " + ", ".join(said))
-    return (f"As a curve, {policy}'s change in mean JCT of all jobs against {baseline}: "
-            + "; ".join(parts) + ".")
+    return (
+        f"As a curve, {policy}'s change in mean JCT of all jobs against {baseline}: "
+        + "; ".join(parts)
+        + "."
+    )
 
 
 def _by_load(rows: pd.DataFrame) -> str:
     """Paired changes at each load: '0.6: −31.0% ± 6.1%*, 0.8: ...'."""
     if rows.empty or rows["mean"].isna().all():
         return "none"
-    return ", ".join(f"{float(r['load'])}: {_change(r, ALL_FIGURES[r['figure']])}"
-                     for _, r in rows.iterrows())
+    return ", ".join(
+        f"{float(r['load'])}: {_change(r, ALL_FIGURES[r['figure']])}" for _, r in rows.iterrows()
+    )
 
 
 def _verdict(wins: int, losses: int) -> str:
@@ -281,8 +321,10 @@ def _leader_note(cells: pd.DataFrame, table: pd.DataFrame, baseline: str) -> str
     if others.empty:
         return "the strongest single-domain policy by R (work) at every point"
     where = ", ".join(f"{p} at {n}" for p, n in others.value_counts().items())
-    return (f"the strongest single-domain policy by R (work) at {len(leaders) - len(others)} "
-            f"of {len(leaders)} points; stronger: {where}")
+    return (
+        f"the strongest single-domain policy by R (work) at {len(leaders) - len(others)} "
+        f"of {len(leaders)} points; stronger: {where}"
+    )
 
 
 def _span(rows: pd.DataFrame) -> str:
@@ -316,12 +358,18 @@ def _value(row, fig: Figure, sign: str = "") -> str:
 
 
 # The paired changes of the split shown: what crossing did to each class.
-CLASS_CHANGES = ("giant_mean_jct_s", "giant_never_started", "giant_unfinished",
-                 "fit_mean_jct_s", "fit_never_started")
+CLASS_CHANGES = (
+    "giant_mean_jct_s",
+    "giant_never_started",
+    "giant_unfinished",
+    "fit_mean_jct_s",
+    "fit_never_started",
+)
 
 
-def markdown(head: str, cells: pd.DataFrame, table: pd.DataFrame, changes: pd.DataFrame,
-             meta: dict) -> str:
+def markdown(
+    head: str, cells: pd.DataFrame, table: pd.DataFrame, changes: pd.DataFrame, meta: dict
+) -> str:
     """compare.md: the headline, the setting, the means per scenario × (giant share) × load ×
     policy, the fit/giant split, and the paired changes of both."""
     keys = (["giant_share"] if table["giant_share"].notna().any() else []) + ["load", "policy"]
@@ -329,20 +377,28 @@ def markdown(head: str, cells: pd.DataFrame, table: pd.DataFrame, changes: pd.Da
     for scenario, block in table.groupby("scenario", sort=False):
         lines += [f"**{scenario}**: means ± 95% CI half-width over seeds", ""]
         lines += _rows(block, keys, FIGURES, lambda by, f: _value(by.loc[f[0]], f[1]))
-        lines += [f"**{scenario}**, jobs that fit the largest domain's free share and giants "
-                  f"that ask for more: means ± 95% CI half-width over seeds", ""]
+        lines += [
+            f"**{scenario}**, jobs that fit the largest domain's free share and giants "
+            f"that ask for more: means ± 95% CI half-width over seeds",
+            "",
+        ]
         lines += _rows(block, keys, CLASS_FIGURES, lambda by, f: _value(by.loc[f[0]], f[1]))
     if not changes.empty:
-        lines += [f"**Against {meta['grid']['baseline']}**, paired by seed: mean of (policy − "
-                  f"baseline) / |baseline| ± 95% CI half-width (a plain difference, without %, "
-                  f"for a figure where the baseline is 0 in some cell; * significant at 95%)",
-                  ""]
+        lines += [
+            f"**Against {meta['grid']['baseline']}**, paired by seed: mean of (policy − "
+            f"baseline) / |baseline| ± 95% CI half-width (a plain difference, without %, "
+            f"for a figure where the baseline is 0 in some cell; * significant at 95%)",
+            "",
+        ]
         keys = ["scenario", *keys]
         lines += _rows(changes, keys, FIGURES, lambda by, f: _change(by.loc[f[0]], f[1]))
-        lines += [f"**Against {meta['grid']['baseline']}, by class**, paired by seed as above",
-                  ""]
-        lines += _rows(changes, keys, {k: CLASS_FIGURES[k] for k in CLASS_CHANGES},
-                       lambda by, f: _change(by.loc[f[0]], f[1]))
+        lines += [f"**Against {meta['grid']['baseline']}, by class**, paired by seed as above", ""]
+        lines += _rows(
+            changes,
+            keys,
+            {k: CLASS_FIGURES[k] for k in CLASS_CHANGES},
+            lambda by, f: _change(by.loc[f[0]], f[1]),
+        )
     return "\n".join(lines)
 
 
@@ -351,8 +407,10 @@ def _rows(frame: pd.DataFrame, keys: list[str], figures: dict[str, Figure], cell
     `cell(group by figure, (name, figure))`."""
     heads = [f.heading for f in figures.values()]
     labels_of = {"giant_share": "giants' share"}
-    lines = ["| " + " | ".join([labels_of.get(k, k) for k in keys] + heads) + " |",
-             "|" + "---|" * len(keys) + "---:|" * len(heads)]
+    lines = [
+        "| " + " | ".join([labels_of.get(k, k) for k in keys] + heads) + " |",
+        "|" + "---|" * len(keys) + "---:|" * len(heads),
+    ]
     for key, group in frame.groupby(keys, sort=False, dropna=False):
         labels = [_label(k, v) for k, v in zip(keys, key, strict=True)]
         by = group.set_index("figure")
@@ -375,34 +433,46 @@ def _setting(cells: pd.DataFrame, meta: dict) -> str:
     if shares:
         giant = cells["giant_scale"].dropna()
         giant_range = f"{giant.min():.2f}-{giant.max():.2f}" if len(giant) else "none"
-        workload = (f"Each cell fixes the share of the offered accelerator-time in giants "
-                    f"({', '.join(f'{x:.0%}' for x in shares)}): the generated jobs that fit "
-                    f"one domain, their work scaled by one factor ({scale.min():.2f}-"
-                    f"{scale.max():.2f}), and the generator's own giants (from further draws of "
-                    f"the seed where it drew too few), scaled by another ({giant_range}); the "
-                    f"scenarios' listed jobs are left out.")
+        workload = (
+            f"Each cell fixes the share of the offered accelerator-time in giants "
+            f"({', '.join(f'{x:.0%}' for x in shares)}): the generated jobs that fit "
+            f"one domain, their work scaled by one factor ({scale.min():.2f}-"
+            f"{scale.max():.2f}), and the generator's own giants (from further draws of "
+            f"the seed where it drew too few), scaled by another ({giant_range}); the "
+            f"scenarios' listed jobs are left out."
+        )
     else:
         listed = meta.get("listed_jobs") or {}
-        held = (f"the scenario's listed jobs ({', '.join(f'{s} {n}' for s, n in listed.items())})"
-                f" and its generated workload" if grid.get("listed", True)
-                else "the scenario's generated workload alone (--generated-only)")
-        workload = (f"Each cell holds {held}, every job's work scaled by one factor "
-                    f"({scale.min():.2f}-{scale.max():.2f}) so that the offered load is the "
-                    f"target exactly.")
-    free = cells.groupby("scenario", sort=False)["free_share_gpus"].mean() \
-        if "free_share_gpus" in cells else pd.Series(dtype=float)
+        held = (
+            f"the scenario's listed jobs ({', '.join(f'{s} {n}' for s, n in listed.items())})"
+            f" and its generated workload"
+            if grid.get("listed", True)
+            else "the scenario's generated workload alone (--generated-only)"
+        )
+        workload = (
+            f"Each cell holds {held}, every job's work scaled by one factor "
+            f"({scale.min():.2f}-{scale.max():.2f}) so that the offered load is the "
+            f"target exactly."
+        )
+    free = (
+        cells.groupby("scenario", sort=False)["free_share_gpus"].mean()
+        if "free_share_gpus" in cells
+        else pd.Series(dtype=float)
+    )
     giants = ", ".join(f"{s} {v:.0f}" for s, v in free.items())
-    return (f"{len(grid['seeds'])} seeds × loads {', '.join(map(str, grid['loads']))} "
-            f"× {grid['hours']:g} h of arrivals ({grid['arrivals']}) per scenario. {workload} "
-            f"Sizes and arrival times are kept; every policy of a seed meets the same jobs and "
-            f"network. A giant asks for more accelerators than the largest domain's free share "
-            f"(its accelerators less what other tenants hold there on average while jobs "
-            f"arrive: {giants or '–'}). R (work) is the scenario's objective with each job's "
-            f"efficiency weighted by its work; R (per job), its plain mean over jobs, as "
-            f"before (kept for one release); higher is better. An unfinished job counts the "
-            f"least JCT it could still reach, its time so far plus its remaining work at its "
-            f"ideal speed: a lower bound, kind to a policy that never starts it, so the jobs "
-            f"never started are counted beside. WAN $ is the cross-domain traffic bill.")
+    return (
+        f"{len(grid['seeds'])} seeds × loads {', '.join(map(str, grid['loads']))} "
+        f"× {grid['hours']:g} h of arrivals ({grid['arrivals']}) per scenario. {workload} "
+        f"Sizes and arrival times are kept; every policy of a seed meets the same jobs and "
+        f"network. A giant asks for more accelerators than the largest domain's free share "
+        f"(its accelerators less what other tenants hold there on average while jobs "
+        f"arrive: {giants or '–'}). R (work) is the scenario's objective with each job's "
+        f"efficiency weighted by its work; R (per job), its plain mean over jobs, as "
+        f"before (kept for one release); higher is better. An unfinished job counts the "
+        f"least JCT it could still reach, its time so far plus its remaining work at its "
+        f"ideal speed: a lower bound, kind to a policy that never starts it, so the jobs "
+        f"never started are counted beside. WAN $ is the cross-domain traffic bill."
+    )
 
 
 def plot(table: pd.DataFrame, figure: str, path: Path) -> None:
@@ -410,10 +480,12 @@ def plot(table: pd.DataFrame, figure: str, path: Path) -> None:
     scenario (and giant share)."""
     fig_spec = ALL_FIGURES[figure]
     rows = table[table["figure"] == figure]
-    panels = list(dict.fromkeys(zip(rows["scenario"], rows["giant_share"].fillna(-1.0),
-                                    strict=True)))
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False,
-                             sharey=False)
+    panels = list(
+        dict.fromkeys(zip(rows["scenario"], rows["giant_share"].fillna(-1.0), strict=True))
+    )
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False, sharey=False
+    )
     policies = list(dict.fromkeys(rows["policy"]))
     colours = {p: f"C{i % 10}" for i, p in enumerate(policies)}
     # Policies side by side around each load, so that their error bars do not hide each other.
@@ -424,9 +496,15 @@ def plot(table: pd.DataFrame, figure: str, path: Path) -> None:
         mine = rows[(rows["scenario"] == scenario) & (rows["giant_share"].fillna(-1.0) == share)]
         for policy, line in mine.groupby("policy", sort=False):
             line = line.sort_values("load")
-            ax.errorbar(line["load"] + dodge[policy], line["mean"] * fig_spec.scale,
-                        yerr=line["half_width"].fillna(0) * fig_spec.scale, label=policy,
-                        color=colours[policy], marker="o", capsize=3)
+            ax.errorbar(
+                line["load"] + dodge[policy],
+                line["mean"] * fig_spec.scale,
+                yerr=line["half_width"].fillna(0) * fig_spec.scale,
+                label=policy,
+                color=colours[policy],
+                marker="o",
+                capsize=3,
+            )
         title = scenario if share < 0 else f"{scenario}, {share:.0%} of GPU-time in giants"
         ax.set(title=title, xlabel="offered load", ylabel=fig_spec.heading)
         means = mine["mean"].to_numpy(float)
@@ -439,8 +517,14 @@ def plot(table: pd.DataFrame, figure: str, path: Path) -> None:
     _save(fig, path)
 
 
-FILES = ("compare.json", "compare.parquet", "compare.md", *PLOTTED, "compare_classes.png",
-         "compare_giants.png")
+FILES = (
+    "compare.json",
+    "compare.parquet",
+    "compare.md",
+    *PLOTTED,
+    "compare_classes.png",
+    "compare_giants.png",
+)
 
 
 def check_out(out: Path) -> Path:
@@ -458,8 +542,7 @@ def plot_classes(table: pd.DataFrame, path: Path) -> None:
     rows = table[table["giant_share"].isna()]
     scenarios = list(dict.fromkeys(rows["scenario"]))
     figures = ("giant_mean_jct_s", "fit_mean_jct_s")
-    fig, axes = plt.subplots(2, len(scenarios), figsize=(5.5 * len(scenarios), 8),
-                             squeeze=False)
+    fig, axes = plt.subplots(2, len(scenarios), figsize=(5.5 * len(scenarios), 8), squeeze=False)
     policies = list(dict.fromkeys(rows["policy"]))
     for col, scenario in enumerate(scenarios):
         for row, figure in enumerate(figures):
@@ -467,12 +550,18 @@ def plot_classes(table: pd.DataFrame, path: Path) -> None:
             mine = rows[(rows["scenario"] == scenario) & (rows["figure"] == figure)]
             for i, policy in enumerate(policies):
                 line = mine[mine["policy"] == policy].sort_values("load")
-                ax.errorbar(line["load"] + 0.004 * (i - len(policies) / 2),
-                            line["mean"] * spec.scale,
-                            yerr=line["half_width"].fillna(0) * spec.scale, label=policy,
-                            color=f"C{i % 10}", marker="o", capsize=3)
-            ax.set(title=f"{scenario}: {spec.heading}", xlabel="offered load",
-                   ylabel="mean JCT (h)")
+                ax.errorbar(
+                    line["load"] + 0.004 * (i - len(policies) / 2),
+                    line["mean"] * spec.scale,
+                    yerr=line["half_width"].fillna(0) * spec.scale,
+                    label=policy,
+                    color=f"C{i % 10}",
+                    marker="o",
+                    capsize=3,
+                )
+            ax.set(
+                title=f"{scenario}: {spec.heading}", xlabel="offered load", ylabel="mean JCT (h)"
+            )
             means = mine["mean"].to_numpy(float)
             means = means[np.isfinite(means)]
             if len(means) and (means > 0).all() and means.max() > 10 * means.min():
@@ -490,20 +579,30 @@ def plot_curve(changes: pd.DataFrame, policy: str, baseline: str, path: Path) ->
     rows = changes[(changes["policy"] == policy) & changes["giant_share"].notna()]
     scenarios = list(dict.fromkeys(rows["scenario"]))
     figures = {"mean_jct_s": "all jobs", "giant_mean_jct_s": "the giants"}
-    fig, axes = plt.subplots(len(figures), len(scenarios), figsize=(5.5 * len(scenarios), 8),
-                             squeeze=False, sharex=True)
+    fig, axes = plt.subplots(
+        len(figures), len(scenarios), figsize=(5.5 * len(scenarios), 8), squeeze=False, sharex=True
+    )
     for col, scenario in enumerate(scenarios):
         for row, (figure, who) in enumerate(figures.items()):
             ax = axes[row][col]
             mine = rows[(rows["scenario"] == scenario) & (rows["figure"] == figure)]
             for i, (load, line) in enumerate(mine.groupby("load")):
                 line = line.sort_values("giant_share")
-                ax.errorbar(100 * line["giant_share"] + 0.3 * (i - 1.5), 100 * line["mean"],
-                            yerr=100 * line["half_width"].fillna(0), marker="o", capsize=3,
-                            label=f"load {load:g}", color=f"C{i % 10}")
+                ax.errorbar(
+                    100 * line["giant_share"] + 0.3 * (i - 1.5),
+                    100 * line["mean"],
+                    yerr=100 * line["half_width"].fillna(0),
+                    marker="o",
+                    capsize=3,
+                    label=f"load {load:g}",
+                    color=f"C{i % 10}",
+                )
             ax.axhline(0, color="black", lw=0.8)
-            ax.set(title=f"{scenario}: {who}", xlabel="share of offered GPU-time in giants (%)",
-                   ylabel=f"mean JCT, {policy} vs {baseline} (%)")
+            ax.set(
+                title=f"{scenario}: {who}",
+                xlabel="share of offered GPU-time in giants (%)",
+                ylabel=f"mean JCT, {policy} vs {baseline} (%)",
+            )
             ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()
@@ -520,10 +619,17 @@ def write(out: Path, cells: pd.DataFrame, meta: dict) -> dict:
     changes = paired(cells, baseline)
     head = headline(cells, table, changes, baseline)
     text = markdown(head, cells, table, changes, meta)
-    doc = _clean({**meta, "headline": head,
-                  "confidence": CONFIDENCE, "cells": cells.to_dict("records"),
-                  "summary": table.to_dict("records"), "paired": changes.to_dict("records"),
-                  "markdown": text})
+    doc = _clean(
+        {
+            **meta,
+            "headline": head,
+            "confidence": CONFIDENCE,
+            "cells": cells.to_dict("records"),
+            "summary": table.to_dict("records"),
+            "paired": changes.to_dict("records"),
+            "markdown": text,
+        }
+    )
     write_atomic(out / "compare.json", json.dumps(doc, indent=2, allow_nan=False) + "\n")
     write_atomic(out / "compare.parquet", lambda p: cells.to_parquet(p, index=False))
     write_atomic(out / "compare.md", text + "\n")
@@ -533,8 +639,9 @@ def write(out: Path, cells: pd.DataFrame, meta: dict) -> dict:
         write_atomic(out / "compare_classes.png", lambda p: plot_classes(table, p))
     crossing = best_crossing(cells, changes)
     if crossing is not None and changes["giant_share"].notna().any():
-        write_atomic(out / "compare_giants.png",
-                     lambda p: plot_curve(changes, crossing, baseline, p))
+        write_atomic(
+            out / "compare_giants.png", lambda p: plot_curve(changes, crossing, baseline, p)
+        )
     return doc
 
 
@@ -549,8 +656,7 @@ def load(folder: Path) -> tuple[pd.DataFrame, dict]:
 
     hint = f"(compare.json and compare.parquet, as `xds compare --out {folder}` writes)"
     if not folder.is_dir():
-        raise UserError(f"--from {folder}: not a folder, so it holds no saved comparison "
-                        f"{hint}")
+        raise UserError(f"--from {folder}: not a folder, so it holds no saved comparison {hint}")
     text = read_text(folder / "compare.json", "saved comparison", MAX_SAVED_BYTES, "JSON")
     path = checked_input(folder / "compare.parquet", "saved cells", MAX_SAVED_BYTES)
     try:
@@ -565,6 +671,8 @@ def load(folder: Path) -> tuple[pd.DataFrame, dict]:
         raise UserError(f"{folder}/compare.parquet lacks the columns {', '.join(lacking)}")
     missing = [k for k in META if k not in saved]
     if missing:
-        raise UserError(f"{folder}/compare.json lacks {', '.join(missing)}: write it again "
-                        f"with this version's `xds compare`")
+        raise UserError(
+            f"{folder}/compare.json lacks {', '.join(missing)}: write it again "
+            f"with this version's `xds compare`"
+        )
     return cells, {k: saved[k] for k in META}

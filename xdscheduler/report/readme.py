@@ -39,5 +39,6 @@ def splice_readme(path: Path, name: str, text: str, provenance: str) -> None:
     what made it."""
     begin, end = markers(name)
     block = f"{begin}\n{provenance}\n\n{text.rstrip()}\n{end}"
-    write_atomic(Path(path), _marked(name).sub(lambda _: block, check_readme(path, name)),
-                 "--readme")
+    write_atomic(
+        Path(path), _marked(name).sub(lambda _: block, check_readme(path, name)), "--readme"
+    )

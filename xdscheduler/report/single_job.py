@@ -112,21 +112,41 @@ def cluster(setting: Setting, gbps: float, seed: int) -> Scenario:
     rng = np.random.default_rng([seed, 0x5EED])
     names = [f"d{i}" for i in range(setting.domains)]
     node = catalog.accelerator(ACCELERATOR).gpus_per_node
-    return parse_scenario({
-        "name": f"single-job-{setting.model}", "seed": seed,
-        "domains": [{"name": n, "location": {"city": n}, "intra_domain_gbps": 400,
-                     "nodes": [{"accelerator": ACCELERATOR, "count": setting.gpus // node}]}
-                    for n in names],
-        "links": [{"a": a, "b": b, "bandwidth_gbps": gbps, "rtt_ms": float(rng.uniform(*RTT_MS)),
-                   "fluctuation": SWING, "price_per_gb": 0.0}
-                  for i, a in enumerate(names) for b in names[i + 1:]]})
+    return parse_scenario(
+        {
+            "name": f"single-job-{setting.model}",
+            "seed": seed,
+            "domains": [
+                {
+                    "name": n,
+                    "location": {"city": n},
+                    "intra_domain_gbps": 400,
+                    "nodes": [{"accelerator": ACCELERATOR, "count": setting.gpus // node}],
+                }
+                for n in names
+            ],
+            "links": [
+                {
+                    "a": a,
+                    "b": b,
+                    "bandwidth_gbps": gbps,
+                    "rtt_ms": float(rng.uniform(*RTT_MS)),
+                    "fluctuation": SWING,
+                    "price_per_gb": 0.0,
+                }
+                for i, a in enumerate(names)
+                for b in names[i + 1 :]
+            ],
+        }
+    )
 
 
 def job_of(setting: Setting) -> JobSpec:
     arch = catalog.model(setting.model)
     tokens = TOKENS_PER_PARAM * arch.params
-    return JobSpec("job", arch, setting.global_batch, arch.seq_len, 1,
-                   setting.domains * setting.gpus, tokens)
+    return JobSpec(
+        "job", arch, setting.global_batch, arch.seq_len, 1, setting.domains * setting.gpus, tokens
+    )
 
 
 def swings(scn: Scenario, seed: int, hours: float) -> np.ndarray:
@@ -137,8 +157,15 @@ def swings(scn: Scenario, seed: int, hours: float) -> np.ndarray:
 def forecast(history: np.ndarray, leased: np.ndarray) -> np.ndarray:
     """The next sample's bandwidth from the last FORECAST_WINDOW: per link, e = B / B0 - 1
     follows e(t+1) = phi e(t), phi fitted by least squares on the window (kept in [0, 1])."""
-    e = np.divide(history[-FORECAST_WINDOW:], leased, out=np.zeros_like(history[-FORECAST_WINDOW:]),
-                  where=leased > 0) - 1
+    e = (
+        np.divide(
+            history[-FORECAST_WINDOW:],
+            leased,
+            out=np.zeros_like(history[-FORECAST_WINDOW:]),
+            where=leased > 0,
+        )
+        - 1
+    )
     if len(e) < 2:
         return history[-1]
     num, den = (e[1:] * e[:-1]).sum(axis=0), (e[:-1] ** 2).sum(axis=0)
@@ -146,13 +173,14 @@ def forecast(history: np.ndarray, leased: np.ndarray) -> np.ndarray:
     return leased * (1 + phi * e[-1])
 
 
-def fastest(job: JobSpec, view: ClusterView, opts: SearchOptions, k: int = 0
-            ) -> list[Placement]:
+def fastest(job: JobSpec, view: ClusterView, opts: SearchOptions, k: int = 0) -> list[Placement]:
     """The fastest placement of `job` on the view (and the next k distinct ones)."""
     ev = refined_space(job, view, THROUGHPUT_ONLY, opts)
     if ev is None:
-        raise UserError(f"no feasible plan for {job.arch.name} on {len(view.domains)} x "
-                        f"{view.domains[0].total_gpus} {ACCELERATOR}")
+        raise UserError(
+            f"no feasible plan for {job.arch.name} on {len(view.domains)} x "
+            f"{view.domains[0].total_gpus} {ACCELERATOR}"
+        )
     order = np.argsort(-ev.terms["objective"], kind="stable")
     return [placement_at(ev, i, view, job) for i in distinct(ev, order, k + 1)]
 
@@ -165,8 +193,9 @@ def static_plan(policy: str, job: JobSpec, view: ClusterView) -> tuple[Placement
     if policy == "fsdp":
         return fastest(everywhere, view, FSDP)[0], FSDP.stack
     if policy == "diloco":
-        return fastest(everywhere, view, replace(OPTIONS, kinds=(DATA,),
-                                                 diloco_h=(DILOCO_H,)))[0], OPTIONS.stack
+        return fastest(everywhere, view, replace(OPTIONS, kinds=(DATA,), diloco_h=(DILOCO_H,)))[
+            0
+        ], OPTIONS.stack
     if policy == "sailor":
         return fastest(job, view, replace(OPTIONS, diloco_h=(0,)))[0], OPTIONS.stack
     if policy == "mast":
@@ -183,15 +212,16 @@ def _megatron(job: JobSpec, view: ClusterView) -> Placement:
     one = type(hw)(**{f: float(np.asarray(v)[0]) for f, v in hw.__dict__.items()})
     plan = megatron_default(job, job.gpus_max, one)
     if plan is None or plan.dp % k:
-        raise UserError(f"Megatron's default plan of {job.arch.name} does not spread evenly "
-                        f"over {k} domains")
+        raise UserError(
+            f"Megatron's default plan of {job.arch.name} does not spread evenly over {k} domains"
+        )
     gpus = plan.gpus // k
-    return Placement(job.name, DATA, tuple(range(k)), (gpus,) * k, plan,
-                     tuple(d.name for d in view.domains))
+    return Placement(
+        job.name, DATA, tuple(range(k)), (gpus,) * k, plan, tuple(d.name for d in view.domains)
+    )
 
 
-def ours_candidates(job: JobSpec, view: ClusterView, statics: list[Placement]
-                    ) -> list[Placement]:
+def ours_candidates(job: JobSpec, view: ClusterView, statics: list[Placement]) -> list[Placement]:
     """The plans ours chooses among when it re-plans: the search's best few on the leased links
     and at the swings' bounds, and the baselines' plans of its own stack."""
     found = list(statics)
@@ -205,14 +235,23 @@ def ours_candidates(job: JobSpec, view: ClusterView, statics: list[Placement]
     return out
 
 
-def estimates(placements: list[Placement], job: JobSpec, view: ClusterView,
-              stack: Stack) -> StepEstimate:
+def estimates(
+    placements: list[Placement], job: JobSpec, view: ClusterView, stack: Stack
+) -> StepEstimate:
     """Every placement's step under the view's links, in one pass of the model."""
     width = max(len(p.domains) for p in placements)
     doms = np.array([list(p.domains) + [-1] * (width - len(p.domains)) for p in placements])
     pl = describe_placements(view, np.array([p.kind for p in placements], dtype=object), doms)
-    return estimate(job.arch, job.global_batch, PlanBatch.of([p.plan for p in placements]),
-                    pl.hardware, pl.wan, stack, OPTIONS.calibration, seq=job.seq)
+    return estimate(
+        job.arch,
+        job.global_batch,
+        PlanBatch.of([p.plan for p in placements]),
+        pl.hardware,
+        pl.wan,
+        stack,
+        OPTIONS.calibration,
+        seq=job.seq,
+    )
 
 
 @dataclass(frozen=True)
@@ -232,23 +271,34 @@ class Timeline:
 
 def _rows(est: StepEstimate, placements: list[Placement]) -> dict[str, np.ndarray]:
     b, o = est.breakdown_s, est.overlapped_s
-    groups = np.array([len(p.domains) if p.plan.diloco_h and p.kind == DATA else 1
-                       for p in placements])
-    return {"step_s": est.step_time_s - b["convergence"],
-            "compute_s": b["compute"] + b["recompute"],
-            "comm_s": sum(b[k] + np.asarray(o.get(k, 0.0)) for k in COMMUNICATION),
-            "hidden_s": sum(np.asarray(o.get(k, 0.0)) for k in COMMUNICATION),
-            "wan_gb": est.cross_domain_bytes / 1e9,
-            "extra_tokens": DILOCO_EXTRA_TOKENS * (groups - 1)}
+    groups = np.array(
+        [len(p.domains) if p.plan.diloco_h and p.kind == DATA else 1 for p in placements]
+    )
+    return {
+        "step_s": est.step_time_s - b["convergence"],
+        "compute_s": b["compute"] + b["recompute"],
+        "comm_s": sum(b[k] + np.asarray(o.get(k, 0.0)) for k in COMMUNICATION),
+        "hidden_s": sum(np.asarray(o.get(k, 0.0)) for k in COMMUNICATION),
+        "wan_gb": est.cross_domain_bytes / 1e9,
+        "extra_tokens": DILOCO_EXTRA_TOKENS * (groups - 1),
+    }
 
 
-def timeline(placements: list[Placement], job: JobSpec, view: ClusterView, stack: Stack,
-             bandwidth: np.ndarray, replan: bool) -> Timeline:
+def timeline(
+    placements: list[Placement],
+    job: JobSpec,
+    view: ClusterView,
+    stack: Stack,
+    bandwidth: np.ndarray,
+    replan: bool,
+) -> Timeline:
     """The placements' figures at every sample of `bandwidth`; without `replan` the first is
     kept throughout, with it ours' rule picks among them on the forecast."""
     leased = view.bandwidth_gbps
-    actual = [_rows(estimates(placements, job, view.with_links(bw, view.rtt_ms), stack),
-                    placements) for bw in bandwidth]
+    actual = [
+        _rows(estimates(placements, job, view.with_links(bw, view.rtt_ms), stack), placements)
+        for bw in bandwidth
+    ]
     current, pauses, replans = 0, np.zeros(len(bandwidth)), 0
     chosen = np.zeros(len(bandwidth), dtype=int)
     if replan:  # the best on the leased links to start with, as the search would place it
@@ -261,14 +311,15 @@ def timeline(placements: list[Placement], job: JobSpec, view: ClusterView, stack
             best = int(np.argmin(predicted))
             gain = 1 - predicted[best] / predicted[current]
             if gain >= REPLAN_GAIN:
-                cost = switch_cost(placements[current], placements[best], job.arch.params,
-                                   seen)
+                cost = switch_cost(placements[current], placements[best], job.arch.params, seen)
                 pause = cost.pause_s + (0.0 if cost.alongside else COMM_INIT_S)
                 if gain * SAMPLE_S >= REPLAN_PAYBACK * pause:
                     current, pauses[k], replans = best, min(pause, SAMPLE_S), replans + 1
         chosen[k] = current
-    pick = {name: np.array([row[name][c] for row, c in zip(actual, chosen, strict=True)])
-            for name in actual[0]}
+    pick = {
+        name: np.array([row[name][c] for row, c in zip(actual, chosen, strict=True)])
+        for name in actual[0]
+    }
     return Timeline(**pick, pause_s=pauses, replans=replans)
 
 
@@ -285,17 +336,26 @@ def figures(line: Timeline, job: JobSpec) -> dict[str, float]:
     spread = math.sqrt(per_step((line.step_s - per_step(line.step_s)) ** 2))
     tokens_per_s = job.global_batch * job.seq * total_steps / total_s
     extra = per_step(line.extra_tokens)
-    return {"step_s": mean_step, "step_std_s": spread, "tokens_per_s": tokens_per_s,
-            "wan_gb_per_step": per_step(line.wan_gb),
-            "comm_over_compute": per_step(line.comm_s) / per_step(line.compute_s),
-            "overlap": per_step(line.hidden_s) / max(per_step(line.comm_s), 1e-12),
-            "extra_tokens": extra,
-            "days_to_target": job.tokens * (1 + extra) / tokens_per_s / 86400,
-            "replans": float(line.replans)}
+    return {
+        "step_s": mean_step,
+        "step_std_s": spread,
+        "tokens_per_s": tokens_per_s,
+        "wan_gb_per_step": per_step(line.wan_gb),
+        "comm_over_compute": per_step(line.comm_s) / per_step(line.compute_s),
+        "overlap": per_step(line.hidden_s) / max(per_step(line.comm_s), 1e-12),
+        "extra_tokens": extra,
+        "days_to_target": job.tokens * (1 + extra) / tokens_per_s / 86400,
+        "replans": float(line.replans),
+    }
 
 
-def run(setting: Setting, gbps: float, seed: int, hours: float = HOURS,
-        policies: tuple[str, ...] = tuple(POLICIES)) -> list[dict]:
+def run(
+    setting: Setting,
+    gbps: float,
+    seed: int,
+    hours: float = HOURS,
+    policies: tuple[str, ...] = tuple(POLICIES),
+) -> list[dict]:
     """Every plan of one setting and seed under the same swings: a row of figures each."""
     scn = cluster(setting, gbps, seed)
     view, job = ClusterView.from_scenario(scn), job_of(setting)
@@ -305,24 +365,40 @@ def run(setting: Setting, gbps: float, seed: int, hours: float = HOURS,
     for policy in policies:
         if policy == "ours":
             own = [p for p, stack in statics.values() if stack == OPTIONS.stack]
-            line = timeline(ours_candidates(job, view, own), job, view, OPTIONS.stack,
-                            bandwidth, replan=True)
+            line = timeline(
+                ours_candidates(job, view, own), job, view, OPTIONS.stack, bandwidth, replan=True
+            )
         else:
             plan, stack = statics[policy]
             line = timeline([plan], job, view, stack, bandwidth, replan=False)
-        rows.append({"setting": setting.label, "gbps": gbps, "seed": seed, "policy": policy,
-                     **figures(line, job)})
+        rows.append(
+            {
+                "setting": setting.label,
+                "gbps": gbps,
+                "seed": seed,
+                "policy": policy,
+                **figures(line, job),
+            }
+        )
     return rows
 
 
-def experiment(settings: list[str], gbps: list[float], seeds: list[int],
-               hours: float = HOURS) -> pd.DataFrame:
+def experiment(
+    settings: list[str], gbps: list[float], seeds: list[int], hours: float = HOURS
+) -> pd.DataFrame:
     """Every setting x bandwidth x seed x plan: one row of figures each."""
     unknown = [s for s in settings if s not in SETTINGS]
     if unknown:
         raise UserError(f"unknown job size {', '.join(unknown)}; known: {', '.join(SETTINGS)}")
-    return pd.DataFrame([row for s in settings for b in gbps for seed in seeds
-                         for row in run(SETTINGS[s], b, seed, hours)])
+    return pd.DataFrame(
+        [
+            row
+            for s in settings
+            for b in gbps
+            for seed in seeds
+            for row in run(SETTINGS[s], b, seed, hours)
+        ]
+    )
 
 
 # Columns of the table: figure -> (heading, scale, decimals)
@@ -358,17 +434,22 @@ def headline(frame: pd.DataFrame) -> str:
     for (label, gbps), block in frame.groupby(["setting", "gbps"], sort=False):
         rival = best_static(block)
         est = versus(block, rival)
-        met = "met" if est.mean + est.half_width <= -0.25 else \
-            f"missed by {25 + 100 * est.mean:.0f} points"
+        met = (
+            "met"
+            if est.mean + est.half_width <= -0.25
+            else f"missed by {25 + 100 * est.mean:.0f} points"
+        )
         fastest_to = best_static(block, "days_to_target")
         days = versus(block, fastest_to, "days_to_target")
         std = block.groupby("policy")["step_std_s"].mean()
-        parts.append(f"{label}, links of {gbps:g} Gbit/s: ours {_pct(est)} on mean T_step "
-                     f"against the best static plan there ({POLICIES[rival]}), the 25% target "
-                     f"{met}; {_pct(days)} on the days to the target loss against the best "
-                     f"static plan there ({POLICIES[fastest_to]}); the steadiest T_step: "
-                     f"{POLICIES[str(std.idxmin())]} (std {std.min():.2f} s; ours "
-                     f"{std['ours']:.2f} s)")
+        parts.append(
+            f"{label}, links of {gbps:g} Gbit/s: ours {_pct(est)} on mean T_step "
+            f"against the best static plan there ({POLICIES[rival]}), the 25% target "
+            f"{met}; {_pct(days)} on the days to the target loss against the best "
+            f"static plan there ({POLICIES[fastest_to]}); the steadiest T_step: "
+            f"{POLICIES[str(std.idxmin())]} (std {std.min():.2f} s; ours "
+            f"{std['ours']:.2f} s)"
+        )
     return "; ".join(parts) + "."
 
 
@@ -381,24 +462,36 @@ def markdown(frame: pd.DataFrame, hours: float) -> str:
     """The headline and a table per setting and bandwidth: means ± 95% CI over seeds, and each
     plan's mean T_step against ours', paired by seed."""
     seeds = frame["seed"].nunique()
-    lines = [headline(frame), "",
-             f"{seeds} seeds, {hours:g} h of swings each (a sample every "
-             f"{SAMPLE_S / 60:.0f} min), means ± 95% CI half-width over seeds; vs ours: "
-             f"(plan − ours) / ours, paired by seed (* significant at 95%). "
-             f"Tokens to target: {TOKENS_PER_PARAM} a parameter synchronously, DiLoCo "
-             f"{100 * DILOCO_EXTRA_TOKENS:g}% more per replica group beyond the first.", ""]
+    lines = [
+        headline(frame),
+        "",
+        f"{seeds} seeds, {hours:g} h of swings each (a sample every "
+        f"{SAMPLE_S / 60:.0f} min), means ± 95% CI half-width over seeds; vs ours: "
+        f"(plan − ours) / ours, paired by seed (* significant at 95%). "
+        f"Tokens to target: {TOKENS_PER_PARAM} a parameter synchronously, DiLoCo "
+        f"{100 * DILOCO_EXTRA_TOKENS:g}% more per replica group beyond the first.",
+        "",
+    ]
     heads = [h for h, _, _ in COLUMNS.values()]
     for (label, gbps), block in frame.groupby(["setting", "gbps"], sort=False):
-        lines += [f"**{label}, links of {gbps:g} Gbit/s ± {SWING:.0%}**", "",
-                  "| plan | " + " | ".join(heads) + " | T_step vs ours | days vs ours | "
-                  "re-plans |",
-                  "|---|" + "---:|" * (len(heads) + 3)]
+        lines += [
+            f"**{label}, links of {gbps:g} Gbit/s ± {SWING:.0%}**",
+            "",
+            "| plan | " + " | ".join(heads) + " | T_step vs ours | days vs ours | re-plans |",
+            "|---|" + "---:|" * (len(heads) + 3),
+        ]
         for policy, rows in block.groupby("policy", sort=False):
             cells = [_cell(rows[k], *spec[1:]) for k, spec in COLUMNS.items()]
-            vs = ["–", "–"] if policy == "ours" else [
-                _pct(_against(block, policy, f)) for f in ("step_s", "days_to_target")]
-            lines.append(f"| {POLICIES[policy]} | " + " | ".join(cells + vs)
-                         + f" | {rows['replans'].mean():.1f} |")
+            vs = (
+                ["–", "–"]
+                if policy == "ours"
+                else [_pct(_against(block, policy, f)) for f in ("step_s", "days_to_target")]
+            )
+            lines.append(
+                f"| {POLICIES[policy]} | "
+                + " | ".join(cells + vs)
+                + f" | {rows['replans'].mean():.1f} |"
+            )
         lines.append("")
     return "\n".join(lines)
 
@@ -422,13 +515,18 @@ def plot(frame: pd.DataFrame, path: Path) -> None:
     fig, axes = plt.subplots(2, len(blocks), figsize=(4.8 * len(blocks), 7.5), squeeze=False)
     for col, ((label, gbps), block) in enumerate(blocks):
         names = list(dict.fromkeys(block["policy"]))
-        for row, (figure, heading) in enumerate((("step_s", "mean T_step (s)"),
-                                                 ("days_to_target", "days to target loss"))):
+        for row, (figure, heading) in enumerate(
+            (("step_s", "mean T_step (s)"), ("days_to_target", "days to target loss"))
+        ):
             ax = axes[row][col]
             est = [mean_ci(block.loc[block["policy"] == p, figure]) for p in names]
-            ax.bar(range(len(names)), [e.mean for e in est],
-                   yerr=[0 if math.isnan(e.half_width) else e.half_width for e in est],
-                   color=[f"C{i}" for i in range(len(names))], capsize=3)
+            ax.bar(
+                range(len(names)),
+                [e.mean for e in est],
+                yerr=[0 if math.isnan(e.half_width) else e.half_width for e in est],
+                color=[f"C{i}" for i in range(len(names))],
+                capsize=3,
+            )
             ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
             ax.set_yscale("log")
             ax.set(title=f"{label}\nlinks {gbps:g} Gbit/s ± {SWING:.0%}", ylabel=heading)

@@ -46,10 +46,31 @@ from xdscheduler.sim.records import ClassFigures, PolicyMetrics, Relocations, Re
 from xdscheduler.textfile import output_folder, write_atomic
 
 COLUMNS = {
-    "domains": ["policy", "time_s", "domain", "gpus_total", "gpus_busy", "utilization",
-                "queue_len", "background_load"],
-    "jobs": ["policy", "job", "arrival_s", "start_s", "end_s", "jct_s", "queue_s", "gpus",
-             "domains", "placement", "cross_domain_gb", "replans", "status"],
+    "domains": [
+        "policy",
+        "time_s",
+        "domain",
+        "gpus_total",
+        "gpus_busy",
+        "utilization",
+        "queue_len",
+        "background_load",
+    ],
+    "jobs": [
+        "policy",
+        "job",
+        "arrival_s",
+        "start_s",
+        "end_s",
+        "jct_s",
+        "queue_s",
+        "gpus",
+        "domains",
+        "placement",
+        "cross_domain_gb",
+        "replans",
+        "status",
+    ],
     "links": ["time_s", "link", "bandwidth_gbps", "rtt_ms"],
 }
 PLOTS = {
@@ -58,14 +79,23 @@ PLOTS = {
     "bandwidth.png": "Bandwidth of every WAN link over time (the same for every policy).",
     "queue.png": "Jobs waiting in the queue over time, per policy.",
     "gantt.png": "Where each job ran and when: every domain's accelerators stacked up, each job a "
-                 "bar of its colour over the time and accelerators it held (outlined: a job "
-                 "across domains), one panel per policy.",
+    "bar of its colour over the time and accelerators it held (outlined: a job "
+    "across domains), one panel per policy.",
 }
 HOURS = 1 / 3600
 FILES = ("report.json", "report.schema.json", "metrics.parquet", *PLOTS, "report.html")
-def write_report(out_dir: Path, report: Report, domains: pd.DataFrame, jobs: pd.DataFrame,
-                 links: pd.DataFrame, progress: bool = False, segments: pd.DataFrame | None = None,
-                 topology: dict | None = None) -> dict[str, Path]:
+
+
+def write_report(
+    out_dir: Path,
+    report: Report,
+    domains: pd.DataFrame,
+    jobs: pd.DataFrame,
+    links: pd.DataFrame,
+    progress: bool = False,
+    segments: pd.DataFrame | None = None,
+    topology: dict | None = None,
+) -> dict[str, Path]:
     """Write every file of the report into `out_dir`; return {file name: path}."""
     frames = {"domains": domains, "jobs": jobs, "links": links}
     for name, frame in frames.items():
@@ -75,9 +105,11 @@ def write_report(out_dir: Path, report: Report, domains: pd.DataFrame, jobs: pd.
     writers = {
         # allow_nan=False: fail here rather than write JSON that strict readers reject.
         "report.json": lambda p: p.write_text(
-            json.dumps(summary, indent=2, allow_nan=False) + "\n"),
+            json.dumps(summary, indent=2, allow_nan=False) + "\n"
+        ),
         "report.schema.json": lambda p: p.write_text(
-            json.dumps(Report.model_json_schema(), indent=2) + "\n"),
+            json.dumps(Report.model_json_schema(), indent=2) + "\n"
+        ),
         "metrics.parquet": lambda p: _tidy(frames).to_parquet(p, index=False),
         "utilization.png": lambda p: _save(_utilization(domains), p),
         "jct.png": lambda p: _save(_jct(jobs), p),
@@ -88,8 +120,7 @@ def write_report(out_dir: Path, report: Report, domains: pd.DataFrame, jobs: pd.
         writers["gantt.png"] = lambda p: _save(gantt(segments, _capacity(topology, domains)), p)
     graphs = _graphs(topology, domains, links) if topology else ""
     # Last: the page embeds the PNGs written above.
-    writers["report.html"] = lambda p: p.write_text(_html(summary, paths, graphs),
-                                                    encoding="utf-8")
+    writers["report.html"] = lambda p: p.write_text(_html(summary, paths, graphs), encoding="utf-8")
     paths: dict[str, Path] = {}
     for name, write in tqdm(writers.items(), desc="report", unit="file", disable=not progress):
         paths[name] = write_atomic(out / name, write)  # never half a file (a full disk)
@@ -98,12 +129,13 @@ def write_report(out_dir: Path, report: Report, domains: pd.DataFrame, jobs: pd.
 
 def _check(name: str, frame) -> None:
     if not isinstance(frame, pd.DataFrame):
-        raise UserError(f"the {name} table must be a pandas DataFrame, not "
-                        f"{type(frame).__name__}")
+        raise UserError(f"the {name} table must be a pandas DataFrame, not {type(frame).__name__}")
     missing = [c for c in COLUMNS[name] if c not in frame.columns]
     if missing:
-        raise UserError(f"the {name} table lacks columns {', '.join(missing)}; "
-                        f"expected {', '.join(COLUMNS[name])}")
+        raise UserError(
+            f"the {name} table lacks columns {', '.join(missing)}; "
+            f"expected {', '.join(COLUMNS[name])}"
+        )
 
 
 def report_json(report: Report) -> dict:
@@ -130,8 +162,11 @@ def _tidy(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """The three tables stacked, `table` first; an empty table still contributes its columns."""
     columns = list(dict.fromkeys(c for f in frames.values() for c in f.columns if c != "table"))
     # Empty frames are left out of concat (pandas warns on them) but keep their columns.
-    parts = [f.drop(columns="table", errors="ignore").assign(table=n)
-             for n, f in frames.items() if not f.empty]
+    parts = [
+        f.drop(columns="table", errors="ignore").assign(table=n)
+        for n, f in frames.items()
+        if not f.empty
+    ]
     tidy = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({"table": []})
     return tidy.reindex(columns=["table", *columns]).astype({"table": str})
 
@@ -142,8 +177,16 @@ def _save(fig, path: Path) -> None:
 
 
 def _empty(ax) -> None:
-    ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes,
-            fontsize=14, color="0.4")
+    ax.text(
+        0.5,
+        0.5,
+        "no data",
+        ha="center",
+        va="center",
+        transform=ax.transAxes,
+        fontsize=14,
+        color="0.4",
+    )
 
 
 def _legend(ax) -> None:
@@ -153,22 +196,39 @@ def _legend(ax) -> None:
 
 def _utilization(domains: pd.DataFrame):
     policies = list(dict.fromkeys(domains["policy"])) or [""]
-    fig, axes = plt.subplots(len(policies), 1, figsize=(9, 1.2 + 2.2 * len(policies)),
-                             sharex=True, sharey=True, squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        len(policies),
+        1,
+        figsize=(9, 1.2 + 2.2 * len(policies)),
+        sharex=True,
+        sharey=True,
+        squeeze=False,
+        layout="constrained",
+    )
     # One colour per domain in every panel, so panels compare at a glance.
     colors = {d: f"C{i % 10}" for i, d in enumerate(dict.fromkeys(domains["domain"]))}
     for ax, policy in zip(axes[:, 0], policies, strict=True):
         rows = domains[domains["policy"] == policy].sort_values("time_s", kind="stable")
         for name, d in rows.groupby("domain", sort=False):
-            ax.plot(d["time_s"] * HOURS, d["utilization"], label=str(name), color=colors[name],
-                    linewidth=1.2)
+            ax.plot(
+                d["time_s"] * HOURS,
+                d["utilization"],
+                label=str(name),
+                color=colors[name],
+                linewidth=1.2,
+            )
         if rows.empty:
             _empty(ax)
         ax.set(title=str(policy), ylabel="utilisation (0–1)", ylim=(0, 1.02))
         ax.grid(alpha=0.3)
     if colors:  # every domain once, even one that a policy's panel lacks
-        fig.legend(handles=[Line2D([], [], color=c, label=str(d)) for d, c in colors.items()],
-                   loc="outside right upper", fontsize=8, frameon=False, title="domain")
+        fig.legend(
+            handles=[Line2D([], [], color=c, label=str(d)) for d, c in colors.items()],
+            loc="outside right upper",
+            fontsize=8,
+            frameon=False,
+            title="domain",
+        )
     axes[-1, 0].set_xlabel("time (h)")
     fig.suptitle("Utilisation per domain")
     return fig
@@ -181,8 +241,12 @@ def _jct(jobs: pd.DataFrame):
         # Only finished jobs have a completion time; the curve tops out at their share.
         hours = np.sort(rows.loc[rows["end_s"].notna(), "jct_s"].dropna().to_numpy() * HOURS)
         if len(hours):
-            ax.step(np.r_[0, hours], np.arange(len(hours) + 1) / len(rows), where="post",
-                    label=f"{policy} ({len(hours)}/{len(rows)} done)")
+            ax.step(
+                np.r_[0, hours],
+                np.arange(len(hours) + 1) / len(rows),
+                where="post",
+                label=f"{policy} ({len(hours)}/{len(rows)} done)",
+            )
             shown = True
     if shown:
         ax.set_xscale("symlog", linthresh=0.1)  # minutes to weeks; symlog keeps 0 in view
@@ -191,8 +255,12 @@ def _jct(jobs: pd.DataFrame):
         _legend(ax)
     else:
         _empty(ax)
-    ax.set(title="Job completion time (CDF over all jobs)", xlabel="completion time (h)",
-           ylabel="share of jobs done", ylim=(0, 1.02))
+    ax.set(
+        title="Job completion time (CDF over all jobs)",
+        xlabel="completion time (h)",
+        ylabel="share of jobs done",
+        ylim=(0, 1.02),
+    )
     ax.grid(alpha=0.3, which="both")
     return fig
 
@@ -263,47 +331,58 @@ def _swings_table(policies: dict) -> str:
     if not blocks:
         return ""
     moves = {name: block.get("relocations") or {} for name, block in blocks.items()}
-    return ("<h2>Adjustments on load swings and RTT rises</h2><p>The job re-planned on the "
-            "domains it holds. dip: 1 − tokens trained from the trigger until recovery over "
-            "what the rate before the swing would have trained; the adjustment's own dip: the "
-            "same over what keeping the plan under the swing would have trained; recovery: "
-            "until the job trains at min(new plan's rate, 90% of the rate before) with nothing "
-            "pending.</p>"
-            f"{_plain_table(blocks, Swings.columns())}"
-            "<h3>Relocations to other domains</h3><p>Decided apart, when they pay for the job's "
-            "time and the accelerator-seconds held idle or redoing work; lost: seconds of "
-            "training paused or redone.</p>"
-            f"{_plain_table(moves, Relocations.columns())}")
+    return (
+        "<h2>Adjustments on load swings and RTT rises</h2><p>The job re-planned on the "
+        "domains it holds. dip: 1 − tokens trained from the trigger until recovery over "
+        "what the rate before the swing would have trained; the adjustment's own dip: the "
+        "same over what keeping the plan under the swing would have trained; recovery: "
+        "until the job trains at min(new plan's rate, 90% of the rate before) with nothing "
+        "pending.</p>"
+        f"{_plain_table(blocks, Swings.columns())}"
+        "<h3>Relocations to other domains</h3><p>Decided apart, when they pay for the job's "
+        "time and the accelerator-seconds held idle or redoing work; lost: seconds of "
+        "training paused or redone.</p>"
+        f"{_plain_table(moves, Relocations.columns())}"
+    )
 
 
 def _classes_table(policies: dict) -> str:
     """Each policy's jobs split into those that fit the largest domain's free share and the
     giants that ask for more: what each class asked for, and what the policy did with it."""
-    rows = {f"{name}: {cls}": figures for name, row in policies.items()
-            for cls, figures in (row.get("classes") or {}).items()}
+    rows = {
+        f"{name}: {cls}": figures
+        for name, row in policies.items()
+        for cls, figures in (row.get("classes") or {}).items()
+    }
     if not rows:
         return ""
     share = next(iter(policies.values())).get("free_share_gpus")
-    return ("<h2>Jobs that fit one domain, and giants</h2><p>A giant asks for more "
-            f"accelerators than the largest domain's free share ({share or 0:.0f}: its "
-            "accelerators less what other tenants held there on average while jobs arrived); "
-            "it can have all it asks for only across domains. Crossing domains is worth what "
-            "the giants gain, as long as the jobs that fit lose nothing.</p>"
-            f"{_plain_table(rows, ClassFigures.columns(), 'policy: class')}")
+    return (
+        "<h2>Jobs that fit one domain, and giants</h2><p>A giant asks for more "
+        f"accelerators than the largest domain's free share ({share or 0:.0f}: its "
+        "accelerators less what other tenants held there on average while jobs arrived); "
+        "it can have all it asks for only across domains. Crossing domains is worth what "
+        "the giants gain, as long as the jobs that fit lose nothing.</p>"
+        f"{_plain_table(rows, ClassFigures.columns(), 'policy: class')}"
+    )
 
 
-def _plain_table(rows: dict[str, dict], columns: list[tuple[str, dict]],
-                 label: str = "policy") -> str:
+def _plain_table(
+    rows: dict[str, dict], columns: list[tuple[str, dict]], label: str = "policy"
+) -> str:
     """A row per policy of the records' columns, scaled, '–' where a value is missing."""
     head = "".join(f"<th>{html.escape(c['heading'])}</th>" for _, c in columns)
+
     def cell(value, c: dict) -> str:
         v = _number(value)
         return "–" if v is None else c["format"].format(v * c["scale"])
 
     body = "".join(
         f"<tr><th>{html.escape(str(name))}</th>"
-        + "".join(f"<td>{cell(row.get(k), c)}</td>" for k, c in columns) + "</tr>"
-        for name, row in rows.items())
+        + "".join(f"<td>{cell(row.get(k), c)}</td>" for k, c in columns)
+        + "</tr>"
+        for name, row in rows.items()
+    )
     return f"<table><tr><th>{html.escape(label)}</th>{head}</tr>{body}</table>"
 
 
@@ -311,30 +390,41 @@ def _capacity(topology: dict | None, domains: pd.DataFrame) -> dict[str, int]:
     """Accelerators per domain, in the scenario's order."""
     if topology:
         return {d["name"]: int(d["total"]) for d in topology["domains"]}
-    return {str(k): int(v) for k, v in domains.groupby("domain", sort=False)["gpus_total"].max()
-            .items()}
+    return {
+        str(k): int(v) for k, v in domains.groupby("domain", sort=False)["gpus_total"].max().items()
+    }
 
 
 def gantt(segments: pd.DataFrame, capacity: dict[str, int]):
     """Jobs by domain over time: each domain a band as tall as its accelerators, each stretch
     a job held accelerators there a bar over the accelerators it took (packed lowest first)."""
     policies = list(dict.fromkeys(segments["policy"])) or [""]
-    fig, axes = plt.subplots(len(policies), 1, figsize=(11, 1.2 + 2.6 * len(policies)),
-                             sharex=True, squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        len(policies),
+        1,
+        figsize=(11, 1.2 + 2.6 * len(policies)),
+        sharex=True,
+        squeeze=False,
+        layout="constrained",
+    )
     base = np.cumsum([0, *capacity.values()])[:-1]
     offset = dict(zip(capacity, base, strict=True))
-    color = {j: plt.get_cmap("tab20")(k % 20) for k, j in
-             enumerate(dict.fromkeys(segments["job"]))}
+    color = {j: plt.get_cmap("tab20")(k % 20) for k, j in enumerate(dict.fromkeys(segments["job"]))}
     for ax, policy in zip(axes[:, 0], policies, strict=True):
         rows = segments[segments["policy"] == policy]
         spread = rows.groupby(["job", "start_s"])["domain"].transform("nunique") > 1
         bars = _packed(rows.assign(spread=spread), capacity)
         if bars:
             job, dom, lo, size, start, end, cross = map(list, zip(*bars, strict=True))
-            ax.barh([offset[d] + a + n / 2 for d, a, n in zip(dom, lo, size, strict=True)],
-                    np.subtract(end, start) * HOURS, left=np.multiply(start, HOURS),
-                    height=size, color=[color[j] for j in job],
-                    edgecolor=["black" if c else "none" for c in cross], linewidth=0.5)
+            ax.barh(
+                [offset[d] + a + n / 2 for d, a, n in zip(dom, lo, size, strict=True)],
+                np.subtract(end, start) * HOURS,
+                left=np.multiply(start, HOURS),
+                height=size,
+                color=[color[j] for j in job],
+                edgecolor=["black" if c else "none" for c in cross],
+                linewidth=0.5,
+            )
         else:
             _empty(ax)
         for b in base[1:]:
@@ -374,38 +464,53 @@ def _graphs(topology: dict, domains: pd.DataFrame, links: pd.DataFrame) -> str:
     from xdscheduler.monitor.views import graph_svg
 
     mean_bw = links.groupby("link")["bandwidth_gbps"].mean() if not links.empty else {}
-    edges = [{**lk, "bandwidth_gbps": float(mean_bw.get(f"{lk['a']}-{lk['b']}",
-                                                         lk["leased_gbps"]))}
-             for lk in topology["links"]]
+    edges = [
+        {**lk, "bandwidth_gbps": float(mean_bw.get(f"{lk['a']}-{lk['b']}", lk["leased_gbps"]))}
+        for lk in topology["links"]
+    ]
     out = []
     for policy, rows in domains.groupby("policy", sort=False):
         busy = rows.groupby("domain")["gpus_busy"].mean()
-        nodes = [{**d, "allocated": round(float(busy.get(d["name"], 0.0))), "up": True}
-                 for d in topology["domains"]]
-        out.append(f"<figure class=\"graph\" data-policy=\"{html.escape(str(policy))}\">"
-                   f"{graph_svg(nodes, edges, title=str(policy))}</figure>")
-    return ("<h2>Resource graph</h2><p>Per policy: each domain filled by the mean share of its "
-            "accelerators allocated over the study; each link by its mean bandwidth over the "
-            f"lease.</p><div class=\"graphs\">{''.join(out)}</div>")
+        nodes = [
+            {**d, "allocated": round(float(busy.get(d["name"], 0.0))), "up": True}
+            for d in topology["domains"]
+        ]
+        out.append(
+            f'<figure class="graph" data-policy="{html.escape(str(policy))}">'
+            f"{graph_svg(nodes, edges, title=str(policy))}</figure>"
+        )
+    return (
+        "<h2>Resource graph</h2><p>Per policy: each domain filled by the mean share of its "
+        "accelerators allocated over the study; each link by its mean bandwidth over the "
+        f'lease.</p><div class="graphs">{"".join(out)}</div>'
+    )
 
 
 def _html(summary: dict, paths: dict[str, Path], graphs: str = "") -> str:
-    title = (f"xdscheduler study: {summary.get('scenario', '?')}, seed {summary.get('seed', '?')},"
-             f" {summary.get('hours', '?')} h")
+    title = (
+        f"xdscheduler study: {summary.get('scenario', '?')}, seed {summary.get('seed', '?')},"
+        f" {summary.get('hours', '?')} h"
+    )
     images = "".join(
-        f"<figure><img alt=\"{html.escape(name)}\" src=\"data:image/png;base64,"
-        f"{base64.b64encode(paths[name].read_bytes()).decode()}\">"
+        f'<figure><img alt="{html.escape(name)}" src="data:image/png;base64,'
+        f'{base64.b64encode(paths[name].read_bytes()).decode()}">'
         f"<figcaption>{html.escape(caption)}</figcaption></figure>"
-        for name, caption in PLOTS.items() if name in paths)
-    style = ("body{font-family:sans-serif;margin:2em;max-width:1200px}"
-             "table{border-collapse:collapse;font-size:14px}th,td{border:1px solid #ccc;"
-             "padding:4px 8px;text-align:right}td.best{background:#d9f2d9;font-weight:bold}"
-             "img{max-width:100%}figure{margin:1.5em 0}figcaption{color:#555}"
-             ".graphs{display:flex;flex-wrap:wrap;gap:1em}.graphs figure{margin:0}")
+        for name, caption in PLOTS.items()
+        if name in paths
+    )
+    style = (
+        "body{font-family:sans-serif;margin:2em;max-width:1200px}"
+        "table{border-collapse:collapse;font-size:14px}th,td{border:1px solid #ccc;"
+        "padding:4px 8px;text-align:right}td.best{background:#d9f2d9;font-weight:bold}"
+        "img{max-width:100%}figure{margin:1.5em 0}figcaption{color:#555}"
+        ".graphs{display:flex;flex-wrap:wrap;gap:1em}.graphs figure{margin:0}"
+    )
     jobs = f"{summary['jobs']} jobs; " if "jobs" in summary else ""
-    return (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{html.escape(title)}"
-            f"</title><style>{style}</style></head><body><h1>{html.escape(title)}</h1>"
-            f"<p>{html.escape(jobs)}best value per column in bold green.</p>"
-            f"{_summary_table(summary.get('policies') or {})}"
-            f"{_classes_table(summary.get('policies') or {})}"
-            f"{_swings_table(summary.get('policies') or {})}{graphs}{images}</body></html>\n")
+    return (
+        f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}'
+        f"</title><style>{style}</style></head><body><h1>{html.escape(title)}</h1>"
+        f"<p>{html.escape(jobs)}best value per column in bold green.</p>"
+        f"{_summary_table(summary.get('policies') or {})}"
+        f"{_classes_table(summary.get('policies') or {})}"
+        f"{_swings_table(summary.get('policies') or {})}{graphs}{images}</body></html>\n"
+    )

@@ -59,10 +59,13 @@ def _restore(path: Path):
     from ray.rllib.core.rl_module.rl_module import RLModule
 
     if not (path / "upper").is_dir() or not (path / "lower").is_dir():
-        raise UserError(f"{path}: not a trained policy (expected upper/ and lower/ modules "
-                        f"inside; make one with `xds train`)")
+        raise UserError(
+            f"{path}: not a trained policy (expected upper/ and lower/ modules "
+            f"inside; make one with `xds train`)"
+        )
     return RLModule.from_checkpoint(str(path / "upper")), RLModule.from_checkpoint(
-        str(path / "lower"))
+        str(path / "lower")
+    )
 
 
 @dataclass
@@ -77,8 +80,13 @@ class Step:
 
 
 # The lower step under LOWER "search": the search's best plan, decided before any agent acts.
-SEARCH_STEP = Step("lower", 0, [1.0], [0], {"summary": "the search's best plan in this "
-                                                       "allocation", "contributions": {}})
+SEARCH_STEP = Step(
+    "lower",
+    0,
+    [1.0],
+    [0],
+    {"summary": "the search's best plan in this allocation", "contributions": {}},
+)
 
 
 class Agents:
@@ -107,16 +115,19 @@ class Agents:
             groups.setdefault((agent, *(v.shape for v in obs.values())), []).append(i)
         out = [None] * len(asks)
         for (agent, *_), members in groups.items():
-            batch = {k: torch.from_numpy(np.stack([asks[i][1][k] for i in members]))
-                     for k in asks[members[0]][1]}
+            batch = {
+                k: torch.from_numpy(np.stack([asks[i][1][k] for i in members]))
+                for k in asks[members[0]][1]
+            }
             with torch.inference_mode():
                 rows = self.modules[agent].forward_inference({Columns.OBS: batch})
             for i, row in zip(members, rows[Columns.ACTION_DIST_INPUTS].numpy(), strict=True):
                 out[i] = row
         return out
 
-    def step(self, agent: str, obs: dict, options: dict[int, dict],
-             logits: np.ndarray | None = None) -> Step:
+    def step(
+        self, agent: str, obs: dict, options: dict[int, dict], logits: np.ndarray | None = None
+    ) -> Step:
         """The agent's greedy act on `obs` (on its `logits` when the caller has them),
         explained against its own runner-up."""
         logits = self.logits(agent, obs) if logits is None else logits
@@ -126,28 +137,49 @@ class Agents:
         probs[open_] = z / z.sum()
         ranking = [int(i) for i in open_[np.argsort(-probs[open_], kind="stable")]]
         runner = ranking[1] if len(ranking) > 1 else None
-        return Step(agent, ranking[0], probs.tolist(), ranking,
-                    contrast(options, ranking[0], runner, self.weights))
+        return Step(
+            agent,
+            ranking[0],
+            probs.tolist(),
+            ranking,
+            contrast(options, ranking[0], runner, self.weights),
+        )
 
     def choose(self, ch: Choices, queue_len: int = 1) -> int | None:
         """The evaluated candidate the agents pick (upper, then lower), or None to wait."""
-        a = 0 if len(ch.groups) == 1 else int(np.argmax(self.logits(
-            "upper", upper_observation(ch, queue_len))))
+        a = (
+            0
+            if len(ch.groups) == 1
+            else int(np.argmax(self.logits("upper", upper_observation(ch, queue_len))))
+        )
         if a == WAIT or a >= len(ch.groups):
             return None
         members = ch.groups[a]
         b = int(np.argmax(self.logits("lower", lower_observation(ch, a, queue_len))))
         return int(members[b if b < len(members) else 0])
 
-    def decide(self, job: JobSpec, view: ClusterView, queue_len: int = 1,
-               now_s: float = 0.0, weights: Weights | None = None) -> AgentDecision | None:
-        return decide(self, self.weights if weights is None else weights, job, view, queue_len,
-                      now_s)
+    def decide(
+        self,
+        job: JobSpec,
+        view: ClusterView,
+        queue_len: int = 1,
+        now_s: float = 0.0,
+        weights: Weights | None = None,
+    ) -> AgentDecision | None:
+        return decide(
+            self, self.weights if weights is None else weights, job, view, queue_len, now_s
+        )
 
 
-def decide(stepper, weights: Weights, job: JobSpec, view: ClusterView,
-           queue_len: int = 1, now_s: float = 0.0,
-           opts: SearchOptions = OPTIONS) -> AgentDecision | None:
+def decide(
+    stepper,
+    weights: Weights,
+    job: JobSpec,
+    view: ClusterView,
+    queue_len: int = 1,
+    now_s: float = 0.0,
+    opts: SearchOptions = OPTIONS,
+) -> AgentDecision | None:
     """Search the candidates here (in the space `opts`), let the upper agent pick an
     allocation and, with LOWER "agent", the lower agent a plan inside it (in this process or
     behind the endpoint: `stepper.step`); with "search", the search's best plan inside it. None
@@ -157,24 +189,39 @@ def decide(stepper, weights: Weights, job: JobSpec, view: ClusterView,
     if ch is None:
         return None
     if len(ch.groups) == 1:  # one allocation open: nothing for the upper agent to weigh
-        up = Step("upper", 0, [1.0], [0], {"summary": "the only allocation offered",
-                                           "contributions": {}})
+        up = Step(
+            "upper", 0, [1.0], [0], {"summary": "the only allocation offered", "contributions": {}}
+        )
     else:
         up = stepper.step("upper", upper_observation(ch, queue_len), upper_options(ch))
     if up.choice == WAIT or up.choice >= len(ch.groups):
         ms = (time.perf_counter() - start) * 1000
-        return AgentDecision(job.name, None, _alternatives(ch, -1),
-                       {"summary": f"{job.name}: {up.explanation['summary']}",
-                        "steps": [up.explanation]}, ms)
+        return AgentDecision(
+            job.name,
+            None,
+            _alternatives(ch, -1),
+            {"summary": f"{job.name}: {up.explanation['summary']}", "steps": [up.explanation]},
+            ms,
+        )
     members = ch.groups[up.choice]
-    low = stepper.step("lower", lower_observation(ch, up.choice, queue_len),
-                       lower_options(ch, up.choice)) if LOWER == "agent" else SEARCH_STEP
+    low = (
+        stepper.step(
+            "lower", lower_observation(ch, up.choice, queue_len), lower_options(ch, up.choice)
+        )
+        if LOWER == "agent"
+        else SEARCH_STEP
+    )
     chosen = int(members[low.choice if low.choice < len(members) else 0])
     ms = (time.perf_counter() - start) * 1000
     why = explanation(ch, chosen, up.choice)
     why["steps"] = [up.explanation, low.explanation]
-    return AgentDecision(job.name, ch.placement(chosen, up.choice, why["summary"], ms),
-                         _alternatives(ch, chosen), why, ms)
+    return AgentDecision(
+        job.name,
+        ch.placement(chosen, up.choice, why["summary"], ms),
+        _alternatives(ch, chosen),
+        why,
+        ms,
+    )
 
 
 def _alternatives(ch: Choices, chosen: int) -> list[dict]:
@@ -186,9 +233,14 @@ def _alternatives(ch: Choices, chosen: int) -> list[dict]:
     for i in [*others, *(int(i) for i in mine if i != chosen)][:LOWER_CHOICES]:
         c = ch.candidate(i)
         assert c.objective is not None  # the search scores every candidate
-        out.append({"summary": describe(c), "gpus_per_domain": c.gpus_per_domain,
-                    "predicted_step_time_s": c.estimated.step_time_s,
-                    "objective": c.objective.as_dict()})
+        out.append(
+            {
+                "summary": describe(c),
+                "gpus_per_domain": c.gpus_per_domain,
+                "predicted_step_time_s": c.estimated.step_time_s,
+                "objective": c.objective.as_dict(),
+            }
+        )
     return out
 
 
@@ -196,13 +248,17 @@ def explanation(ch: Choices, chosen: int, group: int) -> dict:
     """The decision's objective terms against the runner-up (the best other choice open)."""
     others = [int(i) for g in ch.groups for i in g if int(i) != chosen]
     if not others:
-        return {"summary": f"{ch.job.name}: {describe(ch.candidate(chosen))}; the only choice "
-                           f"open.", "contributions": {}}
+        return {
+            "summary": f"{ch.job.name}: {describe(ch.candidate(chosen))}; the only choice open.",
+            "contributions": {},
+        }
     a, b = option(ch, chosen, group), option(ch, max(others, key=ch.objective))
     out = contrast({0: a, 1: b}, 0, 1, ch.weights)
     out["summary"] = f"{ch.job.name}: {out['summary']}."
-    out["contributions"]["step_time_s"] = {"chosen": a["terms"]["step_time_s"],
-                                           "runner_up": b["terms"]["step_time_s"]}
+    out["contributions"]["step_time_s"] = {
+        "chosen": a["terms"]["step_time_s"],
+        "runner_up": b["terms"]["step_time_s"],
+    }
     return out
 
 
@@ -216,16 +272,25 @@ def option(ch: Choices, i: int, group: int | None = None) -> dict:
     c = ch.candidate(i)
     p = c.plan
     off = ch.keep_off[group] if group is not None else ()
-    keep = (f", keeping off {'+'.join(ch.view.names[d] for d in off)} for the jobs behind"
-            if off else "")
-    return {"summary": f"{c.kind} on {_where(c)} (TP {p.tp} PP {p.pp} DP {p.dp}){keep}",
-            "terms": {**{k: getattr(c.objective, k) for k in TERMS},
-                      "job_efficiency": float(ch.job_efficiency(i)),
-                      "step_time_s": c.estimated.step_time_s}}
+    keep = (
+        f", keeping off {'+'.join(ch.view.names[d] for d in off)} for the jobs behind"
+        if off
+        else ""
+    )
+    return {
+        "summary": f"{c.kind} on {_where(c)} (TP {p.tp} PP {p.pp} DP {p.dp}){keep}",
+        "terms": {
+            **{k: getattr(c.objective, k) for k in TERMS},
+            "job_efficiency": float(ch.job_efficiency(i)),
+            "step_time_s": c.estimated.step_time_s,
+        },
+    }
 
 
-WAIT_OPTION = {"summary": "wait for accelerators to free",
-               "terms": {**dict.fromkeys(TERMS, 0.0), "step_time_s": None}}
+WAIT_OPTION = {
+    "summary": "wait for accelerators to free",
+    "terms": {**dict.fromkeys(TERMS, 0.0), "step_time_s": None},
+}
 
 
 def upper_options(ch: Choices) -> dict[int, dict]:
@@ -237,8 +302,7 @@ def lower_options(ch: Choices, group: int) -> dict[int, dict]:
     return {k: option(ch, int(i), group) for k, i in enumerate(ch.groups[group])}
 
 
-def contrast(options: dict[int, dict], chosen: int, runner: int | None,
-             weights: Weights) -> dict:
+def contrast(options: dict[int, dict], chosen: int, runner: int | None, weights: Weights) -> dict:
     """The weighted objective terms of one agent's pick against its runner-up, and a line."""
     a = options.get(chosen)
     if a is None:
@@ -247,16 +311,27 @@ def contrast(options: dict[int, dict], chosen: int, runner: int | None,
     if b is None:
         return {"summary": f"{a['summary']}; the only choice open", "contributions": {}}
     contributions = {
-        term: {"chosen": a["terms"][term], "runner_up": b["terms"][term],
-               "weighted_delta": w * (a["terms"][term] - b["terms"][term])}
-        for term, w in (("efficiency", weights.efficiency),
-                        ("utilization", weights.utilization), ("cost", -weights.cost))}
+        term: {
+            "chosen": a["terms"][term],
+            "runner_up": b["terms"][term],
+            "weighted_delta": w * (a["terms"][term] - b["terms"][term]),
+        }
+        for term, w in (
+            ("efficiency", weights.efficiency),
+            ("utilization", weights.utilization),
+            ("cost", -weights.cost),
+        )
+    }
     deltas = {k: v["weighted_delta"] for k, v in contributions.items()}
     lead = max(deltas, key=lambda k: abs(deltas[k]))
     verb = "gains" if deltas[lead] >= 0 else "gives up"
-    return {"summary": f"{a['summary']} over {b['summary']}: {verb} most on {lead} (R "
-                       f"{sum(deltas.values()):+.3f})",
-            "chosen": a["summary"], "runner_up": b["summary"], "contributions": contributions}
+    return {
+        "summary": f"{a['summary']} over {b['summary']}: {verb} most on {lead} (R "
+        f"{sum(deltas.values()):+.3f})",
+        "chosen": a["summary"],
+        "runner_up": b["summary"],
+        "contributions": contributions,
+    }
 
 
 @dataclass
@@ -277,6 +352,7 @@ class PPOPolicy:
 
     def decide(self, queue: list[JobSpec], view: ClusterView, now_s: float) -> list[Placement]:
         """The planner's pass over the queue (`queue_pass`), each job placed by the agents."""
+
         def place(job: JobSpec, seen: ClusterView, modest: bool) -> Placement | None:
             if modest and is_giant(job, seen):  # a giant, others waiting:
                 job = replace(job, gpus_max=job.gpus_min)  # at its minimum, as the planner's
@@ -290,11 +366,9 @@ class PPOPolicy:
         return self.planner.replan(job, current, view)
 
 
-
 def local_policy(weights: Weights, path: str | Path | None = None) -> PPOPolicy:
     return PPOPolicy(weights, Agents(weights, path).decide)
 
 
 # The registry's entries from this layer: the agents deciding in this process.
 POLICIES = {"ppo": lambda weights, options: local_policy(weights, options.get("policy_path"))}
-

@@ -45,6 +45,7 @@ WAIT = UPPER_CHOICES - 1
 HOLD_SHARE = 1 / 16
 OPTIONS = ONLINE  # the planner policy's online grid
 
+
 @functools.cache
 def _row_hash(domains: int) -> np.ndarray:
     """One random weight per domain: an allocation's rows hashed to one integer."""
@@ -85,16 +86,22 @@ class Choices:
     def candidate(self, i: int) -> Placement:
         return placement_at(self.ev, i, self.view, self.job)
 
-    def placement(self, i: int, group: int = 0, explanation: str = "",
-                  decision_ms: float = 0.0) -> Placement:
+    def placement(
+        self, i: int, group: int = 0, explanation: str = "", decision_ms: float = 0.0
+    ) -> Placement:
         """Candidate i of allocation `group` as a placement, with the domains that group keeps
         the job off."""
         p = placement_at(self.ev, i, self.view, self.job, explanation, decision_ms)
         return replace(p, keep_off=self.keep_off[group])
 
 
-def choices(job: JobSpec, view: ClusterView, weights: Weights, now_s: float = 0.0,
-            opts: SearchOptions = OPTIONS) -> Choices | None:
+def choices(
+    job: JobSpec,
+    view: ClusterView,
+    weights: Weights,
+    now_s: float = 0.0,
+    opts: SearchOptions = OPTIONS,
+) -> Choices | None:
     """None when nothing fits on the free accelerators."""
     if sum(d.available for d in view.domains) < job.gpus_min:
         return None
@@ -127,12 +134,12 @@ def choices(job: JobSpec, view: ClusterView, weights: Weights, now_s: float = 0.
         keep_off.append(off)
         if len(groups) == WAIT:
             break
-    return Choices(job, view, weights, ev, alloc, groups, keep_off,
-                   ideal_tokens_per_s(job, view), now_s)
+    return Choices(
+        job, view, weights, ev, alloc, groups, keep_off, ideal_tokens_per_s(job, view), now_s
+    )
 
 
-def _offered(job: JobSpec, view: ClusterView, alloc: np.ndarray, order: np.ndarray,
-             pick: int):
+def _offered(job: JobSpec, view: ClusterView, alloc: np.ndarray, order: np.ndarray, pick: int):
     """(candidate, domains held back) for each allocation offered: the planner's pick; and, for
     a job large enough to take a class of accelerators from the many small jobs behind it, for
     each class the best allocation that keeps the job off every faster class, now and when it
@@ -158,8 +165,9 @@ def _offered(job: JobSpec, view: ClusterView, alloc: np.ndarray, order: np.ndarr
 
 def _terms_key(ev, i: int) -> tuple:
     t = ev.terms
-    return tuple(round(float(t[k][i]), 9) for k in ("objective", "efficiency", "utilization",
-                                                     "cost"))
+    return tuple(
+        round(float(t[k][i]), 9) for k in ("objective", "efficiency", "utilization", "cost")
+    )
 
 
 def _first_of_ties(ev, idx: list[int]) -> list[int]:
@@ -173,9 +181,18 @@ def _first_of_ties(ev, idx: list[int]) -> list[int]:
 
 def _terms(ch: Choices, idx: np.ndarray) -> np.ndarray:
     t, step = ch.ev.terms, ch.ev.est.step_time_s
-    return np.stack([t["efficiency"][idx], t["utilization"][idx], np.log1p(t["cost"][idx]),
-                     t["objective"][idx], step.min() / step[idx],
-                     t["tokens_per_s"][idx] / ch.ideal, ch.job_efficiency(idx)], axis=1)
+    return np.stack(
+        [
+            t["efficiency"][idx],
+            t["utilization"][idx],
+            np.log1p(t["cost"][idx]),
+            t["objective"][idx],
+            step.min() / step[idx],
+            t["tokens_per_s"][idx] / ch.ideal,
+            ch.job_efficiency(idx),
+        ],
+        axis=1,
+    )
 
 
 def _compute_share(ch: Choices, idx: np.ndarray) -> np.ndarray:
@@ -203,21 +220,46 @@ def _context(ch: Choices, queue_len: int) -> np.ndarray:
     w, job, doms = ch.weights, ch.job, ch.view.domains
     free = sum(d.available for d in doms) / max(sum(d.total_gpus for d in doms), 1)
     waited = min((ch.now_s - job.arrival_s) / max(ch.ideal_s, 1.0), 10.0) / 10
-    return np.array([w.efficiency, w.utilization, w.cost, job.gpus_min / 512,
-                     job.gpus_max / 512, np.log10(job.arch.params) / 12, queue_len / 20, free,
-                     np.log10(max(ch.ideal_s, 1.0)) / 5, waited], np.float32)
+    return np.array(
+        [
+            w.efficiency,
+            w.utilization,
+            w.cost,
+            job.gpus_min / 512,
+            job.gpus_max / 512,
+            np.log10(job.arch.params) / 12,
+            queue_len / 20,
+            free,
+            np.log10(max(ch.ideal_s, 1.0)) / 5,
+            waited,
+        ],
+        np.float32,
+    )
 
 
 def upper_observation(ch: Choices, queue_len: int) -> dict[str, np.ndarray]:
     idx = np.array([g[0] for g in ch.groups])
     kind = np.asarray(ch.ev.placements.kind)[ch.ev.place[idx]]
-    feats = np.concatenate([
-        _terms(ch, idx),
-        np.stack([ch.alloc[idx].sum(axis=1) / ch.job.gpus_max,
-                  (ch.alloc[idx] > 0).sum(axis=1) / 3, kind == SINGLE, kind == PIPELINE,
-                  kind == DATA, np.log1p(ch.ev.est.cross_domain_bytes[idx] / 1e9),
-                  _compute_share(ch, idx), _kept_off_share(ch), np.zeros(len(idx))], axis=1)],
-        axis=1)
+    feats = np.concatenate(
+        [
+            _terms(ch, idx),
+            np.stack(
+                [
+                    ch.alloc[idx].sum(axis=1) / ch.job.gpus_max,
+                    (ch.alloc[idx] > 0).sum(axis=1) / 3,
+                    kind == SINGLE,
+                    kind == PIPELINE,
+                    kind == DATA,
+                    np.log1p(ch.ev.est.cross_domain_bytes[idx] / 1e9),
+                    _compute_share(ch, idx),
+                    _kept_off_share(ch),
+                    np.zeros(len(idx)),
+                ],
+                axis=1,
+            ),
+        ],
+        axis=1,
+    )
     return _observation(ch, feats, _shares(ch, idx), UPPER_CHOICES, queue_len, wait=True)
 
 
@@ -225,17 +267,32 @@ def lower_observation(ch: Choices, group: int, queue_len: int) -> dict[str, np.n
     idx = ch.groups[group]
     p = ch.ev.plans
     mem = np.array([d.accelerator.memory_gib for d in ch.view.domains]).min()
-    feats = np.concatenate([
-        _terms(ch, idx),
-        np.stack([np.log2(p.dp[idx]) / 8, np.log2(p.tp[idx]) / 3, np.log2(p.pp[idx]) / 5,
-                  np.log2(p.micro_batch[idx]) / 2, p.zero[idx] / 3,
-                  p.recompute[idx] > 0, ch.ev.est.memory_gib[idx] / mem,
-                  np.zeros(len(idx)), np.zeros(len(idx))], axis=1)], axis=1)
+    feats = np.concatenate(
+        [
+            _terms(ch, idx),
+            np.stack(
+                [
+                    np.log2(p.dp[idx]) / 8,
+                    np.log2(p.tp[idx]) / 3,
+                    np.log2(p.pp[idx]) / 5,
+                    np.log2(p.micro_batch[idx]) / 2,
+                    p.zero[idx] / 3,
+                    p.recompute[idx] > 0,
+                    ch.ev.est.memory_gib[idx] / mem,
+                    np.zeros(len(idx)),
+                    np.zeros(len(idx)),
+                ],
+                axis=1,
+            ),
+        ],
+        axis=1,
+    )
     return _observation(ch, feats, _shares(ch, idx), LOWER_CHOICES, queue_len, wait=False)
 
 
-def _observation(ch: Choices, feats: np.ndarray, shares: np.ndarray, size: int,
-                 queue_len: int, wait: bool) -> dict[str, np.ndarray]:
+def _observation(
+    ch: Choices, feats: np.ndarray, shares: np.ndarray, size: int, queue_len: int, wait: bool
+) -> dict[str, np.ndarray]:
     n = len(feats)
     obs = padded(ch.view)
     obs["choices"] = np.zeros((size, CHOICE_FEATURES), np.float32)
@@ -260,11 +317,16 @@ def observation_space(n_choices: int, domains: int = 0) -> gymnasium.spaces.Dict
     def box(*shape, low=-np.inf, high=np.inf):
         return gymnasium.spaces.Box(low, high, shape=shape, dtype=np.float32)
 
-    return gymnasium.spaces.Dict({
-        "nodes": box(nodes, NODE_FEATURES), "node_mask": box(nodes, low=0, high=1),
-        "edge_index": box(2, links, low=0, high=nodes),
-        "edges": box(links, EDGE_FEATURES), "edge_mask": box(links, low=0, high=1),
-        "choices": box(n_choices, CHOICE_FEATURES),
-        "choice_nodes": box(n_choices, nodes, low=0, high=1),
-        "action_mask": box(n_choices, low=0, high=1), "context": box(CONTEXT_FEATURES),
-    })
+    return gymnasium.spaces.Dict(
+        {
+            "nodes": box(nodes, NODE_FEATURES),
+            "node_mask": box(nodes, low=0, high=1),
+            "edge_index": box(2, links, low=0, high=nodes),
+            "edges": box(links, EDGE_FEATURES),
+            "edge_mask": box(links, low=0, high=1),
+            "choices": box(n_choices, CHOICE_FEATURES),
+            "choice_nodes": box(n_choices, nodes, low=0, high=1),
+            "action_mask": box(n_choices, low=0, high=1),
+            "context": box(CONTEXT_FEATURES),
+        }
+    )

@@ -24,8 +24,14 @@ def cmd_train(args) -> None:
     # With --json, standard output carries one JSON object: Tune's chatter goes to stderr.
     quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     with quiet:
-        trials = train(cfg, out, samples=args.samples, iterations=args.iterations,
-                       init=args.init, verbose=0 if args.json else 1)
+        trials = train(
+            cfg,
+            out,
+            samples=args.samples,
+            iterations=args.iterations,
+            init=args.init,
+            verbose=0 if args.json else 1,
+        )
     summary: dict = {"trials": trials}
     if args.samples > 1:
         from xdscheduler.rl.pareto import sweep_report
@@ -36,28 +42,50 @@ def cmd_train(args) -> None:
         print(json.dumps(summary, indent=2))
         return
     for t in trials:
-        print(f"{t['weights'] or 'scenario weights'}: {t['iterations']} iterations, "
-              f"episode return {t['episode_return_mean']:.3f}; modules in {t['module']}")
+        print(
+            f"{t['weights'] or 'scenario weights'}: {t['iterations']} iterations, "
+            f"episode return {t['episode_return_mean']:.3f}; modules in {t['module']}"
+        )
     if "pareto" in summary:
         p = summary["pareto"]
-        print(f"Pareto coverage {p['coverage']:.1%} of {p['pareto_choices']} Pareto-optimal "
-              f"choices over {p['states']} states; front plot {p['plot']}")
+        print(
+            f"Pareto coverage {p['coverage']:.1%} of {p['pareto_choices']} Pareto-optimal "
+            f"choices over {p['states']} states; front plot {p['plot']}"
+        )
 
 
 def register(sub) -> None:
-    p = sub.add_parser("train", help="train the hierarchical PPO agents under Tune",
-                       description="train the hierarchical PPO agents under Tune")
-    p.add_argument("--config", help="training config (default: rllib_configs/hppo.yaml, the "
-                                    "study policy; with --samples N > 1, hppo_sweep.yaml)")
-    p.add_argument("--samples", type=number(int, 1, 1000), default=1,
-                   help="trials: 1 trains on the config's weights; N > 1 sweeps the first N "
-                        "weightings of the config and draws their Pareto front")
-    p.add_argument("--iterations", type=number(int, 1, 1_000_000),
-                   help="training iterations per trial")
-    p.add_argument("--init", help="start from these trained modules (e.g. the shipped policy, "
-                                  "xdscheduler/rl/trained/decision for a sweep)")
-    p.add_argument("--states", type=number(int, 1, 100_000), default=40,
-                   help="fixed states for the Pareto check")
+    p = sub.add_parser(
+        "train",
+        help="train the hierarchical PPO agents under Tune",
+        description="train the hierarchical PPO agents under Tune",
+    )
+    p.add_argument(
+        "--config",
+        help="training config (default: rllib_configs/hppo.yaml, the "
+        "study policy; with --samples N > 1, hppo_sweep.yaml)",
+    )
+    p.add_argument(
+        "--samples",
+        type=number(int, 1, 1000),
+        default=1,
+        help="trials: 1 trains on the config's weights; N > 1 sweeps the first N "
+        "weightings of the config and draws their Pareto front",
+    )
+    p.add_argument(
+        "--iterations", type=number(int, 1, 1_000_000), help="training iterations per trial"
+    )
+    p.add_argument(
+        "--init",
+        help="start from these trained modules (e.g. the shipped policy, "
+        "xdscheduler/rl/trained/decision for a sweep)",
+    )
+    p.add_argument(
+        "--states",
+        type=number(int, 1, 100_000),
+        default=40,
+        help="fixed states for the Pareto check",
+    )
     p.add_argument("--out", default="xds-train", help="output folder (default xds-train)")
     p.add_argument("--address", help="Ray cluster address (default: an embedded local Ray)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -69,8 +69,9 @@ def sampled_weights(rng: np.random.Generator) -> Weights:
     weight that is zero three times in ten, else log-uniform over 0.1-5 (WAN cost is a few
     hundredths of the accelerators' and needs a large weight to matter)."""
     cost = 0.0 if rng.random() < 0.3 else float(np.exp(rng.uniform(np.log(0.1), np.log(5))))
-    return Weights(efficiency=float(rng.uniform(0.1, 1.0)),
-                   utilization=float(rng.uniform(0.0, 1.0)), cost=cost)
+    return Weights(
+        efficiency=float(rng.uniform(0.1, 1.0)), utilization=float(rng.uniform(0.0, 1.0)), cost=cost
+    )
 
 
 class PlacementEnv(MultiAgentEnv):
@@ -85,8 +86,9 @@ class PlacementEnv(MultiAgentEnv):
         config = dict(config or {})
         path = config.get("scenario")
         self.randomised = path == RANDOM
-        self.template = load_scenario(path if path and not self.randomised
-                                      else default_scenario_path())
+        self.template = load_scenario(
+            path if path and not self.randomised else default_scenario_path()
+        )
         self.scn = self.template
         w = config.get("weights")
         self.sampled = w == "sampled"
@@ -128,8 +130,14 @@ class PlacementEnv(MultiAgentEnv):
             self.scn = random_scenario(self.rng, self.template)  # with the template's weights
         jobs = study_jobs(self.scn, self.hours, seed)
         dynamics = study_dynamics(self.scn, seed, self.hours)
-        self.engine = Engine(self.scn, jobs, PlannerPolicy(self.weights), dynamics,
-                             LocalDomains(list(self.scn.domains), dynamics), self.hours * 3600)
+        self.engine = Engine(
+            self.scn,
+            jobs,
+            PlannerPolicy(self.weights),
+            dynamics,
+            LocalDomains(list(self.scn.domains), dynamics),
+            self.hours * 3600,
+        )
         warmup = float(self.rng.uniform(0, self.warmup_hours)) * 3600
         self.engine.run(until_s=warmup)  # the planner decides until the agents' window
         self.until_s = warmup + self.window_s
@@ -175,7 +183,7 @@ class PlacementEnv(MultiAgentEnv):
     def step(self, action_dict):
         if UPPER in action_dict:
             return self._upper(int(action_dict[UPPER]))
-        (agent, action), = action_dict.items()
+        ((agent, action),) = action_dict.items()
         return self._lower(agent, int(action))
 
     @property
@@ -197,8 +205,7 @@ class PlacementEnv(MultiAgentEnv):
         ch = self.offered
         self.group = group
         agent = lower_agent(self.engine.names[int(np.argmax(ch.alloc[ch.best(group)]))])
-        return {agent: self._remember(agent, lower_observation(ch, group,
-                                                               len(self.engine.queue)))}
+        return {agent: self._remember(agent, lower_observation(ch, group, len(self.engine.queue)))}
 
     def _lower(self, agent: str, action: int):
         ch, g = self.offered, self.group
@@ -210,19 +217,24 @@ class PlacementEnv(MultiAgentEnv):
         else:
             up = low = self._reward(i, g)
         self.engine.place(self.run, ch.placement(i, g))
-        return self._after_decision({UPPER: up, agent: low} if self.upper_acted
-                                    else {agent: low})
+        return self._after_decision({UPPER: up, agent: low} if self.upper_acted else {agent: low})
 
     def _reward(self, placed: int | None, group: int = 0) -> float:
         """The reward of placing candidate `placed` of allocation `group` (None: waiting)."""
         ch, scale = self.offered, REWARD_SCALE[self.reward]
         if self.reward == "study":
             chosen = None if placed is None else ch.placement(placed, group)
-            return scale * advantage(self.engine, self.run.spec.name, chosen,
-                                     ch.placement(ch.best(0)), self.weights,
-                                     self.rollout_hours)
-        return scale * ((0.0 if placed is None else ch.objective(placed))
-                        - ch.objective(ch.best(0)))
+            return scale * advantage(
+                self.engine,
+                self.run.spec.name,
+                chosen,
+                ch.placement(ch.best(0)),
+                self.weights,
+                self.rollout_hours,
+            )
+        return scale * (
+            (0.0 if placed is None else ch.objective(placed)) - ch.objective(ch.best(0))
+        )
 
     def _after_decision(self, rewards: dict):
         self.decisions += 1

@@ -25,8 +25,11 @@ MASKED = -1e9  # logit of a choice that is not open
 def graph_data(view: ClusterView) -> Data:
     """The resource graph as a torch_geometric `Data` (x, edge_index, edge_attr)."""
     index, feats = edges(view)
-    return Data(x=torch.from_numpy(node_features(view)), edge_index=torch.from_numpy(index),
-                edge_attr=torch.from_numpy(feats))
+    return Data(
+        x=torch.from_numpy(node_features(view)),
+        edge_index=torch.from_numpy(index),
+        edge_attr=torch.from_numpy(feats),
+    )
 
 
 class GraphChoiceModule(TorchRLModule, ValueFunctionAPI):
@@ -43,12 +46,18 @@ class GraphChoiceModule(TorchRLModule, ValueFunctionAPI):
         self.node_in = nn.Linear(node_f, hidden)
         self.convs = nn.ModuleList(
             GATv2Conv(hidden, hidden, heads=heads, concat=False, edge_dim=edge_f)
-            for _ in range(int(cfg.get("layers", 2))))
+            for _ in range(int(cfg.get("layers", 2)))
+        )
         self.score = nn.Sequential(
-            nn.Linear(choice_f + 2 * hidden + context_f, hidden), nn.Tanh(),
-            nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+            nn.Linear(choice_f + 2 * hidden + context_f, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, 1),
+        )
         self.value = nn.Sequential(
-            nn.Linear(hidden + context_f + choice_f, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+            nn.Linear(hidden + context_f + choice_f, hidden), nn.Tanh(), nn.Linear(hidden, 1)
+        )
         # A linear path from the choice's own terms: ranking by the objective is learnt in a
         # few updates, the network around it learns when the graph says otherwise.
         self.direct = nn.Linear(choice_f, 1)
@@ -80,13 +89,21 @@ class GraphChoiceModule(TorchRLModule, ValueFunctionAPI):
         choices, k = obs["choices"], obs["choices"].shape[1]
         where = obs["choice_nodes"] @ nodes
         context = obs["context"]
-        inputs = torch.cat([choices, where, graph.unsqueeze(1).expand(-1, k, -1),
-                            context.unsqueeze(1).expand(-1, k, -1)], dim=-1)
+        inputs = torch.cat(
+            [
+                choices,
+                where,
+                graph.unsqueeze(1).expand(-1, k, -1),
+                context.unsqueeze(1).expand(-1, k, -1),
+            ],
+            dim=-1,
+        )
         logits = (self.score(inputs) + self.direct(choices)).squeeze(-1)
         open_ = obs["action_mask"] > 0.5
         logits = torch.where(open_, logits, torch.full_like(logits, MASKED))
         mean_choice = (choices * open_.unsqueeze(-1)).sum(1) / open_.sum(1, keepdim=True).clamp(
-            min=1)
+            min=1
+        )
         embeddings = torch.cat([graph, context, mean_choice], dim=-1)
         return {Columns.ACTION_DIST_INPUTS: logits, Columns.EMBEDDINGS: embeddings}
 

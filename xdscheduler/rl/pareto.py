@@ -29,8 +29,9 @@ class Chooser(Protocol):
         """The candidate picked among the choices (None: wait)."""
 
 
-def fixed_states(n: int, seed: int = STATES_SEED,
-                 scenario: str | None = None) -> list[tuple[JobSpec, ClusterView, float]]:
+def fixed_states(
+    n: int, seed: int = STATES_SEED, scenario: str | None = None
+) -> list[tuple[JobSpec, ClusterView, float]]:
     """n decision states (job, cluster view, time) met on the way through seeded episodes in
     which the best allocation is always placed."""
     from xdscheduler.rl.env import UPPER, PlacementEnv
@@ -59,8 +60,10 @@ def coverage(states, trials: Sequence[tuple[Weights, Chooser]]) -> dict:
         t = per_w[0].ev.terms
         eff, util, cost = t["efficiency"][cand], t["utilization"][cand], t["cost"][cand]
         front = set(cand[pareto_mask(eff, util, cost)].tolist())
-        best = {int(cand[np.argmax(w.efficiency * eff + w.utilization * util - w.cost * cost)])
-                for w, _ in trials}
+        best = {
+            int(cand[np.argmax(w.efficiency * eff + w.utilization * util - w.cost * cost)])
+            for w, _ in trials
+        }
         chosen = set()
         for k, ((_, agents), ch) in enumerate(zip(trials, per_w, strict=True)):
             c = agents.choose(ch)
@@ -74,9 +77,11 @@ def coverage(states, trials: Sequence[tuple[Weights, Chooser]]) -> dict:
         picked_supported += len(best & chosen)
         front_total += len(front)
     return {
-        "states": len(states), "pareto_choices": supported,
+        "states": len(states),
+        "pareto_choices": supported,
         "coverage": picked_supported / max(supported, 1),
-        "picks_on_front": on_front / max(picks, 1), "front_size": front_total,
+        "picks_on_front": on_front / max(picks, 1),
+        "front_size": front_total,
         "mean_terms": {k: np.mean(v, axis=0).tolist() if v else None for k, v in points.items()},
     }
 
@@ -97,13 +102,20 @@ def plot_front(result: dict, weights: list[Weights], out: Path) -> Path:
     for (w, _), x, y in zip(pts, eff, util, strict=True):
         spot = (round(x, 2), round(y, 2))
         k = at[spot] = at.get(spot, -1) + 1
-        ax.annotate(f"w=({w.efficiency:g},{w.utilization:g},{w.cost:g})", (x, y),
-                    textcoords="offset points", xytext=(-60, 6 + 11 * k), fontsize=8)
+        ax.annotate(
+            f"w=({w.efficiency:g},{w.utilization:g},{w.cost:g})",
+            (x, y),
+            textcoords="offset points",
+            xytext=(-60, 6 + 11 * k),
+            fontsize=8,
+        )
     fig.colorbar(sc, ax=ax, label="WAN cost / accelerator cost (lower is better)")
     ax.set_xlabel("mean efficiency of the chosen plans")
     ax.set_ylabel("mean utilisation (MFU) of the chosen plans")
-    ax.set_title(f"Weight sweep: coverage {result['coverage']:.0%} of "
-                 f"{result['pareto_choices']} Pareto-optimal choices")
+    ax.set_title(
+        f"Weight sweep: coverage {result['coverage']:.0%} of "
+        f"{result['pareto_choices']} Pareto-optimal choices"
+    )
     fig.tight_layout()
     path = write_atomic(Path(out) / "pareto_front.png", lambda p: fig.savefig(p, dpi=120))
     plt.close(fig)

@@ -32,8 +32,14 @@ from xdscheduler.scenario import (
 MIN_DOMAINS = 3
 # Classes of the shipped scenarios, with the hourly prices the default scenario gives them
 # (A100-80GB: as the A800, its export variant).
-PRICES = {"H100-SXM": 2.0, "H800": 2.2, "A800": 1.4, "A100-80GB": 1.4, "H20": 1.0,
-          "Ascend-910B": 1.2}
+PRICES = {
+    "H100-SXM": 2.0,
+    "H800": 2.2,
+    "A800": 1.4,
+    "A100-80GB": 1.4,
+    "H20": 1.0,
+    "Ascend-910B": 1.2,
+}
 NODES = (4, 8, 16, 32, 64)  # nodes of the class's own size (8 accelerators): 32 to 512
 LOADS = (0.5, 1.3)
 NAMES = tuple(f"d{i}" for i in range(MAX_NODES))  # a drawn cluster's domains, in order
@@ -55,14 +61,26 @@ def random_scenario(rng: np.random.Generator, template: Scenario) -> Scenario:
     domains = []
     for i in range(k):
         acc = classes[int(rng.integers(len(classes)))]
-        domains.append(Domain(
-            name=NAMES[i], location=Location(region=f"random:{i}"),
-            nodes=[NodeGroup(accelerator=acc, count=int(rng.choice(NODES)))],
-            intra_domain_gbps=float(rng.choice((200.0, 400.0))), price_per_gpu_hour=PRICES[acc]))
+        domains.append(
+            Domain(
+                name=NAMES[i],
+                location=Location(region=f"random:{i}"),
+                nodes=[NodeGroup(accelerator=acc, count=int(rng.choice(NODES)))],
+                intra_domain_gbps=float(rng.choice((200.0, 400.0))),
+                price_per_gpu_hour=PRICES[acc],
+            )
+        )
     pool = measured_links()
-    links = [pool[int(rng.integers(len(pool)))].model_copy(update={"a": a.name, "b": b.name})
-             for a, b in combinations(domains, 2)]
+    links = [
+        pool[int(rng.integers(len(pool)))].model_copy(update={"a": a.name, "b": b.name})
+        for a, b in combinations(domains, 2)
+    ]
     spec = template.workload or Workload()
     load = float(rng.uniform(*LOADS))
-    return Scenario(name=f"random-{k}", weights=template.weights, domains=domains, links=links,
-                    workload=spec.model_copy(update={"load": load}))
+    return Scenario(
+        name=f"random-{k}",
+        weights=template.weights,
+        domains=domains,
+        links=links,
+        workload=spec.model_copy(update={"load": load}),
+    )

@@ -65,12 +65,16 @@ def outlook(eng: Engine, weights: Weights, since: Tally) -> float:
     return total + jobs * (weights.utilization * busy / capacity - weights.cost * cost)
 
 
-def rollout(eng: Engine, job: str, placement: Placement | None, weights: Weights,
-            hours: float) -> float:
+def rollout(
+    eng: Engine, job: str, placement: Placement | None, weights: Weights, hours: float
+) -> float:
     """The outlook after placing `job` as given (None: leaving it queued) and letting the
     planner decide everything else for `hours`. The engine itself is left untouched."""
-    shared = {id(eng.dynamics): eng.dynamics, id(eng.scn): eng.scn,
-              id(eng.base_view): eng.base_view}
+    shared = {
+        id(eng.dynamics): eng.dynamics,
+        id(eng.scn): eng.scn,
+        id(eng.base_view): eng.base_view,
+    }
     twin = copy.deepcopy(eng, shared)
     twin.hand_over(PlannerPolicy(weights))
     since = Tally.of(twin)  # busy time and WAN cost count from the decision on
@@ -80,14 +84,19 @@ def rollout(eng: Engine, job: str, placement: Placement | None, weights: Weights
     return outlook(twin, weights, since)
 
 
-def advantage(eng: Engine, job: str, chosen: Placement | None, planners: Placement,
-              weights: Weights, hours: float) -> float:
+def advantage(
+    eng: Engine,
+    job: str,
+    chosen: Placement | None,
+    planners: Placement,
+    weights: Weights,
+    hours: float,
+) -> float:
     """How much better the study goes over `hours` with `chosen` than with the planner's own
     pick, both continued by the planner (0 when they are the same)."""
     if _same(chosen, planners):
         return 0.0
-    return (rollout(eng, job, chosen, weights, hours)
-            - rollout(eng, job, planners, weights, hours))
+    return rollout(eng, job, chosen, weights, hours) - rollout(eng, job, planners, weights, hours)
 
 
 def _key(p: Placement | None) -> tuple | None:

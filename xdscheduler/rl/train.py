@@ -25,8 +25,9 @@ def load_config(path: str | Path | None = None) -> dict:
     path = Path(path) if path else DEFAULT_CONFIG
     cfg = read_yaml(path, "training config") or {}
     if not isinstance(cfg, dict):
-        raise UserError(f"{path}: a training config is a mapping of sections "
-                        f"({', '.join(sorted(SECTIONS))})")
+        raise UserError(
+            f"{path}: a training config is a mapping of sections ({', '.join(sorted(SECTIONS))})"
+        )
     unknown = set(cfg) - SECTIONS
     if unknown:
         raise UserError(f"{path}: unknown sections {sorted(unknown)}; accepted: {sorted(SECTIONS)}")
@@ -50,10 +51,13 @@ def algo_config(cfg: dict, weights: dict | None = None, init: str | Path | None 
     env["seed"] = int(cfg.get("seed", 0))
     if weights:
         env["weights"] = weights
+
     def spec(module: str) -> RLModuleSpec:
-        return RLModuleSpec(module_class=GraphChoiceModule,
-                            model_config=dict(cfg.get("model", {})),
-                            load_state_path=str(Path(init).resolve() / module) if init else None)
+        return RLModuleSpec(
+            module_class=GraphChoiceModule,
+            model_config=dict(cfg.get("model", {})),
+            load_state_path=str(Path(init).resolve() / module) if init else None,
+        )
 
     return (
         PPOConfig()
@@ -62,8 +66,11 @@ def algo_config(cfg: dict, weights: dict | None = None, init: str | Path | None 
         .env_runners(num_env_runners=0, num_cpus_per_env_runner=0)
         .learners(num_learners=0)
         .multi_agent(policies={UPPER, "lower"}, policy_mapping_fn=module_of)
-        .rl_module(rl_module_spec=MultiRLModuleSpec(
-            rl_module_specs={UPPER: spec(UPPER), "lower": spec("lower")}))
+        .rl_module(
+            rl_module_spec=MultiRLModuleSpec(
+                rl_module_specs={UPPER: spec(UPPER), "lower": spec("lower")}
+            )
+        )
         .training(**cfg.get("ppo", {}))
         .debugging(seed=int(cfg.get("seed", 0)))
     )
@@ -76,9 +83,15 @@ def sweep_weights(cfg: dict, samples: int) -> list[dict]:
     return sweep[:samples]
 
 
-def train(cfg: dict, out: Path, samples: int = 1, iterations: int | None = None,
-          weights: dict | None = None, init: str | Path | None = None,
-          verbose: int = 1) -> list[dict]:
+def train(
+    cfg: dict,
+    out: Path,
+    samples: int = 1,
+    iterations: int | None = None,
+    weights: dict | None = None,
+    init: str | Path | None = None,
+    verbose: int = 1,
+) -> list[dict]:
     """Train one trial per weighting (the scenario's own when samples is 1 and no weights are
     given), each from `init`'s modules if given; returns per trial its weights, last metrics
     and module directory."""
@@ -91,35 +104,46 @@ def train(cfg: dict, out: Path, samples: int = 1, iterations: int | None = None,
     space = algo_config(cfg, init=init).to_dict()
     if runs != [None]:
         space["env_config"] = tune.grid_search(
-            [{**space["env_config"], "weights": w} for w in runs])
+            [{**space["env_config"], "weights": w} for w in runs]
+        )
     out = Path(out).resolve()
     stop = {"training_iteration": int(iterations or cfg.get("iterations", 10))}
     tuner = tune.Tuner(
-        PPO, param_space=space,
+        PPO,
+        param_space=space,
         tune_config=tune.TuneConfig(max_concurrent_trials=1),
         run_config=tune.RunConfig(
-            name="hppo", storage_path=str(out / "tune"), stop=stop, verbose=verbose,
+            name="hppo",
+            storage_path=str(out / "tune"),
+            stop=stop,
+            verbose=verbose,
             checkpoint_config=tune.CheckpointConfig(
-                checkpoint_at_end=True,
-                checkpoint_frequency=int(cfg.get("checkpoint_every", 0)))))
+                checkpoint_at_end=True, checkpoint_frequency=int(cfg.get("checkpoint_every", 0))
+            ),
+        ),
+    )
     results = tuner.fit()
     if results.errors:
         raise RuntimeError(f"training failed: {results.errors[0]}")
     trials = []
-    for i, res in enumerate(sorted((results[k] for k in range(len(results))),
-                                   key=lambda r: r.path)):
+    for i, res in enumerate(
+        sorted((results[k] for k in range(len(results))), key=lambda r: r.path)
+    ):
         if res.checkpoint is None or res.config is None:  # checkpoint_at_end makes both
             raise RuntimeError(f"trial {res.path} ended without a checkpoint")
         target = out / f"trial_{i}" / "rl_module"
         shutil.rmtree(target, ignore_errors=True)
-        shutil.copytree(Path(res.checkpoint.path) / "learner_group" / "learner" / "rl_module",
-                        target)
+        shutil.copytree(
+            Path(res.checkpoint.path) / "learner_group" / "learner" / "rl_module", target
+        )
         metrics = res.metrics or {}
-        trials.append({
-            "weights": res.config["env_config"].get("weights"),
-            "iterations": metrics.get("training_iteration"),
-            "episode_return_mean": metrics.get("env_runners", {}).get("episode_return_mean"),
-            "module": str(target),
-        })
+        trials.append(
+            {
+                "weights": res.config["env_config"].get("weights"),
+                "iterations": metrics.get("training_iteration"),
+                "episode_return_mean": metrics.get("env_runners", {}).get("episode_return_mean"),
+                "module": str(target),
+            }
+        )
     write_atomic(out / "trials.json", json.dumps(trials, indent=2))
     return trials

@@ -34,37 +34,67 @@ def register(subparsers) -> None:
         "(a Ray task, or in this process with --local), and write the means with 95% "
         "confidence intervals, the changes against a baseline paired by seed, and plots.",
     )
-    p.add_argument("scenarios", nargs="*", metavar="SCENARIO",
-                   help="scenario files (default: five_domains and skyplane_six_regions)")
+    p.add_argument(
+        "scenarios",
+        nargs="*",
+        metavar="SCENARIO",
+        help="scenario files (default: five_domains and skyplane_six_regions)",
+    )
     p.add_argument("--policies", help="comma-separated (default: every registered policy)")
-    p.add_argument("--seeds", default=DEFAULT_SEEDS,
-                   help="a count N (seeds 0..N-1) or a list a,b,c (one seed: 'a,'); "
-                        f"default {DEFAULT_SEEDS}")
-    p.add_argument("--loads", default=DEFAULT_LOADS,
-                   help=f"offered loads, comma-separated (default {DEFAULT_LOADS})")
-    p.add_argument("--hours", type=number(float, 0, 24 * 30.0, above=True), default=DEFAULT_HOURS,
-                   help=f"hours of job arrivals per study (default {DEFAULT_HOURS:g})")
-    p.add_argument("--baseline",
-                   help=f"the policy the others are compared with (default {DEFAULT_BASELINE})")
-    p.add_argument("--generated-only", action="store_true",
-                   help="leave the scenarios' listed jobs out: the generated workload alone")
-    p.add_argument("--giant-shares", metavar="X,Y,...",
-                   help="fix the share of the offered accelerator-time in giants (jobs asking "
-                        "for more than the largest domain's free share), a cell per share, "
-                        "e.g. 0,0.05,0.2,0.4: the gain as a curve (listed jobs left out)")
-    p.add_argument("--arrivals", default="poisson",
-                   help="poisson (the generator's), or replayed from a trace in the shared "
-                        "data: philly, helios, acme")
+    p.add_argument(
+        "--seeds",
+        default=DEFAULT_SEEDS,
+        help=f"a count N (seeds 0..N-1) or a list a,b,c (one seed: 'a,'); default {DEFAULT_SEEDS}",
+    )
+    p.add_argument(
+        "--loads",
+        default=DEFAULT_LOADS,
+        help=f"offered loads, comma-separated (default {DEFAULT_LOADS})",
+    )
+    p.add_argument(
+        "--hours",
+        type=number(float, 0, 24 * 30.0, above=True),
+        default=DEFAULT_HOURS,
+        help=f"hours of job arrivals per study (default {DEFAULT_HOURS:g})",
+    )
+    p.add_argument(
+        "--baseline", help=f"the policy the others are compared with (default {DEFAULT_BASELINE})"
+    )
+    p.add_argument(
+        "--generated-only",
+        action="store_true",
+        help="leave the scenarios' listed jobs out: the generated workload alone",
+    )
+    p.add_argument(
+        "--giant-shares",
+        metavar="X,Y,...",
+        help="fix the share of the offered accelerator-time in giants (jobs asking "
+        "for more than the largest domain's free share), a cell per share, "
+        "e.g. 0,0.05,0.2,0.4: the gain as a curve (listed jobs left out)",
+    )
+    p.add_argument(
+        "--arrivals",
+        default="poisson",
+        help="poisson (the generator's), or replayed from a trace in the shared "
+        "data: philly, helios, acme",
+    )
     p.add_argument("--out", default="xds-compare", help="output folder (default xds-compare)")
     p.add_argument("--address", help="Ray cluster address (default: an embedded local Ray)")
     p.add_argument("--local", action="store_true", help="no Ray: the studies one after another")
-    p.add_argument("--readme", metavar="FILE",
-                   help="replace the text between <!-- compare:begin --> and "
-                        "<!-- compare:end --> in FILE with the table")
+    p.add_argument(
+        "--readme",
+        metavar="FILE",
+        help="replace the text between <!-- compare:begin --> and "
+        "<!-- compare:end --> in FILE with the table",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--from", dest="saved", metavar="DIR",
-                   help="run nothing: write the tables, plots (and --readme) again from the "
-                        "studies saved in DIR by an earlier run, into DIR")
+    p.add_argument(
+        "--from",
+        dest="saved",
+        metavar="DIR",
+        help="run nothing: write the tables, plots (and --readme) again from the "
+        "studies saved in DIR by an earlier run, into DIR",
+    )
     p.set_defaults(fn=cmd_compare)
 
 
@@ -74,14 +104,15 @@ def parse_seeds(text: str) -> list[int]:
         count = int(text) if "," not in text else None
         seeds = [seed(s) for s in text.split(",") if s.strip()] if count is None else []
     except (ValueError, argparse.ArgumentTypeError):
-        raise UserError(f"--seeds takes a count or comma-separated integers from 0 to "
-                        f"{SEED_LIMIT - 1:,}, got {text!r}") from None
+        raise UserError(
+            f"--seeds takes a count or comma-separated integers from 0 to "
+            f"{SEED_LIMIT - 1:,}, got {text!r}"
+        ) from None
     if count is not None and not 1 <= count <= MAX_SEEDS:
         raise UserError(f"--seeds: a count from 1 to {MAX_SEEDS}, got {count}")
     seeds = list(range(count)) if count is not None else seeds
     if not seeds or len(seeds) > MAX_SEEDS:
-        raise UserError(f"--seeds: give a count or a list of 1 to {MAX_SEEDS} seeds, got "
-                        f"{text!r}")
+        raise UserError(f"--seeds: give a count or a list of 1 to {MAX_SEEDS} seeds, got {text!r}")
     return seeds
 
 
@@ -90,8 +121,9 @@ def parse_loads(text: str) -> list[float]:
     try:
         return [LOAD(x) for x in text.split(",") if x.strip()]
     except argparse.ArgumentTypeError as err:
-        raise UserError(f"--loads takes comma-separated offered loads in (0, {MAX_LOAD:g}]: "
-                        f"{err}") from None
+        raise UserError(
+            f"--loads takes comma-separated offered loads in (0, {MAX_LOAD:g}]: {err}"
+        ) from None
 
 
 def parse_shares(text: str | None) -> list[float] | None:
@@ -132,8 +164,10 @@ def cmd_compare(args) -> None:
         Grid.of(**meta["grid"])  # what the tables say of it: as a run would check it
         if args.baseline:
             if args.baseline not in set(cells["policy"]):
-                raise UserError(f"baseline {args.baseline!r} is not among the policies saved "
-                                f"in {out}: {', '.join(sorted(set(cells['policy'])))}")
+                raise UserError(
+                    f"baseline {args.baseline!r} is not among the policies saved "
+                    f"in {out}: {', '.join(sorted(set(cells['policy'])))}"
+                )
             meta["grid"]["baseline"] = args.baseline
     else:
         grid = _grid(args)  # every argument checked, then the output, before any study runs
@@ -145,8 +179,11 @@ def cmd_compare(args) -> None:
         print(json.dumps(doc, indent=2))
         return
     print(doc["markdown"])
-    print(f"{meta['cells_run']} studies in {meta['wall_s'] / 60:.1f} min on {meta['cpus']} "
-          f"CPUs ({meta['runtime']}); files in {out}/", file=sys.stderr)
+    print(
+        f"{meta['cells_run']} studies in {meta['wall_s'] / 60:.1f} min on {meta['cpus']} "
+        f"CPUs ({meta['runtime']}); files in {out}/",
+        file=sys.stderr,
+    )
 
 
 def _grid(args):
@@ -154,11 +191,17 @@ def _grid(args):
     from xdscheduler.registry import parse_policies
     from xdscheduler.runtime.compare import Grid
 
-    return Grid.of(scenarios=_scenario_paths(args.scenarios),
-                   policies=parse_policies(args.policies), seeds=parse_seeds(args.seeds),
-                   loads=parse_loads(args.loads), hours=args.hours,
-                   baseline=args.baseline or DEFAULT_BASELINE, arrivals=args.arrivals,
-                   listed=not args.generated_only, giant_shares=parse_shares(args.giant_shares))
+    return Grid.of(
+        scenarios=_scenario_paths(args.scenarios),
+        policies=parse_policies(args.policies),
+        seeds=parse_seeds(args.seeds),
+        loads=parse_loads(args.loads),
+        hours=args.hours,
+        baseline=args.baseline or DEFAULT_BASELINE,
+        arrivals=args.arrivals,
+        listed=not args.generated_only,
+        giant_shares=parse_shares(args.giant_shares),
+    )
 
 
 def _run(args, grid) -> tuple:
@@ -167,20 +210,28 @@ def _run(args, grid) -> tuple:
 
     with _progress_to_stderr():
         run = run_grid(grid, address=args.address, local=args.local)
-    meta = {"grid": grid.model_dump(mode="json"), "command": command_line(grid, args),
-            "wall_s": run.wall_s, "runtime": run.runtime, "cpus": run.cpus,
-            "cells_run": len(run.cells), "listed_jobs": run.listed_jobs}
+    meta = {
+        "grid": grid.model_dump(mode="json"),
+        "command": command_line(grid, args),
+        "wall_s": run.wall_s,
+        "runtime": run.runtime,
+        "cpus": run.cpus,
+        "cells_run": len(run.cells),
+        "listed_jobs": run.listed_jobs,
+    }
     return run.cells, meta
 
 
 def provenance(meta: dict) -> str:
     """The line above the results table: what command made it, against what, over what."""
     grid = meta["grid"]
-    return (f"Generated by `{meta['command']}`: baseline {grid['baseline']}, offered loads "
-            f"{', '.join(map(str, grid['loads']))}, {len(grid['seeds'])} seeds, "
-            f"{grid['hours']:g} h of {grid['arrivals']} arrivals per study, "
-            f"{meta['cells_run']} studies in {meta['wall_s'] / 60:.0f} min on {meta['cpus']} "
-            f"CPUs ({meta['runtime']}).")
+    return (
+        f"Generated by `{meta['command']}`: baseline {grid['baseline']}, offered loads "
+        f"{', '.join(map(str, grid['loads']))}, {len(grid['seeds'])} seeds, "
+        f"{grid['hours']:g} h of {grid['arrivals']} arrivals per study, "
+        f"{meta['cells_run']} studies in {meta['wall_s'] / 60:.0f} min on {meta['cpus']} "
+        f"CPUs ({meta['runtime']})."
+    )
 
 
 def command_line(grid, args) -> str:
@@ -191,8 +242,12 @@ def command_line(grid, args) -> str:
     if grid.policies != names():
         words += ["--policies", ",".join(grid.policies)]
     seeds = grid.seeds
-    words += ["--seeds", str(len(seeds)) if seeds == list(range(len(seeds)))
-              else ",".join(map(str, seeds)) + ("," if len(seeds) == 1 else "")]
+    words += [
+        "--seeds",
+        str(len(seeds))
+        if seeds == list(range(len(seeds)))
+        else ",".join(map(str, seeds)) + ("," if len(seeds) == 1 else ""),
+    ]
     words += ["--loads", ",".join(map(str, grid.loads)), "--hours", f"{grid.hours:g}"]
     if grid.baseline != DEFAULT_BASELINE:
         words += ["--baseline", grid.baseline]

@@ -43,7 +43,8 @@ class Grid(Strict):
     seeds: list[Annotated[int, Field(ge=0, lt=2**32)]] = Field(min_length=1)
     """Each seed draws the jobs and the network; every policy of a cell sees the same."""
     loads: list[Annotated[float, Field(gt=0, le=MAX_LOAD, allow_inf_nan=False)]] = Field(
-        min_length=1)
+        min_length=1
+    )
     """Offered loads (accelerator-hours asked over those available while jobs arrive)."""
     hours: float = Field(gt=0)
     """Hours of job arrivals per study."""
@@ -60,22 +61,29 @@ class Grid(Strict):
     @model_validator(mode="after")
     def _consistent(self) -> Grid:
         check(self.policies)
-        for what, values in (("policies", self.policies), ("seeds", self.seeds),
-                             ("loads", self.loads)):
+        for what, values in (
+            ("policies", self.policies),
+            ("seeds", self.seeds),
+            ("loads", self.loads),
+        ):
             if len(set(values)) != len(values):
                 raise ValueError(f"{what} repeat: {', '.join(map(str, values))}")
         if any(x <= 0 for x in self.loads):
             raise ValueError(f"loads must be positive, got {', '.join(map(str, self.loads))}")
         shares = self.giant_shares or []
         if len(set(shares)) != len(shares) or any(not 0 <= x < 1 for x in shares):
-            raise ValueError(f"giant shares are distinct, in [0, 1), got "
-                             f"{', '.join(map(str, shares))}")
+            raise ValueError(
+                f"giant shares are distinct, in [0, 1), got {', '.join(map(str, shares))}"
+            )
         if self.baseline not in self.policies:
-            raise ValueError(f"baseline {self.baseline!r} is not among the policies compared "
-                             f"({', '.join(self.policies)})")
+            raise ValueError(
+                f"baseline {self.baseline!r} is not among the policies compared "
+                f"({', '.join(self.policies)})"
+            )
         if self.arrivals not in ARRIVALS:
-            raise ValueError(f"unknown arrivals {self.arrivals!r}; use one of "
-                             f"{', '.join(ARRIVALS)}")
+            raise ValueError(
+                f"unknown arrivals {self.arrivals!r}; use one of {', '.join(ARRIVALS)}"
+            )
         return self
 
     @classmethod
@@ -121,14 +129,23 @@ def run_cell(scn: Scenario, jobs: list[Job], policy: str, seed: int, hours: floa
     # policies decide with the nominal model and correct it from the rates they observe.
     truth = Truth.draw(scn, jobs, seed)
     res = run_here(scn, jobs, make_policy(policy, scn.weights), dynamics, hours, truth=truth)
-    metrics = summarise(res, scn.weights, ideal_rates([JobSpec.of(j) for j in jobs], view),
-                        view, horizon_s, free_share(dynamics, view, horizon_s))
-    figures = {k: v for k, v in metrics.model_dump().items()
-               if v is None or isinstance(v, int | float)}  # lists (domains down) stay out
+    metrics = summarise(
+        res,
+        scn.weights,
+        ideal_rates([JobSpec.of(j) for j in jobs], view),
+        view,
+        horizon_s,
+        free_share(dynamics, view, horizon_s),
+    )
+    figures = {
+        k: v for k, v in metrics.model_dump().items() if v is None or isinstance(v, int | float)
+    }  # lists (domains down) stay out
     for name, cls in metrics.classes.items():
         figures |= {f"{name}_{k}": v for k, v in cls.model_dump().items()}
-    return figures | {"single_domain": res.single_domain,
-                      "background_load": background_load(dynamics, view, horizon_s)}
+    return figures | {
+        "single_domain": res.single_domain,
+        "background_load": background_load(dynamics, view, horizon_s),
+    }
 
 
 def run_grid(grid: Grid, address: str | None = None, local: bool = False) -> GridRun:
@@ -139,11 +156,16 @@ def run_grid(grid: Grid, address: str | None = None, local: bool = False) -> Gri
         connect(address)  # before the workloads are made: a typo fails at once
     scenarios = _scenarios(grid.scenarios)
     workloads = _workloads(grid, scenarios)
-    cells = [Cell(name, load, seed, policy, share)
-             # The heaviest loads first: the slowest studies start early, so the last ones
-             # running are short and the workers finish together.
-             for load in sorted(grid.loads, reverse=True) for share in _shares(grid)
-             for seed in grid.seeds for name in scenarios for policy in grid.policies]
+    cells = [
+        Cell(name, load, seed, policy, share)
+        # The heaviest loads first: the slowest studies start early, so the last ones
+        # running are short and the workers finish together.
+        for load in sorted(grid.loads, reverse=True)
+        for share in _shares(grid)
+        for seed in grid.seeds
+        for name in scenarios
+        for policy in grid.policies
+    ]
     inputs = {name: scn.model_copy(update={"jobs": []}) for name, scn in scenarios.items()}
     run = _here if local else _on_ray
     rows = []
@@ -151,21 +173,37 @@ def run_grid(grid: Grid, address: str | None = None, local: bool = False) -> Gri
         for cell, figures in run(cells, inputs, workloads, grid.hours):
             work = workloads[_key(cell)]
             share = math.nan if cell.giant_share is None else cell.giant_share
-            rows.append({"scenario": cell.scenario, "giant_share": share, "load": cell.load,
-                         "seed": cell.seed, "policy": cell.policy,
-                         "offered_load": work.offered_load, "work_scale": work.work_scale,
-                         "giant_scale": work.giant_scale, "arrivals": work.arrivals,
-                         "jobs": len(work.jobs), "listed_jobs": work.listed, **figures})
+            rows.append(
+                {
+                    "scenario": cell.scenario,
+                    "giant_share": share,
+                    "load": cell.load,
+                    "seed": cell.seed,
+                    "policy": cell.policy,
+                    "offered_load": work.offered_load,
+                    "work_scale": work.work_scale,
+                    "giant_scale": work.giant_scale,
+                    "arrivals": work.arrivals,
+                    "jobs": len(work.jobs),
+                    "listed_jobs": work.listed,
+                    **figures,
+                }
+            )
             bar.step(cell)
     # Scenarios and policies in the order given, shares, loads and seeds ascending.
     order = {"scenario": list(scenarios), "policy": grid.policies}
     frame = pd.DataFrame(rows).sort_values(
-        ["scenario", "giant_share", "load", "seed", "policy"], ignore_index=True,
-        key=lambda c: c.map(order[c.name].index) if c.name in order else c)
-    listed = {name: max((w.listed for k, w in workloads.items() if k[0] == name), default=0)
-              for name in scenarios}
-    return GridRun(frame, time.perf_counter() - start, "local" if local else "ray",
-                   _cpus(local), listed)
+        ["scenario", "giant_share", "load", "seed", "policy"],
+        ignore_index=True,
+        key=lambda c: c.map(order[c.name].index) if c.name in order else c,
+    )
+    listed = {
+        name: max((w.listed for k, w in workloads.items() if k[0] == name), default=0)
+        for name in scenarios
+    }
+    return GridRun(
+        frame, time.perf_counter() - start, "local" if local else "ray", _cpus(local), listed
+    )
 
 
 def _shares(grid: Grid) -> list[float | None]:
@@ -206,22 +244,27 @@ def _workloads(grid: Grid, scenarios: dict[str, Scenario]) -> dict[tuple, CellWo
             for share in _shares(grid):
                 for seed in grid.seeds:
                     out[name, load, share, seed] = cell_workload(
-                        scn, grid.hours, seed, load, replay, grid.listed, share)
+                        scn, grid.hours, seed, load, replay, grid.listed, share
+                    )
     return out
 
 
 Runs = Iterator[tuple[Cell, dict]]
 
 
-def _here(cells: list[Cell], scenarios: dict[str, Scenario], workloads: dict,
-          hours: float) -> Runs:
+def _here(cells: list[Cell], scenarios: dict[str, Scenario], workloads: dict, hours: float) -> Runs:
     for cell in cells:
-        yield cell, run_cell(scenarios[cell.scenario], workloads[_key(cell)].jobs, cell.policy,
-                             cell.seed, hours)
+        yield (
+            cell,
+            run_cell(
+                scenarios[cell.scenario], workloads[_key(cell)].jobs, cell.policy, cell.seed, hours
+            ),
+        )
 
 
-def _on_ray(cells: list[Cell], scenarios: dict[str, Scenario], workloads: dict,
-            hours: float) -> Runs:
+def _on_ray(
+    cells: list[Cell], scenarios: dict[str, Scenario], workloads: dict, hours: float
+) -> Runs:
     """Every cell a task of one CPU, on the cluster `run_grid` connected to; results as they
     finish. Each scenario and each cell's jobs go to the object store once, for all the
     policies that read them."""
@@ -230,8 +273,10 @@ def _on_ray(cells: list[Cell], scenarios: dict[str, Scenario], workloads: dict,
     task = ray.remote(num_cpus=1)(run_cell)
     scn_refs = {name: ray.put(scn) for name, scn in scenarios.items()}
     job_refs = {key: ray.put(work.jobs) for key, work in workloads.items()}
-    pending = {task.remote(scn_refs[c.scenario], job_refs[_key(c)], c.policy, c.seed, hours): c
-               for c in cells}
+    pending = {
+        task.remote(scn_refs[c.scenario], job_refs[_key(c)], c.policy, c.seed, hours): c
+        for c in cells
+    }
     try:
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
@@ -272,5 +317,10 @@ class _Progress:
             self.last_log = now
             elapsed = now - self.start
             eta = elapsed / self.done * (self.total - self.done)
-            log.info("compare: %d/%d studies, %.0f s elapsed, ETA %.0f s", self.done,
-                     self.total, elapsed, eta)
+            log.info(
+                "compare: %d/%d studies, %.0f s elapsed, ETA %.0f s",
+                self.done,
+                self.total,
+                elapsed,
+                eta,
+            )

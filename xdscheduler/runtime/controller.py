@@ -38,18 +38,38 @@ class RealTimeClock:
 class Controller:
     """One policy's controller: the queue, the view, the decisions, the domain actors."""
 
-    def __init__(self, scenario: dict, jobs: list[dict], policy: str, dynamics,
-                 horizon_s: float, realtime: bool = False, policy_options: dict | None = None,
-                 journal: str | None = None, faults=None, demand=None, truth=None,
-                 speed: float = 1.0, ledger: str | None = None):
+    def __init__(
+        self,
+        scenario: dict,
+        jobs: list[dict],
+        policy: str,
+        dynamics,
+        horizon_s: float,
+        realtime: bool = False,
+        policy_options: dict | None = None,
+        journal: str | None = None,
+        faults=None,
+        demand=None,
+        truth=None,
+        speed: float = 1.0,
+        ledger: str | None = None,
+    ):
         scn = parse_scenario(scenario)
         self.domains = ActorDomains(scn, dynamics)
         clock = RealTimeClock(speed) if realtime else None
         self.engine = Engine(
-            scn, [Job.model_validate(j) for j in jobs],
-            make_policy(policy, scn.weights, policy_options), dynamics, self.domains, horizon_s,
-            clock=clock, tick_s=max(1.0, speed) if realtime else None, faults=faults,
-            demand=demand, truth=truth)
+            scn,
+            [Job.model_validate(j) for j in jobs],
+            make_policy(policy, scn.weights, policy_options),
+            dynamics,
+            self.domains,
+            horizon_s,
+            clock=clock,
+            tick_s=max(1.0, speed) if realtime else None,
+            faults=faults,
+            demand=demand,
+            truth=truth,
+        )
         # A live study shows itself on the board (the dashboard and /metrics read it there).
         self.publish = Publisher(self.engine, policy) if realtime else None
         if clock:

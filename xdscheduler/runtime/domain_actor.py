@@ -22,8 +22,9 @@ class DomainActor:
 
     def report(self, now_s: float) -> DomainReport:
         d, i = self.dynamics, self.state.index
-        return self.state.report(now_s, float(d.load(now_s)[i]), d.bandwidth(now_s)[i],
-                                 d.rtt(now_s)[i], self.names)
+        return self.state.report(
+            now_s, float(d.load(now_s)[i]), d.bandwidth(now_s)[i], d.rtt(now_s)[i], self.names
+        )
 
     def apply(self, job: str, gpus: int, now_s: float) -> None:
         self.state.apply(job, gpus, float(self.dynamics.load(now_s)[self.state.index]))

@@ -65,8 +65,11 @@ def digest(path: str | Path) -> str:
     by where they point): what a policy's folder held."""
     path = Path(path)
     h, total = hashlib.sha256(), 0
-    files = [path] if not path.is_dir() else sorted(
-        Path(root) / f for root, _, names in os.walk(path) for f in names)
+    files = (
+        [path]
+        if not path.is_dir()
+        else sorted(Path(root) / f for root, _, names in os.walk(path) for f in names)
+    )
     for f in files:
         h.update(f.relative_to(path).as_posix().encode() + b"\0" if f != path else b"")
         if f.is_symlink():
@@ -81,28 +84,38 @@ def digest(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def trusted(spec: StudySpec, out: str | Path, policy_path: str | None,
-            serve_url: str | None) -> None:
+def trusted(
+    spec: StudySpec, out: str | Path, policy_path: str | None, serve_url: str | None
+) -> None:
     """Refuse to resume with a policy or an endpoint named by `spec` alone (UserError), unless
     the command line names it again (`policy_path`, `serve_url`) or the policy's files are
     those hashed when the study began."""
     where = Path(out) / SPEC
-    if policy_path is not None and (spec.policy_path is None or Path(policy_path).resolve()
-                                    != Path(spec.policy_path).resolve()):
-        raise UserError(f"--policy-path {policy_path} is not the policy {where} names "
-                        f"({spec.policy_path or 'the shipped one'}): a study resumes with what "
-                        f"it began with")
+    if policy_path is not None and (
+        spec.policy_path is None or Path(policy_path).resolve() != Path(spec.policy_path).resolve()
+    ):
+        raise UserError(
+            f"--policy-path {policy_path} is not the policy {where} names "
+            f"({spec.policy_path or 'the shipped one'}): a study resumes with what "
+            f"it began with"
+        )
     if serve_url is not None and serve_url != spec.serve_url:
-        raise UserError(f"--serve-url {serve_url} is not the endpoint {where} names "
-                        f"({spec.serve_url or 'none'}): a study resumes with what it began with")
+        raise UserError(
+            f"--serve-url {serve_url} is not the endpoint {where} names "
+            f"({spec.serve_url or 'none'}): a study resumes with what it began with"
+        )
     if spec.policy_path and policy_path is None and not _unchanged(spec):
-        raise UserError(f"{where} names the policy {spec.policy_path}, whose files are not "
-                        f"those hashed when the study began; a policy is code, and a study "
-                        f"folder may come from anyone: to load it, name it again (--policy-path "
-                        f"{spec.policy_path})")
+        raise UserError(
+            f"{where} names the policy {spec.policy_path}, whose files are not "
+            f"those hashed when the study began; a policy is code, and a study "
+            f"folder may come from anyone: to load it, name it again (--policy-path "
+            f"{spec.policy_path})"
+        )
     if spec.serve_url and serve_url is None:
-        raise UserError(f"{where} names the endpoint {spec.serve_url}, which would be sent your "
-                        f"API token; to use it, name it again (--serve-url {spec.serve_url})")
+        raise UserError(
+            f"{where} names the endpoint {spec.serve_url}, which would be sent your "
+            f"API token; to use it, name it again (--serve-url {spec.serve_url})"
+        )
 
 
 def _unchanged(spec: StudySpec) -> bool:
@@ -125,15 +138,19 @@ class StudyFolder:
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as err:
-            raise UserError(f"cannot write the output folder {self.path}: "
-                            f"{err.strerror or err}; pick another --out") from None
+            raise UserError(
+                f"cannot write the output folder {self.path}: "
+                f"{err.strerror or err}; pick another --out"
+            ) from None
         self._lock = output_file(self.path / LOCK, "lock file").open("a+")
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._lock.close()
-            raise UserError(f"{self.path} is in use by another study running now; wait for it "
-                            f"or pick another --out") from None
+            raise UserError(
+                f"{self.path} is in use by another study running now; wait for it "
+                f"or pick another --out"
+            ) from None
         self._check()
         return self
 
@@ -147,17 +164,22 @@ class StudyFolder:
         started = (self.path / JOURNAL).exists()
         if self.mode == "new" and (finished or started):
             what = "a finished study" if finished else "an unfinished study"
-            hint = ("" if finished else f"--resume {self.path} to continue it, ")
-            raise UserError(f"{self.path} holds {what}: {hint}--force to start over in it, or "
-                            f"pick another --out")
+            hint = "" if finished else f"--resume {self.path} to continue it, "
+            raise UserError(
+                f"{self.path} holds {what}: {hint}--force to start over in it, or "
+                f"pick another --out"
+            )
         if self.mode == "resume":
             self.resumable()
             check_log(self.path / JOURNAL, "journal")
             if (self.path / LEDGER).exists():
                 check_log(self.path / LEDGER, "ledger")
         if self.mode == "force":
-            for name in (REPORT, SPEC, *(f"{db}{end}" for db in (JOURNAL, LEDGER)
-                                         for end in ("", "-wal", "-shm"))):
+            for name in (
+                REPORT,
+                SPEC,
+                *(f"{db}{end}" for db in (JOURNAL, LEDGER) for end in ("", "-wal", "-shm")),
+            ):
                 _remove_file(self.path / name)
         from xdscheduler.report.writer import FILES
 
@@ -168,8 +190,10 @@ class StudyFolder:
     def resumable(self) -> None:
         """Refuse (UserError) a folder without a study to resume."""
         if not ((self.path / JOURNAL).exists() and (self.path / SPEC).exists()):
-            raise UserError(f"{self.path} holds no study to resume (no {JOURNAL} and {SPEC}; "
-                            f"studies run with --local keep no journal)")
+            raise UserError(
+                f"{self.path} holds no study to resume (no {JOURNAL} and {SPEC}; "
+                f"studies run with --local keep no journal)"
+            )
 
     def spec(self) -> StudySpec:
         """The parameters the interrupted study was started with."""
@@ -180,10 +204,14 @@ class StudyFolder:
             return StudySpec.model_validate_json(text)
         except ValidationError as err:
             first = err.errors()[0]
-            why = f"{'.'.join(map(str, first['loc']))}: {first['msg']}" if first["loc"] \
+            why = (
+                f"{'.'.join(map(str, first['loc']))}: {first['msg']}"
+                if first["loc"]
                 else first["msg"]
-            raise UserError(f"{path} is damaged ({why}): the study cannot resume; run it "
-                            f"again with --force") from None
+            )
+            raise UserError(
+                f"{path} is damaged ({why}): the study cannot resume; run it again with --force"
+            ) from None
 
     def record(self, spec: StudySpec) -> None:
         write_atomic(self.path / SPEC, spec.model_dump_json(indent=2) + "\n")

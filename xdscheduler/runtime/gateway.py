@@ -24,7 +24,8 @@ class ActorDomains:
         names = [d.name for d in scn.domains]
         shared = ray.put(dynamics)  # one copy in the object store, read by every actor
         self.spawn = lambda i: DomainActor.remote(  # type: ignore[attr-defined]  # an actor class
-            scn.domains[i].model_dump(), i, names, shared)
+            scn.domains[i].model_dump(), i, names, shared
+        )
         self.actors = [self.spawn(i) for i in range(len(scn.domains))]
         self.replaced = [0] * len(self.actors)
         self.alive = [True] * len(self.actors)
@@ -34,7 +35,8 @@ class ActorDomains:
         # Starting a process per actor can take long on a busy machine: that is not a failure,
         # so wait for every first report before the study begins.
         self.last: list[DomainReport | None] = ray.get(
-            [a.report.remote(0.0) for a in self.actors], timeout=STARTUP_TIMEOUT_S)
+            [a.report.remote(0.0) for a in self.actors], timeout=STARTUP_TIMEOUT_S
+        )
 
     def reports(self, now_s: float) -> list[DomainReport | None]:
         """Each domain's report; the last one while it is late, None once it is down.
@@ -62,23 +64,29 @@ class ActorDomains:
                 # resume from their checkpoints); the next round it reports again.
                 self.alive[i] = False
                 self.actors[i], self.replaced[i] = self.spawn(i), self.replaced[i] + 1
-        return [report if up and i not in self.outage else None
-                for i, (report, up) in enumerate(zip(self.last, self.alive, strict=True))]
+        return [
+            report if up and i not in self.outage else None
+            for i, (report, up) in enumerate(zip(self.last, self.alive, strict=True))
+        ]
 
     def set_health(self, index: int, healthy: bool) -> None:
         (self.outage.discard if healthy else self.outage.add)(index)
 
     def apply(self, job: str, gpus: dict[int, int], now_s: float) -> None:
-        self._settle([self.actors[i].apply.remote(job, n, now_s) for i, n in gpus.items()
-                      if self.alive[i]])
+        self._settle(
+            [self.actors[i].apply.remote(job, n, now_s) for i, n in gpus.items() if self.alive[i]]
+        )
 
     def restore(self, job: str, gpus: dict[int, int]) -> None:
-        self._settle([self.actors[i].restore.remote(job, n) for i, n in gpus.items()
-                      if self.alive[i]])
+        self._settle(
+            [self.actors[i].restore.remote(job, n) for i, n in gpus.items() if self.alive[i]]
+        )
 
     def release(self, job: str) -> None:
-        self._settle([a.release.remote(job) for a, up in zip(self.actors, self.alive, strict=True)
-                      if up], self.timeout_s)
+        self._settle(
+            [a.release.remote(job) for a, up in zip(self.actors, self.alive, strict=True) if up],
+            self.timeout_s,
+        )
 
     @staticmethod
     def _settle(refs: list, timeout_s: float | None = None) -> None:

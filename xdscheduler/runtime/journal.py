@@ -56,16 +56,20 @@ def check_log(path: Path, what: str) -> None:
 def _check_decisions(db: sqlite3.Connection, path: Path, what: str) -> None:
     expected: dict[str, int] = {}
     for policy, idx, record in db.execute(
-            "SELECT policy, idx, record FROM decisions ORDER BY policy, idx"):
+        "SELECT policy, idx, record FROM decisions ORDER BY policy, idx"
+    ):
         want = expected.get(policy, 0)
         if idx != want:
-            raise UserError(f"{what} {path}: {policy}'s decision {want} is missing (deleted?); "
-                            f"{RERUN}")
+            raise UserError(
+                f"{what} {path}: {policy}'s decision {want} is missing (deleted?); {RERUN}"
+            )
         try:
             json.loads(record)
         except (TypeError, ValueError):
-            raise UserError(f"{what} {path}: {policy}'s decision {idx} is not a record "
-                            f"(damaged or edited); {RERUN}") from None
+            raise UserError(
+                f"{what} {path}: {policy}'s decision {idx} is not a record "
+                f"(damaged or edited); {RERUN}"
+            ) from None
         expected[policy] = want + 1
 
 
@@ -83,46 +87,66 @@ class Journal:
     def __init__(self, path: str | Path, policy: str):
         self.path, self.policy = Path(path), policy
         self.db = open_log(self.path, SCHEMA)
-        self.logged = self.db.execute("SELECT COUNT(*) FROM decisions WHERE policy = ?",
-                                      (policy,)).fetchone()[0]
+        self.logged = self.db.execute(
+            "SELECT COUNT(*) FROM decisions WHERE policy = ?", (policy,)
+        ).fetchone()[0]
 
     def record(self, index: int, decision) -> None:
         """Append decision number `index`; one already logged must be the same decision."""
         record = json.dumps(asdict(decision), sort_keys=True)
         if index < self.logged:
-            row = self.db.execute("SELECT record FROM decisions WHERE policy = ? AND idx = ?",
-                                  (self.policy, index)).fetchone()
+            row = self.db.execute(
+                "SELECT record FROM decisions WHERE policy = ? AND idx = ?", (self.policy, index)
+            ).fetchone()
             try:
                 same = row is not None and _without_timing(row[0]) == _without_timing(record)
             except (TypeError, ValueError):  # not JSON: damaged
                 same = False
             if not same:
-                raise DivergedError(f"{self.policy}: decision {index} differs from the log in "
-                                    f"{self.path} (damaged, edited, or from another study); "
-                                    f"{RERUN}")
+                raise DivergedError(
+                    f"{self.policy}: decision {index} differs from the log in "
+                    f"{self.path} (damaged, edited, or from another study); "
+                    f"{RERUN}"
+                )
             return
-        self.db.execute("INSERT INTO decisions VALUES (?, ?, ?, ?, ?, ?)",
-                        (self.policy, index, decision.time_s, decision.job, decision.action,
-                         record))
+        self.db.execute(
+            "INSERT INTO decisions VALUES (?, ?, ?, ?, ?, ?)",
+            (self.policy, index, decision.time_s, decision.job, decision.action, record),
+        )
         self.logged = index + 1
 
     def checkpoint(self, engine) -> None:
         """The job table as of now, appended: where the study has reached."""
-        rows = [(self.policy, engine.now, r.spec.name, str(r.state), r.done, r.checkpoint,
-                 json.dumps({engine.names[i]: n for i, n in r.placement.taken.items()}
-                            if r.placement else {})) for r in engine.runs]
+        rows = [
+            (
+                self.policy,
+                engine.now,
+                r.spec.name,
+                str(r.state),
+                r.done,
+                r.checkpoint,
+                json.dumps(
+                    {engine.names[i]: n for i, n in r.placement.taken.items()}
+                    if r.placement
+                    else {}
+                ),
+            )
+            for r in engine.runs
+        ]
         with self.db:
             self.db.executemany("INSERT INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
 
     def reached(self) -> float:
         """The study time of the last checkpoint (0: none yet)."""
-        (t,) = self.db.execute("SELECT MAX(time_s) FROM jobs WHERE policy = ?",
-                               (self.policy,)).fetchone()
+        (t,) = self.db.execute(
+            "SELECT MAX(time_s) FROM jobs WHERE policy = ?", (self.policy,)
+        ).fetchone()
         return t or 0.0
 
     def decisions(self) -> list[dict]:
-        rows = self.db.execute("SELECT record FROM decisions WHERE policy = ? ORDER BY idx",
-                               (self.policy,))
+        rows = self.db.execute(
+            "SELECT record FROM decisions WHERE policy = ? ORDER BY idx", (self.policy,)
+        )
         return [json.loads(r[0]) for r in rows]
 
     def close(self) -> None:

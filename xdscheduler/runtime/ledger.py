@@ -33,19 +33,36 @@ class Ledger:
     def __init__(self, path: str | Path, policy: str):
         self.path, self.policy = Path(path), policy
         self.db = open_log(self.path, SCHEMA)
-        (self.kept,) = self.db.execute("SELECT COUNT(*) FROM usage WHERE policy = ?",
-                                       (policy,)).fetchone()
+        (self.kept,) = self.db.execute(
+            "SELECT COUNT(*) FROM usage WHERE policy = ?", (policy,)
+        ).fetchone()
 
     def record(self, usages: list[Usage]) -> None:
         """Append records in one transaction; those already kept (a replay) are left as they
         are."""
-        new = [(self.policy, u.index, u.kind, u.t0_s, u.t1_s, u.job, u.tenant, u.domain,
-                u.accelerator, u.quantity, u.usd) for u in usages if u.index >= self.kept]
+        new = [
+            (
+                self.policy,
+                u.index,
+                u.kind,
+                u.t0_s,
+                u.t1_s,
+                u.job,
+                u.tenant,
+                u.domain,
+                u.accelerator,
+                u.quantity,
+                u.usd,
+            )
+            for u in usages
+            if u.index >= self.kept
+        ]
         if new:
             with self.db:
                 self.db.execute("BEGIN")
-                self.db.executemany("INSERT INTO usage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                                    new)
+                self.db.executemany(
+                    "INSERT INTO usage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", new
+                )
             self.kept = new[-1][1] + 1
 
     def close(self) -> None:
@@ -56,8 +73,10 @@ def read_ledger(folder: Path) -> pd.DataFrame:
     """Every record of the study in `folder`."""
     path = Path(folder) / LEDGER
     if not path.exists():
-        raise UserError(f"{folder} holds no ledger ({LEDGER}): not a study folder, or a study "
-                        f"made before metering")
+        raise UserError(
+            f"{folder} holds no ledger ({LEDGER}): not a study folder, or a study "
+            f"made before metering"
+        )
     checked_input(path, "ledger", MAX_LOG_BYTES)
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:

@@ -81,10 +81,20 @@ class _LogProgress:
             return
         self.last = now
         done, elapsed = status["completed"], now - self.start
-        left = "" if status["finished"] or not done else \
-            f", about {elapsed * (self.jobs - done) / done:.0f} s to go"
-        log.info("%s: %d/%d jobs done at %.1f simulated h after %.0f s%s", self.label, done,
-                 self.jobs, status["now_s"] / 3600, elapsed, left)
+        left = (
+            ""
+            if status["finished"] or not done
+            else f", about {elapsed * (self.jobs - done) / done:.0f} s to go"
+        )
+        log.info(
+            "%s: %d/%d jobs done at %.1f simulated h after %.0f s%s",
+            self.label,
+            done,
+            self.jobs,
+            status["now_s"] / 3600,
+            elapsed,
+            left,
+        )
 
 
 def _follow(advance, jobs: int, label: str, show: bool) -> None:
@@ -108,12 +118,22 @@ def _follow(advance, jobs: int, label: str, show: bool) -> None:
         bar.close()
 
 
-def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, hours: float,
-               realtime: bool = False, show: bool = False,
-               policy_options: dict | None = None, journal: str | None = None,
-               faults=None, demand: DemandPlanner | None = None,
-               truth: Truth | None = None, speed: float = 1.0, ledger: str | None = None
-               ) -> Results:
+def run_on_ray(
+    scn: Scenario,
+    jobs: list[Job],
+    policy: str,
+    dynamics: Dynamics,
+    hours: float,
+    realtime: bool = False,
+    show: bool = False,
+    policy_options: dict | None = None,
+    journal: str | None = None,
+    faults=None,
+    demand: DemandPlanner | None = None,
+    truth: Truth | None = None,
+    speed: float = 1.0,
+    ledger: str | None = None,
+) -> Results:
     """One policy's study under a controller actor. With a journal, a controller that dies is
     replaced by one that resumes from the journal, and the study goes on. `realtime`: events
     keep pace with the wall clock, `speed` simulated seconds per second, and the study shows
@@ -129,9 +149,21 @@ def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, 
         board(create=True)
 
     def start():
-        return Controller.remote(scn.model_dump(), [j.model_dump() for j in jobs], policy,
-                                 dynamics, hours * 3600, realtime, policy_options, journal,
-                                 faults, demand, truth, speed, ledger)
+        return Controller.remote(
+            scn.model_dump(),
+            [j.model_dump() for j in jobs],
+            policy,
+            dynamics,
+            hours * 3600,
+            realtime,
+            policy_options,
+            journal,
+            faults,
+            demand,
+            truth,
+            speed,
+            ledger,
+        )
 
     controller = start()
 
@@ -146,8 +178,9 @@ def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, 
         except RayActorError:
             if not journal:
                 raise
-            print(f"{policy}: the controller died; a new one resumes from {journal}",
-                  file=sys.stderr)
+            print(
+                f"{policy}: the controller died; a new one resumes from {journal}", file=sys.stderr
+            )
             controller = start()
             return ray.get(controller.advance.remote(t))
 
@@ -157,16 +190,35 @@ def run_on_ray(scn: Scenario, jobs: list[Job], policy: str, dynamics: Dynamics, 
     return results
 
 
-def run_here(scn: Scenario, jobs: list[Job], policy: Policy, dynamics: Dynamics, hours: float,
-             show: bool = False, faults=None, demand: DemandPlanner | None = None,
-             replan: Switch = Switch.MAKE_BEFORE_BREAK, truth: Truth | None = None,
-             ledger: str | None = None) -> Results:
+def run_here(
+    scn: Scenario,
+    jobs: list[Job],
+    policy: Policy,
+    dynamics: Dynamics,
+    hours: float,
+    show: bool = False,
+    faults=None,
+    demand: DemandPlanner | None = None,
+    replan: Switch = Switch.MAKE_BEFORE_BREAK,
+    truth: Truth | None = None,
+    ledger: str | None = None,
+) -> Results:
     """The same study in this process, the domains as plain objects; `replan`: how running
     jobs move (make-before-break, or the old checkpoint-and-restart); `truth`: what jobs
     really run at (None: the model); `ledger`: where its usage records go."""
     start = time.perf_counter()
-    engine = Engine(scn, jobs, policy, dynamics, LocalDomains(scn.domains, dynamics),
-                    hours * 3600, faults=faults, demand=demand, truth=truth, replan=replan)
+    engine = Engine(
+        scn,
+        jobs,
+        policy,
+        dynamics,
+        LocalDomains(scn.domains, dynamics),
+        hours * 3600,
+        faults=faults,
+        demand=demand,
+        truth=truth,
+        replan=replan,
+    )
     book = Ledger(ledger, policy.name) if ledger else None
     if book:
         engine.recorder.meter_to(book.record)
@@ -196,12 +248,24 @@ def study_demand(scn: Scenario, seed: int, faults, options: dict) -> DemandPlann
     return DemandPlanner(floor, known, client, seed)
 
 
-def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: Path,
-              address: str | None = None, local: bool = False, realtime: bool = False,
-              speed: float = 1.0,
-              show_progress: bool | None = None, policy_options: dict | None = None,
-              journal: bool = True, faults: float | None = None,
-              forecast: bool | None = None, truth: bool = True, mode: str = "new") -> Report:
+def run_study(
+    scn: Scenario,
+    policies: list[str],
+    hours: float,
+    seed: int,
+    out: Path,
+    address: str | None = None,
+    local: bool = False,
+    realtime: bool = False,
+    speed: float = 1.0,
+    show_progress: bool | None = None,
+    policy_options: dict | None = None,
+    journal: bool = True,
+    faults: float | None = None,
+    forecast: bool | None = None,
+    truth: bool = True,
+    mode: str = "new",
+) -> Report:
     """Run every policy, write the report to `out`, and return it.
     `faults`: inject faults at the published rates times this factor (None: none);
     `forecast`: consult the demand forecast every hour (default: under faults);
@@ -213,18 +277,57 @@ def run_study(scn: Scenario, policies: list[str], hours: float, seed: int, out: 
         if mode != "resume":
             options = policy_options or {}
             path = options.get("policy_path")
-            folder.record(StudySpec(
-                scenario=scn.model_dump(mode="json"), policies=policies, hours=hours,
-                seed=seed, faults=faults, forecast=forecast, realtime=realtime, speed=speed,
-                policy_path=path, policy_sha256=digest(path) if path else None,
-                serve_url=options.get("serve_url")))
-        return _run_study(scn, policies, hours, seed, folder, address, local, realtime, speed,
-                          show_progress, policy_options, journal, faults, forecast, truth)
+            folder.record(
+                StudySpec(
+                    scenario=scn.model_dump(mode="json"),
+                    policies=policies,
+                    hours=hours,
+                    seed=seed,
+                    faults=faults,
+                    forecast=forecast,
+                    realtime=realtime,
+                    speed=speed,
+                    policy_path=path,
+                    policy_sha256=digest(path) if path else None,
+                    serve_url=options.get("serve_url"),
+                )
+            )
+        return _run_study(
+            scn,
+            policies,
+            hours,
+            seed,
+            folder,
+            address,
+            local,
+            realtime,
+            speed,
+            show_progress,
+            policy_options,
+            journal,
+            faults,
+            forecast,
+            truth,
+        )
 
 
-def _run_study(scn: Scenario, policies: list[str], hours: float, seed: int,
-               folder: StudyFolder, address, local, realtime, speed, show_progress,
-               policy_options, journal, faults, forecast, truth) -> Report:
+def _run_study(
+    scn: Scenario,
+    policies: list[str],
+    hours: float,
+    seed: int,
+    folder: StudyFolder,
+    address,
+    local,
+    realtime,
+    speed,
+    show_progress,
+    policy_options,
+    journal,
+    faults,
+    forecast,
+    truth,
+) -> Report:
     from xdscheduler.report.writer import write_report
 
     out = folder.path
@@ -240,52 +343,100 @@ def _run_study(scn: Scenario, policies: list[str], hours: float, seed: int,
     runs: dict[str, Results] = {}
     journal_path = str(folder.journal) if journal and not local else None
     injected = None if faults is None else study_faults(scn, seed, hours, faults)
-    planner = study_demand(scn, seed, injected, policy_options or {}) if (
-        forecast or (forecast is None and injected is not None)) else None
+    planner = (
+        study_demand(scn, seed, injected, policy_options or {})
+        if (forecast or (forecast is None and injected is not None))
+        else None
+    )
     for name in policies:
         mine = copy.deepcopy(injected)  # the same faults for every policy
         demand = planner.for_policy(name) if planner else None  # a demand series of its own
         if local:
-            runs[name] = run_here(scn, jobs, make_policy(name, scn.weights, policy_options),
-                                  dynamics, hours, show, mine, demand, truth=real,
-                                  ledger=str(folder.ledger))
+            runs[name] = run_here(
+                scn,
+                jobs,
+                make_policy(name, scn.weights, policy_options),
+                dynamics,
+                hours,
+                show,
+                mine,
+                demand,
+                truth=real,
+                ledger=str(folder.ledger),
+            )
         else:
-            runs[name] = run_on_ray(scn, jobs, name, dynamics, hours, realtime, show,
-                                    policy_options, journal_path, mine, demand, real, speed,
-                                    ledger=str(folder.ledger))
+            runs[name] = run_on_ray(
+                scn,
+                jobs,
+                name,
+                dynamics,
+                hours,
+                realtime,
+                show,
+                policy_options,
+                journal_path,
+                mine,
+                demand,
+                real,
+                speed,
+                ledger=str(folder.ledger),
+            )
     share = free_share(dynamics, view, hours * 3600)
-    policies = {n: PolicyReport(**dict(summarise(r, scn.weights, ideal, view, hours * 3600,
-                                                 share)),
-                                single_domain=r.single_domain,
-                                swings=swing_summary(r.swings, moves=r.relocations),
-                                forecast=None if r.faults else r.demand,
-                                tenants=r.tenants)
-                for n, r in runs.items()}
-    report = Report(scenario=scn.name, seed=seed, hours=hours, jobs=len(jobs),
-                    offered_load=offered_load(specs, view, hours * 3600),
-                    background_load=background_load(dynamics, view, hours * 3600),
-                    runtime="local" if local else "ray", weights=scn.weights.model_dump(),
-                    policies=policies, comparison=compare(policies),
-                    faults=None if injected is None else fault_report(injected, runs, faults,
-                                                                      seed),
-                    truth=real.summary(scn) if real else None)
-    write_report(out, report,
-                 pd.concat([domain_table(r) for r in runs.values()], ignore_index=True),
-                 pd.concat([job_table(r) for r in runs.values()], ignore_index=True),
-                 link_table(dynamics, [d.name for d in scn.domains]),
-                 segments=pd.concat([segment_table(r) for r in runs.values()],
-                                    ignore_index=True),
-                 topology=topology(scn))
+    policies = {
+        n: PolicyReport(
+            **dict(summarise(r, scn.weights, ideal, view, hours * 3600, share)),
+            single_domain=r.single_domain,
+            swings=swing_summary(r.swings, moves=r.relocations),
+            forecast=None if r.faults else r.demand,
+            tenants=r.tenants,
+        )
+        for n, r in runs.items()
+    }
+    report = Report(
+        scenario=scn.name,
+        seed=seed,
+        hours=hours,
+        jobs=len(jobs),
+        offered_load=offered_load(specs, view, hours * 3600),
+        background_load=background_load(dynamics, view, hours * 3600),
+        runtime="local" if local else "ray",
+        weights=scn.weights.model_dump(),
+        policies=policies,
+        comparison=compare(policies),
+        faults=None if injected is None else fault_report(injected, runs, faults, seed),
+        truth=real.summary(scn) if real else None,
+    )
+    write_report(
+        out,
+        report,
+        pd.concat([domain_table(r) for r in runs.values()], ignore_index=True),
+        pd.concat([job_table(r) for r in runs.values()], ignore_index=True),
+        link_table(dynamics, [d.name for d in scn.domains]),
+        segments=pd.concat([segment_table(r) for r in runs.values()], ignore_index=True),
+        topology=topology(scn),
+    )
     _write_decisions(out, runs)
     return report
 
 
 def topology(scn: Scenario) -> dict:
     """The domains and links as leased, for the report's resource graph."""
-    return {"domains": [{"name": d.name, "accelerator": d.accelerator.name, "total": d.gpus,
-                         "lat": d.location.lat, "lon": d.location.lon} for d in scn.domains],
-            "links": [{"a": lk.a, "b": lk.b, "leased_gbps": lk.bandwidth_gbps,
-                       "rtt_ms": lk.rtt_ms} for lk in scn.links]}
+    return {
+        "domains": [
+            {
+                "name": d.name,
+                "accelerator": d.accelerator.name,
+                "total": d.gpus,
+                "lat": d.location.lat,
+                "lon": d.location.lon,
+            }
+            for d in scn.domains
+        ],
+        "links": [
+            {"a": lk.a, "b": lk.b, "leased_gbps": lk.bandwidth_gbps, "rtt_ms": lk.rtt_ms}
+            for lk in scn.links
+        ],
+    }
 
 
 def fault_report(injected, runs: dict[str, Results], scale: float, seed: int) -> FaultsReport:
@@ -300,29 +451,47 @@ def fault_report(injected, runs: dict[str, Results], scale: float, seed: int) ->
     shards = ("idle_wait_fraction", "blocking_rate")
     return FaultsReport(
         rates=f"published × {scale:g}",
-        **base.model_dump(include={"injected", "injected_by_kind", "detected",
-                                   "detection_s_p50", "detection_s_p99", "backup_pool_gpus"}),
+        **base.model_dump(
+            include={
+                "injected",
+                "injected_by_kind",
+                "detected",
+                "detection_s_p50",
+                "detection_s_p99",
+                "backup_pool_gpus",
+            }
+        ),
         false_alarms=false_alarms(max(base.injected, 20), seed),
         **{k: moves["adaptive"][k] for k in shards},
         fixed_shards={k: moves["fixed"][k] for k in shards},
-        policies={name: PolicyFaults(**r.faults.model_dump(
-            include=set(PolicyFaults.model_fields) - {"forecast"}), forecast=r.demand)
-            for name, r in runs.items()})
+        policies={
+            name: PolicyFaults(
+                **r.faults.model_dump(include=set(PolicyFaults.model_fields) - {"forecast"}),
+                forecast=r.demand,
+            )
+            for name, r in runs.items()
+        },
+    )
 
 
 def compare(policies: dict[str, PolicyReport]) -> Comparison:
     """Every other policy against the strongest single-domain policy of the run (by R, its
     efficiency weighted by work), as relative changes (negative: lower)."""
-    single = {n: p for n, p in policies.items()
-              if p.single_domain and p.objective_work is not None}
+    single = {n: p for n, p in policies.items() if p.single_domain and p.objective_work is not None}
     base_name = max(single, key=lambda n: single[n].objective_work, default=None)
     if base_name is None:
         return Comparison(baseline=None, policies={})
     base = policies[base_name]
-    return Comparison(baseline=base_name, policies={
-        name: Change(**{key: _change(getattr(p, key), getattr(base, key))
-                        for key in Change.model_fields})
-        for name, p in policies.items() if name != base_name})
+    return Comparison(
+        baseline=base_name,
+        policies={
+            name: Change(
+                **{key: _change(getattr(p, key), getattr(base, key)) for key in Change.model_fields}
+            )
+            for name, p in policies.items()
+            if name != base_name
+        },
+    )
 
 
 def _change(value: float | None, against: float | None) -> float | None:
@@ -337,6 +506,11 @@ def _write_decisions(out: Path, runs: dict[str, Results]) -> None:
     import json
     from dataclasses import asdict
 
-    write_atomic(Path(out) / "decisions.jsonl", "".join(
-        json.dumps({"policy": name, **asdict(d)}) + "\n"
-        for name, res in runs.items() for d in res.decisions))
+    write_atomic(
+        Path(out) / "decisions.jsonl",
+        "".join(
+            json.dumps({"policy": name, **asdict(d)}) + "\n"
+            for name, res in runs.items()
+            for d in res.decisions
+        ),
+    )

@@ -56,8 +56,6 @@ EXAMPLE_JOB = Job(name="example", model="llama2-7b", global_batch=256, tokens=1e
 app = FastAPI(title="xdscheduler", description="Placement policy and demand forecast.")
 
 
-
-
 def _observe(route: str, seconds: float) -> None:
     endpoint_metrics().observe(route, seconds)
 
@@ -74,23 +72,30 @@ app.openapi = _openapi
 async def refuse_invalid(request, exc: RequestValidationError) -> JSONResponse:
     """422 with where, what and why of each error, without echoing the input: it may be
     megabytes, or not representable in JSON at all (NaN)."""
-    return JSONResponse(status_code=422, content={"detail": [
-        {k: e[k] for k in ("type", "loc", "msg")} for e in exc.errors()]})
+    return JSONResponse(
+        status_code=422,
+        content={"detail": [{k: e[k] for k in ("type", "loc", "msg")} for e in exc.errors()]},
+    )
 
 
 def unprocessable(err: Exception, where: str):
     """A request that passed the schema but not the checks behind it: 422 in the same shape
     as the schema's own (FastAPI's validation error), naming where."""
-    return RequestValidationError([{"type": "value_error", "loc": ["body", where],
-                                    "msg": str(err)}])
+    return RequestValidationError(
+        [{"type": "value_error", "loc": ["body", where], "msg": str(err)}]
+    )
 
 
 REPLICA_OPTIONS = {"num_cpus": 0.5}
 # With more than one replica allowed: Serve adds one while the requests in flight exceed
 # `target_ongoing_requests` a replica (20 closed-loop clients: 2 on 2 cores), soon, since a
 # replica starts in seconds, and gives one back after minutes of less.
-AUTOSCALING = {"min_replicas": 1, "target_ongoing_requests": 8, "upscale_delay_s": 10,
-               "downscale_delay_s": 300}
+AUTOSCALING = {
+    "min_replicas": 1,
+    "target_ongoing_requests": 8,
+    "upscale_delay_s": 10,
+    "downscale_delay_s": 300,
+}
 # Agent steps one forward pass answers at most. Nothing waits for a batch to fill: a batch is
 # what arrived while the last forward ran (one client's steps go alone), and a forward of 20
 # steps costs 1.9 ms against 0.9 ms for one (benchmarks/bench_endpoint_load.py).
@@ -102,8 +107,14 @@ MAX_BATCH = 32
 @serve.deployment(ray_actor_options=REPLICA_OPTIONS, max_ongoing_requests=100)
 @serve.ingress(app)
 class XdsService:
-    def __init__(self, scenario: dict, token: str, policy_path: str | None = None,
-                 forecaster: Forecaster | None = None, batch: int = MAX_BATCH):
+    def __init__(
+        self,
+        scenario: dict,
+        token: str,
+        policy_path: str | None = None,
+        forecaster: Forecaster | None = None,
+        batch: int = MAX_BATCH,
+    ):
         from xdscheduler.rl.agents import Agents
 
         configure(token)
@@ -134,19 +145,33 @@ class XdsService:
         options = {c.index: c.model_dump() for c in request.choices}
         self.steps += 1
         try:  # a step alone skips the batch queue: its hop and metrics cost ~0.3 ms
-            logits = (self.agents.logits(request.agent, obs) if self.batch <= 1
-                      or self.steps == 1 else await self._forward((request.agent, obs)))
+            logits = (
+                self.agents.logits(request.agent, obs)
+                if self.batch <= 1 or self.steps == 1
+                else await self._forward((request.agent, obs))
+            )
         finally:
             self.steps -= 1
         step = self.agents.step(request.agent, obs, options, logits)
         wait = request.agent == "upper" and step.choice == WAIT
-        ranking = [RankedChoice(index=i, probability=step.probabilities[i],
-                                summary=options.get(i, {}).get("summary"))
-                   for i in step.ranking]
-        return ActResponse(agent=request.agent, job=request.job, choice=step.choice,
-                           action="wait" if wait else "choose", ranking=ranking,
-                           probabilities=step.probabilities, explanation=step.explanation,
-                           inference_ms=(time.perf_counter() - start) * 1000)
+        ranking = [
+            RankedChoice(
+                index=i,
+                probability=step.probabilities[i],
+                summary=options.get(i, {}).get("summary"),
+            )
+            for i in step.ranking
+        ]
+        return ActResponse(
+            agent=request.agent,
+            job=request.job,
+            choice=step.choice,
+            action="wait" if wait else "choose",
+            ranking=ranking,
+            probabilities=step.probabilities,
+            explanation=step.explanation,
+            inference_ms=(time.perf_counter() - start) * 1000,
+        )
 
     @serve.batch(max_batch_size=MAX_BATCH, batch_wait_timeout_s=0.0)
     async def _forward(self, asks: list[tuple[str, dict]]) -> list:
@@ -160,20 +185,29 @@ class XdsService:
             view = view_of(self.base, request.domains, request.links)
             spec = job_spec(request.job)
         except (UserError, ValidationError, ValueError) as err:
-            raise unprocessable(err, "job" if isinstance(err, ValidationError) else "domains"
-                                ) from None
+            raise unprocessable(
+                err, "job" if isinstance(err, ValidationError) else "domains"
+            ) from None
         verdict = self.agents.decide(spec, view, request.queue_len, request.now_s)
         ms = (time.perf_counter() - start) * 1000
         if verdict is None:
-            return DecideResponse(job=spec.name, action="none", decision=None, alternatives=[],
-                                  explanation={"summary": f"{spec.name}: nothing fits on the "
-                                                          f"free accelerators now"},
-                                  decision_ms=ms)
+            return DecideResponse(
+                job=spec.name,
+                action="none",
+                decision=None,
+                alternatives=[],
+                explanation={"summary": f"{spec.name}: nothing fits on the free accelerators now"},
+                decision_ms=ms,
+            )
         p = verdict.placement
-        return DecideResponse(job=spec.name, action="wait" if p is None else "place",
-                              decision=None if p is None else placement_json(p, view),
-                              alternatives=verdict.alternatives,
-                              explanation=verdict.explanation, decision_ms=ms)
+        return DecideResponse(
+            job=spec.name,
+            action="wait" if p is None else "place",
+            decision=None if p is None else placement_json(p, view),
+            alternatives=verdict.alternatives,
+            explanation=verdict.explanation,
+            decision_ms=ms,
+        )
 
     @app.get("/policy/example")
     def example(self) -> ActRequest:
@@ -188,7 +222,8 @@ class XdsService:
         if ch is None:
             raise HTTPException(404, f"{job.name} fits nowhere on the idle cluster")
         return ActRequest.model_validate(
-            act_body("upper", upper_observation(ch, 1), upper_options(ch), job.name))
+            act_body("upper", upper_observation(ch, 1), upper_options(ch), job.name)
+        )
 
     @app.post("/forecast")  # in a thread: a series' daily refit takes seconds
     def forecast(self, request: ForecastRequest) -> ForecastResponse:
@@ -214,8 +249,7 @@ class XdsService:
         if not shown:
             return {"policy": policy, "policies": [], "sections": None}
         name = policy if policy in shown else next(reversed(shown))
-        return {"policy": name, "policies": list(shown),
-                "sections": views.fragments(shown[name])}
+        return {"policy": name, "policies": list(shown), "sections": views.fragments(shown[name])}
 
     @app.get("/metrics", response_class=PlainTextResponse)
     def metrics(self) -> Response:
@@ -236,24 +270,39 @@ class XdsService:
 
     @app.get("/healthz")
     def healthz(self) -> dict:
-        return {"ok": True, "scenario": self.scenario, "policy": str(self.agents.path),
-                "forecaster": "given" if self.forecaster else "fitted per series"}
+        return {
+            "ok": True,
+            "scenario": self.scenario,
+            "policy": str(self.agents.path),
+            "forecaster": "given" if self.forecaster else "fitted per series",
+        }
 
 
-def application(scn: Scenario, token: str, policy_path: str | Path | None = None,
-                forecaster: Forecaster | None = None, actor_options: dict | None = None,
-                batch: int = MAX_BATCH, replicas: int = 1):
+def application(
+    scn: Scenario,
+    token: str,
+    policy_path: str | Path | None = None,
+    forecaster: Forecaster | None = None,
+    actor_options: dict | None = None,
+    batch: int = MAX_BATCH,
+    replicas: int = 1,
+):
     """The app for one scenario, asking every request but `/healthz` for `token`: the trained
     agents at `policy_path` (default: the shipped ones) and, when given, one fitted
     forecaster answering every demand series; its replica's Ray options beside its CPUs
     (`actor_options`, e.g. a label selector); agent steps per forward pass at most (`batch`,
     1: each alone); replicas at most, autoscaled from one by the requests in flight."""
-    scaling = ({"num_replicas": 1} if replicas <= 1
-               else {"autoscaling_config": {**AUTOSCALING, "max_replicas": replicas}})
-    deployment = XdsService.options(**scaling, ray_actor_options={**REPLICA_OPTIONS,
-                                                                  **(actor_options or {})})
-    return deployment.bind(scn.model_dump(), token, str(policy_path) if policy_path else None,
-                           forecaster, batch)
+    scaling = (
+        {"num_replicas": 1}
+        if replicas <= 1
+        else {"autoscaling_config": {**AUTOSCALING, "max_replicas": replicas}}
+    )
+    deployment = XdsService.options(
+        **scaling, ray_actor_options={**REPLICA_OPTIONS, **(actor_options or {})}
+    )
+    return deployment.bind(
+        scn.model_dump(), token, str(policy_path) if policy_path else None, forecaster, batch
+    )
 
 
 def build(args: dict):
@@ -268,9 +317,15 @@ def build(args: dict):
     return application(scn, token, args.get("policy_path"), batch=args.get("batch", MAX_BATCH))
 
 
-def start(address: str | None, policy_path: str | Path | None, scn: Scenario,
-          port: int = 8000, token: str | None = None, batch: int = MAX_BATCH,
-          replicas: int = 1) -> str:
+def start(
+    address: str | None,
+    policy_path: str | Path | None,
+    scn: Scenario,
+    port: int = 8000,
+    token: str | None = None,
+    batch: int = MAX_BATCH,
+    replicas: int = 1,
+) -> str:
     """Deploy on the Ray cluster (connecting first) and return the base URL once healthy;
     requests need `token` (default: XDS_API_TOKEN, which must then be set); up to `replicas`
     replicas. On a Ray started here one replica serves HTTP itself (`direct_ingress`), and
@@ -285,8 +340,12 @@ def start(address: str | None, policy_path: str | Path | None, scn: Scenario,
     connect(address)
     # Serve still starts its proxy: aside (on a free port) where the replica serves `port`
     serve.start(http_options={"host": "127.0.0.1", "port": free_port() if direct else port})
-    serve.run(application(scn, token, policy_path, batch=batch, replicas=replicas),
-              name=APP_NAME, route_prefix="/", blocking=False)
+    serve.run(
+        application(scn, token, policy_path, batch=batch, replicas=replicas),
+        name=APP_NAME,
+        route_prefix="/",
+        blocking=False,
+    )
     url = f"http://127.0.0.1:{port}"
     wait_answering(url, ["/healthz"], token)
     return url
@@ -306,6 +365,7 @@ def wait_answering(url: str, paths: list[str], token: str | None, timeout_s: flo
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise UserError(f"the Serve application did not answer at {url}{path} within "
-                                f"{timeout_s:.0f} s")
+                raise UserError(
+                    f"the Serve application did not answer at {url}{path} within {timeout_s:.0f} s"
+                )
             time.sleep(0.5)

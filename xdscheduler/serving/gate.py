@@ -41,8 +41,9 @@ def checked_token(token: str | None) -> str:
     """`token`, or XDS_API_TOKEN where None; UserError when that is unset or too short."""
     token = token or os.environ.get(TOKEN_ENV)
     if not token or len(token) < MIN_TOKEN_CHARS:
-        raise UserError(f"the app needs an API token of at least {MIN_TOKEN_CHARS} characters: "
-                        f"set {TOKEN_ENV}")
+        raise UserError(
+            f"the app needs an API token of at least {MIN_TOKEN_CHARS} characters: set {TOKEN_ENV}"
+        )
     return token
 
 
@@ -85,9 +86,14 @@ class Gate:
             given, from_query = _presented(scope, headers)
             token = os.environ.get(TOKEN_ENV, "")
             if not token or not hmac.compare_digest(given.encode(), token.encode()):
-                return await _refuse(send, 401, "missing or wrong API token: send the header "
-                                     f"'Authorization: Bearer <token>' (the server's "
-                                     f"{TOKEN_ENV})", {"www-authenticate": "Bearer"})
+                return await _refuse(
+                    send,
+                    401,
+                    "missing or wrong API token: send the header "
+                    f"'Authorization: Bearer <token>' (the server's "
+                    f"{TOKEN_ENV})",
+                    {"www-authenticate": "Bearer"},
+                )
             if from_query:  # a browser's first visit: carry the token on as a cookie
                 send = _with_cookie(send, given)
         if b"chunked" in headers.get(b"transfer-encoding", b"").lower():  # length unknown
@@ -100,7 +106,7 @@ class Gate:
 def _route_path(scope) -> str:
     """The path inside the app: without the prefix it is served under (Serve's route_prefix)."""
     path, root = scope["path"], scope.get("root_path", "")
-    return path[len(root):] or "/" if root and path.startswith(root) else path
+    return path[len(root) :] or "/" if root and path.startswith(root) else path
 
 
 def _presented(scope, headers: dict) -> tuple[str, bool]:
@@ -143,8 +149,7 @@ def _with_cookie(send, token: str):
     async def sending(message):
         if message["type"] == "http.response.start":
             cookie = f"{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict".encode()
-            message = {**message, "headers": [*message.get("headers", []),
-                                              (b"set-cookie", cookie)]}
+            message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie)]}
         await send(message)
 
     return sending
@@ -152,8 +157,7 @@ def _with_cookie(send, token: str):
 
 async def _refuse(send, status: int, detail: str, extra: dict | None = None) -> None:
     body = json.dumps({"detail": detail}).encode()
-    headers = [(b"content-type", b"application/json"),
-               (b"content-length", str(len(body)).encode())]
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.encode(), v.encode()) for k, v in (extra or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
@@ -165,14 +169,28 @@ def secured_openapi(app) -> dict:
     if app.openapi_schema is None:
         from fastapi.openapi.utils import get_openapi
 
-        schema = get_openapi(title=app.title, version=app.version,
-                             description=app.description, routes=app.routes)
+        schema = get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes
+        )
         schema.setdefault("components", {})["securitySchemes"] = {
-            "bearer": {"type": "http", "scheme": "bearer",
-                       "description": f"the server's {TOKEN_ENV}"}}
-        message = {"description": "refused by the gate", "content": {"application/json": {
-            "schema": {"type": "object", "properties": {"detail": {"type": "string"}},
-                       "required": ["detail"]}}}}
+            "bearer": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": f"the server's {TOKEN_ENV}",
+            }
+        }
+        message = {
+            "description": "refused by the gate",
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "properties": {"detail": {"type": "string"}},
+                        "required": ["detail"],
+                    }
+                }
+            },
+        }
         for path, operations in schema["paths"].items():
             for op in operations.values():
                 op.setdefault("responses", {})["413"] = message
@@ -194,10 +212,12 @@ def allow_every_method(app) -> None:
 
     async def method_not_allowed(request, exc: HTTPException):
         path = _route_path(request.scope)
-        allowed = sorted({m for route in api_routes(app) if route.path_regex.match(path)
-                          for m in route.methods})
-        return await http_exception_handler(request, HTTPException(
-            405, exc.detail, headers={"Allow": ", ".join(allowed)}))
+        allowed = sorted(
+            {m for route in api_routes(app) if route.path_regex.match(path) for m in route.methods}
+        )
+        return await http_exception_handler(
+            request, HTTPException(405, exc.detail, headers={"Allow": ", ".join(allowed)})
+        )
 
     app.add_exception_handler(405, method_not_allowed)
 

@@ -21,9 +21,11 @@ def in_process(app: FastAPI, deployment, *args, **kwargs):
     Serve's own replicas are untouched: each holds a copy of the app made at decoration."""
     cls = deployment.func_or_class.__mro__[1]  # the class under Serve's ingress wrapper
     replica = cls(*args, **kwargs)
-    lookups = {inspect.signature(route.endpoint).parameters["self"].default.dependency
-               for route in api_routes(app) if getattr(route.endpoint, "_serve_cls", None)}
+    lookups = {
+        inspect.signature(route.endpoint).parameters["self"].default.dependency
+        for route in api_routes(app)
+        if getattr(route.endpoint, "_serve_cls", None)
+    }
     for lookup in lookups:
         app.dependency_overrides[lookup] = lambda: replica
     return replica
-

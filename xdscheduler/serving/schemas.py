@@ -143,19 +143,24 @@ def observation_arrays(observation: dict[str, list], space) -> dict[str, np.ndar
     nodes = len(observation.get("nodes") or [])
     if nodes > space["nodes"].shape[0]:
         if nodes > graph_size(MAX_DOMAINS)[0]:
-            raise UserError(f"observation['nodes'] has {nodes} rows; at most "
-                            f"{graph_size(MAX_DOMAINS)[0]} ({MAX_DOMAINS} domains)")
+            raise UserError(
+                f"observation['nodes'] has {nodes} rows; at most "
+                f"{graph_size(MAX_DOMAINS)[0]} ({MAX_DOMAINS} domains)"
+            )
         space = observation_space(space["choices"].shape[0], nodes)
     if set(observation) != set(space.spaces):
-        raise UserError("observation must have exactly the keys " + ", ".join(
-            f"{k} {list(sub.shape)}" for k, sub in space.spaces.items())
-            + f"; got {sorted(observation)}")
+        raise UserError(
+            "observation must have exactly the keys "
+            + ", ".join(f"{k} {list(sub.shape)}" for k, sub in space.spaces.items())
+            + f"; got {sorted(observation)}"
+        )
     out = {key: _array(observation[key], key, sub) for key, sub in space.spaces.items()}
     n = out["nodes"].shape[0]
     index = out["edge_index"]
     if (index >= n).any() or (index != np.round(index)).any():
-        raise UserError(f"observation['edge_index'] holds values that are not node indices "
-                        f"0..{n - 1}")
+        raise UserError(
+            f"observation['edge_index'] holds values that are not node indices 0..{n - 1}"
+        )
     if not (out["action_mask"] > 0.5).any():
         raise UserError("observation['action_mask'] opens no choice: at least one must be 1")
     return out
@@ -167,8 +172,9 @@ def _array(value, key: str, sub) -> np.ndarray:
     except (TypeError, ValueError, OverflowError):
         raise UserError(f"observation[{key!r}] is not an array of numbers") from None
     if arr.shape != sub.shape:
-        raise UserError(f"observation[{key!r}] has shape {list(arr.shape)}, expected "
-                        f"{list(sub.shape)}")
+        raise UserError(
+            f"observation[{key!r}] has shape {list(arr.shape)}, expected {list(sub.shape)}"
+        )
     if not np.isfinite(arr).all():
         raise UserError(f"observation[{key!r}] holds a value that is not finite")
     low, high = np.broadcast_to(sub.low, sub.shape), np.broadcast_to(sub.high, sub.shape)
@@ -178,28 +184,53 @@ def _array(value, key: str, sub) -> np.ndarray:
     return arr
 
 
-def act_body(agent: str, obs: dict[str, np.ndarray], options: dict[int, dict],
-             job: str = "") -> dict:
+def act_body(
+    agent: str, obs: dict[str, np.ndarray], options: dict[int, dict], job: str = ""
+) -> dict:
     """An agent step (what `Agents.step` takes) as the JSON body of `POST /policy/act`."""
-    return {"agent": agent, "job": job, "observation": {k: v.tolist() for k, v in obs.items()},
-            "choices": [{"index": i, **o} for i, o in options.items()]}
+    return {
+        "agent": agent,
+        "job": job,
+        "observation": {k: v.tolist() for k, v in obs.items()},
+        "choices": [{"index": i, **o} for i, o in options.items()],
+    }
 
 
 def job_in(spec: JobSpec) -> JobIn:
     a = spec.arch
-    arch = Architecture(layers=a.layers, hidden=a.hidden, ffn_hidden=a.ffn_hidden,
-                        heads=a.heads, kv_heads=a.kv_heads, vocab=a.vocab,
-                        gated_mlp=a.gated_mlp, tied_embeddings=a.tied_embeddings)
-    return JobIn(name=spec.name, architecture=arch, global_batch=spec.global_batch,
-                 seq_len=spec.seq, gpus=GpuRequest(min=spec.gpus_min, max=spec.gpus_max),
-                 tokens=spec.tokens or 1.0, arrival_s=spec.arrival_s)
+    arch = Architecture(
+        layers=a.layers,
+        hidden=a.hidden,
+        ffn_hidden=a.ffn_hidden,
+        heads=a.heads,
+        kv_heads=a.kv_heads,
+        vocab=a.vocab,
+        gated_mlp=a.gated_mlp,
+        tied_embeddings=a.tied_embeddings,
+    )
+    return JobIn(
+        name=spec.name,
+        architecture=arch,
+        global_batch=spec.global_batch,
+        seq_len=spec.seq,
+        gpus=GpuRequest(min=spec.gpus_min, max=spec.gpus_max),
+        tokens=spec.tokens or 1.0,
+        arrival_s=spec.arrival_s,
+    )
 
 
 def job_spec(job: JobIn) -> JobSpec:
     """Validated like a scenario's job (exactly one of model or architecture)."""
-    j = Job(name=job.name, model=job.model, architecture=job.architecture,
-            global_batch=job.global_batch, seq_len=job.seq_len, tokens=job.tokens,
-            gpus=job.gpus, arrival_s=job.arrival_s)
+    j = Job(
+        name=job.name,
+        model=job.model,
+        architecture=job.architecture,
+        global_batch=job.global_batch,
+        seq_len=job.seq_len,
+        tokens=job.tokens,
+        gpus=job.gpus,
+        arrival_s=job.arrival_s,
+    )
     spec = JobSpec.of(j)
     if job.architecture is not None:  # keep the caller's name for the architecture
         spec = replace(spec, arch=ModelArch(**{**spec.arch.__dict__, "name": job.name}))
@@ -209,13 +240,28 @@ def job_spec(job: JobIn) -> JobSpec:
 def state_of(view: ClusterView) -> tuple[list[DomainIn], list[LinkIn]]:
     names = view.names
     ind = view.indicators
-    domains = [DomainIn(name=d.name, free_gpus=d.free_gpus, reserved_gpus=d.reserved_gpus,
-                        up=d.up, indicators={} if ind is None else dict(
-                            zip(INDICATOR_NAMES, map(float, ind[i]), strict=True)))
-               for i, d in enumerate(view.domains)]
+    domains = [
+        DomainIn(
+            name=d.name,
+            free_gpus=d.free_gpus,
+            reserved_gpus=d.reserved_gpus,
+            up=d.up,
+            indicators={}
+            if ind is None
+            else dict(zip(INDICATOR_NAMES, map(float, ind[i]), strict=True)),
+        )
+        for i, d in enumerate(view.domains)
+    ]
     src, dst = np.nonzero(view.bandwidth_gbps > 0)
-    links = [LinkIn(a=names[i], b=names[j], bandwidth_gbps=float(view.bandwidth_gbps[i, j]),
-                    rtt_ms=float(view.rtt_ms[i, j])) for i, j in zip(src, dst, strict=True)]
+    links = [
+        LinkIn(
+            a=names[i],
+            b=names[j],
+            bandwidth_gbps=float(view.bandwidth_gbps[i, j]),
+            rtt_ms=float(view.rtt_ms[i, j]),
+        )
+        for i, j in zip(src, dst, strict=True)
+    ]
     return domains, links
 
 
@@ -241,20 +287,34 @@ def view_of(base: ClusterView, domains: list[DomainIn], links: list[LinkIn]) -> 
     for d in domains:
         for name, value in d.indicators.items():
             ind[index[d.name], INDICATOR_NAMES.index(name)] = value
-    view = base.with_free({d.name: d.free_gpus for d in domains},
-                          {d.name: d.reserved_gpus for d in domains})
+    view = base.with_free(
+        {d.name: d.free_gpus for d in domains}, {d.name: d.reserved_gpus for d in domains}
+    )
     view = view.with_links(bw, np.maximum(rtt, rtt.T)).with_indicators(ind)
     return view.with_down({d.name for d in domains if not d.up})
 
 
 def placement_json(p: Placement, view: ClusterView) -> dict:
-    return {"kind": p.kind, "domains": [view.names[i] for i in p.domains], "gpus": list(p.gpus),
-            "plan": p.plan.as_dict(), "keep_off": [view.names[i] for i in p.keep_off]}
+    return {
+        "kind": p.kind,
+        "domains": [view.names[i] for i in p.domains],
+        "gpus": list(p.gpus),
+        "plan": p.plan.as_dict(),
+        "keep_off": [view.names[i] for i in p.keep_off],
+    }
 
 
-def placement_from(job: str, decision: dict, view: ClusterView, explanation: str,
-                   decision_ms: float) -> Placement:
-    return Placement(job, decision["kind"], tuple(view.names.index(n) for n in decision["domains"]),
-                     tuple(decision["gpus"]), Plan(**decision["plan"]), tuple(decision["domains"]),
-                     keep_off=tuple(view.names.index(n) for n in decision.get("keep_off", ())),
-                     explanation=explanation, decision_ms=decision_ms)
+def placement_from(
+    job: str, decision: dict, view: ClusterView, explanation: str, decision_ms: float
+) -> Placement:
+    return Placement(
+        job,
+        decision["kind"],
+        tuple(view.names.index(n) for n in decision["domains"]),
+        tuple(decision["gpus"]),
+        Plan(**decision["plan"]),
+        tuple(decision["domains"]),
+        keep_off=tuple(view.names.index(n) for n in decision.get("keep_off", ())),
+        explanation=explanation,
+        decision_ms=decision_ms,
+    )

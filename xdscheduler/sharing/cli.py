@@ -13,34 +13,63 @@ DEFAULT_SEEDS = 10
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("share", help="accelerator sharing: benchmark the packers",
-                              description="accelerator sharing: benchmark the packers")
+    p = subparsers.add_parser(
+        "share",
+        help="accelerator sharing: benchmark the packers",
+        description="accelerator sharing: benchmark the packers",
+    )
     ssub = p.add_subparsers(dest="share_command", required=True, metavar="ACTION")
     q = ssub.add_parser(
-        "bench", help="replay the openb trace: unallocated GPUs against arrived workload",
+        "bench",
+        help="replay the openb trace: unallocated GPUs against arrived workload",
         description="Pods drawn from the openb GPU-sharing trace arrive on its 1,213-node "
-                    "cluster until they ask for --until times its GPUs; every packer meets the "
-                    "same pods per seed. Prints the share of GPUs each packer leaves "
-                    "unallocated when the arrived workload reaches the cluster's capacity, "
-                    "with 95%% CIs over seeds, and writes share_bench.{json,md,csv,png}.")
-    q.add_argument("--trace", default="default",
-                   help="default or gpushare40 (the shipped pod lists), or a pod-list CSV")
+        "cluster until they ask for --until times its GPUs; every packer meets the "
+        "same pods per seed. Prints the share of GPUs each packer leaves "
+        "unallocated when the arrived workload reaches the cluster's capacity, "
+        "with 95%% CIs over seeds, and writes share_bench.{json,md,csv,png}.",
+    )
+    q.add_argument(
+        "--trace",
+        default="default",
+        help="default or gpushare40 (the shipped pod lists), or a pod-list CSV",
+    )
     q.add_argument("--nodes", help="node-list CSV (default: the trace's 1,213 nodes)")
-    q.add_argument("--packers", help="comma-separated (default: all): "
-                   "random, best-fit, dot-product, gpu-packing, fgd, fgd-bestfit")
-    q.add_argument("--seeds", type=number(int, 1, 1000), default=DEFAULT_SEEDS,
-                   help=f"seeds 0..N-1 (default {DEFAULT_SEEDS})")
-    q.add_argument("--until", type=number(float, 1.0, 3.0), default=1.2,
-                   help="arrive until this multiple of the cluster's GPUs (default 1.2)")
-    q.add_argument("--workers", type=number(int, 1, 256), default=os.cpu_count() or 1,
-                   help="processes running seeds at once (default: every CPU)")
+    q.add_argument(
+        "--packers",
+        help="comma-separated (default: all): "
+        "random, best-fit, dot-product, gpu-packing, fgd, fgd-bestfit",
+    )
+    q.add_argument(
+        "--seeds",
+        type=number(int, 1, 1000),
+        default=DEFAULT_SEEDS,
+        help=f"seeds 0..N-1 (default {DEFAULT_SEEDS})",
+    )
+    q.add_argument(
+        "--until",
+        type=number(float, 1.0, 3.0),
+        default=1.2,
+        help="arrive until this multiple of the cluster's GPUs (default 1.2)",
+    )
+    q.add_argument(
+        "--workers",
+        type=number(int, 1, 256),
+        default=os.cpu_count() or 1,
+        help="processes running seeds at once (default: every CPU)",
+    )
     q.add_argument("--out", default="xds-share", help="folder for the report (default xds-share)")
-    q.add_argument("--readme", metavar="FILE",
-                   help="replace the text between <!-- share:begin --> and <!-- share:end --> "
-                        "in FILE with the headline and table")
-    q.add_argument("--json", action="store_true",
-                   help='print one JSON object: {"packers": {NAME: '
-                        '{"unallocated_share_at_capacity": ...}, ...}, ...}')
+    q.add_argument(
+        "--readme",
+        metavar="FILE",
+        help="replace the text between <!-- share:begin --> and <!-- share:end --> "
+        "in FILE with the headline and table",
+    )
+    q.add_argument(
+        "--json",
+        action="store_true",
+        help='print one JSON object: {"packers": {NAME: '
+        '{"unallocated_share_at_capacity": ...}, ...}, ...}',
+    )
     q.set_defaults(fn=cmd_bench)
 
 
@@ -52,8 +81,10 @@ def _packers(text: str | None) -> list[str]:
     names = [p.strip() for p in text.split(",") if p.strip()]
     unknown = [p for p in names if p not in PACKERS]
     if unknown or not names:
-        raise UserError(f"--packers: unknown {', '.join(unknown) or '(none given)'}; "
-                        f"known: {', '.join(PACKERS)}")
+        raise UserError(
+            f"--packers: unknown {', '.join(unknown) or '(none given)'}; "
+            f"known: {', '.join(PACKERS)}"
+        )
     return list(dict.fromkeys(names))
 
 
@@ -72,24 +103,43 @@ def cmd_bench(args) -> None:
     if nodes.total_gpus == 0 or len(pods) == 0:
         raise UserError("the cluster has no GPUs or the trace no pods: nothing to pack")
     if not pods.gpu_demand.any():  # arrivals would never reach the cluster's capacity
-        raise UserError(f"every pod of {args.trace} asks for 0 GPUs: the bench packs GPUs "
-                        f"until the pods ask for {args.until:g}x the cluster's")
-    curves = inflation.bench(nodes, pods, packers, list(range(args.seeds)), args.until,
-                             workers=args.workers)
+        raise UserError(
+            f"every pod of {args.trace} asks for 0 GPUs: the bench packs GPUs "
+            f"until the pods ask for {args.until:g}x the cluster's"
+        )
+    curves = inflation.bench(
+        nodes, pods, packers, list(range(args.seeds)), args.until, workers=args.workers
+    )
     summary = inflation.summary(curves)
-    setup = (f"openb {args.trace}: {len(nodes.name)} nodes, {nodes.total_gpus} GPUs, "
-             f"{len(pods)} pods in the trace, drawn with replacement until they ask for "
-             f"{args.until:g}x the cluster's GPUs; {args.seeds} seeds, every packer meeting the "
-             f"same pods per seed; means with 95% CIs over seeds.")
-    result = {"headline": report.headline(summary, OURS), "setup": setup, "trace": args.trace,
-              "seeds": args.seeds, "nodes": len(nodes.name), "gpus": nodes.total_gpus,
-              "ours": OURS, "packers": summary, "out": str(Path(args.out))}
+    setup = (
+        f"openb {args.trace}: {len(nodes.name)} nodes, {nodes.total_gpus} GPUs, "
+        f"{len(pods)} pods in the trace, drawn with replacement until they ask for "
+        f"{args.until:g}x the cluster's GPUs; {args.seeds} seeds, every packer meeting the "
+        f"same pods per seed; means with 95% CIs over seeds."
+    )
+    result = {
+        "headline": report.headline(summary, OURS),
+        "setup": setup,
+        "trace": args.trace,
+        "seeds": args.seeds,
+        "nodes": len(nodes.name),
+        "gpus": nodes.total_gpus,
+        "ours": OURS,
+        "packers": summary,
+        "out": str(Path(args.out)),
+    }
     report.write(Path(args.out), curves, result)
     if args.readme:
-        made = (f"Generated by `xds share bench --trace {args.trace} --seeds {args.seeds} "
-                f"--until {args.until:g} --readme {args.readme}`.")
-        splice_readme(Path(args.readme), "share", "\n\n".join(
-            [result["headline"], setup, report.table(report.finite(summary))]), made)
+        made = (
+            f"Generated by `xds share bench --trace {args.trace} --seeds {args.seeds} "
+            f"--until {args.until:g} --readme {args.readme}`."
+        )
+        splice_readme(
+            Path(args.readme),
+            "share",
+            "\n\n".join([result["headline"], setup, report.table(report.finite(summary))]),
+            made,
+        )
     if args.json:
         print(json.dumps(report.finite(result), indent=2))
         return

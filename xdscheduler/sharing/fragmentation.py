@@ -31,23 +31,32 @@ class Workload:
     @classmethod
     def of(cls, pods: Pods) -> Workload:
         """The classes of `pods` with their frequencies."""
-        frame = pd.DataFrame({"cpu": pods.cpu, "num_gpu": pods.num_gpu,
-                              "gpu_milli": pods.gpu_milli,
-                              "spec": ["|".join(s) if s else "" for s in pods.spec]})
+        frame = pd.DataFrame(
+            {
+                "cpu": pods.cpu,
+                "num_gpu": pods.num_gpu,
+                "gpu_milli": pods.gpu_milli,
+                "spec": ["|".join(s) if s else "" for s in pods.spec],
+            }
+        )
         counts = frame.value_counts(sort=True).reset_index(name="n")
-        spec = np.array([tuple(s.split("|")) if s else None for s in counts["spec"]],
-                        dtype=object)
-        return cls(counts["cpu"].to_numpy(np.int64), counts["num_gpu"].to_numpy(np.int64),
-                   counts["gpu_milli"].to_numpy(np.int64), spec,
-                   counts["n"].to_numpy(float) / counts["n"].sum())
+        spec = np.array([tuple(s.split("|")) if s else None for s in counts["spec"]], dtype=object)
+        return cls(
+            counts["cpu"].to_numpy(np.int64),
+            counts["num_gpu"].to_numpy(np.int64),
+            counts["gpu_milli"].to_numpy(np.int64),
+            spec,
+            counts["n"].to_numpy(float) / counts["n"].sum(),
+        )
 
     def access(self, models: list[str]) -> np.ndarray:
         """(len(models), M): whether a node of each GPU model may host each class."""
         return np.array([[s is None or m in s for s in self.spec] for m in models], dtype=bool)
 
 
-def fragmentation(left: np.ndarray, cpu_left: np.ndarray, access: np.ndarray,
-                  work: Workload) -> np.ndarray:
+def fragmentation(
+    left: np.ndarray, cpu_left: np.ndarray, access: np.ndarray, work: Workload
+) -> np.ndarray:
     """Expected fragmented milli-GPUs of each node state.
 
     left: (S, G) free milli of each GPU slot (0 where the node has no such GPU); cpu_left: (S,);
@@ -56,7 +65,6 @@ def fragmentation(left: np.ndarray, cpu_left: np.ndarray, access: np.ndarray,
     g, n = work.gpu_milli, work.num_gpu
     free = left.sum(axis=1)
     fits = left[:, :, None] >= g[None, None, :]  # (S, G, M)
-    hosts = ((fits.sum(axis=1) >= n) & (cpu_left[:, None] >= work.cpu) & access
-             & (g > 0))  # (S, M)
+    hosts = (fits.sum(axis=1) >= n) & (cpu_left[:, None] >= work.cpu) & access & (g > 0)  # (S, M)
     too_small = np.where(fits, 0, left[:, :, None]).sum(axis=1)  # (S, M)
     return np.where(hosts, too_small, free[:, None]) @ work.probability

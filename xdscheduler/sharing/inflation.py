@@ -39,8 +39,9 @@ class Curve:
     seconds: float
 
 
-def inflate(nodes: Nodes, pods: Pods, work: Workload, packer: str, seed: int,
-            until: float = 1.2) -> Curve:
+def inflate(
+    nodes: Nodes, pods: Pods, work: Workload, packer: str, seed: int, until: float = 1.2
+) -> Curve:
     """One run of the experiment: see the module's docstring."""
     start = time.perf_counter()
     rng = np.random.default_rng(seed)  # the pods drawn: the same for every packer of a seed
@@ -51,8 +52,13 @@ def inflate(nodes: Nodes, pods: Pods, work: Workload, packer: str, seed: int,
     demand = pods.gpu_demand * 1000
     while arrived < until * capacity:
         i = int(rng.integers(len(pods)))
-        pod = Pod(int(pods.cpu[i]), int(pods.memory[i]), int(pods.num_gpu[i]),
-                  int(pods.gpu_milli[i]), pods.spec[i])
+        pod = Pod(
+            int(pods.cpu[i]),
+            int(pods.memory[i]),
+            int(pods.num_gpu[i]),
+            int(pods.gpu_milli[i]),
+            pods.spec[i],
+        )
         arrived += demand[i]
         opts = cluster.options(pod)
         if len(opts):
@@ -71,16 +77,27 @@ def _run(args) -> Curve:
     return inflate(*args)
 
 
-def bench(nodes: Nodes, pods: Pods, packers: list[str], seeds: list[int], until: float = 1.2,
-          workers: int = 1) -> list[Curve]:
+def bench(
+    nodes: Nodes,
+    pods: Pods,
+    packers: list[str],
+    seeds: list[int],
+    until: float = 1.2,
+    workers: int = 1,
+) -> list[Curve]:
     """Every packer on every seed, `workers` processes at once; each run logged as it ends."""
     work = Workload.of(pods)
     jobs = [(nodes, pods, work, p, s, until) for s in seeds for p in packers]
     with ProcessPoolExecutor(workers) if workers > 1 else nullcontext() as pool:
         out = []
-        for curve in (pool.map(_run, jobs) if pool else map(_run, jobs)):
-            log.info("packer %s seed %d: %.1f%% unallocated at capacity (%.1f s)", curve.packer,
-                     curve.seed, 100 * at_capacity(curve), curve.seconds)
+        for curve in pool.map(_run, jobs) if pool else map(_run, jobs):
+            log.info(
+                "packer %s seed %d: %.1f%% unallocated at capacity (%.1f s)",
+                curve.packer,
+                curve.seed,
+                100 * at_capacity(curve),
+                curve.seconds,
+            )
             out.append(curve)
     return out
 
@@ -95,15 +112,29 @@ PEERS = ("best-fit", "fgd")  # the usual packer, and the strongest published one
 def summary(curves: list[Curve]) -> dict:
     """Per packer: mean unallocated share at capacity with its 95% CI over seeds, and its
     change against each of PEERS, paired by seed (`change_vs_best_fit`, `change_vs_fgd`)."""
-    by = pd.DataFrame([{"packer": c.packer, "seed": c.seed, "at": at_capacity(c),
-                        "turned_away": c.turned_away, "seconds": c.seconds} for c in curves])
+    by = pd.DataFrame(
+        [
+            {
+                "packer": c.packer,
+                "seed": c.seed,
+                "at": at_capacity(c),
+                "turned_away": c.turned_away,
+                "seconds": c.seconds,
+            }
+            for c in curves
+        ]
+    )
     peers = {p: by[by.packer == p].set_index("seed")["at"] for p in PEERS}
     out = {}
     for packer, rows in by.groupby("packer", sort=False):
         at = mean_ci(rows["at"])
-        entry = {"unallocated_share_at_capacity": at.mean, "ci95": at.half_width,
-                 "seeds": at.n, "pods_turned_away": float(rows["turned_away"].mean()),
-                 "seconds_per_run": float(rows["seconds"].mean())}
+        entry = {
+            "unallocated_share_at_capacity": at.mean,
+            "ci95": at.half_width,
+            "seeds": at.n,
+            "pods_turned_away": float(rows["turned_away"].mean()),
+            "seconds_per_run": float(rows["seconds"].mean()),
+        }
         for peer, base in peers.items():
             if len(base):
                 paired = base.reindex(rows["seed"]).to_numpy()
@@ -120,5 +151,4 @@ def mean_curves(curves: list[Curve]) -> pd.DataFrame:
     return frame.T.groupby(level=0, sort=False).mean().T
 
 
-__all__ = ["GRID", "OURS", "Curve", "at_capacity", "bench", "inflate", "mean_curves",
-           "summary"]
+__all__ = ["GRID", "OURS", "Curve", "at_capacity", "bench", "inflate", "mean_curves", "summary"]

@@ -76,15 +76,17 @@ def trace_path(trace: str) -> Path:
         return data_folder() / f"openb_pod_list_{trace}.csv"
     path = Path(trace)
     if not path.is_file():
-        raise UserError(f"--trace: {trace!r} is neither a trace name ({', '.join(TRACES)}) nor "
-                        f"a pod list file")
+        raise UserError(
+            f"--trace: {trace!r} is neither a trace name ({', '.join(TRACES)}) nor a pod list file"
+        )
     return path
 
 
 def _read(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     if not path.exists():
-        raise UserError(f"{path} is missing: the public data folder must hold it "
-                        f"(see shared/data/README.md)")
+        raise UserError(
+            f"{path} is missing: the public data folder must hold it (see shared/data/README.md)"
+        )
     frame = read_frame(path, "openb list")
     missing = [c for c in columns if c not in frame.columns]
     if missing:
@@ -102,8 +104,10 @@ def _check(path: Path, frame: pd.DataFrame, column: str, low: float, high: float
     bad = ~frame[column].between(low, high)
     if bad.any():
         row = int(bad.to_numpy().argmax())
-        raise UserError(f"{path}: row {row + 2}: {column} is {frame[column].iloc[row]}, "
-                        f"accepted {low:g} to {high:g}")
+        raise UserError(
+            f"{path}: row {row + 2}: {column} is {frame[column].iloc[row]}, "
+            f"accepted {low:g} to {high:g}"
+        )
 
 
 def load_nodes(path: Path | None = None) -> Nodes:
@@ -112,9 +116,13 @@ def load_nodes(path: Path | None = None) -> Nodes:
     _check(path, frame, "gpu", 0, MAX_GPUS_PER_NODE)
     for c in ("cpu_milli", "memory_mib"):
         _check(path, frame, c, 0, 1e9)
-    return Nodes(frame["sn"].to_numpy(str), frame["cpu_milli"].to_numpy(np.int64),
-                 frame["memory_mib"].to_numpy(np.int64), frame["gpu"].to_numpy(np.int64),
-                 frame["model"].astype(str).to_numpy())
+    return Nodes(
+        frame["sn"].to_numpy(str),
+        frame["cpu_milli"].to_numpy(np.int64),
+        frame["memory_mib"].to_numpy(np.int64),
+        frame["gpu"].to_numpy(np.int64),
+        frame["model"].astype(str).to_numpy(),
+    )
 
 
 def load_pods(path: Path) -> Pods:
@@ -126,14 +134,24 @@ def load_pods(path: Path) -> Pods:
     shared_many = (frame["num_gpu"] > 1) & (frame["gpu_milli"] < MILLI)
     if shared_many.any():
         row = int(shared_many.to_numpy().argmax())
-        raise UserError(f"{path}: row {row + 2}: a pod of {frame['num_gpu'].iloc[row]} GPUs "
-                        f"must take them whole (gpu_milli 1000), got "
-                        f"{frame['gpu_milli'].iloc[row]}")
+        raise UserError(
+            f"{path}: row {row + 2}: a pod of {frame['num_gpu'].iloc[row]} GPUs "
+            f"must take them whole (gpu_milli 1000), got "
+            f"{frame['gpu_milli'].iloc[row]}"
+        )
     num_gpu = frame["num_gpu"].to_numpy(np.int64)
     milli = np.where(num_gpu > 0, frame["gpu_milli"].to_numpy(np.int64), 0)
     num_gpu = np.where(milli > 0, num_gpu, 0)  # a pod with a 0-milli GPU asks for none
     specs = frame["gpu_spec"] if "gpu_spec" in frame.columns else pd.Series([None] * len(frame))
-    spec = np.array([tuple(str(s).split("|")) if isinstance(s, str) and s else None
-                     for s in specs], dtype=object)
-    return Pods(frame["name"].to_numpy(str), frame["cpu_milli"].to_numpy(np.int64),
-                frame["memory_mib"].to_numpy(np.int64), num_gpu, milli, spec)
+    spec = np.array(
+        [tuple(str(s).split("|")) if isinstance(s, str) and s else None for s in specs],
+        dtype=object,
+    )
+    return Pods(
+        frame["name"].to_numpy(str),
+        frame["cpu_milli"].to_numpy(np.int64),
+        frame["memory_mib"].to_numpy(np.int64),
+        num_gpu,
+        milli,
+        spec,
+    )

@@ -86,15 +86,25 @@ class Cluster:
             ok &= np.isin(self.nodes.model, pod.spec)
         if pod.num_gpu == 0:
             node = np.flatnonzero(ok)
-            return Options(node, np.zeros_like(self.left[node]), self.left[node],
-                           self.cpu_left[node] - pod.cpu, np.zeros(len(node), np.int64))
+            return Options(
+                node,
+                np.zeros_like(self.left[node]),
+                self.left[node],
+                self.cpu_left[node] - pod.cpu,
+                np.zeros(len(node), np.int64),
+            )
         ok &= (self.left >= pod.gpu_milli).sum(axis=1) >= pod.num_gpu
         if pod.gpu_milli >= MILLI:
             node = np.flatnonzero(ok)
             whole = self.left[node] == MILLI
             take = np.where(whole & (np.cumsum(whole, axis=1) <= pod.num_gpu), MILLI, 0)
-            return Options(node, take, self.left[node] - take, self.cpu_left[node] - pod.cpu,
-                           np.zeros(len(node), np.int64))
+            return Options(
+                node,
+                take,
+                self.left[node] - take,
+                self.cpu_left[node] - pod.cpu,
+                np.zeros(len(node), np.int64),
+            )
         # a share: each GPU with room, one per distinct free amount of a node
         left = self.left[ok]
         room = left >= pod.gpu_milli
@@ -104,8 +114,9 @@ class Cluster:
         node = np.flatnonzero(ok)[rows]
         take = np.zeros((len(node), left.shape[1]), np.int64)
         take[np.arange(len(node)), slots] = pod.gpu_milli
-        return Options(node, take, self.left[node] - take, self.cpu_left[node] - pod.cpu,
-                       left[rows, slots])
+        return Options(
+            node, take, self.left[node] - take, self.cpu_left[node] - pod.cpu, left[rows, slots]
+        )
 
     def place(self, opts: Options, k: int, pod: Pod) -> int:
         """Candidate k of `opts` taken: the pod's resources leave its node."""
@@ -113,19 +124,19 @@ class Cluster:
         self.left[n] = opts.left[k]
         self.cpu_left[n] -= pod.cpu
         self.mem_left[n] -= pod.memory
-        self.frag[n] = fragmentation(self.left[n:n + 1], self.cpu_left[n:n + 1],
-                                     self.access[n:n + 1], self.work)[0]
+        self.frag[n] = fragmentation(
+            self.left[n : n + 1], self.cpu_left[n : n + 1], self.access[n : n + 1], self.work
+        )[0]
         return n
 
     def fragmentation_after(self, opts: Options) -> np.ndarray:
         """Each candidate's node fragmentation after placing, computed once per distinct node
         state (model, CPU left, GPU shares left in any order): most candidates repeat one."""
-        state = np.column_stack([self.model_idx[opts.node], opts.cpu_left,
-                                 np.sort(opts.left, axis=1)])
-        unique, first, inverse = np.unique(state, axis=0, return_index=True,
-                                           return_inverse=True)
-        frag = fragmentation(unique[:, 2:], unique[:, 1], self.access[opts.node[first]],
-                             self.work)
+        state = np.column_stack(
+            [self.model_idx[opts.node], opts.cpu_left, np.sort(opts.left, axis=1)]
+        )
+        unique, first, inverse = np.unique(state, axis=0, return_index=True, return_inverse=True)
+        frag = fragmentation(unique[:, 2:], unique[:, 1], self.access[opts.node[first]], self.work)
         return frag[inverse.ravel()]
 
 
@@ -146,15 +157,13 @@ def _best_fit(c: Cluster, o: Options, pod: Pod, rng: np.random.Generator) -> lis
     return [_left_after(c, o), o.gpu]
 
 
-def _dot_product(c: Cluster, o: Options, pod: Pod, rng: np.random.Generator
-                 ) -> list[np.ndarray]:
+def _dot_product(c: Cluster, o: Options, pod: Pod, rng: np.random.Generator) -> list[np.ndarray]:
     free_cpu, free_gpu = c.cpu_left[o.node] / c.max_cpu, c.left[o.node].sum(axis=1) / c.max_gpu
     demand_gpu = pod.num_gpu * pod.gpu_milli / c.max_gpu
     return [-(free_cpu * pod.cpu / c.max_cpu + free_gpu * demand_gpu), o.gpu]
 
 
-def _gpu_packing(c: Cluster, o: Options, pod: Pod, rng: np.random.Generator
-                 ) -> list[np.ndarray]:
+def _gpu_packing(c: Cluster, o: Options, pod: Pod, rng: np.random.Generator) -> list[np.ndarray]:
     before = c.left[o.node]
     fresh = ((o.take > 0) & (before == MILLI)).sum(axis=1)  # whole GPUs it starts using
     empty = (before == MILLI).sum(axis=1) == c.nodes.gpus[o.node]
@@ -167,20 +176,22 @@ def _fgd(c: Cluster, o: Options, pod: Pod, rng: np.random.Generator) -> list[np.
     return [np.round(c.fragmentation_after(o) - c.frag[o.node], 6)]
 
 
-def _fgd_bestfit(c: Cluster, o: Options, pod: Pod, rng: np.random.Generator
-                 ) -> list[np.ndarray]:
+def _fgd_bestfit(c: Cluster, o: Options, pod: Pod, rng: np.random.Generator) -> list[np.ndarray]:
     return [*_fgd(c, o, pod, rng), _left_after(c, o), o.gpu]
 
 
 PACKERS: dict[str, Key] = {
-    "random": _random, "best-fit": _best_fit, "dot-product": _dot_product,
-    "gpu-packing": _gpu_packing, "fgd": _fgd, "fgd-bestfit": _fgd_bestfit,
+    "random": _random,
+    "best-fit": _best_fit,
+    "dot-product": _dot_product,
+    "gpu-packing": _gpu_packing,
+    "fgd": _fgd,
+    "fgd-bestfit": _fgd_bestfit,
 }
 OURS = "fgd-bestfit"
 
 
-def choose(key: Key, cluster: Cluster, opts: Options, pod: Pod,
-           rng: np.random.Generator) -> int:
+def choose(key: Key, cluster: Cluster, opts: Options, pod: Pod, rng: np.random.Generator) -> int:
     """The candidate with the lowest key (lexicographic); a random one among exact ties."""
     keys = key(cluster, opts, pod, rng)
     best = np.ones(len(opts), dtype=bool)

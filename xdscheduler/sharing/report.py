@@ -29,8 +29,9 @@ def _change(entry: dict, peer: str, fmt: str = "+.1f", sign: int = 1, unit: str 
     if entry.get(key) is None:  # not compared, or against a peer that left nothing (0 / 0)
         return "–"
     ci = entry[key + "_ci95"]
-    return (f"{sign * 100 * entry[key]:{fmt}}{unit}"
-            + ("" if ci is None else f" ± {100 * ci:.1f}{unit}"))
+    return f"{sign * 100 * entry[key]:{fmt}}{unit}" + (
+        "" if ci is None else f" ± {100 * ci:.1f}{unit}"
+    )
 
 
 def headline(packers: dict, ours: str) -> str:
@@ -38,30 +39,37 @@ def headline(packers: dict, ours: str) -> str:
     FGD (the strongest published), by how much."""
     best = min(packers, key=lambda p: packers[p]["unallocated_share_at_capacity"])
     b = packers[best]
-    line = (f"{best}{' (ours)' if best == ours else ''} leaves the fewest accelerators "
-            f"unallocated when the arrived workload reaches capacity: "
-            f"{100 * b['unallocated_share_at_capacity']:.2f}%")
+    line = (
+        f"{best}{' (ours)' if best == ours else ''} leaves the fewest accelerators "
+        f"unallocated when the arrived workload reaches capacity: "
+        f"{100 * b['unallocated_share_at_capacity']:.2f}%"
+    )
     against = [p for p in ("best-fit", "fgd") if p in packers and p != best]
     if against:
-        line += ", " + " and ".join(f"{_change(b, p, '.1f', -1, '%')} fewer than {p}"
-                                    for p in against)
+        line += ", " + " and ".join(
+            f"{_change(b, p, '.1f', -1, '%')} fewer than {p}" for p in against
+        )
         line += " (95% CIs, paired by seed)"
     if ours in packers and best != ours:
-        line += (f"; ours ({ours}): "
-                 f"{100 * packers[ours]['unallocated_share_at_capacity']:.2f}%")
+        line += f"; ours ({ours}): {100 * packers[ours]['unallocated_share_at_capacity']:.2f}%"
     return line + "."
 
 
 def table(packers: dict) -> str:
-    rows = ["| packer | unallocated at capacity (%) | vs best-fit (%) | vs fgd (%) | "
-            "pods turned away | s a run |", "|---|---:|---:|---:|---:|---:|"]
+    rows = [
+        "| packer | unallocated at capacity (%) | vs best-fit (%) | vs fgd (%) | "
+        "pods turned away | s a run |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     order = sorted(packers, key=lambda p: packers[p]["unallocated_share_at_capacity"])
     for p in order:
         e = packers[p]
         ci = "" if e["ci95"] is None else f" ± {100 * e['ci95']:.2f}"
         changes = " | ".join(_change(e, peer) for peer in ("best-fit", "fgd"))
-        rows.append(f"| {p} | {100 * e['unallocated_share_at_capacity']:.2f}{ci} | {changes} | "
-                    f"{e['pods_turned_away']:.0f} | {e['seconds_per_run']:.1f} |")
+        rows.append(
+            f"| {p} | {100 * e['unallocated_share_at_capacity']:.2f}{ci} | {changes} | "
+            f"{e['pods_turned_away']:.0f} | {e['seconds_per_run']:.1f} |"
+        )
     return "\n".join(rows)
 
 
@@ -76,8 +84,10 @@ def plot(curves: list[Curve], path: Path, title: str) -> None:
         near.plot(100 * GRID[zoom], 100 * means[packer][zoom], label=packer, marker=".")
     for ax in (whole, near):
         ax.axvline(100, color="0.5", linestyle="--", linewidth=1)
-        ax.set(xlabel="arrived workload (% of the cluster's GPUs)",
-               ylabel="GPUs unallocated (% of the cluster's)")
+        ax.set(
+            xlabel="arrived workload (% of the cluster's GPUs)",
+            ylabel="GPUs unallocated (% of the cluster's)",
+        )
         ax.grid(alpha=0.3)
     whole.set(title=title, ylim=(0, 102))
     near.set(title="near capacity", ylim=(0, None))
@@ -103,10 +113,18 @@ def write(out: Path, curves: list[Curve], result: dict) -> None:
     """share_bench.json, .md, .csv (mean curve per packer) and .png into `out`."""
     out = check_out(out)
     write_atomic(out / "share_bench.json", json.dumps(finite(result), indent=2))
-    write_atomic(out / "share_bench.md", result["headline"] + "\n\n" + result["setup"] + "\n\n"
-                 + table(finite(result["packers"])) + "\n")
+    write_atomic(
+        out / "share_bench.md",
+        result["headline"]
+        + "\n\n"
+        + result["setup"]
+        + "\n\n"
+        + table(finite(result["packers"]))
+        + "\n",
+    )
     frame = mean_curves(curves).rename_axis("arrived_share").reset_index()
     write_atomic(out / "share_bench.csv", frame.to_csv(index=False))
-    write_atomic(out / "share_bench.png",
-                 lambda p: plot(curves, p, f"openb {result['trace']}: {result['seeds']} seeds"))
-
+    write_atomic(
+        out / "share_bench.png",
+        lambda p: plot(curves, p, f"openb {result['trace']}: {result['seeds']} seeds"),
+    )

@@ -92,8 +92,9 @@ def load_replay(kind: str, cluster: str = "kalos", root: Path | None = None) -> 
 
 def _read(path: Path, columns: list[str]) -> pd.DataFrame:
     if not path.exists():
-        raise UserError(f"{path} is missing: the public data folder must hold it "
-                        f"(see shared/data/README.md)")
+        raise UserError(
+            f"{path} is missing: the public data folder must hold it (see shared/data/README.md)"
+        )
     frame = read_frame(path, "arrival trace")
     missing = [c for c in columns if c not in frame.columns]
     if missing:
@@ -115,8 +116,9 @@ def _rises(frame: pd.DataFrame, column: str, path: Path) -> tuple[np.ndarray, pd
 def acme_gpu_s_per_job(path: Path, cluster: str) -> float:
     """Accelerator-seconds of the Acme cluster's GPU jobs (completed, cancelled, failed) over
     their number."""
-    frame = _read(path, ["id", "gpu_job_num", "complete_gpu_time", "cancel_gpu_time",
-                         "fail_gpu_time"])
+    frame = _read(
+        path, ["id", "gpu_job_num", "complete_gpu_time", "cancel_gpu_time", "fail_gpu_time"]
+    )
     row = frame[frame["id"].str.lower() == cluster.lower()]
     if row.empty:
         raise UserError(f"{path}: no cluster {cluster!r} (has {', '.join(frame['id'])})")
@@ -139,17 +141,24 @@ def window(replay: Replay, hours: float, rng: np.random.Generator) -> Window:
     rate, steps = replay.rate, round(hours * 3600 / replay.step_s)
     if steps >= len(rate):
         stretched = hours * 3600 / len(rate)
-        return Window(np.nan_to_num(rate), stretched,
-                      f"{replay.kind}: the whole trace from {replay.start:%Y-%m-%d %H:%M}, "
-                      f"stretched ×{stretched / replay.step_s:.3g}")
+        return Window(
+            np.nan_to_num(rate),
+            stretched,
+            f"{replay.kind}: the whole trace from {replay.start:%Y-%m-%d %H:%M}, "
+            f"stretched ×{stretched / replay.step_s:.3g}",
+        )
     starts = _valid_starts(rate, steps, round(3600 / replay.step_s))
     if not len(starts):
-        raise UserError(f"{replay.kind}: no {hours:g}-hour window of the trace has a full "
-                        f"record and an arrival")
+        raise UserError(
+            f"{replay.kind}: no {hours:g}-hour window of the trace has a full record and an arrival"
+        )
     first = int(rng.choice(starts))
     begin = replay.start + pd.Timedelta(seconds=first * replay.step_s)
-    return Window(rate[first:first + steps], replay.step_s,
-                  f"{replay.kind}: {hours:g} h from {begin:%Y-%m-%d %H:%M}")
+    return Window(
+        rate[first : first + steps],
+        replay.step_s,
+        f"{replay.kind}: {hours:g} h from {begin:%Y-%m-%d %H:%M}",
+    )
 
 
 def _valid_starts(rate: np.ndarray, steps: int, stride: int) -> np.ndarray:

@@ -47,9 +47,15 @@ class CellWorkload:
     giant_scale: float | None = None  # the giants' own factor, where the share is fixed
 
 
-def cell_workload(scn: Scenario, hours: float, seed: int, load: float,
-                  replay: Replay | None = None, listed: bool = True,
-                  giant_share: float | None = None) -> CellWorkload:
+def cell_workload(
+    scn: Scenario,
+    hours: float,
+    seed: int,
+    load: float,
+    replay: Replay | None = None,
+    listed: bool = True,
+    giant_share: float | None = None,
+) -> CellWorkload:
     """The jobs of `hours` of arrivals at offered load `load`, arriving as `replay` says (None:
     the generator's Poisson arrivals); with the scenario's listed jobs (`listed`), or with
     `giant_share` of the offered accelerator-time in giants (the listed jobs then left out)."""
@@ -57,8 +63,10 @@ def cell_workload(scn: Scenario, hours: float, seed: int, load: float,
         raise UserError(f"offered load must be positive, got {load:g}")
     jobs = generated_jobs(scn, hours, seed, _generator_load(scn, seed, load, replay))
     if not jobs:
-        raise UserError(f"{scn.name}: no job arrives in {hours:g} h at load {load:g} with "
-                        f"seed {seed}; give more --hours")
+        raise UserError(
+            f"{scn.name}: no job arrives in {hours:g} h at load {load:g} with "
+            f"seed {seed}; give more --hours"
+        )
     view, horizon_s = ClusterView.from_scenario(scn), hours * 3600
     if giant_share is not None:
         return _mixed(scn, hours, seed, load, replay, jobs, giant_share)
@@ -67,12 +75,20 @@ def cell_workload(scn: Scenario, hours: float, seed: int, load: float,
     jobs = own + jobs
     scale = load / offered_load([JobSpec.of(j) for j in jobs], view, horizon_s)
     jobs = _scaled(jobs, scale)
-    return CellWorkload(jobs, offered_load([JobSpec.of(j) for j in jobs], view, horizon_s),
-                        scale, label, len(own))
+    return CellWorkload(
+        jobs, offered_load([JobSpec.of(j) for j in jobs], view, horizon_s), scale, label, len(own)
+    )
 
 
-def _mixed(scn: Scenario, hours: float, seed: int, load: float, replay: Replay | None,
-           drawn: list[Job], share: float) -> CellWorkload:
+def _mixed(
+    scn: Scenario,
+    hours: float,
+    seed: int,
+    load: float,
+    replay: Replay | None,
+    drawn: list[Job],
+    share: float,
+) -> CellWorkload:
     """The draw's jobs that fit, and enough giants, each class scaled to its part of the load."""
     if not 0 <= share < 1:
         raise UserError(f"a share of the load in giants is in [0, 1), got {share:g}")
@@ -81,8 +97,10 @@ def _mixed(scn: Scenario, hours: float, seed: int, load: float, replay: Replay |
     fits = [j for j in drawn if not is_giant(JobSpec.of(j), above)]
     giants = _giants(scn, hours, seed, load * share, drawn, above) if share > 0 else []
     if not fits:
-        raise UserError(f"{scn.name}: no job that fits one domain arrives in {hours:g} h at "
-                        f"load {load:g} with seed {seed}; give more --hours")
+        raise UserError(
+            f"{scn.name}: no job that fits one domain arrives in {hours:g} h at "
+            f"load {load:g} with seed {seed}; give more --hours"
+        )
     jobs, label = _timed(sorted(fits + giants, key=lambda j: j.arrival_s), hours, seed, replay)
     giant = {g.name for g in giants}
     scales = {}
@@ -90,14 +108,23 @@ def _mixed(scn: Scenario, hours: float, seed: int, load: float, replay: Replay |
         mine = [JobSpec.of(j) for j in jobs if (j.name in giant) == (cls == "giant")]
         if mine:
             scales[cls] = load * part / offered_load(mine, view, horizon_s)
-    jobs = [j.model_copy(update={"tokens": j.tokens * scales[
-        "giant" if j.name in giant else "fit"]}) for j in jobs]
-    return CellWorkload(jobs, offered_load([JobSpec.of(j) for j in jobs], view, horizon_s),
-                        scales["fit"], label, 0, scales.get("giant"))
+    jobs = [
+        j.model_copy(update={"tokens": j.tokens * scales["giant" if j.name in giant else "fit"]})
+        for j in jobs
+    ]
+    return CellWorkload(
+        jobs,
+        offered_load([JobSpec.of(j) for j in jobs], view, horizon_s),
+        scales["fit"],
+        label,
+        0,
+        scales.get("giant"),
+    )
 
 
-def _giants(scn: Scenario, hours: float, seed: int, target: float, drawn: list[Job],
-            above: float) -> list[Job]:
+def _giants(
+    scn: Scenario, hours: float, seed: int, target: float, drawn: list[Job], above: float
+) -> list[Job]:
     """Giants of the generator's own sizes offering at least `target` of the load: the draw's,
     then those of further draws of the seed, in a seeded random order, the fewest that do."""
     view, horizon_s = ClusterView.from_scenario(scn), hours * 3600
@@ -107,12 +134,17 @@ def _giants(scn: Scenario, hours: float, seed: int, target: float, drawn: list[J
         if pool and offered_load([JobSpec.of(j) for j in pool], view, horizon_s) >= target:
             break
         more = generated_jobs(scn, hours, int(child.generate_state(1)[0]))
-        pool += [j.model_copy(update={"name": f"giant-{k}-{j.name}"}) for j in more
-                 if is_giant(JobSpec.of(j), above)]
+        pool += [
+            j.model_copy(update={"name": f"giant-{k}-{j.name}"})
+            for j in more
+            if is_giant(JobSpec.of(j), above)
+        ]
     if not pool:
-        raise UserError(f"{scn.name}: the workload generator draws no job asking for more than "
-                        f"the largest domain's free share ({above:.0f} accelerators), so no "
-                        f"share of the load can be in giants")
+        raise UserError(
+            f"{scn.name}: the workload generator draws no job asking for more than "
+            f"the largest domain's free share ({above:.0f} accelerators), so no "
+            f"share of the load can be in giants"
+        )
     order = np.random.default_rng([seed, GIANT_STREAM]).permutation(len(pool))
     taken: list[Job] = []
     for i in order:
@@ -122,14 +154,16 @@ def _giants(scn: Scenario, hours: float, seed: int, target: float, drawn: list[J
     return taken
 
 
-def _timed(jobs: list[Job], hours: float, seed: int, replay: Replay | None
-           ) -> tuple[list[Job], str]:
+def _timed(
+    jobs: list[Job], hours: float, seed: int, replay: Replay | None
+) -> tuple[list[Job], str]:
     """The jobs with the arrival times `replay` gives (in their order), and where from."""
     if replay is not None and replay.rate is not None:
         win = window(replay, hours, np.random.default_rng([seed, REPLAY_STREAM]))
         times = arrival_times_s(win, len(jobs), np.random.default_rng([seed, REPLAY_STREAM, 1]))
-        return [j.model_copy(update={"arrival_s": float(t)})
-                for j, t in zip(jobs, times, strict=True)], win.label
+        return [
+            j.model_copy(update={"arrival_s": float(t)}) for j, t in zip(jobs, times, strict=True)
+        ], win.label
     if replay is not None:
         return jobs, f"{replay.kind}: Poisson, {replay.gpu_s_per_job:,.0f} GPU-s a job"
     return jobs, "poisson: the generator's arrivals"

@@ -64,7 +64,7 @@ class Correction:
         domain or a link no job runs on grows stale (a slowdown may be over), and a factor
         left low would keep every job off it, so that nothing would ever check it again."""
         keep = 1.0 - share
-        return replace(self, speed=self.speed ** keep, goodput=self.goodput ** keep)
+        return replace(self, speed=self.speed**keep, goodput=self.goodput**keep)
 
     def forgetting_link(self, i: int, j: int) -> Correction:
         """The link between domains i and j back to the model: what was learnt of it tells
@@ -73,9 +73,17 @@ class Correction:
         goodput[i, j] = goodput[j, i] = 1.0
         return replace(self, goodput=goodput)
 
-    def observe(self, p: Placement, spec: JobSpec, view: ClusterView, true_s: float,
-                step_s: float | None = None, spread_speed: bool = False,
-                weight: float = WEIGHT, opts: SearchOptions = DEFAULT_OPTIONS) -> Correction:
+    def observe(
+        self,
+        p: Placement,
+        spec: JobSpec,
+        view: ClusterView,
+        true_s: float,
+        step_s: float | None = None,
+        spread_speed: bool = False,
+        weight: float = WEIGHT,
+        opts: SearchOptions = DEFAULT_OPTIONS,
+    ) -> Correction:
         """The factors after the job was seen stepping in `true_s` on p under the view's
         links now; `step_s`: the model's step on p under these factors, when already known.
         `spread_speed`: a cross-domain step that hardly depends on its narrowest link (DiLoCo,
@@ -93,13 +101,24 @@ class Correction:
             return self._moved("speed", (list(p.domains),), *seen)
         return moved
 
-    def _moved(self, name: str, cells: tuple, p: Placement, spec: JobSpec, view: ClusterView,
-               true_s: float, step_s: float, weight: float, opts: SearchOptions) -> Correction:
+    def _moved(
+        self,
+        name: str,
+        cells: tuple,
+        p: Placement,
+        spec: JobSpec,
+        view: ClusterView,
+        true_s: float,
+        step_s: float,
+        weight: float,
+        opts: SearchOptions,
+    ) -> Correction:
         factor = getattr(self, name)
         bumped = factor.copy()
         bumped[cells] *= 1 + BUMP
-        bumped_s = estimate_placement(p, spec, replace(self, **{name: bumped}).apply(view),
-                                      opts).step_time_s
+        bumped_s = estimate_placement(
+            p, spec, replace(self, **{name: bumped}).apply(view), opts
+        ).step_time_s
         elasticity = math.log(step_s / bumped_s) / math.log1p(BUMP)
         if elasticity < MIN_ELASTICITY:
             return self
@@ -125,8 +144,15 @@ def error_figures(predictions: list[Prediction]) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for prefix, attr in (("prediction", "predicted_s"), ("uncorrected", "nominal_s")):
         err = true / np.array([getattr(x, attr) for x in predictions]) - 1  # in throughput
-        figures = (np.median(np.abs(err)), np.percentile(np.abs(err), 90), err.mean()) if len(
-            err) else (None, None, None)
-        out.update({f"{prefix}_{key}": None if v is None else float(v) for key, v in zip(
-            ("error_p50", "error_p90", "bias"), figures, strict=True)})
+        figures = (
+            (np.median(np.abs(err)), np.percentile(np.abs(err), 90), err.mean())
+            if len(err)
+            else (None, None, None)
+        )
+        out.update(
+            {
+                f"{prefix}_{key}": None if v is None else float(v)
+                for key, v in zip(("error_p50", "error_p90", "bias"), figures, strict=True)
+            }
+        )
     return out

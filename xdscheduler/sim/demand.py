@@ -121,26 +121,35 @@ class DemandPlanner:
 
     def _consult(self, eng: Engine, t: float) -> dict[str, int]:
         jobs = known_jobs(eng, self.known, t, max(HORIZONS_MIN))
-        req = ForecastRequest(history=self.history[-(1440 // STEP_MIN) * HISTORY_DAYS :],
-                              step_min=STEP_MIN,
-                              end_time=pd.Timestamp("2024-01-01") + pd.Timedelta(seconds=t),
-                              known_jobs=[KnownJobIn.from_known(j) for j in jobs],
-                              series=self.series, seed=self.seed)
+        req = ForecastRequest(
+            history=self.history[-(1440 // STEP_MIN) * HISTORY_DAYS :],
+            step_min=STEP_MIN,
+            end_time=pd.Timestamp("2024-01-01") + pd.Timedelta(seconds=t),
+            known_jobs=[KnownJobIn.from_known(j) for j in jobs],
+            series=self.series,
+            seed=self.seed,
+        )
         out = self.forecaster.answer(req)
         self.coming = {j.name: t + j.start_s for j in jobs if j.start_s > 0}
         hour = out.horizons[-1]
-        capacity = sum(d.total_gpus for d in eng.base_view.domains
-                       if d.name not in eng.down)
+        capacity = sum(d.total_gpus for d in eng.base_view.domains if d.name not in eng.down)
         idle95 = max(capacity - hour.hi95 - sum(self.holding.values()), 0.0)
         pools = pool_targets(eng, self.floor, min(out.backup_pool_gpus, idle95))
-        self.log.append({
-            "time_s": t, "source": self.forecaster.source, "demand_gpus": req.history[-1],
-            "mean_10m_gpus": out.horizons[0].mean, "mean_1h_gpus": hour.mean,
-            "hi95_1h_gpus": hour.hi95, "known_jobs": len(jobs),
-            "backup_pool_gpus": out.backup_pool_gpus,
-            "preallocate_gpus": out.preallocate_gpus, "coming": sorted(self.coming),
-            "pools_gpus": dict(pools),
-        })
+        self.log.append(
+            {
+                "time_s": t,
+                "source": self.forecaster.source,
+                "demand_gpus": req.history[-1],
+                "mean_10m_gpus": out.horizons[0].mean,
+                "mean_1h_gpus": hour.mean,
+                "hi95_1h_gpus": hour.hi95,
+                "known_jobs": len(jobs),
+                "backup_pool_gpus": out.backup_pool_gpus,
+                "preallocate_gpus": out.preallocate_gpus,
+                "coming": sorted(self.coming),
+                "pools_gpus": dict(pools),
+            }
+        )
         return pools
 
     def _hold(self, eng: Engine, t: float) -> None:
@@ -158,15 +167,24 @@ class DemandPlanner:
                 if k > 0:
                     take[d], need = k, need - k
             self.holds[name] = take
-            self.preallocated[name] = {"arrival_s": arrival, "held_from_s": t,
-                                       "held_gpus": sum(take.values()),
-                                       "wanted_gpus": run.spec.gpus_min, "released_s": None}
+            self.preallocated[name] = {
+                "arrival_s": arrival,
+                "held_from_s": t,
+                "held_gpus": sum(take.values()),
+                "wanted_gpus": run.spec.gpus_min,
+                "released_s": None,
+            }
 
     def summary(self) -> Forecast:
         pools = [sum(e["pools_gpus"].values()) for e in self.log]
-        return Forecast(consults=len(self.log), source=sorted({e["source"] for e in self.log}),
-                        pool_gpus_min=min(pools, default=0), pool_gpus_max=max(pools, default=0),
-                        preallocated=self.preallocated, timeline=self.log)
+        return Forecast(
+            consults=len(self.log),
+            source=sorted({e["source"] for e in self.log}),
+            pool_gpus_min=min(pools, default=0),
+            pool_gpus_max=max(pools, default=0),
+            preallocated=self.preallocated,
+            timeline=self.log,
+        )
 
 
 def demand_gpus(eng: Engine) -> float:
@@ -205,7 +223,8 @@ def pool_targets(eng: Engine, floor: dict[str, int], extra_gpus: float) -> dict[
     for d in domains:
         share = extra_gpus * d.total_gpus / total
         nodes = int(share // GPUS_PER_NODE)  # whole nodes only: round down, stay inside idle
-        cap = max(floor[d.name], GPUS_PER_NODE * int(d.total_gpus * MAX_POOL_SHARE
-                                                      // GPUS_PER_NODE))
+        cap = max(
+            floor[d.name], GPUS_PER_NODE * int(d.total_gpus * MAX_POOL_SHARE // GPUS_PER_NODE)
+        )
         out[d.name] = max(floor[d.name], min(floor[d.name] + nodes * GPUS_PER_NODE, cap))
     return out

@@ -45,8 +45,10 @@ class DomainState:
         if job in self.allocations:
             raise ValueError(f"{job} already holds accelerators in {self.spec.name}")
         if gpus > self.free(background_load):
-            raise ValueError(f"{self.spec.name} has {self.free(background_load)} free "
-                             f"accelerators, {job} asked for {gpus}")
+            raise ValueError(
+                f"{self.spec.name} has {self.free(background_load)} free "
+                f"accelerators, {job} asked for {gpus}"
+            )
         self.allocations[job] = gpus
 
     def release(self, job: str) -> None:
@@ -57,18 +59,40 @@ class DomainState:
         capacity check, other tenants may have grown into it meanwhile."""
         self.allocations[job] = gpus
 
-    def report(self, now_s: float, load: float, bandwidth_row: np.ndarray,
-               rtt_row: np.ndarray, names: list[str]) -> DomainReport:
+    def report(
+        self,
+        now_s: float,
+        load: float,
+        bandwidth_row: np.ndarray,
+        rtt_row: np.ndarray,
+        names: list[str],
+    ) -> DomainReport:
         spec = self.spec
         linked = [j for j in range(len(names)) if j != self.index and bandwidth_row[j] > 0]
-        samples = tuple(domain_samples(
-            spec, total=self.total, free=self.free(load), held=sum(self.allocations.values()),
-            background=load, bandwidth_gbps=bandwidth_row[linked].tolist(),
-            rtt_ms=rtt_row[linked].tolist(),
-            healthy=self.healthy, source=f"domain:{spec.name}", time_s=now_s))
+        samples = tuple(
+            domain_samples(
+                spec,
+                total=self.total,
+                free=self.free(load),
+                held=sum(self.allocations.values()),
+                background=load,
+                bandwidth_gbps=bandwidth_row[linked].tolist(),
+                rtt_ms=rtt_row[linked].tolist(),
+                healthy=self.healthy,
+                source=f"domain:{spec.name}",
+                time_s=now_s,
+            )
+        )
         links = {names[j]: (float(bandwidth_row[j]), float(rtt_row[j])) for j in linked}
-        return DomainReport(spec.name, now_s, self.free(load), round(load * self.total),
-                            samples, links, dict(self.allocations))
+        return DomainReport(
+            spec.name,
+            now_s,
+            self.free(load),
+            round(load * self.total),
+            samples,
+            links,
+            dict(self.allocations),
+        )
 
 
 def accepted(report: DomainReport, now_s: float) -> tuple[list[Sample], list[str]]:
@@ -87,8 +111,10 @@ class LocalDomains:
     def reports(self, now_s: float) -> list[DomainReport | None]:
         load = self.dynamics.load(now_s)
         bw, rtt = self.dynamics.bandwidth(now_s), self.dynamics.rtt(now_s)
-        return [s.report(now_s, float(load[i]), bw[i], rtt[i], self.names) if s.healthy else None
-                for i, s in enumerate(self.states)]
+        return [
+            s.report(now_s, float(load[i]), bw[i], rtt[i], self.names) if s.healthy else None
+            for i, s in enumerate(self.states)
+        ]
 
     def apply(self, job: str, gpus: dict[int, int], now_s: float) -> None:
         load = self.dynamics.load(now_s)

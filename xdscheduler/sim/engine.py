@@ -70,10 +70,21 @@ class DecisionPoint:
 class Engine:
     """Runs one policy over one workload in one realisation of the network."""
 
-    def __init__(self, scn: Scenario, jobs: list[Job], policy: Policy, dynamics, domains,
-                 horizon_s: float, clock: Callable | None = None, tick_s: float | None = None,
-                 faults=None, demand=None, truth=None,
-                 replan: reconfig.Switch = reconfig.Switch.MAKE_BEFORE_BREAK):
+    def __init__(
+        self,
+        scn: Scenario,
+        jobs: list[Job],
+        policy: Policy,
+        dynamics,
+        domains,
+        horizon_s: float,
+        clock: Callable | None = None,
+        tick_s: float | None = None,
+        faults=None,
+        demand=None,
+        truth=None,
+        replan: reconfig.Switch = reconfig.Switch.MAKE_BEFORE_BREAK,
+    ):
         self.scn, self.policy, self.dynamics, self.domains = scn, policy, dynamics, domains
         self.base_view = ClusterView.from_scenario(scn)
         self.names = self.base_view.names
@@ -104,9 +115,12 @@ class Engine:
         self.swing_meter = SwingMeter()
         self.samples: list[dict] = []
         self._deciding = False  # stopped at a decision point, the rest of the step to come
-        for key, t in ((ARRIVAL, self.runs[0].arrival_s if self.runs else math.inf),
-                       (SAMPLE, 0.0), (FAULT, faults.next_time() if faults else math.inf),
-                       (END, self.end_limit_s)):
+        for key, t in (
+            (ARRIVAL, self.runs[0].arrival_s if self.runs else math.inf),
+            (SAMPLE, 0.0),
+            (FAULT, faults.next_time() if faults else math.inf),
+            (END, self.end_limit_s),
+        ):
             self.events.schedule(key, t)
 
     def _run_of(self, job: Job, index: int) -> JobRun:
@@ -178,9 +192,13 @@ class Engine:
             self.faults.apply(self, t)
         if self.tenancy:
             self.tenancy.evict_due(self, t)
-        seen = self.sensing.observe(self.domains, self.base_view, t,
-                                    self.faults.cut if self.faults else set(),
-                                    scheduling.held_back(self))
+        seen = self.sensing.observe(
+            self.domains,
+            self.base_view,
+            t,
+            self.faults.cut if self.faults else set(),
+            scheduling.held_back(self),
+        )
         for name in seen.lost:  # first: a job on a domain found dead now did not finish there
             self._evacuate(name, t)
         self.view = self.speeds.corrected(seen.view)
@@ -199,8 +217,9 @@ class Engine:
         if t >= self.next_sample_s:  # links and loads change on the dynamics' grid
             for r in [r for r in self.active if len(r.placed.domains) > 1]:
                 self.speeds.update(r)  # links change the speed of jobs across domains
-            self.samples += domain_samples(t, self.view, self.held(), len(self.queue),
-                                           self.dynamics.load(t))
+            self.samples += domain_samples(
+                t, self.view, self.held(), len(self.queue), self.dynamics.load(t)
+            )
             self.recorder.metering.flush(t, self.active)
             self.next_sample_s = t + self.dynamics.step_s
             self.events.schedule(SAMPLE, self.next_sample_s)
@@ -326,8 +345,14 @@ class Engine:
         for r in [r for r in self.active if index in r.placed.domains]:
             self.switches.cancel(r)
             self.domains.release(r.name)
-            self.recorder.decision(r, Action.REQUEUE, r.placed, f"domain {name} is down; resume "
-                              f"from the checkpoint at {r.checkpoint / r.tokens:.0%}", 0.0)
+            self.recorder.decision(
+                r,
+                Action.REQUEUE,
+                r.placed,
+                f"domain {name} is down; resume "
+                f"from the checkpoint at {r.checkpoint / r.tokens:.0%}",
+                0.0,
+            )
             r.lose_work()
             r.next_checkpoint_s, r.paused_until = math.inf, 0.0
             self.requeue(r, recovering=self.faults is not None)
@@ -362,24 +387,39 @@ class Engine:
         return self.sensing.down
 
     def status(self) -> dict:
-        return {"now_s": self.now, "queued": len(self.queue), "pending": len(self.pending),
-                "running": len(self.active), "completed": sum(r.end_s is not None
-                                                              for r in self.runs),
-                "down": sorted(self.down), "finished": self.finished}
+        return {
+            "now_s": self.now,
+            "queued": len(self.queue),
+            "pending": len(self.pending),
+            "running": len(self.active),
+            "completed": sum(r.end_s is not None for r in self.runs),
+            "down": sorted(self.down),
+            "finished": self.finished,
+        }
 
     def results(self) -> Results:
         metering = self.recorder.metering
         metering.flush(self.now, self.active)  # what was used since the last sample
         capacity = sum(d.total_gpus for d in self.base_view.domains)
-        return Results(self.policy.name, self.runs, self.recorder.decisions, self.samples,
-                       self.sensing.rejected, self.now, self.busy_gpu_s, capacity * self.now,
-                       self.sensing.first_down(), names=list(self.names),
-                       useful_flop=self.useful_flop,
-                       single_domain=bool(getattr(self.policy, "single_domain", False)),
-                       faults=self.faults.summary(self.runs) if self.faults else None,
-                       demand=self.demand.summary() if self.demand else None,
-                       swings=list(self.swing_meter.records),
-                       relocations=list(self.replanning.relocations),
-                       predictions=list(self.speeds.predictions),
-                       tenants=self.tenancy.figures(self.runs, metering.prices, self.now)
-                       if self.tenancy else None)
+        return Results(
+            self.policy.name,
+            self.runs,
+            self.recorder.decisions,
+            self.samples,
+            self.sensing.rejected,
+            self.now,
+            self.busy_gpu_s,
+            capacity * self.now,
+            self.sensing.first_down(),
+            names=list(self.names),
+            useful_flop=self.useful_flop,
+            single_domain=bool(getattr(self.policy, "single_domain", False)),
+            faults=self.faults.summary(self.runs) if self.faults else None,
+            demand=self.demand.summary() if self.demand else None,
+            swings=list(self.swing_meter.records),
+            relocations=list(self.replanning.relocations),
+            predictions=list(self.speeds.predictions),
+            tenants=self.tenancy.figures(self.runs, metering.prices, self.now)
+            if self.tenancy
+            else None,
+        )

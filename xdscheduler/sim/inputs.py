@@ -21,17 +21,20 @@ def expected_jobs(scn: Scenario, hours: float, seed: int = 0) -> float:
     if scn.workload is None:
         return float(listed)
     spec = scn.workload
-    return listed + mean_jobs(hours, sum(d.gpus for d in scn.domains), seed, spec.load,
-                              spec.cluster, spec.min_gpus)
+    return listed + mean_jobs(
+        hours, sum(d.gpus for d in scn.domains), seed, spec.load, spec.cluster, spec.min_gpus
+    )
 
 
 def check_size(scn: Scenario, hours: float, seed: int = 0) -> float:
     """The expected number of jobs; UserError when the study would be too large to run."""
     n = expected_jobs(scn, hours, seed)
     if n > MAX_STUDY_JOBS:
-        raise UserError(f"scenario {scn.name!r} over {hours:g} h would hold about {n:,.0f} jobs "
-                        f"(at most {MAX_STUDY_JOBS:,}): fewer hours, a lower workload load or "
-                        f"a smaller cluster")
+        raise UserError(
+            f"scenario {scn.name!r} over {hours:g} h would hold about {n:,.0f} jobs "
+            f"(at most {MAX_STUDY_JOBS:,}): fewer hours, a lower workload load or "
+            f"a smaller cluster"
+        )
     return n
 
 
@@ -45,17 +48,23 @@ def study_jobs(scn: Scenario, hours: float, seed: int) -> list[Job]:
     return jobs
 
 
-def generated_jobs(scn: Scenario, hours: float, seed: int, load: float | None = None
-                   ) -> list[Job]:
+def generated_jobs(scn: Scenario, hours: float, seed: int, load: float | None = None) -> list[Job]:
     """The generated workload alone, at `load` (default: the workload's own); a scenario
     without a `workload` block gets the default one (Kalos statistics, jobs of 8+)."""
     spec = scn.workload or Workload()
     gpus = sum(d.gpus for d in scn.domains)
     peak = sum(d.gpus * d.accelerator.half_tflops for d in scn.domains) / gpus
     tenants = tuple(t.name for t in scn.tenancy.tenants) if scn.tenancy else TENANTS
-    return generate_jobs(hours, gpus, seed, load=spec.load if load is None else load,
-                         cluster=spec.cluster, min_gpus=spec.min_gpus, peak_tflops=peak,
-                         tenants=tenants)
+    return generate_jobs(
+        hours,
+        gpus,
+        seed,
+        load=spec.load if load is None else load,
+        cluster=spec.cluster,
+        min_gpus=spec.min_gpus,
+        peak_tflops=peak,
+        tenants=tenants,
+    )
 
 
 def study_dynamics(scn: Scenario, seed: int, hours: float) -> Dynamics:

@@ -96,10 +96,18 @@ class SwingMeter:
 def domain_samples(t: float, view, held: list[int], queue_len: int, load) -> list[dict]:
     """One sample per domain: accelerators busy with the study's jobs, the queue, and the load of
     other tenants."""
-    return [{"time_s": t, "domain": d.name, "gpus_total": d.total_gpus, "gpus_busy": held[i],
-             "utilization": held[i] / max(d.total_gpus, 1), "queue_len": queue_len,
-             "background_load": float(load[i])}
-            for i, d in enumerate(view.domains)]
+    return [
+        {
+            "time_s": t,
+            "domain": d.name,
+            "gpus_total": d.total_gpus,
+            "gpus_busy": held[i],
+            "utilization": held[i] / max(d.total_gpus, 1),
+            "queue_len": queue_len,
+            "background_load": float(load[i]),
+        }
+        for i, d in enumerate(view.domains)
+    ]
 
 
 @dataclass

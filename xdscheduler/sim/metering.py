@@ -65,8 +65,18 @@ class Metering:
             for i, total in sorted(r.gpu_s.items()):
                 delta = total - last.get(i, 0.0)
                 if delta > 0:
-                    made.append(self._usage(ACCELERATORS, t0, now, r, self.names[i],
-                                            self.classes[i], delta, delta / 3600 * self.prices[i]))
+                    made.append(
+                        self._usage(
+                            ACCELERATORS,
+                            t0,
+                            now,
+                            r,
+                            self.names[i],
+                            self.classes[i],
+                            delta,
+                            delta / 3600 * self.prices[i],
+                        )
+                    )
                     last[i] = total
             gb, usd = r.wan_gb - last.get("gb", 0.0), r.wan_cost - last.get("usd", 0.0)
             if gb > 0 or usd > 0:
@@ -80,5 +90,6 @@ class Metering:
 
     def _usage(self, kind, t0, t1, r, domain, accelerator, quantity, usd) -> Usage:
         self.count += 1
-        return Usage(self.count - 1, kind, t0, t1, r.name, r.tenant, domain, accelerator,
-                     quantity, usd)
+        return Usage(
+            self.count - 1, kind, t0, t1, r.name, r.tenant, domain, accelerator, quantity, usd
+        )

@@ -62,8 +62,9 @@ def _weighted(values: np.ndarray, weights: np.ndarray) -> float | None:
     return float(values @ weights / weights.sum()) if weights.sum() > 0 else None
 
 
-def class_figures(res: Results, jct: np.ndarray, efficiency: np.ndarray, queue: np.ndarray,
-                  free_share_gpus: float) -> dict[str, ClassFigures]:
+def class_figures(
+    res: Results, jct: np.ndarray, efficiency: np.ndarray, queue: np.ndarray, free_share_gpus: float
+) -> dict[str, ClassFigures]:
     """The fit/giant split of a study's jobs: what each class asked and what it got."""
     work = np.array([r.spec.work_flops for r in res.jobs])
     giant = np.array([is_giant(r.spec, free_share_gpus) for r in res.jobs], dtype=bool)
@@ -74,33 +75,52 @@ def class_figures(res: Results, jct: np.ndarray, efficiency: np.ndarray, queue: 
     out = {}
     for name, mask in (("fit", ~giant), ("giant", giant)):
         out[name] = ClassFigures(
-            jobs=int(mask.sum()), gpu_time_share=float(work[mask].sum() / max(work.sum(), 1e-30)),
-            mean_jct_s=_mean(list(jct[mask])), work_efficiency=_weighted(efficiency[mask],
-                                                                         work[mask]),
-            mean_queue_s=_mean(list(queue[mask])), never_started=int((mask & ~started).sum()),
-            unfinished=int((mask & ~ended).sum()), crossed=int((mask & crossed_).sum()))
+            jobs=int(mask.sum()),
+            gpu_time_share=float(work[mask].sum() / max(work.sum(), 1e-30)),
+            mean_jct_s=_mean(list(jct[mask])),
+            work_efficiency=_weighted(efficiency[mask], work[mask]),
+            mean_queue_s=_mean(list(queue[mask])),
+            never_started=int((mask & ~started).sum()),
+            unfinished=int((mask & ~ended).sum()),
+            crossed=int((mask & crossed_).sum()),
+        )
     return out
 
 
 def crossed(res: Results) -> set[str]:
     """Jobs that held accelerators in more than one domain at once at some time."""
-    return {d.job for d in res.decisions
-            if d.action != Action.REQUEUE and sum(n > 0 for n in d.domains.values()) > 1}
+    return {
+        d.job
+        for d in res.decisions
+        if d.action != Action.REQUEUE and sum(n > 0 for n in d.domains.values()) > 1
+    }
 
 
-def summarise(res: Results, weights: Weights, ideal: dict[str, float], view: ClusterView,
-              horizon_s: float, free_share_gpus: float) -> PolicyMetrics:
+def summarise(
+    res: Results,
+    weights: Weights,
+    ideal: dict[str, float],
+    view: ClusterView,
+    horizon_s: float,
+    free_share_gpus: float,
+) -> PolicyMetrics:
     """A policy's figures. Every job counts, finished or not: an unfinished one with the least
     JCT it could still reach (the time it has taken so far, plus what it has left at its ideal
     speed), the same in its JCT, slowdown and efficiency. That is a lower bound, kind to a
     policy that never starts a job, so the jobs never started are counted beside it, and R's
     efficiency is weighted by each job's work: a starved giant weighs what it asked for."""
     done = [r for r in res.jobs if r.end_s is not None]
-    jct = np.array([r.end_s - r.arrival_s if r.end_s is not None
-                    else res.end_s - r.arrival_s + (r.tokens - r.done) / ideal[r.spec.name]
-                    for r in res.jobs])
-    queue = np.array([(r.start_s if r.start_s is not None else res.end_s) - r.arrival_s
-                      for r in res.jobs])
+    jct = np.array(
+        [
+            r.end_s - r.arrival_s
+            if r.end_s is not None
+            else res.end_s - r.arrival_s + (r.tokens - r.done) / ideal[r.spec.name]
+            for r in res.jobs
+        ]
+    )
+    queue = np.array(
+        [(r.start_s if r.start_s is not None else res.end_s) - r.arrival_s for r in res.jobs]
+    )
     ideal_s = np.array([r.tokens / ideal[r.spec.name] for r in res.jobs])
     slowdown = list(jct / ideal_s) if len(jct) else []
     efficiency = job_efficiency(ideal_s, jct) if len(jct) else np.zeros(0)
@@ -121,25 +141,40 @@ def summarise(res: Results, weights: Weights, ideal: dict[str, float], view: Clu
 
     ms = [d.decision_ms for d in res.decisions if d.action != Action.REQUEUE]
     return PolicyMetrics(
-        mean_jct_s=_mean(list(jct)), p95_jct_s=percentile(list(jct), 95),
-        mean_slowdown=_mean(slowdown), p95_slowdown=percentile(slowdown, 95),
+        mean_jct_s=_mean(list(jct)),
+        p95_jct_s=percentile(list(jct), 95),
+        mean_slowdown=_mean(slowdown),
+        p95_slowdown=percentile(slowdown, 95),
         makespan_s=max((r.end_s for r in done), default=None)
-        if len(done) == len(res.jobs) else res.end_s,
+        if len(done) == len(res.jobs)
+        else res.end_s,
         useful_utilization=useful,
         allocated_utilization=utilization_while_arriving(res, horizon_s),
         gpu_h_per_job=res.busy_gpu_s / 3600 / max(len(res.jobs), 1),
-        mean_queue_s=_mean(list(queue)), jobs_completed=len(done), jobs_total=len(res.jobs),
+        mean_queue_s=_mean(list(queue)),
+        jobs_completed=len(done),
+        jobs_total=len(res.jobs),
         jobs_unfinished=len(res.jobs) - len(done),
         jobs_never_started=sum(r.start_s is None for r in res.jobs),
-        cross_domain_gb=wan_gb, cross_domain_cost_usd=wan_cost,
-        decision_ms_p50=percentile(ms, 50), decision_ms_p99=percentile(ms, 99),
-        decisions=len(res.decisions), replans=sum(r.replans for r in res.jobs),
-        requeues=sum(r.requeues for r in res.jobs), rejected_samples=res.rejected_samples,
-        domains_down=sorted(res.down), mean_efficiency=per_job, work_efficiency=by_work,
-        wan_cost_over_gpu_cost=cost, objective_work=objective(by_work),
-        objective=objective(per_job), free_share_gpus=free_share_gpus,
+        cross_domain_gb=wan_gb,
+        cross_domain_cost_usd=wan_cost,
+        decision_ms_p50=percentile(ms, 50),
+        decision_ms_p99=percentile(ms, 99),
+        decisions=len(res.decisions),
+        replans=sum(r.replans for r in res.jobs),
+        requeues=sum(r.requeues for r in res.jobs),
+        rejected_samples=res.rejected_samples,
+        domains_down=sorted(res.down),
+        mean_efficiency=per_job,
+        work_efficiency=by_work,
+        wan_cost_over_gpu_cost=cost,
+        objective_work=objective(by_work),
+        objective=objective(per_job),
+        free_share_gpus=free_share_gpus,
         classes=class_figures(res, jct, efficiency, queue, free_share_gpus),
-        wall_s=res.wall_s, **error_figures(res.predictions))
+        wall_s=res.wall_s,
+        **error_figures(res.predictions),
+    )
 
 
 def offered_load(specs: list[JobSpec], view: ClusterView, horizon_s: float) -> float:
@@ -164,17 +199,23 @@ def job_table(res: Results) -> pd.DataFrame:
     rows = []
     for r in res.jobs:
         p = r.placement
-        rows.append({
-            "policy": res.policy, "job": r.spec.name, "arrival_s": r.arrival_s,
-            "start_s": r.start_s if r.start_s is not None else np.nan,
-            "end_s": r.end_s if r.end_s is not None else np.nan,
-            "jct_s": r.end_s - r.arrival_s if r.end_s is not None else np.nan,
-            "queue_s": r.start_s - r.arrival_s if r.start_s is not None else np.nan,
-            "gpus": p.total_gpus if p else 0,
-            "domains": "+".join(res.names[d] for d in (p.domains if p else ())),
-            "placement": p.kind if p else "", "cross_domain_gb": r.wan_gb,
-            "replans": r.replans, "status": str(r.state),
-        })
+        rows.append(
+            {
+                "policy": res.policy,
+                "job": r.spec.name,
+                "arrival_s": r.arrival_s,
+                "start_s": r.start_s if r.start_s is not None else np.nan,
+                "end_s": r.end_s if r.end_s is not None else np.nan,
+                "jct_s": r.end_s - r.arrival_s if r.end_s is not None else np.nan,
+                "queue_s": r.start_s - r.arrival_s if r.start_s is not None else np.nan,
+                "gpus": p.total_gpus if p else 0,
+                "domains": "+".join(res.names[d] for d in (p.domains if p else ())),
+                "placement": p.kind if p else "",
+                "cross_domain_gb": r.wan_gb,
+                "replans": r.replans,
+                "status": str(r.state),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -191,9 +232,16 @@ def link_table(dynamics, names: list[str]) -> pd.DataFrame:
     for a in range(len(names)):
         for b in range(a + 1, len(names)):
             if bw[0, a, b] > 0:
-                rows.append(pd.DataFrame({"time_s": times, "link": f"{names[a]}-{names[b]}",
-                                          "bandwidth_gbps": bw[:, a, b],
-                                          "rtt_ms": rtt[:, a, b]}))
+                rows.append(
+                    pd.DataFrame(
+                        {
+                            "time_s": times,
+                            "link": f"{names[a]}-{names[b]}",
+                            "bandwidth_gbps": bw[:, a, b],
+                            "rtt_ms": rtt[:, a, b],
+                        }
+                    )
+                )
     cols = ["time_s", "link", "bandwidth_gbps", "rtt_ms"]
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=cols)
 
@@ -214,8 +262,11 @@ def segment_table(res: Results) -> pd.DataFrame:
     for d in res.decisions:
         close(d.job, d.time_s)
         if d.action != Action.REQUEUE:
-            open_[d.job] = [{"policy": res.policy, "job": d.job, "domain": name, "gpus": n,
-                             "start_s": d.time_s} for name, n in d.domains.items() if n > 0]
+            open_[d.job] = [
+                {"policy": res.policy, "job": d.job, "domain": name, "gpus": n, "start_s": d.time_s}
+                for name, n in d.domains.items()
+                if n > 0
+            ]
     for job in list(open_):
         end = ends.get(job)
         close(job, res.end_s if end is None else end)

@@ -242,8 +242,9 @@ def wan_seconds(wan_cost: float, placement: Placement, view: ClusterView) -> flo
     return wan_cost / per_s if per_s > 0 else 0.0
 
 
-def gpu_seconds(finish_s: float, before_s: float, held: int, extra: int, extra_s: float,
-                gpus: int) -> float:
+def gpu_seconds(
+    finish_s: float, before_s: float, held: int, extra: int, extra_s: float, gpus: int
+) -> float:
     """Accelerator-seconds a move takes until the job finishes `finish_s` from now: the `held`
     ones until the switch `before_s` from now, the `extra` ones for `extra_s` before it, the
     new plan's `gpus` after it."""
@@ -252,23 +253,42 @@ def gpu_seconds(finish_s: float, before_s: float, held: int, extra: int, extra_s
     return held * before_s + extra * extra_s + gpus * (finish_s - before_s)
 
 
-def switch_charge(left: float, now_rate: float, new_rate: float, held: int, extra: int,
-                  prepare_s: float, pause_s: float) -> tuple[float, float]:
+def switch_charge(
+    left: float,
+    now_rate: float,
+    new_rate: float,
+    held: int,
+    extra: int,
+    prepare_s: float,
+    pause_s: float,
+) -> tuple[float, float]:
     """(finish s, idle accelerator-s) of a make-before-break move: the old plan trains while
     `extra` new accelerators are prepared, then all `held + extra` stop for the pause."""
     trained = min(now_rate * prepare_s, left)
-    return (prepare_s + pause_s + (left - trained) / new_rate,
-            extra * prepare_s + (held + extra) * pause_s)
+    return (
+        prepare_s + pause_s + (left - trained) / new_rate,
+        extra * prepare_s + (held + extra) * pause_s,
+    )
 
 
-def checkpoint_charge(left: float, stay_rate: float, new_rate: float, held: int, gpus: int,
-                      wait_s: float, copy_s: float, load_s: float) -> tuple[float, float]:
+def checkpoint_charge(
+    left: float,
+    stay_rate: float,
+    new_rate: float,
+    held: int,
+    gpus: int,
+    wait_s: float,
+    copy_s: float,
+    load_s: float,
+) -> tuple[float, float]:
     """(finish s, idle accelerator-s) of a relocation through the checkpoint written `wait_s`
     from now: copied for `copy_s`, loaded by the target's `gpus` for `load_s` while the `held`
     accelerators train on; what they trained after the checkpoint is redone."""
     kept = min(stay_rate * wait_s, left)
-    return (wait_s + copy_s + load_s + (left - kept) / new_rate,
-            held * (copy_s + load_s) + gpus * load_s)
+    return (
+        wait_s + copy_s + load_s + (left - kept) / new_rate,
+        held * (copy_s + load_s) + gpus * load_s,
+    )
 
 
 def layer_spans(p: Placement) -> Spans:
@@ -284,8 +304,12 @@ def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]):
     """Interval set a without b."""
     out = list(a)
     for lo, hi in b:
-        out = [piece for x, y in out for piece in ((x, min(y, lo)), (max(x, hi), y))
-               if piece[1] - piece[0] > 1e-12]
+        out = [
+            piece
+            for x, y in out
+            for piece in ((x, min(y, lo)), (max(x, hi), y))
+            if piece[1] - piece[0] > 1e-12
+        ]
     return out
 
 
@@ -321,29 +345,37 @@ def crosses_wan(old: Placement, new: Placement, view: ClusterView) -> bool:
     return bool(wan_bytes(old, new, view))
 
 
-def switch_cost(old: Placement, new: Placement, params: float, view: ClusterView,
-                window_s: float = 0.0) -> SwitchCost:
+def switch_cost(
+    old: Placement, new: Placement, params: float, view: ClusterView, window_s: float = 0.0
+) -> SwitchCost:
     """Preparation and pause of moving a job from `old` to `new` under the view's links;
     `window_s`: seconds of the new plan's first step the optimizer state may stream in."""
     flows = wan_bytes(old, new, view)
     paths = [_wan_path(view, s, d, share, params) for (s, d), share in flows.items()]
     kept = [d for d in new.domains if d in old.taken]
-    paths += [np.maximum(relayout_s(old, d, params, view), relayout_s(new, d, params, view))
-              for d in kept]
+    paths += [
+        np.maximum(relayout_s(old, d, params, view), relayout_s(new, d, params, view)) for d in kept
+    ]
     weights_s = max((w for w, _ in paths), default=0.0)
     state_s = max((w + o for w, o in paths), default=0.0)  # each path: weights first
     # The optimizer step waits for the rest (a state no link can carry never arrives).
     stall = max(0.0, state_s - weights_s - window_s) if math.isfinite(state_s) else math.inf
-    rtt = max((view.rtt_ms[a, b] for a in new.domains for b in new.domains if a != b),
-              default=0.0)
+    rtt = max((view.rtt_ms[a, b] for a in new.domains for b in new.domains if a != b), default=0.0)
     extra = new_accelerators(old, new)
     alongside = all(n <= view.domains[d].available for d, n in extra.items())
     state_gb = params * CHECKPOINT_BYTES_PER_PARAM / 1e9
-    price = sum(share * state_gb * view.price_per_gb[s, d] if s >= 0 else 0.0
-                for (s, d), share in flows.items())
-    return SwitchCost(COMM_INIT_S, weights_s + stall + rtt / 1e3,
-                      sum(flows.values()) * state_gb, alongside,
-                      max((w + o for w, o in paths[:len(flows)]), default=0.0), price)
+    price = sum(
+        share * state_gb * view.price_per_gb[s, d] if s >= 0 else 0.0
+        for (s, d), share in flows.items()
+    )
+    return SwitchCost(
+        COMM_INIT_S,
+        weights_s + stall + rtt / 1e3,
+        sum(flows.values()) * state_gb,
+        alongside,
+        max((w + o for w, o in paths[: len(flows)]), default=0.0),
+        price,
+    )
 
 
 def _wan_path(view: ClusterView, s: int, d: int, share: float, params: float) -> np.ndarray:
@@ -420,16 +452,22 @@ def _adjustment_figures(moved: list[Swing]) -> dict:
     dip = [s.dip for s in closed if s.dip is not None]
     own = [s.adjustment_dip for s in closed if s.adjustment_dip is not None]
     rec = [s.recovery_s for s in closed if s.recovery_s is not None]
-    return {"count": len(moved), "recovered": len(closed),
-            "dip_p50": percentile(dip, 50), "dip_p99": percentile(dip, 99),
-            "dip_max": percentile(dip, 100),
-            # what the swing alone costs over the same windows, and what the adjustment does
-            "swing_dip_p50": percentile([s.swing_dip for s in closed], 50),
-            "swing_dip_max": percentile([s.swing_dip for s in closed], 100),
-            "adjustment_dip_p50": percentile(own, 50), "adjustment_dip_p99": percentile(own, 99),
-            "adjustment_dip_max": percentile(own, 100),
-            "recovery_s_p50": percentile(rec, 50), "recovery_s_p99": percentile(rec, 99),
-            "recovery_s_max": percentile(rec, 100)}
+    return {
+        "count": len(moved),
+        "recovered": len(closed),
+        "dip_p50": percentile(dip, 50),
+        "dip_p99": percentile(dip, 99),
+        "dip_max": percentile(dip, 100),
+        # what the swing alone costs over the same windows, and what the adjustment does
+        "swing_dip_p50": percentile([s.swing_dip for s in closed], 50),
+        "swing_dip_max": percentile([s.swing_dip for s in closed], 100),
+        "adjustment_dip_p50": percentile(own, 50),
+        "adjustment_dip_p99": percentile(own, 99),
+        "adjustment_dip_max": percentile(own, 100),
+        "recovery_s_p50": percentile(rec, 50),
+        "recovery_s_p99": percentile(rec, 99),
+        "recovery_s_max": percentile(rec, 100),
+    }
 
 
 def adjustment_stats(moved: list[Swing]) -> Adjustments:
@@ -442,25 +480,31 @@ def relocation_stats(moves: list[Relocation]) -> Relocations:
     done = [m for m in moves if m.phase == Phase.DONE]
     lost = [m.lost_s for m in done]
     return Relocations(
-        count=len(moves), switched=len(done),
+        count=len(moves),
+        switched=len(done),
         cancelled=sum(m.phase == Phase.CANCELLED for m in moves),
         by_checkpoint=sum(m.how == Relocate.CHECKPOINT for m in done),
         by_transfer=sum(m.how == Relocate.TRANSFER for m in done),
         transfer_s_p50=percentile([m.transfer_s for m in done], 50),
         transfer_s_max=percentile([m.transfer_s for m in done], 100),
-        lost_s_p50=percentile(lost, 50), lost_s_max=percentile(lost, 100),
+        lost_s_p50=percentile(lost, 50),
+        lost_s_max=percentile(lost, 100),
         lost_gpu_h=sum(m.lost_gpu_s for m in done) / 3600,
         wan_gb=sum(m.wan_gb for m in moves if m.phase != Phase.WAIT),
-        wan_cost_usd=sum(m.wan_cost for m in moves if m.phase != Phase.WAIT))
+        wan_cost_usd=sum(m.wan_cost for m in moves if m.phase != Phase.WAIT),
+    )
 
 
-def summary(records: list[Swing], causes: tuple[str, ...] = SWING_CAUSES,
-            moves: Sequence[Relocation] = ()) -> Swings:
+def summary(
+    records: list[Swing], causes: tuple[str, ...] = SWING_CAUSES, moves: Sequence[Relocation] = ()
+) -> Swings:
     """The report's `swings` block: the adjustments the given causes fired (re-plans that kept
     the job on its domains), and apart from them the relocations those causes led to."""
     moved = [s for s in records if s.cause in causes and s.how != Switch.KEPT]
     return Swings(
-        causes=list(causes), **_adjustment_figures(moved),
+        causes=list(causes),
+        **_adjustment_figures(moved),
         kept_plan=sum(s.cause in causes and s.how == Switch.KEPT for s in records),
         fallbacks_to_restart=sum(s.how in (Switch.FALLBACK, Switch.RESTART) for s in moved),
-        relocations=relocation_stats([m for m in moves if m.cause in causes]))
+        relocations=relocation_stats([m for m in moves if m.cause in causes]),
+    )

@@ -25,13 +25,23 @@ class Recorder:
         self.log = DecisionLog()
         self.metering = Metering(list(eng.names), classes, prices)
 
-    def decision(self, r: JobRun, action: Action, p: Placement, why: str, ms: float,
-                 before: dict[str, int] | None = None) -> None:
+    def decision(
+        self,
+        r: JobRun,
+        action: Action,
+        p: Placement,
+        why: str,
+        ms: float,
+        before: dict[str, int] | None = None,
+    ) -> None:
         """Job r's decision now: `action` onto p, why, how long it took to make, and the free
         accelerators `before` it."""
         names = {self.eng.names[i]: g for i, g in p.taken.items()}
-        self.log.append(DecisionRecord(self.eng.now, r.name, action, names, p.plan.as_dict(),
-                                       why, ms, before or {}))
+        self.log.append(
+            DecisionRecord(
+                self.eng.now, r.name, action, names, p.plan.as_dict(), why, ms, before or {}
+            )
+        )
 
     def subscribe(self, listener: Callable[[int, DecisionRecord], None]) -> None:
         """Call `listener(index, record)` with every decision as it is logged (a journal)."""

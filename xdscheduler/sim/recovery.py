@@ -61,20 +61,32 @@ def restore_s(scn, r, p=None) -> float:
 class Faults:
     """The study's fault events with their detection delays, and the backup pools."""
 
-    def __init__(self, events: list[FaultEvent], delays: list[float | None],
-                 pool: dict[str, int], node_rate_per_hour: float, seed: int = 0):
+    def __init__(
+        self,
+        events: list[FaultEvent],
+        delays: list[float | None],
+        pool: dict[str, int],
+        node_rate_per_hour: float,
+        seed: int = 0,
+    ):
         self.node_rate_per_hour = node_rate_per_hour  # for Young/Daly intervals
-        self.incidents = [Incident(e, detected_s=None if d is None else e.time_s + d,
-                                   noticed_s=e.time_s + (MISSED_S if d is None else d))
-                          for e, d in zip(events, delays, strict=True)]
+        self.incidents = [
+            Incident(
+                e,
+                detected_s=None if d is None else e.time_s + d,
+                noticed_s=e.time_s + (MISSED_S if d is None else d),
+            )
+            for e, d in zip(events, delays, strict=True)
+        ]
         self.spare = dict(pool)  # whole nodes in the pools now (less those out for repair)
         self.reserve = dict(pool)  # what the pools hold when every node is whole
         self.floor = dict(pool)  # from failure rates: forecast-sized pools never go below
         self.rng = np.random.default_rng(seed)
         self.todo = [(i.event.time_s, 0, k) for k, i in enumerate(self.incidents)]
         self.todo += [(i.noticed_s, 1, k) for k, i in enumerate(self.incidents)]
-        self.todo += [(i.event.time_s + i.event.duration_s, 2, k)
-                      for k, i in enumerate(self.incidents)]
+        self.todo += [
+            (i.event.time_s + i.event.duration_s, 2, k) for k, i in enumerate(self.incidents)
+        ]
         self.todo.sort()
         self.cut: set[tuple[int, int]] = set()
 
@@ -132,8 +144,9 @@ class Faults:
         slow = e.kind == "straggler"  # alive, only slow: save first, lose nothing
         if self.spare.get(d, 0) >= GPUS_PER_NODE:
             self.spare[d] -= GPUS_PER_NODE  # back when the node is repaired
-            inc.how = (f"node replaced from {d}'s backup pool, "
-                       + ("checkpoint saved and reloaded" if slow else "restored from checkpoint"))
+            inc.how = f"node replaced from {d}'s backup pool, " + (
+                "checkpoint saved and reloaded" if slow else "restored from checkpoint"
+            )
             # its speed is estimated again once placed
             eng.speeds.set_slowdown(r, 1.0, refresh=False)
             self.recover(eng, r, t, replace=True, save=slow)
@@ -188,8 +201,11 @@ class Faults:
             self.resumed(r.spec.name, r.paused_until)
             return
         eng.release(r)
-        new = eng.policy.replan(eng.replan_spec(r), r.placement, with_pools(eng).adjust_free(
-            {i: -n for i, n in r.placement.taken.items()}))
+        new = eng.policy.replan(
+            eng.replan_spec(r),
+            r.placement,
+            with_pools(eng).adjust_free({i: -n for i, n in r.placement.taken.items()}),
+        )
         r.count_replan()
         if new is None:
             eng.requeue(r, recovering=True)
@@ -201,8 +217,7 @@ class Faults:
         p = r.placement
         write = checkpoint_cost_s(r.spec.arch.params, scn.domains[p.domains[0]].storage.io_gbps / 8)
         nodes = max(1, -(-p.total_gpus // GPUS_PER_NODE))
-        return plan_checkpoints(nodes, write, restore_s(scn, r),
-                                self.node_rate_per_hour).interval_s
+        return plan_checkpoints(nodes, write, restore_s(scn, r), self.node_rate_per_hour).interval_s
 
     def resumed(self, job: str, t: float) -> None:
         """A job hit by open incidents runs again from `t` (after its restore)."""
@@ -212,13 +227,22 @@ class Faults:
 
     def summary(self, runs) -> FaultSummary:
         """What the faults did and how the jobs recovered."""
-        recovery = [max(v for v in inc.jobs.values() if v is not None) - inc.event.time_s
-                    for inc in self.incidents
-                    if inc.jobs and all(v is not None for v in inc.jobs.values())]
-        interrupted = [v - inc.event.time_s for inc in self.incidents
-                       for v in inc.jobs.values() if v is not None]
-        detected = [inc.detected_s - inc.event.time_s for inc in self.incidents
-                    if inc.detected_s is not None]
+        recovery = [
+            max(v for v in inc.jobs.values() if v is not None) - inc.event.time_s
+            for inc in self.incidents
+            if inc.jobs and all(v is not None for v in inc.jobs.values())
+        ]
+        interrupted = [
+            v - inc.event.time_s
+            for inc in self.incidents
+            for v in inc.jobs.values()
+            if v is not None
+        ]
+        detected = [
+            inc.detected_s - inc.event.time_s
+            for inc in self.incidents
+            if inc.detected_s is not None
+        ]
         kinds = [inc.event.kind for inc in self.incidents]
         return FaultSummary(
             injected=len(self.incidents),
@@ -232,7 +256,9 @@ class Faults:
             recovery_s_max=max(recovery) if recovery else 0.0,
             interrupted_s_max=max(interrupted) if interrupted else 0.0,
             lost_work_gpu_h=sum(r.lost_gpu_s for r in runs) / 3600,
-            backup_pool_gpus=dict(self.reserve), backup_pool_floor_gpus=dict(self.floor))
+            backup_pool_gpus=dict(self.reserve),
+            backup_pool_floor_gpus=dict(self.floor),
+        )
 
 
 def _across(eng: Engine, link: str) -> list:
@@ -244,8 +270,9 @@ def _across(eng: Engine, link: str) -> list:
 MAX_POOL_SHARE = 0.125  # never hold back more than an eighth of a domain
 
 
-def backup_pool(scn, node_rate_per_hour: float, repair_h: float, quantile: float = 0.99
-                ) -> dict[str, int]:
+def backup_pool(
+    scn, node_rate_per_hour: float, repair_h: float, quantile: float = 0.99
+) -> dict[str, int]:
     """Accelerators each domain holds back: enough whole nodes to replace every node that is
     down at once with probability `quantile` (Poisson in failures × repair time), at least one
     node and at most MAX_POOL_SHARE of the domain (beyond it, re-planning is the cheaper cure).
@@ -271,8 +298,9 @@ def study_faults(scn, seed: int, hours: float, scale: float) -> Faults:
     model = FailureModel(scale=scale)
     events = model.generate(Cluster.of_scenario(scn), hours * 3600, seed)
     log_model = fit_log_model(seed)
-    delays = [detection_delay_s(e.kind, seed * 100_003 + k, log_model)
-              for k, e in enumerate(events)]
+    delays = [
+        detection_delay_s(e.kind, seed * 100_003 + k, log_model) for k, e in enumerate(events)
+    ]
     rate = model.node_per_hour * scale
     repair_h = float(np.mean(NODE_REPAIR_S)) / 3600
     replaced = (model.node_per_hour + model.straggler_per_node_hour) * scale

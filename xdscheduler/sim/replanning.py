@@ -93,14 +93,16 @@ class Replanning:
         than they asked while accelerators have since come free, when moving pays."""
         free = tuple(d.available for d in eng.view.domains)
         for r in list(eng.active):
-            if (not r.running or r.paused_until > t or r.next is not None
-                    or r.name in self.moving):
+            if not r.running or r.paused_until > t or r.next is not None or r.name in self.moving:
                 continue
             if self.mode != Switch.RESTART and self._yield(eng, r, t):
                 continue
-            grow = (not eng.queue and r.placed.total_gpus < r.spec.gpus_max
-                    and sum(free) >= r.placed.total_gpus
-                    and self.grow_tried.get(r.name, ()) != free)
+            grow = (
+                not eng.queue
+                and r.placed.total_gpus < r.spec.gpus_max
+                and sum(free) >= r.placed.total_gpus
+                and self.grow_tried.get(r.name, ()) != free
+            )
             cause = self._triggered(eng, r) or ("grow" if grow else "")
             if not cause:
                 continue
@@ -124,12 +126,30 @@ class Replanning:
         if new is None:
             return False
         rate, cost, _ = _move_cost(eng, r, r.placement, new)
-        eng.swing_meter.record(Swing(r.name, "yield", Switch.MAKE_BEFORE_BREAK, t, r.rate, r.rate,
-                                     rate, r.done, cost.prepare_s, cost.pause_s), r)
+        eng.swing_meter.record(
+            Swing(
+                r.name,
+                "yield",
+                Switch.MAKE_BEFORE_BREAK,
+                t,
+                r.rate,
+                r.rate,
+                rate,
+                r.done,
+                cost.prepare_s,
+                cost.pause_s,
+            ),
+            r,
+        )
         r.count_replan()
         eng.switches.prepare(r, new, t + cost.prepare_s, cost.pause_s)
-        eng.recorder.decision(r, Action.REPLAN, new, f"yield: gives a domain back to the queue; "
-                         f"{new.explanation}", new.decision_ms)
+        eng.recorder.decision(
+            r,
+            Action.REPLAN,
+            new,
+            f"yield: gives a domain back to the queue; {new.explanation}",
+            new.decision_ms,
+        )
         return True
 
     def _reference(self, eng: Engine, p: Placement) -> tuple:
@@ -137,8 +157,11 @@ class Replanning:
         bw, rtt = eng.view.bandwidth_gbps, eng.view.rtt_ms
         load = np.array([d.reserved_gpus / max(d.total_gpus, 1) for d in eng.view.domains])
         links = p.links
-        return (np.array([min(bw[a, b], bw[b, a]) for a, b in links]),
-                np.array([rtt[a, b] for a, b in links]), load[list(p.domains)])
+        return (
+            np.array([min(bw[a, b], bw[b, a]) for a, b in links]),
+            np.array([rtt[a, b] for a, b in links]),
+            load[list(p.domains)],
+        )
 
     def _triggered(self, eng: Engine, r) -> str:
         """What fired a re-plan ("" for nothing): an RTT rise, a load swing, a bandwidth drop."""
@@ -154,8 +177,9 @@ class Replanning:
         """A trigger that left the plan as it was: new reference, and a record of it."""
         self.placed(eng, r)
         rate = eng.speeds.of(r, r.placement)[0] if rate is None else rate
-        eng.swing_meter.record(Swing(r.name, cause, Switch.KEPT, t, r.rate, rate, rate, r.done,
-                                end_s=t), r)
+        eng.swing_meter.record(
+            Swing(r.name, cause, Switch.KEPT, t, r.rate, rate, rate, r.done, end_s=t), r
+        )
 
     def _restart(self, eng: Engine, r, new: Placement, t: float, cause: str) -> None:
         """The old move: save, stop, and start the new plan RESTART_S later."""
@@ -164,9 +188,21 @@ class Replanning:
             self._kept(eng, r, t, cause)
             return  # moving would not pay for the restart
         moved = reconfig.switch_cost(r.placement, new, r.spec.arch.params, eng.view).wan_gb
-        eng.swing_meter.record(Swing(r.name, cause, Switch.RESTART, t, r.rate,
-                                eng.speeds.of(r, r.placement)[0], new_rate, r.done,
-                                pause_s=RESTART_S, wan_gb=moved), r)
+        eng.swing_meter.record(
+            Swing(
+                r.name,
+                cause,
+                Switch.RESTART,
+                t,
+                r.rate,
+                eng.speeds.of(r, r.placement)[0],
+                new_rate,
+                r.done,
+                pause_s=RESTART_S,
+                wan_gb=moved,
+            ),
+            r,
+        )
         r.count_replan()
         eng.restart(r, new, RESTART_S)
 
@@ -179,14 +215,21 @@ class Replanning:
         the job's time and the accelerator-seconds it holds idle or redoing work)."""
         left = r.left
         now_rate = eng.speeds.of(r, r.placement)[0]
-        own = eng.view.with_down({n for i, n in enumerate(eng.names)
-                                  if i not in r.placement.domains})
+        own = eng.view.with_down(
+            {n for i, n in enumerate(eng.names) if i not in r.placement.domains}
+        )
         spec = eng.replan_spec(r)
         here = eng.policy.replan(spec, r.placement, own)
-        far = [p for p in (here, eng.policy.replan(spec, r.placement, eng.view))
-               if p is not None and not p.same_as(r.placement)]
-        adjust = self._switch_option(eng, r, here, now_rate, left) if (
-            here is not None and not here.same_as(r.placement)) else None
+        far = [
+            p
+            for p in (here, eng.policy.replan(spec, r.placement, eng.view))
+            if p is not None and not p.same_as(r.placement)
+        ]
+        adjust = (
+            self._switch_option(eng, r, here, now_rate, left)
+            if (here is not None and not here.same_as(r.placement))
+            else None
+        )
         if adjust is None or adjust.cost.wan_gb > 0 or adjust.charge_s >= left / now_rate:
             adjust = None  # what needs the WAN is a relocation, weighed below
             self._kept(eng, r, t, cause, now_rate)
@@ -197,8 +240,9 @@ class Replanning:
         moves = [m for p in far for m in self._relocations(eng, r, base, p, rate, left, cause, t)]
         # It must pay the job (its charge, by more than the model's error) and the cluster: no
         # more accelerator-seconds to finish than staying takes.
-        best = min((m for m in moves if m.gpu_s <= m.stay_gpu_s), key=lambda m: m.charge_s,
-                   default=None)
+        best = min(
+            (m for m in moves if m.gpu_s <= m.stay_gpu_s), key=lambda m: m.charge_s, default=None
+        )
         if best is not None and best.charge_s < (1 - MOVE_MARGIN) * best.stay_s:
             self._plan_relocation(eng, r, best, t)
 
@@ -207,18 +251,37 @@ class Replanning:
         charge."""
         rate, cost, extra = _move_cost(eng, r, r.placement, p)
         if cost.alongside:
-            finish, idle = reconfig.switch_charge(left, now_rate, rate, r.placement.total_gpus,
-                                                  extra, cost.prepare_s, cost.pause_s)
-            return _Option(p, Switch.MAKE_BEFORE_BREAK, rate, cost, cost.prepare_s, cost.pause_s,
-                           reconfig.charge_s(finish, idle, p.total_gpus))
+            finish, idle = reconfig.switch_charge(
+                left, now_rate, rate, r.placement.total_gpus, extra, cost.prepare_s, cost.pause_s
+            )
+            return _Option(
+                p,
+                Switch.MAKE_BEFORE_BREAK,
+                rate,
+                cost,
+                cost.prepare_s,
+                cost.pause_s,
+                reconfig.charge_s(finish, idle, p.total_gpus),
+            )
         pause = RESTART_S + cost.pause_s  # a restart moves the same state, and more slowly
-        return _Option(p, Switch.FALLBACK, rate, cost, 0.0, pause, reconfig.charge_s(
-            pause + left / rate, p.total_gpus * pause, p.total_gpus))
+        return _Option(
+            p,
+            Switch.FALLBACK,
+            rate,
+            cost,
+            0.0,
+            pause,
+            reconfig.charge_s(pause + left / rate, p.total_gpus * pause, p.total_gpus),
+        )
 
     def _adjust(self, eng: Engine, r, m: _Option, t: float, cause: str, now_rate: float) -> None:
         """Start a switch on the job's own domains: prepared alongside, or (no room) restarted."""
-        eng.swing_meter.record(Swing(r.name, cause, m.how, t, r.rate, now_rate, m.rate, r.done,
-                                m.prepare_s, m.pause_s), r)
+        eng.swing_meter.record(
+            Swing(
+                r.name, cause, m.how, t, r.rate, now_rate, m.rate, r.done, m.prepare_s, m.pause_s
+            ),
+            r,
+        )
         r.count_replan()
         new = m.placement
         if m.how == Switch.FALLBACK:
@@ -226,9 +289,16 @@ class Replanning:
             return
         before = {d.name: d.free_gpus for d in eng.view.domains}
         eng.switches.prepare(r, new, t + m.prepare_s, m.pause_s)
-        eng.recorder.decision(r, Action.REPLAN, new, f"{cause}: prepared alongside for "
-                         f"{m.prepare_s:.0f} s, then a {m.pause_s:.2f} s switch; "
-                         f"{new.explanation}", new.decision_ms, before)
+        eng.recorder.decision(
+            r,
+            Action.REPLAN,
+            new,
+            f"{cause}: prepared alongside for "
+            f"{m.prepare_s:.0f} s, then a {m.pause_s:.2f} s switch; "
+            f"{new.explanation}",
+            new.decision_ms,
+            before,
+        )
 
     def switch_due(self, eng: Engine, t: float) -> None:
         """Jobs whose next plan is ready switch to it now (or drop it if a domain of it fell)."""
@@ -245,8 +315,17 @@ class Replanning:
 
     # ------------------------------------------------------------------ relocations
 
-    def _relocations(self, eng: Engine, r, base: Placement, p: Placement, base_rate: float,
-                     left: float, cause: str, t: float) -> list[Relocation]:
+    def _relocations(
+        self,
+        eng: Engine,
+        r,
+        base: Placement,
+        p: Placement,
+        base_rate: float,
+        left: float,
+        cause: str,
+        t: float,
+    ) -> list[Relocation]:
         """The two ways to move from `base` to p across the WAN, each with its charge (none
         when p sends nothing over the WAN, or has no room alongside)."""
         if not reconfig.crosses_wan(base, p, eng.view):
@@ -258,26 +337,62 @@ class Replanning:
         stay_s, stay_gpu_s = left / base_rate, held * left / base_rate
         wan_s = reconfig.wan_seconds(cost.wan_cost, p, eng.view)  # its bill, in its time
 
-        def move(how: Relocate, at_s: float, transfer_s: float, hold_s: float, pause_s: float,
-                 charge: tuple[float, float], before_s: float, extra_s: float) -> Relocation:
+        def move(
+            how: Relocate,
+            at_s: float,
+            transfer_s: float,
+            hold_s: float,
+            pause_s: float,
+            charge: tuple[float, float],
+            before_s: float,
+            extra_s: float,
+        ) -> Relocation:
             """`charge`: its (finish s, idle accelerator-s); `before_s` from now to the switch,
             `extra_s` of it with the target's new accelerators held."""
             finish, idle = charge
-            return Relocation(r.name, cause, how, t, p, at_s, transfer_s, hold_s, pause_s,
-                              cost.wan_gb, cost.wan_cost,
-                              reconfig.charge_s(finish, idle, gpus) + wan_s,
-                              stay_s, reconfig.gpu_seconds(finish, before_s, held, extra,
-                                                           extra_s, gpus), stay_gpu_s)
+            return Relocation(
+                r.name,
+                cause,
+                how,
+                t,
+                p,
+                at_s,
+                transfer_s,
+                hold_s,
+                pause_s,
+                cost.wan_gb,
+                cost.wan_cost,
+                reconfig.charge_s(finish, idle, gpus) + wan_s,
+                stay_s,
+                reconfig.gpu_seconds(finish, before_s, held, extra, extra_s, gpus),
+                stay_gpu_s,
+            )
 
         before = cost.prepare_s + cost.pause_s
-        transfer = move(Relocate.TRANSFER, t, cost.pause_s, cost.prepare_s, cost.pause_s,
-                        reconfig.switch_charge(left, base_rate, rate, held, extra,
-                                               cost.prepare_s, cost.pause_s), before, before)
+        transfer = move(
+            Relocate.TRANSFER,
+            t,
+            cost.pause_s,
+            cost.prepare_s,
+            cost.pause_s,
+            reconfig.switch_charge(
+                left, base_rate, rate, held, extra, cost.prepare_s, cost.pause_s
+            ),
+            before,
+            before,
+        )
         wait = max(r.next_checkpoint_s - t, 0.0)
         hold = max(restore_s(eng.scn, r, p), COMM_INIT_S)
-        copy = move(Relocate.CHECKPOINT, t + wait, cost.wan_s, hold, 0.0,
-                    reconfig.checkpoint_charge(left, base_rate, rate, held, extra, wait,
-                                               cost.wan_s, hold), wait + cost.wan_s + hold, hold)
+        copy = move(
+            Relocate.CHECKPOINT,
+            t + wait,
+            cost.wan_s,
+            hold,
+            0.0,
+            reconfig.checkpoint_charge(left, base_rate, rate, held, extra, wait, cost.wan_s, hold),
+            wait + cost.wan_s + hold,
+            hold,
+        )
         return [transfer, copy]
 
     def _plan_relocation(self, eng: Engine, r, m: Relocation, t: float) -> None:
@@ -286,20 +401,28 @@ class Replanning:
         eng.events.schedule(("move", r.name), m.at_s)
         if m.how == Relocate.TRANSFER and r.next is None:  # nothing before it: the target
             self._take(eng, r, m, t)  # taken now, before another job's decision counts it
-        how = ("a paused transfer" if m.how == Relocate.TRANSFER else
-               f"its checkpoint at {m.at_s:.0f} s, copied")
-        eng.recorder.decision(r, Action.RELOCATE, m.target, f"{m.cause}: relocate by {how} "
-                         f"({m.wan_gb:.0f} GB, {m.transfer_s:.0f} s over the WAN); charged "
-                         f"{m.charge_s:.0f} s against {m.stay_s:.0f} s staying; "
-                         f"{m.target.explanation}", m.target.decision_ms)
+        how = (
+            "a paused transfer"
+            if m.how == Relocate.TRANSFER
+            else f"its checkpoint at {m.at_s:.0f} s, copied"
+        )
+        eng.recorder.decision(
+            r,
+            Action.RELOCATE,
+            m.target,
+            f"{m.cause}: relocate by {how} "
+            f"({m.wan_gb:.0f} GB, {m.transfer_s:.0f} s over the WAN); charged "
+            f"{m.charge_s:.0f} s against {m.stay_s:.0f} s staying; "
+            f"{m.target.explanation}",
+            m.target.decision_ms,
+        )
 
     def relocations_due(self, eng: Engine, t: float) -> None:
         """Relocations move on: a checkpoint written starts its copy; a copy done, or the
         adjustment before a transfer done, takes the target's accelerators alongside."""
         for r in [r for r in eng.active if r.name in self.moving]:
             m = self.moving.get(r.name)
-            if m is None or not r.running or m.phase not in (Phase.WAIT, Phase.COPY) or \
-                    m.at_s > t:
+            if m is None or not r.running or m.phase not in (Phase.WAIT, Phase.COPY) or m.at_s > t:
                 continue
             if m.phase == Phase.WAIT and m.how == Relocate.CHECKPOINT:
                 m.checkpoint, m.phase, m.at_s = r.checkpoint, Phase.COPY, t + m.transfer_s
@@ -338,8 +461,9 @@ class Replanning:
         r.count_replan()
 
 
-def _move_cost(eng: Engine, r, base: Placement,
-               p: Placement) -> tuple[float, reconfig.SwitchCost, int]:
+def _move_cost(
+    eng: Engine, r, base: Placement, p: Placement
+) -> tuple[float, reconfig.SwitchCost, int]:
     """The job's rate on p (a placement the policy just made), what moving there from `base`
     costs, and how many accelerators it takes beside those `base` holds."""
     rate, window = eng.speeds.of(r, p, p.estimate)
@@ -351,4 +475,5 @@ def _target_free(eng: Engine, r, m: Relocation) -> bool:
     """The relocation's target is up and its accelerators free beside the job's."""
     extra = reconfig.new_accelerators(r.placement, m.target)
     return not any(eng.names[d] in eng.down for d in m.target.domains) and all(
-        n <= eng.view.domains[d].available for d, n in extra.items())
+        n <= eng.view.domains[d].available for d, n in extra.items()
+    )

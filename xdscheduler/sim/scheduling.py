@@ -52,8 +52,11 @@ def _admitted(eng: Engine, policy: Policy, jobs: list, view: ClusterView, t: flo
     if eng.tenancy is None:
         return policy.decide([r.spec for r in jobs], view, t)
     specs, used = eng.tenancy.admissible(jobs, eng.active)
-    return [p for p in policy.decide(specs, view, t)
-            if eng.tenancy.accept(by_name[p.job].tenant, p.taken, used)]
+    return [
+        p
+        for p in policy.decide(specs, view, t)
+        if eng.tenancy.accept(by_name[p.job].tenant, p.taken, used)
+    ]
 
 
 def reclaimable(eng: Engine) -> dict[int, int]:
@@ -72,19 +75,19 @@ def reclaim(eng: Engine, p) -> None:
     for i, n in p.taken.items():
         if n <= max(eng.view.domains[i].free_gpus, 0):
             continue  # the usual case: it fits in what is free
-        holders = sorted((r for r in eng.active if r.placed.preemptible
-                          and i in r.placed.taken), key=lambda r: -(r.start_s or 0.0))
+        holders = sorted(
+            (r for r in eng.active if r.placed.preemptible and i in r.placed.taken),
+            key=lambda r: -(r.start_s or 0.0),
+        )
         while n > max(eng.view.domains[i].free_gpus, 0) and holders:
-            eng.preempt(holders.pop(0), f"preempt: {p.job} reclaims "
-                        f"{eng.view.domains[i].name}")
+            eng.preempt(holders.pop(0), f"preempt: {p.job} reclaims {eng.view.domains[i].name}")
 
 
 def expected_releases(eng: Engine) -> list[tuple[float, int, int]]:
     """When the running jobs should give their accelerators back, at their speed now:
     (time s, domain, count)."""
     ends = ((r, r.finish_s(eng.now)) for r in eng.active)
-    return [(end, d, n) for r, end in ends if end < math.inf
-            for d, n in r.placed.taken.items()]
+    return [(end, d, n) for r, end in ends if end < math.inf for d, n in r.placed.taken.items()]
 
 
 def held_back(eng: Engine) -> dict[str, int] | None:
@@ -100,6 +103,8 @@ def held_back(eng: Engine) -> dict[str, int] | None:
 def with_pools(eng: Engine) -> ClusterView:
     """The view with what is held back free: what jobs hit by faults may take."""
     held = held_back(eng) or {}
-    free = {n: d.free_gpus + (held.get(n, 0) if n not in eng.down else 0)
-            for n, d in zip(eng.names, eng.view.domains, strict=True)}
+    free = {
+        n: d.free_gpus + (held.get(n, 0) if n not in eng.down else 0)
+        for n, d in zip(eng.names, eng.view.domains, strict=True)
+    }
     return eng.view.with_free(free, pooled={n: 0 for n in eng.names})

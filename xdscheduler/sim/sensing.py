@@ -35,8 +35,14 @@ class Sensing:
     def __post_init__(self):
         self.graph = ResourceGraph(self.names)
 
-    def observe(self, domains, base: ClusterView, t: float, cut: set[tuple[int, int]],
-                held_back: dict[str, int] | None) -> Observation:
+    def observe(
+        self,
+        domains,
+        base: ClusterView,
+        t: float,
+        cut: set[tuple[int, int]],
+        held_back: dict[str, int] | None,
+    ) -> Observation:
         """The view from every domain's report now: free and reserved accelerators, links,
         indicators; `cut` links carry nothing; `held_back` accelerators (backup pools, holds for
         coming jobs) are free for no placement."""
@@ -54,8 +60,9 @@ class Sensing:
                     lost.append(name)
                 continue
             if name in self.down:  # back (an outage ended, or its actor was replaced)
-                self.outages = [(n, a, t if n == name and b is None else b)
-                                for n, a, b in self.outages]
+                self.outages = [
+                    (n, a, t if n == name and b is None else b) for n, a, b in self.outages
+                ]
                 del self.down[name]
             good, rejected = accepted(report, t)
             self.rejected += len(rejected)
@@ -68,8 +75,7 @@ class Sensing:
         if held_back is not None:
             free = {n: f - held_back.get(n, 0) for n, f in free.items()}
         view = base.with_free(free, reserved, held_back).with_links(bw, np.maximum(rtt, rtt.T))
-        return Observation(view.with_down(set(self.down)).with_indicators(self.graph.values),
-                           lost)
+        return Observation(view.with_down(set(self.down)).with_indicators(self.graph.values), lost)
 
     def first_down(self) -> dict[str, float]:
         """Each domain that went down, and when it first did."""

@@ -59,8 +59,7 @@ class Speeds:
         current = est is None  # then the correction need not estimate it again
         est = est or self.estimate(r, r.placed)
         tokens = r.spec.global_batch * r.spec.seq
-        step_s = est.step_time_s if self.truth is None else self._observe(r, est, placed,
-                                                                          current)
+        step_s = est.step_time_s if self.truth is None else self._observe(r, est, placed, current)
         r.rate = tokens / (step_s * r.slowdown)
         r.bytes_per_token = est.cross_domain_bytes_per_step / tokens
         r.price_per_gb = est.wan_price_per_gb
@@ -75,11 +74,13 @@ class Speeds:
         true_s = self.truth.step_s(p, r.spec, eng.view)
         if placed:
             nominal = estimate_placement(p, r.spec, eng.view.with_factors())
-            self.predictions.append(Prediction(r.name, eng.now, est.step_time_s,
-                                               nominal.step_time_s, true_s))
+            self.predictions.append(
+                Prediction(r.name, eng.now, est.step_time_s, nominal.step_time_s, true_s)
+            )
         # `current`: est is the model's under this view, which carries the correction's
         # factors, so the correction's own estimate would be the same
-        self.correction = self.correction.observe(p, r.spec, eng.view, true_s,
-                                                  est.step_time_s if current else None)
+        self.correction = self.correction.observe(
+            p, r.spec, eng.view, true_s, est.step_time_s if current else None
+        )
         eng.view = self.correction.apply(eng.view)
         return true_s

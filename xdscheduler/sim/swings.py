@@ -14,8 +14,9 @@ RTT_FACTOR = (1.5, 3.0)  # a link's RTT rises by 50-200%
 LASTS_S = (600.0, 3600.0)  # each lasts 10 minutes to an hour
 
 
-def inject_swings(dyn: Dynamics, seed: int, every_s: float = EVERY_S,
-                  until_s: float | None = None) -> tuple[Dynamics, list[dict]]:
+def inject_swings(
+    dyn: Dynamics, seed: int, every_s: float = EVERY_S, until_s: float | None = None
+) -> tuple[Dynamics, list[dict]]:
     """The dynamics with swings added, alternating load swings of a domain and RTT rises of a
     link at random, and the list of what was injected (kind, where, start, end, factor)."""
     rng = np.random.default_rng(seed)
@@ -37,7 +38,14 @@ def inject_swings(dyn: Dynamics, seed: int, every_s: float = EVERY_S,
             kind, where, factor = "rtt", (int(i), int(j)), rng.uniform(*RTT_FACTOR)
             rtt[a:b, i, j] *= factor
             rtt[a:b, j, i] *= factor
-        out.append({"kind": kind, "where": where, "start_s": a * dyn.step_s,
-                    "end_s": b * dyn.step_s, "factor": float(factor)})
+        out.append(
+            {
+                "kind": kind,
+                "where": where,
+                "start_s": a * dyn.step_s,
+                "end_s": b * dyn.step_s,
+                "factor": float(factor),
+            }
+        )
         t += rng.exponential(every_s)
     return replace(dyn, background_load=np.clip(load, 0.0, 0.9), rtt_ms=rtt), out

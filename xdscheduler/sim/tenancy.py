@@ -142,8 +142,9 @@ class TenancyState:
             return 0.0
         return (r.done - r.checkpoint) / r.rate * r.placed.total_gpus
 
-    def _candidates(self, job: JobRun, used: dict, active: list[JobRun], now: float
-                    ) -> list[Victim]:
+    def _candidates(
+        self, job: JobRun, used: dict, active: list[JobRun], now: float
+    ) -> list[Victim]:
         quotas = self.quotas
         nominal = quotas.nominal(job.tenant, ALL)
         within = nominal is None or used[job.tenant].get(ALL, 0) + job.spec.gpus_min <= nominal
@@ -154,8 +155,9 @@ class TenancyState:
                 continue
             borrowing = quotas.borrowed(used, v.tenant, ALL) > 0
             if v.priority < job.priority and (v.tenant == job.tenant or borrowing):
-                why = (f"priority {job.priority} over {v.priority}"
-                       + ("" if v.tenant == job.tenant else f"; {v.tenant} is borrowing"))
+                why = f"priority {job.priority} over {v.priority}" + (
+                    "" if v.tenant == job.tenant else f"; {v.tenant} is borrowing"
+                )
             elif within and borrowing and v.tenant in peers:
                 why = f"{job.tenant} reclaims its nominal quota lent to {v.tenant}"
             else:
@@ -163,16 +165,18 @@ class TenancyState:
             out.append(Victim(v, self.lost_gpu_s(v), why))
         return out
 
-    def _cheapest(self, job: JobRun, victims: list[Victim], free: list[int], room: int | None
-                  ) -> list[Victim] | None:
+    def _cheapest(
+        self, job: JobRun, victims: list[Victim], free: list[int], room: int | None
+    ) -> list[Victim] | None:
         """The victims that free the job's minimum on one domain (and within its tenant's
         quota) losing the least work; None where none do."""
         need = job.spec.gpus_min
         best, best_cost = None, None
         for d in range(len(free)):
             there = [v for v in victims if d in v.job.placed.taken]
-            there.sort(key=lambda v: (v.lost_gpu_s / v.job.placed.taken[d],
-                                      -(v.job.start_s or 0.0)))  # a victim runs: it started
+            there.sort(
+                key=lambda v: (v.lost_gpu_s / v.job.placed.taken[d], -(v.job.start_s or 0.0))
+            )  # a victim runs: it started
             chosen, got, quota = [], free[d], room
             for v in there:
                 if got >= need and (quota is None or quota >= need):
@@ -218,10 +222,11 @@ class TenancyState:
 
     def _evict(self, eng: Engine, v: Victim, by: JobRun, now: float) -> None:
         grace = self.tenancy.preemption.grace_s
-        why = (f"preempted for {by.name} ({v.why}); "
-               + (f"checkpoints within its {grace:g} s grace, loses nothing" if grace > 0 else
-                  f"loses {v.lost_gpu_s / 3600:.2f} accelerator-hours since its last "
-                  f"checkpoint"))
+        why = f"preempted for {by.name} ({v.why}); " + (
+            f"checkpoints within its {grace:g} s grace, loses nothing"
+            if grace > 0
+            else f"loses {v.lost_gpu_s / 3600:.2f} accelerator-hours since its last checkpoint"
+        )
         self.preemptions[v.job.name].append(now)
         meter = self.meters[v.job.tenant]
         meter.preempted += 1
@@ -263,19 +268,29 @@ class TenancyState:
         for t in self.tenancy.tenants:
             mine = [r for r in runs if r.tenant == t.name]
             m = self.meters[t.name]
-            waits = [(r.start_s if r.start_s is not None else end_s) - r.arrival_s
-                     for r in mine if r.arrival_s <= end_s]
+            waits = [
+                (r.start_s if r.start_s is not None else end_s) - r.arrival_s
+                for r in mine
+                if r.arrival_s <= end_s
+            ]
             held = [(i, n) for r in mine for i, n in r.gpu_s.items()]
             gpus = sum(n / 3600 * prices[i] for i, n in held)
             wan = sum(r.wan_cost for r in mine)
             out[t.name] = {
-                "quota": dict(t.quota), "cohort": t.cohort, "weight": t.weight,
-                "jobs": len(mine), "admitted": sum(r.start_s is not None for r in mine),
+                "quota": dict(t.quota),
+                "cohort": t.cohort,
+                "weight": t.weight,
+                "jobs": len(mine),
+                "admitted": sum(r.start_s is not None for r in mine),
                 "completed": sum(r.end_s is not None for r in mine),
-                "preempted": m.preempted, "lost_gpu_h": m.lost_gpu_s / 3600,
+                "preempted": m.preempted,
+                "lost_gpu_h": m.lost_gpu_s / 3600,
                 "mean_wait_s": sum(waits) / len(waits) if waits else None,
                 "use_gpu_h": sum(n for _, n in held) / 3600,
                 "borrowed_gpu_h": m.borrowed_gpu_s / 3600,
-                "lent_gpu_h": m.lent_gpu_s / 3600, "accelerators_usd": gpus, "wan_usd": wan,
-                "bill_usd": gpus + wan}
+                "lent_gpu_h": m.lent_gpu_s / 3600,
+                "accelerators_usd": gpus,
+                "wan_usd": wan,
+                "bill_usd": gpus + wan,
+            }
         return out

@@ -56,8 +56,9 @@ class Truth:
         types = sorted({d.accelerator.name for d in scn.domains})
         bias = dict(zip(types, rng.normal(sp["mu"], sp["type_sigma"], len(types)), strict=True))
         own = rng.normal(0.0, sp["domain_sigma"], len(scn.domains))
-        speed = np.exp([bias[d.accelerator.name] + x
-                        for d, x in zip(scn.domains, own, strict=True)])
+        speed = np.exp(
+            [bias[d.accelerator.name] + x for d, x in zip(scn.domains, own, strict=True)]
+        )
         index = {d.name: i for i, d in enumerate(scn.domains)}
         goodput = np.ones((len(scn.domains),) * 2)
         drawn = np.exp(rng.laplace(gp["loc"], gp["scale"], len(scn.links)))
@@ -88,7 +89,9 @@ class Truth:
         jitter = list(self.jitter.values())
         return GroundTruth(
             speed_factor={d.name: float(s) for d, s in zip(scn.domains, self.speed, strict=True)},
-            goodput_factor={f"{x.a}-{x.b}": float(self.goodput[index[x.a], index[x.b]])
-                            for x in scn.links},
+            goodput_factor={
+                f"{x.a}-{x.b}": float(self.goodput[index[x.a], index[x.b]]) for x in scn.links
+            },
             jitter_p50=float(np.median(jitter)) if jitter else None,
-            jitter_max=float(np.max(jitter)) if jitter else None)
+            jitter_max=float(np.max(jitter)) if jitter else None,
+        )

@@ -15,10 +15,18 @@ def train(plan) -> None:
     from xdscheduler.live.gpt import MarkovCorpus
 
     shape, dropout = plan.model, float(plan.config.get("dropout", 0.0))
-    config = GPT2Config(vocab_size=shape.vocab, n_positions=shape.seq, n_embd=shape.hidden,
-                        n_layer=shape.layers, n_head=shape.heads, resid_pdrop=dropout,
-                        embd_pdrop=dropout, attn_pdrop=dropout,
-                        bos_token_id=shape.vocab - 1, eos_token_id=shape.vocab - 1)
+    config = GPT2Config(
+        vocab_size=shape.vocab,
+        n_positions=shape.seq,
+        n_embd=shape.hidden,
+        n_layer=shape.layers,
+        n_head=shape.heads,
+        resid_pdrop=dropout,
+        embd_pdrop=dropout,
+        attn_pdrop=dropout,
+        bos_token_id=shape.vocab - 1,
+        eos_token_id=shape.vocab - 1,
+    )
     torch.manual_seed(plan.seed)  # every rank builds the same weights; resume broadcasts them
     model = GPT2LMHeadModel(config).to(plan.device)
     opt = torch.optim.AdamW(model.parameters(), lr=plan.lr)
