@@ -460,7 +460,7 @@ def test_a_deleted_decision_met_in_a_replay_is_a_divergence_not_a_type_error(tmp
     with sqlite3.connect(out / "journal.sqlite") as db:
         db.execute("DELETE FROM decisions WHERE idx = 0")
     replay = study_engine(out)
-    replay.subscribe(Journal(out / "journal.sqlite", "planner").record)
+    replay.recorder.subscribe(Journal(out / "journal.sqlite", "planner").record)
     with pytest.raises(DivergedError, match="decision 0 differs"):
         replay.run(until_s=3600)
     with pytest.raises(UserError, match="decision 0 is missing"):
