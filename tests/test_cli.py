@@ -186,7 +186,7 @@ def test_plan_json_contract(capsys, default_scenario_path):
         "explanation",
     ):
         assert key in data
-    assert len(data["alternatives"]) == 2 and data["decision_ms"] < 5000
+    assert len(data["alternatives"]) == 2 and data["decision_ms"] > 0  # its speed: bench_planner
     assert data["cost_per_hour"] > 0
 
 

@@ -64,7 +64,7 @@ def test_a_far_year_is_refused_before_resampling(capsys, tmp_path, command):
     started = time.monotonic()
     err = refused(capsys, *argv, says="at most 1,000,000 are read")
     assert "(row 60)" in err and "10-min step" in err
-    assert time.monotonic() - started < 5  # was 169 s and 12 GB
+    assert time.monotonic() - started < 120  # a hang, not a speed bound (was 169 s, 12 GB)
 
 
 @pytest.mark.parametrize(
@@ -305,4 +305,4 @@ def test_any_mutated_csv_is_read_cleanly(capsys, tmp_path, kind, cells):
     code, err = check(capsys, *argv)
     assert code in (0, 2) and "Traceback" not in err, err
     assert code == 0 or len(err.strip().splitlines()) == 1, err
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 120  # a hang, not a speed bound

@@ -57,7 +57,7 @@ def test_a_malformed_scenario_file_is_one_clean_line(capsys, tmp_path, name):
     path.write_bytes(FILES[name])
     started = time.monotonic()
     refused(capsys, "scenario", "check", str(path))
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 120  # a hang, not a speed bound
 
 
 def test_devices_and_folders_are_not_read(capsys, tmp_path):
@@ -120,7 +120,7 @@ def test_a_study_too_large_to_run_is_refused_before_it_is_generated(capsys, tmp_
         str(tmp_path / "out"),
         says="jobs (at most 20,000)",
     )
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 120  # a hang, not a speed bound
 
 
 ARGS = [
@@ -203,7 +203,7 @@ def test_any_mutated_scenario_is_checked_cleanly(capsys, tmp_path, where, value)
     if code == 0:  # accepted: it must plan in bounded time
         code, err = check(capsys, "plan", str(path), "--top", "1")
         assert code in (0, 2) and "Traceback" not in err, err
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 120  # a hang, not a speed bound
 
 
 FLAG_VALUES = st.one_of(

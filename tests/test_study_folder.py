@@ -67,7 +67,7 @@ def test_an_unwritable_output_is_refused_before_any_work(capsys, tmp_path):
     started = time.monotonic()
     code, err = run(capsys, "run", "--local", "--out", str(tmp_path / "file" / "out"))
     assert code == 2 and "cannot write the output folder" in err
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 120  # a hang, not a speed bound
 
 
 def test_files_are_written_whole_or_not_at_all(tmp_path):
