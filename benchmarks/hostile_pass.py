@@ -1278,12 +1278,11 @@ class Studies:
 
 def make_studies(lab: Lab) -> Studies:
     """What the cases start from, made with the code under test (each is one invocation)."""
-    import yaml
 
     base = lab.root / "fixtures"
     base.mkdir()
     scenario = base / "small.yaml"
-    scenario.write_text(yaml.safe_dump(SMALL_SCENARIO))
+    scenario.write_text((REPO / "scenarios" / "three_domains.yaml").read_text())
     tenants = str(REPO / "scenarios" / "three_tenants.yaml")
     demand = base / "series.csv"
     demand.write_text(
@@ -1375,40 +1374,6 @@ def _journal_reached(out: Path) -> bool:
         return (t or 0) >= 2 * 3600
     except sqlite3.Error:
         return False
-
-
-SMALL_SCENARIO = {
-    "name": "hostile_small",
-    "seed": 3,
-    "domains": [
-        {
-            "name": n,
-            "location": {"city": n},
-            "intra_domain_gbps": 400,
-            "nodes": [{"accelerator": a, "count": c}],
-        }
-        for n, a, c in (
-            ("east", "H100-SXM", 16),
-            ("west", "H100-SXM", 16),
-            ("north", "A100-80GB", 8),
-        )
-    ],
-    "links": [
-        {"a": "east", "b": "west", "bandwidth_gbps": 10, "rtt_ms": 20, "price_per_gb": 0.02},
-        {"a": "east", "b": "north", "bandwidth_gbps": 2, "rtt_ms": 40, "price_per_gb": 0.05},
-        {"a": "west", "b": "north", "bandwidth_gbps": 2, "rtt_ms": 45, "price_per_gb": 0.05},
-    ],
-    "jobs": [
-        {
-            "name": "big",
-            "model": "llama2-13b",
-            "global_batch": 256,
-            "tokens": 2e9,
-            "gpus": {"min": 32, "max": 256},
-        }
-    ],
-    "workload": {"load": 0.8},
-}
 
 
 # ---------------------------------------------------------------------------- HTTP

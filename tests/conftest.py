@@ -176,42 +176,15 @@ def serve_port(ray_session) -> int:
 
 
 def small_scenario(hours_of_jobs: bool = True):
-    """Three domains, fast links between two, a slow one to the third, a light workload."""
+    """Three domains, fast links between two, a slow one to the third, a light workload
+    (scenarios/three_domains.yaml; `hours_of_jobs=False`: its listed job alone)."""
+    import yaml
+
     from xdscheduler.scenario import parse_scenario
 
-    doc = {
-        "name": "three_domains",
-        "seed": 3,
-        "domains": [
-            {
-                "name": n,
-                "location": {"city": n},
-                "nodes": [{"accelerator": a, "count": c}],
-                "intra_domain_gbps": 400,
-            }
-            for n, a, c in (
-                ("east", "H100-SXM", 16),
-                ("west", "H100-SXM", 16),
-                ("north", "A100-80GB", 8),
-            )
-        ],
-        "links": [
-            {"a": "east", "b": "west", "bandwidth_gbps": 10, "rtt_ms": 20, "price_per_gb": 0.02},
-            {"a": "east", "b": "north", "bandwidth_gbps": 2, "rtt_ms": 40, "price_per_gb": 0.05},
-            {"a": "west", "b": "north", "bandwidth_gbps": 2, "rtt_ms": 45, "price_per_gb": 0.05},
-        ],
-        "jobs": [
-            {
-                "name": "big",
-                "model": "llama2-13b",
-                "global_batch": 256,
-                "tokens": 2e9,
-                "gpus": {"min": 32, "max": 256},
-            }
-        ],
-    }
-    if hours_of_jobs:
-        doc["workload"] = {"load": 0.8}
+    doc = yaml.safe_load((SCENARIOS / "three_domains.yaml").read_text())
+    if not hours_of_jobs:
+        del doc["workload"]
     return parse_scenario(doc)
 
 
