@@ -649,42 +649,23 @@ def xds_cases(lab: Lab, studies: Studies) -> list[Case]:
             argv = [Input(kind, suffix) if isinstance(w, Input) else w for w in base]
             add(command, f"input {kind}", argv, expect="refuse", timeout_s=60)
     for kind in ("dev-zero", "fifo", "sparse", "binary", "zero-link", "folder", "missing"):
-        add(
-            "compare",
-            f"--readme {kind}",
-            [*compare, "--readme", Input(kind, ".md")],
-            expect="refuse",
-            timeout_s=60,
-        )
-        add(
-            "share",
-            f"--readme {kind}",
-            [*share, "--readme", Input(kind, ".md")],
-            expect="refuse",
-            timeout_s=60,
-        )
-        add(
-            "share",
-            f"--nodes {kind}",
-            [*share, "--nodes", Input(kind, ".csv")],
-            expect="refuse",
-            timeout_s=60,
-        )
-        add(
-            "forecast",
-            f"--lucid {kind}",
-            [
-                "forecast",
-                "backtest",
-                str(studies.demand),
-                "--target",
-                "arrivals",
-                "--lucid",
-                Input(kind, ".csv"),
-            ],
-            expect="refuse",
-            timeout_s=60,
-        )
+        flagged = {  # (command, the flag naming the file): its arguments, the file's suffix
+            ("compare", "--readme"): (compare, ".md"),
+            ("share", "--readme"): (share, ".md"),
+            ("share", "--nodes"): (share, ".csv"),
+            ("forecast", "--lucid"): (
+                ["forecast", "backtest", str(studies.demand), "--target", "arrivals"],
+                ".csv",
+            ),
+        }
+        for (command, flag), (base, suffix) in flagged.items():
+            add(
+                command,
+                f"{flag} {kind}",
+                [*base, flag, Input(kind, suffix)],
+                expect="refuse",
+                timeout_s=60,
+            )
         add(
             "catalog",
             f"XDS_ACCELERATORS={kind}",
