@@ -62,7 +62,9 @@ class Board:
 def board(create: bool = False):
     """The cluster's board (created when `create` and none exists); None when there is none."""
     if create:
-        return Board.options(name=BOARD, namespace=NAMESPACE, get_if_exists=True).remote()
+        return Board.options(  # type: ignore[attr-defined]  # a Ray actor class
+            name=BOARD, namespace=NAMESPACE, get_if_exists=True
+        ).remote()
     if not ray.is_initialized():  # an app answering outside a cluster: looking would start one
         return None
     try:
