@@ -23,7 +23,7 @@ PUBLISH_EVERY_S = 1.0  # wall-clock seconds between two states of one study
 class Board:
     """The latest state of each policy's live study, its recent decisions, and the metrics."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.states: dict[str, dict] = {}
         self.decisions: dict[str, deque] = {}
         self.metrics = StudyMetrics(self.states)
