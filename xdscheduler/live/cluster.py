@@ -469,8 +469,8 @@ def _from_job() -> ClusterState:
         raise UserError(
             "this Ray cluster has no xds controller: `xds up SCENARIO --address ADDR` first"
         ) from None
-    state: ray.ObjectRef[str] = handle.state_json.remote()
-    return ClusterState.model_validate_json(ray.get(state))
+    state_json: ray.ObjectRef[str] = handle.state_json.remote()
+    return ClusterState.model_validate_json(ray.get(state_json))
 
 
 def _join(state: ClusterState) -> None:
