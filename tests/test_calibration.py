@@ -3,6 +3,7 @@ the profile the planner then uses."""
 
 from __future__ import annotations
 
+import csv
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -129,6 +130,22 @@ def test_every_row_of_the_published_runs_names_its_source():
     assert len(runs) >= 50 and all(r.ref for r in runs)
     assert all(reason for _, reason in skipped)
     assert Path(PUBLISHED).stat().st_size < 1 << 20
+
+
+@pytest.mark.parametrize("column", ["heads", "seq"])
+def test_a_row_without_a_figure_the_model_needs_is_left_out_saying_which(tmp_path, column):
+    """Heads and sequence length are optional columns the model cannot do without: such a
+    row is left out naming the column (it said `int() argument ... not 'NoneType'`)."""
+    lines = PUBLISHED.read_text().splitlines()
+    header = lines[0].split(",")
+    first = next(csv.DictReader(lines))
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, header)
+        writer.writeheader()
+        writer.writerow({**first, column: ""})
+    runs, skipped = load_runs(path)
+    assert runs == [] and [reason for _, reason in skipped] == [f"the source gives no {column}"]
 
 
 def test_estimate_takes_a_profile(capsys, tmp_path):

@@ -45,7 +45,7 @@ def test_the_site_builds_strictly(tmp_path):
     assert "WARNING" not in done.stderr, done.stderr[-3000:]
     page = (tmp_path / "site" / "getting-started" / "index.html").read_text()
     text = html.unescape(re.sub(r"<[^>]+>", "", page))  # code is highlighted token by token
-    assert 'pip install -e ".[dev]" && python -m pytest' in text  # the README's, included
+    assert 'pip install -e ".[dev]" && mypy && python -m pytest' in text  # the README's
 
 
 def test_the_readme_is_a_short_front_page_whose_test_command_ci_runs():

@@ -240,6 +240,18 @@ def test_the_live_policies_put_the_jobs_as_the_live_runner_trains(policy):
         assert p.explanation
 
 
+def test_the_ppo_policy_of_a_state_without_an_api_says_so():
+    """The ppo policy asks the cluster's policy app: a state that records none is refused with
+    why (not as a malformed --serve-url)."""
+    from xdscheduler.live.planning import LIVE_OPTIONS, live_policy
+    from xdscheduler.live.state import ClusterState
+    from xdscheduler.scenario import load_scenario
+
+    state = ClusterState(scenario=str(LOCAL), address="", policy="ppo")
+    with pytest.raises(UserError, match=r"records none \(api\)"):
+        live_policy(state, load_scenario(LOCAL).weights, LIVE_OPTIONS)
+
+
 # ---- a live cluster on this machine
 needs_fabric = pytest.mark.skipif(
     fabric.available() is not None, reason=f"no local cluster here: {fabric.available()}"

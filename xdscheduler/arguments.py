@@ -8,6 +8,7 @@ import math
 import sys
 import unicodedata
 from collections.abc import Callable
+from typing import overload
 
 from xdscheduler.errors import Interrupted, UserError
 
@@ -52,7 +53,7 @@ def run(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     return 0
 
 
-def one_line(text: str) -> str:
+def one_line(text: object) -> str:
     """`text` with what a user typed that is not printable (newlines, escapes) spelled out."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
@@ -64,6 +65,18 @@ def invisible(text: str) -> str | None:
         if unicodedata.category(c) in INVISIBLE:
             return f"holds an invisible or control character (U+{ord(c):04X}) at {i + 1}"
     return None
+
+
+@overload
+def number(
+    kind: type[int], lo: float | None = None, hi: float | None = None, above: bool = False
+) -> Callable[[str], int]: ...
+
+
+@overload
+def number(
+    kind: type[float] = float, lo: float | None = None, hi: float | None = None, above: bool = False
+) -> Callable[[str], float]: ...
 
 
 def number(

@@ -52,7 +52,10 @@ class Accelerator:
     def half_tflops(self) -> float:
         """The 16-bit tensor peak (BF16, or FP16 where there is no BF16): the yardstick of
         speed, MFU and the compute index, which every accelerator has."""
-        return self.rated_tflops["fp16"]
+        half = self.rated_tflops["fp16"]
+        if half is None:  # a catalog entry gives one or the other (AcceleratorEntry)
+            raise ValueError(f"{self.name} rates neither bf16_tflops nor fp16_tflops")
+        return half
 
     def rates(self, dtype: str) -> bool:
         """Whether the catalog rates a peak in `dtype`: plans are made only in those."""
@@ -64,14 +67,15 @@ class Accelerator:
         rated = self.rated_tflops
         if dtype not in rated:
             raise UserError(f"unknown dtype {dtype!r}; known: {', '.join(rated)}")
-        if rated[dtype] is None:
+        peak = rated[dtype]
+        if peak is None:
             what = "FP32 peak rated" if dtype == "fp32" else f"{dtype.upper()} tensor cores"
             has = ", ".join(d for d in rated if rated[d] is not None)
             raise UserError(
                 f"{self.name} has no {what} in the catalog; use --dtype with one "
                 f"it has ({has}), or add {dtype}_tflops to its entry"
             )
-        return rated[dtype]
+        return peak
 
 
 class AcceleratorEntry(FileModel):

@@ -249,7 +249,7 @@ def cmd_plan(args) -> None:
         return
     from xdscheduler.planner.search import describe
 
-    best = result.best.estimate
+    best = result.best.estimated
     print(
         f"{job.name} ({job.arch.size}) in {scn.name}: decided in "
         f"{result.decision_ms:.0f} ms over {result.evaluated} plans"
@@ -265,7 +265,7 @@ def cmd_plan(args) -> None:
         print(f"  note   {out['left_out']}")
     for i, alt in enumerate(result.alternatives, 1):
         print(
-            f"  alt {i}  R={alt.objective.objective:.3f}  {alt.estimate.step_time_s:.2f} s  "
+            f"  alt {i}  R={alt.scored.objective:.3f}  {alt.estimated.step_time_s:.2f} s  "
             f"${placement_cost_per_hour(alt, view):,.2f}/h  {describe(alt)}"
         )
 
@@ -842,7 +842,7 @@ def build_parser() -> argparse.ArgumentParser:
         group = sub.add_parser(name, help=text, description=text)
         register(group.add_subparsers(dest=f"{name}_command", required=True, metavar="COMMAND"))
     _add_model_commands(sub)
-    for register in (
+    for add_commands in (
         _add_study_commands,
         live_cli.register,
         forecast_cli.register,
@@ -853,7 +853,7 @@ def build_parser() -> argparse.ArgumentParser:
         layers_cli.register,
         sharing_cli.register,
     ):
-        register(sub)
+        add_commands(sub)
     return parser
 
 

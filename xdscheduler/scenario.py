@@ -278,11 +278,10 @@ class Scenario(FileModel):
         if len(set(jobs)) != len(jobs):
             raise ValueError("job names must be unique")
         if self.tenancy is not None:
-            self._tenants_known()
+            self._tenants_known(self.tenancy)
         return self
 
-    def _tenants_known(self) -> None:
-        tenancy = self.tenancy
+    def _tenants_known(self, tenancy: Tenancy) -> None:
         classes: dict[str, int] = {}
         for d in self.domains:
             classes[d.accelerator.name] = classes.get(d.accelerator.name, 0) + d.gpus

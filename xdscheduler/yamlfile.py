@@ -43,7 +43,7 @@ class _Loader(yaml.SafeLoader):
         finally:
             self.depth -= nested
 
-    def construct_mapping(self, node, deep=False):
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: dict = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)

@@ -15,6 +15,7 @@ import io
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 from pydantic import Field, ValidationError
@@ -164,7 +165,18 @@ def _num(row: dict, key: str, default: float | None = None) -> float | None:
     return float(value) if value else default
 
 
-def _lookup(table: dict, text: str, what: str) -> str:
+def _need(row: dict, key: str, default: float | None = None) -> float:
+    """The row's number in column `key` (or `default`); ValueError when it has none."""
+    value = _num(row, key, default)
+    if value is None:
+        raise ValueError(f"the source gives no {key}")
+    return value
+
+
+Value = TypeVar("Value")
+
+
+def _lookup(table: dict[str, Value], text: str, what: str) -> Value:
     for key, value in table.items():
         if key in text.lower():
             return value
@@ -196,8 +208,8 @@ def parse_row(row: dict) -> Run:
         gpu = catalog.accelerator(row["gpu"])
     except Exception:
         raise ValueError(f"accelerator {row['gpu']!r} is not in the catalog") from None
-    layers, hidden, heads = (int(_num(row, k)) for k in ("layers", "hidden", "heads"))
-    ffn = int(_num(row, "ffn_hidden", 4 * hidden))
+    layers, hidden, heads = (int(_need(row, k)) for k in ("layers", "hidden", "heads"))
+    ffn = int(_need(row, "ffn_hidden", 4 * hidden))
     vocab = _num(row, "vocab") or _lookup(
         VOCAB_BY_FAMILY, row["model"].replace(" ", ""), "vocabulary"
     )
@@ -208,18 +220,18 @@ def parse_row(row: dict) -> Run:
         hidden,
         ffn,
         heads,
-        int(_num(row, "kv_heads", heads)),
+        int(_need(row, "kv_heads", heads)),
         int(vocab),
-        int(_num(row, "seq")),
+        int(_need(row, "seq")),
         gated,
         not gated,
     )
-    gpus = int(_num(row, "gpu_count"))
-    tp, pp, cp = (int(_num(row, k, 1)) for k in ("tp", "pp", "cp"))
-    dp = int(_num(row, "dp", gpus // (tp * pp * cp)))
+    gpus = int(_need(row, "gpu_count"))
+    tp, pp, cp = (int(_need(row, k, 1)) for k in ("tp", "pp", "cp"))
+    dp = int(_need(row, "dp", gpus // (tp * pp * cp)))
     if dp * tp * pp * cp != gpus:
         raise ValueError(f"TP×PP×CP×DP = {dp * tp * pp * cp} differs from {gpus} GPUs")
-    batch = int(_num(row, "global_batch", 0))
+    batch = int(_need(row, "global_batch", 0))
     if batch == 0:
         raise ValueError("no global batch")
     stack = (row.get("stack") or "").strip() or _lookup(
@@ -233,15 +245,15 @@ def parse_row(row: dict) -> Run:
         tp=tp,
         pp=pp,
         cp=cp,
-        vp=int(_num(row, "vp", 1)),
-        micro_batch=int(_num(row, "micro_batch", 1)),
+        vp=int(_need(row, "vp", 1)),
+        micro_batch=int(_need(row, "micro_batch", 1)),
         zero=3
         if stack in SHARDED
         else (0 if stack == "megatron-2021" or not Stack.preset(stack).memory_savers else 1),
         recompute=recompute,
         dtype=dtype,
     )
-    value = _num(row, "value")
+    value = _need(row, "value")
     if row["metric"] == "mfu":
         value /= 100
     return Run(
@@ -264,7 +276,8 @@ def read_rows(path: Path) -> list[dict]:
     text = read_text(path, "runs CSV", MAX_CSV_BYTES, "CSV")
     reader = csv.DictReader(io.StringIO(text), strict=True)
     try:
-        missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+        header = reader.fieldnames or []
+        missing = [c for c in REQUIRED if c not in header]
         if missing:
             raise UserError(
                 f"{path}: no column {', '.join(missing)}; a runs CSV has the "
@@ -275,7 +288,7 @@ def read_rows(path: Path) -> list[dict]:
             if None in row or None in row.values():
                 raise UserError(
                     f"{path}, row {i}: {len(row) - (None in row)} fields where the "
-                    f"header has {len(reader.fieldnames)}"
+                    f"header has {len(header)}"
                 )
             check_row(row, f"{path}, row {i}")
             rows.append(row)

@@ -332,7 +332,7 @@ def _is_micro_batch_table(doc) -> bool:
 def _pick(doc: dict, key: str | None, what: str, flag: str) -> str:
     if key is None and len(doc) == 1:
         return next(iter(doc))
-    if key not in doc:
+    if key is None or key not in doc:
         raise UserError(
             f"Sailor profile: {'no ' + what + ' ' + repr(key) if key else what + 's'}"
             f" in it; give {flag} one of: {', '.join(sorted(doc))}"

@@ -87,7 +87,7 @@ class PlanBatch:
             diloco_h=int(self.diloco_h[i]),
         )
 
-    def take(self, index: np.ndarray) -> PlanBatch:
+    def take(self, index: np.ndarray | slice) -> PlanBatch:
         return PlanBatch(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
 

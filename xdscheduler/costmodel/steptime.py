@@ -50,7 +50,7 @@ class StepEstimate:
     fits: np.ndarray
     model_flops: float  # per step, without recompute
     hardware_flops: np.ndarray  # per step, with recompute
-    tokens: float  # per step
+    tokens: np.ndarray | float  # per step (per plan where the batch is)
     cross_domain_bytes: np.ndarray  # per step, all WAN links, both directions
 
     def tokens_per_s_per_gpu(self, gpus) -> np.ndarray:
@@ -270,7 +270,9 @@ def _estimate(
         3 * gemm(tok, h, vocab / tp, half_eff_peak, elem)
         + 3 * calib.memory_passes * tok * vocab / tp * 4 / mem_bw
     )
-    embed = 0.0  # a gather: nothing beside the layers, unless a profile measured it
+    embed: np.ndarray | float = (
+        0.0  # a gather: nothing beside the layers, unless a profile measured it
+    )
     # Measured layers stand in for the roofline where a profile covers the plan; their times
     # include the tensor-parallel all-reduces as they ran.
     block = _measured_blocks(measured, plans, hw, cp)

@@ -235,7 +235,7 @@ def _window_score(model: TemplateModel, counts: dict[str, int]) -> float:
 class StepTimeMonitor:
     """Slow-step runs per source by robust z-score over the source's own step times."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._hist: dict[str, deque] = {}
         self._ref: dict[str, tuple[float, float, float]] = {}  # median, scale, slow bound
         self._last: dict[str, float] = {}

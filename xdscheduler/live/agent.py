@@ -46,7 +46,7 @@ def link_counters(tc_text: str, domains: list[str]) -> dict[str, tuple[float, in
 class DemandHistory:
     """The accelerators a domain's jobs hold, a mean per minute, oldest first."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.minutes: list[float] = []
         self.current: tuple[int, float, int] | None = None  # minute, sum of samples, count
 

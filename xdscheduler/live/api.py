@@ -41,7 +41,7 @@ class Refusal(BaseModel):
     detail: str
 
 
-def refused(why: str) -> dict:
+def refused(why: str) -> dict[str, Any]:
     """A refusal as the published schema documents it."""
     return {"model": Refusal, "description": why}
 
@@ -51,7 +51,7 @@ app = FastAPI(
     description="Submit, follow and cancel training jobs on the live cluster.",
     responses={503: refused("the controller did not answer in time")},
 )
-NOT_FOUND = {404: refused("no job of that name")}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: refused("no job of that name")}
 live_app = FastAPI(
     title="xdscheduler live domains",
     description="The live cluster's domains as its controller sees them.",
@@ -76,8 +76,9 @@ for _app in (app, live_app):
     _app.add_middleware(Gate)
     _app.add_middleware(PrefixRoot)
     allow_every_method(_app)
-app.openapi = lambda: secured_openapi(app)
-live_app.openapi = lambda: secured_openapi(live_app)
+# FastAPI's way to extend the schema: set the app's `openapi` (mypy sees a method assigned)
+app.openapi = lambda: secured_openapi(app)  # type: ignore[method-assign]
+live_app.openapi = lambda: secured_openapi(live_app)  # type: ignore[method-assign]
 
 
 class ProbedLink(BaseModel):
@@ -191,20 +192,21 @@ def deploy(state: ClusterState, host: str, port: int) -> ClusterState:
     serve.start(proxy_location="HeadOnly", http_options={"host": host, "port": port})
     policy = application(load_scenario(state.scenario), token, actor_options=ON_HEAD)
     serve.run(policy, name=POLICY_APP, route_prefix="/", blocking=False)
-    state = state.model_copy(update={"api": f"http://{host}:{port}", "api_token": token})
+    url = f"http://{host}:{port}"
+    state = state.model_copy(update={"api": url, "api_token": token})
     serve.run(
-        JobsService.bind(state.model_dump_json(), token),
+        JobsService.bind(state.model_dump_json(), token),  # type: ignore[attr-defined]
         name=JOBS_APP,
         route_prefix="/jobs",
         blocking=False,
     )
     serve.run(
-        LiveService.bind(state.model_dump_json(), token),
+        LiveService.bind(state.model_dump_json(), token),  # type: ignore[attr-defined]
         name=LIVE_APP,
         route_prefix="/live",
         blocking=False,
     )
-    wait_answering(state.api, ["/healthz", "/jobs", "/live/domains"], token, timeout_s=120)
+    wait_answering(url, ["/healthz", "/jobs", "/live/domains"], token, timeout_s=120)
     return state
 
 

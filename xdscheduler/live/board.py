@@ -6,9 +6,13 @@ step, loss, predicted and measured step) and the decision log."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from xdscheduler.monitor.board import board
 from xdscheduler.perception.graph import INDICATOR_NAMES
+
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
 
 LIVE = "live"  # the board's name for the live cluster
 PUBLISH_EVERY_S = 1.0
@@ -41,7 +45,7 @@ class LiveBoard:
         self.decisions: list[dict] = []
         self.total = 0  # decisions ever logged
         self.sent = 0  # of those, already published
-        self.board = None
+        self.board: ActorHandle | None = None  # the board actor, once published to
 
     def decided(self, when: float, job: str, kind: str, record: dict) -> None:
         """A journal event: kept when it is a decision."""

@@ -462,7 +462,8 @@ def _apply(state, scn, measured: list[dict], accelerator: dict[str, str]) -> dic
         by_type.setdefault(accelerator[m["domain"]], []).append(m)
     # named apart from any earlier profile's: a name the catalog knows keeps its figures
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    adopted, rows = {}, []
+    adopted: dict[str, dict] = {}  # domain -> its accelerator entry
+    rows: list[dict] = []
     for name, group in by_type.items():
         e = profile.entry(profile.pooled(group), scn, f"{name}-profiled-{stamp}")
         catalog.register(e, "xds profile")

@@ -9,6 +9,7 @@ import http.client
 import json
 import os
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, urlparse
 
 from xdscheduler.errors import UserError
@@ -47,8 +48,9 @@ class LiveClient:
             self.headers["Authorization"] = f"Bearer {token}"
         self.timeout_s = timeout_s
 
-    def call(self, method: str, path: str, body: dict | None = None) -> tuple[int, object]:
-        """The status and the decoded answer; UserError when the API cannot be reached."""
+    def call(self, method: str, path: str, body: dict | None = None) -> tuple[int, Any]:
+        """The status and the decoded answer (JSON: what `json.loads` gives, or the text when
+        it is not JSON); UserError when the API cannot be reached."""
         conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
         try:
             conn.request(method, path, None if body is None else json.dumps(body), self.headers)

@@ -25,6 +25,7 @@ from xdscheduler.live.state import (
     HEAD_LABEL,
     NAMESPACE,
     ClusterState,
+    LivePolicy,
     Started,
     default_state_path,
     load,
@@ -51,7 +52,7 @@ def up(
     storage: str | None = None,
     profile: str | None = None,
     http_port: int | None = None,
-    policy: str = "planner",
+    policy: LivePolicy = "planner",
 ) -> tuple[ClusterState, dict[str, int]]:
     """Start a local cluster for the scenario (or attach to the one at `address`); jobs
     checkpoint to `storage` (a folder, or any URI Ray Train's storage takes) and are planned
@@ -149,6 +150,8 @@ def _start_nodes(
     accelerator."""
     from xdscheduler.ray_cluster import free_port
 
+    temp_dir = state.temp_dir
+    assert temp_dir is not None  # `up` names one for every cluster it starts
     cores = max((os.cpu_count() or 1) - HEAD_CORES, 0.1)
     share = min(1.0, cores / sum(d.gpus for d in scn.domains)) if quota.available() else None
 
@@ -180,7 +183,7 @@ def _start_nodes(
             "--labels",
             f"{HEAD_LABEL}=head",
             "--temp-dir",
-            state.temp_dir,
+            temp_dir,
         ],
         None,
     )
@@ -466,7 +469,8 @@ def _from_job() -> ClusterState:
         raise UserError(
             "this Ray cluster has no xds controller: `xds up SCENARIO --address ADDR` first"
         ) from None
-    return ClusterState.model_validate_json(ray.get(handle.state_json.remote()))
+    state_json: ray.ObjectRef[str] = handle.state_json.remote()
+    return ClusterState.model_validate_json(ray.get(state_json))
 
 
 def _join(state: ClusterState) -> None:

@@ -17,7 +17,9 @@ import logging
 import threading
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
+from typing import TypeGuard
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
@@ -39,6 +41,7 @@ from xdscheduler.live.state import DOMAIN_LABEL, HEAD_LABEL, NAMESPACE, ClusterS
 from xdscheduler.live.tenancy import LiveTenancy, as_run
 from xdscheduler.live.training import ASK_EVERY, GO, SAVE_AND_STOP, STOP
 from xdscheduler.perception.indicators import checked
+from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.search import estimate_placement
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.runtime.journal import open_log
@@ -140,15 +143,16 @@ class JobBook:
             )
 
 
-@ray.remote(num_cpus=0, max_concurrency=64)
+# Ray's stubs type the options of a remote function, not an actor's (max_concurrency)
+@ray.remote(num_cpus=0, max_concurrency=64)  # type: ignore[call-overload]
 class LiveController(JobBook):
     def __init__(self, state: str):
         self.state = ClusterState.model_validate_json(state)
         self.scn = load_scenario(self.state.scenario)
         self.names = [d.name for d in self.scn.domains]
         self.storage = self.state.storage
-        self.options = options(self.state)
-        self.policy = live_policy(self.state, self.scn.weights, self.options)
+        self.search_options = options(self.state)
+        self.policy = live_policy(self.state, self.scn.weights, self.search_options)
         self.tenancy = LiveTenancy(self.scn)
         super().__init__(self._path("journal.sqlite"))
         self.agents = {n: self._agent(n) for n in self.names}
@@ -156,8 +160,9 @@ class LiveController(JobBook):
         self.health = DomainHealth(self.names, TICK_S, ray.nodes)
         self.started = time.time()
         self.reports: dict[str, dict] = {}  # domain -> its agent's latest report
-        self.pings = Rounds(TICK_S)
-        self.report_rounds, self.link_rounds = Rounds(REPORT_EVERY_S), Rounds(LINKS_EVERY_S)
+        self.pings: Rounds[float] = Rounds(TICK_S)
+        self.report_rounds: Rounds[dict] = Rounds(REPORT_EVERY_S)
+        self.link_rounds: Rounds[dict[str, float]] = Rounds(LINKS_EVERY_S)
         self.probed: list[dict] = []  # the last `xds links probe`
         base = ClusterView.from_scenario(self.scn)
         self.leased_gbps = base.bandwidth_gbps
@@ -196,7 +201,7 @@ class LiveController(JobBook):
                 job.spec(0.0),
                 ClusterView.from_scenario(self.scn),
                 self.scn.weights,
-                self.options,
+                self.search_options,
                 top_k=0,
                 pareto=False,
             )
@@ -267,8 +272,10 @@ class LiveController(JobBook):
             for group in d["nodes"] if d["name"] in entries else []:
                 group["accelerator"] = entries[d["name"]]["name"]
         self.scn = parse_scenario(raw, "xds profile --apply")
-        self.options = replace(self.options, calibration=replace(DEFAULT, **constants))
-        self.policy = live_policy(self.state, self.scn.weights, self.options)
+        self.search_options = replace(
+            self.search_options, calibration=replace(DEFAULT, **constants)
+        )
+        self.policy = live_policy(self.state, self.scn.weights, self.search_options)
 
     # ---- what the training runs call
     def heard(self, name: str, metrics: dict) -> None:
@@ -284,7 +291,7 @@ class LiveController(JobBook):
             if rec.chosen is not None and seen >= OBSERVE_EVERY * (rec.observed + 1):
                 measured = rec.measured()
                 if measured is not None:
-                    self._correct(rec, measured)
+                    self._correct(rec, rec.chosen, measured)
             self._event(name, "step", {k: v for k, v in metrics.items() if k != "startup"})
 
     def startup_mark(self, name: str, attempt: int, stage: str, at: float) -> None:
@@ -304,19 +311,21 @@ class LiveController(JobBook):
             {"attempt": rec.attempts, "startup_s": rec.startup_s, **stages(marks)},
         )
 
-    def _correct(self, rec: JobRecord, measured: float) -> None:
-        """Learn from the run's last steps (`measured`), then re-plan the running jobs."""
-        self._replan_running(self._observe(rec, measured))
+    def _correct(self, rec: JobRecord, chosen: Placement, measured: float) -> None:
+        """Learn from the run's last steps (`measured`, on `chosen`), then re-plan the running
+        jobs."""
+        self._replan_running(self._observe(rec, chosen, measured))
 
-    def _observe(self, rec: JobRecord, measured: float) -> ClusterView:
-        """Move the model's factor under this run toward what its last steps took
-        (`measured`), and say what every running job's estimate is now; the corrected view."""
+    def _observe(self, rec: JobRecord, chosen: Placement, measured: float) -> ClusterView:
+        """Move the model's factor under this run (on `chosen`) toward what its last steps
+        took (`measured`), and say what every running job's estimate is now; the corrected
+        view."""
         spec, view = rec.job.spec(0.0), self._view()
         # a run's measured step sums up many steps: it is taken whole (a study
         # weighs one jittery step rate at WEIGHT); a run's early steps, slowed by a job
         # starting beside it, would otherwise hold the factor back long after
         self.correction = self.correction.observe(
-            rec.chosen, spec, view, measured, spread_speed=True, weight=1.0, opts=self.options
+            chosen, spec, view, measured, spread_speed=True, weight=1.0, opts=self.search_options
         )
         rec.observed += 1
         corrected = self._reestimate()
@@ -338,7 +347,7 @@ class LiveController(JobBook):
         the others are at their next correction."""
         measured = rec.measured()
         if rec.chosen is not None and measured is not None:
-            self._observe(rec, measured)
+            self._observe(rec, rec.chosen, measured)
 
     def _reestimate(self) -> ClusterView:
         """Every running job's step time on the model as corrected now; that view."""
@@ -346,7 +355,7 @@ class LiveController(JobBook):
         for other in self.jobs.values():
             if other.status == "running" and other.chosen is not None:
                 other.placement["corrected_step_s"] = estimate_placement(
-                    other.chosen, other.job.spec(0.0), corrected, self.options
+                    other.chosen, other.job.spec(0.0), corrected, self.search_options
                 ).step_time_s
         return corrected
 
@@ -359,20 +368,19 @@ class LiveController(JobBook):
                 and other.preempting is None
                 and not other.cancel
             ):
-                self._replan(other, corrected)
+                self._replan(other, other.chosen, corrected)
 
-    def _replan(self, rec: JobRecord, corrected: ClusterView) -> None:
+    def _replan(self, rec: JobRecord, chosen: Placement, corrected: ClusterView) -> None:
         """Move a running job when, on the corrected model, another placement finishes it
         sooner by MOVE_GAIN times what moving costs (its measured start-up, and the steps
         since its last checkpoint trained again). It stops at its next ask and queues again
         with its checkpoint; the policy then places it on the corrected model."""
         spec = rec.job.spec(0.0)
-        best = self.policy.replan(spec, rec.chosen, corrected)
+        best = self.policy.replan(spec, chosen, corrected)
         if (
             best is None
             or rec.startup_s is None
-            or (best.names, best.gpus, best.plan)
-            == (rec.chosen.names, rec.chosen.gpus, rec.chosen.plan)
+            or (best.names, best.gpus, best.plan) == (chosen.names, chosen.gpus, chosen.plan)
         ):
             return
         now_s = rec.placement["corrected_step_s"]
@@ -412,7 +420,7 @@ class LiveController(JobBook):
             return STOP if moving else GO
 
     @staticmethod
-    def _current(rec: JobRecord | None, attempt: int) -> bool:
+    def _current(rec: JobRecord | None, attempt: int) -> TypeGuard[JobRecord]:
         """Whether a run of this attempt is the job's latest and still under way: not one
         given up (its job queued again, placed anew, or ended by force). A finished run's last
         report may come after the run was reaped: it counts."""
@@ -512,7 +520,7 @@ class LiveController(JobBook):
         if self.report_rounds.due():
             hosted = self._hosted()
             for n, agent in up.items():
-                self.report_rounds.ask(n, lambda a=agent, n=n: a.report.remote(hosted[n]))
+                self.report_rounds.ask(n, partial(agent.report.remote, hosted[n]))
         if self.link_rounds.due():
             for n, agent in up.items():
                 self.link_rounds.ask(n, agent.link_rates.remote)
@@ -659,7 +667,7 @@ class LiveController(JobBook):
         now = time.time()
         with self.lock:
             for rec in self._active():
-                if rec.cancel and now - rec.cancel_at > CANCEL_GRACE_S:
+                if rec.cancel_at is not None and now - rec.cancel_at > CANCEL_GRACE_S:
                     self._end(rec, "cancelled", {"forced_after_s": now - rec.cancel_at})
                     continue
                 if (
@@ -807,13 +815,14 @@ class LiveController(JobBook):
 
     def _nominal(self, rec: JobRecord, p) -> float:
         """The step time the model predicts without any correction (the profile alone)."""
-        return estimate_placement(p, rec.job.spec(0.0), self._view(), self.options).step_time_s
+        view = self._view()
+        return estimate_placement(p, rec.job.spec(0.0), view, self.search_options).step_time_s
 
     # ---- plumbing
     def _agent(self, name: str):
-        return DomainAgent.options(label_selector={DOMAIN_LABEL: name}).remote(
-            name, self.names, self.state.api, self.state.api_token
-        )
+        return DomainAgent.options(  # type: ignore[attr-defined]  # a Ray actor class
+            label_selector={DOMAIN_LABEL: name}
+        ).remote(name, self.names, self.state.api, self.state.api_token)
 
     def _path(self, name: str):
         from pathlib import Path
@@ -907,7 +916,7 @@ class LiveController(JobBook):
                 elif kind in FINAL:
                     rec.status, rec.step = kind, max(rec.step, int(data.get("step") or 0))
                 elif kind == "cancel":
-                    rec.cancel = True
+                    rec.cancel, rec.cancel_at = True, t
         for rec in self.jobs.values():
             if rec.status == "queued":
                 rec.placement, rec.stepped_at = {}, None
@@ -915,7 +924,7 @@ class LiveController(JobBook):
 
 def controller(state: ClusterState):
     """The cluster's controller: the running one, or a new one that replays the journal."""
-    return LiveController.options(
+    return LiveController.options(  # type: ignore[attr-defined]  # a Ray actor class
         name=CONTROLLER,
         namespace=NAMESPACE,
         lifetime="detached",

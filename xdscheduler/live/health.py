@@ -146,8 +146,12 @@ class DomainHealth:
                 lost.append(n)
         for n, s in self.suspects.items():
             if n not in self.checks and n not in self.down and now - s.checked_at >= RECHECK_S:
-                self.checks[n] = self.pool.submit(lambda n=n: second_path(n, self.nodes()))
+                self.checks[n] = self.pool.submit(self._second_path, n)
         return lost
+
+    def _second_path(self, domain: str) -> tuple[bool, str]:
+        """`second_path` on the nodes as they are when the pool runs it."""
+        return second_path(domain, self.nodes())
 
     def suspected_for(self, domain: str, now: float) -> float:
         """How long the domain has been suspected and not found down (0: it is not)."""

@@ -132,7 +132,7 @@ def time_block(
     for i in range(warmup + repeats):
         args = make_input()
         before = torch.cuda.memory_allocated() if cuda else 0
-        out = {}
+        out: dict[str, torch.Tensor] = {}
         f = clock(lambda args=args, out=out: out.setdefault("y", module(*args)))
         y = out["y"]
         if cuda:
@@ -199,18 +199,20 @@ def measure(
     shape = Shape.of(arch, seq)
     clock = Clock(dev)
     torch.manual_seed(0)
+    first = Embedding(shape, tp)
+    vocab = first.tokens.num_embeddings  # one TP shard's rows
     blocks = {
         k: m.to(dev, torch_dtype)
         for k, m in (
-            ("first", Embedding(shape, tp)),
+            ("first", first),
             ("layer", Block(shape, tp, fused_attention)),
             ("last", Output(shape, tp)),
         )
     }
-    timings, kept = [], {}
+    timings: list[LayerTiming] = []
+    kept: dict[str, list[float]] = {}  # per block, the bytes its forward keeps per sample
     for mb in micro_batches:
         s, h = shape.seq_len, shape.hidden
-        vocab = blocks["first"].tokens.num_embeddings
 
         def ids(mb=mb, s=s, vocab=vocab):
             return (torch.randint(0, vocab, (mb, s), device=dev),)

@@ -34,7 +34,7 @@ import importlib
 import runpy
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xdscheduler.live.shape import GptShape
 from xdscheduler.live.state import DOMAIN_LABEL
@@ -48,6 +48,9 @@ from xdscheduler.live.training import (
     resume,
     share,
 )
+
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
 
 _current: Plan | None = None
 
@@ -133,15 +136,22 @@ class _Run:
             quota.join()
             self.joined = True
 
-    def _ask(self, step: int) -> int:
+    def _ask(self, listener: ActorHandle, step: int) -> int:
+        """The controller's order at `step` (`LiveController.stopped`)."""
         import ray
 
-        return ray.get(self.listener.stopped.remote(self.cfg.job, self.cfg.attempt, step))
+        order: ray.ObjectRef[int] = listener.stopped.remote(self.cfg.job, self.cfg.attempt, step)
+        return ray.get(order)
 
     def step(self, step: int, loss: float, step_time_s: float, model, opt) -> bool:
         self.accelerate()  # code that never resumed: from its first step
         cfg, rank = self.cfg, self.sync.rank
-        metrics = {"step": step, "loss": loss, "step_time_s": step_time_s, "attempt": cfg.attempt}
+        metrics: dict[str, float | dict[str, float]] = {
+            "step": step,
+            "loss": loss,
+            "step_time_s": step_time_s,
+            "attempt": cfg.attempt,
+        }
         if self.first and cfg.launched_at is not None:  # the stages of its start, from launch
             self.marks["first_step"] = time.time()
             metrics["startup"] = {k: t - cfg.launched_at for k, t in self.marks.items()}
@@ -154,7 +164,7 @@ class _Run:
         # gave up for lost, stops, every rank at the same step, and saves nothing its successor
         # could resume from; one preempted saves first
         if self.listener is not None and (saving or step % ASK_EVERY == 0):
-            order = self.sync.agree(self._ask(step) if rank == 0 else GO)
+            order = self.sync.agree(self._ask(self.listener, step) if rank == 0 else GO)
             if order == SAVE_AND_STOP:
                 checkpoint(model, opt, step, metrics, rank)
             if order != GO:
@@ -224,7 +234,9 @@ def train_loop(config: dict) -> None:
         torch.cuda.set_device(device)
     ctx = train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    domain = ray.get_runtime_context().get_node_labels().get(DOMAIN_LABEL, "local")
+    labels = ray.get_runtime_context().get_node_labels()
+    # Ray's stub says list[str]: a node's labels are strings
+    domain: str = labels.get(DOMAIN_LABEL, "local")  # type: ignore[assignment]
     torch.manual_seed(cfg.seed)
     plan = make_plan(cfg, rank, world, ctx.get_local_rank(), domain, device, {"loop": entered})
     code = entrypoint(cfg)

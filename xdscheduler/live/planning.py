@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from xdscheduler.costmodel.plan import Stack
+from xdscheduler.errors import UserError
 from xdscheduler.live.state import ClusterState
 from xdscheduler.planner.baselines import ONLINE
 from xdscheduler.planner.policies import PlannerPolicy
@@ -49,7 +50,13 @@ def live_policy(state: ClusterState, weights, opts: SearchOptions, stepper=None)
     from xdscheduler.rl.agents import PPOPolicy, decide
     from xdscheduler.serving.client import PolicyClient
 
-    stepper = stepper or PolicyClient(state.api, state.api_token)
+    if stepper is None:
+        if state.api is None:
+            raise UserError(
+                "the ppo policy asks the cluster's policy app, and the state records none "
+                "(api): `xds down` and `xds up` the cluster again"
+            )
+        stepper = PolicyClient(state.api, state.api_token)
     policy = PPOPolicy(
         weights,
         lambda job, view, queued, now, job_weights: decide(

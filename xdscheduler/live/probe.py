@@ -29,7 +29,7 @@ class Receiver:
     def receive(self) -> tuple[int, float]:
         """Bytes received and the seconds between the first and the last of them."""
         conn, _ = self.sock.accept()
-        n, first, last = 0, None, None
+        n, first, last = 0, None, 0.0
         with conn:
             while chunk := conn.recv(CHUNK):
                 last = time.perf_counter()
@@ -42,7 +42,8 @@ class Receiver:
 @ray.remote(num_cpus=0)
 def send(address: tuple[str, int], seconds: float) -> int:
     buf, sent = b"\0" * CHUNK, 0
-    with socket.create_connection(tuple(address), timeout=30) as s:
+    host, port = address
+    with socket.create_connection((host, port), timeout=30) as s:
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
             s.sendall(buf)
@@ -53,7 +54,7 @@ def send(address: tuple[str, int], seconds: float) -> int:
 def measure(src: str, dst: str, seconds: float) -> float:
     """Gbit/s from domain `src` to domain `dst`."""
     at = {n: {"label_selector": {DOMAIN_LABEL: n}} for n in (src, dst)}
-    rx = Receiver.options(**at[dst]).remote()
+    rx = Receiver.options(**at[dst]).remote()  # type: ignore[attr-defined]  # a Ray actor class
     address = ray.get(rx.listen.remote(), timeout=120)
     got = rx.receive.remote()
     ray.get(send.options(**at[src]).remote(address, seconds), timeout=120 + seconds)

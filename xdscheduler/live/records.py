@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from xdscheduler.live.jobs import JobRow, LiveJob
+
+if TYPE_CHECKING:
+    from ray.util.placement_group import PlacementGroup
+
+    from xdscheduler.planner.placement import Placement
+
+Answer = TypeVar("Answer")
 
 WARMUP_STEPS = 3  # a run's first steps (allocation, first collectives) say nothing of speed
 # A run's step time is what its last this many steps took: enough that a few jittery steps do
@@ -19,7 +28,7 @@ RECENT_STEPS = 30
 FINAL = ("done", "failed", "cancelled")
 
 
-class Rounds:
+class Rounds(Generic[Answer]):
     """One question asked of every domain's agent every `every_s`, at most one under way per
     domain: nothing here waits for an answer, and a slow domain delays no other."""
 
@@ -27,14 +36,14 @@ class Rounds:
         self.every_s, self.asked_at = every_s, 0.0
         self.under_way: dict[str, tuple[ray.ObjectRef, float]] = {}  # domain -> (ref, asked)
 
-    def answers(self) -> dict[str, object]:
+    def answers(self) -> dict[str, Answer | RayActorError | RayTaskError]:
         """Per domain, its answer that came back since the last call (the error, if it
         failed)."""
         if not self.under_way:
             return {}
         refs = [r for r, _ in self.under_way.values()]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        out = {}
+        out: dict[str, Answer | RayActorError | RayTaskError] = {}
         for n, (ref, _) in [(n, v) for n, v in self.under_way.items() if v[0] in ready]:
             del self.under_way[n]
             try:
@@ -50,7 +59,7 @@ class Rounds:
         self.asked_at = time.time()
         return True
 
-    def ask(self, name: str, call) -> None:
+    def ask(self, name: str, call: Callable[[], ray.ObjectRef]) -> None:
         """`call()` (an ObjectRef) for domain `name`, unless its last answer is still due."""
         if name not in self.under_way:
             self.under_way[name] = (call(), time.time())
@@ -72,11 +81,13 @@ class JobRecord:
     step_times: list = field(default_factory=list)
     attempts: int = 0
     priority: int = 1  # its own, at least its tenant's floor
-    run: object = None  # the runner task's ObjectRef
-    group: object = None  # the run's placement group (this controller's: removed on every way out)
+    run: ray.ObjectRef | None = None  # the runner task's
+    group: PlacementGroup | None = (
+        None  # the run's placement group (this controller's: removed on every way out)
+    )
     cancel: bool = False
     cancel_at: float | None = None  # when its user cancelled it
-    chosen: object = None  # the Placement it runs on (this controller's decision)
+    chosen: Placement | None = None  # what it runs on (this controller's decision)
     observed: int = 0  # steps the correction has seen of this run
     placed_at: float = 0.0  # when this run was launched
     stepped_at: float | None = None  # when this run's last step was heard (None: none yet)

@@ -159,8 +159,13 @@ def run_training(config: dict, workers: list[str], storage: str, use_gpu: bool) 
     """One Ray Train run: a worker per entry of `workers`, on the placement group
     `config["placement_group"]` (its bundles in the order of `workers`). A run started again
     under the same name resumes from its last checkpoint."""
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig
+    from ray.train.v2.api.config import (  # ray.train's, as Ray Train V2 (the default) has them
+        CheckpointConfig,
+        FailureConfig,
+        RunConfig,
+        ScalingConfig,
+    )
 
     from xdscheduler.live.plan import train_loop
 
@@ -181,7 +186,8 @@ def run_training(config: dict, workers: list[str], storage: str, use_gpu: bool) 
         run_config=RunConfig(
             name=config["job"],
             storage_path=storage,
-            callbacks=marks,
+            # typed as UserCallbacks; Ray Train takes any RayTrainCallback (these are its own)
+            callbacks=marks,  # type: ignore[arg-type]
             checkpoint_config=CheckpointConfig(num_to_keep=KEEP_CHECKPOINTS),
             failure_config=FailureConfig(max_failures=0),
         ),

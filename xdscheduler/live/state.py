@@ -16,6 +16,7 @@ from xdscheduler.textfile import write_atomic
 DOMAIN_LABEL = "xds.domain"
 HEAD_LABEL = "xds.role"
 NAMESPACE = "xds-live"  # the Ray namespace of the controller and the domain actors
+LivePolicy = Literal["planner", "ppo"]  # what decides where a live cluster's jobs run
 
 
 class Started(Strict):
@@ -59,7 +60,7 @@ class ClusterState(Strict):
     domains: dict[str, str] = Field(default_factory=dict)  # name -> node IP (local clusters)
     storage: str = ""  # where jobs checkpoint and the controller keeps its journal
     profile: str | None = None  # the plain-dp profile jobs are planned with (None: the defaults)
-    policy: Literal["planner", "ppo"] = "planner"  # what decides where jobs run
+    policy: LivePolicy = "planner"  # what decides where jobs run
     api: str | None = None  # http://HOST:PORT of the policy app and the jobs API
     api_token: str | None = None  # what their requests carry (Authorization: Bearer)
 

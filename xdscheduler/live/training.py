@@ -90,7 +90,7 @@ class DomainSync:
     def __init__(self, domain: str, rank: int, world: int, device=None):
         import torch.distributed as dist
 
-        domains: list[str | None] = [None] * world
+        domains = [""] * world  # every rank's domain, once gathered
         dist.all_gather_object(domains, domain)
         self.names = sorted(set(domains))
         self.members = {d: [r for r in range(world) if domains[r] == d] for d in self.names}

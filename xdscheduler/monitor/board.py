@@ -23,7 +23,7 @@ PUBLISH_EVERY_S = 1.0  # wall-clock seconds between two states of one study
 class Board:
     """The latest state of each policy's live study, its recent decisions, and the metrics."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.states: dict[str, dict] = {}
         self.decisions: dict[str, deque] = {}
         self.metrics = StudyMetrics(self.states)
@@ -62,7 +62,9 @@ class Board:
 def board(create: bool = False):
     """The cluster's board (created when `create` and none exists); None when there is none."""
     if create:
-        return Board.options(name=BOARD, namespace=NAMESPACE, get_if_exists=True).remote()
+        return Board.options(  # type: ignore[attr-defined]  # a Ray actor class
+            name=BOARD, namespace=NAMESPACE, get_if_exists=True
+        ).remote()
     if not ray.is_initialized():  # an app answering outside a cluster: looking would start one
         return None
     try:

@@ -79,7 +79,8 @@ def slot_speeds(
         measured=opts.layers,
         network=opts.network,
     )
-    busy = sum(est.breakdown_s[k] for k in ("compute", "recompute", "tp_comm"))
+    parts = est.breakdown_s
+    busy = parts["compute"] + parts["recompute"] + parts["tp_comm"]
     speed = np.ones(slots.shape)
     speed[held] = (1.0 / busy)[back]
     return speed

@@ -68,7 +68,7 @@ def pareto_mask(throughput: np.ndarray, utilization: np.ndarray, cost: np.ndarra
     t, u, c = (np.asarray(x, dtype=float)[:, None] for x in (throughput, utilization, cost))
     ge = (t <= t.T) & (u <= u.T) & (c >= c.T)
     gt = (t < t.T) | (u < u.T) | (c > c.T)
-    return ~(ge & gt).any(axis=1)
+    return ~np.any(ge & gt, axis=1)
 
 
 @dataclass

@@ -80,6 +80,14 @@ class Placement:
         return self.estimate
 
     @property
+    def scored(self) -> Objective:
+        """The objective of a placement the search scored (the search's always carry one)."""
+        objective = self.estimated.objective
+        if objective is None:
+            raise ValueError(f"the placement of {self.job} carries no objective")
+        return objective
+
+    @property
     def total_gpus(self) -> int:
         return sum(self.gpus)
 

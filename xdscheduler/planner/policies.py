@@ -147,7 +147,7 @@ class PlannerPolicy:
         weights = self.job_weights(job)
         ev = evaluate_space(job, view, weights, options)
         i = planner_pick(ev, job, view, weights, options, modest)
-        if i is None:
+        if ev is None or i is None:  # nothing fits, or better to wait
             return None
         p = placement_at(ev, i, view, job)
         runner = runner_up(ev, i, view, job)

@@ -100,7 +100,7 @@ def ideal_tokens_per_s(job: JobSpec, view: ClusterView) -> float:
     if key not in _IDEAL:  # asked every decision and for every job of a rollout: search once
         _IDEAL[key] = search(
             job, view.empty(), THROUGHPUT_ONLY, IDEAL_OPTIONS, top_k=0, pareto=False
-        ).best.estimate.tokens_per_s
+        ).best.estimated.tokens_per_s
     return _IDEAL[key]
 
 
@@ -282,7 +282,7 @@ def rated(view: ClusterView, domains: np.ndarray, dtype: str) -> np.ndarray:
     units some lack: V100 has no BF16): a plan never runs at a peak the catalog cannot give."""
     has = np.array([d.accelerator.rates(dtype) for d in view.domains])
     valid = domains >= 0
-    return (has[np.where(valid, domains, 0)] | ~valid).all(axis=1)
+    return np.all(has[np.where(valid, domains, 0)] | ~valid, axis=1)
 
 
 def unrated_note(view: ClusterView, dtype: str) -> str:
@@ -433,7 +433,7 @@ def describe(c: Placement) -> str:
 
 def explain(job: JobSpec, best: Placement, runner: Placement | None, weights: Weights) -> dict:
     """Why the chosen plan wins: what crosses the WAN, and the objective term by term."""
-    p, names, wan_gb = best.plan, best.names, best.estimate.cross_domain_gb_per_step
+    p, names, wan_gb = best.plan, best.names, best.estimated.cross_domain_gb_per_step
     facts = [f"TP {p.tp} stays inside one node" if p.tp > 1 else "no tensor parallelism"]
     if best.kind == SINGLE:
         facts.append(f"the whole job runs inside {names[0]}: nothing crosses the WAN")
@@ -455,25 +455,24 @@ def explain(job: JobSpec, best: Placement, runner: Placement | None, weights: We
             f"{', '.join(names)} over the WAN every step "
             f"({wan_gb:.2f} GB per step)"
         )
-    out = {"summary": f"{job.name}: {describe(best)}; " + "; ".join(facts) + ".", "terms": {}}
+    summary = f"{job.name}: {describe(best)}; " + "; ".join(facts) + "."
     if runner is None:
-        out["summary"] += " It is the only feasible shape."
-        return out
+        return {"summary": summary + " It is the only feasible shape.", "terms": {}}
     w = {
         "efficiency": weights.efficiency,
         "utilization": weights.utilization,
         "cost": -weights.cost,
     }
+    terms: dict[str, dict[str, float]] = {}
     for term, weight in w.items():
-        a, b = getattr(best.objective, term), getattr(runner.objective, term)
-        out["terms"][term] = {"chosen": a, "runner_up": b, "weighted_delta": weight * (a - b)}
-    step, runner_step = best.estimate.step_time_s, runner.estimate.step_time_s
-    out["terms"]["step_time_s"] = {"chosen": step, "runner_up": runner_step}
-    lead = max(out["terms"], key=lambda k: out["terms"][k].get("weighted_delta", -np.inf))
-    gain = best.objective.objective - runner.objective.objective
-    out["runner_up"] = describe(runner)
-    out["summary"] += (
+        a, b = getattr(best.scored, term), getattr(runner.scored, term)
+        terms[term] = {"chosen": a, "runner_up": b, "weighted_delta": weight * (a - b)}
+    step, runner_step = best.estimated.step_time_s, runner.estimated.step_time_s
+    terms["step_time_s"] = {"chosen": step, "runner_up": runner_step}
+    lead = max(terms, key=lambda k: terms[k].get("weighted_delta", -np.inf))
+    gain = best.scored.objective - runner.scored.objective
+    summary += (
         f" It beats the runner-up ({describe(runner)}) by {gain:.3f} in R, "
         f"mostly on {lead} (step {step:.2f} s vs {runner_step:.2f} s)."
     )
-    return out
+    return {"summary": summary, "terms": terms, "runner_up": describe(runner)}

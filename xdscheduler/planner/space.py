@@ -137,7 +137,8 @@ def placements(
     free = np.array([d.available for d in view.domains])
     # Domains alike in every way the objective sees give the same single-domain plans: keep
     # one of each kind (the first), so 64 domains of 8 types search like 8.
-    alike, speed = {}, view.speed
+    alike: dict[tuple, int] = {}  # what the objective sees of a domain -> the first such
+    speed = view.speed
     for i, d in enumerate(view.domains):
         key = (
             d.accelerator.name,
@@ -152,7 +153,7 @@ def placements(
     singles = [(SINGLE, (i,)) for i in sorted(alike.values()) if free[i] > 0]
     singles = singles if SINGLE in opts.kinds else []
     limit = min(opts.max_domains or len(free), len(free))
-    big = sorted(np.flatnonzero(free > 0), key=lambda i: -free[i])[: opts.combo_domains]
+    big = sorted(np.flatnonzero(free > 0).tolist(), key=lambda i: -free[i])[: opts.combo_domains]
     sets = [m for size in range(2, limit + 1) for m in itertools.combinations(sorted(big), size)]
     chains = [c for m in sets for c in _chains(m)]
     grown = [g for seed in big for g in _grown(view, free, int(seed), limit, gpus_max)]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import matplotlib
@@ -634,7 +635,7 @@ def write(out: Path, cells: pd.DataFrame, meta: dict) -> dict:
     write_atomic(out / "compare.parquet", lambda p: cells.to_parquet(p, index=False))
     write_atomic(out / "compare.md", text + "\n")
     for name, figure in PLOTTED.items():
-        write_atomic(out / name, lambda p, figure=figure: plot(table, figure, p))
+        write_atomic(out / name, partial(plot, table, figure))
     if table["giant_share"].isna().any():
         write_atomic(out / "compare_classes.png", lambda p: plot_classes(table, p))
     crossing = best_crossing(cells, changes)

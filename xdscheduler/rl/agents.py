@@ -113,7 +113,7 @@ class Agents:
         groups: dict[tuple, list[int]] = {}
         for i, (agent, obs) in enumerate(asks):
             groups.setdefault((agent, *(v.shape for v in obs.values())), []).append(i)
-        out = [None] * len(asks)
+        out: dict[int, np.ndarray] = {}  # ask -> its logits
         for (agent, *_), members in groups.items():
             batch = {
                 k: torch.from_numpy(np.stack([asks[i][1][k] for i in members]))
@@ -123,7 +123,7 @@ class Agents:
                 rows = self.modules[agent].forward_inference({Columns.OBS: batch})
             for i, row in zip(members, rows[Columns.ACTION_DIST_INPUTS].numpy(), strict=True):
                 out[i] = row
-        return out
+        return [out[i] for i in range(len(asks))]
 
     def step(
         self, agent: str, obs: dict, options: dict[int, dict], logits: np.ndarray | None = None

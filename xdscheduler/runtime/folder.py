@@ -25,7 +25,9 @@ import fcntl
 import hashlib
 import os
 import stat
+from functools import partial
 from pathlib import Path
+from typing import TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -79,7 +81,7 @@ def digest(path: str | Path) -> str:
             if total > MAX_POLICY_BYTES:
                 raise UserError(f"{path} holds over {MAX_POLICY_BYTES:,} bytes: not a policy")
             with f.open("rb") as data:
-                for block in iter(lambda d=data: d.read(1 << 20), b""):
+                for block in iter(partial(data.read, 1 << 20), b""):
                     h.update(block)
     return h.hexdigest()
 
@@ -119,9 +121,10 @@ def trusted(
 
 
 def _unchanged(spec: StudySpec) -> bool:
-    if spec.policy_sha256 is None or not Path(spec.policy_path).exists():
+    path = spec.policy_path
+    if path is None or spec.policy_sha256 is None or not Path(path).exists():
         return False
-    return digest(spec.policy_path) == spec.policy_sha256
+    return digest(path) == spec.policy_sha256
 
 
 class StudyFolder:
@@ -129,7 +132,7 @@ class StudyFolder:
         if mode not in MODES:
             raise ValueError(f"mode {mode!r} is not one of {MODES}")
         self.path, self.mode = Path(out), mode
-        self._lock = None
+        self._lock: TextIO | None = None  # held while the study runs
 
     def __enter__(self) -> StudyFolder:
         output_folder(self.path)
@@ -142,11 +145,11 @@ class StudyFolder:
                 f"cannot write the output folder {self.path}: "
                 f"{err.strerror or err}; pick another --out"
             ) from None
-        self._lock = output_file(self.path / LOCK, "lock file").open("a+")
+        self._lock = lock = output_file(self.path / LOCK, "lock file").open("a+")
         try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            self._lock.close()
+            lock.close()
             raise UserError(
                 f"{self.path} is in use by another study running now; wait for it "
                 f"or pick another --out"

@@ -47,6 +47,7 @@ from xdscheduler.sim.records import (
     PolicyFaults,
     PolicyReport,
     Report,
+    Shards,
 )
 from xdscheduler.sim.recovery import study_faults
 from xdscheduler.sim.truth import Truth
@@ -106,12 +107,12 @@ def _follow(advance, jobs: int, label: str, show: bool) -> None:
     while True:
         t += CHUNK_S
         status = advance(t)
-        if bar is not None:
+        if lines is not None:
+            lines.update(status)
+        else:
             bar.n = status["completed"]
             bar.set_postfix_str(f"{status['now_s'] / 3600:.0f} sim-h")
             bar.refresh()
-        else:
-            lines.update(status)
         if status["finished"]:
             break
     if bar is not None:
@@ -382,7 +383,7 @@ def _run_study(
                 ledger=str(folder.ledger),
             )
     share = free_share(dynamics, view, hours * 3600)
-    policies = {
+    reports = {
         n: PolicyReport(
             **dict(summarise(r, scn.weights, ideal, view, hours * 3600, share)),
             single_domain=r.single_domain,
@@ -401,8 +402,8 @@ def _run_study(
         background_load=background_load(dynamics, view, hours * 3600),
         runtime="local" if local else "ray",
         weights=scn.weights.model_dump(),
-        policies=policies,
-        comparison=compare(policies),
+        policies=reports,
+        comparison=compare(reports),
         faults=None if injected is None else fault_report(injected, runs, faults, seed),
         truth=real.summary(scn) if real else None,
     )
@@ -463,22 +464,27 @@ def fault_report(injected, runs: dict[str, Results], scale: float, seed: int) ->
         ),
         false_alarms=false_alarms(max(base.injected, 20), seed),
         **{k: moves["adaptive"][k] for k in shards},
-        fixed_shards={k: moves["fixed"][k] for k in shards},
-        policies={
-            name: PolicyFaults(
-                **r.faults.model_dump(include=set(PolicyFaults.model_fields) - {"forecast"}),
-                forecast=r.demand,
-            )
-            for name, r in runs.items()
-        },
+        fixed_shards=Shards.model_validate({k: moves["fixed"][k] for k in shards}),
+        policies={name: _policy_faults(r) for name, r in runs.items()},
     )
+
+
+def _policy_faults(r: Results) -> PolicyFaults:
+    if r.faults is None:
+        raise ValueError("a policy's run in a study with faults summarises none")
+    kept = set(PolicyFaults.model_fields) - {"forecast"}
+    return PolicyFaults(**r.faults.model_dump(include=kept), forecast=r.demand)
 
 
 def compare(policies: dict[str, PolicyReport]) -> Comparison:
     """Every other policy against the strongest single-domain policy of the run (by R, its
     efficiency weighted by work), as relative changes (negative: lower)."""
-    single = {n: p for n, p in policies.items() if p.single_domain and p.objective_work is not None}
-    base_name = max(single, key=lambda n: single[n].objective_work, default=None)
+    work = {
+        n: p.objective_work
+        for n, p in policies.items()
+        if p.single_domain and p.objective_work is not None
+    }
+    base_name = max(work, key=work.__getitem__, default=None)
     if base_name is None:
         return Comparison(baseline=None, policies={})
     base = policies[base_name]

@@ -65,7 +65,7 @@ def _openapi() -> dict:
 
 
 app.add_middleware(Gate, observe=_observe)
-app.openapi = _openapi
+app.openapi = _openapi  # type: ignore[method-assign]  # FastAPI's way to extend the schema
 
 
 @app.exception_handler(RequestValidationError)
@@ -119,7 +119,8 @@ class XdsService:
 
         configure(token)
         self.batch = batch  # 1: each step's forward pass alone
-        self._forward.set_max_batch_size(max(batch, 1))
+        # serve.batch adds the setter: Ray types the method as it is written
+        self._forward.set_max_batch_size(max(batch, 1))  # type: ignore[attr-defined]
         self.steps = 0  # agent steps in this replica now
         scn = parse_scenario(scenario)
         self.scenario, self.jobs = scn.name, scn.jobs
@@ -297,7 +298,7 @@ def application(
         if replicas <= 1
         else {"autoscaling_config": {**AUTOSCALING, "max_replicas": replicas}}
     )
-    deployment = XdsService.options(
+    deployment = XdsService.options(  # type: ignore[attr-defined]  # a Serve deployment class
         **scaling, ray_actor_options={**REPLICA_OPTIONS, **(actor_options or {})}
     )
     return deployment.bind(

@@ -138,13 +138,15 @@ class Window:
 def window(replay: Replay, hours: float, rng: np.random.Generator) -> Window:
     """`hours` of the trace from a whole hour the seed picks, or the whole trace stretched over
     `hours` where the study is longer than the trace."""
-    rate, steps = replay.rate, round(hours * 3600 / replay.step_s)
+    rate, start, steps = replay.rate, replay.start, round(hours * 3600 / replay.step_s)
+    if rate is None or start is None:
+        raise ValueError(f"{replay.kind}: a trace without times has no window to replay")
     if steps >= len(rate):
         stretched = hours * 3600 / len(rate)
         return Window(
             np.nan_to_num(rate),
             stretched,
-            f"{replay.kind}: the whole trace from {replay.start:%Y-%m-%d %H:%M}, "
+            f"{replay.kind}: the whole trace from {start:%Y-%m-%d %H:%M}, "
             f"stretched ×{stretched / replay.step_s:.3g}",
         )
     starts = _valid_starts(rate, steps, round(3600 / replay.step_s))
@@ -153,7 +155,7 @@ def window(replay: Replay, hours: float, rng: np.random.Generator) -> Window:
             f"{replay.kind}: no {hours:g}-hour window of the trace has a full record and an arrival"
         )
     first = int(rng.choice(starts))
-    begin = replay.start + pd.Timedelta(seconds=first * replay.step_s)
+    begin = start + pd.Timedelta(seconds=first * replay.step_s)
     return Window(
         rate[first : first + steps],
         replay.step_s,

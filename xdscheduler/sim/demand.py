@@ -177,13 +177,15 @@ class DemandPlanner:
 
     def summary(self) -> Forecast:
         pools = [sum(e["pools_gpus"].values()) for e in self.log]
-        return Forecast(
-            consults=len(self.log),
-            source=sorted({e["source"] for e in self.log}),
-            pool_gpus_min=min(pools, default=0),
-            pool_gpus_max=max(pools, default=0),
-            preallocated=self.preallocated,
-            timeline=self.log,
+        return Forecast.model_validate(
+            {
+                "consults": len(self.log),
+                "source": sorted({e["source"] for e in self.log}),
+                "pool_gpus_min": min(pools, default=0),
+                "pool_gpus_max": max(pools, default=0),
+                "preallocated": self.preallocated,
+                "timeline": self.log,
+            }
         )
 
 
@@ -206,7 +208,7 @@ def known_jobs(eng: Engine, known: set[str], t: float, horizon_min: float) -> li
     for r in eng.active:
         left = (r.tokens - r.done) / r.rate if r.rate > 0 else math.inf
         finish = max(r.paused_until - t, 0.0) + left
-        out.append(KnownJob(r.spec.name, r.placement.total_gpus, min(finish, NEVER_S)))
+        out.append(KnownJob(r.spec.name, r.placed.total_gpus, min(finish, NEVER_S)))
     for r in eng.pending:
         if r.spec.name in known and 0 < r.arrival_s - t <= horizon_min * 60:
             start = r.arrival_s - t

@@ -14,7 +14,7 @@ from collections.abc import Hashable
 
 
 class EventQueue:
-    def __init__(self):
+    def __init__(self) -> None:
         self._heap: list[tuple[float, int, Hashable, int]] = []  # (time, order, key, version)
         self._version: dict[Hashable, int] = {}
         self._pushed = 0  # ties broken by scheduling order, so a queue pickles and replays alike

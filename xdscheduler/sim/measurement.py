@@ -61,7 +61,7 @@ class DecisionLog:
 class SwingMeter:
     """Follows each triggered re-plan until its job trains at the target rate again."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.records: list = []  # reconfig.Swing, every one
         self.open: list[tuple] = []  # (swing, job) not yet closed
 

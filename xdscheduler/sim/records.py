@@ -48,9 +48,10 @@ class Record(BaseModel):
     def columns(cls) -> list[tuple[str, dict]]:
         """(field, column) of every field shown as a column, in order."""
         return [
-            (name, f.json_schema_extra["column"])
+            (name, column)
             for name, f in cls.model_fields.items()
-            if isinstance(f.json_schema_extra, dict) and "column" in f.json_schema_extra
+            if isinstance(f.json_schema_extra, dict)
+            and isinstance(column := f.json_schema_extra.get("column"), dict)
         ]
 
 
