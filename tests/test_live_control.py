@@ -141,6 +141,26 @@ def test_a_running_jobs_shown_state_says_where_it_is_in_its_life():
     assert rec.row()["status"] == "cancelled"
 
 
+def test_a_job_cancelled_while_running_ends_when_a_new_controller_replays_the_journal(tmp_path):
+    """Its run stops at its next question, but the controller is lost first: the run dies with
+    it, and the controller started after must end the job, not queue it for ever."""
+    from xdscheduler.live.controller import JobBook
+
+    book = JobBook(tmp_path / "journal.sqlite")
+    book.submit({"name": "j"})
+    book._event("j", "placed", {"attempt": 1, "domains": {"east": 2}})
+    rec = book.jobs["j"]
+    rec.status = "running"
+    rec.hear({"step": 3, "loss": 6.0, "step_time_s": 0.1})
+    assert book.cancel_job("j")["status"] == "cancelling"
+    again = JobBook(tmp_path / "journal.sqlite")
+    again.replay()
+    assert again.job("j")["status"] == "cancelled"
+    assert again.events("j")[-1]["event"] == "cancelled"
+    again.replay()  # and the one after that finds it ended
+    assert again.job("j")["status"] == "cancelled"
+
+
 # ---- tenants and preemption
 def running_jobs(n: int, priority: int):
     """`n` two-worker jobs placed by the live planner on the three local domains."""

@@ -135,6 +135,40 @@ class JobBook:
         rec.status = status
         self._event(rec.job.name, status, {"step": rec.step, **record})
 
+    def _record(self, job: LiveJob, submitted: float) -> JobRecord:
+        """A replayed job's record (a controller adds its tenant's priority)."""
+        return JobRecord(job, submitted)
+
+    def replay(self) -> None:
+        """Rebuild the job table from the journal (a controller started after a lost one): a
+        job that was running queues again and resumes from its last checkpoint when placed;
+        one cancelled before the loss ends now: its run died with the controller."""
+        rows = self.db.execute("SELECT time, job, kind, record FROM events ORDER BY idx")
+        for t, name, kind, record in rows.fetchall():
+            self._replay_event(t, name, kind, json.loads(record))
+        for rec in self.jobs.values():
+            if rec.status != "queued":
+                continue
+            rec.placement, rec.stepped_at = {}, None
+            if rec.cancel:
+                done = rec.step >= rec.job.steps
+                self._end(rec, "done" if done else "cancelled", {"while": "replayed"})
+
+    def _replay_event(self, t: float, name: str, kind: str, data: dict) -> None:
+        if kind == "submitted":
+            self.jobs[name] = self._record(LiveJob.model_validate(data), t)
+        elif name in self.jobs:
+            rec = self.jobs[name]
+            if kind == "step":
+                rec.hear(data)
+            elif kind == "placed":
+                rec.placement, rec.attempts = data, int(data["attempt"])
+                rec.status = "queued"  # its run died with the controller before this one
+            elif kind in FINAL:
+                rec.status, rec.step = kind, max(rec.step, int(data.get("step") or 0))
+            elif kind == "cancel":
+                rec.cancel, rec.cancel_at = True, t
+
     def _event(self, job: str, kind: str, record: dict) -> None:
         with self.lock:
             self.db.execute(
@@ -176,7 +210,7 @@ class LiveController(JobBook):
         self.relaxed_at = time.time()
         self.board = LiveBoard(self.started)
         self.outages: list[dict] = []  # domain, down_s, up_s: for the dashboard
-        self._replay()
+        self.replay()
         threading.Thread(target=self._loop, daemon=True).start()
 
     @property
@@ -187,7 +221,10 @@ class LiveController(JobBook):
     def _admitted(self, job: LiveJob) -> JobRecord:
         self.tenancy.check(job.tenant)
         self._feasible(job)
-        return JobRecord(job, time.time(), priority=self.tenancy.priority(job.tenant, job.priority))
+        return self._record(job, time.time())
+
+    def _record(self, job: LiveJob, submitted: float) -> JobRecord:
+        return JobRecord(job, submitted, priority=self.tenancy.priority(job.tenant, job.priority))
 
     def _feasible(self, job: LiveJob) -> None:
         """ValueError saying why, when no plan of the live runner trains the job even on the
@@ -888,38 +925,18 @@ class LiveController(JobBook):
             }
         self.board.publish(state)
 
-    def _replay(self) -> None:
-        """Rebuild the job table from the journal: a job that was running queues again and
-        resumes from its last checkpoint when placed."""
-        rows = self.db.execute("SELECT time, job, kind, record FROM events ORDER BY idx")
-        for t, name, kind, record in rows.fetchall():
-            data = json.loads(record)
-            if kind == "profiled":
-                self._adopt(data["entries"], data["constants"])
-            elif kind == "links_probed":
-                self._probed(data["links"])
-            elif kind == "link_changed":
-                i, j = self.names.index(data["src"]), self.names.index(data["dst"])
-                self.bucket_gbps[i, j] = self.links_gbps[i, j] = data["gbps"]
-            elif kind == "submitted":
-                job = LiveJob.model_validate(data)
-                self.jobs[name] = JobRecord(
-                    job, t, priority=self.tenancy.priority(job.tenant, job.priority)
-                )
-            elif name in self.jobs:
-                rec = self.jobs[name]
-                if kind == "step":
-                    rec.hear(data)
-                elif kind == "placed":
-                    rec.placement, rec.attempts = data, int(data["attempt"])
-                    rec.status = "queued"  # its run died with the controller before this one
-                elif kind in FINAL:
-                    rec.status, rec.step = kind, max(rec.step, int(data.get("step") or 0))
-                elif kind == "cancel":
-                    rec.cancel, rec.cancel_at = True, t
-        for rec in self.jobs.values():
-            if rec.status == "queued":
-                rec.placement, rec.stepped_at = {}, None
+    def _replay_event(self, t: float, name: str, kind: str, data: dict) -> None:
+        """The cluster's own events (profiles, probes, link changes) as they were; the jobs'
+        as a JobBook replays them."""
+        if kind == "profiled":
+            self._adopt(data["entries"], data["constants"])
+        elif kind == "links_probed":
+            self._probed(data["links"])
+        elif kind == "link_changed":
+            i, j = self.names.index(data["src"]), self.names.index(data["dst"])
+            self.bucket_gbps[i, j] = self.links_gbps[i, j] = data["gbps"]
+        else:
+            super()._replay_event(t, name, kind, data)
 
 
 def controller(state: ClusterState):
