@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -31,6 +32,7 @@ from benchmarks._table import print_table
 
 REPO = Path(__file__).resolve().parents[1]
 JOBS = REPO / "scenarios" / "jobs"
+log = logging.getLogger("bench_live_stress")
 FIXED_RULE_S = 2.4  # the old detector: four pings in a row unanswered within 0.4 s
 PG_TABLE = """
 import json
@@ -130,7 +132,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=10.0)
     args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     folder = Path(tempfile.mkdtemp(prefix="bench-live-stress-"))
+    log.info("xds up: the local scenario, then three jobs under load for %g min", args.minutes)
     c = Cluster(folder)
     c.xds(
         "up",
@@ -163,11 +167,19 @@ def main(argv: list[str] | None = None) -> None:
                 and any(j["status"] == "running" for j in jobs.values())
             ):
                 killed = kill_raylet(c.state(), jobs)
+                log.info("killed the raylet of %s", killed[0])
             # a group made between reading the jobs and the groups looks held for no run:
             # only one still held for none 15 s later is counted
             now_leaked = set(c.leaked(jobs))
             leaks_seen = max(leaks_seen, len(now_leaked & last_leaked))
             last_leaked = now_leaked
+            log.info(
+                "%.1f of %g min: %s; placement groups held for no run: %d",
+                (time.time() - started) / 60,
+                args.minutes,
+                ", ".join(f"{n} {jobs[n]['status']}" for n in current.values()),
+                len(now_leaked),
+            )
         jobs = c.jobs()
         cancel_s = []
         for name in current.values():
