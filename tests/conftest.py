@@ -111,10 +111,19 @@ def tier(item: pytest.Item) -> str | None:
     return None if item.get_closest_marker("slow") else "unit"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if not any(item.get_closest_marker(t) for t in TIERS) and (found := tier(item)):
             item.add_marker(found)
+        # `-n 2 --dist loadgroup` (pyproject's addopts): the live tests run one after another
+        # on one worker, on the cluster they share; each other module on one worker, so that
+        # its module-wide fixtures (a whole study, a Ray app) run once
+        live = item.get_closest_marker("live") is not None
+        item.add_marker(pytest.mark.xdist_group("live" if live else item.path.name))
+    # the live tests first: they take longest, and their domains' CPU shares are what they
+    # wait on, not the machine, so the other worker runs the rest beside them
+    items.sort(key=lambda item: item.get_closest_marker("live") is None)
 
 
 @pytest.fixture(autouse=True)
