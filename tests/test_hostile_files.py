@@ -235,13 +235,19 @@ def test_a_special_file_planted_in_the_output_folder_is_refused_before_the_study
     assert sorted(p.name for p in out.iterdir()) == sorted([name, ".xds-lock"])  # no work
 
 
+@pytest.mark.parametrize("link", [False, True], ids=["fifo", "link-to-fifo"])
 @pytest.mark.parametrize("name", ["report.json", "study.json", "journal.sqlite"])
-def test_force_removes_no_special_file_planted_where_a_study_starts_over(capsys, tmp_path, name):
+def test_force_removes_no_special_file_planted_where_a_study_starts_over(
+    capsys, tmp_path, name, link
+):
     # --force unlinked these names whatever they were: a fifo (or, as root, a device node)
-    # planted as report.json was removed and replaced by the study's report
+    # planted as report.json was removed and replaced by the study's report; and a symlink
+    # to one was replaced by a regular file
     out = tmp_path / "out"
     out.mkdir()
-    os.mkfifo(out / name)
+    os.mkfifo(tmp_path / "fifo" if link else out / name)
+    if link:
+        (out / name).symlink_to(tmp_path / "fifo")
     refused(
         capsys,
         "run",
@@ -255,7 +261,7 @@ def test_force_removes_no_special_file_planted_where_a_study_starts_over(capsys,
         "--force",
         says=name,
     )
-    assert stat.S_ISFIFO(os.lstat(out / name).st_mode)
+    assert stat.S_ISFIFO(os.stat(out / name).st_mode) and (out / name).is_symlink() == link
 
 
 def test_compare_refuses_a_planted_output_before_the_grid(capsys, tmp_path):

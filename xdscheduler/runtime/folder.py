@@ -229,8 +229,11 @@ class StudyFolder:
 
 
 def _remove_file(path: Path) -> None:
-    """Unlink a regular file or a symlink; a device, fifo or socket planted there is left for
-    `output_file` to refuse (--force starts a study over, it removes no special file)."""
+    """Unlink a regular file, or a symlink to one (or to nothing); a device, fifo or socket
+    planted there, or a symlink to one, is left for `output_file` to refuse (--force starts a
+    study over, it replaces no special file)."""
     with contextlib.suppress(FileNotFoundError):
-        if stat.S_ISREG(path.lstat().st_mode) or path.is_symlink():
+        if stat.S_ISREG(path.lstat().st_mode) or (
+            path.is_symlink() and (path.is_file() or not path.exists())
+        ):
             path.unlink()
