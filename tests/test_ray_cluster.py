@@ -106,3 +106,19 @@ def test_a_serve_replicas_wide_port_asks_for_the_token(serve_port):
             assert codes == [grpc.StatusCode.UNAUTHENTICATED] * 2, (port, codes)
     finally:
         serve.delete("port-probe")
+
+
+def test_a_local_node_that_does_not_come_up_is_one_clean_error(monkeypatch):
+    """Ray raises a bare Exception when its node times out starting (a busy machine): the
+    commands that start a local Ray say so in one line, not a traceback."""
+    import ray
+
+    from xdscheduler.errors import UserError
+    from xdscheduler.ray_cluster import start_local
+
+    def slow_node(**_):
+        raise Exception("The current node timed out during startup. This could happen ...")
+
+    monkeypatch.setattr(ray, "init", slow_node)
+    with pytest.raises(UserError, match="did not start in time"):
+        start_local()

@@ -39,7 +39,18 @@ def start_local(**options) -> None:
     os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = "0"
     ray_constants.ENABLE_RAY_CLUSTER = False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, **options)
+    try:
+        ray.init(
+            address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, **options
+        )
+    except Exception as err:  # Ray raises a bare Exception when its node does not come up
+        if "timed out during startup" not in str(err):
+            raise
+        raise UserError(
+            "Ray's local node did not start in time (the machine may be too busy, or "
+            f"{os.environ.get('RAY_TMPDIR', '/tmp')} full): try again, or give an "
+            "--address of a running cluster where the command takes one"
+        ) from None
 
 
 def starts_local(address: str | None) -> bool:
