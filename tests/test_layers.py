@@ -221,6 +221,22 @@ def test_the_engine_keeps_at_most_25_public_methods():
     assert len(public) <= MAX_ENGINE_METHODS, f"{len(public)}: {public}"
 
 
+def test_the_live_controller_keeps_at_most_25_public_methods():
+    """Its own and its JobBook's (the jobs API's in-process book), as a caller sees them."""
+    from xdscheduler.live.controller import LiveController
+
+    actor = LiveController.__ray_metadata__.modified_class  # the class under @ray.remote
+    public = sorted(
+        {
+            name
+            for cls in actor.__mro__[:-1]
+            for name, member in vars(cls).items()
+            if not name.startswith("_") and callable(member)
+        }
+    )
+    assert len(public) <= MAX_ENGINE_METHODS, f"{len(public)}: {public}"
+
+
 def _writes(tree: ast.AST):
     """(object, attribute, line) of every attribute assigned on something other than self."""
     for node in ast.walk(tree):
