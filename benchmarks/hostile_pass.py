@@ -903,53 +903,33 @@ def xds_cases(lab: Lab, studies: Studies) -> list[Case]:
         timeout_s=RAY_S,
         check=_one_line_interrupt,
     )
-    add(
-        "compare",
-        "Ctrl-C",
-        _with(compare, "--hours", "24"),
-        interrupt=after(4),
-        timeout_s=WORK_S,
-        check=_one_line_interrupt,
-    )
-    add(
-        "share",
-        "Ctrl-C",
-        _with(share, "--seeds", "50"),
-        interrupt=after(4),
-        timeout_s=WORK_S,
-        check=_one_line_interrupt,
-    )
-    add(
-        "forecast",
-        "Ctrl-C",
-        ["forecast", "backtest", str(studies.demand)],
-        interrupt=after(2),
-        timeout_s=WORK_S,
-        check=_one_line_interrupt,
-    )
-    add(
-        "plan",
-        "Ctrl-C",
-        ["plan", "--top", "50"],
-        interrupt=after(1.5),
-        timeout_s=WORK_S,
-        check=_one_line_interrupt,
-    )
-    add(
-        "calibrate",
-        "Ctrl-C",
-        [
-            "calibrate",
-            str(REPO / "benchmarks" / "published_runs.csv"),
-            "--stack",
-            "megatron-core",
-            "--out",
-            "{case}/p.yaml",
-        ],
-        interrupt=after(2),
-        timeout_s=WORK_S,
-        check=_one_line_interrupt,
-    )
+    # Ctrl-C after the command has begun its work: one line, exit 130
+    interrupted = {
+        "compare": (_with(compare, "--hours", "24"), 4),
+        "share": (_with(share, "--seeds", "50"), 4),
+        "forecast": (["forecast", "backtest", str(studies.demand)], 2),
+        "plan": (["plan", "--top", "50"], 1.5),
+        "calibrate": (
+            [
+                "calibrate",
+                str(REPO / "benchmarks" / "published_runs.csv"),
+                "--stack",
+                "megatron-core",
+                "--out",
+                "{case}/p.yaml",
+            ],
+            2,
+        ),
+    }
+    for command, (argv, seconds) in interrupted.items():
+        add(
+            command,
+            "Ctrl-C",
+            argv,
+            interrupt=after(seconds),
+            timeout_s=WORK_S,
+            check=_one_line_interrupt,
+        )
     return cases
 
 

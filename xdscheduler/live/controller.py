@@ -97,7 +97,7 @@ class JobBook:
 
     def _admitted(self, job: LiveJob) -> JobRecord:
         """The job's record, once it may queue (a controller checks its tenant and plans)."""
-        return JobRecord(job, time.time())
+        return self._record(job, time.time())
 
     def list_jobs(self) -> list[dict]:
         with self.lock:
