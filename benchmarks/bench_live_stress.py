@@ -214,6 +214,12 @@ def main(argv: list[str] | None = None) -> None:
         )
     ]
     starts = [e["startup_s"] for ev in job_events.values() for e in ev if e["event"] == "started"]
+    # the step the plan predicted from the profile alone, over the median step measured
+    ratios = sorted(
+        j["predicted_step_s"] / j["measured_step_s"]
+        for j in jobs.values()
+        if j["status"] == "done" and j.get("predicted_step_s") and j.get("measured_step_s")
+    )
     rows = [
         ["domains found down", len(down), f"killed: {lost}"],
         ["false 'down' (not the killed domain)", sum(d != lost for d in down), ""],
@@ -232,6 +238,11 @@ def main(argv: list[str] | None = None) -> None:
             "runs started (median start-up, s)",
             len(starts),
             f"{sorted(starts)[len(starts) // 2]:.1f}" if starts else "-",
+        ],
+        [
+            "finished jobs' predicted / measured step (median, range)",
+            f"{ratios[len(ratios) // 2]:.2f}" if ratios else "-",
+            f"{ratios[0]:.2f}-{ratios[-1]:.2f}" if ratios else "",
         ],
         [
             "watchdog fails",

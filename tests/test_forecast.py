@@ -219,23 +219,24 @@ def test_ratio_interval_separates_a_clear_win_from_noise():
 
 
 def test_pooled_siblings_are_cut_at_the_test_start(tmp_path, capsys):
-    target = series.from_frame(synthetic(days=14, seed=4), "occupancy", name="vcA")
-    sib_df = synthetic(days=14, seed=5)
+    # The CLI pools CSVs of the same format found beside the one it backtests.
+    target, sib_df = synthetic(days=14, seed=4), synthetic(days=14, seed=5)
+    target.to_csv(tmp_path / "vcA.csv", index=False)
+    sib_df.to_csv(tmp_path / "vcB.csv", index=False)
+    (tmp_path / "notes.csv").write_text("a,b\n1,2\n")
+    assert main(["forecast", "backtest", str(tmp_path / "vcA.csv"), "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["pooled_with"] == ["vcB"] and "phases" not in first
     sib = series.from_frame(sib_df, "occupancy", name="vcB")
-    first = backtest.run(target, "1h", pool=[sib])
     start = sib.index.searchsorted(pd.Timestamp(first["test_start"]))
     tampered = sib.values.copy()
     tampered[start:] = 5_000.0  # sibling data from the test window must not be used
     again = backtest.run(
-        target, "1h", pool=[series.Series("vcB", "occupancy", tampered, sib.index, 1)]
+        series.from_frame(target, "occupancy", name="vcA"),
+        "1h",
+        pool=[series.Series("vcB", "occupancy", tampered, sib.index, 1)],
     )
-    assert first["pooled_with"] == ["vcB"] and first["wape"] == again["wape"]
-    # The CLI pools CSVs of the same format found beside the one it backtests.
-    synthetic(days=14, seed=4).to_csv(tmp_path / "vcA.csv", index=False)
-    sib_df.to_csv(tmp_path / "vcB.csv", index=False)
-    (tmp_path / "notes.csv").write_text("a,b\n1,2\n")
-    assert main(["forecast", "backtest", str(tmp_path / "vcA.csv"), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["pooled_with"] == ["vcB"]
+    assert again["pooled_with"] == ["vcB"] and first["wape"] == again["wape"]
 
 
 @pytest.mark.parametrize(
@@ -354,4 +355,3 @@ def test_shifted_phases_diagnostic_reuses_the_model_and_moves_the_windows():
         best = min(v for k, v in p["wape"].items() if k not in ("hybrid", "direct"))
         assert "direct" in p["wape"] and p["lowest_wape"] == (p["wape"]["hybrid"] < best)
     assert first["wape"]["direct"] == pytest.approx(r["direct_model"]["wape"])
-    assert "phases" not in backtest.run(s, "1h")
