@@ -68,6 +68,7 @@ BY_NAME |= dict.fromkeys(
         "test_forecast_service.py::test_served_forecast_fits_the_model_the_controller_fits_in_process",
         "test_forecast_service.py::test_online_model_refits_daily_and_when_time_goes_back",
         "test_hostile_inputs.py::test_any_mutated_scenario_is_checked_cleanly",
+        "test_layer_profiles.py::test_layer_timer_times_transformers_own_gpt2_modules",
         "test_layers.py::test_importing_the_pure_layers_loads_none_of_it",
         "test_layers.py::test_no_module_outside_the_engine_writes_engine_or_job_state",
         "test_live.py::test_the_small_gpt_learns_the_corpus",

@@ -459,3 +459,55 @@ def test_a_cuda_device_name_finds_its_catalog_entry(device, name):
 def test_an_accelerator_outside_the_catalog_has_no_code_for_a_profile_to_match():
     assert catalog.accelerator_code("GH200") >= 0
     assert catalog.accelerator_code("not-an-accelerator") == -1
+
+
+def test_layer_timer_times_transformers_own_gpt2_modules():
+    """`--implementation hf-gpt2`: transformers' GPT-2 block, embedding and loss, fp32 weights
+    under autocast in 16-bit (as its Trainer runs them); what it cannot time, it says."""
+    pytest.importorskip("transformers", reason="the hf extra is not installed")
+    import torch
+
+    from xdscheduler.live.layer_timer import measure
+
+    arch = catalog.ModelArch("tiny", 2, 64, 256, 4, 4, 128, 32, False, True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        half = measure(
+            arch,
+            micro_batches=[1],
+            tp=1,
+            dtype="bf16",
+            accelerator="H100-SXM",
+            device="cpu",
+            repeats=1,
+            fused_attention=True,
+            implementation="hf-gpt2",
+        )
+        with pytest.raises(UserError, match="TP 1"):
+            measure(
+                arch,
+                micro_batches=[1],
+                tp=2,
+                dtype="bf16",
+                accelerator="H100-SXM",
+                device="cpu",
+                implementation="hf-gpt2",
+            )
+    finally:
+        torch.set_num_threads(threads)
+    (t,) = half.timings
+    assert min(t.first_fwd_s, t.layer_fwd_s, t.layer_bwd_s, t.last_fwd_s, t.last_bwd_s) > 0
+    assert half.dtype == "bf16" and "GPT-2 modules, fp32 weights under autocast" in half.source
+    assert MeasuredLayers.of(half).applies(arch, 32)
+
+
+def test_the_gpu_steps_benchmark_reads_the_committed_h100_runs(capsys):
+    """The committed measurements (benchmarks/gpu_runs, one H100) read back and compare."""
+    from benchmarks import gpu_steps
+
+    gpu_steps.main([str(gpu_steps.RUNS)])
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert "training steps of a Hugging Face GPT-2 measured on NVIDIA H100" in first
+    assert "ours, a profile of transformers' GPT-2 modules" in out and "roofline alone" in out

@@ -12,6 +12,11 @@ without the all-reduces: the profile says so and the model adds its own. The opt
 is AdamW over a known number of parameters; the memory a block keeps for its backward pass is
 what the allocator holds after its forward (GPU only).
 
+`implementation="hf-gpt2"` times Hugging Face transformers' own GPT-2 modules of the model's
+shape instead (its block, its token and position tables, its final norm, output layer and
+loss), with fp32 weights under autocast in 16-bit, as its Trainer runs them: a profile of
+the code a user trains, not of a Megatron-like block.
+
 fp32 and tf32 are both fp32 tensors; what differs is whether PyTorch runs their matmuls on
 TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32, which NVIDIA's containers turn on
 through TORCH_ALLOW_TF32_CUBLAS_OVERRIDE): the profile records what the flag was when timed.
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import Any
 
 import torch
 from torch import nn
@@ -103,6 +109,107 @@ class Output(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1))
 
 
+IMPLEMENTATIONS = ("xds", "hf-gpt2")
+
+
+def hf_gpt2_config(shape: Shape, layers: int, fused_attention: bool = True):
+    """transformers' GPT2Config of `shape` with `layers` blocks."""
+    try:
+        from transformers import GPT2Config
+    except ImportError as err:
+        raise UserError(
+            "--implementation hf-gpt2 needs transformers (pip install 'xdscheduler[hf]')"
+        ) from err
+    if shape.gated_mlp or shape.kv_heads != shape.heads:
+        raise UserError(
+            "--implementation hf-gpt2 times GPT-2's own layers: TP 1, no gated MLP, as many "
+            "key/value heads as heads"
+        )
+    return GPT2Config(
+        vocab_size=shape.vocab,
+        n_positions=shape.seq_len,
+        n_embd=shape.hidden,
+        n_layer=layers,
+        n_head=shape.heads,
+        n_inner=shape.ffn_hidden,
+        attn_implementation="sdpa" if fused_attention else "eager",
+        bos_token_id=None,
+        eos_token_id=None,
+    )
+
+
+def hf_gpt2_blocks(shape: Shape, tp: int, fused_attention: bool) -> dict[str, nn.Module]:
+    """transformers' GPT-2 modules of `shape`: embedding, one block, output and loss."""
+    if tp != 1:
+        raise UserError(
+            "--implementation hf-gpt2 times GPT-2's own layers: TP 1, no gated MLP, as many "
+            "key/value heads as heads"
+        )
+    from transformers import GPT2LMHeadModel
+
+    net = GPT2LMHeadModel(hf_gpt2_config(shape, 1, fused_attention))
+    return {"first": HFEmbedding(net), "layer": HFBlock(net), "last": HFOutput(net)}
+
+
+class HFEmbedding(nn.Module):
+    def __init__(self, net: Any):  # a GPT2LMHeadModel (transformers: untyped here)
+        super().__init__()
+        self.wte, self.wpe, self.drop = (
+            net.transformer.wte,
+            net.transformer.wpe,
+            net.transformer.drop,
+        )
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        return self.drop(self.wte(ids) + self.wpe(pos))
+
+
+class HFBlock(nn.Module):
+    def __init__(self, net: Any):  # a GPT2LMHeadModel (transformers: untyped here)
+        super().__init__()
+        self.block = net.transformer.h[0]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.block(x)  # causal, as in the whole model: no mask to pad
+        return out[0] if isinstance(out, tuple) else out
+
+
+class HFOutput(nn.Module):
+    def __init__(self, net: Any):  # a GPT2LMHeadModel (transformers: untyped here)
+        super().__init__()
+        self.norm, self.head, self.loss = net.transformer.ln_f, net.lm_head, net.loss_function
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        logits = self.head(self.norm(x))
+        return self.loss(logits, labels, vocab_size=logits.shape[-1])
+
+
+class Autocast(nn.Module):
+    """A module run under autocast to `dtype` (its weights stay as they are)."""
+
+    def __init__(self, inner: nn.Module, device: torch.device, dtype: torch.dtype):
+        super().__init__()
+        self.inner, self.device_type, self.dtype = inner, device.type, dtype
+
+    def forward(self, *args):
+        with torch.autocast(self.device_type, self.dtype):
+            return self.inner(*args)
+
+
+def warm_up(dev: torch.device, seconds: float = 2.0) -> None:
+    """Matrix products until the GPU's clocks are up: the first block timed on an idle GPU
+    otherwise runs slower than the rest."""
+    if dev.type != "cuda":
+        return
+    a = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(20):
+            a @ a
+        torch.cuda.synchronize()
+
+
 class Clock:
     """Seconds of a call: CUDA events on the device's stream, else the wall clock."""
 
@@ -169,6 +276,7 @@ def measure(
     fused_attention: bool = False,
     stack: str = "megatron-2021",
     seq: int | None = None,
+    implementation: str = "xds",
 ) -> LayerProfile:
     """The layer profile of `arch` on this machine's device."""
     dev = torch.device(
@@ -195,20 +303,12 @@ def measure(
         if wide
         else dtype
     )
-    torch_dtype = TORCH_DTYPES[dtype]
     shape = Shape.of(arch, seq)
     clock = Clock(dev)
     torch.manual_seed(0)
-    first = Embedding(shape, tp)
-    vocab = first.tokens.num_embeddings  # one TP shard's rows
-    blocks = {
-        k: m.to(dev, torch_dtype)
-        for k, m in (
-            ("first", first),
-            ("layer", Block(shape, tp, fused_attention)),
-            ("last", Output(shape, tp)),
-        )
-    }
+    blocks, torch_dtype = _blocks(shape, tp, dtype, dev, fused_attention, implementation)
+    vocab = -(-shape.vocab // tp)  # one TP shard's rows
+    warm_up(dev)
     timings: list[LayerTiming] = []
     kept: dict[str, list[float]] = {}  # per block, the bytes its forward keeps per sample
     for mb in micro_batches:
@@ -253,6 +353,7 @@ def measure(
         source=(
             f"xds layers measure on {where} (torch {torch.__version__}; "
             f"allow_tf32={torch.backends.cuda.matmul.allow_tf32}; "
+            f"{_what(implementation, dtype)}; "
             f"{'fused' if fused_attention else 'unfused'} attention; {repeats} repeats, "
             f"median; TP {tp} timed as one rank's shard without its all-reduces)"
         ),
@@ -261,6 +362,34 @@ def measure(
         timings=timings,
         memory=memory,
     )
+
+
+def _blocks(shape, tp, dtype, dev, fused_attention, implementation):
+    """The three blocks to time on `dev`, and the dtype of the activations they take."""
+    if implementation == "xds":
+        made = {
+            "first": Embedding(shape, tp),
+            "layer": Block(shape, tp, fused_attention),
+            "last": Output(shape, tp),
+        }
+        return {k: m.to(dev, TORCH_DTYPES[dtype]) for k, m in made.items()}, TORCH_DTYPES[dtype]
+    if implementation != "hf-gpt2":
+        raise UserError(
+            f"unknown implementation {implementation!r}; one of {', '.join(IMPLEMENTATIONS)}"
+        )
+    made = {k: m.to(dev) for k, m in hf_gpt2_blocks(shape, tp, fused_attention).items()}
+    if dtype in ("bf16", "fp16"):  # fp32 weights and residual stream, 16-bit matmuls
+        made = {k: Autocast(m, dev, TORCH_DTYPES[dtype]) for k, m in made.items()}
+    return made, torch.float32
+
+
+def _what(implementation: str, dtype: str) -> str:
+    if implementation == "xds":
+        return "a GPT block of its own"
+    import transformers
+
+    cast = ", fp32 weights under autocast" if dtype in ("bf16", "fp16") else ""
+    return f"transformers {transformers.__version__} GPT-2 modules{cast}"
 
 
 def _accelerator(dev: torch.device, given: str | None) -> str:

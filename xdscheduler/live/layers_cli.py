@@ -66,6 +66,13 @@ def register(subparsers) -> None:
         "scaled_dot_product_attention",
     )
     m.add_argument(
+        "--implementation",
+        choices=("xds", "hf-gpt2"),
+        default="xds",
+        help="xds: a GPT block of its own (Megatron-like); hf-gpt2: Hugging Face "
+        "transformers' GPT-2 modules, as its Trainer runs them (needs the hf extra)",
+    )
+    m.add_argument(
         "--stack",
         default="megatron-2021",
         help="the software stack the profile stands for (default megatron-2021: "
@@ -172,6 +179,7 @@ def cmd_measure(args) -> None:
         fused_attention=args.attention == "fused",
         stack=_stack(args.stack),
         seq=args.seq,
+        implementation=args.implementation,
     )
     profile.save(out)
     _report(profile, out, args.json)
