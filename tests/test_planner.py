@@ -77,7 +77,7 @@ def test_default_scenario_decisions_have_alternatives_and_a_pareto_front(default
 
 
 def brute_force(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchOptions) -> float:
-    """The best objective over the plan space, one plan at a time with plain loops."""
+    """The best objective over the plan space, enumerated with plain loops."""
     free = [d.free_gpus for d in view.domains]
     bw = view.bandwidth_gbps
     k = len(view.domains)
@@ -134,6 +134,7 @@ def brute_force(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchO
             for d in range(1, min(job.global_batch, job.gpus_max) + 1)
             if job.global_batch % d == 0
         ]
+        candidates = []  # (gpus, the memory ladder's plans) of every shape this place takes
         for tp, pp, vp, mb, dp, h in itertools.product(
             tps, pps, opts.virtual, opts.micro_batch, dps, opts.diloco_h
         ):
@@ -154,8 +155,8 @@ def brute_force(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchO
                 gpus = None if parts is None else [p * unit for p in parts]
             if gpus is None:
                 continue
-            for zero, rec in MEMORY_LADDER:
-                plan = Plan(
+            ladder = [
+                Plan(
                     dp=dp,
                     tp=tp,
                     pp=pp,
@@ -165,12 +166,22 @@ def brute_force(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchO
                     recompute=RECOMPUTE[rec],
                     diloco_h=h,
                 )
-                est = estimate(arch, job.global_batch, PlanBatch.of([plan]), hw, wan, seq=job.seq)
-                if est.fits[0]:
-                    break
-            else:
+                for zero, rec in MEMORY_LADDER
+            ]
+            candidates.append((gpus, ladder))
+        if not candidates:
+            continue
+        # every rung of every ladder in one call (each plan's estimate is its own row); the
+        # first rung that fits is the plan, as a loop over the ladder would take it
+        plans = [plan for _, ladder in candidates for plan in ladder]
+        est = estimate(arch, job.global_batch, PlanBatch.of(plans), hw, wan, seq=job.seq)
+        row = 0
+        for gpus, ladder in candidates:
+            fit = next((row + i for i in range(len(ladder)) if est.fits[row + i]), None)
+            row += len(ladder)
+            if fit is None:
                 continue
-            step = float(est.step_time_s[0])
+            step = float(est.step_time_s[fit])
             peak = sum(
                 g * view.domains[i].accelerator.half_tflops * 1e12
                 for g, i in zip(gpus, members, strict=True)
@@ -178,7 +189,7 @@ def brute_force(job: JobSpec, view: ClusterView, weights: Weights, opts: SearchO
             gpu_cost = sum(
                 g * view.domains[i].price_per_gpu_hour for g, i in zip(gpus, members, strict=True)
             )
-            wan_cost = float(est.cross_domain_bytes[0]) / 1e9 * price * 3600 / step
+            wan_cost = float(est.cross_domain_bytes[fit]) / 1e9 * price * 3600 / step
             rows.append(
                 (
                     job.global_batch * job.seq / step,
