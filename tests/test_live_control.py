@@ -141,6 +141,16 @@ def test_a_running_jobs_shown_state_says_where_it_is_in_its_life():
     assert rec.row()["status"] == "cancelled"
 
 
+def test_a_first_step_heard_after_the_second_still_gives_the_first_loss():
+    """The controller runs a run's reports on many threads: two may run out of order."""
+    rec = JobRecord(LiveJob(name="j"), time.time())
+    rec.status = "running"
+    rec.hear({"step": 2, "loss": 5.5, "step_time_s": 0.1})
+    rec.hear({"step": 1, "loss": 6.0, "step_time_s": 0.1})
+    rec.hear({"step": 3, "loss": 5.0, "step_time_s": 0.1})
+    assert rec.first_loss == 6.0 and rec.row()["first_loss"] == 6.0
+
+
 def test_a_job_cancelled_while_running_ends_when_a_new_controller_replays_the_journal(tmp_path):
     """Its run stops at its next question, but the controller is lost first: the run dies with
     it, and the controller started after must end the job, not queue it for ever."""

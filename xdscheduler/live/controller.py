@@ -320,10 +320,11 @@ class LiveController(JobBook):
             rec = self.jobs.get(name)
             if not self._current(rec, metrics.get("attempt", -1)):
                 return  # a run given up (lost, cancelled by force): its steps count no more
-            first = rec.stepped_at is None
             rec.hear(metrics)
-            if first:
-                self._started(rec, metrics.get("startup") or {})
+            # the run's first step carries its start-up stages; this actor runs calls on many
+            # threads, so that report may be run after the second step's
+            if "startup" in metrics:
+                self._started(rec, metrics["startup"])
             seen = len(rec.step_times) - WARMUP_STEPS
             if rec.chosen is not None and seen >= OBSERVE_EVERY * (rec.observed + 1):
                 measured = rec.measured()

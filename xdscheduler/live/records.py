@@ -78,6 +78,7 @@ class JobRecord:
     step: int = 0
     loss: float | None = None
     first_loss: float | None = None
+    first_loss_step: int = 0  # the step first_loss was heard at
     step_times: list = field(default_factory=list)
     attempts: int = 0
     priority: int = 1  # its own, at least its tenant's floor
@@ -105,7 +106,8 @@ class JobRecord:
             self.startup_s = now - self.placed_at
         self.stepped_at = now
         self.step, self.loss = int(metrics["step"]), float(metrics["loss"])
-        self.first_loss = self.loss if self.first_loss is None else self.first_loss
+        if self.first_loss is None or self.step < self.first_loss_step:  # reports may cross
+            self.first_loss, self.first_loss_step = self.loss, self.step
         self.step_times.append(float(metrics["step_time_s"]))
         if self.step % self.job.checkpoint_every == 0:
             self.checkpointed = self.step
