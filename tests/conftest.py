@@ -121,11 +121,7 @@ def pytest_collection_modifyitems(config, items):
         # on one worker, on the cluster they share; each other module on one worker, so that
         # its module-wide fixtures (a whole study, a Ray app) run once
         live = item.get_closest_marker("live") is not None
-        # the cluster given by address is a cluster of its own (its own namespaces, Ray and
-        # ports): its test runs on the other worker, beside the live tests, not after them
-        attached = "existing_cluster" in item.fixturenames
-        group = "live-attached" if attached else "live" if live else item.path.name
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group("live" if live else item.path.name))
     # the live tests first: they take longest, and their domains' CPU shares are what they
     # wait on, not the machine, so the other worker runs the rest beside them; of the rest the
     # longest modules first, so that the last to run, when the live worker joins in, are short
@@ -148,9 +144,7 @@ LONGEST = (
 def run_order(item: pytest.Item) -> tuple[bool, int]:
     name = item.path.name
     rank = LONGEST.index(name) if name in LONGEST else len(LONGEST)
-    if "existing_cluster" in item.fixturenames:
-        rank = -1  # the first the other worker takes
-    return item.get_closest_marker("live") is None and rank >= 0, rank
+    return item.get_closest_marker("live") is None, rank
 
 
 @pytest.fixture(autouse=True)
