@@ -184,6 +184,7 @@ def compare(folder: Path) -> None:
     kinds = {i: f"ours, a profile of {what}" for i, what in IMPLEMENTATIONS.items()}
     kinds["roofline"] = "ours, roofline alone"
     rows, errs, left_out = [], {k: [] for k in kinds}, []
+    hw, stack = Hardware.of(catalog.accelerator(ACCELERATOR)), Stack.preset(STACK)
     for run in found["runs"]:
         if run.get("out_of_memory"):
             left_out.append(
@@ -204,10 +205,7 @@ def compare(folder: Path) -> None:
                 row += ["-", "-"]
                 continue
             measured = (MeasuredLayers.of(LayerProfile.load(path)),) if path.is_file() else ()
-            hw = Hardware.of(catalog.accelerator(ACCELERATOR))
-            got = estimate(
-                arch, batch, plan, hw, stack=Stack.preset(STACK), seq=run["seq"], measured=measured
-            )
+            got = estimate(arch, batch, plan, hw, stack=stack, seq=run["seq"], measured=measured)
             step = float(got.step_time_s[0])
             errs[kind].append(step / run["step_s"] - 1)
             row += [f"{step:.4f}", f"{errs[kind][-1]:+.1%}"]

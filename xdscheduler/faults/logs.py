@@ -271,11 +271,10 @@ class StepTimeMonitor:
         """`slow_run`, and what it rests on."""
         if source not in self._ref:
             return 0, {}
-        run, bound = self._run.get(source, 0), self._ref[source][2]
-        elapsed = now - self._last[source]
+        bound = self._ref[source][2]
         return self.slow_run(source, now), {
-            "slow_run": run,
-            "in_progress_s": round(elapsed, 3),
+            "slow_run": self._run.get(source, 0),
+            "in_progress_s": round(now - self._last[source], 3),
             "last_z": round(self._z.get(source, 0.0), 2),
             "slow_bound_s": round(bound, 4),
         }

@@ -112,15 +112,15 @@ class Output(nn.Module):
 IMPLEMENTATIONS = ("xds", "hf-gpt2")
 
 
-def hf_gpt2_config(shape: Shape, layers: int, fused_attention: bool = True):
-    """transformers' GPT2Config of `shape` with `layers` blocks."""
+def hf_gpt2_config(shape: Shape, layers: int, fused_attention: bool = True, tp: int = 1):
+    """transformers' GPT2Config of `shape` with `layers` blocks (whole, not a TP shard)."""
     try:
         from transformers import GPT2Config
     except ImportError as err:
         raise UserError(
             "--implementation hf-gpt2 needs transformers (pip install 'xdscheduler[hf]')"
         ) from err
-    if shape.gated_mlp or shape.kv_heads != shape.heads:
+    if tp != 1 or shape.gated_mlp or shape.kv_heads != shape.heads:
         raise UserError(
             "--implementation hf-gpt2 times GPT-2's own layers: TP 1, no gated MLP, as many "
             "key/value heads as heads"
@@ -140,14 +140,10 @@ def hf_gpt2_config(shape: Shape, layers: int, fused_attention: bool = True):
 
 def hf_gpt2_blocks(shape: Shape, tp: int, fused_attention: bool) -> dict[str, nn.Module]:
     """transformers' GPT-2 modules of `shape`: embedding, one block, output and loss."""
-    if tp != 1:
-        raise UserError(
-            "--implementation hf-gpt2 times GPT-2's own layers: TP 1, no gated MLP, as many "
-            "key/value heads as heads"
-        )
+    config = hf_gpt2_config(shape, 1, fused_attention, tp)
     from transformers import GPT2LMHeadModel
 
-    net = GPT2LMHeadModel(hf_gpt2_config(shape, 1, fused_attention))
+    net = GPT2LMHeadModel(config)
     return {"first": HFEmbedding(net), "layer": HFBlock(net), "last": HFOutput(net)}
 
 
