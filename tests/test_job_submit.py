@@ -28,7 +28,6 @@ def head(tmp_path):
     # cluster long gone. (Short: Ray's socket paths live under it.)
     own_tmp = tempfile.mkdtemp(prefix="xds-ray-")
     pointer = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
-    before = pointer.read_bytes() if pointer.exists() else None
     # The recipe of docs/operations.md: token authentication with a token of this cluster's own
     # (in the environment, not the user's ~/.ray), every port on 127.0.0.1.
     env = {
@@ -85,8 +84,9 @@ def head(tmp_path):
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
     shutil.rmtree(own_tmp, ignore_errors=True)
-    after = pointer.read_bytes() if pointer.exists() else None
-    assert after == before, "the shared ray_current_cluster pointer was left changed"
+    # (another test's cluster may rewrite the pointer meanwhile: only ours must not be there)
+    left = pointer.read_text() if pointer.exists() else ""
+    assert not left.endswith(f":{gcs}"), "the shared ray_current_cluster pointer names our head"
 
 
 @pytest.mark.slow

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -1032,6 +1034,10 @@ def existing_cluster(tmp_path_factory):
     env.pop("RAY_ADDRESS", None)
     ray = os.path.join(os.path.dirname(sys.executable), "ray")
     logs = tmp_path_factory.mktemp("existing")
+    # its own temp folder, as `xds up` gives its clusters: with Ray's default, `ray start`
+    # would point the shared ray_current_cluster at this cluster and leave it there
+    # (short: Ray's socket paths live under it)
+    own_tmp = tempfile.mkdtemp(prefix="xds-ray-")
     started = []
 
     def start(args, ns=None, extra=None):
@@ -1066,6 +1072,8 @@ def existing_cluster(tmp_path_factory):
                 "1",
                 "--labels",
                 "xds.role=head",
+                "--temp-dir",
+                own_tmp,
             ]
         )
         time.sleep(6)
@@ -1090,6 +1098,7 @@ def existing_cluster(tmp_path_factory):
         stop_processes(started[1:])  # the nodes, then the head
         stop_processes(started[:1])
         fabric.teardown(net)
+        shutil.rmtree(own_tmp, ignore_errors=True)
 
 
 @needs_fabric
