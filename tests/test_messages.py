@@ -11,6 +11,7 @@ from xdscheduler.costmodel.messages import (
     NET_STEP_LATENCY_S,
     MessageCurve,
     NetworkProfile,
+    connection_bps,
     from_sailor,
     ring_s,
 )
@@ -24,6 +25,32 @@ CURVE = MessageCurve((1.0, 2.0), peak_gbps=32.0)
 
 def test_a_curve_gives_a_small_message_a_share_of_the_peak_and_a_large_one_all_of_it():
     assert CURVE.share([0.5e6, 1e6, 4e6, 1e9]) == pytest.approx([0.25, 0.5, 1.0, 1.0])
+
+
+# Sailor's measured peaks (multizone_bandwidths_het.json, Gbit/s) of 1, 2 and 4 GPUs of a
+# 4-GPU A100-40 VM sending at once to as many of another: inside us-central1-a, and from
+# us-central1-a to us-west1-b
+PEAKS = {"zone": (19.363, 29.399, 48.287), "to Oregon": (4.960, 7.103, 8.733)}
+
+
+@pytest.mark.parametrize("where", PEAKS)
+def test_two_connections_of_a_vm_pair_get_what_sailor_measured_for_two(where):
+    """From the one-connection and whole-VM peaks alone, the two-connection total comes
+    within 8% of the measurement; capping 2 x one connection at the VM's rate did not."""
+    one, two, four = PEAKS[where]
+    total = 2 * connection_bps(four, one, 2, 4)
+    assert total == pytest.approx(two, rel=0.08)
+    assert abs(min(2 * one, four) / two - 1) > 0.2
+    # the two measured ends are met exactly
+    assert connection_bps(four, one, [1, 4], 4) == pytest.approx([one, four / 4])
+
+
+def test_connections_beyond_a_node_or_without_a_flow_rate_share_the_pair_evenly():
+    assert connection_bps(48.0, 20.0, 8, 4) == pytest.approx(6.0)  # 8 over a 4-GPU pair
+    assert connection_bps(48.0, np.inf, [1, 2, 4], 4) == pytest.approx([48.0, 24.0, 12.0])
+    assert connection_bps(48.0, 20.0, [1, 2, 4], 1) == pytest.approx([20.0, 20.0, 12.0])
+    # a connection faster than the pair: the pair binds
+    assert connection_bps(10.0, 20.0, [1, 2], 4) == pytest.approx([10.0, 5.0])
 
 
 def test_a_ring_by_hand_buckets_and_message_sizes():

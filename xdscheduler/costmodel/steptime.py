@@ -17,7 +17,7 @@ import numpy as np
 from xdscheduler.catalog import ModelArch
 from xdscheduler.costmodel.constants import DEFAULT, Calibration
 from xdscheduler.costmodel.layers import TIMES, MeasuredLayers, applicable
-from xdscheduler.costmodel.messages import MessageCurve, ring_s
+from xdscheduler.costmodel.messages import MessageCurve, connection_bps, ring_s
 from xdscheduler.costmodel.plan import DTYPES, OPERAND_BYTES, Hardware, PlanBatch, Stack, WanUse
 
 GIB = 2**30
@@ -319,14 +319,19 @@ def _estimate(
     # stage's nodes (dp·tp·cp ranks) streams to its peer at that rate.
     pp_lanes = np.where(_f(wan.pp_per_node) > 0, _lanes(dp * tp * cp, gpn), 1.0)
     # each rank of the boundary stage streams its share on its own connection
+    boundary = dp * tp * cp
     p2p_wan = (
         dp
         * mb
         * s
         * h
         * elem
-        / np.minimum(
-            wan_bps * pp_lanes, dp * tp * cp * _f(wan.pp_flow_gbps) * 1e9 / 8 * calib.wan_efficiency
+        / boundary
+        / connection_bps(
+            wan_bps,
+            _f(wan.pp_flow_gbps) * 1e9 / 8 * calib.wan_efficiency,
+            boundary / pp_lanes,
+            np.where(_f(wan.pp_per_node) > 0, gpn, 1.0),
         )
     )
     link_busy = vp * np.where(crossings > 0, p2p_wan, p2p_intra)
@@ -393,8 +398,11 @@ def _estimate(
     # Each rank crossing streams on its own connection: a flat ring's one replica's ranks,
     # every rank of a domain's replicas in the hierarchical exchange.
     flows = np.where(flat, 1.0, local) * tp * cp * pp
-    wan_conn_bps = np.minimum(
-        dp_wan_bps * dp_lanes / flows, _f(wan.dp_flow_gbps) * 1e9 / 8 * calib.wan_efficiency
+    wan_conn_bps = connection_bps(
+        dp_wan_bps,
+        _f(wan.dp_flow_gbps) * 1e9 / 8 * calib.wan_efficiency,
+        flows / dp_lanes,
+        np.where(_f(wan.dp_per_node) > 0, gpn, 1.0),
     )
     # a flat ring: each connection carries its replica's share in messages of bucket/dp bytes
     flat_wan = ring_s(model_grad_bytes / flows, dp, wan_conn_bps, bucket, network)
@@ -555,11 +563,9 @@ def _allreduce_s(
     nodes = ranks / per_node
     inside = 2 * (per_node - 1) / per_node * size / scaleup
     across = 2 * (nodes - 1) / nodes * size / (per_node * np.minimum(scaleout, flow))
-    ring = np.where(
-        nodes > 1,
-        ring_s(size, ranks, np.minimum(flow, per_node * scaleout), bucket, network),
-        inside,
-    )
+    # a ring a data-parallel rank of the node: gpn / per_node of them cross between nodes at once
+    conn = connection_bps(gpn * scaleout, flow, gpn / per_node, gpn)
+    ring = np.where(nodes > 1, ring_s(size, ranks, conn, bucket, network), inside)
     return np.where(flat, ring, inside + across) / efficiency
 
 
