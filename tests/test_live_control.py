@@ -147,8 +147,12 @@ def test_a_first_step_heard_after_the_second_still_gives_the_first_loss():
     rec.status = "running"
     rec.hear({"step": 2, "loss": 5.5, "step_time_s": 0.1})
     rec.hear({"step": 1, "loss": 6.0, "step_time_s": 0.1})
+    assert (rec.step, rec.loss) == (2, 5.5)  # the earlier step heard later moves nothing back
     rec.hear({"step": 3, "loss": 5.0, "step_time_s": 0.1})
     assert rec.first_loss == 6.0 and rec.row()["first_loss"] == 6.0
+    rec.stepped_at = None  # a new run, as a launch leaves it: it resumed from an earlier step
+    rec.hear({"step": 2, "loss": 5.4, "step_time_s": 0.1})
+    assert (rec.step, rec.loss, rec.first_loss) == (2, 5.4, 6.0)
 
 
 def test_a_job_cancelled_while_running_ends_when_a_new_controller_replays_the_journal(tmp_path):

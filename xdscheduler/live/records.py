@@ -104,13 +104,16 @@ class JobRecord:
         now = time.time()
         if self.startup_s is None and self.placed_at:
             self.startup_s = now - self.placed_at
+        step, loss = int(metrics["step"]), float(metrics["loss"])
+        # reports may cross: a run's latest step stands (a new run may resume from an earlier one)
+        if self.stepped_at is None or step >= self.step:
+            self.step, self.loss = step, loss
         self.stepped_at = now
-        self.step, self.loss = int(metrics["step"]), float(metrics["loss"])
-        if self.first_loss is None or self.step < self.first_loss_step:  # reports may cross
-            self.first_loss, self.first_loss_step = self.loss, self.step
+        if self.first_loss is None or step < self.first_loss_step:
+            self.first_loss, self.first_loss_step = loss, step
         self.step_times.append(float(metrics["step_time_s"]))
-        if self.step % self.job.checkpoint_every == 0:
-            self.checkpointed = self.step
+        if step % self.job.checkpoint_every == 0:
+            self.checkpointed = max(self.checkpointed, step)
 
     @property
     def shown(self) -> str:
