@@ -42,11 +42,19 @@ REFERENCE_STEPS = (3, 10)  # warm-up, then timed
 
 @ray.remote(num_cpus=1, max_calls=1)  # its worker joined an accelerator's group: not reused
 def measure_accelerator(seconds: float) -> dict:
-    """This worker's GEMM TFLOP/s per dtype and size, and copy GB/s, on one thread."""
+    """This accelerator's GEMMs and copies, then its reference trainings, on one thread: one
+    worker for both (a worker's start and torch's import cost more than the GEMMs do)."""
     import torch
 
     quota.join()
     torch.set_num_threads(1)
+    return {**gemms_and_copies(seconds), "trainings": reference_trainings()}
+
+
+def gemms_and_copies(seconds: float) -> dict:
+    """This worker's GEMM TFLOP/s per dtype and size, and copy GB/s."""
+    import torch
+
     gemm = {}
     for name, dtype in DTYPES.items():
         for n in SHAPES:
@@ -58,17 +66,14 @@ def measure_accelerator(seconds: float) -> dict:
     return {"node": ray.util.get_node_ip_address(), "gemm_tflops": gemm, "memory_gbs": copy_gbs}
 
 
-@ray.remote(num_cpus=1, max_calls=1)
-def measure_trainings() -> list[float]:
+def reference_trainings() -> list[float]:
     """This accelerator's median step time of each reference training (the live runner's step:
-    forward, backward and AdamW on one thread, no gradient reduction)."""
+    forward, backward and AdamW, no gradient reduction)."""
     import torch
 
     from xdscheduler.live.gpt import Gpt, GptShape, MarkovCorpus
     from xdscheduler.live.training import accumulate
 
-    quota.join()
-    torch.set_num_threads(1)
     warm, timed = REFERENCE_STEPS
     medians = []
     for layers, hidden, batch in REFERENCES:
@@ -88,9 +93,11 @@ def measure_trainings() -> list[float]:
 
 
 def reduce_loop(config: dict) -> None:
-    """Ray Train's per-worker function: the domain's gradient sum as the live runner does it,
-    after `burst_s` of GEMMs on every rank; rank 0 reports the median seconds per size."""
+    """Ray Train's per-worker function: each domain's gradient sum as the live runner does it,
+    every domain at once, after `burst_s` of GEMMs on every rank; each domain's leader times
+    it, and rank 0 reports every domain's median seconds per size."""
     import torch
+    import torch.distributed as dist
     from ray import train
 
     from xdscheduler.live.training import DomainSync
@@ -113,47 +120,56 @@ def reduce_loop(config: dict) -> None:
             sync.hierarchical_sum(flat, cross=False)
             took.append(time.perf_counter() - start)
         seconds[str(mb)] = float(np.median(took[1:]))
+    leaders = [None] * world
+    dist.all_gather_object(leaders, (sync.domain, seconds) if rank == sync.leader else None)
     # Ray Train keeps a run's metrics with its checkpoints only: rank 0's figures go in one
     with tempfile.TemporaryDirectory() as folder:
-        (Path(folder) / "reduce_s.json").write_text(json.dumps(seconds))
+        (Path(folder) / "reduce_s.json").write_text(json.dumps(dict(filter(None, leaders))))
         train.report({}, checkpoint=train.Checkpoint.from_directory(folder) if rank == 0 else None)
 
 
 @ray.remote(num_cpus=0, max_retries=0)
-def measure_reduction(name: str, accelerators: int, storage: str, burst_s: float) -> dict:
-    """Bus bandwidth (GB/s, as nccl-tests counts it) of the domain's gradient reduction, per
-    size, over all its accelerators; {} for a domain of one. A task: each domain's Ray Train
-    run drives its own."""
+def measure_reduction(domains: dict[str, int], storage: str, burst_s: float) -> dict:
+    """Per domain (name -> accelerators), the bus bandwidth (GB/s, as nccl-tests counts it)
+    of its gradient reduction over all its accelerators, per size; {} for a domain of one.
+    One Ray Train run over every domain, each reducing inside itself: one start-up, not one a
+    domain (three at once took 45 s here, one alone 19 s). A task: it drives that run."""
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    if accelerators < 2:
-        return {}
+    several = {n: k for n, k in domains.items() if k >= 2}
+    if not several:
+        return {n: {} for n in domains}
+    workers = [{DOMAIN_LABEL: n} for n, k in several.items() for _ in range(k)]
     result = TorchTrainer(
         reduce_loop,
         train_loop_config={"sizes_mb": REDUCE_MB, "repeats": REDUCE_REPEATS, "burst_s": burst_s},
         torch_config=TorchConfig(backend="gloo"),
         scaling_config=ScalingConfig(
-            num_workers=accelerators,
+            num_workers=len(workers),
             resources_per_worker={"CPU": 1},
-            label_selector=[{DOMAIN_LABEL: name}] * accelerators,
+            label_selector=workers,
         ),  # type: ignore[call-arg]
-        run_config=RunConfig(name=f"xds-profile-{name}-{time.time_ns()}", storage_path=storage),
+        run_config=RunConfig(name=f"xds-profile-{time.time_ns()}", storage_path=storage),
     ).fit()
     if result.error:
         raise result.error
     assert result.checkpoint is not None, "the reduce loop reports a checkpoint"
     with result.checkpoint.as_directory() as folder:
         seconds = json.loads((Path(folder) / "reduce_s.json").read_text())
-    ring = 2 * (accelerators - 1) / accelerators  # bytes each rank moves per byte reduced
-    return {mb: ring * int(mb) * 2**20 / s / 1e9 for mb, s in seconds.items()}
+
+    def busbw(k: int, per_size: dict) -> dict:
+        ring = 2 * (k - 1) / k  # bytes each rank moves per byte reduced
+        return {mb: ring * int(mb) * 2**20 / s / 1e9 for mb, s in per_size.items()}
+
+    return {n: busbw(k, seconds[n]) if n in several else {} for n, k in domains.items()}
 
 
 def measure_domains(
     domains: dict[str, int], seconds: float, storage: str, env: dict[str, str]
 ) -> list[dict]:
     """Per domain (name -> accelerators), the median over its accelerators of the GEMMs and
-    copies, then of the reference trainings, and the bus bandwidth of a reduction over them
+    copies and of the reference trainings, and the bus bandwidth of a reduction over them
     all: every domain at once, each phase on every accelerator, as jobs that fill the cluster
     run them (the accelerators share the host's caches and memory: measured one domain at a
     time, fresh profiles predicted the jobs 26% short to 18% long; at once, 12% short to 20%
@@ -167,23 +183,17 @@ def measure_domains(
         return {n: ray.get(r, timeout=600) for n, r in refs.items()}
 
     runs = at_once(measure_accelerator, seconds)
-    trainings = at_once(measure_trainings)
-    reduce = {
-        n: measure_reduction.options(
+    reduce = ray.get(
+        measure_reduction.options(
             label_selector={HEAD_LABEL: "head"}, runtime_env={"env_vars": env}
-        ).remote(n, k, storage, seconds / 4)
-        for n, k in domains.items()
-    }
-    return [
-        _summary(n, k, runs[n], trainings[n], ray.get(reduce[n], timeout=600))
-        for n, k in domains.items()
-    ]
+        ).remote(domains, storage, seconds / 4),
+        timeout=600,
+    )
+    return [_summary(n, k, runs[n], reduce[n]) for n, k in domains.items()]
 
 
-def _summary(
-    name: str, accelerators: int, runs: list[dict], trainings: list[list[float]], reduce: dict
-) -> dict:
-    steps = np.median(trainings, axis=0)
+def _summary(name: str, accelerators: int, runs: list[dict], reduce: dict) -> dict:
+    steps = np.median([r["trainings"] for r in runs], axis=0)
     keys = runs[0]["gemm_tflops"]
     return {
         "domain": name,
