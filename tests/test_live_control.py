@@ -431,3 +431,37 @@ def test_both_shipped_trainings_learn_through_the_plan_api(one_rank, entrypoint)
     assert len(plan.losses) == 30 and plan.domains == {"local": [0]}
     first, last = sum(plan.losses[:5]) / 5, sum(plan.losses[-5:]) / 5
     assert last < first - 0.5, (first, last)
+
+
+# ---- xds down
+
+
+def test_down_keeps_the_state_file_when_a_process_could_not_be_stopped(tmp_path, monkeypatch):
+    """What still runs stays named: `down` fails in one line and can be run again."""
+    from xdscheduler.live import cluster
+    from xdscheduler.live.state import ClusterState, Started, save
+
+    node = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "ray"])
+    try:
+        path = tmp_path / "cluster.json"
+        save(
+            ClusterState(
+                scenario=str(SCENARIOS / "local_three_domains.yaml"),
+                address="127.0.0.1:1",
+                processes=[Started.of(node, role="node", domain="east")],
+            ),
+            path,
+        )
+
+        def refused(pids):
+            raise PermissionError("operation not permitted")
+
+        monkeypatch.setattr(cluster, "stop_processes", refused)
+        with pytest.raises(UserError, match=r"could not stop Ray node east .*kept"):
+            cluster.down(path)
+        assert path.exists() and node.poll() is None
+        monkeypatch.undo()
+        assert cluster.down(path) == [f"stopped Ray node east (pid {node.pid})"]
+        assert not path.exists() and node.wait(timeout=10) is not None
+    finally:
+        node.kill()

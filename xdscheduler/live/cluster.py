@@ -319,9 +319,15 @@ def check_labels(state: ClusterState, scn: Scenario) -> dict[str, int]:
 def down(state_path: Path, say=None) -> list[str]:
     """Stop what `up` started (by process id) and remove its namespaces; on a cluster it only
     attached to, stop the controller it started there and nothing else. What was done;
-    `say(line)` hears what it is doing as it goes."""
+    `say(line)` hears what it is doing as it goes. A process that could not be stopped is a
+    UserError, and the state file stays to run `down` again."""
     state = load(state_path)
     done = stop_controller(state) if state.attached else stop(state, say)
+    failed = [line for line in done if line.startswith(COULD_NOT)]
+    if failed:  # the state file names what still runs: kept, so that `down` can be run again
+        raise UserError(
+            "; ".join(failed) + f". {state_path} is kept: run `xds down` again once that is fixed"
+        )
     state_path.unlink()
     return done
 
@@ -369,6 +375,9 @@ def reshape(state_path: Path, src: str, dst: str, gbps: float, both: bool) -> li
     return [f"{a} -> {b}: {gbps:g} Gbit/s" for a, b in pairs]
 
 
+COULD_NOT = "could not stop"
+
+
 def stop(state: ClusterState, say=None) -> list[str]:
     """Stop every recorded process and remove the namespaces, whatever fails on the way (what
     could not be done is said)."""
@@ -387,7 +396,7 @@ def stop(state: ClusterState, say=None) -> list[str]:
                 f"stopped {w}" if g else f"{w} had exited" for w, g in zip(whats, gone, strict=True)
             ]
         except Exception as err:  # go on: the rest must stop all the same
-            done += [f"could not stop {w}: {err}" for w in whats]
+            done += [f"{COULD_NOT} {w}: {err}" for w in whats]
         for p in group:
             if p.cgroup:
                 quota.remove(p.cgroup)
