@@ -177,7 +177,11 @@ def main(argv: list[str] | None = None) -> None:
                 "%.1f of %g min: %s; placement groups held for no run: %d",
                 (time.time() - started) / 60,
                 args.minutes,
-                ", ".join(f"{n} {jobs[n]['status']}" for n in current.values()),
+                # a job submitted since `jobs` was read is not in it yet
+                ", ".join(
+                    f"{n} {jobs[n]['status'] if n in jobs else 'submitted'}"
+                    for n in current.values()
+                ),
                 len(now_leaked),
             )
         jobs = c.jobs()
