@@ -380,3 +380,20 @@ def test_the_crossing_headroom_reads_the_baseline_and_the_planner_from_a_compare
     )
     with pytest.raises(UserError, match="needs planner and planner-single-domain"):
         measured(str(tmp_path))
+
+
+def test_crossing_speedup_compares_each_jobs_fastest_plan_inside_one_domain_and_across():
+    """A job one domain holds gets no faster across; GPT-3 175B, which asks for two domains,
+    does (more accelerators than one domain has)."""
+    from benchmarks.crossing_speedup import fastest
+    from tests.conftest import SCENARIOS
+    from xdscheduler.scenario import load_scenario
+
+    scn = load_scenario(SCENARIOS / "five_domains.yaml")
+    view = ClusterView.from_scenario(scn).empty()
+    jobs = {j.name: JobSpec.of(j) for j in scn.jobs}
+    giant = fastest(jobs["gpt3-175b"], view)
+    assert giant[True][1] > 512 >= giant[False][1] > 0
+    assert giant[True][0] > giant[False][0]
+    small = fastest(jobs["llama3-8b-continual"], view)
+    assert small[False][0] > 0 and small[True][0] <= small[False][0]
