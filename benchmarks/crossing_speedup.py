@@ -6,7 +6,8 @@ crossing; where it is large, crossing can pay, if the room is free.
     python -m benchmarks.crossing_speedup [SCENARIO]    # default: scenarios/five_domains.yaml
 
 The plans are the online planner's grid (`planner.baselines.ONLINE`, DiLoCo offered), ranked by
-tokens/s alone. A giant asks for more accelerators than the largest domain holds.
+tokens/s alone. `benchmarks.crossing_headroom` gives the same comparison over a generated
+workload as one share (`faster across`); this is it job by job, for the scenario's own jobs.
 """
 
 from __future__ import annotations
@@ -17,18 +18,16 @@ import numpy as np
 
 from benchmarks._table import print_table
 from xdscheduler.planner.baselines import ONLINE
-from xdscheduler.planner.search import JobSpec, evaluate_space
+from xdscheduler.planner.search import THROUGHPUT_ONLY, JobSpec, evaluate_space
 from xdscheduler.planner.space import SINGLE
 from xdscheduler.planner.view import ClusterView
-from xdscheduler.scenario import Weights, load_scenario
-
-THROUGHPUT = Weights(efficiency=1.0, utilization=0.0, cost=0.0)
+from xdscheduler.scenario import load_scenario
 
 
 def fastest(job: JobSpec, view: ClusterView) -> dict[bool, tuple[float, int]]:
     """Tokens/s and accelerators of the fastest candidate inside one domain (False) and across
     domains (True); (0, 0) where there is none."""
-    ev = evaluate_space(job, view, THROUGHPUT, ONLINE)
+    ev = evaluate_space(job, view, THROUGHPUT_ONLY, ONLINE)
     best = {False: (0.0, 0), True: (0.0, 0)}
     if ev is None:
         return best

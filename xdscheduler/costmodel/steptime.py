@@ -327,11 +327,8 @@ def _estimate(
         * h
         * elem
         / boundary
-        / connection_bps(
-            wan_bps,
-            _f(wan.pp_flow_gbps) * 1e9 / 8 * calib.wan_efficiency,
-            boundary / pp_lanes,
-            np.where(_f(wan.pp_per_node) > 0, gpn, 1.0),
+        / _wan_connection_bps(
+            wan_bps, wan.pp_flow_gbps, wan.pp_per_node, boundary / pp_lanes, gpn, calib
         )
     )
     link_busy = vp * np.where(crossings > 0, p2p_wan, p2p_intra)
@@ -398,11 +395,8 @@ def _estimate(
     # Each rank crossing streams on its own connection: a flat ring's one replica's ranks,
     # every rank of a domain's replicas in the hierarchical exchange.
     flows = np.where(flat, 1.0, local) * tp * cp * pp
-    wan_conn_bps = connection_bps(
-        dp_wan_bps,
-        _f(wan.dp_flow_gbps) * 1e9 / 8 * calib.wan_efficiency,
-        flows / dp_lanes,
-        np.where(_f(wan.dp_per_node) > 0, gpn, 1.0),
+    wan_conn_bps = _wan_connection_bps(
+        dp_wan_bps, wan.dp_flow_gbps, wan.dp_per_node, flows / dp_lanes, gpn, calib
     )
     # a flat ring: each connection carries its replica's share in messages of bucket/dp bytes
     flat_wan = ring_s(model_grad_bytes / flows, dp, wan_conn_bps, bucket, network)
@@ -530,6 +524,13 @@ def _measured_blocks(
         "output_layer_timed": timed,
         "tp_comm_timed": tp_timed,
     }
+
+
+def _wan_connection_bps(link_bps, flow_gbps, per_node, flows, gpn, calib: Calibration):
+    """Bytes/s each of `flows` connections gets across a WAN link (`flows` per node pair where
+    the link is rated per node pair, whose node's `gpn` accelerators fill it together)."""
+    flow_bps = _f(flow_gbps) * 1e9 / 8 * calib.wan_efficiency
+    return connection_bps(link_bps, flow_bps, flows, np.where(_f(per_node) > 0, gpn, 1.0))
 
 
 def _lanes(ranks, gpn):

@@ -322,8 +322,7 @@ def down(state_path: Path, say=None) -> list[str]:
     `say(line)` hears what it is doing as it goes. A process that could not be stopped is a
     UserError, and the state file stays to run `down` again."""
     state = load(state_path)
-    done = stop_controller(state) if state.attached else stop(state, say)
-    failed = [line for line in done if line.startswith(COULD_NOT)]
+    done, failed = (stop_controller(state), []) if state.attached else stop(state, say)
     if failed:  # the state file names what still runs: kept, so that `down` can be run again
         raise UserError(
             "; ".join(failed) + f". {state_path} is kept: run `xds down` again once that is fixed"
@@ -375,13 +374,10 @@ def reshape(state_path: Path, src: str, dst: str, gbps: float, both: bool) -> li
     return [f"{a} -> {b}: {gbps:g} Gbit/s" for a, b in pairs]
 
 
-COULD_NOT = "could not stop"
-
-
-def stop(state: ClusterState, say=None) -> list[str]:
-    """Stop every recorded process and remove the namespaces, whatever fails on the way (what
-    could not be done is said)."""
-    done = []
+def stop(state: ClusterState, say=None) -> tuple[list[str], list[str]]:
+    """Stop every recorded process and remove the namespaces, whatever fails on the way: what
+    was done, and what could not be stopped."""
+    done, failed = [], []
     nodes = [p for p in state.processes if p.role != "head"]
     strangers = [p for p in state.processes if _alive(p.pid) and not p.ours()]
     done += [f"pid {p.pid} is not the Ray {p.role} `xds up` started: left alone" for p in strangers]
@@ -396,7 +392,7 @@ def stop(state: ClusterState, say=None) -> list[str]:
                 f"stopped {w}" if g else f"{w} had exited" for w, g in zip(whats, gone, strict=True)
             ]
         except Exception as err:  # go on: the rest must stop all the same
-            done += [f"{COULD_NOT} {w}: {err}" for w in whats]
+            failed += [f"could not stop {w}: {err}" for w in whats]
         for p in group:
             if p.cgroup:
                 quota.remove(p.cgroup)
@@ -404,7 +400,7 @@ def stop(state: ClusterState, say=None) -> list[str]:
         scn = load_scenario(state.scenario)
         fab.teardown(state.fabric(scn))
         done.append(f"removed {len(scn.domains)} namespaces and bridge xdsbr{state.tag}")
-    return done
+    return done, failed
 
 
 def stop_processes(pids: list[int]) -> list[bool]:
