@@ -122,3 +122,29 @@ def test_a_local_node_that_does_not_come_up_is_one_clean_error(monkeypatch):
     monkeypatch.setattr(ray, "init", slow_node)
     with pytest.raises(UserError, match="did not start in time"):
         start_local()
+
+
+def test_serves_controller_waits_for_a_proxy_slow_to_start(serve_port):
+    """A Ray started here gives Serve's HTTP proxy 60 s to become ready, not Serve's 5 s after
+    which its controller kills it and `serve.start` fails (what a busy machine did to `xds
+    serve`): Serve's own processes read the setting."""
+    import ray
+
+    controller = ray.get_actor("SERVE_CONTROLLER_ACTOR", namespace="serve")
+    pid = ray.get(controller.get_pid.remote())
+    assert psutil.Process(pid).environ()["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"] == "60"
+
+
+def test_a_proxy_its_controller_gave_up_on_is_one_clean_error(monkeypatch):
+    from ray import serve
+    from ray.exceptions import ActorDiedError
+
+    from xdscheduler.errors import UserError
+    from xdscheduler.serving.app import start_proxy
+
+    def killed(**_):
+        raise ActorDiedError()
+
+    monkeypatch.setattr(serve, "start", killed)
+    with pytest.raises(UserError, match="did not become ready"):
+        start_proxy(http_options={"port": 1})

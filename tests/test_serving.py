@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -439,17 +440,25 @@ def test_xds_serve_with_replicas_answers_through_haproxy_and_leaves_nothing():
 
 
 def xds_serve(port: int, *flags: str, timeout_s: float = 180) -> subprocess.Popen:
-    """`xds serve` on `port` (with `flags`) in a process of its own, once it answers."""
+    """`xds serve` on `port` (with `flags`) in a process of its own, once it answers; what it
+    said in the failure's message when it does not."""
+    said = tempfile.TemporaryFile()  # noqa: SIM115  (written by the process while it serves)
     proc = subprocess.Popen(
         [sys.executable, "-m", "xdscheduler.cli", "serve", "--port", str(port), *flags],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=said,
+        stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + timeout_s
     while not healthy(port):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            pytest.fail(f"xds serve {' '.join(flags)} did not answer within {timeout_s:.0f} s")
+            proc.wait()
+            said.seek(0)
+            tail = said.read().decode(errors="replace")[-3000:]
+            pytest.fail(
+                f"xds serve {' '.join(flags)} did not answer within {timeout_s:.0f} s "
+                f"(exit {proc.returncode}); it said:\n{tail}"
+            )
         time.sleep(1)
     return proc
 

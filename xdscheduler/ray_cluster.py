@@ -8,6 +8,16 @@ import socket
 
 from xdscheduler.errors import UserError
 
+# Serve's controller kills its HTTP proxy when it is not ready within 5 s, and `serve.start`
+# then fails: on a busy machine a worker process alone takes longer to start. A Ray started
+# here (and its processes) waits this long instead, unless the environment says otherwise.
+PATIENT_SERVE = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60"}
+
+
+def patient_serve() -> dict[str, str]:
+    """`PATIENT_SERVE`, each value as the environment sets it where it does."""
+    return {name: os.environ.get(name, value) for name, value in PATIENT_SERVE.items()}
+
 
 def connect(address: str | None) -> None:
     """Use the Ray cluster at `address`, the one a `ray job submit` runs in, or a local one."""
@@ -39,6 +49,7 @@ def start_local(**options) -> None:
     os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = "0"
     ray_constants.ENABLE_RAY_CLUSTER = False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.update(patient_serve())
     try:
         ray.init(
             address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, **options

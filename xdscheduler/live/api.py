@@ -185,11 +185,11 @@ def deploy(state: ClusterState, host: str, port: int) -> ClusterState:
     """Start Serve's proxy on the head at HOST:PORT (where none runs yet) and deploy both apps
     there; the state with their URL and token. Call as a driver of the cluster."""
     from xdscheduler.scenario import load_scenario
-    from xdscheduler.serving.app import application, wait_answering
+    from xdscheduler.serving.app import application, start_proxy, wait_answering
     from xdscheduler.serving.gate import api_token
 
     token = state.api_token or api_token()
-    serve.start(proxy_location="HeadOnly", http_options={"host": host, "port": port})
+    start_proxy(proxy_location="HeadOnly", http_options={"host": host, "port": port})
     policy = application(load_scenario(state.scenario), token, actor_options=ON_HEAD)
     serve.run(policy, name=POLICY_APP, route_prefix="/", blocking=False)
     url = f"http://{host}:{port}"

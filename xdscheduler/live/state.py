@@ -10,6 +10,7 @@ from pydantic import Field
 
 from xdscheduler.errors import UserError
 from xdscheduler.live.client import default_state_path, recorded  # noqa: F401  (re-exported)
+from xdscheduler.ray_cluster import patient_serve
 from xdscheduler.schema import Strict
 from xdscheduler.textfile import write_atomic
 
@@ -81,6 +82,7 @@ class ClusterState(Strict):
             "RAY_SCHEDULER_EVENTS": "0",
             "RAY_DEDUP_LOGS": "0",
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1",
+            **patient_serve(),
         }
         if self.token:
             env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token}

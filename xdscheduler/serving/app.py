@@ -340,7 +340,7 @@ def start(
         os.environ.update(direct_ingress(port) if direct else haproxy_ingress())
     connect(address)
     # Serve still starts its proxy: aside (on a free port) where the replica serves `port`
-    serve.start(http_options={"host": "127.0.0.1", "port": free_port() if direct else port})
+    start_proxy(http_options={"host": "127.0.0.1", "port": free_port() if direct else port})
     serve.run(
         application(scn, token, policy_path, batch=batch, replicas=replicas),
         name=APP_NAME,
@@ -350,6 +350,17 @@ def start(
     url = f"http://127.0.0.1:{port}"
     wait_answering(url, ["/healthz"], token)
     return url
+
+
+def start_proxy(**options) -> None:
+    """`serve.start(**options)`, a proxy its controller gave up on said in one line."""
+    try:
+        serve.start(**options)
+    except RayActorError:
+        raise UserError(
+            "Serve's HTTP proxy did not become ready (a busy machine?): try again, or give it "
+            "longer with RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S (seconds) set where Ray starts"
+        ) from None
 
 
 def wait_answering(url: str, paths: list[str], token: str | None, timeout_s: float = 60) -> None:
