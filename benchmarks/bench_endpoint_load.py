@@ -12,8 +12,8 @@ scenario (`POST /policy/act`) and a day of one-minute demand history with known 
   batched     the same, agent steps in flight batched into one forward pass (`xds serve`)
   2 replicas  batched, autoscaled from 1 to 2 replicas behind Serve's HAProxy ingress
               (`xds serve --replicas 2`); measured once the second replica serves
-  Serve proxy, 2 replicas  the same behind Serve's own proxy actor (a Ray that `xds serve`
-              did not start, as with --address), once the second replica serves
+  2 replicas behind Serve's proxy  the same behind Serve's own proxy actor (a Ray that
+              `xds serve` did not start, as with --address), once the second replica serves
 The baseline of each row is one client on the same configuration; "vs baseline" compares 20
 clients' throughput with the baseline configuration's, measured in this run.
 Run: python -m benchmarks.bench_endpoint_load [--clients 20] [--seconds 10]
@@ -45,7 +45,7 @@ CONFIGS = {
     "baseline": {"batch": 1, "replicas": 1},
     "batched": {"batch": 32, "replicas": 1},
     "2 replicas": {"batch": 32, "replicas": 2},
-    "Serve proxy, 2 replicas": {"batch": 32, "replicas": 2, "proxy": True},
+    "2 replicas behind Serve's proxy": {"batch": 32, "replicas": 2, "proxy": True},
 }
 
 
@@ -287,7 +287,10 @@ def main() -> None:
         return
 
     load_before = os.getloadavg()[0]
-    asked = [c for c in CONFIGS if c in args.configs.split(",")]
+    named = [c.strip() for c in args.configs.split(",")]
+    if unknown := [c for c in named if c not in CONFIGS]:
+        raise SystemExit(f"--configs: no configuration {unknown[0]!r}; one of {', '.join(CONFIGS)}")
+    asked = [c for c in CONFIGS if c in named]
     if "baseline" not in asked:
         asked.insert(0, "baseline")  # every row's ratio is against it
     outcome = {config: measured(config, args.clients, args.seconds) for config in asked}

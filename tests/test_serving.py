@@ -139,6 +139,7 @@ def test_agent_steps_sent_at_once_each_get_the_pick_made_alone(served):
         for job, view, now in fixed_states(30)
         if (ch := choices(job, view, scn.weights, now)) is not None
     ]
+    before = batched_steps()
     with ThreadPoolExecutor(20) as pool:
         answers = list(
             pool.map(lambda s: call("POST", "/policy/act", step_body("upper", *s)), steps[:20])
@@ -147,6 +148,27 @@ def test_agent_steps_sent_at_once_each_get_the_pick_made_alone(served):
     for (obs, options), (status, out) in zip(steps, answers, strict=False):
         assert status == 200, out
         assert out["choice"] == agents.step("upper", obs, options).choice
+    batches, answered = (after - was for after, was in zip(batched_steps(), before, strict=True))
+    assert answered == 20 and batches < 20, f"{answered} steps in {batches} batches: none shared"
+
+
+def batched_steps() -> tuple[float, float]:
+    """The batches of agent steps the replica answered so far, and the steps in them (its
+    `xds_policy_batch_steps` histogram)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=30)
+    conn.request("GET", "/metrics", headers=AUTH)
+    text = conn.getresponse().read().decode()
+    found = {
+        s.name: s.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "xds_policy_batch_steps"
+        for s in family.samples
+    }
+    return found.get("xds_policy_batch_steps_count", 0.0), found.get(
+        "xds_policy_batch_steps_sum", 0.0
+    )
 
 
 @pytest.mark.parametrize(

@@ -225,7 +225,8 @@ class StudyMetrics:
 
 
 class EndpointMetrics:
-    """Latency of each HTTP route of the Serve app, in the replica that answered."""
+    """Latency of each HTTP route of the Serve app, and how many agent steps each batch of
+    forward passes of the policy answered (batching at work), in the replica that answered."""
 
     def __init__(self):
         self.registry = CollectorRegistry()
@@ -234,6 +235,12 @@ class EndpointMetrics:
             "time to answer a request, per route",
             ["endpoint"],
             buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.batch_steps = Histogram(
+            "xds_policy_batch_steps",
+            "agent steps answered together (a forward pass per agent and graph size among them)",
+            buckets=(1, 2, 4, 8, 16, 32),
             registry=self.registry,
         )
 
