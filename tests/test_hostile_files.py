@@ -356,6 +356,16 @@ def test_resume_loads_no_pickle_a_study_folder_names(capsys, tmp_path):
     assert not marker.exists()
 
 
+def test_a_record_pacing_a_study_that_is_not_live_is_damaged_not_a_flag_never_given(
+    capsys, tmp_path
+):
+    """A study.json with a speed but realtime false was refused as '--speed paces a live
+    study: add --realtime', naming a flag the user never typed."""
+    out = interrupted(tmp_path, realtime=False, speed=600.0)
+    said = refused(capsys, "run", "--resume", out, says="study.json is damaged")
+    assert "speed 600 paces a live study" in said
+
+
 def test_resume_sends_the_token_to_no_endpoint_a_study_folder_names(capsys, tmp_path):
     out = interrupted(tmp_path, policies=["ppo"], serve_url="http://127.0.0.1:9")
     refused(capsys, "run", "--resume", out, says="--serve-url http://127.0.0.1:9")

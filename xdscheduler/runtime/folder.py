@@ -29,7 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import TextIO
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from xdscheduler.errors import UserError
 from xdscheduler.runtime.journal import check_log
@@ -60,6 +60,12 @@ class StudySpec(BaseModel):
     policy_path: str | None = None
     policy_sha256: str | None = None  # of policy_path's files when the study began
     serve_url: str | None = None
+
+    @model_validator(mode="after")
+    def _paced_only_when_live(self) -> StudySpec:
+        if self.speed != 1.0 and not self.realtime:
+            raise ValueError(f"speed {self.speed:g} paces a live study, and realtime is false")
+        return self
 
 
 def digest(path: str | Path) -> str:
