@@ -4,7 +4,9 @@ one started here."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import threading
 
 from xdscheduler.errors import UserError
 
@@ -28,12 +30,24 @@ def connect(address: str | None) -> None:
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    handler = signal.getsignal(signal.SIGTERM)
     if address:
         ray.init(address=address, log_to_driver=False)
     elif os.environ.get("RAY_ADDRESS"):
         ray.init(log_to_driver=False)
     else:
         start_local()
+    _keep_sigterm(handler)
+
+
+def _keep_sigterm(handler) -> None:
+    """`ray.init` puts a handler of its own under SIGTERM (a stack dump, then the process
+    dies): where the command made SIGTERM a Ctrl-C (`xds serve`), give that back."""
+    if (
+        handler is signal.default_int_handler
+        and threading.current_thread() is threading.main_thread()
+    ):
+        signal.signal(signal.SIGTERM, handler)
 
 
 def start_local(**options) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 from xdscheduler.arguments import number, port
@@ -21,6 +22,7 @@ def cmd_serve(args) -> None:
         )
     scn = load_scenario(args.scenario or default_scenario_path())
     token = api_token()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a service manager's stop
     url = start(
         args.address, args.policy_path, scn, port=args.port, token=token, replicas=args.replicas
     )
@@ -55,7 +57,6 @@ def announce_token(url: str, token: str) -> None:
 def block_until_interrupted() -> None:
     """Keep this process (and what it serves) alive until Ctrl-C, or a SIGTERM (a service
     manager's stop), either ending it cleanly with status 0."""
-    import signal
     import time
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)
