@@ -148,3 +148,26 @@ def test_a_proxy_its_controller_gave_up_on_is_one_clean_error(monkeypatch):
     monkeypatch.setattr(serve, "start", killed)
     with pytest.raises(UserError, match="did not become ready"):
         start_proxy(http_options={"port": 1})
+
+
+def test_joining_ray_gives_back_a_commands_sigterm_handler(monkeypatch):
+    """`ray.init` puts its own handler under SIGTERM (a stack dump, then the process dies): a
+    command that made SIGTERM a Ctrl-C (`xds serve`, stopped by a service manager while it
+    starts) has it back once it joined Ray."""
+    import signal
+
+    import ray
+
+    from xdscheduler import ray_cluster
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(
+        ray_cluster, "start_local", lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    )
+    before = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        ray_cluster.connect(None)
+        assert signal.getsignal(signal.SIGTERM) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGTERM, before)
