@@ -23,7 +23,7 @@ from benchmarks._table import print_table
 from xdscheduler.registry import make_policy
 from xdscheduler.runtime.study import run_here
 from xdscheduler.scenario import default_scenario_path, load_scenario
-from xdscheduler.sim.inputs import study_dynamics, study_jobs
+from xdscheduler.sim.inputs import StudyInputs, study_dynamics, study_jobs
 from xdscheduler.sim.reconfig import (
     SWING_CAUSES,
     Relocate,
@@ -48,7 +48,8 @@ def measure(seeds: list[int], hours: float, every_s: float) -> tuple[dict, list,
         )
         injected += len(swings)
         for mode, out in records.items():
-            res = run_here(scn, jobs, make_policy("planner", scn.weights), dyn, hours, replan=mode)
+            inputs = StudyInputs(scn, jobs, dyn, hours)
+            res = run_here(inputs, make_policy("planner", scn.weights), replan=mode)
             out += [s for s in res.swings if s.cause in SWING_CAUSES and s.how != Switch.KEPT]
             moves += [m for m in res.relocations if m.cause in SWING_CAUSES]
     return records, moves, injected

@@ -35,14 +35,14 @@ import numpy as np
 
 from benchmarks._table import print_table
 from benchmarks.sailor_driver import layout
-from benchmarks.sailor_zones import THROUGHPUT, setup
+from benchmarks.sailor_zones import setup
 from xdscheduler import catalog
 from xdscheduler.costmodel.layers import MeasuredLayers, from_sailor, read_json
 from xdscheduler.costmodel.messages import from_sailor as network_from_sailor
 from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch, Stack
 from xdscheduler.costmodel.steptime import estimate, stage_layers
 from xdscheduler.planner.placement import Placement
-from xdscheduler.planner.search import estimate_placement, search
+from xdscheduler.planner.search import THROUGHPUT_ONLY, estimate_placement, search
 from xdscheduler.planner.space import DATA, PIPELINE, SINGLE, SearchOptions
 
 STACK = Stack.preset("megatron-deepspeed")
@@ -352,7 +352,7 @@ def plans(root: Path, checkout: Path) -> None:
             layers=(profile(checkout, "OPT-350", arch, "A100-40", "A100-40GB", planner_file=True),),
             network=network_from_sailor(checkout / NETWORK, "A100-40"),
         )
-        ours = search(job, view, THROUGHPUT, opts, pareto=False).best
+        ours = search(job, view, THROUGHPUT_ONLY, opts, pareto=False).best
         ours_s, ours_cpu = time.perf_counter() - t0, time.process_time() - c0
         theirs = from_sailor_plan(pick["plan"], view, job)
         bodies = [pick["plan"], as_sailor(ours, arch)]

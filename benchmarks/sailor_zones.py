@@ -30,16 +30,15 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks._table import print_table
-from xdscheduler.planner.search import JobSpec, evaluate_space, search
+from xdscheduler.planner.search import THROUGHPUT_ONLY, JobSpec, evaluate_space, search
 from xdscheduler.planner.space import SearchOptions
 from xdscheduler.planner.view import ClusterView
-from xdscheduler.scenario import Weights, parse_scenario
+from xdscheduler.scenario import parse_scenario
 from xdscheduler.yamlfile import read_yaml
 
 SCENARIO = "scenarios/sailor_five_zones.yaml"
 PER_ZONE = (8, 16, 32, 80, 128)
 DTYPES = ("bf16", "fp32")
-THROUGHPUT = Weights(efficiency=1.0, utilization=0.0, cost=0.0)
 
 
 def setup(per_zone: int) -> tuple[JobSpec, ClusterView]:
@@ -54,7 +53,7 @@ def setup(per_zone: int) -> tuple[JobSpec, ClusterView]:
 
 def best_by_zones(job: JobSpec, view: ClusterView, opts: SearchOptions) -> dict[int, float]:
     """The most tokens/s of any candidate on each number of zones, every candidate evaluated."""
-    ev = evaluate_space(job, view, THROUGHPUT, opts)
+    ev = evaluate_space(job, view, THROUGHPUT_ONLY, opts)
     zones = (ev.gpus > 0).sum(axis=1)
     tps = ev.terms["tokens_per_s"]
     return {int(k): float(tps[zones == k].max()) for k in np.unique(zones)}
@@ -66,7 +65,7 @@ def main() -> None:
         opts = SearchOptions(dtype=dtype)
         for per_zone in PER_ZONE:
             job, view = setup(per_zone)
-            pick = search(job, view, THROUGHPUT, opts, pareto=False).best
+            pick = search(job, view, THROUGHPUT_ONLY, opts, pareto=False).best
             best = best_by_zones(job, view, opts)
             top = max(best.values())
             rows.append(

@@ -17,7 +17,7 @@ from xdscheduler.report.bill import bill
 from xdscheduler.runtime.ledger import Ledger, read_ledger
 from xdscheduler.runtime.study import run_here
 from xdscheduler.scenario import load_scenario
-from xdscheduler.sim.inputs import study_dynamics, study_jobs
+from xdscheduler.sim.inputs import StudyInputs, study_dynamics, study_jobs
 from xdscheduler.sim.metering import Usage
 
 SCENARIO = "scenarios/three_tenants.yaml"
@@ -128,30 +128,15 @@ def test_killing_the_controller_mid_run_leaves_the_bills_of_an_uninterrupted_run
     jobs = study_jobs(scn, HOURS, SEED)
     dyn = study_dynamics(scn, SEED, HOURS)
     whole = run_here(
-        scn,
-        jobs,
+        StudyInputs(scn, jobs, dyn, HOURS),
         make_policy("planner", scn.weights),
-        dyn,
-        HOURS,
         ledger=str(tmp_path / "whole" / "ledger.sqlite"),
     )
     journal, ledger = str(tmp_path / "journal.sqlite"), str(tmp_path / "ledger.sqlite")
 
     def controller():
         return Controller.remote(
-            scn.model_dump(),
-            [j.model_dump() for j in jobs],
-            "planner",
-            dyn,
-            HOURS * 3600,
-            False,
-            None,
-            journal,
-            None,
-            None,
-            None,
-            1.0,
-            ledger,
+            StudyInputs(scn, jobs, dyn, HOURS), "planner", journal=journal, ledger=ledger
         )
 
     first = controller()

@@ -5,7 +5,7 @@ import pytest
 from xdscheduler.planner.baselines import FifoSingleDomain, GreedyCrossDomain
 from xdscheduler.planner.policies import PlannerPolicy
 from xdscheduler.runtime.study import run_here
-from xdscheduler.sim.inputs import study_dynamics, study_jobs
+from xdscheduler.sim.inputs import StudyInputs, study_dynamics, study_jobs
 from xdscheduler.sim.jobs import JobState
 
 from .conftest import small_scenario
@@ -24,7 +24,7 @@ def study():
 def outcomes(study):
     scn, jobs, dyn = study
     return {
-        p.name: run_here(scn, jobs, p, dyn, HOURS)
+        p.name: run_here(StudyInputs(scn, jobs, dyn, HOURS), p)
         for p in (FifoSingleDomain(), GreedyCrossDomain(), PlannerPolicy(scn.weights))
     }
 
@@ -54,7 +54,7 @@ def test_single_domain_never_crosses_the_wan(outcomes):
 
 def test_the_same_inputs_give_the_same_study(study, outcomes):
     scn, jobs, dyn = study
-    again = run_here(scn, jobs, PlannerPolicy(scn.weights), dyn, HOURS)
+    again = run_here(StudyInputs(scn, jobs, dyn, HOURS), PlannerPolicy(scn.weights))
     first = outcomes["planner"]
     assert [(r.start_s, r.end_s) for r in again.jobs] == [(r.start_s, r.end_s) for r in first.jobs]
 

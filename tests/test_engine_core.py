@@ -13,7 +13,7 @@ from xdscheduler.planner.policies import PlannerPolicy
 from xdscheduler.sim.domain import LocalDomains
 from xdscheduler.sim.engine import Engine
 from xdscheduler.sim.events import EventQueue
-from xdscheduler.sim.inputs import study_dynamics, study_jobs
+from xdscheduler.sim.inputs import StudyInputs, study_dynamics, study_jobs
 from xdscheduler.sim.recovery import Faults
 from xdscheduler.sim.swings import inject_swings
 
@@ -132,7 +132,8 @@ def test_a_job_one_domain_holds_reclaims_what_a_preemptible_giant_holds():
         }
     )
     hours = 4.0
-    res = run_here(scn, scn.jobs, PlannerPolicy(scn.weights), study_dynamics(scn, 1, hours), hours)
+    inputs = StudyInputs(scn, scn.jobs, study_dynamics(scn, 1, hours), hours)
+    res = run_here(inputs, PlannerPolicy(scn.weights))
     log = {j: [d for d in res.decisions if d.job == j] for j in ("giant", "fits")}
     first, *later = log["giant"]
     assert len(first.domains) == 2  # spread over both

@@ -20,7 +20,7 @@ from xdscheduler.runtime.study import run_here
 from xdscheduler.scenario import parse_scenario
 from xdscheduler.serving.client import ForecastClient
 from xdscheduler.sim import demand as planning
-from xdscheduler.sim.inputs import study_dynamics, study_jobs
+from xdscheduler.sim.inputs import StudyInputs, study_dynamics, study_jobs
 from xdscheduler.sim.recovery import Faults
 
 from .conftest import small_scenario
@@ -42,15 +42,10 @@ def study(url: str | None = None):
     planner = planning.DemandPlanner(dict(floor), {j.name for j in scn.jobs}, seed=SEED)
     if url:
         planner = planning.DemandPlanner(dict(floor), planner.known, ForecastClient(url), SEED)
-    res = run_here(
-        scn,
-        study_jobs(scn, HOURS, SEED),
-        make_policy("planner", scn.weights),
-        study_dynamics(scn, SEED, HOURS),
-        HOURS,
-        faults=faults,
-        demand=planner,
+    inputs = StudyInputs(
+        scn, study_jobs(scn, HOURS, SEED), study_dynamics(scn, SEED, HOURS), HOURS, faults, planner
     )
+    res = run_here(inputs, make_policy("planner", scn.weights))
     return res, faults, planner
 
 
@@ -152,15 +147,15 @@ def test_each_policy_of_a_study_sends_a_demand_series_of_its_own():
         sent = {}
         for name in ("planner", "greedy-cross-domain"):
             _ForecastHandler.series = []
-            run_here(
+            inputs = StudyInputs(
                 scn,
                 study_jobs(scn, 2.0, SEED),
-                make_policy(name, scn.weights),
                 study_dynamics(scn, SEED, 2.0),
                 2.0,
                 faults=Faults([], [], floor, 1e-3),
                 demand=shared.for_policy(name),
             )
+            run_here(inputs, make_policy(name, scn.weights))
             sent[name] = set(_ForecastHandler.series)
     assert all(len(s) == 1 for s in sent.values()), sent
     assert sent["planner"] != sent["greedy-cross-domain"]

@@ -13,7 +13,7 @@ from xdscheduler.runtime.journal import DivergedError, Journal
 from xdscheduler.runtime.study import run_here
 from xdscheduler.sim.domain import LocalDomains
 from xdscheduler.sim.engine import Engine
-from xdscheduler.sim.inputs import study_dynamics, study_jobs
+from xdscheduler.sim.inputs import StudyInputs, study_dynamics, study_jobs
 
 from .conftest import small_scenario
 
@@ -43,7 +43,7 @@ def study():
     scn = small_scenario()
     jobs = study_jobs(scn, HOURS, SEED)
     dyn = study_dynamics(scn, SEED, HOURS)
-    whole = run_here(scn, jobs, make_policy("planner", scn.weights), dyn, HOURS)
+    whole = run_here(StudyInputs(scn, jobs, dyn, HOURS), make_policy("planner", scn.weights))
     return scn, jobs, dyn, whole
 
 
@@ -123,16 +123,7 @@ def test_killing_the_controller_mid_run_loses_nothing(ray_session, study, tmp_pa
     path = str(tmp_path / "journal.sqlite")
 
     def controller():
-        return Controller.remote(
-            scn.model_dump(),
-            [j.model_dump() for j in jobs],
-            "planner",
-            dyn,
-            HOURS * 3600,
-            False,
-            None,
-            path,
-        )
+        return Controller.remote(StudyInputs(scn, jobs, dyn, HOURS), "planner", journal=path)
 
     first = controller()
     ray.get(first.advance.remote(3600))

@@ -10,7 +10,7 @@ from xdscheduler.planner.view import ClusterView
 from xdscheduler.registry import make_policy
 from xdscheduler.runtime.study import run_here
 from xdscheduler.scenario import parse_scenario
-from xdscheduler.sim.inputs import study_dynamics
+from xdscheduler.sim.inputs import StudyInputs, study_dynamics
 from xdscheduler.sim.metrics import (
     free_share,
     ideal_rates,
@@ -51,7 +51,8 @@ def study(tokens: float, hours: float = HOURS):
     scn = one_domain(tokens)
     view = ClusterView.from_scenario(scn)
     res = run_here(
-        scn, scn.jobs, make_policy("planner", scn.weights), study_dynamics(scn, 1, hours), hours
+        StudyInputs(scn, scn.jobs, study_dynamics(scn, 1, hours), hours),
+        make_policy("planner", scn.weights),
     )
     spec = JobSpec.of(scn.jobs[0])
     return (
@@ -139,7 +140,9 @@ def test_starved_jobs_are_counted_and_weigh_their_work_in_r():
     )
     view, hours = ClusterView.from_scenario(scn), 0.5
     dyn = study_dynamics(scn, 1, hours)
-    res = run_here(scn, scn.jobs, make_policy("planner-single-domain", scn.weights), dyn, hours)
+    res = run_here(
+        StudyInputs(scn, scn.jobs, dyn, hours), make_policy("planner-single-domain", scn.weights)
+    )
     share = free_share(dyn, view, hours * 3600)
     assert 28 < share < 30  # 32 less the other tenants' ~10%
     specs = [JobSpec.of(j) for j in scn.jobs]

@@ -25,7 +25,7 @@ from xdscheduler.monitor.views import fragments, graph_svg, link_color
 from xdscheduler.registry import make_policy
 from xdscheduler.sim.domain import LocalDomains
 from xdscheduler.sim.engine import Engine
-from xdscheduler.sim.inputs import study_dynamics, study_jobs
+from xdscheduler.sim.inputs import StudyInputs, study_dynamics, study_jobs
 from xdscheduler.sim.truth import Truth
 
 ARTIFACTS = REPO / "test-artifacts"
@@ -180,7 +180,7 @@ def test_segments_never_hold_more_than_a_domain_has():
     scn = small_scenario()
     jobs = study_jobs(scn, 6, 5)
     dyn = study_dynamics(scn, 5, 6)
-    res = run_here(scn, jobs, make_policy("planner", scn.weights), dyn, 6)
+    res = run_here(StudyInputs(scn, jobs, dyn, 6), make_policy("planner", scn.weights))
     seg = segment_table(res)
     assert set(seg["job"]) == {r.name for r in res.jobs if r.start_s is not None}
     assert (seg["end_s"] > seg["start_s"]).all()

@@ -16,7 +16,7 @@ from xdscheduler.registry import make_policy, names
 from xdscheduler.report.writer import report_json
 from xdscheduler.runtime.study import run_here, run_study
 from xdscheduler.scenario import default_scenario_path, load_scenario
-from xdscheduler.sim.inputs import study_dynamics, study_jobs
+from xdscheduler.sim.inputs import StudyInputs, study_dynamics, study_jobs
 from xdscheduler.sim.reconfig import Switch
 from xdscheduler.sim.recovery import Faults
 from xdscheduler.sim.swings import inject_swings
@@ -111,12 +111,8 @@ def faults_digest() -> dict:
     for name in ("planner", "greedy-cross-domain"):
         faults = Faults(FAULTS, [2.0] * len(FAULTS), {d.name: 16 for d in scn.domains}, 1e-3)
         res = run_here(
-            scn,
-            study_jobs(scn, 4.0, 2),
+            StudyInputs(scn, study_jobs(scn, 4.0, 2), study_dynamics(scn, 2, 4.0), 4.0, faults),
             make_policy(name, scn.weights),
-            study_dynamics(scn, 2, 4.0),
-            4.0,
-            faults=faults,
         )
         got[name] = {**digest(res), "incidents": [[i.how, i.jobs] for i in faults.incidents]}
     return json.loads(json.dumps(got))
@@ -130,11 +126,8 @@ def swings_digest() -> dict:
             {
                 str(mode): digest(
                     run_here(
-                        scn,
-                        study_jobs(scn, 4.0, 8),
+                        StudyInputs(scn, study_jobs(scn, 4.0, 8), dyn, 4.0),
                         make_policy("planner", scn.weights),
-                        dyn,
-                        4.0,
                         replan=mode,
                     )
                 )

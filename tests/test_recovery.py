@@ -11,7 +11,7 @@ from xdscheduler.faults.failure_model import FaultEvent
 from xdscheduler.registry import make_policy
 from xdscheduler.report.writer import report_json
 from xdscheduler.runtime.study import run_here, run_study
-from xdscheduler.sim.inputs import study_dynamics, study_jobs
+from xdscheduler.sim.inputs import StudyInputs, study_dynamics, study_jobs
 from xdscheduler.sim.recovery import Faults, backup_pool
 
 from .conftest import small_scenario
@@ -25,12 +25,8 @@ def run_with(events: list[FaultEvent], pool_nodes: int = 2):
     pool = {d.name: 8 * pool_nodes for d in scn.domains}
     faults = Faults(events, [DETECT_S] * len(events), pool, node_rate_per_hour=1e-3)
     res = run_here(
-        scn,
-        jobs,
+        StudyInputs(scn, jobs, study_dynamics(scn, SEED, HOURS), HOURS, faults),
         make_policy("planner", scn.weights),
-        study_dynamics(scn, SEED, HOURS),
-        HOURS,
-        faults=faults,
     )
     return res, faults
 
@@ -113,12 +109,8 @@ def test_a_job_asking_for_a_whole_domain_is_not_starved_by_the_backup_pool(polic
     scn = small_scenario(hours_of_jobs=False)
     pool = {d.name: 8 for d in scn.domains}
     res = run_here(
-        scn,
-        scn.jobs,
+        StudyInputs(scn, scn.jobs, study_dynamics(scn, 1, 2.0), 2.0, Faults([], [], pool, 1e-3)),
         make_policy(policy, scn.weights),
-        study_dynamics(scn, 1, 2.0),
-        2.0,
-        faults=Faults([], [], pool, 1e-3),
     )
     (big,) = res.jobs
     assert big.start_s is not None, f"{policy} never placed the job"

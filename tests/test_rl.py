@@ -28,7 +28,7 @@ from xdscheduler.rl.rollout import advantage, rollout
 from xdscheduler.runtime.study import run_here
 from xdscheduler.scenario import Weights, default_scenario_path, load_scenario
 from xdscheduler.sim.domain import LocalDomains, accepted
-from xdscheduler.sim.inputs import study_dynamics, study_jobs
+from xdscheduler.sim.inputs import StudyInputs, study_dynamics, study_jobs
 from xdscheduler.sim.metrics import ideal_rates
 
 from .conftest import giant_among_smaller_jobs, small_scenario
@@ -273,7 +273,9 @@ def test_ppo_policy_runs_a_study_to_the_end():
     scn = small_scenario()
     hours = 2.0
     jobs = study_jobs(scn, hours, 3)
-    res = run_here(scn, jobs, local_policy(scn.weights), study_dynamics(scn, 3, hours), hours)
+    res = run_here(
+        StudyInputs(scn, jobs, study_dynamics(scn, 3, hours), hours), local_policy(scn.weights)
+    )
     done = [r for r in res.jobs if r.end_s is not None]
     assert len(done) == len(jobs)
     assert all(

@@ -5,7 +5,7 @@ import time
 import pytest
 
 from xdscheduler.runtime.study import run_study
-from xdscheduler.sim.inputs import study_dynamics, study_jobs
+from xdscheduler.sim.inputs import StudyInputs, study_dynamics, study_jobs
 
 from .conftest import small_scenario
 
@@ -31,11 +31,7 @@ def test_a_killed_domain_actor_is_replaced_and_its_jobs_re_placed_within_10_s(ra
     scn = small_scenario()
     jobs = study_jobs(scn, HOURS, 2)
     controller = Controller.remote(
-        scn.model_dump(),
-        [j.model_dump() for j in jobs],
-        "planner",
-        study_dynamics(scn, 2, HOURS),
-        HOURS * 3600,
+        StudyInputs(scn, jobs, study_dynamics(scn, 2, HOURS), HOURS), "planner"
     )
     ray.get(controller.advance.remote(3600))
     actors = ray.get(controller.domain_actors.remote())
@@ -98,14 +94,8 @@ def test_real_time_mode_runs_one_simulated_second_per_second(ray_session):
 
     scn = small_scenario()
     jobs = study_jobs(scn, HOURS, 4)
-    controller = Controller.remote(
-        scn.model_dump(),
-        [j.model_dump() for j in jobs],
-        "planner",
-        study_dynamics(scn, 4, HOURS),
-        HOURS * 3600,
-        True,
-    )
+    inputs = StudyInputs(scn, jobs, study_dynamics(scn, 4, HOURS), HOURS)
+    controller = Controller.remote(inputs, "planner", realtime=True)
     ray.get(controller.status.remote())  # constructed
     start = time.monotonic()
     status = ray.get(controller.advance.remote(3.0))

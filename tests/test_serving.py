@@ -24,7 +24,7 @@ from xdscheduler.runtime.study import run_here, run_study
 from xdscheduler.scenario import default_scenario_path, load_scenario
 from xdscheduler.serving.schemas import DecideRequest, job_in, state_of
 from xdscheduler.serving.schemas import act_body as step_body
-from xdscheduler.sim.inputs import study_dynamics, study_jobs
+from xdscheduler.sim.inputs import StudyInputs, study_dynamics, study_jobs
 from xdscheduler.sim.truth import Truth
 
 PORT = 0  # the session's Serve port, set by `served`
@@ -222,12 +222,10 @@ def test_a_controller_deciding_over_http_matches_the_agents_in_process(served, t
     )
     jobs = study_jobs(scn, hours, seed)
     here = run_here(
-        scn,
-        jobs,
+        StudyInputs(
+            scn, jobs, study_dynamics(scn, seed, hours), hours, truth=Truth.draw(scn, jobs, seed)
+        ),
         local_policy(scn.weights),
-        study_dynamics(scn, seed, hours),
-        hours,
-        truth=Truth.draw(scn, jobs, seed),
     )  # the study's own truth
     decisions = [
         json.loads(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()

@@ -18,7 +18,7 @@ from xdscheduler.scenario import parse_scenario
 from xdscheduler.sim import reconfig, replanning
 from xdscheduler.sim.domain import LocalDomains
 from xdscheduler.sim.engine import Engine
-from xdscheduler.sim.inputs import study_dynamics, study_jobs
+from xdscheduler.sim.inputs import StudyInputs, study_dynamics, study_jobs
 from xdscheduler.sim.reconfig import RESTART_S, Switch
 from xdscheduler.sim.swings import inject_swings
 
@@ -343,7 +343,7 @@ def test_injected_swings_reproduce_with_their_seed():
     for s in sa:  # each one is at least the size the triggers react to
         assert abs(s["factor"] - 1) >= 0.2 if s["kind"] == "load" else s["factor"] >= 1.5
     jobs = study_jobs(scn, 3.0, 1)
-    runs = [run_here(scn, jobs, PlannerPolicy(scn.weights), a, 3.0) for _ in range(2)]
+    runs = [run_here(StudyInputs(scn, jobs, a, 3.0), PlannerPolicy(scn.weights)) for _ in range(2)]
     assert [(s.job, s.cause, s.start_s, s.end_s) for s in runs[0].swings] == [
         (s.job, s.cause, s.start_s, s.end_s) for s in runs[1].swings
     ]

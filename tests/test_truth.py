@@ -89,9 +89,9 @@ def test_every_policy_of_a_study_meets_the_same_truth(tmp_path, monkeypatch):
     seen = []
     real = study.run_here
 
-    def spy(*args, truth=None, **kwargs):
-        seen.append(truth)
-        return real(*args, truth=truth, **kwargs)
+    def spy(inputs, *args, **kwargs):
+        seen.append(inputs.truth)
+        return real(inputs, *args, **kwargs)
 
     monkeypatch.setattr(study, "run_here", spy)
     scn = small_scenario()

@@ -25,7 +25,7 @@ from xdscheduler.scenario import MAX_LOAD, Job, Scenario, load_scenario
 from xdscheduler.schema import Strict
 from xdscheduler.sim.arrivals import ARRIVALS, load_replay
 from xdscheduler.sim.cell import CellWorkload, cell_workload
-from xdscheduler.sim.inputs import study_dynamics
+from xdscheduler.sim.inputs import StudyInputs, study_dynamics
 from xdscheduler.sim.metrics import background_load, free_share, ideal_rates, summarise
 from xdscheduler.sim.truth import Truth
 
@@ -128,7 +128,9 @@ def run_cell(scn: Scenario, jobs: list[Job], policy: str, seed: int, hours: floa
     # Jobs run at a truth drawn from the seed, the same for every policy of the cell; the
     # policies decide with the nominal model and correct it from the rates they observe.
     truth = Truth.draw(scn, jobs, seed)
-    res = run_here(scn, jobs, make_policy(policy, scn.weights), dynamics, hours, truth=truth)
+    res = run_here(
+        StudyInputs(scn, jobs, dynamics, hours, truth=truth), make_policy(policy, scn.weights)
+    )
     metrics = summarise(
         res,
         scn.weights,

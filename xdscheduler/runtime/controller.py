@@ -11,8 +11,8 @@ from xdscheduler.registry import make_policy
 from xdscheduler.runtime.gateway import ActorDomains
 from xdscheduler.runtime.journal import Journal
 from xdscheduler.runtime.ledger import Ledger
-from xdscheduler.scenario import Job, parse_scenario
 from xdscheduler.sim.engine import Engine
+from xdscheduler.sim.inputs import StudyInputs
 from xdscheduler.sim.measurement import Results
 
 
@@ -40,35 +40,30 @@ class Controller:
 
     def __init__(
         self,
-        scenario: dict,
-        jobs: list[dict],
+        inputs: StudyInputs,
         policy: str,
-        dynamics,
-        horizon_s: float,
+        *,
         realtime: bool = False,
+        speed: float = 1.0,
         policy_options: dict | None = None,
         journal: str | None = None,
-        faults=None,
-        demand=None,
-        truth=None,
-        speed: float = 1.0,
         ledger: str | None = None,
     ):
-        scn = parse_scenario(scenario)
-        self.domains = ActorDomains(scn, dynamics)
+        scn = inputs.scn
+        self.domains = ActorDomains(scn, inputs.dynamics)
         clock = RealTimeClock(speed) if realtime else None
         self.engine = Engine(
             scn,
-            [Job.model_validate(j) for j in jobs],
+            inputs.jobs,
             make_policy(policy, scn.weights, policy_options),
-            dynamics,
+            inputs.dynamics,
             self.domains,
-            horizon_s,
+            inputs.hours * 3600,
             clock=clock,
             tick_s=max(1.0, speed) if realtime else None,
-            faults=faults,
-            demand=demand,
-            truth=truth,
+            faults=inputs.faults,
+            demand=inputs.demand,
+            truth=inputs.truth,
         )
         # A live study shows itself on the board (the dashboard and /metrics read it there).
         self.publish = Publisher(self.engine, policy) if realtime else None

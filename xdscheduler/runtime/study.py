@@ -3,7 +3,6 @@ on Ray (a controller actor per policy, owning its domain actors) or in this proc
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import sys
@@ -13,7 +12,6 @@ from pathlib import Path
 import pandas as pd
 
 from xdscheduler.errors import UserError
-from xdscheduler.network.dynamics import Dynamics
 from xdscheduler.planner.policy import Policy
 from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.view import ClusterView
@@ -21,11 +19,11 @@ from xdscheduler.ray_cluster import connect
 from xdscheduler.registry import check, make_policy
 from xdscheduler.runtime.folder import StudyFolder, StudySpec, digest
 from xdscheduler.runtime.ledger import Ledger
-from xdscheduler.scenario import Job, Scenario
+from xdscheduler.scenario import Scenario
 from xdscheduler.sim.demand import DemandPlanner
 from xdscheduler.sim.domain import LocalDomains
 from xdscheduler.sim.engine import Engine
-from xdscheduler.sim.inputs import study_dynamics, study_jobs
+from xdscheduler.sim.inputs import StudyInputs, study_dynamics, study_jobs
 from xdscheduler.sim.measurement import Results
 from xdscheduler.sim.metrics import (
     background_load,
@@ -120,19 +118,14 @@ def _follow(advance, jobs: int, label: str, show: bool) -> None:
 
 
 def run_on_ray(
-    scn: Scenario,
-    jobs: list[Job],
+    inputs: StudyInputs,
     policy: str,
-    dynamics: Dynamics,
-    hours: float,
-    realtime: bool = False,
     show: bool = False,
+    *,
+    realtime: bool = False,
+    speed: float = 1.0,
     policy_options: dict | None = None,
     journal: str | None = None,
-    faults=None,
-    demand: DemandPlanner | None = None,
-    truth: Truth | None = None,
-    speed: float = 1.0,
     ledger: str | None = None,
 ) -> Results:
     """One policy's study under a controller actor. With a journal, a controller that dies is
@@ -151,19 +144,13 @@ def run_on_ray(
 
     def start():
         return Controller.remote(
-            scn.model_dump(),
-            [j.model_dump() for j in jobs],
+            inputs,
             policy,
-            dynamics,
-            hours * 3600,
-            realtime,
-            policy_options,
-            journal,
-            faults,
-            demand,
-            truth,
-            speed,
-            ledger,
+            realtime=realtime,
+            speed=speed,
+            policy_options=policy_options,
+            journal=journal,
+            ledger=ledger,
         )
 
     controller = start()
@@ -185,39 +172,33 @@ def run_on_ray(
             controller = start()
             return ray.get(controller.advance.remote(t))
 
-    _follow(advance, len(jobs), policy, show)
+    _follow(advance, len(inputs.jobs), policy, show)
     results = ray.get(controller.results.remote())
     ray.kill(controller)  # its domain actors go with it
     return results
 
 
 def run_here(
-    scn: Scenario,
-    jobs: list[Job],
+    inputs: StudyInputs,
     policy: Policy,
-    dynamics: Dynamics,
-    hours: float,
     show: bool = False,
-    faults=None,
-    demand: DemandPlanner | None = None,
     replan: Switch = Switch.MAKE_BEFORE_BREAK,
-    truth: Truth | None = None,
     ledger: str | None = None,
 ) -> Results:
     """The same study in this process, the domains as plain objects; `replan`: how running
-    jobs move (make-before-break, or the old checkpoint-and-restart); `truth`: what jobs
-    really run at (None: the model); `ledger`: where its usage records go."""
+    jobs move (make-before-break, or the old checkpoint-and-restart); `ledger`: where its
+    usage records go."""
     start = time.perf_counter()
     engine = Engine(
-        scn,
-        jobs,
+        inputs.scn,
+        inputs.jobs,
         policy,
-        dynamics,
-        LocalDomains(scn.domains, dynamics),
-        hours * 3600,
-        faults=faults,
-        demand=demand,
-        truth=truth,
+        inputs.dynamics,
+        LocalDomains(inputs.scn.domains, inputs.dynamics),
+        inputs.hours * 3600,
+        faults=inputs.faults,
+        demand=inputs.demand,
+        truth=inputs.truth,
         replan=replan,
     )
     book = Ledger(ledger, policy.name) if ledger else None
@@ -228,7 +209,7 @@ def run_here(
         engine.run(until_s=t)
         return engine.status()
 
-    _follow(advance, len(jobs), policy.name, show)
+    _follow(advance, len(inputs.jobs), policy.name, show)
     results = engine.results()
     results.wall_s = time.perf_counter() - start
     if book:
@@ -274,9 +255,9 @@ def run_study(
     (False: at the model's speeds); `mode`: what `out` may hold ("new": no study, "force":
     replace it, "resume": an interrupted study to go on with, see `runtime.folder`)."""
     check(policies)
+    options = policy_options or {}
     with StudyFolder(out, mode) as folder:
         if mode != "resume":
-            options = policy_options or {}
             path = options.get("policy_path")
             folder.record(
                 StudySpec(
@@ -293,96 +274,60 @@ def run_study(
                     serve_url=options.get("serve_url"),
                 )
             )
-        return _run_study(
+        show = sys.stderr.isatty() if show_progress is None else show_progress
+        jobs = study_jobs(scn, hours, seed)
+        world = StudyInputs(
             scn,
-            policies,
+            jobs,
+            study_dynamics(scn, seed, hours),
             hours,
-            seed,
-            folder,
-            address,
-            local,
-            realtime,
-            speed,
-            show_progress,
-            policy_options,
-            journal,
-            faults,
-            forecast,
-            truth,
+            faults=None if faults is None else study_faults(scn, seed, hours, faults),
+            truth=Truth.draw(scn, jobs, seed) if truth else None,  # one for every policy
         )
+        planner = (
+            study_demand(scn, seed, world.faults, options)
+            if (forecast or (forecast is None and world.faults is not None))
+            else None
+        )
+        if not local:
+            connect(address)
+        runs: dict[str, Results] = {}
+        for name in policies:
+            # the same faults for every policy, and a demand series of its own
+            mine = world.for_policy(planner.for_policy(name) if planner else None)
+            if local:
+                policy = make_policy(name, scn.weights, options)
+                runs[name] = run_here(mine, policy, show, ledger=str(folder.ledger))
+            else:
+                runs[name] = run_on_ray(
+                    mine,
+                    name,
+                    show,
+                    realtime=realtime,
+                    speed=speed,
+                    policy_options=options,
+                    journal=str(folder.journal) if journal else None,
+                    ledger=str(folder.ledger),
+                )
+        return _write_study(folder.path, world, seed, runs, faults, local)
 
 
-def _run_study(
-    scn: Scenario,
-    policies: list[str],
-    hours: float,
+def _write_study(
+    out: Path,
+    world: StudyInputs,
     seed: int,
-    folder: StudyFolder,
-    address,
-    local,
-    realtime,
-    speed,
-    show_progress,
-    policy_options,
-    journal,
-    faults,
-    forecast,
-    truth,
+    runs: dict[str, Results],
+    faults: float | None,
+    local: bool,
 ) -> Report:
+    """The study's report from each policy's results, written to `out` with its tables."""
     from xdscheduler.report.writer import write_report
 
-    out = folder.path
-    show = sys.stderr.isatty() if show_progress is None else show_progress
-    jobs = study_jobs(scn, hours, seed)
-    dynamics = study_dynamics(scn, seed, hours)
-    real = Truth.draw(scn, jobs, seed) if truth else None  # one for every policy
+    scn, hours = world.scn, world.hours
     view = ClusterView.from_scenario(scn)
-    specs = [JobSpec.of(j) for j in jobs]
+    specs = [JobSpec.of(j) for j in world.jobs]
     ideal = ideal_rates(specs, view)
-    if not local:
-        connect(address)
-    runs: dict[str, Results] = {}
-    journal_path = str(folder.journal) if journal and not local else None
-    injected = None if faults is None else study_faults(scn, seed, hours, faults)
-    planner = (
-        study_demand(scn, seed, injected, policy_options or {})
-        if (forecast or (forecast is None and injected is not None))
-        else None
-    )
-    for name in policies:
-        mine = copy.deepcopy(injected)  # the same faults for every policy
-        demand = planner.for_policy(name) if planner else None  # a demand series of its own
-        if local:
-            runs[name] = run_here(
-                scn,
-                jobs,
-                make_policy(name, scn.weights, policy_options),
-                dynamics,
-                hours,
-                show,
-                mine,
-                demand,
-                truth=real,
-                ledger=str(folder.ledger),
-            )
-        else:
-            runs[name] = run_on_ray(
-                scn,
-                jobs,
-                name,
-                dynamics,
-                hours,
-                realtime,
-                show,
-                policy_options,
-                journal_path,
-                mine,
-                demand,
-                real,
-                speed,
-                ledger=str(folder.ledger),
-            )
-    share = free_share(dynamics, view, hours * 3600)
+    share = free_share(world.dynamics, view, hours * 3600)
     reports = {
         n: PolicyReport(
             **dict(summarise(r, scn.weights, ideal, view, hours * 3600, share)),
@@ -397,22 +342,22 @@ def _run_study(
         scenario=scn.name,
         seed=seed,
         hours=hours,
-        jobs=len(jobs),
+        jobs=len(world.jobs),
         offered_load=offered_load(specs, view, hours * 3600),
-        background_load=background_load(dynamics, view, hours * 3600),
+        background_load=background_load(world.dynamics, view, hours * 3600),
         runtime="local" if local else "ray",
         weights=scn.weights.model_dump(),
         policies=reports,
         comparison=compare(reports),
-        faults=None if injected is None else fault_report(injected, runs, faults, seed),
-        truth=real.summary(scn) if real else None,
+        faults=None if faults is None else fault_report(world.faults, runs, faults, seed),
+        truth=world.truth.summary(scn) if world.truth else None,
     )
     write_report(
         out,
         report,
         pd.concat([domain_table(r) for r in runs.values()], ignore_index=True),
         pd.concat([job_table(r) for r in runs.values()], ignore_index=True),
-        link_table(dynamics, [d.name for d in scn.domains]),
+        link_table(world.dynamics, [d.name for d in scn.domains]),
         segments=pd.concat([segment_table(r) for r in runs.values()], ignore_index=True),
         topology=topology(scn),
     )

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
 from xdscheduler.errors import UserError
 from xdscheduler.network.dynamics import Dynamics
 from xdscheduler.scenario import Job, Scenario, Workload
 from xdscheduler.workload import TENANTS, generate_jobs, mean_jobs
+
+if TYPE_CHECKING:
+    from xdscheduler.sim.demand import DemandPlanner
+    from xdscheduler.sim.recovery import Faults
+    from xdscheduler.sim.truth import Truth
 
 # The network is drawn for ten times the arrival window, beyond the engine's drain limit
 # (`engine.DRAIN_FACTOR`): a draw depends on its length, so this span is part of what makes a
@@ -70,3 +79,22 @@ def generated_jobs(scn: Scenario, hours: float, seed: int, load: float | None = 
 def study_dynamics(scn: Scenario, seed: int, hours: float) -> Dynamics:
     """The links and loads every policy of the study meets."""
     return Dynamics.generate(scn, seed, hours * 3600 * NETWORK_SPAN)
+
+
+@dataclass
+class StudyInputs:
+    """What one policy's run of a study meets: the scenario, its jobs and the network's
+    realisation over `hours`; where the study has them, the faults injected, the demand series
+    its planner keeps, and the ground truth jobs really run at (None: the model's speeds)."""
+
+    scn: Scenario
+    jobs: list[Job]
+    dynamics: Dynamics
+    hours: float
+    faults: Faults | None = None
+    demand: DemandPlanner | None = None
+    truth: Truth | None = None
+
+    def for_policy(self, demand: DemandPlanner | None) -> StudyInputs:
+        """A copy for one policy: faults of its own to use up, the same otherwise."""
+        return replace(self, faults=copy.deepcopy(self.faults), demand=demand)
