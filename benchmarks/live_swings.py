@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -97,11 +98,19 @@ def main() -> None:
         start = time.perf_counter()
         xds(state, "up", str(SCENARIO), "--profile", str(PROFILE), "--json")
         try:
-            rows = run(state, Path(tmp), links, factors, args)
+            rows, moves = run(state, Path(tmp), links, factors, args)
         finally:
             xds(state, "down")
         wall = time.perf_counter() - start
     report(rows, args, wall)
+    print()
+    print_table(
+        f"The controller's moves of the job ({len(moves)})",
+        ["at step", "to", "step s there", "step s moved to", "saves s", "costs s"],
+        moves,
+        "saves: what the move was predicted to save within the controller's horizon "
+        "(live.controller.MOVE_HORIZON_S); it moves when that is twice the cost",
+    )
 
 
 def set_links(state: Path, links, rates: np.ndarray) -> None:
@@ -141,9 +150,30 @@ def run(state: Path, tmp: Path, links, factors: np.ndarray, args) -> list[dict]:
                 }
             )
     finally:
+        moves = why_moved(state, "gpt-swing")
         xds(state, "cancel", "gpt-swing")
     print(f"placed on {row['domains']} ({row['plan']})", file=sys.stderr)
-    return rows
+    return rows, moves
+
+
+def why_moved(state: Path, name: str) -> list[list]:
+    """Each time the controller set the job moving: at what step, where to, the step times
+    it compared, and what it expected to save against what moving costs."""
+    events = json.loads(xds(state, "logs", name, "--json"))["events"]
+    kinds = Counter(e["event"] for e in events)
+    print("the job's events: " + ", ".join(f"{k} {n}" for k, n in kinds.items()), file=sys.stderr)
+    return [
+        [
+            e["at_step"],
+            "+".join(e["domains"]),
+            f"{e['from_step_s']:.3f}",
+            f"{e['step_s']:.3f}",
+            f"{e['gain_s']:.1f}",
+            f"{e['cost_s']:.1f}",
+        ]
+        for e in events
+        if e["event"] == "moving"
+    ]
 
 
 def wait(state: Path, name: str, until, timeout_s: float = 600) -> dict:

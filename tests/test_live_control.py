@@ -465,3 +465,20 @@ def test_down_keeps_the_state_file_when_a_process_could_not_be_stopped(tmp_path,
         assert not path.exists() and node.wait(timeout=10) is not None
     finally:
         node.kill()
+
+
+# ---- when a running job moves
+def test_a_move_pays_only_within_the_horizon_a_swing_may_last():
+    """A 10% faster placement for a job with hours left: counted over the whole rest, it
+    would pay for any start-up (the old rule, which moved a job at nearly every swing of its
+    links); within MOVE_HORIZON_S it saves 30 s, short of twice a 26 s start-up. A domain
+    slowed threefold still pays at once."""
+    from xdscheduler.live.controller import MOVE_GAIN, MOVE_HORIZON_S, move_gain_s
+
+    startup = 26.0
+    small = move_gain_s(0.5, 0.45, steps_left=100_000)
+    assert small == pytest.approx(MOVE_HORIZON_S / 0.5 * 0.05)
+    assert small < MOVE_GAIN * startup < 100_000 * 0.05  # not worth it; the old rule moved
+    assert move_gain_s(1.5, 0.5, steps_left=100_000) > MOVE_GAIN * startup  # a domain slowed 3x
+    assert move_gain_s(0.5, 0.49, steps_left=100_000) == 0.0  # within the model's noise
+    assert move_gain_s(1.0, 0.5, steps_left=10) == pytest.approx(5.0)  # ends sooner: its rest

@@ -14,7 +14,7 @@ from xdscheduler.costmodel.constants import DEFAULT
 from xdscheduler.costmodel.plan import Plan
 from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.policies import PlannerPolicy
-from xdscheduler.planner.search import JobSpec
+from xdscheduler.planner.search import JobSpec, estimate_placement
 from xdscheduler.planner.space import DATA
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.runtime import study
@@ -223,3 +223,26 @@ def test_the_fitted_parameters_are_what_the_data_gives(data_dir):
                 assert fitted[block][key] == pytest.approx(value, rel=1e-9), (block, key)
             elif not isinstance(value, dict):
                 assert fitted[block][key] == value, (block, key)
+
+
+def test_a_step_across_domains_no_link_explains_is_left_to_the_job():
+    """DiLoCo syncing every 100 steps hardly depends on its link: a step 30% slower than the
+    model changes no factor (spreading it on the domains' speed, as the live plane once did,
+    made every other pair of domains look faster to the job), and is the job's own."""
+    from xdscheduler.live.jobs import LiveJob
+    from xdscheduler.live.records import JobRecord
+
+    scn = two_domains({"min": 2, "max": 2})
+    view = ClusterView.from_scenario(scn)
+    spec = JobSpec.of(scn.jobs[0])
+    p = Placement(
+        "small", DATA, (0, 1), (1, 1), Plan(dp=2, micro_batch=2, diloco_h=100), ("a", "b")
+    )
+    c = Correction.start(2)
+    model_s = estimate_placement(p, spec, view).step_time_s
+    assert c.observe(p, spec, view, 1.3 * model_s) is c
+    assert c.unexplained(p, spec, view, 1.3 * model_s) == pytest.approx(1.3)
+    rec = JobRecord(LiveJob(name="small"), 0.0)
+    rec.unexplained = 1.3
+    single = Placement("small", "single", (0,), (2,), Plan(dp=2, micro_batch=2), ("a",))
+    assert rec.across(p) == 1.3 and rec.across(single) == 1.0  # inside a domain: no WAN

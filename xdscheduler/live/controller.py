@@ -43,6 +43,7 @@ from xdscheduler.live.training import ASK_EVERY, GO, SAVE_AND_STOP, STOP
 from xdscheduler.perception.indicators import checked
 from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.search import estimate_placement
+from xdscheduler.planner.space import SINGLE
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.runtime.journal import open_log
 from xdscheduler.scenario import load_scenario
@@ -54,6 +55,12 @@ CONTROLLER = "xds-controller"
 TICK_S = 0.2  # how often the controller pings its domains and decides
 OBSERVE_EVERY = 5  # steps between two corrections from one run
 MOVE_GAIN = 2.0  # a running job moves when that saves this many times what moving costs
+# ... within this long (a swing may be over after it: links are re-read and moves re-decided
+# all the time, so a move must pay for itself before the next may undo it; the single-job
+# experiment's re-plan rule pays back over its next 5-minute sample the same way), and when
+# the new placement is predicted this much faster at all
+MOVE_HORIZON_S = 300.0
+MOVE_MIN_SPEEDUP = 0.05
 # What the correction learnt halves (in logs) every this long unless runs confirm it: a domain
 # found slow and left since is tried again once its slowdown may be over
 CORRECTION_HALF_LIFE_S = 300.0
@@ -74,6 +81,16 @@ CREATE TABLE IF NOT EXISTS events (
     idx INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, job TEXT NOT NULL,
     kind TEXT NOT NULL, record TEXT NOT NULL);
 """
+
+
+def move_gain_s(now_s: float, then_s: float, steps_left: int) -> float:
+    """Seconds a move from a step of `now_s` to one of `then_s` saves within MOVE_HORIZON_S
+    (or the job's `steps_left`, if it ends sooner); 0 unless the new step is at least
+    MOVE_MIN_SPEEDUP faster. Counting the job's whole rest, as before, made a job under
+    links swinging 30% either way move at nearly every swing, each move's start-up lost."""
+    if then_s > (1 - MOVE_MIN_SPEEDUP) * now_s:
+        return 0.0
+    return min(steps_left, MOVE_HORIZON_S / now_s) * (now_s - then_s)
 
 
 class JobBook:
@@ -362,9 +379,17 @@ class LiveController(JobBook):
         # a run's measured step sums up many steps: it is taken whole (a study
         # weighs one jittery step rate at WEIGHT); a run's early steps, slowed by a job
         # starting beside it, would otherwise hold the factor back long after
-        self.correction = self.correction.observe(
-            chosen, spec, view, measured, spread_speed=True, weight=1.0, opts=self.search_options
+        learnt = self.correction.observe(
+            chosen, spec, view, measured, weight=1.0, opts=self.search_options
         )
+        if learnt is self.correction and chosen.kind != SINGLE:
+            # No link explains a step across domains that hardly depends on one: the rest is
+            # this job's. Put on its domains' speed instead, as before, it made every other
+            # pair of domains look faster, and a job under swinging links moved round them.
+            rec.unexplained = self.correction.unexplained(
+                chosen, spec, view, measured, self.search_options
+            )
+        self.correction = learnt
         rec.observed += 1
         corrected = self._reestimate()
         self._event(
@@ -373,6 +398,7 @@ class LiveController(JobBook):
             {
                 "measured_step_s": measured,
                 "speed": self.correction.speed.tolist(),
+                "unexplained": rec.unexplained,
                 "corrected_step_s": rec.placement["corrected_step_s"],
             },
         )
@@ -392,9 +418,11 @@ class LiveController(JobBook):
         corrected = self.correction.apply(self._view())
         for other in self.jobs.values():
             if other.status == "running" and other.chosen is not None:
-                other.placement["corrected_step_s"] = estimate_placement(
-                    other.chosen, other.job.spec(0.0), corrected, self.search_options
-                ).step_time_s
+                other.placement["corrected_step_s"] = other.across(other.chosen) * (
+                    estimate_placement(
+                        other.chosen, other.job.spec(0.0), corrected, self.search_options
+                    ).step_time_s
+                )
         return corrected
 
     def _replan_running(self, corrected: ClusterView) -> None:
@@ -409,8 +437,8 @@ class LiveController(JobBook):
                 self._replan(other, other.chosen, corrected)
 
     def _replan(self, rec: JobRecord, chosen: Placement, corrected: ClusterView) -> None:
-        """Move a running job when, on the corrected model, another placement finishes it
-        sooner by MOVE_GAIN times what moving costs (its measured start-up, and the steps
+        """Move a running job when, on the corrected model, another placement saves within
+        MOVE_HORIZON_S MOVE_GAIN times what moving costs (its measured start-up, and the steps
         since its last checkpoint trained again). It stops at its next ask and queues again
         with its checkpoint; the policy then places it on the corrected model."""
         spec = rec.job.spec(0.0)
@@ -422,8 +450,8 @@ class LiveController(JobBook):
         ):
             return
         now_s = rec.placement["corrected_step_s"]
-        then_s = best.estimate.step_time_s
-        gain = (rec.job.steps - rec.step) * (now_s - then_s)
+        then_s = rec.across(best) * best.estimate.step_time_s
+        gain = move_gain_s(now_s, then_s, rec.job.steps - rec.step)
         cost = rec.startup_s + (rec.step % rec.job.checkpoint_every + ASK_EVERY) * then_s
         if gain > MOVE_GAIN * cost:
             rec.moving = {
@@ -825,7 +853,7 @@ class LiveController(JobBook):
             "diloco_h": plan.diloco_h,
             "reason": p.explanation,
             "predicted_step_s": self._nominal(rec, p),
-            "corrected_step_s": (p.estimate.step_time_s if p.estimate else None),
+            "corrected_step_s": (rec.across(p) * p.estimate.step_time_s if p.estimate else None),
             "decision_ms": decision_ms,
         }
         rec.status, rec.attempts, rec.chosen = "running", rec.attempts + 1, p

@@ -13,6 +13,7 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from xdscheduler.live.jobs import JobRow, LiveJob
+from xdscheduler.planner.space import SINGLE
 
 if TYPE_CHECKING:
     from ray.util.placement_group import PlacementGroup
@@ -98,6 +99,14 @@ class JobRecord:
     preempting: dict | None = None  # preempted: checkpoint at the next ask, queue again
     failures: int = 0  # runs in a row that failed (an error, the watchdog)
     checkpointed: int = 0  # the step of its last checkpoint (as far as heard)
+    # its steps across domains over the model's, where no factor of the model takes the
+    # difference (its WAN time hidden in the model, as DiLoCo's is): the job's own, wherever
+    # it crosses, not its domains'
+    unexplained: float = 1.0
+
+    def across(self, p: Placement) -> float:
+        """What to multiply the model's step on `p` by for this job."""
+        return self.unexplained if p.kind != SINGLE else 1.0
 
     def hear(self, metrics: dict) -> None:
         """One step of its run: where it is, its loss, how long it took."""

@@ -80,14 +80,12 @@ class Correction:
         view: ClusterView,
         true_s: float,
         step_s: float | None = None,
-        spread_speed: bool = False,
         weight: float = WEIGHT,
         opts: SearchOptions = DEFAULT_OPTIONS,
     ) -> Correction:
         """The factors after the job was seen stepping in `true_s` on p under the view's
-        links now; `step_s`: the model's step on p under these factors, when already known.
-        `spread_speed`: a cross-domain step that hardly depends on its narrowest link (DiLoCo,
-        communication hidden) moves the speed of its domains instead. `weight`: of this
+        links now; `step_s`: the model's step on p under these factors, when already known
+        (`self` comes back unchanged where no factor explains the step). `weight`: of this
         observation (1 for a median over many steps, which one step's jitter does not move).
         `opts`: the stack and constants the model runs with."""
         if step_s is None:
@@ -96,10 +94,19 @@ class Correction:
         if p.kind == SINGLE:
             return self._moved("speed", ([p.domains[0]],), *seen)
         a, b = _narrowest(p, self.apply(view))
-        moved = self._moved("goodput", ([a, b], [b, a]), *seen)
-        if moved is self and spread_speed:
-            return self._moved("speed", (list(p.domains),), *seen)
-        return moved
+        return self._moved("goodput", ([a, b], [b, a]), *seen)
+
+    def unexplained(
+        self,
+        p: Placement,
+        spec: JobSpec,
+        view: ClusterView,
+        true_s: float,
+        opts: SearchOptions = DEFAULT_OPTIONS,
+    ) -> float:
+        """The job's step on p over the model's as corrected: what `observe` leaves to the job
+        where no factor explains it (a step across domains that hardly depends on its link)."""
+        return true_s / estimate_placement(p, spec, self.apply(view), opts).step_time_s
 
     def _moved(
         self,
