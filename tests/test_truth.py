@@ -246,3 +246,17 @@ def test_a_step_across_domains_no_link_explains_is_left_to_the_job():
     rec.unexplained = 1.3
     single = Placement("small", "single", (0,), (2,), Plan(dp=2, micro_batch=2), ("a",))
     assert rec.across(p) == 1.3 and rec.across(single) == 1.0  # inside a domain: no WAN
+
+
+def test_links_nothing_was_learnt_of_are_pooled_with_those_that_were():
+    """A job taught the model that its link delivers 60%: deciding its move, links no job has
+    crossed are expected to deliver as much (the geometric mean of those learnt), not 100%,
+    which would make every other pair of domains look faster to it."""
+    c = Correction(np.ones(3), np.array([[1.0, 0.6, 1.0], [0.6, 1.0, 1.0], [1.0, 1.0, 1.0]]))
+    pooled = c.pooled()
+    assert pooled.goodput[0, 2] == pooled.goodput[1, 2] == pytest.approx(0.6)
+    assert pooled.goodput[0, 1] == 0.6 and np.all(np.diag(pooled.goodput) == 1.0)
+    two = Correction(np.ones(3), np.array([[1.0, 0.5, 0.8], [0.5, 1.0, 1.0], [0.8, 1.0, 1.0]]))
+    assert two.pooled().goodput[1, 2] == pytest.approx(np.sqrt(0.5 * 0.8))
+    fresh = Correction.start(3)
+    assert fresh.pooled() is fresh  # nothing learnt: the model's rates

@@ -293,7 +293,8 @@ class LiveController(JobBook):
         with self.lock:
             self._probed(rows)
             self._event("", "links_probed", {"links": rows})
-            self._replan_running(self._reestimate())
+            self._reestimate()
+            self._replan_running()
 
     def _probed(self, rows: list[dict]) -> None:
         self.probed = rows
@@ -369,12 +370,12 @@ class LiveController(JobBook):
     def _correct(self, rec: JobRecord, chosen: Placement, measured: float) -> None:
         """Learn from the run's last steps (`measured`, on `chosen`), then re-plan the running
         jobs."""
-        self._replan_running(self._observe(rec, chosen, measured))
+        self._observe(rec, chosen, measured)
+        self._replan_running()
 
-    def _observe(self, rec: JobRecord, chosen: Placement, measured: float) -> ClusterView:
+    def _observe(self, rec: JobRecord, chosen: Placement, measured: float) -> None:
         """Move the model's factor under this run (on `chosen`) toward what its last steps
-        took (`measured`), and say what every running job's estimate is now; the corrected
-        view."""
+        took (`measured`), and say what every running job's estimate is now."""
         spec, view = rec.job.spec(0.0), self._view()
         # a run's measured step sums up many steps: it is taken whole (a study
         # weighs one jittery step rate at WEIGHT); a run's early steps, slowed by a job
@@ -391,7 +392,7 @@ class LiveController(JobBook):
             )
         self.correction = learnt
         rec.observed += 1
-        corrected = self._reestimate()
+        self._reestimate()
         self._event(
             rec.job.name,
             "correction",
@@ -402,7 +403,6 @@ class LiveController(JobBook):
                 "corrected_step_s": rec.placement["corrected_step_s"],
             },
         )
-        return corrected
 
     def _learn_from_last_steps(self, rec: JobRecord) -> None:
         """A run that finished: one last correction from its last whole rounds. Corrections
@@ -413,8 +413,8 @@ class LiveController(JobBook):
         if rec.chosen is not None and measured is not None:
             self._observe(rec, rec.chosen, measured)
 
-    def _reestimate(self) -> ClusterView:
-        """Every running job's step time on the model as corrected now; that view."""
+    def _reestimate(self) -> None:
+        """Every running job's step time on the model as corrected now."""
         corrected = self.correction.apply(self._view())
         for other in self.jobs.values():
             if other.status == "running" and other.chosen is not None:
@@ -423,9 +423,11 @@ class LiveController(JobBook):
                         other.chosen, other.job.spec(0.0), corrected, self.search_options
                     ).step_time_s
                 )
-        return corrected
 
-    def _replan_running(self, corrected: ClusterView) -> None:
+    def _replan_running(self) -> None:
+        """Weigh a move for every running job, on the corrected model with the links nothing
+        was learnt of expected to deliver what the others did (`Correction.pooled`)."""
+        view = self.correction.pooled().apply(self._view())
         for other in self.jobs.values():
             if (
                 other.status == "running"
@@ -434,22 +436,25 @@ class LiveController(JobBook):
                 and other.preempting is None
                 and not other.cancel
             ):
-                self._replan(other, other.chosen, corrected)
+                self._replan(other, other.chosen, view)
 
-    def _replan(self, rec: JobRecord, chosen: Placement, corrected: ClusterView) -> None:
+    def _replan(self, rec: JobRecord, chosen: Placement, view: ClusterView) -> None:
         """Move a running job when, on the corrected model, another placement saves within
         MOVE_HORIZON_S MOVE_GAIN times what moving costs (its measured start-up, and the steps
         since its last checkpoint trained again). It stops at its next ask and queues again
         with its checkpoint; the policy then places it on the corrected model."""
         spec = rec.job.spec(0.0)
-        best = self.policy.replan(spec, chosen, corrected)
+        best = self.policy.replan(spec, chosen, view)
         if (
             best is None
             or rec.startup_s is None
             or (best.names, best.gpus, best.plan) == (chosen.names, chosen.gpus, chosen.plan)
         ):
             return
-        now_s = rec.placement["corrected_step_s"]
+        # both on the same view: the job's own links taught, the others pooled
+        now_s = rec.across(chosen) * (
+            estimate_placement(chosen, spec, view, self.search_options).step_time_s
+        )
         then_s = rec.across(best) * best.estimate.step_time_s
         gain = move_gain_s(now_s, then_s, rec.job.steps - rec.step)
         cost = rec.startup_s + (rec.step % rec.job.checkpoint_every + ASK_EVERY) * then_s
@@ -614,7 +619,8 @@ class LiveController(JobBook):
                     self.bucket_gbps[i, j] = self.links_gbps[i, j] = now
                     swung = True
             if swung:
-                self._replan_running(self._reestimate())
+                self._reestimate()
+                self._replan_running()
 
     def _with_indicators(self, report: dict) -> dict:
         """The report with its 12 indicators, each checked as a study checks a sample (a
