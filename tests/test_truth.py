@@ -228,23 +228,32 @@ def test_the_fitted_parameters_are_what_the_data_gives(data_dir):
 def test_a_step_across_domains_no_link_explains_is_left_to_the_job():
     """DiLoCo syncing every 100 steps hardly depends on its link: a step 30% slower than the
     model changes no factor (spreading it on the domains' speed, as the live plane once did,
-    made every other pair of domains look faster to the job), and is the job's own."""
+    made every other pair of domains look faster to the job), and is the job's own. A step a
+    link explains leaves the job nothing; one inside a domain says nothing of crossing."""
     from xdscheduler.live.jobs import LiveJob
     from xdscheduler.live.records import JobRecord
 
     scn = two_domains({"min": 2, "max": 2})
     view = ClusterView.from_scenario(scn)
     spec = JobSpec.of(scn.jobs[0])
-    p = Placement(
-        "small", DATA, (0, 1), (1, 1), Plan(dp=2, micro_batch=2, diloco_h=100), ("a", "b")
-    )
+    diloco = Plan(dp=2, micro_batch=2, diloco_h=100)
+    p = Placement("small", DATA, (0, 1), (1, 1), diloco, ("a", "b"))
     c = Correction.start(2)
     model_s = estimate_placement(p, spec, view).step_time_s
-    assert c.observe(p, spec, view, 1.3 * model_s) is c
-    assert c.unexplained(p, spec, view, 1.3 * model_s) == pytest.approx(1.3)
+    learnt, left = c.observe_run(p, spec, view, 1.3 * model_s)
+    assert learnt is c and left == pytest.approx(1.3)
+    synced = Placement("small", DATA, (0, 1), (1, 1), Plan(dp=2, micro_batch=2), ("a", "b"))
+    learnt, left = c.observe_run(
+        synced, spec, view, 1.3 * estimate_placement(synced, spec, view).step_time_s
+    )
+    assert learnt.goodput[0, 1] < 1 and left == 1.0
+    single = Placement("small", "single", (0,), (2,), Plan(dp=2, micro_batch=2), ("a",))
+    learnt, left = c.observe_run(
+        single, spec, view, 1.3 * estimate_placement(single, spec, view).step_time_s
+    )
+    assert learnt.speed[0] < 1 and left is None
     rec = JobRecord(LiveJob(name="small"), 0.0)
     rec.unexplained = 1.3
-    single = Placement("small", "single", (0,), (2,), Plan(dp=2, micro_batch=2), ("a",))
     assert rec.across(p) == 1.3 and rec.across(single) == 1.0  # inside a domain: no WAN
 
 

@@ -43,7 +43,6 @@ from xdscheduler.live.training import ASK_EVERY, GO, SAVE_AND_STOP, STOP
 from xdscheduler.perception.indicators import checked
 from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.search import estimate_placement
-from xdscheduler.planner.space import SINGLE
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.runtime.journal import open_log
 from xdscheduler.scenario import load_scenario
@@ -380,17 +379,14 @@ class LiveController(JobBook):
         # a run's measured step sums up many steps: it is taken whole (a study
         # weighs one jittery step rate at WEIGHT); a run's early steps, slowed by a job
         # starting beside it, would otherwise hold the factor back long after
-        learnt = self.correction.observe(
-            chosen, spec, view, measured, weight=1.0, opts=self.search_options
+        # What no link explains of a step across domains is this job's: put on its domains'
+        # speed, as it once was, it made every other pair of domains look faster to the job,
+        # and under swinging links the job moved round them.
+        self.correction, left = self.correction.observe_run(
+            chosen, spec, view, measured, self.search_options
         )
-        if learnt is self.correction and chosen.kind != SINGLE:
-            # No link explains a step across domains that hardly depends on one: the rest is
-            # this job's. Put on its domains' speed instead, as before, it made every other
-            # pair of domains look faster, and a job under swinging links moved round them.
-            rec.unexplained = self.correction.unexplained(
-                chosen, spec, view, measured, self.search_options
-            )
-        self.correction = learnt
+        if left is not None:
+            rec.unexplained = left
         rec.observed += 1
         self._reestimate()
         self._event(

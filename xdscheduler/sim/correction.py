@@ -108,17 +108,24 @@ class Correction:
         a, b = _narrowest(p, self.apply(view))
         return self._moved("goodput", ([a, b], [b, a]), *seen)
 
-    def unexplained(
+    def observe_run(
         self,
         p: Placement,
         spec: JobSpec,
         view: ClusterView,
         true_s: float,
         opts: SearchOptions = DEFAULT_OPTIONS,
-    ) -> float:
-        """The job's step on p over the model's as corrected: what `observe` leaves to the job
-        where no factor explains it (a step across domains that hardly depends on its link)."""
-        return true_s / estimate_placement(p, spec, self.apply(view), opts).step_time_s
+    ) -> tuple[Correction, float | None]:
+        """`observe` of a run's step taken whole (weight 1), and what is left to the job
+        across domains: where no factor explains its step (one that hardly depends on its
+        link, as under DiLoCo), the step over the model's as corrected; where a link's factor
+        took it, 1; inside one domain, None (it says nothing of the job's crossing)."""
+        learnt = self.observe(p, spec, view, true_s, weight=1.0, opts=opts)
+        if p.kind == SINGLE:
+            return learnt, None
+        if learnt is not self:
+            return learnt, 1.0
+        return self, true_s / estimate_placement(p, spec, self.apply(view), opts).step_time_s
 
     def _moved(
         self,
