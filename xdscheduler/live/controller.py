@@ -414,11 +414,12 @@ class LiveController(JobBook):
         corrected = self.correction.apply(self._view())
         for other in self.jobs.values():
             if other.status == "running" and other.chosen is not None:
-                other.placement["corrected_step_s"] = other.across(other.chosen) * (
-                    estimate_placement(
-                        other.chosen, other.job.spec(0.0), corrected, self.search_options
-                    ).step_time_s
-                )
+                other.placement["corrected_step_s"] = self._step_s(other, other.chosen, corrected)
+
+    def _step_s(self, rec: JobRecord, p: Placement, view: ClusterView) -> float:
+        """The job's step on `p` by the model on `view`, with what is its own across domains."""
+        spec = rec.job.spec(0.0)
+        return rec.across(p) * estimate_placement(p, spec, view, self.search_options).step_time_s
 
     def _replan_running(self) -> None:
         """Weigh a move for every running job, on the corrected model with the links nothing
@@ -448,9 +449,7 @@ class LiveController(JobBook):
         ):
             return
         # both on the same view: the job's own links taught, the others pooled
-        now_s = rec.across(chosen) * (
-            estimate_placement(chosen, spec, view, self.search_options).step_time_s
-        )
+        now_s = self._step_s(rec, chosen, view)
         then_s = rec.across(best) * best.estimate.step_time_s
         gain = move_gain_s(now_s, then_s, rec.job.steps - rec.step)
         cost = rec.startup_s + (rec.step % rec.job.checkpoint_every + ASK_EVERY) * then_s
