@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -269,3 +270,15 @@ def test_links_nothing_was_learnt_of_are_pooled_with_those_that_were():
     assert two.pooled().goodput[1, 2] == pytest.approx(np.sqrt(0.5 * 0.8))
     fresh = Correction.start(3)
     assert fresh.pooled() is fresh  # nothing learnt: the model's rates
+
+
+def test_a_link_learnt_to_deliver_what_the_model_said_counts_as_learnt():
+    """What was learnt is recorded, not read off the factor: a link seen to deliver exactly the
+    model's rate is pooled as learnt (1.0), and forgetting it makes it unlearnt again."""
+    c = Correction(np.ones(3), np.array([[1.0, 0.5, 1.0], [0.5, 1.0, 1.0], [1.0, 1.0, 1.0]]))
+    c = replace(c, learnt=c.learnt | (np.arange(3)[:, None] + np.arange(3) == 3))  # 1-2 too
+    pooled = c.pooled()
+    assert pooled.goodput[1, 2] == 1.0  # learnt: kept as it is
+    assert pooled.goodput[0, 2] == pytest.approx(np.sqrt(0.5))  # untried: the learnt mean
+    forgot = c.forgetting_link(1, 2)
+    assert not forgot.learnt[1, 2] and forgot.pooled().goodput[1, 2] == pytest.approx(0.5)

@@ -51,6 +51,13 @@ class Correction:
 
     speed: np.ndarray  # (K,) per domain
     goodput: np.ndarray  # (K, K) per link, both directions alike
+    # (K, K): the links an observation taught something, both directions alike; factors given
+    # outright count as learnt where they differ from 1
+    learnt: np.ndarray = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.learnt is None:
+            object.__setattr__(self, "learnt", self.goodput != 1.0)
 
     @classmethod
     def start(cls, k: int) -> Correction:
@@ -72,7 +79,7 @@ class Correction:
         not the model's full rate. Deciding a move on the factors as they are makes a job's
         own links, the only ones it taught anything, look worse than all the others."""
         off = ~np.eye(len(self.speed), dtype=bool)
-        seen = off & (self.goodput != 1.0)
+        seen = off & self.learnt
         if not seen.any():
             return self
         prior = float(np.exp(np.log(self.goodput[seen]).mean()))
@@ -81,9 +88,10 @@ class Correction:
     def forgetting_link(self, i: int, j: int) -> Correction:
         """The link between domains i and j back to the model: what was learnt of it tells
         nothing once it is seen to have changed."""
-        goodput = self.goodput.copy()
+        goodput, learnt = self.goodput.copy(), self.learnt.copy()
         goodput[i, j] = goodput[j, i] = 1.0
-        return replace(self, goodput=goodput)
+        learnt[i, j] = learnt[j, i] = False
+        return replace(self, goodput=goodput, learnt=learnt)
 
     def observe(
         self,
@@ -149,9 +157,13 @@ class Correction:
         if elasticity < MIN_ELASTICITY:
             return self
         implied = np.clip(math.log(step_s / true_s) / elasticity, -MAX_LOG_MOVE, MAX_LOG_MOVE)
-        learnt = factor.copy()
-        learnt[cells] *= math.exp(weight * implied)
-        return replace(self, **{name: learnt})
+        moved = factor.copy()
+        moved[cells] *= math.exp(weight * implied)
+        if name == "speed":
+            return replace(self, speed=moved)
+        learnt = self.learnt.copy()
+        learnt[cells] = True
+        return replace(self, goodput=moved, learnt=learnt)
 
 
 def _narrowest(p: Placement, view: ClusterView) -> tuple[int, int]:
