@@ -18,6 +18,7 @@ from xdscheduler.planner.policies import PlannerPolicy
 from xdscheduler.scenario import parse_scenario
 from xdscheduler.sim.domain import LocalDomains
 from xdscheduler.sim.engine import Engine
+from xdscheduler.sim.inputs import StudyInputs
 
 TYPES = ["H100-SXM", "H800", "A800", "H20", "Ascend-910B", "A100-80GB", "MI300X", "H200"]
 MODELS = ["llama2-7b", "llama3-8b", "llama2-13b", "llama2-70b", "gpt3-175b"]
@@ -86,7 +87,7 @@ def main() -> None:
     dyn = Dynamics.generate(scn, 0, 3600.0)
 
     def engine(domains) -> Engine:  # every job arrives at 0: queued at the first tick
-        return Engine(scn, scn.jobs, PlannerPolicy(scn.weights), dyn, domains, 3600.0)
+        return Engine(StudyInputs(scn, scn.jobs, dyn, 1.0), PlannerPolicy(scn.weights), domains)
 
     local = engine(LocalDomains(scn.domains, dyn))
     local_s = float(np.median(tick_times(local)))

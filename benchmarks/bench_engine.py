@@ -16,9 +16,8 @@ import time
 from benchmarks._table import print_table
 from xdscheduler.registry import make_policy
 from xdscheduler.scenario import default_scenario_path, load_scenario
-from xdscheduler.sim.domain import LocalDomains
 from xdscheduler.sim.engine import Engine
-from xdscheduler.sim.inputs import study_dynamics, study_jobs
+from xdscheduler.sim.inputs import StudyInputs
 from xdscheduler.sim.reconfig import Phase
 
 
@@ -64,15 +63,7 @@ def counted(engine: type[Engine]) -> type[Engine]:
 def timed(cls, policy: str, hours: float, seed: int) -> tuple[float, int, list]:
     """Seconds to run the study, events stepped, and every job's (start, end)."""
     scn = load_scenario(default_scenario_path())
-    jobs, dyn = study_jobs(scn, hours, seed), study_dynamics(scn, seed, hours)
-    eng = counted(cls)(
-        scn,
-        jobs,
-        make_policy(policy, scn.weights),
-        dyn,
-        LocalDomains(scn.domains, dyn),
-        hours * 3600,
-    )
+    eng = counted(cls)(StudyInputs.drawn(scn, hours, seed), make_policy(policy, scn.weights))
     start = time.perf_counter()
     eng.run()
     return time.perf_counter() - start, eng.steps, [(r.start_s, r.end_s) for r in eng.runs]

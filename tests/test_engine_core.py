@@ -10,7 +10,6 @@ import pytest
 from benchmarks.bench_engine import Rescanning
 from xdscheduler.faults.failure_model import FaultEvent
 from xdscheduler.planner.policies import PlannerPolicy
-from xdscheduler.sim.domain import LocalDomains
 from xdscheduler.sim.engine import Engine
 from xdscheduler.sim.events import EventQueue
 from xdscheduler.sim.inputs import StudyInputs, study_dynamics, study_jobs
@@ -54,15 +53,8 @@ def engine(cls=Engine, faults=None, swings: bool = False, policy=None) -> Engine
     dyn = study_dynamics(scn, SEED, HOURS)
     if swings:
         dyn, _ = inject_swings(dyn, SEED, 900.0, until_s=HOURS * 3600)
-    return cls(
-        scn,
-        study_jobs(scn, HOURS, SEED),
-        policy or PlannerPolicy(scn.weights),
-        dyn,
-        LocalDomains(scn.domains, dyn),
-        HOURS * 3600,
-        faults=faults,
-    )
+    inputs = StudyInputs(scn, study_jobs(scn, HOURS, SEED), dyn, HOURS, faults=faults)
+    return cls(inputs, policy or PlannerPolicy(scn.weights))
 
 
 def faults() -> Faults:
@@ -156,15 +148,7 @@ def test_a_study_whose_drain_limit_is_off_the_sampling_grid_finishes(hours):
     from .conftest import SCENARIOS
 
     scn = load_scenario(SCENARIOS / "five_domains.yaml")
-    dyn = study_dynamics(scn, 7, hours)
-    eng = Engine(
-        scn,
-        study_jobs(scn, hours, 7),
-        make_policy("planner", scn.weights),
-        dyn,
-        LocalDomains(list(scn.domains), dyn),
-        hours * 3600,
-    )
+    eng = Engine(StudyInputs.drawn(scn, hours, 7), make_policy("planner", scn.weights))
     for hour in range(1, 20):  # as the study's driver advances it, an hour at a time
         eng.run(until_s=hour * 3600)
         if eng.finished:

@@ -42,9 +42,7 @@ def study(url: str | None = None):
     planner = planning.DemandPlanner(dict(floor), {j.name for j in scn.jobs}, seed=SEED)
     if url:
         planner = planning.DemandPlanner(dict(floor), planner.known, ForecastClient(url), SEED)
-    inputs = StudyInputs(
-        scn, study_jobs(scn, HOURS, SEED), study_dynamics(scn, SEED, HOURS), HOURS, faults, planner
-    )
+    inputs = StudyInputs.drawn(scn, HOURS, SEED, faults=faults, demand=planner)
     res = run_here(inputs, make_policy("planner", scn.weights))
     return res, faults, planner
 
@@ -168,19 +166,10 @@ def test_a_stalled_job_is_said_to_free_its_accelerators_within_the_forecasts_bou
     said 1e9 s, over the request's 1e7 minutes, and `xds run --faults 1000` ended in a
     validation error)."""
     from xdscheduler.forecast.service import KnownJobIn
-    from xdscheduler.sim.domain import LocalDomains
     from xdscheduler.sim.engine import Engine
 
     scn = scenario()
-    dyn = study_dynamics(scn, SEED, HOURS)
-    eng = Engine(
-        scn,
-        study_jobs(scn, HOURS, SEED),
-        make_policy("planner", scn.weights),
-        dyn,
-        LocalDomains(list(scn.domains), dyn),
-        HOURS * 3600,
-    )
+    eng = Engine(StudyInputs.drawn(scn, HOURS, SEED), make_policy("planner", scn.weights))
     eng.run(until_s=1800)
     stalled = eng.active[0]
     stalled.rate = 0.0

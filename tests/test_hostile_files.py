@@ -423,20 +423,13 @@ def test_a_study_records_the_digest_of_its_policy(capsys, tmp_path):
 def study_engine(out: Path):
     """The engine of the study recorded in `out`, at its start."""
     from xdscheduler.registry import make_policy
-    from xdscheduler.sim.domain import LocalDomains
     from xdscheduler.sim.engine import Engine
-    from xdscheduler.sim.inputs import study_dynamics, study_jobs
+    from xdscheduler.sim.inputs import StudyInputs
 
     spec = StudyFolder(out).spec()
     scn = small_scenario()
-    jobs, dyn = study_jobs(scn, spec.hours, spec.seed), study_dynamics(scn, spec.seed, spec.hours)
     return Engine(
-        scn,
-        jobs,
-        make_policy("planner", scn.weights),
-        dyn,
-        LocalDomains(list(scn.domains), dyn),
-        spec.hours * 3600,
+        StudyInputs.drawn(scn, spec.hours, spec.seed), make_policy("planner", scn.weights)
     )
 
 

@@ -11,7 +11,6 @@ import pytest
 from xdscheduler.registry import make_policy
 from xdscheduler.runtime.journal import DivergedError, Journal
 from xdscheduler.runtime.study import run_here
-from xdscheduler.sim.domain import LocalDomains
 from xdscheduler.sim.engine import Engine
 from xdscheduler.sim.inputs import StudyInputs, study_dynamics, study_jobs
 
@@ -48,14 +47,7 @@ def study():
 
 
 def engine(scn, jobs, dyn):
-    return Engine(
-        scn,
-        jobs,
-        make_policy("planner", scn.weights),
-        dyn,
-        LocalDomains(list(scn.domains), dyn),
-        HOURS * 3600,
-    )
+    return Engine(StudyInputs(scn, jobs, dyn, HOURS), make_policy("planner", scn.weights))
 
 
 def test_a_replayed_engine_finishes_like_one_never_stopped(study, tmp_path):

@@ -23,7 +23,6 @@ from xdscheduler.monitor.live import live_state
 from xdscheduler.monitor.metrics import StudyMetrics
 from xdscheduler.monitor.views import fragments, graph_svg, link_color
 from xdscheduler.registry import make_policy
-from xdscheduler.sim.domain import LocalDomains
 from xdscheduler.sim.engine import Engine
 from xdscheduler.sim.inputs import StudyInputs, study_dynamics, study_jobs
 from xdscheduler.sim.truth import Truth
@@ -50,15 +49,8 @@ def families(text: str) -> dict:
 def engine():
     scn = small_scenario()
     jobs = study_jobs(scn, 2, 3)
-    eng = Engine(
-        scn,
-        jobs,
-        make_policy("planner", scn.weights),
-        study_dynamics(scn, 3, 2),
-        LocalDomains(scn.domains, study_dynamics(scn, 3, 2)),
-        2 * 3600,
-        truth=Truth.draw(scn, jobs, 3),
-    )
+    inputs = StudyInputs(scn, jobs, study_dynamics(scn, 3, 2), 2, truth=Truth.draw(scn, jobs, 3))
+    eng = Engine(inputs, make_policy("planner", scn.weights))
     eng.run(until_s=3600)
     return eng
 

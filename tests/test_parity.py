@@ -111,7 +111,7 @@ def faults_digest() -> dict:
     for name in ("planner", "greedy-cross-domain"):
         faults = Faults(FAULTS, [2.0] * len(FAULTS), {d.name: 16 for d in scn.domains}, 1e-3)
         res = run_here(
-            StudyInputs(scn, study_jobs(scn, 4.0, 2), study_dynamics(scn, 2, 4.0), 4.0, faults),
+            StudyInputs.drawn(scn, 4.0, 2, faults=faults),
             make_policy(name, scn.weights),
         )
         got[name] = {**digest(res), "incidents": [[i.how, i.jobs] for i in faults.incidents]}

@@ -16,7 +16,6 @@ from xdscheduler.planner.view import ClusterView
 from xdscheduler.runtime.study import run_here
 from xdscheduler.scenario import parse_scenario
 from xdscheduler.sim import reconfig, replanning
-from xdscheduler.sim.domain import LocalDomains
 from xdscheduler.sim.engine import Engine
 from xdscheduler.sim.inputs import StudyInputs, study_dynamics, study_jobs
 from xdscheduler.sim.reconfig import RESTART_S, Switch
@@ -91,16 +90,8 @@ def swing_dynamics(scn, hours: float = 2.0) -> Dynamics:
 
 def engine(scn, policy: Scripted, jobs=None, replan: Switch = Switch.MAKE_BEFORE_BREAK):
     """An engine over the scenario's jobs (or `jobs`) under the swing of `swing_dynamics`."""
-    dyn = swing_dynamics(scn)
-    return Engine(
-        scn,
-        scn.jobs if jobs is None else jobs,
-        policy,
-        dyn,
-        LocalDomains(scn.domains, dyn),
-        3600.0,
-        replan=replan,
-    )
+    inputs = StudyInputs(scn, scn.jobs if jobs is None else jobs, swing_dynamics(scn), 1.0)
+    return Engine(inputs, policy, replan=replan)
 
 
 def run(

@@ -13,8 +13,8 @@ from xdscheduler.errors import UserError
 from xdscheduler.network.dynamics import Dynamics, base_matrices
 from xdscheduler.planner.policies import POLICIES
 from xdscheduler.scenario import parse_scenario
-from xdscheduler.sim.domain import LocalDomains
 from xdscheduler.sim.engine import Engine
+from xdscheduler.sim.inputs import StudyInputs
 from xdscheduler.sim.measurement import Action
 from xdscheduler.tenants import ALL, Quotas, Tenancy
 
@@ -51,7 +51,7 @@ def engine(data: dict, policy: str = "gang-single-domain") -> Engine:
         300.0,
     )
     pol = POLICIES[policy](scn.weights, {})
-    return Engine(scn, scn.jobs, pol, dyn, LocalDomains(scn.domains, dyn), 48 * HOUR)
+    return Engine(StudyInputs(scn, scn.jobs, dyn, 48.0), pol)
 
 
 def test_quota_arithmetic():

@@ -21,9 +21,8 @@ from xdscheduler.planner.view import ClusterView
 from xdscheduler.runtime import study
 from xdscheduler.scenario import parse_scenario
 from xdscheduler.sim.correction import Correction, error_figures
-from xdscheduler.sim.domain import LocalDomains
 from xdscheduler.sim.engine import Engine
-from xdscheduler.sim.inputs import study_dynamics, study_jobs
+from xdscheduler.sim.inputs import StudyInputs, study_dynamics, study_jobs
 from xdscheduler.sim.truth import Truth
 from xdscheduler.sim.truth_params import PARAMS
 
@@ -62,16 +61,8 @@ def two_domains(gpus: dict | None = None):
 
 
 def engine(scn, jobs, hours: float, seed: int, truth, policy=None) -> Engine:
-    dyn = study_dynamics(scn, seed, hours)
-    return Engine(
-        scn,
-        jobs,
-        policy or PlannerPolicy(scn.weights),
-        dyn,
-        LocalDomains(scn.domains, dyn),
-        hours * 3600,
-        truth=truth,
-    )
+    inputs = StudyInputs(scn, jobs, study_dynamics(scn, seed, hours), hours, truth=truth)
+    return Engine(inputs, policy or PlannerPolicy(scn.weights))
 
 
 def test_the_truth_is_drawn_from_the_seed():

@@ -42,9 +42,8 @@ from xdscheduler.rl.candidates import (
 from xdscheduler.rl.randomised import NAMES, random_scenario
 from xdscheduler.rl.rollout import advantage
 from xdscheduler.scenario import Weights, default_scenario_path, load_scenario
-from xdscheduler.sim.domain import LocalDomains
 from xdscheduler.sim.engine import Engine
-from xdscheduler.sim.inputs import study_dynamics, study_jobs
+from xdscheduler.sim.inputs import StudyInputs
 
 UPPER = "upper"
 TRAINING_SEEDS = 1000  # episode workloads are seeded from here up; studies use smaller seeds
@@ -128,15 +127,8 @@ class PlacementEnv(MultiAgentEnv):
             self.weights = sampled_weights(self.rng)
         if self.randomised:
             self.scn = random_scenario(self.rng, self.template)  # with the template's weights
-        jobs = study_jobs(self.scn, self.hours, seed)
-        dynamics = study_dynamics(self.scn, seed, self.hours)
         self.engine = Engine(
-            self.scn,
-            jobs,
-            PlannerPolicy(self.weights),
-            dynamics,
-            LocalDomains(list(self.scn.domains), dynamics),
-            self.hours * 3600,
+            StudyInputs.drawn(self.scn, self.hours, seed), PlannerPolicy(self.weights)
         )
         warmup = float(self.rng.uniform(0, self.warmup_hours)) * 3600
         self.engine.run(until_s=warmup)  # the planner decides until the agents' window

@@ -53,17 +53,11 @@ class Controller:
         self.domains = ActorDomains(scn, inputs.dynamics)
         clock = RealTimeClock(speed) if realtime else None
         self.engine = Engine(
-            scn,
-            inputs.jobs,
+            inputs,
             make_policy(policy, scn.weights, policy_options),
-            inputs.dynamics,
             self.domains,
-            inputs.hours * 3600,
             clock=clock,
             tick_s=max(1.0, speed) if realtime else None,
-            faults=inputs.faults,
-            demand=inputs.demand,
-            truth=inputs.truth,
         )
         # A live study shows itself on the board (the dashboard and /metrics read it there).
         self.publish = Publisher(self.engine, policy) if realtime else None

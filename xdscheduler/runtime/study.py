@@ -21,7 +21,6 @@ from xdscheduler.runtime.folder import StudyFolder, StudySpec, digest
 from xdscheduler.runtime.ledger import Ledger
 from xdscheduler.scenario import Scenario
 from xdscheduler.sim.demand import DemandPlanner
-from xdscheduler.sim.domain import LocalDomains
 from xdscheduler.sim.engine import Engine
 from xdscheduler.sim.inputs import StudyInputs, study_dynamics, study_jobs
 from xdscheduler.sim.measurement import Results
@@ -189,18 +188,7 @@ def run_here(
     jobs move (make-before-break, or the old checkpoint-and-restart); `ledger`: where its
     usage records go."""
     start = time.perf_counter()
-    engine = Engine(
-        inputs.scn,
-        inputs.jobs,
-        policy,
-        inputs.dynamics,
-        LocalDomains(inputs.scn.domains, inputs.dynamics),
-        inputs.hours * 3600,
-        faults=inputs.faults,
-        demand=inputs.demand,
-        truth=inputs.truth,
-        replan=replan,
-    )
+    engine = Engine(inputs, policy, replan=replan)
     book = Ledger(ledger, policy.name) if ledger else None
     if book:
         engine.recorder.meter_to(book.record)

@@ -36,13 +36,15 @@ import math
 from bisect import insort
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.policy import Policy
 from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.view import ClusterView
-from xdscheduler.scenario import Job, Scenario
+from xdscheduler.scenario import Job
 from xdscheduler.sim import reconfig, scheduling
+from xdscheduler.sim.domain import LocalDomains
 from xdscheduler.sim.events import EventQueue
 from xdscheduler.sim.jobs import JobRun
 from xdscheduler.sim.measurement import Action, Results, SwingMeter, domain_samples
@@ -53,6 +55,9 @@ from xdscheduler.sim.sensing import Sensing
 from xdscheduler.sim.speeds import Speeds
 from xdscheduler.sim.switching import Switches
 from xdscheduler.sim.tenancy import TenancyState
+
+if TYPE_CHECKING:
+    from xdscheduler.sim.inputs import StudyInputs
 
 DRAIN_FACTOR = 4.0  # after arrivals stop, queued jobs may drain for up to 3x as long
 ARRIVAL, SAMPLE, FAULT, TICK = "arrival", "sample", "fault", "tick"  # the engine's own events
@@ -72,19 +77,20 @@ class Engine:
 
     def __init__(
         self,
-        scn: Scenario,
-        jobs: list[Job],
+        inputs: StudyInputs,
         policy: Policy,
-        dynamics,
-        domains,
-        horizon_s: float,
+        domains=None,
+        *,
         clock: Callable | None = None,
         tick_s: float | None = None,
-        faults=None,
-        demand=None,
-        truth=None,
         replan: reconfig.Switch = reconfig.Switch.MAKE_BEFORE_BREAK,
     ):
+        """`domains`: the gateway to the domains (plain objects over the inputs' network by
+        default); `clock`: called with each event's time (real-time mode sleeps there);
+        `tick_s`: real-time mode's event every tick even when nothing happens."""
+        scn, jobs, dynamics = inputs.scn, inputs.jobs, inputs.dynamics
+        faults, horizon_s = inputs.faults, inputs.hours * 3600
+        domains = domains if domains is not None else LocalDomains(scn.domains, dynamics)
         self.scn, self.policy, self.dynamics, self.domains = scn, policy, dynamics, domains
         self.base_view = ClusterView.from_scenario(scn)
         self.names = self.base_view.names
@@ -94,8 +100,7 @@ class Engine:
         self.runs = [self._run_of(j, k) for k, j in enumerate(order)]
         self.horizon_s = horizon_s
         self.end_limit_s = horizon_s * DRAIN_FACTOR  # stop draining the queue after this
-        self.clock = clock  # called with each event time (real-time mode sleeps there)
-        self.tick_s = tick_s  # real-time mode: an event every tick even when nothing happens
+        self.clock, self.tick_s = clock, tick_s
         self.now = 0.0
         self.last_step_s: float | None = None  # the last event handled (None: none yet)
         self.pending = list(self.runs)  # not yet arrived, by arrival time
@@ -108,8 +113,8 @@ class Engine:
         self.events = EventQueue()
         self.sensing = Sensing(self.names)
         self.replanning = Replanning(replan)
-        self.faults, self.demand = faults, demand  # sim.recovery.Faults, sim.demand.DemandPlanner
-        self.speeds = Speeds(self, truth)  # truth: sim.truth.Truth (None: the model)
+        self.faults, self.demand = faults, inputs.demand
+        self.speeds = Speeds(self, inputs.truth)  # None: the model's speeds
         self.switches = Switches(self)
         self.recorder = Recorder(self, classes, [d.price_per_gpu_hour for d in scn.domains])
         self.swing_meter = SwingMeter()

@@ -95,6 +95,14 @@ class StudyInputs:
     demand: DemandPlanner | None = None
     truth: Truth | None = None
 
+    @classmethod
+    def drawn(cls, scn: Scenario, hours: float, seed: int, **extras) -> StudyInputs:
+        """The study's jobs and network as seed `seed` draws them over `hours`; `extras`: the
+        faults, demand or truth."""
+        return cls(
+            scn, study_jobs(scn, hours, seed), study_dynamics(scn, seed, hours), hours, **extras
+        )
+
     def for_policy(self, demand: DemandPlanner | None) -> StudyInputs:
         """A copy for one policy: faults of its own to use up, the same otherwise."""
         return replace(self, faults=copy.deepcopy(self.faults), demand=demand)
