@@ -261,6 +261,38 @@ needs_fabric = pytest.mark.skipif(
 )
 
 
+@needs_fabric
+@pytest.mark.live
+def test_a_fabric_left_behind_by_a_dead_cluster_is_swept_and_a_busy_one_kept():
+    """A cluster killed before `xds down` leaves its namespaces and bridge (and its subnet):
+    the next `xds up` removes a fabric whose namespaces are old and hold no process, and
+    keeps one whose namespace runs something, however old."""
+    taken = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    tags = [t for t in ("f0e1", "f0e2", "f0e3", "f0e4") if f"xds{t}-" not in taken][:2]
+    dead, busy = (
+        fabric.Fabric.plan(["a", "b"], np.ones((2, 2)), tag, f"10.251.{k}")
+        for k, tag in enumerate(tags)
+    )
+    for f in (dead, busy):
+        fabric.build(f)
+    sleeper = subprocess.Popen(["ip", "netns", "exec", busy.namespace(0), "sleep", "60"])
+    try:
+        time.sleep(0.5)  # inside its namespace
+        ours = {dead.tag, busy.tag}  # (another fabric here may be being built)
+        assert not fabric.sweep_stale(only=ours)  # young: they may be being built
+        swept = fabric.sweep_stale(min_age_s=0.0, only=ours)  # (an age cannot be set back)
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert dead.tag in swept and dead.namespace(0) not in listed
+        assert busy.tag not in swept and busy.namespace(1) in listed
+        assert fabric.teardown(dead) == [  # nothing of it left to remove
+            " ".join(c) for c in dead.down_commands()
+        ]
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        fabric.teardown(busy)
+
+
 def xds(*args: str, state, timeout: float = 300, check: bool = True) -> str:
     env = {**os.environ, "XDS_CLUSTER": str(state)}
     for var in (
@@ -999,6 +1031,7 @@ def test_down_stops_exactly_what_up_started(cluster):
     tree = {c.pid for p in alive for c in p.children(recursive=True)} | {p.pid for p in alive}
     out = xds("down", state=state)
     assert "removed 3 namespaces" in out and not state.exists()
+    assert not os.path.exists(started["temp_dir"])  # the nodes' logs, Ray's sockets
     assert not [
         p
         for p in tree

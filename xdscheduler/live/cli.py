@@ -77,6 +77,11 @@ def register(sub) -> None:
         "down", help="stop what `xds up` started (by process id) and remove its namespaces"
     )
     _with_state(p)
+    p.add_argument(
+        "--keep-logs",
+        action="store_true",
+        help="keep the Ray temp folder with the nodes' logs (removed by default)",
+    )
     p.set_defaults(fn=cmd_down)
 
     p = sub.add_parser("links", help="the live cluster's WAN links")
@@ -226,7 +231,7 @@ def _progress(line: str) -> None:
 def cmd_down(args) -> None:
     from xdscheduler.live import cluster
 
-    for line in cluster.down(_state_path(args), _progress):
+    for line in cluster.down(_state_path(args), _progress, args.keep_logs):
         print(line)
 
 

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -96,6 +97,8 @@ def up(
         storage=storage or str(state_path.parent / f"storage-{tag}"),
     )
     fabric = state.fabric(scn)
+    fab.check_tools()
+    fab.sweep_stale()
     fab.build(fabric)
     state = state.model_copy(
         update={"domains": {n: fabric.ip(i) for i, n in enumerate(fabric.domains)}}
@@ -316,17 +319,24 @@ def check_labels(state: ClusterState, scn: Scenario) -> dict[str, int]:
     return {d.name: counts[d.name] for d in scn.domains}
 
 
-def down(state_path: Path, say=None) -> list[str]:
-    """Stop what `up` started (by process id) and remove its namespaces; on a cluster it only
-    attached to, stop the controller it started there and nothing else. What was done;
-    `say(line)` hears what it is doing as it goes. A process that could not be stopped is a
-    UserError, and the state file stays to run `down` again."""
+def down(state_path: Path, say=None, keep_logs: bool = False) -> list[str]:
+    """Stop what `up` started (by process id) and remove its namespaces and, unless
+    `keep_logs`, its Ray temp folder (the nodes' logs); on a cluster it only attached to, stop
+    the controller it started there and nothing else. What was done; `say(line)` hears what it
+    is doing as it goes. A process that could not be stopped is a UserError, and the state file
+    stays to run `down` again."""
     state = load(state_path)
     done, failed = (stop_controller(state), []) if state.attached else stop(state, say)
     if failed:  # the state file names what still runs: kept, so that `down` can be run again
         raise UserError(
             "; ".join(failed) + f". {state_path} is kept: run `xds down` again once that is fixed"
         )
+    if state.temp_dir and Path(state.temp_dir).is_dir():
+        if keep_logs:
+            done.append(f"the nodes' logs stay in {state.temp_dir}")
+        else:
+            shutil.rmtree(state.temp_dir, ignore_errors=True)
+            done.append(f"removed {state.temp_dir} (the nodes' logs; --keep-logs keeps them)")
     state_path.unlink()
     return done
 

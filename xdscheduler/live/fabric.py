@@ -9,8 +9,13 @@ control plane is not the WAN). `netem` is not needed: RTTs are not emulated, ban
 
 from __future__ import annotations
 
+import logging
+import os
+import re
 import shutil
 import subprocess
+import time
+from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +31,13 @@ UNSHAPED_MBIT = 100_000  # the head's control traffic: as fast as the machine mo
 # MTUs keeps the classes fair without the kernel's warning.
 QUANTUM_BYTES = 60_000
 LINK_CLASS_BASE = 100  # the HTB class of link i -> j is 1:(LINK_CLASS_BASE + j)
+NETNS_DIR = "/run/netns"  # where `ip netns add` mounts each namespace
+# A fabric none of whose namespaces holds a process is a leftover once it is this old: one being
+# built holds its processes within seconds (a cluster's nodes start right after its fabric).
+STALE_AFTER_S = 300.0
+_OURS = re.compile(r"xds([0-9a-f]{4})-")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -219,6 +231,38 @@ def teardown(fabric: Fabric) -> list[str]:
         if subprocess.run(cmd, capture_output=True).returncode:
             missing.append(" ".join(cmd))
     return missing
+
+
+def sweep_stale(min_age_s: float = STALE_AFTER_S, only: set[str] | None = None) -> list[str]:
+    """Remove the fabrics of clusters that died without `xds down` (a killed test, a lost
+    machine): every namespace of the fabric older than `min_age_s` and empty of processes.
+    Their bridges and subnets would otherwise stay, and a later cluster could draw the same
+    subnet. `only`: these tags alone. The tags of the fabrics removed."""
+    spaces: dict[str, list[str]] = defaultdict(list)
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for line in listed.splitlines():
+        name = line.split()[0] if line.strip() else ""
+        if (m := _OURS.match(name)) and (only is None or m.group(1) in only):
+            spaces[m.group(1)].append(name)
+    swept = [
+        tag for tag, names in sorted(spaces.items()) if all(_stale(n, min_age_s) for n in names)
+    ]
+    for tag in swept:
+        for ns in spaces[tag]:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", f"xdsbr{tag}"], capture_output=True)
+        log.info("removed the leftover local WAN %s (%s)", tag, ", ".join(spaces[tag]))
+    return swept
+
+
+def _stale(ns: str, min_age_s: float) -> bool:
+    """Older than `min_age_s` and without a process."""
+    try:
+        age = time.time() - os.stat(os.path.join(NETNS_DIR, ns)).st_mtime
+    except OSError:
+        return False
+    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+    return age >= min_age_s and pids.returncode == 0 and not pids.stdout.strip()
 
 
 def check_tools() -> None:
