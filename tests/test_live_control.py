@@ -155,6 +155,23 @@ def test_a_first_step_heard_after_the_second_still_gives_the_first_loss():
     assert (rec.step, rec.loss, rec.first_loss) == (2, 5.4, 6.0)
 
 
+def test_a_runs_wall_step_counts_what_it_does_between_steps(monkeypatch):
+    """Steps timed at 0.1 s, heard every 0.15 s (its batches, reports and checkpoints between
+    them): finishing it takes 0.15 s a step, whatever order its reports arrive in."""
+    from xdscheduler.live import records
+
+    rec = JobRecord(LiveJob(name="j"), 0.0)
+    rec.status = "running"
+    clock = iter([0.15 * k for k in range(1, 41)])
+    monkeypatch.setattr(records.time, "time", lambda: next(clock))
+    for step in [*range(1, 20), 21, 20, *range(22, 41)]:  # two reports crossed
+        rec.hear({"step": step, "loss": 5.0, "step_time_s": 0.1})
+    assert rec.wall_step_s() == pytest.approx(0.15, rel=0.05)
+    assert rec.measured() == pytest.approx(0.1)
+    rec.measure_afresh()
+    assert rec.wall_step_s() is None
+
+
 def test_a_job_cancelled_while_running_ends_when_a_new_controller_replays_the_journal(tmp_path):
     """Its run stops at its next question, but the controller is lost first: the run dies with
     it, and the controller started after must end the job, not queue it for ever."""

@@ -409,9 +409,16 @@ class LiveController(JobBook):
         if rec.chosen is not None and measured is not None:
             self._observe(rec, rec.chosen, measured)
 
+    def _corrected(self) -> ClusterView:
+        """The view the controller decides and predicts on: the model corrected by what its
+        jobs taught it, links nothing was learnt of expected to deliver what the learnt ones
+        did (`Correction.pooled`: at the model's full rate, every untried link would look
+        faster than the ones jobs run on, and a job placed there predicted too fast)."""
+        return self.correction.pooled().apply(self._view())
+
     def _reestimate(self) -> None:
         """Every running job's step time on the model as corrected now."""
-        corrected = self.correction.apply(self._view())
+        corrected = self._corrected()
         for other in self.jobs.values():
             if other.status == "running" and other.chosen is not None:
                 other.placement["corrected_step_s"] = self._step_s(other, other.chosen, corrected)
@@ -422,9 +429,8 @@ class LiveController(JobBook):
         return rec.across(p) * estimate_placement(p, spec, view, self.search_options).step_time_s
 
     def _replan_running(self) -> None:
-        """Weigh a move for every running job, on the corrected model with the links nothing
-        was learnt of expected to deliver what the others did (`Correction.pooled`)."""
-        view = self.correction.pooled().apply(self._view())
+        """Weigh a move for every running job on the corrected model."""
+        view = self._corrected()
         for other in self.jobs.values():
             if (
                 other.status == "running"
@@ -630,7 +636,10 @@ class LiveController(JobBook):
         hosted: dict[str, list[dict]] = {n: [] for n in self.names}
         with self.lock:
             for rec in self._active():
-                step_s = rec.measured() or rec.placement.get("corrected_step_s")
+                # its wall time a step where heard: its step times leave out its checkpoints
+                step_s = (
+                    rec.wall_step_s() or rec.measured() or rec.placement.get("corrected_step_s")
+                )
                 finish = None if step_s is None else (rec.job.steps - rec.step) * step_s / 60
                 for d, n in rec.placement["domains"].items():
                     hosted[d].append({"job": rec.job.name, "workers": n, "finish_min": finish})
@@ -793,7 +802,7 @@ class LiveController(JobBook):
             )
             if not specs:
                 return
-            view = self.correction.apply(self._view())
+            view = self._corrected()
             t0 = time.perf_counter()
             placements = self._decide(specs, view, now)
             ms = (time.perf_counter() - t0) * 1000

@@ -81,6 +81,7 @@ class JobRecord:
     first_loss: float | None = None
     first_loss_step: int = 0  # the step first_loss was heard at
     step_times: list = field(default_factory=list)
+    heard_at: list = field(default_factory=list)  # (step, wall time) of each step as heard
     attempts: int = 0
     priority: int = 1  # its own, at least its tenant's floor
     run: ray.ObjectRef | None = None  # the runner task's
@@ -121,6 +122,7 @@ class JobRecord:
         if self.first_loss is None or step < self.first_loss_step:
             self.first_loss, self.first_loss_step = loss, step
         self.step_times.append(float(metrics["step_time_s"]))
+        self.heard_at.append((step, now))
         if step % self.job.checkpoint_every == 0:
             self.checkpointed = max(self.checkpointed, step)
 
@@ -151,10 +153,20 @@ class JobRecord:
         rounds = [statistics.fmean(tail[i : i + h]) for i in range(start, len(tail) - h + 1, h)]
         return statistics.median(rounds) if rounds else None
 
+    def wall_step_s(self) -> float | None:
+        """Wall seconds a step of this run takes now, over its recent steps: with what it does
+        between its steps (its input batches, reports, checkpoints), which its step times leave
+        out, and what finishing it takes (None before two steps past its warm-up)."""
+        seen = self.heard_at[WARMUP_STEPS:][-RECENT_STEPS:]
+        if len(seen) < 2 or seen[-1][0] <= seen[0][0]:
+            return None
+        (first, t0), (last, t1) = seen[0], seen[-1]
+        return (t1 - t0) / (last - first)
+
     def measure_afresh(self) -> None:
         """Forget the steps seen so far: they tell nothing of the run's new conditions (a new
         placement, a link that changed under it)."""
-        self.step_times, self.observed = [], 0
+        self.step_times, self.heard_at, self.observed = [], [], 0
 
     def row(self) -> dict:
         j = self.job
