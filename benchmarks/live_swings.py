@@ -9,9 +9,11 @@ shipped plain-dp profile), submits gpt-wide (3-4 workers, more than any domain h
 across domains), and once the job trains, swings every link of the cluster, both ways, as the
 single-job experiment does: phase k sets each link to B0 (1 + e_k), e the study's mean-reverting
 process (|e| <= 0.3, seeded; `xds bench job` draws it the same way), with `xds links set`. Per
-phase: the steps the job trained over the phase's seconds (measured), the model's step at the
-end of the phase (`xds jobs`: the controller's estimate on the links as its agents read them,
-corrected from the steps it saw) and the nominal one it was placed with, and their errors. The
+phase: the steps the job trained over the phase's seconds (wall), the step the job itself
+reports (its compute and synchronisation, without its input batches, reports and checkpoints),
+the model's step at the end of the phase (`xds jobs`: the controller's estimate on the links as
+its agents read them, corrected from the steps it saw) and the nominal one it was placed with,
+and the model's error against both. The
 bandwidth is set low (5 Mbit/s) so that the outer sync of the job's 2 MB of weights weighs in
 its step: on the scenario's 0.25-1 Gbit/s links it takes milliseconds, and a swing of 30% would
 show nothing. Ends with `xds down`, whatever happened.
@@ -20,8 +22,10 @@ show nothing. Ends with `xds down`, whatever happened.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -48,17 +52,25 @@ def xds(state: Path, *args: str, timeout: float = 600) -> str:
     env = {**os.environ, "XDS_CLUSTER": str(state)}
     for var in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE"):
         env.pop(var, None)  # this cluster's own, from its state file
-    done = subprocess.run(
+    with subprocess.Popen(
         [sys.executable, "-m", "xdscheduler.cli", *args],
         cwd=REPO,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
-    )
+    ) as done:
+        try:
+            out, err = done.communicate(timeout=timeout)
+        except KeyboardInterrupt:
+            # let it finish stopping what it started (`xds up` stops its nodes on an
+            # interrupt; killed, it would leave them running)
+            done.send_signal(signal.SIGINT)
+            done.communicate(timeout=120)
+            raise
     if done.returncode:
-        raise RuntimeError(f"xds {' '.join(args)}: {done.stderr.strip()[-2000:]}")
-    return done.stdout
+        raise RuntimeError(f"xds {' '.join(args)}: {err.strip()[-2000:]}")
+    return out
 
 
 def job_row(state: Path, name: str) -> dict:
@@ -118,13 +130,27 @@ def set_links(state: Path, links, rates: np.ndarray) -> None:
         xds(state, "links", "set", lk.a, lk.b, f"{rate:.6f}", "--both")
 
 
+def wait_links(state: Path, gbps: float, timeout_s: float = 60.0) -> None:
+    """Until every domain's agent reports each of its links at `gbps`: the controller plans
+    with what they report, and a job placed before would be placed on the old rates."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        domains = json.loads(xds(state, "domains", "--json"))["domains"]
+        rates = [r["rate_gbps"] for d in domains for r in d.get("links", [])]
+        if rates and all(abs(r / gbps - 1) < 0.02 for r in rates):
+            return
+        time.sleep(1.0)
+    raise RuntimeError(f"the agents never reported the links at {gbps} Gbit/s: {rates}")
+
+
 def run(state: Path, tmp: Path, links, factors: np.ndarray, args) -> list[dict]:
     """The job placed on B0 everywhere, then one row per phase of swings."""
     set_links(state, links, np.full(len(links), args.gbps))
+    wait_links(state, args.gbps)
     spec = {**load_job(str(JOB)).model_dump(), "name": "gpt-swing", "steps": args.steps}
     (tmp / "job.yaml").write_text(yaml.safe_dump(spec))
     xds(state, "submit", str(tmp / "job.yaml"))
-    row = wait(state, "gpt-swing", lambda r: r["step"] >= 10)
+    row = before = wait(state, "gpt-swing", lambda r: r["step"] >= 10)
     rows = []
     try:
         for k, f in enumerate(factors):
@@ -135,7 +161,9 @@ def run(state: Path, tmp: Path, links, factors: np.ndarray, args) -> list[dict]:
             time.sleep(args.phase_s)
             last, t1 = job_row(state, "gpt-swing"), time.monotonic()
             steps = last["step"] - first["step"]
-            moved = last["attempts"] != first["attempts"] or last["domains"] != first["domains"]
+            # since the last phase's end: a restart may straddle the phase's first seconds
+            moved = last["attempts"] != before["attempts"] or last["domains"] != before["domains"]
+            before = last
             rows.append(
                 {
                     "phase": k,
@@ -143,7 +171,9 @@ def run(state: Path, tmp: Path, links, factors: np.ndarray, args) -> list[dict]:
                     "min_gbps": float(rates.min()),
                     "steps": steps,
                     "measured_s": (t1 - t0) / steps if steps else None,
+                    "own_s": last["measured_step_s"],
                     "model_s": last["corrected_step_s"],
+                    "predicted_s": first["corrected_step_s"],
                     "nominal_s": last["predicted_step_s"],
                     "domains": last["domains"],
                     "moved": moved,
@@ -186,29 +216,44 @@ def wait(state: Path, name: str, until, timeout_s: float = 600) -> dict:
     raise RuntimeError(f"{name} never got there: {row}")
 
 
+def off(model_s: float | None, measured_s: float | None) -> float | None:
+    """model / measured - 1; None where either is missing."""
+    return None if not (model_s and measured_s) else model_s / measured_s - 1
+
+
+def pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:+.1f}%"
+
+
 def report(rows: list[dict], args, wall_s: float) -> None:
-    table = []
-    for r in rows:
-        err = (
-            None
-            if r["measured_s"] is None or r["model_s"] is None
-            else r["model_s"] / r["measured_s"] - 1
-        )
-        table.append(
-            [
-                r["phase"],
-                f"{1000 * r['gbps']:.2f}",
-                f"{1000 * r['min_gbps']:.2f}",
-                r["steps"],
-                r["measured_s"] or "–",
-                r["model_s"] or "–",
-                "–" if err is None else f"{100 * err:+.1f}%",
-                r["nominal_s"] or "–",
-                "+".join(r["domains"]) + (" (moved)" if r["moved"] else ""),
-            ]
-        )
-    ok = [r for r in rows if r["measured_s"] and r["model_s"] and not r["moved"]]
-    errors = [abs(r["model_s"] / r["measured_s"] - 1) for r in ok]
+    table = [
+        [
+            r["phase"],
+            f"{1000 * r['gbps']:.2f}",
+            f"{1000 * r['min_gbps']:.2f}",
+            r["steps"],
+            r["measured_s"] or "–",
+            r["own_s"] or "–",
+            r["predicted_s"] or "–",
+            pct(off(r["predicted_s"], r["own_s"])),
+            r["model_s"] or "–",
+            pct(off(r["model_s"], r["measured_s"])),
+            r["nominal_s"] or "–",
+            "+".join(r["domains"]) + (" (moved)" if r["moved"] else ""),
+        ]
+        for r in rows
+    ]
+    ok = [
+        r
+        for r in rows
+        if r["measured_s"] and r["own_s"] and r["model_s"] and r["predicted_s"] and not r["moved"]
+    ]
+    wall_err = [abs(off(r["model_s"], r["measured_s"])) for r in ok]
+    ahead_err = [abs(off(r["predicted_s"], r["own_s"])) for r in ok]
+    # the forecast to beat: the last phase's step again, on the same placement
+    same = [(a, b) for a, b in itertools.pairwise(rows) if b in ok and a["own_s"]]
+    again_err = [abs(off(a["own_s"], b["own_s"])) for a, b in same]
+    outside = [1 - r["own_s"] / r["measured_s"] for r in ok]
     corr = (
         np.corrcoef([r["min_gbps"] for r in ok], [r["measured_s"] for r in ok])[0, 1]
         if len(ok) > 2
@@ -223,18 +268,30 @@ def report(rows: list[dict], args, wall_s: float) -> None:
             "mean Mbit/s",
             "min Mbit/s",
             "steps",
-            "measured s/step",
+            "wall s/step",
+            "job's own s/step",
+            "predicted s/step",
+            "predicted vs own",
             "model s/step",
-            "model vs measured",
+            "model vs wall",
             "nominal s/step",
             "domains",
         ],
         table,
-        f"model: the controller's step for the placement on the links as read, corrected from "
-        f"the steps seen; median |model/measured - 1| {100 * np.median(errors):.1f}% over "
-        f"{len(ok)} phases; correlation of the narrowest link's rate with the measured step "
-        f"{corr:+.2f}"
-        if errors
+        "wall: the phase's seconds over the steps trained in them; own: the step the job "
+        "reports (compute and synchronisation, whole DiLoCo rounds, the median of its recent "
+        "ones: what the model predicts and the controller corrects from); predicted: the "
+        "controller's step for the placement on the phase's links as read, 3 s into the "
+        "phase, from what it learnt before (a forecast: no step of the phase seen); model: "
+        "the same at the phase's end, corrected from its steps. Over "
+        f"{len(ok)} phases without a move: median |predicted/own - 1| "
+        f"{100 * np.median(ahead_err):.1f}% (the last phase's own step again: "
+        f"{100 * np.median(again_err) if again_err else float('nan'):.1f}% over {len(same)}), "
+        f"|model/wall - 1| {100 * np.median(wall_err):.1f}%; "
+        f"the run's time outside its steps (input batches, reports, checkpoints every "
+        f"few steps) a median {100 * np.median(outside):.1f}% of wall; correlation of the "
+        f"narrowest link's rate with the wall step {corr:+.2f}"
+        if ok
         else "no phase measured",
     )
 
