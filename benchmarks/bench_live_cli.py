@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks._live import maybe_up
 from benchmarks._table import print_table
 from xdscheduler.live.client import default_state_path
 
@@ -63,37 +64,27 @@ def main(argv: list[str] | None = None) -> None:
         else (Path(scratch) / "cluster.json" if args.up else default_state_path())
     )
     env = {**os.environ, "XDS_CLUSTER": str(state)}
-    if args.up:
-        subprocess.run(
-            [*xds, "up", str(REPO / "scenarios" / "local_three_domains.yaml")],
-            env=env,
-            cwd=REPO,
-            check=True,
-            capture_output=True,
-            timeout=900,
-        )
     try:
-        recorded = json.loads(state.read_text())
-        curl = [
-            "curl",
-            "-sf",
-            "-o",
-            "/dev/null",
-            "-H",
-            f"Authorization: Bearer {recorded['api_token']}",
-            f"{recorded['api']}/jobs",
-        ]
-        runs = {
-            "curl GET /jobs": timed(curl, env, args.repeats),
-            "xds jobs": timed([*xds, "jobs"], env, args.repeats),
-            "xds jobs --json": timed([*xds, "jobs", "--json"], env, args.repeats),
-            "as a Ray driver (before)": timed(
-                [sys.executable, "-c", RAY_DRIVER], env, max(args.repeats // 3, 1)
-            ),
-        }
+        with maybe_up(state, args.up):
+            recorded = json.loads(state.read_text())
+            curl = [
+                "curl",
+                "-sf",
+                "-o",
+                "/dev/null",
+                "-H",
+                f"Authorization: Bearer {recorded['api_token']}",
+                f"{recorded['api']}/jobs",
+            ]
+            runs = {
+                "curl GET /jobs": timed(curl, env, args.repeats),
+                "xds jobs": timed([*xds, "jobs"], env, args.repeats),
+                "xds jobs --json": timed([*xds, "jobs", "--json"], env, args.repeats),
+                "as a Ray driver (before)": timed(
+                    [sys.executable, "-c", RAY_DRIVER], env, max(args.repeats // 3, 1)
+                ),
+            }
     finally:
-        if args.up:
-            subprocess.run([*xds, "down"], env=env, cwd=REPO, capture_output=True, timeout=300)
         shutil.rmtree(scratch, ignore_errors=True)
     floor = float(np.median(runs["curl GET /jobs"]))
     rows = [

@@ -28,6 +28,7 @@ from pathlib import Path
 import psutil
 import yaml
 
+from benchmarks._live import PROFILE, SCENARIO, LocalCluster
 from benchmarks._table import print_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,28 +46,8 @@ print(json.dumps(table))
 """
 
 
-class Cluster:
-    """`xds up` of the local scenario in a scratch folder, and its commands."""
-
-    def __init__(self, folder: Path):
-        self.env = {**os.environ, "XDS_CLUSTER": str(folder / "cluster.json")}
-        self.folder = folder
-
-    def xds(self, *args: str, timeout: float = 600) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "xdscheduler", *args],
-            env=self.env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        if done.returncode:
-            raise RuntimeError(f"xds {' '.join(args)}: {done.stderr[-2000:]}")
-        return done.stdout
-
-    def state(self) -> dict:
-        return json.loads(Path(self.env["XDS_CLUSTER"]).read_text())
+class Cluster(LocalCluster):
+    """The local scenario's cluster, with what the benchmark reads of it."""
 
     def jobs(self) -> dict[str, dict]:
         return {j["job"]: j for j in json.loads(self.xds("jobs", "--json"))["jobs"]}
@@ -84,7 +65,7 @@ class Cluster:
     def submit(self, template: str, name: str) -> None:
         spec = yaml.safe_load((JOBS / template).read_text())
         spec.update(name=name, steps=spec["steps"] * 5)
-        path = self.folder / f"{name}.yaml"
+        path = self.state_path.parent / f"{name}.yaml"
         path.write_text(yaml.safe_dump(spec))
         self.xds("submit", str(path))
 
@@ -135,14 +116,8 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     folder = Path(tempfile.mkdtemp(prefix="bench-live-stress-"))
     log.info("xds up: the local scenario, then three jobs under load for %g min", args.minutes)
-    c = Cluster(folder)
-    c.xds(
-        "up",
-        str(REPO / "scenarios" / "local_three_domains.yaml"),
-        "--profile",
-        str(REPO / "scenarios" / "profiles" / "local-cpu-plain-dp.yaml"),
-        timeout=900,
-    )
+    c = Cluster(folder / "cluster.json")
+    c.xds("up", str(SCENARIO), "--profile", str(PROFILE), timeout=900)
     burners = load()
     templates = ["gpt-long.yaml", "gpt-wide.yaml", "gpt-small.yaml"]
     serial = {t: 0 for t in templates}

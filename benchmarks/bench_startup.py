@@ -23,12 +23,12 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from benchmarks._live import maybe_up
 from benchmarks._table import print_table
 from xdscheduler.live.client import default_state_path
 
@@ -170,21 +170,10 @@ def main(argv: list[str] | None = None) -> None:
         if args.state
         else (Path(folder) / "cluster.json" if args.up else default_state_path())
     )
-    xds = [sys.executable, "-m", "xdscheduler"]
-    env = {**os.environ, "XDS_CLUSTER": str(state_path)}
-    if args.up:
-        subprocess.run(
-            [*xds, "up", str(REPO / "scenarios" / "local_three_domains.yaml")],
-            env=env,
-            check=True,
-            capture_output=True,
-            timeout=900,
-        )
     try:
-        seen = measure(state_path, args.runs, folder)
+        with maybe_up(state_path, args.up):
+            seen = measure(state_path, args.runs, folder)
     finally:
-        if args.up:
-            subprocess.run([*xds, "down"], env=env, capture_output=True, timeout=300)
         shutil.rmtree(folder, ignore_errors=True)
     from xdscheduler.live.runs import STAGES
 

@@ -24,9 +24,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,45 +33,18 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from benchmarks._live import PROFILE, REPO, SCENARIO, LocalCluster
 from benchmarks._table import print_table
 from xdscheduler.live.jobs import load_job
 from xdscheduler.network.dynamics import Dynamics
 from xdscheduler.report.single_job import SAMPLE_S, SWING
 from xdscheduler.scenario import load_scenario
 
-REPO = Path(__file__).resolve().parent.parent
-SCENARIO = REPO / "scenarios" / "local_three_domains.yaml"
-PROFILE = REPO / "scenarios" / "profiles" / "local-cpu-plain-dp.yaml"
 JOB = REPO / "scenarios" / "jobs" / "gpt-wide.yaml"
 
 
-def xds(state: Path, *args: str, timeout: float = 600) -> str:
-    env = {**os.environ, "XDS_CLUSTER": str(state)}
-    for var in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE"):
-        env.pop(var, None)  # this cluster's own, from its state file
-    with subprocess.Popen(
-        [sys.executable, "-m", "xdscheduler.cli", *args],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as done:
-        try:
-            out, err = done.communicate(timeout=timeout)
-        except KeyboardInterrupt:
-            # let it finish stopping what it started (`xds up` stops its nodes on an
-            # interrupt; killed, it would leave them running)
-            done.send_signal(signal.SIGINT)
-            done.communicate(timeout=120)
-            raise
-    if done.returncode:
-        raise RuntimeError(f"xds {' '.join(args)}: {err.strip()[-2000:]}")
-    return out
-
-
-def job_row(state: Path, name: str) -> dict:
-    return next(j for j in json.loads(xds(state, "jobs", "--json"))["jobs"] if j["job"] == name)
+def job_row(cluster: LocalCluster, name: str) -> dict:
+    return next(j for j in json.loads(cluster.xds("jobs", "--json"))["jobs"] if j["job"] == name)
 
 
 def swing_factors(seed: int, phases: int) -> np.ndarray:
@@ -106,13 +76,9 @@ def main() -> None:
     links = load_scenario(SCENARIO).links
     factors = swing_factors(args.seed, args.phases)
     with tempfile.TemporaryDirectory(prefix="xds-live-swings-") as tmp:
-        state = Path(tmp) / "cluster.json"
         start = time.perf_counter()
-        xds(state, "up", str(SCENARIO), "--profile", str(PROFILE), "--json")
-        try:
-            rows, moves = run(state, Path(tmp), links, factors, args)
-        finally:
-            xds(state, "down")
+        with LocalCluster.up(Path(tmp) / "cluster.json", "--profile", str(PROFILE)) as cluster:
+            rows, moves = run(cluster, Path(tmp), links, factors, args)
         wall = time.perf_counter() - start
     report(rows, args, wall)
     print()
@@ -125,17 +91,17 @@ def main() -> None:
     )
 
 
-def set_links(state: Path, links, rates: np.ndarray) -> None:
+def set_links(cluster: LocalCluster, links, rates: np.ndarray) -> None:
     for lk, rate in zip(links, rates, strict=True):
-        xds(state, "links", "set", lk.a, lk.b, f"{rate:.6f}", "--both")
+        cluster.xds("links", "set", lk.a, lk.b, f"{rate:.6f}", "--both")
 
 
-def wait_links(state: Path, gbps: float, timeout_s: float = 60.0) -> None:
+def wait_links(cluster: LocalCluster, gbps: float, timeout_s: float = 60.0) -> None:
     """Until every domain's agent reports each of its links at `gbps`: the controller plans
     with what they report, and a job placed before would be placed on the old rates."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        domains = json.loads(xds(state, "domains", "--json"))["domains"]
+        domains = json.loads(cluster.xds("domains", "--json"))["domains"]
         rates = [r["rate_gbps"] for d in domains for r in d.get("links", [])]
         if rates and all(abs(r / gbps - 1) < 0.02 for r in rates):
             return
@@ -143,23 +109,23 @@ def wait_links(state: Path, gbps: float, timeout_s: float = 60.0) -> None:
     raise RuntimeError(f"the agents never reported the links at {gbps} Gbit/s: {rates}")
 
 
-def run(state: Path, tmp: Path, links, factors: np.ndarray, args) -> list[dict]:
+def run(cluster: LocalCluster, tmp: Path, links, factors: np.ndarray, args) -> list[dict]:
     """The job placed on B0 everywhere, then one row per phase of swings."""
-    set_links(state, links, np.full(len(links), args.gbps))
-    wait_links(state, args.gbps)
+    set_links(cluster, links, np.full(len(links), args.gbps))
+    wait_links(cluster, args.gbps)
     spec = {**load_job(str(JOB)).model_dump(), "name": "gpt-swing", "steps": args.steps}
     (tmp / "job.yaml").write_text(yaml.safe_dump(spec))
-    xds(state, "submit", str(tmp / "job.yaml"))
-    row = before = wait(state, "gpt-swing", lambda r: r["step"] >= 10)
+    cluster.xds("submit", str(tmp / "job.yaml"))
+    row = before = wait(cluster, "gpt-swing", lambda r: r["step"] >= 10)
     rows = []
     try:
         for k, f in enumerate(factors):
             rates = args.gbps * f
-            set_links(state, links, rates)
+            set_links(cluster, links, rates)
             time.sleep(3.0)  # the agents read the buckets every second; the first steps settle
-            first, t0 = job_row(state, "gpt-swing"), time.monotonic()
+            first, t0 = job_row(cluster, "gpt-swing"), time.monotonic()
             time.sleep(args.phase_s)
-            last, t1 = job_row(state, "gpt-swing"), time.monotonic()
+            last, t1 = job_row(cluster, "gpt-swing"), time.monotonic()
             steps = last["step"] - first["step"]
             # since the last phase's end: a restart may straddle the phase's first seconds
             moved = last["attempts"] != before["attempts"] or last["domains"] != before["domains"]
@@ -180,16 +146,16 @@ def run(state: Path, tmp: Path, links, factors: np.ndarray, args) -> list[dict]:
                 }
             )
     finally:
-        moves = why_moved(state, "gpt-swing")
-        xds(state, "cancel", "gpt-swing")
+        moves = why_moved(cluster, "gpt-swing")
+        cluster.xds("cancel", "gpt-swing")
     print(f"placed on {row['domains']} ({row['plan']})", file=sys.stderr)
     return rows, moves
 
 
-def why_moved(state: Path, name: str) -> list[list]:
+def why_moved(cluster: LocalCluster, name: str) -> list[list]:
     """Each time the controller set the job moving: at what step, where to, the step times
     it compared, and what it expected to save against what moving costs."""
-    events = json.loads(xds(state, "logs", name, "--json"))["events"]
+    events = json.loads(cluster.xds("logs", name, "--json"))["events"]
     kinds = Counter(e["event"] for e in events)
     print("the job's events: " + ", ".join(f"{k} {n}" for k, n in kinds.items()), file=sys.stderr)
     return [
@@ -206,10 +172,10 @@ def why_moved(state: Path, name: str) -> list[list]:
     ]
 
 
-def wait(state: Path, name: str, until, timeout_s: float = 600) -> dict:
+def wait(cluster: LocalCluster, name: str, until, timeout_s: float = 600) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        row = job_row(state, name)
+        row = job_row(cluster, name)
         if until(row):
             return row
         time.sleep(1.0)
