@@ -97,8 +97,6 @@ def up(
         storage=storage or str(state_path.parent / f"storage-{tag}"),
     )
     fabric = state.fabric(scn)
-    fab.check_tools()
-    fab.sweep_stale()
     fab.build(fabric)
     state = state.model_copy(
         update={"domains": {n: fabric.ip(i) for i, n in enumerate(fabric.domains)}}

@@ -212,8 +212,10 @@ class Fabric:
 
 
 def build(fabric: Fabric) -> None:
-    """Create the fabric; on any failure remove what was made and say which command failed."""
+    """Create the fabric, first removing those of dead clusters (`sweep_stale`); on any
+    failure remove what was made and say which command failed."""
     check_tools()
+    sweep_stale()
     for cmd in fabric.up_commands():
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode:

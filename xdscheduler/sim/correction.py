@@ -128,12 +128,13 @@ class Correction:
         across domains: where no factor explains its step (one that hardly depends on its
         link, as under DiLoCo), the step over the model's as corrected; where a link's factor
         took it, 1; inside one domain, None (it says nothing of the job's crossing)."""
-        learnt = self.observe(p, spec, view, true_s, weight=1.0, opts=opts)
+        step_s = estimate_placement(p, spec, self.apply(view), opts).step_time_s
+        learnt = self.observe(p, spec, view, true_s, step_s, weight=1.0, opts=opts)
         if p.kind == SINGLE:
             return learnt, None
         if learnt is not self:
             return learnt, 1.0
-        return self, true_s / estimate_placement(p, spec, self.apply(view), opts).step_time_s
+        return self, true_s / step_s
 
     def _moved(
         self,
