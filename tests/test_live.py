@@ -458,6 +458,7 @@ def test_two_jobs_train_one_inside_a_domain_one_across_two(cluster):
                 for k in (
                     "predicted_step_s",
                     "measured_step_s",
+                    "wall_step_s",
                     "corrected_step_s",
                     "first_loss",
                     "loss",
@@ -477,8 +478,9 @@ def test_two_jobs_train_one_inside_a_domain_one_across_two(cluster):
         assert 0.5 < j["predicted_step_s"] / j["measured_step_s"] < 2, j
         # corrected online from the steps seen: within 5% of what the steps took
         assert abs(j["corrected_step_s"] / j["measured_step_s"] - 1) < 0.05, j
+        assert j["wall_step_s"] > 0, j  # timed from the steps as heard, to the last
     table = xds("jobs", state=state)
-    assert "gpt-small" in table and "gpt-wide" in table
+    assert "gpt-small" in table and "gpt-wide" in table and "wall s" in table
     placed = [
         e
         for e in json.loads(xds("logs", "gpt-wide", "--json", state=state))["events"]

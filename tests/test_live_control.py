@@ -168,8 +168,9 @@ def test_a_runs_wall_step_counts_what_it_does_between_steps(monkeypatch):
         rec.hear({"step": step, "loss": 5.0, "step_time_s": 0.1})
     assert rec.wall_step_s() == pytest.approx(0.15, rel=0.05)
     assert rec.measured() == pytest.approx(0.1)
+    assert rec.row()["wall_step_s"] == rec.wall_step_s()  # what `xds jobs` shows
     rec.measure_afresh()
-    assert rec.wall_step_s() is None
+    assert rec.wall_step_s() is None and rec.row()["wall_step_s"] is None
 
 
 def test_a_job_cancelled_while_running_ends_when_a_new_controller_replays_the_journal(tmp_path):

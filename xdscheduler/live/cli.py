@@ -313,11 +313,12 @@ def cmd_jobs(args) -> None:
         return
     print(
         "step times: predicted by the model (pred.), as corrected from the steps seen "
-        "(corr.), measured (meas., median)"
+        "(corr.), measured (meas., median), wall seconds a step (wall: with what the run "
+        "does between steps)"
     )
     print(
         f"{'job':<20} {'status':<10} {'domains':<22} {'step':>9} {'loss':>7} "
-        f"{'pred. s':>8} {'corr. s':>8} {'meas. s':>8} {'start s':>8}"
+        f"{'pred. s':>8} {'corr. s':>8} {'meas. s':>8} {'wall s':>8} {'start s':>8}"
     )
     for r in rows:
         where = "+".join(f"{d}:{n}" for d, n in r["domains"].items()) or "-"
@@ -325,7 +326,8 @@ def cmd_jobs(args) -> None:
             f"{r['job']:<20} {r['status']:<10} {where:<22} "
             f"{r['step']:>4}/{r['steps']:<4} {_num(r['loss'], 3):>7} "
             f"{_num(r['predicted_step_s'], 3):>8} {_num(r['corrected_step_s'], 3):>8} "
-            f"{_num(r['measured_step_s'], 3):>8} {_num(r.get('startup_s'), 3):>8}"
+            f"{_num(r['measured_step_s'], 3):>8} {_num(r.get('wall_step_s'), 3):>8} "
+            f"{_num(r.get('startup_s'), 3):>8}"
         )
 
 

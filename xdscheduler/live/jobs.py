@@ -137,6 +137,9 @@ class JobRow(BaseModel):
     predicted_step_s: float | None  # by the model, before any correction
     corrected_step_s: float | None  # by the model as corrected from the steps seen
     measured_step_s: float | None  # what its recent steps took (JobRecord.measured)
+    # wall seconds a recent step took, what the run does between steps included
+    # (JobRecord.wall_step_s): what the job's finish time follows
+    wall_step_s: float | None
     attempts: int
     startup_s: float | None  # its current run's launch to first step
 

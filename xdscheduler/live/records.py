@@ -187,6 +187,7 @@ class JobRecord:
             predicted_step_s=self.placement.get("predicted_step_s"),
             corrected_step_s=self.placement.get("corrected_step_s"),
             measured_step_s=self.measured(),
+            wall_step_s=self.wall_step_s(),
             attempts=self.attempts,
             startup_s=self.startup_s,
         ).model_dump()
