@@ -11,7 +11,9 @@ environment): a checkout of github.com/eth-easl/sailor. Without one it says so a
    simulator reads) and (b) from the roofline alone. Nothing is fitted on these runs: the
    profile is a per-layer measurement Sailor made beforehand (and its GH200 network curve,
    sailor/providers/network_coeffs_all_homo.json, a send/recv measurement); our constants are
-   the shipped ones, fitted on published Megatron-LM/NeMo runs. Also each run's memory.
+   the shipped ones, fitted on published Megatron-LM/NeMo runs. Also each run's memory, and
+   what Sailor's host-staged pipeline receive would add at the times one H100 took for it
+   (benchmarks/gpu_runs/host_staged_receive.json; a what-if, not the model).
 2. Plans: Sailor's planner (its C++ planner compiled from the checkout, its pick the first of
    its sorted plans that fits its memory model, as its simulations/simulator.py picks) and our
    search (stack megatron-deepspeed, TF32, Sailor's A100-40 profile of OPT-350M as input) on
@@ -51,6 +53,8 @@ MODELS = {"OPT-350": ("OPT-350", "opt-350m"), "GPT-NEO": ("GPT-Neo-2.7", "gpt-ne
 PER_ZONE = (8, 16, 32)
 # Sailor's measured network curves: GB/s of one GPU's send to another node's by message size
 NETWORK = Path("sailor/providers/network_coeffs_all_homo.json")
+# Sailor's pipeline receive as timed by benchmarks/host_staged_receive.py --out on one GPU
+RECEIVES = Path(__file__).parent / "gpu_runs" / "host_staged_receive.json"
 CACHE = Path(os.environ.get("XDS_CACHE", Path.home() / ".cache")) / "xds-sailor"
 
 
@@ -239,6 +243,48 @@ def fidelity(root: Path, checkout: Path) -> None:
         + f"Memory, ours against the runs' max_mem: median "
         f"{np.median(np.abs(errs['memory'])[keep]):.1%}, max "
         f"{np.abs(errs['memory'])[keep].max():.1%} on the sane runs.",
+    )
+    if RECEIVES.exists():
+        print()
+        staged_receives(rows, errs["ours"], keep, json.loads(RECEIVES.read_text()))
+
+
+def staged_receives(rows, errs, keep, measured: dict) -> None:
+    """What Sailor's host-staged pipeline receive (benchmarks/host_staged_receive.py) would add
+    to our estimates, at the times measured on another machine: a what-if, not the model. The
+    binding stage takes each of its receives once per micro-batch slot, (micro-batches + stages
+    - 1) a step: an end stage one receive a micro-batch, a middle stage two."""
+    took = {(r["model"], r["micro_batch"]): r["sailor_ms"] / 1e3 for r in measured["rows"]}
+    table, err = [], {1: [], 2: []}
+    for (run, key, _, plan, _), e in zip(rows, errs, strict=True):
+        ours = run["real"] * (1 + e)
+        slots = max(run["gbs"] // (plan.dp * plan.micro_batch), 1) + plan.pp - 1
+        receive = took[(MODELS[key][0], plan.micro_batch)] if plan.pp > 1 else 0.0
+        after = {k: ours + slots * min(k, plan.pp - 1) * receive for k in (1, 2)}
+        for k in (1, 2):
+            err[k].append(after[k] / run["real"] - 1)
+        if plan.pp > 1:
+            table.append(
+                [
+                    key + " " + Path(run["file"]).stem.replace("plan_config_", ""),
+                    plan.pp,
+                    slots,
+                    f"{receive * 1e3:.2f}",
+                    f"{e:+.1%}",
+                    f"{err[1][-1]:+.1%}",
+                    f"{err[2][-1]:+.1%}",
+                ]
+            )
+    a1, a2 = (np.abs(err[k])[keep] for k in (1, 2))
+    print_table(
+        f"What Sailor's host-staged receives would add, at the times measured on "
+        f"{measured['gpu']} behind {measured['host']} (a what-if, not the model)",
+        ["run", "PP", "slots", "receive (ms)", "ours+profile", "1 receive a slot", "2 (middle)"],
+        table,
+        f"on the {keep.sum()} sane runs: median / max {np.median(a1):.1%} / {a1.max():.1%} "
+        f"with one receive a slot, {np.median(a2):.1%} / {a2.max():.1%} with a middle stage's "
+        "two; PP1 runs unchanged. The receive times are another machine's: a GH200's host "
+        "path (Grace's memory, copies over NVLink-C2C) is not measured.",
     )
 
 

@@ -21,3 +21,32 @@ def test_without_a_gpu_it_says_so_and_exits_2(capsys):
     assert main(["--repeats", "1"]) == 2
     err = capsys.readouterr().err
     assert "needs a CUDA GPU" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_what_if_adds_the_binding_stages_receives_once_a_slot(capsys):
+    """benchmarks/sailor_side_by_side: an end stage pays one receive a micro-batch slot, a
+    middle stage two, (micro-batches + stages - 1) slots a step; PP1 pays none."""
+    import numpy as np
+
+    from benchmarks.sailor_side_by_side import staged_receives
+    from xdscheduler.costmodel.plan import Plan
+
+    def run(pp, dp, mb, gbs, real):
+        name = f"sailor/Planner/simulations/validation/clariden/OPT-350/N{pp}/plan_config_x.json"
+        plan = Plan(dp=dp, tp=4, pp=pp, micro_batch=mb, zero=0, dtype="tf32")
+        return ({"file": name, "gbs": gbs, "real": real}, "OPT-350", None, plan, 26)
+
+    rows = [run(1, 4, 8, 128, 1.0), run(2, 1, 8, 32, 1.0), run(4, 1, 8, 32, 1.0)]
+    errs = [-0.1, -0.1, -0.1]  # ours: 0.9 s each
+    measured = {
+        "gpu": "G",
+        "host": "H",
+        "rows": [{"model": "OPT-350", "micro_batch": 8, "sailor_ms": 10.0}],
+    }
+    staged_receives(rows, errs, np.array([True, True, True]), measured)
+    out = capsys.readouterr().out
+    # PP2: 4 micro-batches + 1 = 5 slots of 10 ms: 0.95 s; PP4: 7 slots, one receive 0.97 s,
+    # two 1.04 s
+    assert "OPT-350 x   2      5" in out and "-5.0%" in out
+    assert "OPT-350 x   4      7" in out and "-3.0%" in out and "+4.0%" in out
+    assert "median / max 5.0% / 10.0% with one receive a slot" in out
