@@ -379,11 +379,11 @@ class LiveController(JobBook):
         # a run's measured step sums up many steps: it is taken whole (a study
         # weighs one jittery step rate at WEIGHT); a run's early steps, slowed by a job
         # starting beside it, would otherwise hold the factor back long after
-        # What no link explains of a step across domains is this job's: put on its domains'
-        # speed, as it once was, it made every other pair of domains look faster to the job,
-        # and under swinging links the job moved round them.
+        # What its link does not take of a step across domains is this job's own: put on its
+        # domains' speed, as it once was, it made every other pair of domains look faster to
+        # the job, and under swinging links the job moved round them.
         self.correction, left = self.correction.observe_run(
-            chosen, spec, view, measured, self.search_options
+            chosen, spec, view, measured, self.search_options, own=rec.unexplained
         )
         if left is not None:
             rec.unexplained = left

@@ -100,9 +100,9 @@ class JobRecord:
     preempting: dict | None = None  # preempted: checkpoint at the next ask, queue again
     failures: int = 0  # runs in a row that failed (an error, the watchdog)
     checkpointed: int = 0  # the step of its last checkpoint (as far as heard)
-    # its steps across domains over the model's, where no factor of the model takes the
-    # difference (its WAN time hidden in the model, as DiLoCo's is): the job's own, wherever
-    # it crosses, not its domains'
+    # its steps across domains over the model's, what its link's factor does not take of the
+    # difference (all of it where its WAN time is hidden, as DiLoCo's is;
+    # Correction.observe_run): the job's own, wherever it crosses, not its domains'
     unexplained: float = 1.0
 
     def across(self, p: Placement) -> float:

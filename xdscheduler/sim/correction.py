@@ -27,11 +27,19 @@ from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.search import DEFAULT_OPTIONS, JobSpec, estimate_placement
 from xdscheduler.planner.space import SINGLE, SearchOptions
 from xdscheduler.planner.view import ClusterView
+from xdscheduler.sim.truth_params import PARAMS
 
 WEIGHT = 0.3  # of the newest observation; jobs' jitter (sd of ln ~0.08) makes single ones noisy
 BUMP = 0.01  # relative change of a factor that measures the step's dependence on it
 MIN_ELASTICITY = 0.05  # d ln(step) / d ln(factor) below this: the step says nothing of it
 MAX_LOG_MOVE = math.log(2)  # one observation implies at most half or twice the factor
+# How far the model is expected to be off, in ln, from the public measurements the studies'
+# truth is drawn from (sim/truth_params.py): a link's goodput (the Laplace spread of Skyplane's
+# pair-by-pair change, sd sqrt(2) x scale), and a job's own step apart from its links (its
+# jitter's spread, with its domains' compute against the published runs)
+_FITTED: dict = PARAMS
+LINK_SD = math.sqrt(2) * _FITTED["goodput"]["scale"]
+JOB_SD = math.hypot(_FITTED["jitter"]["mean_log"], _FITTED["speed"]["sigma"])
 
 
 @dataclass(frozen=True)
@@ -123,18 +131,34 @@ class Correction:
         view: ClusterView,
         true_s: float,
         opts: SearchOptions = DEFAULT_OPTIONS,
+        own: float = 1.0,
     ) -> tuple[Correction, float | None]:
-        """`observe` of a run's step taken whole (weight 1), and what is left to the job
-        across domains: where no factor explains its step (one that hardly depends on its
-        link, as under DiLoCo), the step over the model's as corrected; where a link's factor
-        took it, 1; inside one domain, None (it says nothing of the job's crossing)."""
+        """A run's step taken whole (weight 1). Inside one domain: `observe`, and None (it says
+        nothing of the job's crossing). Across domains: the factors, and the job's own factor
+        on its steps across domains (`own` until now). The step's log excess over the model
+        (as corrected, times `own`) is split between the job's narrowest link and the job
+        itself, each in proportion to how far it is expected to be off (LINK_SD, JOB_SD) and
+        to how much the step depends on it: the least-squares split under those priors. All
+        of it on the link made a busy host's slow steps look like a slow link, and a link
+        read a little faster then looked like a large saving; a step that hardly depends on
+        its link (DiLoCo's) leaves it all to the job."""
         step_s = estimate_placement(p, spec, self.apply(view), opts).step_time_s
-        learnt = self.observe(p, spec, view, true_s, step_s, weight=1.0, opts=opts)
         if p.kind == SINGLE:
-            return learnt, None
-        if learnt is not self:
-            return learnt, 1.0
-        return self, true_s / step_s
+            return self.observe(p, spec, view, true_s, step_s, weight=1.0, opts=opts), None
+        a, b = _narrowest(p, self.apply(view))
+        cells = ([a, b], [b, a])
+        elasticity = self._elasticity("goodput", cells, p, spec, view, step_s, opts)
+        excess = math.log(step_s * own / true_s)  # < 0: the run is slower than predicted
+        if elasticity < MIN_ELASTICITY:
+            return self, own * math.exp(-excess)
+        link = LINK_SD**2 * elasticity**2
+        log_move = float(
+            np.clip(
+                excess * LINK_SD**2 * elasticity / (link + JOB_SD**2), -MAX_LOG_MOVE, MAX_LOG_MOVE
+            )
+        )
+        left = own * math.exp(elasticity * log_move - excess)
+        return self._scaled("goodput", cells, log_move), left
 
     def _moved(
         self,
@@ -148,18 +172,34 @@ class Correction:
         weight: float,
         opts: SearchOptions,
     ) -> Correction:
-        factor = getattr(self, name)
-        bumped = factor.copy()
+        elasticity = self._elasticity(name, cells, p, spec, view, step_s, opts)
+        if elasticity < MIN_ELASTICITY:
+            return self
+        implied = np.clip(math.log(step_s / true_s) / elasticity, -MAX_LOG_MOVE, MAX_LOG_MOVE)
+        return self._scaled(name, cells, weight * float(implied))
+
+    def _elasticity(
+        self,
+        name: str,
+        cells: tuple,
+        p: Placement,
+        spec: JobSpec,
+        view: ClusterView,
+        step_s: float,
+        opts: SearchOptions,
+    ) -> float:
+        """d ln(step) / d ln(factor) of the factor's `cells`, by bumping them BUMP."""
+        bumped = getattr(self, name).copy()
         bumped[cells] *= 1 + BUMP
         bumped_s = estimate_placement(
             p, spec, replace(self, **{name: bumped}).apply(view), opts
         ).step_time_s
-        elasticity = math.log(step_s / bumped_s) / math.log1p(BUMP)
-        if elasticity < MIN_ELASTICITY:
-            return self
-        implied = np.clip(math.log(step_s / true_s) / elasticity, -MAX_LOG_MOVE, MAX_LOG_MOVE)
-        moved = factor.copy()
-        moved[cells] *= math.exp(weight * implied)
+        return math.log(step_s / bumped_s) / math.log1p(BUMP)
+
+    def _scaled(self, name: str, cells: tuple, log_move: float) -> Correction:
+        """The factor's `cells` times exp(log_move); a link so moved counts as learnt."""
+        moved = getattr(self, name).copy()
+        moved[cells] *= math.exp(log_move)
         if name == "speed":
             return replace(self, speed=moved)
         learnt = self.learnt.copy()
