@@ -454,6 +454,25 @@ def test_both_shipped_trainings_learn_through_the_plan_api(one_rank, entrypoint)
 # ---- xds down
 
 
+def test_a_process_read_a_second_later_than_recorded_is_still_ours(monkeypatch):
+    """psutil's start time of one process moves by a whole second now and then (Linux's boot
+    time is recomputed on every read): still the node `up` started. One started seconds apart
+    under a reused pid is not."""
+    import psutil
+
+    from xdscheduler.live.state import Started
+
+    node = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "ray"])
+    try:
+        started = Started.of(node, role="node", domain="east")
+        read = psutil.Process.create_time
+        for shift, ours in ((1.0, True), (-1.0, True), (5.0, False)):
+            monkeypatch.setattr(psutil.Process, "create_time", lambda p, s=shift: read(p) + s)
+            assert started.ours() is ours, shift
+    finally:
+        node.kill()
+
+
 def test_down_keeps_the_state_file_when_a_process_could_not_be_stopped(tmp_path, monkeypatch):
     """What still runs stays named: `down` fails in one line and can be run again."""
     from xdscheduler.live import cluster

@@ -20,6 +20,13 @@ NAMESPACE = "xds-live"  # the Ray namespace of the controller and the domain act
 LivePolicy = Literal["planner", "ppo"]  # what decides where a live cluster's jobs run
 
 
+# psutil gives a process's start as the boot time, which Linux recomputes on every read in whole
+# seconds (the clock now less the uptime), plus its start since boot: the same process reads a
+# second apart from one call to the next now and then. Within 1 s, `down` once took one of its
+# own nodes for a stranger and left it running.
+START_TIME_TOLERANCE_S = 2.0
+
+
 class Started(Strict):
     pid: int
     role: str  # head | node
@@ -40,7 +47,10 @@ class Started(Strict):
 
         try:
             proc = psutil.Process(self.pid)
-            same = self.started_at is None or abs(proc.create_time() - self.started_at) < 1
+            same = (
+                self.started_at is None
+                or abs(proc.create_time() - self.started_at) < START_TIME_TOLERANCE_S
+            )
             return same and "ray" in " ".join(proc.cmdline())
         except psutil.Error:
             return False
