@@ -12,6 +12,10 @@ factor is found with one Newton step on ln(step time) against ln(factor), whose 
 measured by bumping the factor by 1%: a step that hardly depends on a factor (communication
 hidden behind compute) says nothing about it and leaves it alone.
 
+The live plane learns from a run's measured step with `observe_run`: there a cross-domain run's
+excess is split between its narrowest link and a factor of the job's own (the studies' engine
+has no such factor yet, and puts it all on the link).
+
 `Prediction` records what the policy's estimate said for each placement a job ran on, what the
 nominal model would have said, and what the job ran at: the study's prediction error.
 """
