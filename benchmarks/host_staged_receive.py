@@ -23,12 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import sys
-import time
 from pathlib import Path
 
-from benchmarks._table import print_table
+import numpy as np
+
+from benchmarks._table import print_table, time_calls
 
 SEQ = 2048
 # (Sailor's model, hidden size, micro-batches its GH200 runs use)
@@ -83,16 +83,11 @@ def host_cpu() -> str:
 
 
 def timed_ms(torch, fn, repeats: int) -> float:
+    """Median milliseconds of fn() to the GPU's end of it, after 3 warm-ups."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+    return float(np.median(time_calls(lambda: (fn(), torch.cuda.synchronize()), repeats)))
 
 
 def parts_ms(torch, num_el: int, repeats: int) -> dict[str, float]:

@@ -260,9 +260,8 @@ def staged_receives(rows, errs, keep, measured: dict) -> None:
         ours = run["real"] * (1 + e)
         slots = max(run["gbs"] // (plan.dp * plan.micro_batch), 1) + plan.pp - 1
         receive = took[(MODELS[key][0], plan.micro_batch)] if plan.pp > 1 else 0.0
-        after = {k: ours + slots * min(k, plan.pp - 1) * receive for k in (1, 2)}
-        for k in (1, 2):
-            err[k].append(after[k] / run["real"] - 1)
+        for k in (1, 2):  # receives a slot, at most one a neighbour
+            err[k].append((ours + slots * min(k, plan.pp - 1) * receive) / run["real"] - 1)
         if plan.pp > 1:
             table.append(
                 [

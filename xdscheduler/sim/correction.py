@@ -120,12 +120,13 @@ class Correction:
         (`self` comes back unchanged where no factor explains the step). `weight`: of this
         observation (1 for a median over many steps, which one step's jitter does not move).
         `opts`: the stack and constants the model runs with."""
+        corrected = self.apply(view)
         if step_s is None:
-            step_s = estimate_placement(p, spec, self.apply(view), opts).step_time_s
+            step_s = estimate_placement(p, spec, corrected, opts).step_time_s
         seen = (p, spec, view, true_s, step_s, weight, opts)
         if p.kind == SINGLE:
             return self._moved("speed", ([p.domains[0]],), *seen)
-        a, b = _narrowest(p, self.apply(view))
+        a, b = _narrowest(p, corrected)
         return self._moved("goodput", ([a, b], [b, a]), *seen)
 
     def observe_run(
@@ -146,21 +147,19 @@ class Correction:
         of it on the link made a busy host's slow steps look like a slow link, and a link
         read a little faster then looked like a large saving; a step that hardly depends on
         its link (DiLoCo's) leaves it all to the job."""
-        step_s = estimate_placement(p, spec, self.apply(view), opts).step_time_s
+        corrected = self.apply(view)
+        step_s = estimate_placement(p, spec, corrected, opts).step_time_s
         if p.kind == SINGLE:
             return self.observe(p, spec, view, true_s, step_s, weight=1.0, opts=opts), None
-        a, b = _narrowest(p, self.apply(view))
+        a, b = _narrowest(p, corrected)
         cells = ([a, b], [b, a])
         elasticity = self._elasticity("goodput", cells, p, spec, view, step_s, opts)
         excess = math.log(step_s * own / true_s)  # < 0: the run is slower than predicted
         if elasticity < MIN_ELASTICITY:
             return self, own * math.exp(-excess)
-        link = LINK_SD**2 * elasticity**2
-        log_move = float(
-            np.clip(
-                excess * LINK_SD**2 * elasticity / (link + JOB_SD**2), -MAX_LOG_MOVE, MAX_LOG_MOVE
-            )
-        )
+        link = (LINK_SD * elasticity) ** 2  # the link's variance, in ln of the step
+        share = link / (link + JOB_SD**2)  # of the excess, the link's
+        log_move = float(np.clip(share * excess / elasticity, -MAX_LOG_MOVE, MAX_LOG_MOVE))
         left = own * math.exp(elasticity * log_move - excess)
         return self._scaled("goodput", cells, log_move), left
 
