@@ -42,7 +42,7 @@ from xdscheduler import catalog
 from xdscheduler.costmodel.layers import MeasuredLayers, from_sailor, read_json
 from xdscheduler.costmodel.messages import from_sailor as network_from_sailor
 from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch, Stack
-from xdscheduler.costmodel.steptime import estimate, stage_layers
+from xdscheduler.costmodel.steptime import estimate, replica_micro_batches, stage_layers
 from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.search import THROUGHPUT_ONLY, estimate_placement, search
 from xdscheduler.planner.space import DATA, PIPELINE, SINGLE, SearchOptions
@@ -258,7 +258,7 @@ def staged_receives(rows, errs, keep, measured: dict) -> None:
     table, err = [], {1: [], 2: []}
     for (run, key, _, plan, _), e in zip(rows, errs, strict=True):
         ours = run["real"] * (1 + e)
-        slots = max(run["gbs"] // (plan.dp * plan.micro_batch), 1) + plan.pp - 1
+        slots = int(replica_micro_batches(run["gbs"], plan.dp, plan.micro_batch)) + plan.pp - 1
         receive = took[(MODELS[key][0], plan.micro_batch)] if plan.pp > 1 else 0.0
         for k in (1, 2):  # receives a slot, at most one a neighbour
             err[k].append((ours + slots * min(k, plan.pp - 1) * receive) / run["real"] - 1)
