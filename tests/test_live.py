@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import REPO, SCENARIOS
+from tests.reaper import reaped
 from xdscheduler.errors import UserError
 from xdscheduler.live import fabric
 from xdscheduler.live.agent import DemandHistory, indicators, link_counters
@@ -293,7 +294,8 @@ def test_a_fabric_left_behind_by_a_dead_cluster_is_swept_and_a_busy_one_kept():
         fabric.teardown(busy)
 
 
-def xds(*args: str, state, timeout: float = 300, check: bool = True) -> str:
+def xds_env(state) -> dict:
+    """The environment `xds` runs in for the cluster of `state`."""
     env = {**os.environ, "XDS_CLUSTER": str(state)}
     for var in (
         "RAY_ADDRESS",
@@ -302,10 +304,14 @@ def xds(*args: str, state, timeout: float = 300, check: bool = True) -> str:
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",
     ):
         env.pop(var, None)  # the test session's Ray (one machine alone) is not the one tested
+    return env
+
+
+def xds(*args: str, state, timeout: float = 300, check: bool = True) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "xdscheduler", *args],
         cwd=REPO,
-        env=env,
+        env=xds_env(state),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -318,12 +324,14 @@ def xds(*args: str, state, timeout: float = 300, check: bool = True) -> str:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     state = tmp_path_factory.mktemp("live") / "cluster.json"
-    xds("up", str(LOCAL), "--profile", str(PROFILE), "--json", state=state)
-    try:
-        yield state, json.loads(state.read_text())
-    finally:
-        if state.exists():
-            xds("down", state=state)
+    down = [sys.executable, "-m", "xdscheduler", "down"]
+    with reaped(down, env=xds_env(state), cwd=str(REPO)):
+        xds("up", str(LOCAL), "--profile", str(PROFILE), "--json", state=state)
+        try:
+            yield state, json.loads(state.read_text())
+        finally:
+            if state.exists():
+                xds("down", state=state)
 
 
 @needs_fabric
@@ -1043,13 +1051,23 @@ def test_down_stops_exactly_what_up_started(cluster):
     assert f"xds{started['tag']}-" not in namespaces
 
 
+def stop_started(pids: Path | str, own_tmp: str) -> None:
+    """Stop the Ray processes of `existing_cluster` listed in `pids` (the head first in it,
+    stopped last) and remove their temp folder."""
+    from xdscheduler.live.cluster import stop_processes
+
+    started = [int(pid) for pid in Path(pids).read_text().split()]
+    stop_processes(started[1:])  # the nodes, then the head
+    stop_processes(started[:1])
+    shutil.rmtree(own_tmp, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
 def existing_cluster(tmp_path_factory):
     """A multi-node Ray cluster that `xds up` did not start: a head and one node per domain,
     labelled by hand with `ray start --labels` (as KubeRay would), in namespaces of their own."""
     import secrets
 
-    from xdscheduler.live.cluster import stop_processes
     from xdscheduler.network.dynamics import base_matrices
     from xdscheduler.scenario import load_scenario
 
@@ -1074,6 +1092,8 @@ def existing_cluster(tmp_path_factory):
     # (short: Ray's socket paths live under it)
     own_tmp = tempfile.mkdtemp(prefix="xds-ray-")
     started = []
+    pids = logs / "pids"  # what a reaper stops, should this test session be killed
+    pids.touch()
 
     def start(args, ns=None, extra=None):
         cmd = [ray, "start", "--block", "--object-store-memory", str(128 * 2**20), *args]
@@ -1087,53 +1107,57 @@ def existing_cluster(tmp_path_factory):
                 start_new_session=True,
             ).pid
         )
+        pids.write_text(" ".join(map(str, started)))
 
     head = f"{net.head_ip}:{port}"
-    try:
-        start(
-            [
-                "--head",
-                "--port",
-                str(port),
-                "--node-ip-address",
-                net.head_ip,
-                "--dashboard-host",
-                net.head_ip,
-                "--dashboard-port",
-                str(dash),
-                "--dashboard-agent-listen-port",
-                str(free_port()),
-                "--num-cpus",
-                "1",
-                "--labels",
-                "xds.role=head",
-                "--temp-dir",
-                own_tmp,
-            ]
-        )
-        time.sleep(6)
-        for i, d in enumerate(net.domains):
+    stop = (
+        "import sys; from tests.test_live import fabric, stop_started; "
+        "stop_started(*sys.argv[1:3]); fabric.sweep_stale(0.0, only={sys.argv[3]})"
+    )
+    with reaped([sys.executable, "-c", stop, pids, own_tmp, net.tag], cwd=str(REPO)):
+        try:
             start(
                 [
-                    "--address",
-                    head,
+                    "--head",
+                    "--port",
+                    str(port),
                     "--node-ip-address",
-                    net.ip(i),
+                    net.head_ip,
+                    "--dashboard-host",
+                    net.head_ip,
+                    "--dashboard-port",
+                    str(dash),
+                    "--dashboard-agent-listen-port",
+                    str(free_port()),
                     "--num-cpus",
-                    "2",
+                    "1",
                     "--labels",
-                    f"xds.domain={d}",
-                ],
-                net.namespace(i),
-                {"GLOO_SOCKET_IFNAME": "eth0"},
+                    "xds.role=head",
+                    "--temp-dir",
+                    own_tmp,
+                ]
             )
-            time.sleep(4)  # one at a time: nodes joining at once race for socket names
-        yield head, f"http://{net.head_ip}:{dash}", env, started
-    finally:
-        stop_processes(started[1:])  # the nodes, then the head
-        stop_processes(started[:1])
-        fabric.teardown(net)
-        shutil.rmtree(own_tmp, ignore_errors=True)
+            time.sleep(6)
+            for i, d in enumerate(net.domains):
+                start(
+                    [
+                        "--address",
+                        head,
+                        "--node-ip-address",
+                        net.ip(i),
+                        "--num-cpus",
+                        "2",
+                        "--labels",
+                        f"xds.domain={d}",
+                    ],
+                    net.namespace(i),
+                    {"GLOO_SOCKET_IFNAME": "eth0"},
+                )
+                time.sleep(4)  # one at a time: nodes joining at once race for socket names
+            yield head, f"http://{net.head_ip}:{dash}", env, started
+        finally:
+            stop_started(pids, own_tmp)
+            fabric.teardown(net)
 
 
 @needs_fabric
