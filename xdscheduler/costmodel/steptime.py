@@ -159,46 +159,178 @@ def _concat(blocks: list[StepEstimate]) -> StepEstimate:
     )
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """A plan batch's degrees and batch as float arrays, and what follows from them."""
+
+    dp: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    cp: np.ndarray
+    vp: np.ndarray
+    mb: np.ndarray
+    batch: np.ndarray
+    s: float  # sequence length
+
+    @classmethod
+    def of(cls, plans: PlanBatch, global_batch, s: float) -> _Shape:
+        dp, tp, pp, cp, vp, mb = (
+            _f(x) for x in (plans.dp, plans.tp, plans.pp, plans.cp, plans.vp, plans.micro_batch)
+        )
+        return cls(dp, tp, pp, cp, vp, mb, _f(global_batch), s)
+
+    @property
+    def micro_batches(self) -> np.ndarray:
+        return replica_micro_batches(self.batch, self.dp, self.mb)
+
+    @property
+    def tok(self) -> np.ndarray:
+        """Tokens of one micro-batch on one GPU."""
+        return self.mb * self.s / self.cp
+
+
+@dataclass(frozen=True)
+class _Rates:
+    """What each plan's precision gets of its accelerator: peaks, bytes an element."""
+
+    wide: np.ndarray  # TF32 or FP32 plans
+    half_peak: np.ndarray  # the 16-bit peak, FLOP/s
+    own_peak: np.ndarray  # the GEMMs' own: 16-bit for bf16 and fp16, else FP8, TF32 or FP32's
+    gemm_peak: np.ndarray  # own_peak at the GEMMs' efficiency
+    mem_bw: np.ndarray  # bytes/s
+    operand_bytes: np.ndarray
+    # activations, their gradients and what crosses links: 4 bytes in fp32/tf32, else 2 (fp8
+    # recipes keep activations in bf16)
+    elem: np.ndarray
+    # attention and the output layer run in 16 bits unless the whole plan is 32-bit
+    attn_base: np.ndarray
+
+    @classmethod
+    def of(cls, plans: PlanBatch, hw: Hardware, calib: Calibration) -> _Rates:
+        precision = np.asarray(plans.precision)
+        fp8, wide = precision == DTYPES.index("fp8"), _wide(plans)
+        half_peak = _f(hw.peak_tflops) * 1e12
+        own_peak = np.select(
+            [fp8, precision == DTYPES.index("tf32"), precision == DTYPES.index("fp32")],
+            [
+                _f(hw.peak_fp8_tflops) * 1e12,
+                _f(hw.peak_tf32_tflops) * 1e12,
+                _f(hw.peak_fp32_tflops) * 1e12,
+            ],
+            half_peak,
+        )
+        return cls(
+            wide=wide,
+            half_peak=half_peak,
+            own_peak=own_peak,
+            gemm_peak=own_peak * np.where(fp8, calib.fp8_gemm_efficiency, calib.gemm_efficiency),
+            mem_bw=_f(hw.memory_gbs) * 1e9,
+            operand_bytes=np.asarray(OPERAND_BYTES)[precision],
+            elem=np.where(wide, 4.0, 2.0),
+            attn_base=np.where(wide, own_peak, half_peak),
+        )
+
+    def gemm(self, m, k, n, peak=None, elem=None):
+        """Additive roofline: small or thin matrices pay for their bytes on top of FLOPs."""
+        peak = self.gemm_peak if peak is None else peak
+        elem = self.operand_bytes if elem is None else elem
+        return 2 * m * k * n / peak + (elem * (m * k + k * n) + 2 * m * n) / self.mem_bw
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """Seconds of one transformer layer on one micro-batch, and of the ends of the model."""
+
+    fwd: np.ndarray
+    bwd: np.ndarray
+    rec: np.ndarray  # recomputed in the backward pass
+    tp_fwd: np.ndarray  # tensor-parallel collectives of a forward pass, hidden or not
+    tp_fwd_exposed: np.ndarray
+    tp_bwd_exposed: np.ndarray
+    logits: np.ndarray  # the output layer, forward and backward
+    embed: np.ndarray | float  # the embedding, forward and backward
+
+    @property
+    def per_layer(self) -> np.ndarray:
+        return self.fwd + self.bwd + self.rec + self.tp_fwd_exposed + self.tp_bwd_exposed
+
+
 def _estimate(
     arch, global_batch, plans, hw, wan, stack, calib, seq, measured, network=None
 ) -> StepEstimate:
-    s = float(seq or arch.seq_len)
+    """`estimate` of one block of plans: a layer's times, the stage that sets the pace, the
+    pipeline's and the data-parallel exchanges' waits, DiLoCo's sync, the optimizer step."""
+    shape = _Shape.of(plans, global_batch, float(seq or arch.seq_len))
+    rates = _Rates.of(plans, hw, calib)
+    block = _measured_blocks(measured, plans, hw, shape.cp)
+    layer = _with_measured(_layer_times(arch, shape, rates, hw, stack, calib, plans), block)
+    stage = _Stage.of(arch, shape.pp, layer)
+    t_mb = stage.per_micro_batch
+    micro_batches = shape.micro_batches
+
+    bubble = (shape.pp - 1) / shape.vp * t_mb
+    pp_exposed, pp_hidden = _pipeline_comm(arch, shape, rates, hw, wan, stack, calib, t_mb)
+    dp = _DataParallel.of(arch, shape, rates, hw, wan, stack, calib, network, plans)
+    dp_exposed, dp_hidden = dp.exposed(stage, layer, micro_batches * t_mb, stack)
+
+    compute_part = micro_batches * stage.compute
+    inner = compute_part + micro_batches * (stage.rec + stage.tp) + bubble + pp_exposed + dp_exposed
+    sync_total, sync_exposed, convergence = dp.outer_sync(inner, stack)
+    breakdown = {
+        "compute": compute_part,
+        "recompute": micro_batches * stage.rec,
+        "tp_comm": micro_batches * stage.tp,
+        "pp_comm": pp_exposed,
+        "dp_comm": dp_exposed,
+        "bubble": bubble,
+        "sync": sync_exposed,
+        "convergence": convergence,
+        "optimizer": _optimizer_s(dp, shape.dp, rates, block),
+    }
+    step = sum(breakdown.values())
+    tp_hidden = micro_batches * stage.layers * 3 * layer.tp_fwd - breakdown["tp_comm"]
+    overlapped = {
+        "tp_comm": np.maximum(tp_hidden, 0.0) if stack.tp_comm_overlap else 0.0,
+        "pp_comm": pp_hidden,
+        "dp_comm": dp_hidden,
+        "sync": sync_total - sync_exposed,
+    }
+
+    memory = memory_gib(arch, shape.batch, plans, stack, int(shape.s), measured)
+    total_mem = sum(memory.values())
+    tokens = shape.batch * shape.s
+    mflops = model_flops_per_step(arch, shape.batch, int(shape.s))
+    pp_bytes = (
+        2 * _f(wan.pp_crossings) * shape.batch * shape.s * arch.hidden * rates.elem * shape.vp
+    )
+
+    def full(x):
+        return np.broadcast_to(np.asarray(x, dtype=np.float64), step.shape)
+
+    return StepEstimate(
+        step_time_s=step,
+        breakdown_s={k: full(v) for k, v in breakdown.items()},
+        overlapped_s={k: full(v) for k, v in overlapped.items()},
+        memory_gib=full(total_mem),
+        memory_parts_gib={k: full(v) for k, v in memory.items()},
+        fits=full(total_mem) <= _f(hw.memory_gib),
+        model_flops=mflops,
+        hardware_flops=full(
+            mflops + _recompute_flops(arch, shape.s, plans, mflops, tokens) * tokens
+        ),
+        tokens=tokens,
+        cross_domain_bytes=full(pp_bytes + dp.cross_domain_bytes()),
+    )
+
+
+def _layer_times(arch, shape: _Shape, rates: _Rates, hw, stack: Stack, calib, plans) -> _Layer:
+    """A layer's GEMMs, attention, element-wise kernels and tensor- and context-parallel
+    collectives, by the roofline."""
+    tok, tp, cp = shape.tok, shape.tp, shape.cp
+    gpn = _f(hw.gpus_per_node)
     h, ffn, heads, vocab = float(arch.hidden), float(arch.ffn_hidden), arch.heads, arch.vocab
     kv_frac = arch.kv_heads / heads
-    dp, tp, pp, cp, vp, mb = (
-        _f(x) for x in (plans.dp, plans.tp, plans.pp, plans.cp, plans.vp, plans.micro_batch)
-    )
-    batch = _f(global_batch)
-    micro_batches = replica_micro_batches(batch, dp, mb)
-    tok = mb * s / cp  # tokens of one micro-batch on one GPU
-    heaviest, last = stage_layers(arch.layers, pp)
-
-    precision = np.asarray(plans.precision)
-    fp8, wide = precision == DTYPES.index("fp8"), _wide(plans)
-    half_peak = _f(hw.peak_tflops) * 1e12
-    # the GEMMs' own peak: the 16-bit one for bf16 and fp16, else FP8, TF32 or FP32's
-    own_peak = np.select(
-        [fp8, precision == DTYPES.index("tf32"), precision == DTYPES.index("fp32")],
-        [
-            _f(hw.peak_fp8_tflops) * 1e12,
-            _f(hw.peak_tf32_tflops) * 1e12,
-            _f(hw.peak_fp32_tflops) * 1e12,
-        ],
-        half_peak,
-    )
-    gemm_peak = own_peak * np.where(fp8, calib.fp8_gemm_efficiency, calib.gemm_efficiency)
-    mem_bw = _f(hw.memory_gbs) * 1e9
-    operand_bytes = np.asarray(OPERAND_BYTES)[precision]
-    # activations, their gradients and what crosses links: 4 bytes in fp32/tf32, else 2 (fp8
-    # recipes keep activations in bf16)
-    elem = np.where(wide, 4.0, 2.0)
-    # attention and the output layer run in 16 bits unless the whole plan is 32-bit
-    attn_base = np.where(wide, own_peak, half_peak)
-
-    def gemm(m, k, n, peak=gemm_peak, elem=operand_bytes):
-        # Additive roofline: small or thin matrices pay for their bytes on top of FLOPs.
-        return 2 * m * k * n / peak + (elem * (m * k + k * n) + 2 * m * n) / mem_bw
-
+    elem, mem_bw, gemm = rates.elem, rates.mem_bw, rates.gemm
     n_up = 2.0 if arch.gated_mlp else 1.0
     gemm_fwd = (
         gemm(tok, h, h * (1 + 2 * kv_frac) / tp)
@@ -207,35 +339,17 @@ def _estimate(
         + gemm(tok, ffn / tp, h)
     )
 
-    half_eff_peak = attn_base * calib.gemm_efficiency
-    if stack.flash_attention:
-        attn_flops = 4 * mb * (s / cp) * s * h / tp * 0.5  # causal blocks are skipped
-        attn_io = 4 * tok * h / tp * elem / mem_bw
-        attn_peak = attn_base * calib.attention_efficiency
-        attn_fwd = attn_flops / attn_peak + attn_io
-        attn_bwd = FLASH_BACKWARD_FACTOR * attn_flops / attn_peak + 2 * attn_io
-        score_fwd = score_bwd = 0.0
-    else:
-        d_head = h / heads
-        per_head = gemm(s / cp, d_head, s, half_eff_peak, elem) + gemm(
-            s / cp, s, d_head, half_eff_peak, elem
-        )
-        attn_fwd = mb * heads / tp * per_head
-        attn_bwd = 2 * attn_fwd
-        scores = tok * heads / tp * s  # attention scores of a micro-batch on one GPU
-        per_score = _score_traffic(stack.fused_softmax & ~wide, elem)
-        score_fwd, score_bwd = (scores * b / mem_bw for b in per_score)
+    half_eff_peak = rates.attn_base * calib.gemm_efficiency
+    attn_fwd, attn_bwd, score_fwd, score_bwd = _attention_s(arch, shape, rates, stack, calib)
 
     act_bytes_per_token = _activation_bytes_per_token(arch, tp, stack) * elem / 2
     # The element-wise kernels (norms, activations, dropout, residuals) move their bytes
     # `memory_passes` times; the attention scores between the two batched GEMMs, as many
     # times as the softmax's kernels pass over them (_score_traffic).
-    elem_s2_fwd = score_fwd
-    elem_fwd = calib.memory_passes * tok * act_bytes_per_token / mem_bw + elem_s2_fwd
-    elem_bwd = 2 * (elem_fwd - elem_s2_fwd) + score_bwd
+    elem_fwd = calib.memory_passes * tok * act_bytes_per_token / mem_bw + score_fwd
+    elem_bwd = 2 * (elem_fwd - score_fwd) + score_bwd
 
     # Tensor-parallel all-reduce (or reduce-scatter + all-gather): two per layer each way.
-    gpn = _f(hw.gpus_per_node)
     tp_link = np.where(tp <= gpn, _f(hw.scaleup_gbs) * 1e9, _f(hw.scaleout_gbps) * 1e9 / 8)
     coll = np.where(
         tp > 1, 2 * (tp - 1) / tp * tok * h * elem / (calib.collective_efficiency * tp_link), 0.0
@@ -260,7 +374,7 @@ def _estimate(
     layer_rec = np.where(
         recompute == 2,
         layer_fwd + tp_fwd_exposed,
-        np.where(recompute == 1, attn_fwd + elem_s2_fwd, 0.0),
+        np.where(recompute == 1, attn_fwd + score_fwd, 0.0),
     )
     if stack.flash_attention:
         layer_rec = np.where(recompute == 1, 0.0, layer_rec)  # flash already recomputes
@@ -270,50 +384,106 @@ def _estimate(
         3 * gemm(tok, h, vocab / tp, half_eff_peak, elem)
         + 3 * calib.memory_passes * tok * vocab / tp * 4 / mem_bw
     )
-    embed: np.ndarray | float = (
-        0.0  # a gather: nothing beside the layers, unless a profile measured it
+    embed = 0.0  # a gather: nothing beside the layers, unless a profile measured it
+    return _Layer(
+        layer_fwd, layer_bwd, layer_rec, tp_fwd, tp_fwd_exposed, tp_bwd_exposed, logits, embed
     )
-    # Measured layers stand in for the roofline where a profile covers the plan; their times
-    # include the tensor-parallel all-reduces as they ran.
-    block = _measured_blocks(measured, plans, hw, cp)
+
+
+def _attention_s(arch, shape: _Shape, rates: _Rates, stack: Stack, calib):
+    """A layer's attention on one micro-batch, forward and backward, and the passes of the
+    softmax's kernels over the scores forward and backward (none with FlashAttention, which
+    keeps them on chip)."""
+    s, tok, mb, tp, cp = shape.s, shape.tok, shape.mb, shape.tp, shape.cp
+    h, heads, elem, mem_bw = float(arch.hidden), arch.heads, rates.elem, rates.mem_bw
+    if stack.flash_attention:
+        attn_flops = 4 * mb * (s / cp) * s * h / tp * 0.5  # causal blocks are skipped
+        attn_io = 4 * tok * h / tp * elem / mem_bw
+        attn_peak = rates.attn_base * calib.attention_efficiency
+        attn_fwd = attn_flops / attn_peak + attn_io
+        attn_bwd = FLASH_BACKWARD_FACTOR * attn_flops / attn_peak + 2 * attn_io
+        return attn_fwd, attn_bwd, 0.0, 0.0
+    half_eff_peak = rates.attn_base * calib.gemm_efficiency
+    d_head = h / heads
+    per_head = rates.gemm(s / cp, d_head, s, half_eff_peak, elem) + rates.gemm(
+        s / cp, s, d_head, half_eff_peak, elem
+    )
+    attn_fwd = mb * heads / tp * per_head
+    scores = tok * heads / tp * s  # attention scores of a micro-batch on one GPU
+    per_score = _score_traffic(stack.fused_softmax & ~rates.wide, elem)
+    score_fwd, score_bwd = (scores * b / mem_bw for b in per_score)
+    return attn_fwd, 2 * attn_fwd, score_fwd, score_bwd
+
+
+def _with_measured(layer: _Layer, block: dict[str, np.ndarray]) -> _Layer:
+    """Measured layers stand in for the roofline where a profile covers the plan; their times
+    include the tensor-parallel all-reduces as they ran."""
     have = ~np.isnan(block["layer_fwd_s"])
-    if have.any():
-        layer_fwd = np.where(have, block["layer_fwd_s"], layer_fwd)
-        layer_bwd = np.where(have, block["layer_bwd_s"], layer_bwd)
-        timed = have & (block["tp_comm_timed"] > 0)
-        tp_fwd_exposed = np.where(timed, 0.0, tp_fwd_exposed)
-        tp_bwd_exposed = np.where(timed, 0.0, tp_bwd_exposed)
-        tp_fwd = np.where(timed, 0.0, tp_fwd)
+    if not have.any():
+        return layer
+    timed = have & (block["tp_comm_timed"] > 0)
+    return _Layer(
+        fwd=np.where(have, block["layer_fwd_s"], layer.fwd),
+        bwd=np.where(have, block["layer_bwd_s"], layer.bwd),
+        rec=layer.rec,
+        tp_fwd=np.where(timed, 0.0, layer.tp_fwd),
+        tp_fwd_exposed=np.where(timed, 0.0, layer.tp_fwd_exposed),
+        tp_bwd_exposed=np.where(timed, 0.0, layer.tp_bwd_exposed),
         # a profile whose last block stops at the final norm leaves the output layer to the
         # roofline
-        logits = np.where(
+        logits=np.where(
             have,
             block["last_fwd_s"]
             + block["last_bwd_s"]
-            + np.where(block["output_layer_timed"] > 0, 0.0, logits),
-            logits,
-        )
-        embed = np.where(have, block["first_fwd_s"] + block["first_bwd_s"], 0.0)
-    # The slowest stage sets the pace: the first with the embedding, the heaviest, or the last
-    # with the output layer (one stage holds all three without a pipeline).
-    per_layer_t = layer_fwd + layer_bwd + layer_rec + tp_fwd_exposed + tp_bwd_exposed
-    first_end = np.where(pp > 1, embed, 0.0)
-    last_end = logits + np.where(pp > 1, 0.0, embed)
-    last_binds = last * per_layer_t + last_end >= heaviest * per_layer_t + first_end
-    layers_per_stage = np.where(last_binds, last, heaviest)
-    stage_compute = layers_per_stage * (layer_fwd + layer_bwd) + np.where(
-        last_binds, last_end, first_end
+            + np.where(block["output_layer_timed"] > 0, 0.0, layer.logits),
+            layer.logits,
+        ),
+        embed=np.where(have, block["first_fwd_s"] + block["first_bwd_s"], 0.0),
     )
-    stage_rec = layers_per_stage * layer_rec
-    stage_tp = layers_per_stage * (tp_fwd_exposed + tp_bwd_exposed)
-    t_mb = stage_compute + stage_rec + stage_tp
 
-    # Pipeline: bubble, then activations and their gradients between stages.
-    bubble = (pp - 1) / vp * t_mb
+
+@dataclass(frozen=True)
+class _Stage:
+    """The pipeline stage that sets the pace: the first with the embedding, the heaviest, or
+    the last with the output layer (one stage holds all three without a pipeline)."""
+
+    layers: np.ndarray
+    compute: np.ndarray  # forward and backward of one micro-batch
+    rec: np.ndarray
+    tp: np.ndarray  # exposed tensor-parallel collectives
+
+    @classmethod
+    def of(cls, arch: ModelArch, pp: np.ndarray, layer: _Layer) -> _Stage:
+        heaviest, last = stage_layers(arch.layers, pp)
+        per_layer_t = layer.per_layer
+        first_end = np.where(pp > 1, layer.embed, 0.0)
+        last_end = layer.logits + np.where(pp > 1, 0.0, layer.embed)
+        last_binds = last * per_layer_t + last_end >= heaviest * per_layer_t + first_end
+        layers = np.where(last_binds, last, heaviest)
+        return cls(
+            layers=layers,
+            compute=layers * (layer.fwd + layer.bwd) + np.where(last_binds, last_end, first_end),
+            rec=layers * layer.rec,
+            tp=layers * (layer.tp_fwd_exposed + layer.tp_bwd_exposed),
+        )
+
+    @property
+    def per_micro_batch(self) -> np.ndarray:
+        return self.compute + self.rec + self.tp
+
+
+def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, t_mb):
+    """Seconds a step waits for activations and their gradients between stages (and the tied
+    embedding's gradients between the ends), and the seconds of them hidden."""
+    dp, tp, pp, cp, vp, mb = shape.dp, shape.tp, shape.pp, shape.cp, shape.vp, shape.mb
+    gpn = _f(hw.gpus_per_node)
+    h, elem, micro_batches = float(arch.hidden), rates.elem, shape.micro_batches
     scaleout = _f(hw.scaleout_gbps) * 1e9 / 8
     wan_bps = _f(wan.pp_gbps) * 1e9 / 8 * calib.wan_efficiency
     flow = _f(hw.flow_gbps) * 1e9 / 8  # one connection between two nodes' accelerators
-    p2p_intra = tok * h * elem / tp / (calib.collective_efficiency * np.minimum(scaleout, flow))
+    p2p_intra = (
+        shape.tok * h * elem / tp / (calib.collective_efficiency * np.minimum(scaleout, flow))
+    )
     crossings = _f(wan.pp_crossings)
     # All replicas share the link; where it is rated per node pair, each of the boundary
     # stage's nodes (dp·tp·cp ranks) streams to its peer at that rate.
@@ -323,7 +493,7 @@ def _estimate(
     p2p_wan = (
         dp
         * mb
-        * s
+        * shape.s
         * h
         * elem
         / boundary
@@ -335,20 +505,19 @@ def _estimate(
     fill = 2 * ((pp - 1 - crossings) * p2p_intra + crossings * p2p_wan) + 2 * _f(wan.pp_latency_s)
     has_pp = pp > 1
     if stack.overlap_p2p:
-        pp_exposed = np.where(has_pp, micro_batches * np.maximum(0.0, link_busy - t_mb) + fill, 0.0)
-        pp_hidden = np.where(has_pp, micro_batches * np.minimum(link_busy, t_mb), 0.0)
+        exposed = np.where(has_pp, micro_batches * np.maximum(0.0, link_busy - t_mb) + fill, 0.0)
+        hidden = np.where(has_pp, micro_batches * np.minimum(link_busy, t_mb), 0.0)
     else:
         # Blocking sends and receives: an end stage waits for its activations out and their
         # gradients back each micro-batch, a middle stage for both ways on both sides.
         transfers = np.where(pp > 2, 4.0, 2.0)
-        pp_exposed = np.where(has_pp, micro_batches * transfers * link_busy + fill, 0.0)
-        pp_hidden = 0.0 * pp
-    grad_elem = np.where(wide, 4.0, stack.grad_reduce_bytes)  # fp32 gradients in fp32 plans
+        exposed = np.where(has_pp, micro_batches * transfers * link_busy + fill, 0.0)
+        hidden = 0.0 * pp
     if arch.tied_embeddings:
         # The first and last stages both hold the tied embedding: they all-reduce its
         # gradients once a step, over the WAN where the pipeline crosses one.
-        tied = arch.vocab * h / tp * grad_elem
-        pp_exposed = pp_exposed + np.where(
+        tied = arch.vocab * h / tp * _grad_elem(rates, stack)
+        exposed = exposed + np.where(
             has_pp,
             tied
             / np.where(
@@ -358,146 +527,160 @@ def _estimate(
             ),
             0.0,
         )
+    return exposed, hidden
 
-    # Data parallelism: reduce inside each domain, then across domains over the WAN.
-    gpu_params = _stage_params(arch, pp) / tp
-    grad_bytes = gpu_params * grad_elem
-    domains = _f(wan.dp_domains)
-    local = np.maximum(dp / domains, 1.0)
-    flat = (_f(wan.dp_flat) > 0) | (not stack.hierarchical_dp)
-    bucket = stack.grad_bucket_elems * grad_elem
-    dp_intra = _allreduce_s(
-        grad_bytes,
-        local,
-        tp * cp,
-        gpn,
-        _f(hw.scaleup_gbs) * 1e9,
-        scaleout,
-        calib.collective_efficiency,
-        flat,
-        flow,
-        bucket,
-        network,
-    )
-    diloco_h = _f(plans.diloco_h)
-    spans = domains > 1
-    model_grad_bytes = arch.params * grad_elem
-    dp_wan_bps = _f(wan.dp_gbps) * 1e9 / 8 * calib.wan_efficiency
-    # Hierarchical: only 1/local of the gradients leaves each domain. A flat ring over every
-    # rank sends all of them over each WAN link it crosses.
-    wan_share = np.where(flat, 2.0, 2 * (domains - 1) / domains)
-    # Over links rated per node pair the bytes spread over the node pairs that carry them:
-    # every node of a domain's replicas in the hierarchical exchange, one replica's nodes
-    # where a flat ring crosses.
-    dp_lanes = np.where(
-        _f(wan.dp_per_node) > 0, _lanes(np.where(flat, 1.0, local) * tp * cp * pp, gpn), 1.0
-    )
-    # Each rank crossing streams on its own connection: a flat ring's one replica's ranks,
-    # every rank of a domain's replicas in the hierarchical exchange.
-    flows = np.where(flat, 1.0, local) * tp * cp * pp
-    wan_conn_bps = _wan_connection_bps(
-        dp_wan_bps, wan.dp_flow_gbps, wan.dp_per_node, flows / dp_lanes, gpn, calib
-    )
-    # a flat ring: each connection carries its replica's share in messages of bucket/dp bytes
-    flat_wan = ring_s(model_grad_bytes / flows, dp, wan_conn_bps, bucket, network)
-    ring = np.where(
-        flat, flat_wan, wan_share * model_grad_bytes / (flows * wan_conn_bps)
-    ) + np.where(flat, dp - 1, domains - 1) * _f(wan.dp_rtt_s)  # a step a hop: 2(n-1)·rtt/2
-    dp_wan = np.where(spans & (diloco_h == 0), ring, 0.0)
-    zero = _f(plans.zero)
-    zero3 = zero >= 3
-    # DDP all-reduces after the last backward; the distributed optimizer reduce-scatters there
-    # and all-gathers parameters during the next step's first forward. ZeRO-3 gathers
-    # parameters for forward and backward and scatters gradients every micro-batch (1.5x an
-    # all-reduce each time), prefetched behind that micro-batch's compute.
-    sharded = (zero >= 1) & ~zero3
-    # a flat ring's hops inside and across domains carry the same bytes at once: the slower
-    # sets its pace; the hierarchical exchange does one after the other
-    dp_step = np.where(flat, np.maximum(dp_intra, dp_wan), dp_intra + dp_wan)
-    reduce = np.where(sharded, dp_intra / 2 + dp_wan, dp_step)
-    gather = np.where(sharded, dp_intra / 2, 0.0)
-    bwd_window = layers_per_stage * layer_bwd if stack.overlap_grad_reduce else 0.0
-    fwd_window = layers_per_stage * layer_fwd if stack.overlap_param_gather else 0.0
-    dp_total = np.where(zero3, 1.5 * micro_batches * dp_intra + dp_wan, reduce + gather)
-    dp_exposed = np.where(
-        zero3,
-        np.maximum(0.0, dp_total - micro_batches * t_mb),
-        np.maximum(0.0, reduce - bwd_window) + np.maximum(0.0, gather - fwd_window),
-    )
-    dp_hidden = dp_total - dp_exposed
 
-    compute_part = micro_batches * stage_compute
-    inner = compute_part + micro_batches * (stage_rec + stage_tp) + bubble + pp_exposed + dp_exposed
-    # DiLoCo: outer sync every H steps, overlapped with the next H inner steps where the stack
-    # streams it, else waited for in full.
-    diloco = spans & (diloco_h > 0)
-    sync_total = np.where(diloco, ring / np.maximum(diloco_h, 1), 0.0)
-    sync_exposed = np.maximum(0.0, sync_total - inner) if stack.overlap_outer_sync else sync_total
-    # Its replica groups drift apart between syncs: charged as steps that train nothing kept.
-    convergence = np.where(
-        diloco, (inner + sync_exposed) * DILOCO_EXTRA_TOKENS * (domains - 1), 0.0
-    )
-    opt_params = gpu_params / np.where(zero >= 1, dp, 1.0)
-    # fp32 plans have no separate bf16 copy of the weights to write
-    optimizer = opt_params * np.where(
+def _grad_elem(rates: _Rates, stack: Stack) -> np.ndarray:
+    """Bytes a gradient element is reduced in: fp32 gradients in fp32 plans."""
+    return np.where(rates.wide, 4.0, stack.grad_reduce_bytes)
+
+
+@dataclass(frozen=True)
+class _DataParallel:
+    """The gradients' reduction: inside each domain, then across domains over the WAN (every
+    step, or DiLoCo's outer sync every H steps)."""
+
+    intra: np.ndarray  # the reduction inside a domain
+    ring: np.ndarray  # one exchange across domains
+    flat: np.ndarray  # one flat ring over every rank, no reduction inside
+    domains: np.ndarray
+    diloco_h: np.ndarray
+    gpu_params: np.ndarray  # of the heaviest stage, on one accelerator
+    model_grad_bytes: np.ndarray
+    micro_batches: np.ndarray
+    zero: np.ndarray  # ZeRO stage
+
+    @property
+    def spans(self) -> np.ndarray:
+        return self.domains > 1
+
+    @classmethod
+    def of(cls, arch, shape: _Shape, rates, hw, wan, stack, calib, network, plans):
+        dp, tp, pp, cp = shape.dp, shape.tp, shape.pp, shape.cp
+        gpn = _f(hw.gpus_per_node)
+        grad_elem = _grad_elem(rates, stack)
+        gpu_params = _stage_params(arch, pp) / tp
+        domains = _f(wan.dp_domains)
+        local = np.maximum(dp / domains, 1.0)
+        flat = (_f(wan.dp_flat) > 0) | (not stack.hierarchical_dp)
+        bucket = stack.grad_bucket_elems * grad_elem
+        intra = _allreduce_s(
+            gpu_params * grad_elem,
+            local,
+            tp * cp,
+            gpn,
+            _f(hw.scaleup_gbs) * 1e9,
+            _f(hw.scaleout_gbps) * 1e9 / 8,
+            calib.collective_efficiency,
+            flat,
+            _f(hw.flow_gbps) * 1e9 / 8,
+            bucket,
+            network,
+        )
+        model_grad_bytes = arch.params * grad_elem
+        dp_wan_bps = _f(wan.dp_gbps) * 1e9 / 8 * calib.wan_efficiency
+        # Hierarchical: only 1/local of the gradients leaves each domain. A flat ring over every
+        # rank sends all of them over each WAN link it crosses.
+        wan_share = np.where(flat, 2.0, 2 * (domains - 1) / domains)
+        # Over links rated per node pair the bytes spread over the node pairs that carry them:
+        # every node of a domain's replicas in the hierarchical exchange, one replica's nodes
+        # where a flat ring crosses.
+        dp_lanes = np.where(
+            _f(wan.dp_per_node) > 0, _lanes(np.where(flat, 1.0, local) * tp * cp * pp, gpn), 1.0
+        )
+        # Each rank crossing streams on its own connection: a flat ring's one replica's ranks,
+        # every rank of a domain's replicas in the hierarchical exchange.
+        flows = np.where(flat, 1.0, local) * tp * cp * pp
+        wan_conn_bps = _wan_connection_bps(
+            dp_wan_bps, wan.dp_flow_gbps, wan.dp_per_node, flows / dp_lanes, gpn, calib
+        )
+        # a flat ring: each connection carries its replica's share in messages of bucket/dp
+        # bytes
+        flat_wan = ring_s(model_grad_bytes / flows, dp, wan_conn_bps, bucket, network)
+        ring = np.where(
+            flat, flat_wan, wan_share * model_grad_bytes / (flows * wan_conn_bps)
+        ) + np.where(flat, dp - 1, domains - 1) * _f(wan.dp_rtt_s)  # a step a hop: 2(n-1)·rtt/2
+        return cls(
+            intra,
+            ring,
+            flat,
+            domains,
+            _f(plans.diloco_h),
+            gpu_params,
+            model_grad_bytes,
+            shape.micro_batches,
+            _f(plans.zero),
+        )
+
+    def exposed(self, stage: _Stage, layer: _Layer, busy, stack: Stack):
+        """Seconds a step waits for the reduction, and the seconds of it hidden, `busy` the
+        seconds of a replica's micro-batches. DDP all-reduces after the last backward; the
+        distributed optimizer reduce-scatters there and all-gathers parameters during the next
+        step's first forward. ZeRO-3 gathers parameters for forward and backward and scatters
+        gradients every micro-batch (1.5x an all-reduce each time), prefetched behind that
+        micro-batch's compute."""
+        intra = self.intra
+        dp_wan = np.where(self.spans & (self.diloco_h == 0), self.ring, 0.0)
+        zero3 = self.zero >= 3
+        sharded = (self.zero >= 1) & ~zero3
+        # a flat ring's hops inside and across domains carry the same bytes at once: the
+        # slower sets its pace; the hierarchical exchange does one after the other
+        dp_step = np.where(self.flat, np.maximum(intra, dp_wan), intra + dp_wan)
+        reduce = np.where(sharded, intra / 2 + dp_wan, dp_step)
+        gather = np.where(sharded, intra / 2, 0.0)
+        bwd_window = stage.layers * layer.bwd if stack.overlap_grad_reduce else 0.0
+        fwd_window = stage.layers * layer.fwd if stack.overlap_param_gather else 0.0
+        total = np.where(zero3, 1.5 * self.micro_batches * intra + dp_wan, reduce + gather)
+        exposed = np.where(
+            zero3,
+            np.maximum(0.0, total - busy),
+            np.maximum(0.0, reduce - bwd_window) + np.maximum(0.0, gather - fwd_window),
+        )
+        return exposed, total - exposed
+
+    def outer_sync(self, inner, stack: Stack):
+        """DiLoCo's outer sync: its seconds a step, those exposed, and its cost in convergence.
+        The sync comes every H steps, overlapped with the next H inner steps where the stack
+        streams it, else waited for in full."""
+        diloco = self.spans & (self.diloco_h > 0)
+        total = np.where(diloco, self.ring / np.maximum(self.diloco_h, 1), 0.0)
+        exposed = np.maximum(0.0, total - inner) if stack.overlap_outer_sync else total
+        # Its replica groups drift apart between syncs: charged as steps that train nothing
+        # kept.
+        convergence = np.where(
+            diloco, (inner + exposed) * DILOCO_EXTRA_TOKENS * (self.domains - 1), 0.0
+        )
+        return total, exposed, convergence
+
+    def cross_domain_bytes(self) -> np.ndarray:
+        """Bytes a step sends across domains, every link, both directions."""
+        return np.where(
+            self.spans,
+            np.where(self.flat, 2 * self.domains, 2 * (self.domains - 1))
+            * self.model_grad_bytes
+            / np.where(self.diloco_h > 0, self.diloco_h, 1.0),
+            0.0,
+        )
+
+
+def _optimizer_s(data: _DataParallel, dp, rates: _Rates, block) -> np.ndarray:
+    """The optimizer step: a profile's measured rate, else Adam's bytes at the memory's rate
+    (fp32 plans have no separate bf16 copy of the weights to write)."""
+    opt_params = data.gpu_params / np.where(data.zero >= 1, dp, 1.0)
+    return opt_params * np.where(
         np.isnan(block["optimizer_s_per_param"]),
-        np.where(wide, ADAM_BYTES_PER_PARAM - 2, ADAM_BYTES_PER_PARAM) / mem_bw,
+        np.where(rates.wide, ADAM_BYTES_PER_PARAM - 2, ADAM_BYTES_PER_PARAM) / rates.mem_bw,
         block["optimizer_s_per_param"],
     )
 
-    breakdown = {
-        "compute": compute_part,
-        "recompute": micro_batches * stage_rec,
-        "tp_comm": micro_batches * stage_tp,
-        "pp_comm": pp_exposed,
-        "dp_comm": dp_exposed,
-        "bubble": bubble,
-        "sync": sync_exposed,
-        "convergence": convergence,
-        "optimizer": optimizer,
-    }
-    step = sum(breakdown.values())
-    tp_hidden = micro_batches * layers_per_stage * 3 * tp_fwd - breakdown["tp_comm"]
-    overlapped = {
-        "tp_comm": np.maximum(tp_hidden, 0.0) if stack.tp_comm_overlap else 0.0,
-        "pp_comm": pp_hidden,
-        "dp_comm": dp_hidden,
-        "sync": sync_total - sync_exposed,
-    }
 
-    memory = memory_gib(arch, batch, plans, stack, int(s), measured)
-    total_mem = sum(memory.values())
-    tokens = batch * s
-    mflops = model_flops_per_step(arch, batch, int(s))
-    layer_fwd_flops = (mflops / tokens - 6 * h * vocab) / 3  # one forward of all layers
-    rec_flops = np.where(
+def _recompute_flops(arch, s: float, plans, mflops, tokens) -> np.ndarray:
+    """FLOPs a token recomputes: a whole forward of the layers, or selective's attention."""
+    h = float(arch.hidden)
+    layer_fwd_flops = (mflops / tokens - 6 * h * arch.vocab) / 3  # one forward of all layers
+    recompute = _f(plans.recompute)
+    return np.where(
         recompute == 2, layer_fwd_flops, np.where(recompute == 1, 4 * s * h * arch.layers, 0.0)
-    )
-    hflops = mflops + rec_flops * tokens
-
-    pp_bytes = 2 * crossings * batch * s * h * elem * vp
-    dp_bytes = np.where(
-        spans,
-        np.where(flat, 2 * domains, 2 * (domains - 1))
-        * model_grad_bytes
-        / np.where(diloco_h > 0, diloco_h, 1.0),
-        0.0,
-    )
-
-    def full(x):
-        return np.broadcast_to(np.asarray(x, dtype=np.float64), step.shape)
-
-    return StepEstimate(
-        step_time_s=step,
-        breakdown_s={k: full(v) for k, v in breakdown.items()},
-        overlapped_s={k: full(v) for k, v in overlapped.items()},
-        memory_gib=full(total_mem),
-        memory_parts_gib={k: full(v) for k, v in memory.items()},
-        fits=full(total_mem) <= _f(hw.memory_gib),
-        model_flops=mflops,
-        hardware_flops=full(hflops),
-        tokens=tokens,
-        cross_domain_bytes=full(pp_bytes + dp_bytes),
     )
 
 
@@ -618,12 +801,18 @@ def memory_gib(
     covers the plan's TP degree and precision (no recomputation, no context parallelism).
     """
     stack = stack or Stack()
-    s = float(seq or arch.seq_len)
-    dp, tp, pp, cp, vp, mb = (
-        _f(x) for x in (plans.dp, plans.tp, plans.pp, plans.cp, plans.vp, plans.micro_batch)
+    shape = _Shape.of(plans, global_batch, float(seq or arch.seq_len))
+    dp, tp, pp, cp, vp, mb, s, tok = (
+        shape.dp,
+        shape.tp,
+        shape.pp,
+        shape.cp,
+        shape.vp,
+        shape.mb,
+        shape.s,
+        shape.tok,
     )
     zero, recompute = _f(plans.zero), _f(plans.recompute)
-    tok = mb * s / cp
     gpu_params = _stage_params(arch, pp) / tp
     wide = _wide(plans)
     # 16-bit plans keep bf16 weights beside an fp32 master copy; fp32 plans' weights are it
@@ -652,7 +841,7 @@ def memory_gib(
         embed, per_layer, logits = (
             np.where(use, kept[..., i], x) for i, x in enumerate((embed, per_layer, logits))
         )
-    micro_batches = replica_micro_batches(_f(global_batch), dp, mb)
+    micro_batches = shape.micro_batches
     in_flight = np.minimum(micro_batches, pp) * np.where(vp > 1, 1 + (pp - 1) / (pp * vp), 1.0)
     heaviest, last = stage_layers(arch.layers, pp)
     first_stage = (per_layer * heaviest + embed) * in_flight
