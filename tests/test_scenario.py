@@ -51,6 +51,24 @@ def test_every_shipped_scenario_is_valid(path):
         (lambda d: d["jobs"][0].update(model="gpt5"), r"jobs\[0\].*unknown model 'gpt5'"),
         (lambda d: d["jobs"][0].update(gpus={"min": 64, "max": 8}), r"min 64 is larger than max 8"),
         (lambda d: d["domains"].append(dict(d["domains"][0])), r"repeated: jjj"),
+        (lambda d: d["jobs"].append(dict(d["jobs"][0])), r"job names must be unique; repeated"),
+        (
+            lambda d: d["jobs"][0].update(
+                model=None,
+                architecture={
+                    "layers": 2,
+                    "hidden": 100,
+                    "ffn_hidden": 400,
+                    "heads": 7,
+                    "vocab": 64,
+                },
+            ),
+            r"^s\.yaml: jobs\[0\]: model '.*': hidden 100 is not divisible by heads 7$",
+        ),
+        (
+            lambda d: d.update(workload={"load": 0.5, "min_gpus": 100_000}),
+            r"^s\.yaml: workload\.min_gpus: 100000 is more than the \d+ accelerators",
+        ),
     ],
 )
 def test_bad_scenarios_name_the_field(default_scenario_path, mutate, message):
@@ -67,6 +85,73 @@ def test_unreadable_and_malformed_files(tmp_path):
     bad.write_text("domains: [unclosed\n")
     with pytest.raises(UserError, match="not valid YAML"):
         load_scenario(bad)
+    bad.write_text("# nothing but a comment\n")
+    with pytest.raises(UserError, match=r"bad\.yaml: the file is empty"):
+        load_scenario(bad)
+
+
+TWO_DOMAINS = {
+    "name": "two",
+    "domains": [
+        {"name": n, "location": {"city": n}, "nodes": [{"accelerator": "H100-SXM", "count": 8}]}
+        for n in ("a", "b")
+    ],  # 64 accelerators each, not linked
+}
+
+
+@pytest.mark.parametrize(
+    "job,why",
+    [
+        ({"model": "gpt3-350m", "gpus": {"min": 256, "max": 256}}, "at least 256, and 128 are"),
+        (
+            {"model": "gpt3-350m", "gpus": {"min": 96, "max": 128}},
+            r"more than any group of linked domains has free \(64\)",
+        ),
+        (
+            {"model": "llama3.1-405b", "gpus": {"min": 1, "max": 4}},
+            r"leanest plan .* needs \d+ GiB an accelerator, more than the 80 GiB",
+        ),
+    ],
+)
+def test_a_listed_job_no_plan_can_run_is_refused_before_the_study_saying_why(job, why):
+    from xdscheduler.sim.inputs import listed_jobs, study_jobs
+
+    doc = {**TWO_DOMAINS, "jobs": [{"name": "j", "global_batch": 512, "tokens": 1e9, **job}]}
+    scn = parse_scenario(doc, "s.yaml")
+    for check in (lambda: listed_jobs(scn), lambda: study_jobs(scn, 3, 0)):
+        with pytest.raises(UserError, match=rf"^two: jobs\[0\] \(j\): no policy could .*{why}"):
+            check()
+
+
+def test_a_study_with_no_job_says_so_before_it_runs():
+    from xdscheduler.sim.inputs import study_jobs
+
+    with pytest.raises(UserError, match=r"no job arrives within the study's 3 h"):
+        study_jobs(parse_scenario(TWO_DOMAINS, "s.yaml"), 3, 0)
+
+
+def test_generated_jobs_no_plan_can_run_are_left_out_with_a_warning(caplog):
+    """The generator draws models by size, not by this cluster's memory: 7B jobs of one or
+    two 48 GiB accelerators cannot run; the rest of the workload does."""
+    from xdscheduler.planner.search import JobSpec, ideal_tokens_per_s
+    from xdscheduler.planner.view import ClusterView
+    from xdscheduler.sim.inputs import generated_jobs
+
+    doc = {
+        "name": "small",
+        "domains": [
+            {"name": n, "location": {"city": n}, "nodes": [{"accelerator": "L40S", "count": 1}]}
+            for n in ("a", "b")
+        ],
+        "links": [{"a": "a", "b": "b", "bandwidth_gbps": 10, "rtt_ms": 5}],
+        "workload": {"load": 1.0, "min_gpus": 1},
+    }
+    scn = parse_scenario(doc, "s.yaml")
+    with caplog.at_level("WARNING"):
+        jobs = generated_jobs(scn, 6, 0)
+    assert jobs and "generated jobs that no plan runs on this cluster" in caplog.text
+    view = ClusterView.from_scenario(scn)
+    assert all(ideal_tokens_per_s(JobSpec.of(j), view) > 0 for j in jobs)
 
 
 def test_cli_reports_a_bad_file_with_status_2_and_no_traceback(tmp_path, default_scenario_path):

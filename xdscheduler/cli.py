@@ -553,15 +553,16 @@ def cmd_index(args) -> None:
 
 def cmd_scenario_check(args) -> None:
     from xdscheduler.scenario import load_scenario
-    from xdscheduler.sim.inputs import check_size
+    from xdscheduler.sim.inputs import check_size, listed_jobs
 
     scn = load_scenario(args.file)
     gpus = sum(d.gpus for d in scn.domains)
     jobs = check_size(scn, 24.0)  # what `xds run` does by default must fit
+    listed_jobs(scn)  # each can run, on the cluster to itself
     print(
         f"{args.file}: valid; {len(scn.domains)} domains, {gpus} accelerators, "
         f"{len(scn.links)} links, {len(scn.jobs)} jobs listed; a day's study holds about "
-        f"{jobs:,.0f} jobs"
+        f"{jobs:,.0f} job{'' if round(jobs) == 1 else 's'}"
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import cached_property
 from pathlib import Path
 from typing import TypeVar
@@ -180,7 +181,10 @@ class Job(FileModel):
                 catalog.model(self.model)
             except UserError as err:
                 raise ValueError(str(err)) from None
-        self.arch.validate()
+        try:
+            self.arch.validate()
+        except UserError as err:  # as a ValueError, the error names the file and the job
+            raise ValueError(str(err)) from None
         return self
 
     @property
@@ -274,9 +278,13 @@ class Scenario(FileModel):
             if pair in seen:
                 raise ValueError(f"links[{i}]: a second link between {link.a} and {link.b}")
             seen.add(pair)
-        jobs = [j.name for j in self.jobs]
-        if len(set(jobs)) != len(jobs):
-            raise ValueError("job names must be unique")
+        unique([j.name for j in self.jobs], "job")
+        total = sum(d.gpus for d in self.domains)
+        if self.workload is not None and self.workload.min_gpus > total:
+            raise ValueError(
+                f"workload.min_gpus: {self.workload.min_gpus} is more than the "
+                f"{total} accelerators of all the domains together"
+            )
         if self.tenancy is not None:
             self._tenants_known(self.tenancy)
         return self
@@ -308,11 +316,14 @@ class Scenario(FileModel):
         )
 
 
+TOP = "(top level)"
+
+
 def _where(loc: tuple) -> str:
     out = ""
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(top level)"
+    return out or TOP
 
 
 def parse_scenario(data: object, source: str = "scenario") -> Scenario:
@@ -322,6 +333,8 @@ def parse_scenario(data: object, source: str = "scenario") -> Scenario:
 
 def validated(model: type[M], data: object, source: str, what: str) -> M:
     """`data` as a `model`; UserError naming the first bad field and what is accepted."""
+    if data is None:
+        raise UserError(f"{source}: the file is empty (a {what} is a YAML mapping of fields)")
     if not isinstance(data, dict):
         raise UserError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
     try:
@@ -333,7 +346,9 @@ def validated(model: type[M], data: object, source: str, what: str) -> M:
         if first["type"] == "extra_forbidden":
             msg = f"unknown field (not part of the {what} schema)"
         more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
-        raise UserError(f"{source}: {where}: {msg}{more}") from None
+        if where == TOP and re.match(r"[a-z_]+(\[\d+\][ .:]|[.:])", msg):
+            where = ""  # a check of the whole file that names the field itself
+        raise UserError(f"{source}: {where + ': ' if where else ''}{msg}{more}") from None
 
 
 def load_scenario(path: str | Path) -> Scenario:

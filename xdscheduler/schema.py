@@ -3,6 +3,7 @@ fields."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -13,7 +14,7 @@ NonNegative = Annotated[float, Field(ge=0)]
 
 def unique(names: list[str], what: str) -> None:
     """ValueError naming the names given more than once."""
-    repeated = sorted({n for n in names if names.count(n) > 1})
+    repeated = sorted(n for n, times in Counter(names).items() if times > 1)
     if repeated:
         raise ValueError(f"{what} names must be unique; repeated: {', '.join(repeated)}")
 

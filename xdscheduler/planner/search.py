@@ -20,6 +20,7 @@ from xdscheduler.planner.space import (
     DATA,
     PIPELINE,
     SINGLE,
+    ParallelGrid,
     Placements,
     SearchOptions,
     describe_placements,
@@ -58,6 +59,7 @@ def search(
         raise UserError(
             f"no feasible plan for job {job.name!r} ({job.arch.size} parameters, "
             f"{job.gpus_min}-{job.gpus_max} GPUs) on the free accelerators ({free})"
+            + why_no_plan(job, view, opts)
             + unrated_note(view, opts.dtype)
         )
     order = ranked(ev, view, limits)
@@ -144,27 +146,10 @@ def evaluate_space(
         return None
     g, hw = grid.plans, pl.hardware
     free = np.array([d.available for d in view.domains])
-    slots_all = pl.domains
-    room = np.where(slots_all >= 0, free[np.where(slots_all >= 0, slots_all, 0)], 0).sum(axis=1)
-    # The first memory rung each plan fits under each distinct accelerator memory (-1: none).
-    limits, limit_of = np.unique(np.asarray(hw.memory_gib), return_inverse=True)
-    fits = grid.memory_gib[:, :, None] <= limits[None, None, :]
-    first = np.where(fits.any(axis=1), fits.argmax(axis=1), -1)  # (C, L)
-    # (plan, placement) pairs as a C × P mask first: cheap where most pairs do not fit
-    n = (g.dp * g.tp * g.pp * g.cp)[:, None]
-    gpn = np.broadcast_to(np.asarray(hw.gpus_per_node), (len(pl),))
-    ok = (
-        (n >= job.gpus_min)
-        & (n <= room[None, :])
-        & (first[:, limit_of] >= 0)
-        & (g.tp[:, None] <= gpn[None, :])
-        & ((g.diloco_h[:, None] == 0) | (pl.kind == DATA)[None, :])
-        & rated(view, pl.domains, opts.dtype)[None, :]
-    )
-    c_idx, p_idx = np.nonzero(ok)
+    c_idx, p_idx, rung = _feasible_pairs(job, view, grid, pl, free, opts)
     if not len(c_idx):
         return None
-    rung, kind = first[c_idx, limit_of[p_idx]], pl.kind[p_idx]
+    kind = pl.kind[p_idx]
 
     is_pp, single = kind == PIPELINE, kind == SINGLE
     dp, tp, pp, cp = g.dp[c_idx], g.tp[c_idx], g.pp[c_idx], g.cp[c_idx]
@@ -238,6 +223,39 @@ def evaluate_space(
     )
 
 
+def _feasible_pairs(
+    job: JobSpec,
+    view: ClusterView,
+    grid: ParallelGrid,
+    pl: Placements,
+    free: np.ndarray,
+    opts: SearchOptions,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The (grid plan, placement) pairs worth estimating, and the first memory rung each plan
+    fits under its placement's accelerator memory: enough accelerators free, tensor
+    parallelism inside a node, DiLoCo only between replicas, a precision the accelerators
+    rate. Worked out as a plans × placements mask first: cheap where most pairs do not fit."""
+    g, hw = grid.plans, pl.hardware
+    slots = pl.domains
+    room = np.where(slots >= 0, free[np.where(slots >= 0, slots, 0)], 0).sum(axis=1)
+    # The first memory rung each plan fits under each distinct accelerator memory (-1: none).
+    limits, limit_of = np.unique(np.asarray(hw.memory_gib), return_inverse=True)
+    fits = grid.memory_gib[:, :, None] <= limits[None, None, :]
+    first = np.where(fits.any(axis=1), fits.argmax(axis=1), -1)  # (C, L)
+    n = (g.dp * g.tp * g.pp * g.cp)[:, None]
+    gpn = np.broadcast_to(np.asarray(hw.gpus_per_node), (len(pl),))
+    ok = (
+        (n >= job.gpus_min)
+        & (n <= room[None, :])
+        & (first[:, limit_of] >= 0)
+        & (g.tp[:, None] <= gpn[None, :])
+        & ((g.diloco_h[:, None] == 0) | (pl.kind == DATA)[None, :])
+        & rated(view, pl.domains, opts.dtype)[None, :]
+    )
+    c_idx, p_idx = np.nonzero(ok)
+    return c_idx, p_idx, first[c_idx, limit_of[p_idx]]
+
+
 @dataclass(frozen=True)
 class _Split:
     """Distinct (placement, unit, total) triples: the units each slot takes, whether they
@@ -285,6 +303,53 @@ def rated(view: ClusterView, domains: np.ndarray, dtype: str) -> np.ndarray:
     return np.all(has[np.where(valid, domains, 0)] | ~valid, axis=1)
 
 
+def why_no_plan(job: JobSpec, view: ClusterView, opts: SearchOptions) -> str:
+    """Why no plan runs `job` on the free accelerators of `view`, said to the user: the first
+    of too few accelerators, too few in any group of linked domains, no parallel plan its
+    batch and range allow, too little memory ("" where none of these explains it)."""
+    rated = [i for i, d in enumerate(view.domains) if d.accelerator.rates(opts.dtype) and d.up]
+    free = {i: max(view.domains[i].available, 0) for i in rated}
+    if job.gpus_min > sum(free.values()):
+        return f": it needs at least {job.gpus_min}, and {sum(free.values())} are free"
+    linked = max(sum(free[i] for i in group) for group in _linked_groups(view, rated))
+    if job.gpus_min > linked:
+        return (
+            f": it needs at least {job.gpus_min}, more than any group of linked domains has "
+            f"free ({linked}); domains with no link between them are never combined"
+        )
+    grid = parallel_grid(job.arch, job.global_batch, job.seq, job.gpus_max, opts)
+    sizes = grid.plans.gpus
+    if not (sizes >= job.gpus_min).any():
+        return (
+            f": no parallel plan of {job.gpus_min}-{job.gpus_max} accelerators divides its "
+            f"global batch of {job.global_batch} and its {job.arch.layers} layers and "
+            f"{job.arch.heads} heads"
+        )
+    need = float(grid.memory_gib[sizes >= job.gpus_min].min())
+    room = max(view.domains[i].accelerator.memory_gib for i in rated)
+    if need > room:
+        return (
+            f": even its leanest plan (every memory saver, up to {job.gpus_max} accelerators) "
+            f"needs {need:.0f} GiB an accelerator, more than the {room:.0f} GiB of the largest"
+        )
+    return ""
+
+
+def _linked_groups(view: ClusterView, members: list[int]) -> list[list[int]]:
+    """`members` split into groups of domains joined by links, directly or through others."""
+    left, groups = set(members), []
+    while left:
+        group, frontier = [], [left.pop()]
+        while frontier:
+            i = frontier.pop()
+            group.append(i)
+            near = {j for j in left if view.bandwidth_gbps[i, j] > 0}
+            left -= near
+            frontier += near
+        groups.append(group)
+    return groups
+
+
 def unrated_note(view: ClusterView, dtype: str) -> str:
     """What a plan in `dtype` leaves out, said to the user: the domains whose accelerator the
     catalog rates no such peak for, and the precisions they have."""
@@ -293,7 +358,8 @@ def unrated_note(view: ClusterView, dtype: str) -> str:
     }
     return "".join(
         f"; {dtype.upper()} plans leave out {name}, which has no {dtype.upper()} figure (it "
-        f"has {', '.join(k for k in acc.rated_tflops if acc.rates(k))}: --dtype)"
+        f"has {', '.join(k for k in acc.rated_tflops if acc.rates(k))}: `xds plan` and "
+        f"`xds estimate` take --dtype; studies plan in BF16)"
         for name, acc in out.items()
     )
 
@@ -405,13 +471,18 @@ def estimate_placement(
     return _estimate_at(est, 0, pl.wan_price_per_gb[0])
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def describe(c: Placement) -> str:
     """One line a person can read: where the job runs and how it is split."""
     p = c.plan
     stages = c.stage_to_domain
     where = {
         SINGLE: f"inside {c.names[0]}",
-        PIPELINE: "pipeline over " + "→".join(f"{d}({stages.count(d)} stages)" for d in c.names),
+        PIPELINE: "pipeline over "
+        + "→".join(f"{d} ({_count(stages.count(d), 'stage')})" for d in c.names),
         DATA: "replicas over " + "+".join(c.names),
     }[c.kind]
     extra = f", DiLoCo sync every {p.diloco_h} steps" if p.diloco_h else ""

@@ -26,7 +26,7 @@ from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import Job, Scenario, Workload
 from xdscheduler.sim.arrivals import Replay, arrival_times_s, window
-from xdscheduler.sim.inputs import generated_jobs, study_dynamics
+from xdscheduler.sim.inputs import generated_jobs, listed_jobs, study_dynamics
 from xdscheduler.sim.metrics import free_share, is_giant, offered_load
 from xdscheduler.workload import gpu_s_per_job
 
@@ -70,7 +70,7 @@ def cell_workload(
     view, horizon_s = ClusterView.from_scenario(scn), hours * 3600
     if giant_share is not None:
         return _mixed(scn, hours, seed, load, replay, jobs, giant_share)
-    own = [j for j in scn.jobs if j.arrival_s < horizon_s] if listed else []
+    own = listed_jobs(scn, hours) if listed else []
     jobs, label = _timed(jobs, hours, seed, replay)
     jobs = own + jobs
     scale = load / offered_load([JobSpec.of(j) for j in jobs], view, horizon_s)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
     from xdscheduler.sim.demand import DemandPlanner
     from xdscheduler.sim.recovery import Faults
     from xdscheduler.sim.truth import Truth
+
+log = logging.getLogger(__name__)
 
 # The network is drawn for ten times the arrival window, beyond the engine's drain limit
 # (`engine.DRAIN_FACTOR`): a draw depends on its length, so this span is part of what makes a
@@ -50,11 +53,49 @@ def check_size(scn: Scenario, hours: float, seed: int = 0) -> float:
 def study_jobs(scn: Scenario, hours: float, seed: int) -> list[Job]:
     """The scenario's own jobs that arrive within the study, plus its generated workload."""
     check_size(scn, hours, seed)
-    jobs = [j for j in scn.jobs if j.arrival_s < hours * 3600]
+    jobs = listed_jobs(scn, hours)
     if scn.workload is not None:
         taken = {j.name for j in jobs}
         jobs += [g for g in generated_jobs(scn, hours, seed) if g.name not in taken]
+    if not jobs:
+        raise UserError(
+            f"{scn.name}: no job arrives within the study's {hours:g} h: list jobs under "
+            f"`jobs:` (arrival_s within it) or give a `workload:`"
+        )
     return jobs
+
+
+def listed_jobs(scn: Scenario, hours: float | None = None) -> list[Job]:
+    """The scenario's own jobs that arrive within `hours` (None: all of them); UserError for
+    the first that no plan can run even on the whole empty cluster, saying why: every policy
+    would leave it queued for ever, and it would stop the study's report, after the study."""
+    jobs = [j for j in scn.jobs if hours is None or j.arrival_s < hours * 3600]
+    if len(jobs) < len(scn.jobs):
+        log.info(
+            "%s: %d listed jobs arrive after the study's %g h and are left out",
+            scn.name,
+            len(scn.jobs) - len(jobs),
+            hours,
+        )
+    for name, why in unplannable(scn, jobs).items():
+        i = next(k for k, j in enumerate(scn.jobs) if j.name == name)
+        raise UserError(f"{scn.name}: jobs[{i}] ({name}): no policy could ever run it: {why}")
+    return jobs
+
+
+def unplannable(scn: Scenario, jobs: list[Job]) -> dict[str, str]:
+    """Of `jobs`, those no plan can run even with the whole cluster free, each with the
+    search's reason."""
+    from xdscheduler.planner.search import JobSpec, ideal_tokens_per_s
+    from xdscheduler.planner.view import ClusterView
+
+    view, out = ClusterView.from_scenario(scn), {}
+    for job in jobs:
+        try:
+            ideal_tokens_per_s(JobSpec.of(job), view)  # cached per job shape and cluster
+        except UserError as err:
+            out[job.name] = str(err)
+    return out
 
 
 def generated_jobs(scn: Scenario, hours: float, seed: int, load: float | None = None) -> list[Job]:
@@ -64,7 +105,7 @@ def generated_jobs(scn: Scenario, hours: float, seed: int, load: float | None = 
     gpus = sum(d.gpus for d in scn.domains)
     peak = sum(d.gpus * d.accelerator.half_tflops for d in scn.domains) / gpus
     tenants = tuple(t.name for t in scn.tenancy.tenants) if scn.tenancy else TENANTS
-    return generate_jobs(
+    jobs = generate_jobs(
         hours,
         gpus,
         seed,
@@ -74,6 +115,20 @@ def generated_jobs(scn: Scenario, hours: float, seed: int, load: float | None = 
         peak_tflops=peak,
         tenants=tenants,
     )
+    # The generator draws sizes and models from cluster statistics, not from this cluster's
+    # accelerators: a model too large for its smallest size's memory cannot run anywhere.
+    left_out = unplannable(scn, jobs)
+    if left_out:
+        name, why = next(iter(left_out.items()))
+        log.warning(
+            "%s: left out %d of %d generated jobs that no plan runs on this cluster, e.g. %s: %s",
+            scn.name,
+            len(left_out),
+            len(jobs),
+            name,
+            why,
+        )
+    return [j for j in jobs if j.name not in left_out]
 
 
 def study_dynamics(scn: Scenario, seed: int, hours: float) -> Dynamics:
