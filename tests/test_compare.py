@@ -397,3 +397,17 @@ def test_crossing_speedup_compares_each_jobs_fastest_plan_inside_one_domain_and_
     assert giant[True][0] > giant[False][0]
     small = fastest(jobs["llama3-8b-continual"], view)
     assert small[False][0] > 0 and small[True][0] <= small[False][0]
+
+
+def test_a_progress_line_is_written_once(capsys):
+    """`xds` logs on standard error already: the grid's own progress handler would write each
+    line a second time."""
+    import logging
+
+    from xdscheduler.cli import _logging
+    from xdscheduler.runtime.cli import _progress_to_stderr
+
+    _logging()
+    with _progress_to_stderr():
+        logging.getLogger("xdscheduler.runtime.compare").info("compare: 1/2 studies")
+    assert capsys.readouterr().err.count("compare: 1/2 studies") == 1

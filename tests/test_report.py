@@ -272,3 +272,24 @@ def test_the_swings_block_gets_its_own_table(tmp_path):
         ]
         == 0
     )
+
+
+def test_a_plot_of_many_links_names_the_narrowest_on_a_log_scale():
+    """36 links from 0.05 to 200 Gbit/s: a legend of each would be taller than the plot, and
+    the narrow links, which bind jobs, would lie flat along zero."""
+    from xdscheduler.report.writer import NAMED_LINKS, _bandwidth
+
+    base = np.geomspace(0.05, 200, 36)
+    links = pd.DataFrame(
+        [
+            {"time_s": t, "link": f"l{i}", "bandwidth_gbps": b * (1 + 0.1 * np.sin(t + i))}
+            for i, b in enumerate(base)
+            for t in range(0, 3600, 300)
+        ]
+    )
+    ax = _bandwidth(links).axes[0]
+    named = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert sorted(named) == sorted(f"l{i}" for i in range(NAMED_LINKS))  # the narrowest
+    assert ax.get_yscale() == "log" and "27 others in grey" in ax.get_title()
+    few = _bandwidth(links[links["link"].isin(["l30", "l31"])]).axes[0]
+    assert few.get_yscale() == "linear" and len(few.get_legend().get_texts()) == 2

@@ -265,16 +265,40 @@ def _jct(jobs: pd.DataFrame):
     return fig
 
 
+NAMED_LINKS = 9  # links named in the bandwidth plot: more make a legend taller than the plot
+SPREAD_FOR_LOG = 20  # links whose means differ more than this are plotted on a log scale
+
+
 def _bandwidth(links: pd.DataFrame):
     fig, ax = plt.subplots(figsize=(9, 4), layout="constrained")
+    # the narrowest links (lowest mean), which bind jobs across them, are named; others grey
+    means = links.groupby("link")["bandwidth_gbps"].mean()
+    narrowest = list(means.nsmallest(NAMED_LINKS).index)
+    colours = [f"C{i}" for i in range(10) if i != 7]  # the default cycle less its grey
     for name, rows in links.sort_values("time_s", kind="stable").groupby("link", sort=False):
-        ax.plot(rows["time_s"] * HOURS, rows["bandwidth_gbps"], label=str(name), linewidth=1)
+        named = name in narrowest
+        ax.plot(
+            rows["time_s"] * HOURS,
+            rows["bandwidth_gbps"],
+            label=str(name) if named else None,
+            linewidth=1 if named else 0.6,
+            color=colours[narrowest.index(name)] if named else "0.75",
+            zorder=2 if named else 1,
+        )
+    title = "WAN bandwidth per link"
     if links.empty:
         _empty(ax)
     else:
-        ax.set_ylim(bottom=0)  # from zero, so a dip reads as its true share of the link
+        if means.max() > SPREAD_FOR_LOG * max(means.min(), 1e-9):
+            ax.set_yscale("log")  # else the narrow links, which bind, lie flat along zero
+            title += ", log scale"
+        else:
+            ax.set_ylim(bottom=0)  # from zero, so a dip reads as its true share of the link
         _legend(ax)
-    ax.set(title="WAN bandwidth per link", xlabel="time (h)", ylabel="bandwidth (Gbit/s)")
+        others = len(means) - len(narrowest)
+        if others > 0:
+            title += f" (the {len(narrowest)} narrowest named; {others} others in grey)"
+    ax.set(title=title, xlabel="time (h)", ylabel="bandwidth (Gbit/s)")
     ax.grid(alpha=0.3)
     return fig
 

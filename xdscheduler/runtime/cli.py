@@ -263,8 +263,12 @@ def command_line(grid, args) -> str:
 
 @contextlib.contextmanager
 def _progress_to_stderr():
-    """The grid runner's progress lines on standard error while the command runs."""
+    """The grid runner's progress lines on standard error while the command runs (where `xds`
+    has not set up its own logging: then they are on it already)."""
     logger = logging.getLogger("xdscheduler")
+    if logger.handlers:
+        yield
+        return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
     level, propagate = logger.level, logger.propagate

@@ -343,14 +343,21 @@ def _write_study(
     write_report(
         out,
         report,
-        pd.concat([domain_table(r) for r in runs.values()], ignore_index=True),
-        pd.concat([job_table(r) for r in runs.values()], ignore_index=True),
+        _stacked([domain_table(r) for r in runs.values()]),
+        _stacked([job_table(r) for r in runs.values()]),
         link_table(world.dynamics, [d.name for d in scn.domains]),
-        segments=pd.concat([segment_table(r) for r in runs.values()], ignore_index=True),
+        segments=_stacked([segment_table(r) for r in runs.values()]),
         topology=topology(scn),
     )
     _write_decisions(out, runs)
     return report
+
+
+def _stacked(tables: list[pd.DataFrame]) -> pd.DataFrame:
+    """Each policy's table, one under another; a policy's empty table (a job that never ran
+    anywhere has no segment) is left out, as pandas will stop typing columns from it."""
+    full = [t for t in tables if not t.empty]
+    return pd.concat(full, ignore_index=True) if full else tables[0]
 
 
 def topology(scn: Scenario) -> dict:
