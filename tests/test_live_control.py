@@ -454,6 +454,20 @@ def test_both_shipped_trainings_learn_through_the_plan_api(one_rank, entrypoint)
 # ---- xds down
 
 
+def ray_lookalike() -> subprocess.Popen:
+    """A process whose command line names Ray, once /proc shows it: a parent woken from
+    vfork may read the child's command line before exec has set it (empty), more so on a
+    loaded machine."""
+    import psutil
+
+    node = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "ray"])
+    deadline = time.monotonic() + 30
+    while "ray" not in psutil.Process(node.pid).cmdline():
+        assert time.monotonic() < deadline, "the process never showed its command line"
+        time.sleep(0.01)
+    return node
+
+
 def test_a_process_read_a_second_later_than_recorded_is_still_ours(monkeypatch):
     """psutil's start time of one process moves by a whole second now and then (Linux's boot
     time is recomputed on every read): still the node `up` started. One started seconds apart
@@ -462,12 +476,15 @@ def test_a_process_read_a_second_later_than_recorded_is_still_ours(monkeypatch):
 
     from xdscheduler.live.state import Started
 
-    node = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "ray"])
+    node = ray_lookalike()
     try:
         started = Started.of(node, role="node", domain="east")
-        read = psutil.Process.create_time
+        assert started.started_at is not None
+        # shifted from the recorded time, not from a fresh read: that one may itself be a
+        # second off, and a shift on top of it would test two seconds
         for shift, ours in ((1.0, True), (-1.0, True), (5.0, False)):
-            monkeypatch.setattr(psutil.Process, "create_time", lambda p, s=shift: read(p) + s)
+            read = started.started_at + shift
+            monkeypatch.setattr(psutil.Process, "create_time", lambda p, t=read: t)
             assert started.ours() is ours, shift
     finally:
         node.kill()
@@ -478,7 +495,7 @@ def test_down_keeps_the_state_file_when_a_process_could_not_be_stopped(tmp_path,
     from xdscheduler.live import cluster
     from xdscheduler.live.state import ClusterState, Started, save
 
-    node = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "ray"])
+    node = ray_lookalike()
     try:
         path = tmp_path / "cluster.json"
         save(
