@@ -18,18 +18,25 @@ import numpy as np
 import pandas as pd
 
 from benchmarks._table import print_table
+from xdscheduler.errors import UserError
 from xdscheduler.forecast import series
 from xdscheduler.forecast.hybrid import Forecaster
 from xdscheduler.forecast.service import ForecastRequest, forecast
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "demand" / "helios_earth"
+from xdscheduler.network.measurements import shared_data_dir
 
 
 def demand() -> tuple[str, np.ndarray, pd.DatetimeIndex]:
-    path = DATA / "vc6YE.csv"
-    if path.is_file():
+    """Helios vc6YE ($XDS_DATA_DIR/demand, else shared/data/demand), else the folder's first
+    virtual cluster, else a synthetic series."""
+    try:
+        folder = shared_data_dir("demand", "the Helios CSVs") / "helios_earth"
+    except UserError:
+        folder = Path("/nonexistent")
+    found = [folder / "vc6YE.csv", *sorted(folder.glob("vc*.csv"))]
+    path = next((p for p in found if p.is_file()), None)
+    if path is not None:
         s = series.load(path, "occupancy")
-        return "Helios vc6YE", s.values, s.index
+        return f"Helios {path.stem}", s.values, s.index
     rng = np.random.default_rng(0)
     y = np.clip(200 + np.cumsum(rng.choice([-8, 0, 8], 20 * 1440, p=[0.03, 0.94, 0.03])), 0, 400)
     return "synthetic", y.astype(float), pd.date_range("2024-01-01", periods=len(y), freq="min")

@@ -358,3 +358,23 @@ def test_shifted_phases_diagnostic_reuses_the_model_and_moves_the_windows():
         best = min(v for k, v in p["wape"].items() if k not in ("hybrid", "direct"))
         assert "direct" in p["wape"] and p["lowest_wape"] == (p["wape"]["hybrid"] < best)
     assert first["wape"]["direct"] == pytest.approx(r["direct_model"]["wape"])
+
+
+def test_an_exact_baseline_or_no_demand_gives_no_absurd_ratio():
+    """A cluster idle through the test window, or one a baseline predicts exactly (demand
+    switching 0/50 every 12 h: last week's window is right), made ratios of 1e10 and more
+    when errors over nothing were floored at 1e-12."""
+    from xdscheduler.forecast.cli import ratio_text
+
+    assert list(backtest.error_ratio([0.5, 0.0, 0.2], [0.0, 0.0, 0.4])) == [np.inf, 1.0, 0.5]
+    index = pd.date_range("2020-05-01", periods=21 * 144, freq="10min")
+    square = np.where((np.arange(len(index)) // 72) % 2 == 0, 50.0, 0.0)
+    out = backtest.run(series.Series("vcSquare", "occupancy", square, index, 10), "1h")
+    assert out["baselines"]["seasonal_naive"]["wape"] == 0.0
+    assert out["vs_best_baseline"]["wape_ratio"] is None
+    assert ratio_text(out) == (
+        "undefined: seasonal_naive is exact on every origin of the test window"
+    )
+    idle = square * (np.arange(len(index)) < 0.6 * len(index))
+    with pytest.raises(UserError, match=r"vcIdle: no demand at all in the test window"):
+        backtest.run(series.Series("vcIdle", "occupancy", idle, index, 10), "1h")

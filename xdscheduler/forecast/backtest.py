@@ -30,35 +30,60 @@ class Window:
 
 
 def metrics(actual: np.ndarray, pred: np.ndarray) -> dict:
+    """WAPE (absolute error over demand), its complement and sMAPE; WAPE and accuracy are
+    None where the window holds no demand at all (an error over nothing is undefined)."""
     err = np.abs(actual - pred)
-    wape = float(err.sum() / max(np.abs(actual).sum(), 1e-12))
+    demand = np.abs(actual).sum()
+    wape = float(err.sum() / demand) if demand > 0 else None
     denom = np.abs(actual) + np.abs(pred)
     smape = float(np.mean(np.where(denom > 0, 2 * err / np.where(denom > 0, denom, 1), 0.0)))
-    return {"accuracy": 1.0 - wape, "wape": wape, "smape": smape, "origins": len(actual)}
+    accuracy = None if wape is None else 1.0 - wape
+    return {"accuracy": accuracy, "wape": wape, "smape": smape, "origins": len(actual)}
+
+
+def error_ratio(ours, theirs):
+    """Our error over theirs (< 1: ours is lower), elementwise: infinite where theirs is
+    exactly 0 and ours is not, 1 where both are (a tie). Not floored: a floor turned an exact
+    baseline into ratios of 1e10 and more."""
+    ours, theirs = np.asarray(ours, dtype=float), np.asarray(theirs, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(theirs > 0, ours / theirs, np.where(ours > 0, np.inf, 1.0))
 
 
 def ratio_interval(
     actual: np.ndarray, pred: np.ndarray, best: np.ndarray, seed: int = 0, draws: int = 2000
-) -> tuple[float, float]:
+) -> tuple[float, float | None]:
     """90% interval of WAPE(pred) / WAPE(best) over origins resampled in moving blocks
-    (consecutive windows are correlated): how sure a win or loss over the test window is."""
+    (consecutive windows are correlated): how sure a win or loss over the test window is.
+    The upper end is None where the baseline is exact on over 5% of the resamples
+    (unbounded)."""
     n = len(actual)
     block = max(1, round(n ** (1 / 3)))
     starts = np.random.default_rng(seed).integers(0, n - block + 1, (draws, -(-n // block)))
     idx = (starts[:, :, None] + np.arange(block)).reshape(draws, -1)[:, :n]
     ours, theirs = np.abs(actual - pred)[idx].sum(1), np.abs(actual - best)[idx].sum(1)
-    ratio = ours / np.maximum(theirs, 1e-12)
-    return float(np.quantile(ratio, 0.05)), float(np.quantile(ratio, 0.95))
+    low, high = np.quantile(error_ratio(ours, theirs), [0.05, 0.95], method="inverted_cdf")
+    return float(low), float(high) if np.isfinite(high) else None
 
 
 def window(series: Series, h: int, test_start: int | None = None) -> Window:
     n = len(series.values)
     start = int((1 - TEST_FRACTION) * n) if test_start is None else test_start
     if start < 2 * series.per_day or start >= n - h:
-        raise UserError(f"{series.name}: too short for a backtest at this horizon ({n} steps)")
+        need = 2 * series.per_day / (1 - TEST_FRACTION) if test_start is None else start + h + 1
+        raise UserError(
+            f"{series.name}: too short for a backtest at this horizon ({n} steps; "
+            f"needs over {need:.0f}: two days of training before the test window)"
+        )
     origins = np.arange(start - 1, n - h - 1 + 1, h)
     origins = origins[origins + h < n]
-    return Window(origins, future_mean(series.values, h)[origins])
+    actual = future_mean(series.values, h)[origins]
+    if not np.abs(actual).any():
+        raise UserError(
+            f"{series.name}: no demand at all in the test window (from "
+            f"{series.index[origins[0] + 1]}): an error over demand (WAPE) is undefined there"
+        )
+    return Window(origins, actual)
 
 
 def persistence(series: Series, win: Window) -> np.ndarray:
@@ -198,6 +223,7 @@ def shifted_phases(
         wape = {name: metrics(w.actual, v)["wape"] for name, v in fc.items()}
         best = min(v for name, v in wape.items() if name not in ("hybrid", "direct"))
         out.append({"shift_steps": shift, "wape": wape, "lowest_wape": wape["hybrid"] < best})
+        # (window() refuses a window without demand: every WAPE here is a number)
     return out
 
 
@@ -247,9 +273,10 @@ def run(
     best = min(out["baselines"], key=lambda k: out["baselines"][k]["wape"])
     lowest = out["baselines"][best]["wape"]
     out["lowest_wape"] = bool(out["wape"] < lowest)  # strictly: a tie is not a win
+    ratio = float(error_ratio(out["wape"], lowest))
     out["vs_best_baseline"] = {
         "baseline": best,
-        "wape_ratio": out["wape"] / max(lowest, 1e-12),
+        "wape_ratio": ratio if np.isfinite(ratio) else None,  # None: the baseline is exact
         "ratio_ci90": ratio_interval(actual, point * total, base[best] * total, seed),
     }
     if direct is not None:  # the blend's direct member alone (not a baseline)

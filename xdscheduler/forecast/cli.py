@@ -110,12 +110,18 @@ def cmd_backtest(args) -> None:
             f"{result[f'interval_score{level}']:.4f} (one width for every day: covers "
             f"{flat[f'coverage{level}']:.2f}, score {flat[f'interval_score{level}']:.4f})"
         )
+    print(f"  wape / {result['vs_best_baseline']['baseline']}'s: {ratio_text(result)}")
+
+
+def ratio_text(result: dict) -> str:
+    """The backtest's WAPE over the best baseline's, with its interval, in words where a
+    baseline exact on the test window leaves the ratio without bound."""
     vs = result["vs_best_baseline"]
+    if vs["wape_ratio"] is None:
+        return f"undefined: {vs['baseline']} is exact on every origin of the test window"
     lo, hi = vs["ratio_ci90"]
-    print(
-        f"  wape / {vs['baseline']}'s: {vs['wape_ratio']:.3f} "
-        f"(90% block-bootstrap interval {lo:.3f}-{hi:.3f})"
-    )
+    top = "unbounded" if hi is None else f"{hi:.3f}"
+    return f"{vs['wape_ratio']:.3f} (90% block-bootstrap interval {lo:.3f}-{top})"
 
 
 def siblings(path: Path, series) -> list:
