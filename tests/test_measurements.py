@@ -106,6 +106,28 @@ def test_load_wan_takes_medians_of_successful_premium_runs(grid):
     assert w.drift[("aws:a", "gcp:b")] == pytest.approx(0.2)
 
 
+def test_failed_runs_are_left_out_and_malformed_cells_named(grid, caplog):
+    """A run that moved nothing and a ping of no time are failed runs, not links of zero;
+    success written 1/0 counts; files without tiers use every run; a cell that is not a
+    number is named by file, row and column."""
+    _throughput(grid / m.THROUGHPUT, [*FIRST, ("aws:a", "gcp:b", 0.0, "PREMIUM", True)])
+    with caplog.at_level("WARNING"):
+        w = m.load_wan(grid)
+    assert w.gbps[("aws:a", "gcp:b")] == pytest.approx(5.0)
+    assert "left out 1 rows whose throughput_received is empty, zero or negative" in caplog.text
+    frame = pd.read_csv(grid / m.THROUGHPUT).drop(columns=["src_tier", "dst_tier"])
+    frame["success"] = frame["success"].astype(str).eq("True").astype(int)
+    frame.to_csv(grid / m.THROUGHPUT, index=False)
+    assert m.load_wan(grid).gbps[("aws:a", "gcp:b")] == pytest.approx(6.0)  # 4, 6, 50: all tiers
+    frame.loc[2, "throughput_received"] = "fast"
+    frame.to_csv(grid / m.THROUGHPUT, index=False)
+    with pytest.raises(UserError, match=r"2022-01\.csv: row 4, throughput_received: 'fast'"):
+        m.load_wan(grid)
+    frame.drop(columns="throughput_received").to_csv(grid / m.THROUGHPUT, index=False)
+    with pytest.raises(UserError, match=r"no column throughput_received; a Skyplane CSV has"):
+        m.load_wan(grid)
+
+
 def test_links_per_pair_with_directions_rtt_and_drift(grid):
     doc = m.scenario_from_measurements(REGIONS, grid, nodes_per_domain=4, name="tiny")
     links = {(x["a"], x["b"]): x for x in doc["links"]}

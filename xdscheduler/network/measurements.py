@@ -9,6 +9,7 @@ bandwidth each way and the mean RTT; the drift between the two grids bounds the 
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,8 @@ import yaml
 
 from xdscheduler.errors import UserError
 from xdscheduler.textfile import read_frame, write_atomic
+
+log = logging.getLogger(__name__)
 
 THROUGHPUT = "skyplane_throughput_2022-01.csv"
 THROUGHPUT_LATER = "skyplane_throughput_2022-11.csv"
@@ -98,17 +101,53 @@ def _read(path: Path) -> pd.DataFrame:
             f"{THROUGHPUT}, {THROUGHPUT_LATER} and {LATENCY}"
         )
     frame = read_frame(path, "Skyplane CSV")
+    if "throughput_received" in frame:  # the 2022-11 file spells it 'recieved'
+        frame = frame.drop(columns="throughput_recieved", errors="ignore")
     frame = frame[[c for c in frame.columns if c in COLUMNS]]
-    return frame.rename(columns={"throughput_recieved": "throughput_received"})
+    frame = frame.rename(columns={"throughput_recieved": "throughput_received"})
+    values = ["avg_rtt", "min_rtt"] if path.name == LATENCY else ["throughput_received"]
+    missing = [c for c in [*PAIR, *values] if c not in frame]
+    if missing:
+        raise UserError(
+            f"{path}: no column {', '.join(missing)}; a Skyplane CSV has "
+            f"{', '.join([*PAIR, *values])} (and src_tier, dst_tier, success where measured)"
+        )
+    for column in values:
+        number = pd.to_numeric(frame[column], errors="coerce")
+        bad = number.isna() & frame[column].notna()
+        if bad.any():
+            row = int(bad.to_numpy().argmax())
+            raise UserError(
+                f"{path}: row {row + 2}, {column}: {frame[column].iloc[row]!r} is not a number"
+            )
+        frame[column] = number
+    return _measured_only(frame, values, path)
+
+
+def _measured_only(frame: pd.DataFrame, values: list[str], path: Path) -> pd.DataFrame:
+    """The rows whose values are measurements: a run that moved nothing, or a ping of no time,
+    is a failed run (left out, with a warning naming how many), not a link of zero."""
+    kept = frame[(frame[values] > 0).all(axis=1)]
+    if len(kept) < len(frame):
+        log.warning(
+            "%s: left out %d rows whose %s is empty, zero or negative (failed runs)",
+            path,
+            len(frame) - len(kept),
+            " or ".join(values),
+        )
+    return kept
 
 
 def _per_pair(frame: pd.DataFrame, value: str) -> pd.Series:
-    """Median per directed pair over successful runs, PREMIUM-tier only where a pair has some."""
+    """Median per directed pair over successful runs, PREMIUM-tier only where a pair has some
+    (every run counts where the file names no tiers)."""
     if "success" in frame:
-        frame = frame[frame["success"].astype(str).str.lower() == "true"]
-    premium = (frame["src_tier"] == "PREMIUM") & (frame["dst_tier"] == "PREMIUM")
-    has_premium = premium.groupby([frame[p] for p in PAIR]).transform("any")
-    return frame[premium | ~has_premium].groupby(PAIR)[value].median()
+        frame = frame[frame["success"].astype(str).str.lower().isin(("true", "1", "1.0", "yes"))]
+    if {"src_tier", "dst_tier"} <= set(frame.columns):
+        premium = (frame["src_tier"] == "PREMIUM") & (frame["dst_tier"] == "PREMIUM")
+        has_premium = premium.groupby([frame[p] for p in PAIR]).transform("any")
+        frame = frame[premium | ~has_premium]
+    return frame.groupby(PAIR)[value].median()
 
 
 def load_wan(data_dir: Path) -> WanMeasurements:
