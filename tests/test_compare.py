@@ -411,3 +411,39 @@ def test_a_progress_line_is_written_once(capsys):
     with _progress_to_stderr():
         logging.getLogger("xdscheduler.runtime.compare").info("compare: 1/2 studies")
     assert capsys.readouterr().err.count("compare: 1/2 studies") == 1
+
+
+def test_an_arrival_trace_of_another_make_replays_or_is_refused_by_row(tmp_path):
+    """A trace of 5-minute rows replays at its own step; a cell that is not a number, a time
+    that is not a time and a trace that never rises are named; Acme's figures must be
+    there and not negative."""
+    from xdscheduler.sim.arrivals import load_replay
+
+    folder = tmp_path / "demand" / "helios_earth"
+    folder.mkdir(parents=True)
+    times = pd.date_range("2020-05-01", periods=600, freq="5min")
+    jobs = np.cumsum(np.random.default_rng(0).poisson(2, len(times)))
+    trace = pd.DataFrame({"time": times.strftime("%Y-%m-%d %H:%M:%S"), "total_job_num": jobs})
+    trace.to_csv(folder / "vcOther.csv", index=False)  # no vc6YE: the folder's first is taken
+    replay = load_replay("helios", root=tmp_path)
+    assert replay.step_s == 300 and "vcOther" in replay.source and len(replay.rate) == 599
+    for column, value, message in (
+        ("total_job_num", "many", r"row 4, total_job_num: 'many' is not a number"),
+        ("time", "not a time", r"row 4, time: 'not a time' is not a time"),
+    ):
+        bad = trace.astype(str)
+        bad.loc[2, column] = value
+        bad.to_csv(folder / "vcOther.csv", index=False)
+        with pytest.raises(UserError, match=message):
+            load_replay("helios", root=tmp_path)
+    trace.assign(total_job_num=7).to_csv(folder / "vcOther.csv", index=False)
+    with pytest.raises(UserError, match="never rises: the trace holds no arrival"):
+        load_replay("helios", root=tmp_path)
+    acme = tmp_path / "workload" / "acme_cluster_summary.csv"
+    acme.parent.mkdir()
+    row = {"id": "Kalos", "gpu_job_num": 10, "cancel_gpu_time": 0.0, "fail_gpu_time": 0.0}
+    pd.DataFrame([{**row, "complete_gpu_time": 3600.0}]).to_csv(acme, index=False)
+    assert load_replay("acme", root=tmp_path).gpu_s_per_job == 360.0
+    pd.DataFrame([{**row, "complete_gpu_time": -3600.0}]).to_csv(acme, index=False)
+    with pytest.raises(UserError, match="none missing or negative"):
+        load_replay("acme", root=tmp_path)

@@ -84,10 +84,18 @@ def load_replay(kind: str, cluster: str = "kalos", root: Path | None = None) -> 
     root = Path(root) if root else data_root()
     if kind == "acme":
         return Replay(kind, SOURCES[kind], gpu_s_per_job=acme_gpu_s_per_job(root / ACME, cluster))
-    path = root / (HELIOS if kind == "helios" else PHILLY)
+    path = _helios(root) if kind == "helios" else root / PHILLY
     column = "total_job_num" if kind == "helios" else "active"
-    rate, start = _rises(_read(path, ["time", column]), column, path)
-    return Replay(kind, SOURCES[kind], rate, start)
+    rate, start, step_s = _rises(_read(path, ["time", column]), column, path)
+    source = SOURCES[kind].replace(HELIOS_VC, path.stem)
+    return Replay(kind, source, rate, start, step_s)
+
+
+def _helios(root: Path) -> Path:
+    """Helios's vc6YE where the folder has it, else its first virtual cluster."""
+    folder = (root / HELIOS).parent
+    others = sorted(folder.glob("vc*.csv")) if folder.is_dir() else []
+    return root / HELIOS if (root / HELIOS).exists() or not others else others[0]
 
 
 def _read(path: Path, columns: list[str]) -> pd.DataFrame:
@@ -102,15 +110,33 @@ def _read(path: Path, columns: list[str]) -> pd.DataFrame:
     return frame
 
 
-def _rises(frame: pd.DataFrame, column: str, path: Path) -> tuple[np.ndarray, pd.Timestamp]:
-    """Positive changes of `column` a minute on a regular grid; NaN across gaps in the record."""
-    series = pd.Series(frame[column].to_numpy(float), index=pd.to_datetime(frame["time"]))
-    series = series.groupby(level=0).last().sort_index()
-    grid = pd.date_range(series.index[0], series.index[-1], freq=f"{STEP_S:.0f}s")
-    values = series.reindex(grid).to_numpy()
-    if len(values) < 2:
+def _rises(frame: pd.DataFrame, column: str, path: Path) -> tuple[np.ndarray, pd.Timestamp, float]:
+    """Positive changes of `column` a step on a regular grid (the trace's own step, its
+    most common spacing), NaN across gaps in the record; and the step in seconds."""
+    values = _numbers(frame[column], path, column)
+    times = pd.to_datetime(frame["time"], errors="coerce")
+    if times.isna().any():
+        row = int(times.isna().to_numpy().argmax())
+        raise UserError(f"{path}: row {row + 2}, time: {frame['time'].iloc[row]!r} is not a time")
+    series = pd.Series(values, index=times).groupby(level=0).last().sort_index()
+    if len(series) < 2:
         raise UserError(f"{path}: too few rows to replay")
-    return np.clip(np.diff(values), 0, None), grid[0]  # NaN stays NaN: no record, no rate
+    step_s = float(pd.Series(series.index).diff().dt.total_seconds().mode().iloc[0])
+    grid = pd.date_range(series.index[0], series.index[-1], freq=f"{step_s:.0f}s")
+    rate = np.clip(np.diff(series.reindex(grid).to_numpy()), 0, None)  # NaN: no record
+    if not np.nansum(rate) > 0:
+        raise UserError(f"{path}: {column} never rises: the trace holds no arrival to replay")
+    return rate, grid[0], step_s
+
+
+def _numbers(column: pd.Series, path: Path, name: str) -> np.ndarray:
+    """The column as floats; UserError naming the first cell that is not a number."""
+    number = pd.to_numeric(column, errors="coerce")
+    bad = number.isna() & column.notna()
+    if bad.any():
+        row = int(bad.to_numpy().argmax())
+        raise UserError(f"{path}: row {row + 2}, {name}: {column.iloc[row]!r} is not a number")
+    return number.to_numpy(float)
 
 
 def acme_gpu_s_per_job(path: Path, cluster: str) -> float:
@@ -119,11 +145,18 @@ def acme_gpu_s_per_job(path: Path, cluster: str) -> float:
     frame = _read(
         path, ["id", "gpu_job_num", "complete_gpu_time", "cancel_gpu_time", "fail_gpu_time"]
     )
-    row = frame[frame["id"].str.lower() == cluster.lower()]
+    row = frame[frame["id"].astype(str).str.lower() == cluster.lower()]
     if row.empty:
-        raise UserError(f"{path}: no cluster {cluster!r} (has {', '.join(frame['id'])})")
-    total = row[["complete_gpu_time", "cancel_gpu_time", "fail_gpu_time"]].sum(axis=1)
-    return float(total.iloc[0] / row["gpu_job_num"].iloc[0])
+        raise UserError(f"{path}: no cluster {cluster!r} (has {', '.join(map(str, frame['id']))})")
+    parts = ["complete_gpu_time", "cancel_gpu_time", "fail_gpu_time", "gpu_job_num"]
+    time_s = np.array([_numbers(row[c], path, c)[0] for c in parts[:3]])
+    jobs = _numbers(row["gpu_job_num"], path, "gpu_job_num")
+    if not (np.all(time_s >= 0) and time_s.sum() > 0 and jobs[0] > 0):
+        raise UserError(
+            f"{path}: cluster {cluster!r} needs GPU jobs and their GPU time, none missing or "
+            f"negative (gpu_job_num {jobs[0]:g}, {', '.join(parts[:3])} {time_s.tolist()})"
+        )
+    return float(time_s.sum() / jobs[0])
 
 
 @dataclass(frozen=True)
