@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import pprint
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -40,10 +41,12 @@ from benchmarks._table import print_table
 from benchmarks.calibrate import HERE, in_family
 from xdscheduler.costmodel.calibration import errors, load_runs
 from xdscheduler.costmodel.constants import DEFAULT
+from xdscheduler.errors import UserError
 from xdscheduler.network.measurements import load_wan, shared_data_dir
+from xdscheduler.textfile import read_frame, write_atomic
 
 OUT = HERE.parent / "xdscheduler" / "sim" / "truth_params.py"
-PAI_JOBS = [f"pai_minibatch_job_{k}_norm.csv" for k in range(1, 5)]
+PAI_JOBS = "pai_minibatch_job_*_norm.csv"  # every PAI job of the folder (the shared one: 1-4)
 SAME_PROVIDER_STEP = ("gcp", "gcp")  # left out of the goodput fit (see the docstring)
 
 
@@ -84,7 +87,7 @@ def speed_params(runs_csv: Path = HERE / "published_runs.csv") -> dict:
 def goodput_params(wan_dir: Path) -> dict:
     """Per-link WAN goodput: Laplace fit of the log ratio of the two Skyplane snapshots."""
     wan = load_wan(wan_dir)
-    ratio = np.log(wan.gbps_later / wan.gbps).dropna()
+    ratio = np.log(wan.gbps_later / wan.gbps).replace([np.inf, -np.inf], np.nan).dropna()
     provider = [ratio.index.get_level_values(i).str.split(":").str[0] for i in (0, 1)]
     step = (provider[0] == SAME_PROVIDER_STEP[0]) & (provider[1] == SAME_PROVIDER_STEP[1])
     x = ratio[~step].to_numpy()
@@ -101,22 +104,45 @@ def goodput_params(wan_dir: Path) -> dict:
 
 def pai_slowdown(path: Path) -> float:
     """A PAI job's mean step over its median step; its step is its slowest worker's."""
-    frame = pd.read_csv(path)
-    step = frame.groupby("time")["batch_time_norm"].max()
+    frame = read_frame(path, "PAI mini-batch times")
+    if not {"time", "batch_time_norm"} <= set(frame.columns):
+        raise UserError(f"{path}: needs the columns time and batch_time_norm")
+    times = pd.to_numeric(frame["batch_time_norm"], errors="coerce")
+    if times.isna().any() or (times <= 0).any():
+        row = int((times.isna() | (times <= 0)).to_numpy().argmax())
+        raw = frame["batch_time_norm"].iloc[row]
+        shown = repr(raw) if isinstance(raw, str) else str(raw)
+        raise UserError(f"{path}: row {row + 2}, batch_time_norm: {shown} is not a positive time")
+    step = times.groupby(frame["time"]).max()
+    if len(step) < 2:
+        raise UserError(f"{path}: {len(step)} iteration(s): a slowdown needs at least 2")
     return float(step.mean() / step.median())
 
 
 def jitter_params(steptime_dir: Path) -> dict:
     """Per-job jitter: an exponential fit of ln(slowdown) over the PAI jobs."""
-    slowdown = {
-        name.removesuffix("_norm.csv"): pai_slowdown(steptime_dir / name) for name in PAI_JOBS
-    }
+    paths = sorted(steptime_dir.glob(PAI_JOBS))
+    if not paths:
+        raise UserError(f"{steptime_dir}: no PAI job ({PAI_JOBS})")
+    slowdown = {p.name.removesuffix("_norm.csv"): pai_slowdown(p) for p in paths}
     logs = np.log(np.maximum(list(slowdown.values()), 1.0))
     return {
         "mean_log": float(logs.mean()),
         "jobs": slowdown,
-        "source": "Alibaba PAI 2020 mini-batch times (steptime/pai_minibatch_job_1-4)",
+        "source": "Alibaba PAI 2020 mini-batch times (steptime/pai_minibatch_job_"
+        + "-".join(dict.fromkeys([paths[0].name.split("_")[3], paths[-1].name.split("_")[3]]))
+        + ")",
     }
+
+
+def finite(params, where: str = "") -> None:
+    """UserError naming the first fitted figure that is not a finite number: a module holding
+    one (nan, inf) would not even import."""
+    if isinstance(params, dict):
+        for key, value in params.items():
+            finite(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(params, float) and not np.isfinite(params):
+        raise UserError(f"the fit gave {where} = {params}: the data cannot fit it; nothing written")
 
 
 def fit(data_dir: Path) -> dict:
@@ -149,11 +175,15 @@ def main() -> None:
     )
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
-    data = (
-        args.data
-        or shared_data_dir("steptime", "the PAI mini-batch times", "pass --data DIR or ").parent
-    )
-    params = fit(data)
+    try:
+        data = (
+            args.data
+            or shared_data_dir("steptime", "the PAI mini-batch times", "pass --data DIR or ").parent
+        )
+        params = fit(data)
+        finite(params)
+    except UserError as err:
+        sys.exit(f"fit_truth: {err}")
     s, g, j = params["speed"], params["goodput"], params["jitter"]
     print_table(
         "Ground truth fitted to public measurements",
@@ -180,7 +210,7 @@ def main() -> None:
         note=f"residual sigma {s['sigma']:.4f} = type and domain together; "
         f"{g['left_out']} gcp->gcp pairs left out",
     )
-    args.out.write_text(render(params))
+    write_atomic(args.out, render(params))
     print(f"wrote {args.out}")
 
 

@@ -14,6 +14,7 @@ import pytest
 from tests.test_parity import digest
 from xdscheduler.costmodel.constants import DEFAULT
 from xdscheduler.costmodel.plan import Plan
+from xdscheduler.errors import UserError
 from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.policies import PlannerPolicy
 from xdscheduler.planner.search import JobSpec, estimate_placement
@@ -216,6 +217,24 @@ def test_the_fitted_parameters_are_what_the_data_gives(data_dir):
                 assert fitted[block][key] == pytest.approx(value, rel=1e-9), (block, key)
             elif not isinstance(value, dict):
                 assert fitted[block][key] == value, (block, key)
+
+
+def test_the_fit_refuses_step_times_it_cannot_use_and_writes_nothing_unfinite(tmp_path):
+    """A PAI file with a cell that is not a time, or a fit that gives NaN, is named; the
+    parameters module is never written with a figure that would not import."""
+    from benchmarks.fit_truth import finite, jitter_params
+
+    folder = tmp_path / "steptime"
+    folder.mkdir()
+    rows = "time,batch_time_norm\n1,10\n1,12\n2,11\n3,slow\n"
+    (folder / "pai_minibatch_job_7_norm.csv").write_text(rows)
+    with pytest.raises(UserError, match=r"job_7_norm\.csv: row 5, batch_time_norm: 'slow'"):
+        jitter_params(folder)
+    (folder / "pai_minibatch_job_7_norm.csv").write_text(rows.replace("slow", "13"))
+    fitted = jitter_params(folder)  # any job number the folder holds
+    assert fitted["jobs"] == {"pai_minibatch_job_7": pytest.approx(12.0 / 12.0)}
+    with pytest.raises(UserError, match=r"goodput\.loc = nan: .* nothing written"):
+        finite({"goodput": {"loc": float("nan"), "pairs": 0}})
 
 
 def test_a_step_across_domains_no_link_explains_is_left_to_the_job():
