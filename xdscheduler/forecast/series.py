@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import pandas as pd
 from xdscheduler.errors import UserError
 from xdscheduler.forecast import HORIZONS, TARGETS
 from xdscheduler.forecast.csvfile import by_key, numbers, pick, read_csv, timestamps
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ MAX_GPUS = 1e9  # one demand value above a billion GPUs is a typo (and would ove
 # A mistyped year would otherwise ask for centuries of minutes (gigabytes, then a failure).
 MAX_POINTS = 1_000_000
 MAX_STEP_MIN = 1440  # the models need at least one point a day
+GAP_WARN_SHARE = 0.01  # steps without a row beyond this share are said to be filled
 
 
 def from_frame(
@@ -70,6 +74,18 @@ def from_frame(
     grid = pd.date_range(s.index[0], s.index[-1], freq=f"{step_min}min")
     # Gaps: occupancy holds its last value; nothing was submitted in a missing bin.
     s = s.reindex(grid)
+    missing = s.isna()
+    if missing.mean() > GAP_WARN_SHARE:
+        runs = missing.ne(missing.shift()).cumsum()[missing].value_counts()
+        log.warning(
+            "%s: %.1f%% of the %d-min steps have no row (the longest gap %s), filled %s and "
+            "then forecast and scored as if observed",
+            where,
+            100 * missing.mean(),
+            step_min,
+            pd.Timedelta(minutes=step_min * int(runs.max())),
+            "with the last value" if target == "occupancy" else "as no arrival",
+        )
     s = s.ffill() if target == "occupancy" else s.fillna(0.0)
     return Series(name, target, s.to_numpy(float), grid, step_min)
 
