@@ -171,6 +171,16 @@ def unit_tests_start_no_ray(request, monkeypatch):
 
 
 @pytest.fixture
+def xds_log(caplog, monkeypatch):
+    """caplog for the package's own loggers: once `xds` has run in this process
+    (`cli._logging`), they no longer propagate to the root logger, where caplog listens."""
+    import logging
+
+    monkeypatch.setattr(logging.getLogger("xdscheduler"), "propagate", True)
+    return caplog
+
+
+@pytest.fixture
 def default_scenario_path() -> Path:
     return SCENARIOS / "five_domains.yaml"
 

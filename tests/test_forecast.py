@@ -380,14 +380,14 @@ def test_an_exact_baseline_or_no_demand_gives_no_absurd_ratio():
         backtest.run(series.Series("vcIdle", "occupancy", idle, index, 10), "1h")
 
 
-def test_a_series_with_missing_rows_says_it_filled_them(caplog):
+def test_a_series_with_missing_rows_says_it_filled_them(xds_log):
     """Gaps are filled (occupancy holds its last value) and then forecast and scored as if
     observed: where more than a few steps are missing, the reader says how many."""
     frame = synthetic(days=3)
-    with caplog.at_level("WARNING"):
+    with xds_log.at_level("WARNING"):
         series.from_frame(frame, "occupancy", "vcWhole")
-        assert "have no row" not in caplog.text
+        assert "have no row" not in xds_log.text
         series.from_frame(frame.drop(index=range(1000, 1500)), "occupancy", "vcGap")
     assert "vcGap: 11.6% of the 1-min steps have no row (the longest gap 0 days 08:20" in (
-        caplog.text
+        xds_log.text
     )

@@ -106,15 +106,15 @@ def test_load_wan_takes_medians_of_successful_premium_runs(grid):
     assert w.drift[("aws:a", "gcp:b")] == pytest.approx(0.2)
 
 
-def test_failed_runs_are_left_out_and_malformed_cells_named(grid, caplog):
+def test_failed_runs_are_left_out_and_malformed_cells_named(grid, xds_log):
     """A run that moved nothing and a ping of no time are failed runs, not links of zero;
     success written 1/0 counts; files without tiers use every run; a cell that is not a
     number is named by file, row and column."""
     _throughput(grid / m.THROUGHPUT, [*FIRST, ("aws:a", "gcp:b", 0.0, "PREMIUM", True)])
-    with caplog.at_level("WARNING"):
+    with xds_log.at_level("WARNING"):
         w = m.load_wan(grid)
     assert w.gbps[("aws:a", "gcp:b")] == pytest.approx(5.0)
-    assert "left out 1 rows whose throughput_received is empty, zero or negative" in caplog.text
+    assert "left out 1 rows whose throughput_received is empty, zero or negative" in xds_log.text
     frame = pd.read_csv(grid / m.THROUGHPUT).drop(columns=["src_tier", "dst_tier"])
     frame["success"] = frame["success"].astype(str).eq("True").astype(int)
     frame.to_csv(grid / m.THROUGHPUT, index=False)

@@ -130,7 +130,7 @@ def test_a_study_with_no_job_says_so_before_it_runs():
         study_jobs(parse_scenario(TWO_DOMAINS, "s.yaml"), 3, 0)
 
 
-def test_generated_jobs_no_plan_can_run_are_left_out_with_a_warning(caplog):
+def test_generated_jobs_no_plan_can_run_are_left_out_with_a_warning(xds_log):
     """The generator draws models by size, not by this cluster's memory: 7B jobs of one or
     two 48 GiB accelerators cannot run; the rest of the workload does."""
     from xdscheduler.planner.search import JobSpec, ideal_tokens_per_s
@@ -147,9 +147,9 @@ def test_generated_jobs_no_plan_can_run_are_left_out_with_a_warning(caplog):
         "workload": {"load": 1.0, "min_gpus": 1},
     }
     scn = parse_scenario(doc, "s.yaml")
-    with caplog.at_level("WARNING"):
+    with xds_log.at_level("WARNING"):
         jobs = generated_jobs(scn, 6, 0)
-    assert jobs and "generated jobs that no plan runs on this cluster" in caplog.text
+    assert jobs and "generated jobs that no plan runs on this cluster" in xds_log.text
     view = ClusterView.from_scenario(scn)
     assert all(ideal_tokens_per_s(JobSpec.of(j), view) > 0 for j in jobs)
 
