@@ -8,17 +8,17 @@ import sys
 import time
 
 from tests.conftest import REPO
+from tests.reaper import POLL_S
 
 # a test process: the clean-up (writing a file) set up, then killed or left normally
 OWNER = """
-import os, signal, sys, time
+import os, signal, sys
 from tests.reaper import reaped
 write = "import sys; open(sys.argv[1], 'w').write('done')"
 with reaped([sys.executable, "-c", write, sys.argv[1]]):
     print("ready", flush=True)
     if sys.argv[2] == "killed":
         os.kill(os.getpid(), signal.SIGKILL)
-time.sleep(3)  # longer than the reaper's poll: a reaper left would have run by now
 """
 
 
@@ -46,4 +46,5 @@ def test_a_killed_test_process_has_its_clean_up_run(tmp_path):
 def test_a_clean_up_done_by_the_fixture_is_not_run_again(tmp_path):
     marker = tmp_path / "cleaned"
     assert owner(marker, "left").wait() == 0
+    time.sleep(2 * POLL_S + 0.5)  # a reaper left running would have seen its owner gone
     assert not marker.exists()
