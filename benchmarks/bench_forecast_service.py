@@ -12,7 +12,6 @@ import argparse
 import http.client
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -30,9 +29,9 @@ def demand() -> tuple[str, np.ndarray, pd.DatetimeIndex]:
     virtual cluster, else a synthetic series."""
     try:
         folder = shared_data_dir("demand", "the Helios CSVs") / "helios_earth"
+        found = [folder / "vc6YE.csv", *sorted(folder.glob("vc*.csv"))]
     except UserError:
-        folder = Path("/nonexistent")
-    found = [folder / "vc6YE.csv", *sorted(folder.glob("vc*.csv"))]
+        found = []
     path = next((p for p in found if p.is_file()), None)
     if path is not None:
         s = series.load(path, "occupancy")

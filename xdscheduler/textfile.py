@@ -80,6 +80,23 @@ def read_frame(path: Path, what: str, max_bytes: int = MAX_CSV_BYTES):
         raise UserError(f"{what} {path} is not a readable CSV: {first}") from None
 
 
+def numeric_column(frame, column: str, path: Path):
+    """Column `column` of a frame `read_frame` read (or rows cut from it), as numbers (empty
+    cells NaN); UserError naming the first cell that is not a number by file, row (as the file
+    counts it, the header its first) and column."""
+
+    import pandas as pd
+
+    number = pd.to_numeric(frame[column], errors="coerce")
+    bad = number.isna() & frame[column].notna()
+    if bad.any():
+        row = bad.idxmax()  # the label: a row's place in the file, in a frame cut from it too
+        raise UserError(
+            f"{path}: row {int(row) + 2}, {column}: {frame[column][row]!r} is not a number"
+        )
+    return number
+
+
 def output_file(path: Path, what: str = "output") -> Path:
     """Where an output named `path` is written: the regular file it is (or a symlink leads
     to), or a new file in an existing folder; UserError otherwise, before any work."""

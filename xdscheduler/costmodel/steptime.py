@@ -11,6 +11,7 @@ replicas span domains and hidden behind the last backward pass where the stack a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -179,11 +180,11 @@ class _Shape:
         )
         return cls(dp, tp, pp, cp, vp, mb, _f(global_batch), s)
 
-    @property
+    @cached_property  # asked by every part of an estimate
     def micro_batches(self) -> np.ndarray:
         return replica_micro_batches(self.batch, self.dp, self.mb)
 
-    @property
+    @cached_property
     def tok(self) -> np.ndarray:
         """Tokens of one micro-batch on one GPU."""
         return self.mb * self.s / self.cp

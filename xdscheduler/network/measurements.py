@@ -18,7 +18,7 @@ import pandas as pd
 import yaml
 
 from xdscheduler.errors import UserError
-from xdscheduler.textfile import read_frame, write_atomic
+from xdscheduler.textfile import numeric_column, read_frame, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -113,14 +113,7 @@ def _read(path: Path) -> pd.DataFrame:
             f"{', '.join([*PAIR, *values])} (and src_tier, dst_tier, success where measured)"
         )
     for column in values:
-        number = pd.to_numeric(frame[column], errors="coerce")
-        bad = number.isna() & frame[column].notna()
-        if bad.any():
-            row = int(bad.to_numpy().argmax())
-            raise UserError(
-                f"{path}: row {row + 2}, {column}: {frame[column].iloc[row]!r} is not a number"
-            )
-        frame[column] = number
+        frame[column] = numeric_column(frame, column, path)
     return _measured_only(frame, values, path)
 
 

@@ -41,7 +41,7 @@ import pandas as pd
 
 from xdscheduler.errors import UserError
 from xdscheduler.network.measurements import shared_data_dir
-from xdscheduler.textfile import read_frame
+from xdscheduler.textfile import numeric_column, read_frame
 
 ARRIVALS = ("poisson", "philly", "helios", "acme")
 HELIOS_VC = "vc6YE"
@@ -113,7 +113,7 @@ def _read(path: Path, columns: list[str]) -> pd.DataFrame:
 def _rises(frame: pd.DataFrame, column: str, path: Path) -> tuple[np.ndarray, pd.Timestamp, float]:
     """Positive changes of `column` a step on a regular grid (the trace's own step, its
     most common spacing), NaN across gaps in the record; and the step in seconds."""
-    values = _numbers(frame[column], path, column)
+    values = numeric_column(frame, column, path).to_numpy(float)
     times = pd.to_datetime(frame["time"], errors="coerce")
     if times.isna().any():
         row = int(times.isna().to_numpy().argmax())
@@ -129,16 +129,6 @@ def _rises(frame: pd.DataFrame, column: str, path: Path) -> tuple[np.ndarray, pd
     return rate, grid[0], step_s
 
 
-def _numbers(column: pd.Series, path: Path, name: str) -> np.ndarray:
-    """The column as floats; UserError naming the first cell that is not a number."""
-    number = pd.to_numeric(column, errors="coerce")
-    bad = number.isna() & column.notna()
-    if bad.any():
-        row = int(bad.to_numpy().argmax())
-        raise UserError(f"{path}: row {row + 2}, {name}: {column.iloc[row]!r} is not a number")
-    return number.to_numpy(float)
-
-
 def acme_gpu_s_per_job(path: Path, cluster: str) -> float:
     """Accelerator-seconds of the Acme cluster's GPU jobs (completed, cancelled, failed) over
     their number."""
@@ -148,15 +138,15 @@ def acme_gpu_s_per_job(path: Path, cluster: str) -> float:
     row = frame[frame["id"].astype(str).str.lower() == cluster.lower()]
     if row.empty:
         raise UserError(f"{path}: no cluster {cluster!r} (has {', '.join(map(str, frame['id']))})")
-    parts = ["complete_gpu_time", "cancel_gpu_time", "fail_gpu_time", "gpu_job_num"]
-    time_s = np.array([_numbers(row[c], path, c)[0] for c in parts[:3]])
-    jobs = _numbers(row["gpu_job_num"], path, "gpu_job_num")
-    if not (np.all(time_s >= 0) and time_s.sum() > 0 and jobs[0] > 0):
+    spent = ["complete_gpu_time", "cancel_gpu_time", "fail_gpu_time"]
+    time_s = np.array([numeric_column(row, c, path).iloc[0] for c in spent])
+    jobs = float(numeric_column(row, "gpu_job_num", path).iloc[0])
+    if not (np.all(time_s >= 0) and time_s.sum() > 0 and jobs > 0):
         raise UserError(
             f"{path}: cluster {cluster!r} needs GPU jobs and their GPU time, none missing or "
-            f"negative (gpu_job_num {jobs[0]:g}, {', '.join(parts[:3])} {time_s.tolist()})"
+            f"negative (gpu_job_num {jobs:g}, {', '.join(spent)} {time_s.tolist()})"
         )
-    return float(time_s.sum() / jobs[0])
+    return float(time_s.sum() / jobs)
 
 
 @dataclass(frozen=True)

@@ -77,9 +77,12 @@ def listed_jobs(scn: Scenario, hours: float | None = None) -> list[Job]:
             len(scn.jobs) - len(jobs),
             hours,
         )
-    for name, why in unplannable(scn, jobs).items():
-        i = next(k for k, j in enumerate(scn.jobs) if j.name == name)
-        raise UserError(f"{scn.name}: jobs[{i}] ({name}): no policy could ever run it: {why}")
+    bad = unplannable(scn, jobs)
+    if bad:
+        i, job = next((i, j) for i, j in enumerate(scn.jobs) if j.name in bad)
+        raise UserError(
+            f"{scn.name}: jobs[{i}] ({job.name}): no policy could ever run it: {bad[job.name]}"
+        )
     return jobs
 
 
