@@ -311,7 +311,11 @@ def why_no_plan(job: JobSpec, view: ClusterView, opts: SearchOptions) -> str:
     free = {i: max(view.domains[i].available, 0) for i in rated}
     if job.gpus_min > sum(free.values()):
         return f": it needs at least {job.gpus_min}, and {sum(free.values())} are free"
-    linked = max(sum(free[i] for i in group) for group in _linked_groups(view, rated))
+    from scipy.sparse.csgraph import connected_components
+
+    links = view.bandwidth_gbps[np.ix_(rated, rated)] > 0
+    _, group = connected_components(links, directed=False)
+    linked = int(np.bincount(group, weights=[free[i] for i in rated]).max())
     if job.gpus_min > linked:
         return (
             f": it needs at least {job.gpus_min}, more than any group of linked domains has "
@@ -333,21 +337,6 @@ def why_no_plan(job: JobSpec, view: ClusterView, opts: SearchOptions) -> str:
             f"needs {need:.0f} GiB an accelerator, more than the {room:.0f} GiB of the largest"
         )
     return ""
-
-
-def _linked_groups(view: ClusterView, members: list[int]) -> list[list[int]]:
-    """`members` split into groups of domains joined by links, directly or through others."""
-    left, groups = set(members), []
-    while left:
-        group, frontier = [], [left.pop()]
-        while frontier:
-            i = frontier.pop()
-            group.append(i)
-            near = {j for j in left if view.bandwidth_gbps[i, j] > 0}
-            left -= near
-            frontier += near
-        groups.append(group)
-    return groups
 
 
 def unrated_note(view: ClusterView, dtype: str) -> str:
