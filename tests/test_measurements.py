@@ -119,8 +119,9 @@ def test_failed_runs_are_left_out_and_malformed_cells_named(grid, xds_log):
     frame["success"] = frame["success"].astype(str).eq("True").astype(int)
     frame.to_csv(grid / m.THROUGHPUT, index=False)
     assert m.load_wan(grid).gbps[("aws:a", "gcp:b")] == pytest.approx(6.0)  # 4, 6, 50: all tiers
-    frame.loc[2, "throughput_received"] = "fast"
-    frame.to_csv(grid / m.THROUGHPUT, index=False)
+    bad = frame.astype({"throughput_received": object})
+    bad.loc[2, "throughput_received"] = "fast"
+    bad.to_csv(grid / m.THROUGHPUT, index=False)
     with pytest.raises(UserError, match=r"2022-01\.csv: row 4, throughput_received: 'fast'"):
         m.load_wan(grid)
     frame.drop(columns="throughput_received").to_csv(grid / m.THROUGHPUT, index=False)

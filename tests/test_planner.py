@@ -625,6 +625,16 @@ def test_an_a100_and_v100_plan_beats_the_best_plan_on_either_alone():
         search(job, view.with_free({"a100": 0}), THROUGHPUT, replace(VOLTA, dtype="bf16"))
 
 
+def test_a_job_that_names_its_precision_is_planned_in_it_whatever_the_options_say():
+    view, arch = a100_and_v100(), catalog.model("opt-350m")
+    job = JobSpec("opt", arch, 1024, arch.seq_len, 1, 32)
+    for own, opts, expected in ((None, VOLTA, "fp16"), ("fp32", VOLTA, "fp32")):
+        best = search(replace(job, dtype=own), view, THROUGHPUT, opts, pareto=False).best
+        assert best.plan.dtype == expected and best.names == ("a100", "v100")
+    alone = search(replace(job, dtype="bf16"), view, THROUGHPUT, VOLTA, pareto=False).best
+    assert alone.names == ("a100",)
+
+
 def test_a_mixed_plan_splits_by_the_models_own_speeds_and_is_paced_by_its_slowest_share():
     """The peaks say an A100 is 2.5 V100s (312:125 TF, 23 of 32 micro-batches to the A100
     replicas), but OPT-350M's kernels are partly memory bound and the V100 has more bandwidth

@@ -154,6 +154,43 @@ def test_generated_jobs_no_plan_can_run_are_left_out_with_a_warning(xds_log):
     assert all(ideal_tokens_per_s(JobSpec.of(j), view) > 0 for j in jobs)
 
 
+VOLTA_ONLY = {
+    "name": "volta",
+    "domains": [
+        {"name": n, "location": {"city": n}, "nodes": [{"accelerator": "V100", "count": 4}]}
+        for n in ("a", "b")
+    ],
+    "links": [{"a": "a", "b": "b", "bandwidth_gbps": 10, "rtt_ms": 5}],
+    "jobs": [{"name": "j", "model": "gpt3-350m", "global_batch": 512, "tokens": 1e9}],
+}
+
+
+def test_a_cluster_without_bf16_is_studied_in_the_precision_its_jobs_name():
+    """V100 has no BF16: a job that names none is refused before the study, saying how to
+    name one; jobs in FP16, listed and generated, are planned in it."""
+    from xdscheduler.planner.search import JobSpec, search
+    from xdscheduler.planner.view import ClusterView
+    from xdscheduler.sim.inputs import generated_jobs, listed_jobs
+
+    with pytest.raises(
+        UserError, match=r"rated in BF16; BF16 plans leave out V100.*a job's `dtype`"
+    ):
+        listed_jobs(parse_scenario(VOLTA_ONLY, "s.yaml"))
+    doc = {
+        **VOLTA_ONLY,
+        "jobs": [{**VOLTA_ONLY["jobs"][0], "dtype": "fp16"}],
+        "workload": {"load": 1.0, "min_gpus": 4, "dtype": "fp16"},
+    }
+    scn = parse_scenario(doc, "s.yaml")
+    listed_jobs(scn)
+    view = ClusterView.from_scenario(scn)
+    jobs = [*scn.jobs, *generated_jobs(scn, 6, 0)]
+    assert len(jobs) > 1
+    for job in jobs:
+        best = search(JobSpec.of(job), view, scn.weights, pareto=False).best
+        assert best.plan.dtype == "fp16"
+
+
 def test_cli_reports_a_bad_file_with_status_2_and_no_traceback(tmp_path, default_scenario_path):
     doc = _doc(default_scenario_path)
     doc["domains"][0]["nodes"][0]["count"] = 0

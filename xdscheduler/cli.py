@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
@@ -219,16 +220,18 @@ def cmd_plan(args) -> None:
         if profile
         else _measured_stack(layers)
     )
+    dtype = args.dtype or job.dtype or "bf16"
     opts = SearchOptions(
         diloco_h=(0, args.diloco) if args.diloco else (0,),
-        dtype=args.dtype,
+        dtype=dtype,
         layers=layers,
         network=_network(args.network_profile),
         **tuned,
     )
     view = ClusterView.from_scenario(scn)
     limits = Limits(args.budget, args.min_throughput)
-    result = search(JobSpec.of(job), view, weights, opts, args.top, limits=limits)
+    spec = replace(JobSpec.of(job), dtype=dtype)
+    result = search(spec, view, weights, opts, args.top, limits=limits)
 
     def as_json(p):
         return {**p.to_json(), "cost_per_hour": placement_cost_per_hour(p, view)}
@@ -606,14 +609,15 @@ def _version() -> str:
         return "(not installed)"
 
 
-def _dtype_argument(p: argparse.ArgumentParser) -> None:
+def _dtype_argument(p: argparse.ArgumentParser, default: str | None = "bf16") -> None:
     p.add_argument(
         "--dtype",
         choices=DTYPES,
-        default="bf16",
+        default=default,
         help="precision of the GEMMs (fp16 at the 16-bit rate, the only 16-bit one on "
         "chips without BF16 such as V100; tf32 and fp32 keep weights, "
-        "activations and gradients in 4 bytes)",
+        "activations and gradients in 4 bytes)"
+        + ("" if default else "; default: the job's `dtype` in the scenario, else bf16"),
     )
 
 
@@ -687,7 +691,7 @@ def _add_model_commands(sub) -> None:
         default=0,
         help="also consider DiLoCo-style outer sync every H steps across domains",
     )
-    _dtype_argument(p)
+    _dtype_argument(p, default=None)
     p.add_argument(
         "--budget",
         type=number(float, 0, 1e9, above=True),

@@ -10,6 +10,7 @@ from typing import TypeVar
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from xdscheduler import catalog
+from xdscheduler.costmodel.plan import Precision
 from xdscheduler.errors import UserError
 from xdscheduler.schema import FileModel, NonNegative, Positive, unique
 from xdscheduler.tenants import Tenancy
@@ -171,6 +172,9 @@ class Job(FileModel):
     priority: int = Field(default=1, ge=0, le=1000)
     arrival_s: NonNegative = Field(default=0.0, le=YEAR_S)
     gpus: GpuRequest = GpuRequest()
+    # the precision it trains in (fp16 on accelerators without BF16, such as V100); None: the
+    # planner's default, BF16
+    dtype: Precision | None = None
 
     @model_validator(mode="after")
     def _one_model(self) -> Job:
@@ -232,6 +236,7 @@ class Workload(FileModel):
     load: float = Field(default=0.9, gt=0, le=MAX_LOAD)  # offered accelerator-time / capacity
     cluster: str = Field(default="kalos", pattern="^(kalos|seren)$")
     min_gpus: int = Field(default=8, gt=0, le=MAX_DOMAIN_GPUS)
+    dtype: Precision | None = None  # the generated jobs' precision, as a job's `dtype`
 
 
 class Scenario(FileModel):

@@ -15,6 +15,7 @@ from statistics import NormalDist
 import numpy as np
 
 from xdscheduler.catalog import MODELS
+from xdscheduler.costmodel.plan import Precision
 from xdscheduler.errors import UserError
 from xdscheduler.scenario import GpuRequest, Job
 
@@ -129,9 +130,10 @@ def generate_jobs(
     min_gpus: int = 8,
     peak_tflops: float = PEAK_TFLOPS,
     tenants: tuple[str, ...] = TENANTS,
+    dtype: Precision | None = None,
 ) -> list[Job]:
     """Jobs arriving over `hours`, offering `load` × the cluster's accelerator-time, each of
-    one of `tenants` (uniformly).
+    one of `tenants` (uniformly), each training in `dtype` (None: the planner's default).
 
     A job's tokens are what its accelerators would train in its run time at 40% of
     `peak_tflops` (the cluster's mean accelerator), so a run time means the same work
@@ -159,6 +161,7 @@ def generate_jobs(
                 priority=int(rng.integers(0, 3)),
                 arrival_s=float(arrivals[i]),
                 gpus=GpuRequest(min=max(min_gpus, int(gpus[i]) // 4), max=int(gpus[i])),
+                dtype=dtype,
             )
         )
     return jobs

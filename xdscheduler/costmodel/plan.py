@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from typing import Literal, get_args
 
 import numpy as np
 
 RECOMPUTE = ("none", "selective", "full")
-DTYPES = ("bf16", "fp8", "fp16", "tf32", "fp32")
+# The precision of a plan's GEMMs (a job's `dtype` in a scenario or request)
+Precision = Literal["bf16", "fp8", "fp16", "tf32", "fp32"]
+DTYPES: tuple[str, ...] = get_args(Precision)
 # bytes of one GEMM operand in each (fp8 recipes keep activations in bf16; see steptime)
 OPERAND_BYTES = (2.0, 1.0, 2.0, 4.0, 4.0)
 

@@ -51,7 +51,7 @@ def search(
     `pareto=False` skips the Pareto front (quadratic in the candidates kept) when only the
     decision is wanted, as in a running study.
     """
-    opts, limits = opts or DEFAULT_OPTIONS, limits or Limits()
+    opts, limits = in_precision(opts or DEFAULT_OPTIONS, job), limits or Limits()
     start = time.perf_counter()
     ev = refined_space(job, view, weights, opts)
     if ev is None:
@@ -78,6 +78,11 @@ def search(
     explanation = explain(job, best, runner, weights)
     ms = (time.perf_counter() - start) * 1000
     return SearchResult(job.name, best, cands[1:], front_cands, explanation, ms, len(ev.place))
+
+
+def in_precision(opts: SearchOptions, job: JobSpec) -> SearchOptions:
+    """The options in the job's own precision, where it names one (a V100 job in FP16)."""
+    return opts if job.dtype in (None, opts.dtype) else replace(opts, dtype=job.dtype)
 
 
 THROUGHPUT_ONLY = Weights(efficiency=1.0, utilization=0.0, cost=0.0)
@@ -118,6 +123,7 @@ def refined_space(
     every domain) over every placement, then every plan, split by speed, over the placements
     whose even plans ranked best. Uneven plans refine a placement; they seldom change which
     one wins, and evaluating them everywhere costs 20-30x."""
+    opts = in_precision(opts, job)
     pl = placements(view, opts, job.gpus_min, job.gpus_max)
     if not (opts.uneven or opts.balance) or len(pl) <= REFINED_PLACEMENTS:
         return evaluate_space(job, view, weights, opts, pl)
@@ -139,6 +145,7 @@ def evaluate_space(
 ) -> Evaluated | None:
     """All feasible (placement, plan) pairs of the space (over the placements `pl`, where
     given), evaluated; None if there are none."""
+    opts = in_precision(opts, job)
     grid = parallel_grid(job.arch, job.global_batch, job.seq, job.gpus_max, opts)
     if pl is None:
         pl = placements(view, opts, job.gpus_min, job.gpus_max)
@@ -307,7 +314,10 @@ def why_no_plan(job: JobSpec, view: ClusterView, opts: SearchOptions) -> str:
     """Why no plan runs `job` on the free accelerators of `view`, said to the user: the first
     of too few accelerators, too few in any group of linked domains, no parallel plan its
     batch and range allow, too little memory ("" where none of these explains it)."""
+    opts = in_precision(opts, job)
     rated = [i for i, d in enumerate(view.domains) if d.accelerator.rates(opts.dtype) and d.up]
+    if not rated:
+        return f": no domain that is up has accelerators rated in {opts.dtype.upper()}"
     free = {i: max(view.domains[i].available, 0) for i in rated}
     if job.gpus_min > sum(free.values()):
         return f": it needs at least {job.gpus_min}, and {sum(free.values())} are free"
@@ -347,8 +357,8 @@ def unrated_note(view: ClusterView, dtype: str) -> str:
     }
     return "".join(
         f"; {dtype.upper()} plans leave out {name}, which has no {dtype.upper()} figure (it "
-        f"has {', '.join(k for k in acc.rated_tflops if acc.rates(k))}: `xds plan` and "
-        f"`xds estimate` take --dtype; studies plan in BF16)"
+        f"has {', '.join(k for k in acc.rated_tflops if acc.rates(k))}: a job's `dtype` in "
+        f"the scenario, or --dtype of `xds plan` and `xds estimate`, sets the precision)"
         for name, acc in out.items()
     )
 

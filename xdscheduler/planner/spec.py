@@ -10,7 +10,7 @@ from functools import cached_property
 import numpy as np
 
 from xdscheduler.catalog import ModelArch
-from xdscheduler.costmodel.plan import PlanBatch
+from xdscheduler.costmodel.plan import PlanBatch, Precision
 from xdscheduler.costmodel.steptime import StepEstimate, model_flops_per_step
 from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.space import Placements
@@ -29,6 +29,7 @@ class JobSpec:
     tokens: float = 0.0  # to train in all; 0 where unknown
     arrival_s: float = 0.0  # when it was submitted
     priority: int = 0  # higher goes first
+    dtype: Precision | None = None  # its precision; None: the search options' (BF16 by default)
 
     @classmethod
     def of(cls, job) -> JobSpec:
@@ -43,6 +44,7 @@ class JobSpec:
             float(job.tokens),
             float(job.arrival_s),
             job.priority,
+            job.dtype,
         )
 
     @cached_property
@@ -58,7 +60,7 @@ class JobSpec:
     @property
     def shape_key(self) -> tuple:
         """What plans depend on: jobs equal here have the same plan space."""
-        return (self.arch, self.global_batch, self.seq, self.gpus_min, self.gpus_max)
+        return (self.arch, self.global_batch, self.seq, self.gpus_min, self.gpus_max, self.dtype)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import Field
 
 from xdscheduler.catalog import ModelArch
-from xdscheduler.costmodel.plan import Plan
+from xdscheduler.costmodel.plan import Plan, Precision
 from xdscheduler.errors import UserError
 from xdscheduler.perception.graph import INDICATOR_NAMES, graph_size
 from xdscheduler.planner.placement import Placement
@@ -51,6 +51,7 @@ class JobIn(FileModel):
     gpus: GpuRequest = GpuRequest()
     tokens: float = Field(default=1.0, gt=0, le=1e16)  # to train: with arrival_s, what the
     arrival_s: float = Field(default=0.0, ge=0, le=YEAR_S)  # job's efficiency and wait are by
+    dtype: Precision | None = None  # the precision it trains in (None: BF16)
 
 
 class DomainIn(FileModel):
@@ -216,6 +217,7 @@ def job_in(spec: JobSpec) -> JobIn:
         gpus=GpuRequest(min=spec.gpus_min, max=spec.gpus_max),
         tokens=spec.tokens or 1.0,
         arrival_s=spec.arrival_s,
+        dtype=spec.dtype,
     )
 
 
@@ -230,6 +232,7 @@ def job_spec(job: JobIn) -> JobSpec:
         tokens=job.tokens,
         gpus=job.gpus,
         arrival_s=job.arrival_s,
+        dtype=job.dtype,
     )
     spec = JobSpec.of(j)
     if job.architecture is not None:  # keep the caller's name for the architecture

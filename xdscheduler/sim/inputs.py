@@ -101,12 +101,17 @@ def unplannable(scn: Scenario, jobs: list[Job]) -> dict[str, str]:
     return out
 
 
+def _peak(acc, dtype: str | None) -> float:
+    return (acc.rated_tflops.get(dtype) if dtype else None) or acc.half_tflops
+
+
 def generated_jobs(scn: Scenario, hours: float, seed: int, load: float | None = None) -> list[Job]:
     """The generated workload alone, at `load` (default: the workload's own); a scenario
     without a `workload` block gets the default one (Kalos statistics, jobs of 8+)."""
     spec = scn.workload or Workload()
     gpus = sum(d.gpus for d in scn.domains)
-    peak = sum(d.gpus * d.accelerator.half_tflops for d in scn.domains) / gpus
+    # tokens are sized at the jobs' own precision's peak (BF16's where it is unrated)
+    peak = sum(d.gpus * _peak(d.accelerator, spec.dtype) for d in scn.domains) / gpus
     tenants = tuple(t.name for t in scn.tenancy.tenants) if scn.tenancy else TENANTS
     jobs = generate_jobs(
         hours,
@@ -117,6 +122,7 @@ def generated_jobs(scn: Scenario, hours: float, seed: int, load: float | None = 
         min_gpus=spec.min_gpus,
         peak_tflops=peak,
         tenants=tenants,
+        dtype=spec.dtype,
     )
     # The generator draws sizes and models from cluster statistics, not from this cluster's
     # accelerators: a model too large for its smallest size's memory cannot run anywhere.
