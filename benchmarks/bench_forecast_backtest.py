@@ -9,6 +9,9 @@ model and baselines on test windows started k/6 of the horizon later, k = 0..5.
 Earlier test windows (diagnostic): the same at 1 h and 6 h on each occupancy series cut to its
 first 70% and 85%, so the test window (the last 30% of what is left) starts earlier; this is
 where the history model's evidence rule was chosen, beside the full series.
+Short histories (diagnostic): each series and its siblings cut to two weeks (days 0-14 and
+14-28 of its record), as a cluster the tool has not seen for long: every horizon, against the
+best baseline.
 The hybrid's occupancy forecast blends direct models of its horizon and the shorter ones;
 the direct model alone is measured beside it on every window (the blend's baseline).
 Prediction intervals: coverage and interval score of the swing-scaled conformal intervals
@@ -28,6 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from benchmarks._table import print_table
 from xdscheduler.errors import UserError
@@ -40,6 +44,8 @@ HELD_OUT = range(1000, 1100)
 PHASES = 6  # shifted test windows per horizon (diagnostic)
 SHIFTED = ("1h", "6h")
 EARLIER = (0.70, 0.85)  # the share of each series kept for the earlier test windows
+# Days of each series kept for the short histories: two weeks, as a cluster new to the tool
+TWO_WEEKS = ((0, 14), (14, 28))
 
 
 def occupancy_series(data: Path) -> list[tuple[series.Series, list[series.Series]]]:
@@ -109,6 +115,47 @@ def earlier(occupancy: list[tuple[series.Series, list[series.Series]]]) -> list[
             cut, fitted = replace(s, values=s.values[:n], index=s.index[:n]), {}
             for h in SHIFTED:
                 out.append((share, backtest.run(cut, h, pool=pool, phases=PHASES, fitted=fitted)))
+    return out
+
+
+def days(s: series.Series, first: int, last: int) -> series.Series:
+    """The series from day `first` to day `last` of its own record."""
+    start = s.index[0]
+    keep = (s.index >= start + pd.Timedelta(days=first)) & (
+        s.index < start + pd.Timedelta(days=last)
+    )
+    return replace(s, values=s.values[keep], index=s.index[keep])
+
+
+def short_histories(occupancy: list[tuple[series.Series, list[series.Series]]]) -> list[list]:
+    """Each series and its siblings cut to two weeks, backtested at every horizon: the hybrid's
+    WAPE over the best baseline's (where the test window has demand)."""
+    out = []
+    for s, pool in occupancy:
+        for first, last in TWO_WEEKS:
+            cut, fitted, cells = days(s, first, last), {}, []
+            siblings_cut = [days(p, first, last) for p in pool]
+            for h in ("10m", "1h", "6h"):
+                try:
+                    r = backtest.run(cut, h, pool=siblings_cut, fitted=fitted)
+                except UserError as err:  # an idle test window, a series too short
+                    cells.append(f"- ({str(err).split(': ', 1)[-1][:30]})")
+                    continue
+                best = min(v["wape"] for v in r["baselines"].values())
+                cells.append(float(backtest.error_ratio(r["wape"], best)))
+            out.append([s.name, f"{first}-{last}", *cells])
+    return out
+
+
+def short_summary(rows: list[list]) -> list[list]:
+    """Per horizon: the geometric-mean ratio, the worst, and the cells lost by over 1%."""
+    out = []
+    for i, h in enumerate(("10m", "1h", "6h")):
+        rs = [r[2 + i] for r in rows if isinstance(r[2 + i], float)]
+        gm = float(np.exp(np.mean(np.log(rs)))) if rs else float("nan")
+        out.append(
+            [h, len(rs), f"{gm:.4f}", f"{max(rs, default=0):.3f}", sum(x > 1.01 for x in rs)]
+        )
     return out
 
 
@@ -193,13 +240,15 @@ def main() -> None:
             for h in ("10m", "1h", "6h")
         ]
     early = earlier(series_pools)
+    short = short_histories(series_pools)
     rows = [row(r) for r in occupancy]
     venus = data / "venus" / "venus_cluster_throughput_10min.csv"
     lucid = data / "venus" / "lucid_venus_prediction_2020-09.csv"
+    arrivals: list[dict] = []
     if venus.is_file() and lucid.is_file():  # arrivals, against Lucid's published prediction
-        arrivals = series.load(venus, "arrivals")
-        published = series.load_lucid(lucid)
-        rows += [row(backtest.run(arrivals, h, published)) for h in ("10m", "1h")]
+        demand, published = series.load(venus, "arrivals"), series.load_lucid(lucid)
+        arrivals = [backtest.run(demand, h, published) for h in ("10m", "1h")]
+        rows += [row(r) for r in arrivals]
     else:
         print(f"no Venus arrivals and Lucid prediction in {data / 'venus'}: left out")
     acc = phases.accuracy(HELD_OUT)
@@ -255,6 +304,19 @@ def main() -> None:
                 "worst",
             ],
             summary_rows([r for r in occupancy if "phases" in r] + [r for _, r in early]),
+        )
+        print()
+        print_table(
+            "Short histories (diagnostic): each series and its siblings cut to two weeks, "
+            "hybrid WAPE / best baseline WAPE",
+            ["series", "days", "10m", "1h", "6h"],
+            [[*r[:2], *(f"{c:.3f}" if isinstance(c, float) else c for c in r[2:])] for r in short],
+        )
+        print()
+        print_table(
+            "Short histories: per horizon over the series and both two-week cuts",
+            ["horizon", "backtests", "geometric mean", "worst", "lost by over 1%"],
+            short_summary(short),
         )
         print()
         print_table(
