@@ -271,6 +271,22 @@ def test_plot_writes_png(tmp_path):
     assert list(w["horizon_min"]) == [10, 20, 30, 60]
 
 
+def test_a_history_too_short_to_plot_says_whose_and_how_long_it_must_be(tmp_path, capsys):
+    """10-minute steps: the 24 h panel's model needs 4.9 days; 4 days are refused before any
+    model is fitted, naming the series; 5 days plot."""
+    from xdscheduler.forecast.history import min_history
+
+    need = min_history(144, 10)
+    assert 4 * 144 < need < 5 * 144
+    for days, code in ((4, 2), (5, 0)):
+        path = tmp_path / f"d{days}.csv"
+        synthetic(days=days, seed=3, step_min=10).to_csv(path, index=False)
+        assert main(["forecast", "plot", str(path), "--out", str(tmp_path / "w.png")]) == code
+    err = capsys.readouterr().err
+    assert "d4: too little history to forecast 1440 min ahead: 576 steps of 10 min" in err
+    assert f"it needs at least {need} (4.9 days)" in err
+
+
 # --- real traces (skipped without ../shared/data) ---
 
 

@@ -24,6 +24,7 @@ learn short-lived moves from many more windows.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import lightgbm as lgb
@@ -71,6 +72,22 @@ LGB_PARAMS = dict(
     deterministic=True,
 )
 ROUNDS = 100
+MIN_ORIGINS = 50  # training windows the first validation fold needs at the least
+
+
+def min_history(h: int, step_min: int) -> int:
+    """Steps a model `h` steps ahead trains on at the least: its first validation fold trains
+    on the first 60% of the windows that end in the history, each with a full day behind it,
+    and needs MIN_ORIGINS of those."""
+    return math.ceil((1440 // step_min + h + MIN_ORIGINS) / 0.6) + h + 1
+
+
+def too_short(steps: int, h: int, step_min: int) -> str:
+    need = min_history(h, step_min)
+    return (
+        f"too little history to forecast {h * step_min} min ahead: {steps} steps of {step_min} "
+        f"min; it needs at least {need} ({need * step_min / 1440:.1f} days)"
+    )
 
 
 def future_mean(y: np.ndarray, h: int) -> np.ndarray:
@@ -232,6 +249,8 @@ class HistoryModel:
             ]
             return [(tab, o) for tab, o in out if len(o)]
 
+        if sum(len(o) for _, o in rows(0.0, 0.6, shift=self.h)) < MIN_ORIGINS:
+            raise UserError(self._too_short(parts[0][2]))
         folds: list[tuple[np.ndarray, ...]] = []  # (actual, pred, unit, swing, level) each
         for lo, hi in ((0.6, 0.8), (0.8, 1.0)):  # train before each fold, validate on it
             model, dist = self._train_on(rows(0.0, lo, shift=self.h))
@@ -256,6 +275,9 @@ class HistoryModel:
         self.flat_quantiles = {q: float(np.quantile(resid, q)) for q in QUANTILES}
         self.model, self.dist = self._train_on(rows(0.0, 1.0))
         return self
+
+    def _too_short(self, steps: int) -> str:
+        return too_short(steps, self.h, self.step_min)
 
     def _changes(self, model, dist, X) -> np.ndarray:
         """(n, 1 + len(DOUBT_GRID)): the regression's change, then the change distribution's
@@ -325,7 +347,7 @@ class HistoryModel:
         return np.arange(lo, max(hi, lo), stride)
 
     def _train(self, X: pd.DataFrame, target: np.ndarray) -> lgb.Booster:
-        if len(X) < 50:
+        if len(X) < MIN_ORIGINS:
             raise UserError(f"too little history to train a forecaster ({len(X)} origins)")
         data = lgb.Dataset(X, target, free_raw_data=True)
         return lgb.train({**LGB_PARAMS, "seed": self.seed}, data, num_boost_round=ROUNDS)

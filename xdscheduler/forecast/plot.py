@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from xdscheduler.errors import UserError
+from xdscheduler.forecast.history import min_history, too_short
 from xdscheduler.forecast.hybrid import Forecaster
 from xdscheduler.forecast.series import Series
 from xdscheduler.textfile import output_file, write_atomic
@@ -26,9 +27,12 @@ def waveform(series: Series, leads_min, seed: int = 0, fitted: dict | None = Non
     leads = [m for m in leads_min if m % series.step_min == 0]
     if not leads:
         raise UserError(f"no lead in {leads_min} is a multiple of {series.step_min} min")
-    f = Forecaster.fit(
-        series.values, series.index, series.step_min, series.target, leads, seed, fitted=fitted
-    )
+    try:
+        f = Forecaster.fit(
+            series.values, series.index, series.step_min, series.target, leads, seed, fitted=fitted
+        )
+    except UserError as err:  # name the series: the reader has several
+        raise UserError(f"{series.name}: {err}") from None
     rows = [fc.__dict__ for fc in f.forecast(series.values, series.index)]
     return pd.DataFrame(rows)
 
@@ -38,6 +42,9 @@ def plot_waveform(series: Series, out: str | Path, seed: int = 0) -> Path:
     if out.suffix.lower() != ".png":
         raise UserError(f"--out must be a .png file, got {out}")
     output_file(out, "plot")  # before the forecasts are fitted
+    n, longest = len(series.values), max(LEADS_24H) // series.step_min
+    if n < min_history(longest, series.step_min):  # said before any model is fitted
+        raise UserError(f"{series.name}: {too_short(n, longest, series.step_min)}")
     fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
     hist = series.values[-series.per_day :]
     t_hist = (pd.RangeIndex(-len(hist) + 1, 1) * series.step_min).to_numpy()
