@@ -191,6 +191,16 @@ def test_a_cluster_without_bf16_is_studied_in_the_precision_its_jobs_name():
         assert best.plan.dtype == "fp16"
 
 
+def test_scenario_check_counts_in_words(tmp_path, capsys):
+    from xdscheduler.cli import main
+
+    path = tmp_path / "volta.yaml"
+    doc = {**VOLTA_ONLY, "jobs": [{**VOLTA_ONLY["jobs"][0], "dtype": "fp16"}]}
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["scenario", "check", str(path)]) == 0
+    assert "valid; 2 domains, 64 accelerators, 1 link, 1 job listed;" in capsys.readouterr().out
+
+
 def test_cli_reports_a_bad_file_with_status_2_and_no_traceback(tmp_path, default_scenario_path):
     doc = _doc(default_scenario_path)
     doc["domains"][0]["nodes"][0]["count"] = 0

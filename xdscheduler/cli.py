@@ -562,10 +562,17 @@ def cmd_scenario_check(args) -> None:
     gpus = sum(d.gpus for d in scn.domains)
     jobs = check_size(scn, 24.0)  # what `xds run` does by default must fit
     listed_jobs(scn)  # each can run, on the cluster to itself
+    counts = ", ".join(
+        f"{n} {noun}{'' if n == 1 else 's'}"
+        for n, noun in (
+            (len(scn.domains), "domain"),
+            (gpus, "accelerator"),
+            (len(scn.links), "link"),
+        )
+    )
     print(
-        f"{args.file}: valid; {len(scn.domains)} domains, {gpus} accelerators, "
-        f"{len(scn.links)} links, {len(scn.jobs)} jobs listed; a day's study holds about "
-        f"{jobs:,.0f} job{'' if round(jobs) == 1 else 's'}"
+        f"{args.file}: valid; {counts}, {len(scn.jobs)} job{'' if len(scn.jobs) == 1 else 's'} "
+        f"listed; a day's study holds about {jobs:,.0f} job{'' if round(jobs) == 1 else 's'}"
     )
 
 
