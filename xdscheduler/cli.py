@@ -555,6 +555,7 @@ def cmd_index(args) -> None:
 
 
 def cmd_scenario_check(args) -> None:
+    from xdscheduler.planner.search import counted
     from xdscheduler.scenario import load_scenario
     from xdscheduler.sim.inputs import check_size, listed_jobs
 
@@ -563,16 +564,17 @@ def cmd_scenario_check(args) -> None:
     jobs = check_size(scn, 24.0)  # what `xds run` does by default must fit
     listed_jobs(scn)  # each can run, on the cluster to itself
     counts = ", ".join(
-        f"{n} {noun}{'' if n == 1 else 's'}"
+        counted(n, noun)
         for n, noun in (
             (len(scn.domains), "domain"),
             (gpus, "accelerator"),
             (len(scn.links), "link"),
+            (len(scn.jobs), "job"),
         )
     )
     print(
-        f"{args.file}: valid; {counts}, {len(scn.jobs)} job{'' if len(scn.jobs) == 1 else 's'} "
-        f"listed; a day's study holds about {jobs:,.0f} job{'' if round(jobs) == 1 else 's'}"
+        f"{args.file}: valid; {counts} listed; a day's study holds about "
+        f"{jobs:,.0f} job{'' if round(jobs) == 1 else 's'}"
     )
 
 

@@ -250,7 +250,7 @@ class HistoryModel:
             return [(tab, o) for tab, o in out if len(o)]
 
         if sum(len(o) for _, o in rows(0.0, 0.6, shift=self.h)) < MIN_ORIGINS:
-            raise UserError(self._too_short(parts[0][2]))
+            raise UserError(too_short(parts[0][2], self.h, self.step_min))
         folds: list[tuple[np.ndarray, ...]] = []  # (actual, pred, unit, swing, level) each
         for lo, hi in ((0.6, 0.8), (0.8, 1.0)):  # train before each fold, validate on it
             model, dist = self._train_on(rows(0.0, lo, shift=self.h))
@@ -275,9 +275,6 @@ class HistoryModel:
         self.flat_quantiles = {q: float(np.quantile(resid, q)) for q in QUANTILES}
         self.model, self.dist = self._train_on(rows(0.0, 1.0))
         return self
-
-    def _too_short(self, steps: int) -> str:
-        return too_short(steps, self.h, self.step_min)
 
     def _changes(self, model, dist, X) -> np.ndarray:
         """(n, 1 + len(DOUBT_GRID)): the regression's change, then the change distribution's

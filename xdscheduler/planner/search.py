@@ -470,7 +470,7 @@ def estimate_placement(
     return _estimate_at(est, 0, pl.wan_price_per_gb[0])
 
 
-def _count(n: int, noun: str) -> str:
+def counted(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
@@ -481,7 +481,7 @@ def describe(c: Placement) -> str:
     where = {
         SINGLE: f"inside {c.names[0]}",
         PIPELINE: "pipeline over "
-        + "→".join(f"{d} ({_count(stages.count(d), 'stage')})" for d in c.names),
+        + "→".join(f"{d} ({counted(stages.count(d), 'stage')})" for d in c.names),
         DATA: "replicas over " + "+".join(c.names),
     }[c.kind]
     extra = f", DiLoCo sync every {p.diloco_h} steps" if p.diloco_h else ""
