@@ -7,7 +7,7 @@ import pytest
 
 from xdscheduler.cli import main
 
-from .conftest import with_flags
+from .conftest import SCENARIOS, with_flags
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:
@@ -335,3 +335,11 @@ def test_the_grouped_http_commands_answer_without_the_whole_package(tmp_path):
         f"xds: error: no cluster recorded at {tmp_path / 'none.json'}: start one with `xds up "
         "SCENARIO` (or set XDS_CLUSTER to its state file)"
     ]
+
+
+def test_up_waits_for_nodes_only_on_a_cluster_it_attaches_to(capsys, tmp_path):
+    state = tmp_path / "state.json"
+    scenario = SCENARIOS / "local_three_domains.yaml"
+    code, _, err = run(capsys, "up", str(scenario), "--wait", "60", "--state", str(state))
+    assert code == 2 and "--wait is for --address" in err
+    assert not state.exists()

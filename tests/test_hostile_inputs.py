@@ -566,7 +566,10 @@ def command_lines(tmp_path) -> dict[str, tuple[list, list[str]]]:
             ["--samples", "--iterations", "--states"],
         ),
         "serve": (["serve", none], ["--port", "--policy-path"]),
-        "up": (["up", none, "--state", tmp_path / "state.json"], ["--http-port", "--policy"]),
+        "up": (
+            ["up", none, "--state", tmp_path / "state.json"],
+            ["--http-port", "--policy", "--wait"],
+        ),
         "links": (["links", "probe", "--state", tmp_path / "none.json"], ["--seconds"]),
         "bill": (["bill", tmp_path / "nostudy", "--tenant", "x"], ["--from", "--to", "--csv"]),
         "scenario": (

@@ -171,3 +171,26 @@ def test_joining_ray_gives_back_a_commands_sigterm_handler(monkeypatch):
         assert signal.getsignal(signal.SIGTERM) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_attaching_waits_for_a_domains_nodes_and_says_what_it_waits_for(ray_session):
+    """`xds up --address --wait`: asked again while a domain has no labelled node, then refused
+    naming it and the wait; a wrong address is refused at once, with nothing waited for."""
+    from tests.conftest import SCENARIOS
+    from xdscheduler.errors import UserError
+    from xdscheduler.live.cluster import wait_labels
+    from xdscheduler.live.state import ClusterState
+    from xdscheduler.scenario import load_scenario
+
+    scn = load_scenario(SCENARIOS / "local_three_domains.yaml")
+    here = ray_session.get_runtime_context().gcs_address
+    heard: list[str] = []
+    with pytest.raises(
+        UserError, match=r"after waiting 2 s \(--wait\): no alive node .* east, west"
+    ):
+        wait_labels(ClusterState(scenario="s", address=here, attached=True), scn, 2.0, heard.append)
+    assert heard and all(h.startswith("waiting for the nodes (") for h in heard)
+    heard.clear()
+    with pytest.raises(UserError, match=r"no Ray cluster answers at 127\.0\.0\.1:9"):
+        wait_labels(ClusterState(scenario="s", address="127.0.0.1:9"), scn, 60.0, heard.append)
+    assert heard == []

@@ -46,6 +46,14 @@ def register(sub) -> None:
     p.add_argument("scenario", help="scenario file, e.g. scenarios/local_three_domains.yaml")
     p.add_argument("--address", help="a running Ray cluster (HOST:PORT) to attach to")
     p.add_argument(
+        "--wait",
+        type=number(float, 0, 86400),
+        default=0.0,
+        metavar="SECONDS",
+        help="with --address: how long to wait for a node of every domain to join "
+        "(default 0: refuse at once if one is missing)",
+    )
+    p.add_argument(
         "--storage",
         help="where jobs checkpoint and the controller keeps its "
         "journal (default: beside the state file)",
@@ -196,6 +204,8 @@ def http_main(argv: list[str], prog: str = "xds") -> int:
 def cmd_up(args) -> None:
     from xdscheduler.live import cluster
 
+    if args.wait and not args.address:
+        raise UserError("--wait is for --address: `xds up` waits for the nodes it starts itself")
     path = _state_path(args)
     state, counts = cluster.up(
         args.scenario,
@@ -205,6 +215,8 @@ def cmd_up(args) -> None:
         profile=args.profile,
         http_port=args.http_port,
         policy=args.policy,
+        wait_s=args.wait,
+        say=_progress,
     )
     cluster.disconnect()
     if args.json:

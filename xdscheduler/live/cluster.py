@@ -54,13 +54,15 @@ def up(
     profile: str | None = None,
     http_port: int | None = None,
     policy: LivePolicy = "planner",
+    wait_s: float = 0.0,
+    say=None,
 ) -> tuple[ClusterState, dict[str, int]]:
-    """Start a local cluster for the scenario (or attach to the one at `address`); jobs
-    checkpoint to `storage` (a folder, or any URI Ray Train's storage takes) and are planned
-    with the constants of `profile` (`xds calibrate`'s, of the plain-dp stack) by `policy`
-    (planner or ppo); the HTTP apps
+    """Start a local cluster for the scenario (or attach to the one at `address`, waiting up
+    to `wait_s` for a node of every domain to join); jobs checkpoint to `storage` (a folder,
+    or any URI Ray Train's storage takes) and are planned with the constants of `profile`
+    (`xds calibrate`'s, of the plain-dp stack) by `policy` (planner or ppo); the HTTP apps
     answer on the head at `http_port` (default: a free port here; 8000 on a cluster attached
-    to). The state, and the alive nodes of each domain."""
+    to). The state, and the alive nodes of each domain; `say(line)` hears what it waits for."""
     if state_path.exists():
         raise UserError(
             f"a cluster is already recorded at {state_path}: `xds down` it first "
@@ -79,7 +81,7 @@ def up(
             profile=profile,
             storage=storage or str(state_path.parent / "storage"),
         )
-        counts = check_labels(state, scn)
+        counts = wait_labels(state, scn, wait_s, say)
         host = address.split("://")[-1].rpartition(":")[0]
         state = _serve(state, state_path, host, http_port or 8000)
         return state, counts
@@ -296,6 +298,27 @@ def alive_nodes(state: ClusterState) -> list[dict]:
             return []
         _join(state)
     return [n for n in sys.modules["ray"].nodes() if n["Alive"]]
+
+
+def wait_labels(state: ClusterState, scn: Scenario, wait_s: float, say=None) -> dict[str, int]:
+    """`check_labels`, asked again until it holds or `wait_s` has passed: the nodes of a
+    cluster attached to join when they are ready (KubeRay starts the workers after the
+    head), and on a busy machine that takes minutes. An address nothing answers at is
+    refused at once: that is a wrong address, not a slow node."""
+    from xdscheduler.ray_cluster import check_address
+
+    check_address(state.address)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return check_labels(state, scn)
+        except UserError as e:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise UserError(f"after waiting {wait_s:.0f} s (--wait): {e}") from None
+            if say:
+                say(f"waiting for the nodes ({left:.0f} s left): {e}")
+            time.sleep(min(5.0, left))
 
 
 def check_labels(state: ClusterState, scn: Scenario) -> dict[str, int]:
