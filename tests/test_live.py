@@ -433,15 +433,38 @@ def test_profile_measures_every_domain_and_calibrate_fits_the_runner_to_it(clust
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["fitted"] == summary["held_out"] == 9
-    # the model's shape fits a CPU loosely (the shipped fit: 11% held out), but it fits
-    assert summary["median_abs_error_held_out"] < 0.3, summary
+    assert fit_beats_the_shipped_constants(runs, entries, summary["constants"])
+    # the model's shape fits a CPU loosely (the shipped fit: 11% held out, 0.33 once beside a
+    # busy worker: the trainings' times are this machine's, load and all); off by half, the
+    # model or the measurement is broken, however busy the machine
+    assert summary["median_abs_error_held_out"] < 0.5, summary
     # --apply fits the same runs, on one entry of the three domains' medians (one CPU type)
     assert len({e["name"] for e in out["applied"]["entries"].values()}) == 1
     assert set(out["applied"]["entries"]) == {"east", "west", "north"}
     assert out["applied"]["entries"]["east"]["fp32_tflops"] == pytest.approx(
         float(np.median([e["fp32_tflops"] for e in out["accelerators"]])), abs=1e-4
     )
-    assert out["applied"]["median_abs_error_held_out"] < 0.3
+    assert out["applied"]["median_abs_error_held_out"] < 0.5
+
+
+def fit_beats_the_shipped_constants(runs_csv: Path, entries: Path, constants: dict) -> bool:
+    """On the runs it was fitted on, the fit's squared log error is at most the shipped
+    constants' (its least squares start there, its prior is nought there): true whatever the
+    runs' noise, so it tests the fit, not the machine."""
+    from dataclasses import replace
+
+    from xdscheduler import catalog
+    from xdscheduler.costmodel.calibration import errors, held_out_by_default, load_runs
+    from xdscheduler.costmodel.constants import DEFAULT
+
+    catalog.load_catalog(entries)
+    runs, _ = load_runs(runs_csv)
+    fitted = [r for r, held in zip(runs, held_out_by_default(runs), strict=True) if not held]
+
+    def cost(calib) -> float:
+        return float(np.sum(np.log1p(errors(fitted, calib)) ** 2))
+
+    return cost(replace(DEFAULT, **constants)) <= cost(DEFAULT) + 1e-12
 
 
 @needs_fabric
