@@ -84,6 +84,20 @@ def test_a_time_outside_the_years_read_names_its_row(capsys, tmp_path, value):
     assert "a date and time from 1970 to 2200 written like row 1 (2020-05-01 00:00:00)" in err
 
 
+@pytest.mark.parametrize("written", ["%d/%m/%Y %H:%M", "%m/%d/%Y %H:%M", "%d.%m.%Y %H:%M"])
+def test_day_first_and_month_first_dates_read_as_the_times_they_are(tmp_path, written):
+    """01/05/2020 is 1 May written day first and 5 January month first: the reading that fits
+    the whole column wins (before, day first read month first until day 13, then was refused,
+    and a trace that starts on day 1 of a month jumped a month a day)."""
+    from xdscheduler.forecast.csvfile import timestamps
+
+    iso = pd.read_csv(trace(tmp_path / "s.csv", rows=3 * 144))  # 1-3 May 2020, every 10 min
+    t = pd.to_datetime(iso["time"])
+    other = iso.assign(time=t.dt.strftime(written))
+    read = timestamps(other, "time", "s.csv")
+    assert (read == pd.DatetimeIndex(t)).all()
+
+
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan", "-1", "1e308", "1e10", "abc", ""])
 def test_a_bad_demand_value_names_its_row_and_column(capsys, tmp_path, value):
     path = put(trace(tmp_path / "s.csv"), 7, 1, value)

@@ -142,12 +142,28 @@ def _times(values: pd.Series) -> pd.DatetimeIndex:
         first = next((v for v in text if v.strip()), "")
         # The format of the first value, as pandas would infer it, but never its per-value
         # fallback (dateutil: minutes on a large file of junk); ISO 8601 where none is guessed.
+        # 01/05/2020 reads month first or day first: the reading that fits the whole column.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            fmt = guess_datetime_format(first) or "ISO8601"
-            values = pd.to_datetime(text, format=fmt, errors="coerce", utc=True)
+            usual = guess_datetime_format(first) or "ISO8601"
+            day_first = guess_datetime_format(first, dayfirst=True) or usual
+            formats = [usual]
+            if day_first != usual and day_first.startswith("%d"):  # never yyyy-dd-mm
+                formats.append(day_first)
+            read = [pd.to_datetime(text, format=f, errors="coerce", utc=True) for f in formats]
+        values = min(read, key=_misfit)
     t = pd.DatetimeIndex(values)
     return t.tz_convert(None) if t.tz is not None else t
+
+
+def _misfit(t: pd.Series) -> tuple[int, int, float]:
+    """How badly a reading of a time column fits: unreadable rows, then steps back in time (a
+    series is written in order; dd/mm read as mm/dd jumps months back and forth), then the
+    time it spans; month first where two readings tie."""
+    ns = t.to_numpy("datetime64[ns]").astype("int64")
+    ok = t.notna().to_numpy()
+    steps = np.diff(ns[ok])
+    return int((~ok).sum()), int((steps < 0).sum()), float(np.ptp(ns[ok])) if ok.any() else 0.0
 
 
 def by_key(keys, values: np.ndarray) -> pd.Series:
