@@ -207,6 +207,27 @@ def test_backtest_cli_on_synthetic_csv(tmp_path, capsys):
     assert vs["ratio_ci90"][0] <= vs["wape_ratio"] * 1.05 and vs["ratio_ci90"][1] > 0
 
 
+def test_a_published_prediction_is_scored_only_where_it_has_values():
+    """Every model is scored on the steps the prediction covers; a step it lacks is refused,
+    never read as a prediction of nought (which sank it: a prediction ending early, or with
+    bins 5 minutes off the series', scored zeros)."""
+    df = synthetic(days=16, seed=1, step_min=10)
+    arrivals = series.from_frame(df.assign(submit_gpu_num=df.running_gpu_num), "arrivals")
+    idx = arrivals.index
+    published = pd.Series(df.running_gpu_num.to_numpy()[1100:2000], index=idx[1100:2000])
+    assert backtest.published_span(arrivals, published) == (1100, 2000)
+    r = backtest.run(arrivals, "1h", published)
+    win = backtest.window(arrivals, 6, 1100, 2000)
+    assert r["origins"] == len(win.origins) and win.origins[-1] + 6 < 2000
+    assert r["test_start"] == str(idx[1100])
+    with pytest.raises(UserError, match=r"no value for .* \(1 of the 900 steps"):
+        backtest.published_span(arrivals, published.drop(idx[1500]))
+    with pytest.raises(UserError, match=r"no value for .* \(899 of the 899 steps"):
+        backtest.published_span(arrivals, published.set_axis(idx[1100:2000] + pd.Timedelta("5min")))
+    with pytest.raises(UserError, match="covers none of"):
+        backtest.published_span(arrivals, published.set_axis(idx[1100:2000] + pd.Timedelta("400D")))
+
+
 def test_ratio_interval_separates_a_clear_win_from_noise():
     rng = np.random.default_rng(3)
     actual = rng.normal(100, 10, 40)

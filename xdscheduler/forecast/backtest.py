@@ -66,8 +66,13 @@ def ratio_interval(
     return float(low), float(high) if np.isfinite(high) else None
 
 
-def window(series: Series, h: int, test_start: int | None = None) -> Window:
-    n = len(series.values)
+def window(
+    series: Series, h: int, test_start: int | None = None, test_end: int | None = None
+) -> Window:
+    """The test window: origins every `h` steps from `test_start` (default: the last
+    TEST_FRACTION of the series), each horizon ending before step `test_end` (default: the
+    series' end)."""
+    n = len(series.values) if test_end is None else test_end
     start = int((1 - TEST_FRACTION) * n) if test_start is None else test_start
     if start < 2 * series.per_day or start >= n - h:
         need = 2 * series.per_day / (1 - TEST_FRACTION) if test_start is None else start + h + 1
@@ -173,9 +178,33 @@ def coverage(actual: np.ndarray, point: np.ndarray, unit: np.ndarray, rel_q: dic
 
 
 def lucid_forecast(series: Series, win: Window, h: int, lucid: pd.Series) -> np.ndarray:
-    """The published per-bin prediction, summed over each window (as a mean per bin)."""
+    """The published per-bin prediction, summed over each window (as a mean per bin); the
+    window lies within `published_span` (outside it, no bin is read)."""
     pred = lucid.reindex(series.index).to_numpy(float)
     return future_mean(np.nan_to_num(pred), h)[win.origins]
+
+
+def published_span(series: Series, lucid: pd.Series) -> tuple[int, int]:
+    """The steps of the series a published prediction covers, [first, last + 1): the test
+    window, so that every model is scored where the prediction has a value. A step in that
+    span without one is refused: scored as a prediction of nought it would sink the baseline."""
+    first = int(series.index.searchsorted(lucid.index[0]))
+    end = int(series.index.searchsorted(lucid.index[-1], side="right"))
+    if end <= first:
+        raise UserError(
+            f"the published prediction covers none of {series.name}: its bins run from "
+            f"{lucid.index[0]} to {lucid.index[-1]}, the series from {series.index[0]} to "
+            f"{series.index[-1]}"
+        )
+    steps = series.index[first:end]
+    missing = steps[~steps.isin(lucid.index)]
+    if len(missing):
+        raise UserError(
+            f"the published prediction has no value for {missing[0]} ({len(missing):,} of the "
+            f"{len(steps):,} steps of {series.name} from its first bin to its last lack one); "
+            f"it needs one a {series.step_min:g}-min step of the series, at the same times"
+        )
+    return first, end
 
 
 def has_statsforecast() -> bool:
@@ -241,10 +270,10 @@ def run(
     shifted-window diagnostic (`shifted_phases`) for occupancy. `fitted`: direct models
     already fitted on this series and pool, shared between horizons (`fit_history`)."""
     h = series.steps(horizon)
-    test_start = None
+    test_start = test_end = None
     if lucid is not None:
-        test_start = int(series.index.searchsorted(lucid.index[0]))
-    win = window(series, h, test_start)
+        test_start, test_end = published_span(series, lucid)
+    win = window(series, h, test_start, test_end)
     total = h if series.target == "arrivals" else 1  # arrivals: totals over the horizon
     point, unit, direct, model = history_forecast(series, win, h, seed, pool, fitted)
     base = baselines(series, win, h, lucid)
