@@ -145,6 +145,27 @@ def test_the_pool_goes_on_with_the_good_siblings(capsys, tmp_path):
     assert "vcB.csv" in captured.err and "at most 1,000,000" in captured.err
 
 
+def test_siblings_the_model_cannot_train_on_are_named_with_why(capsys, tmp_path):
+    """Pooled are the siblings trained on: one of another step, or with at most 3 days before
+    the test window, is listed apart with the reason (both were listed as pooled)."""
+    good = trace(tmp_path / "vcA.csv", DAYS_11, seed=1)
+    trace(tmp_path / "vcC.csv", DAYS_11, seed=2)
+    synthetic(days=9, seed=4, step_min=5).to_csv(tmp_path / "vcF.csv", index=False)
+    late = synthetic(days=11, seed=5, step_min=10)
+    late.assign(time=late.time + pd.Timedelta("7D")).to_csv(tmp_path / "vcL.csv", index=False)
+    assert main(["forecast", "backtest", str(good), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["pooled_with"] == ["vcC"]
+    first = late.time[0] + pd.Timedelta("7D")
+    before = (pd.Timestamp(out["test_start"]) - first) / pd.Timedelta("1D")
+    assert out["not_pooled"] == {
+        "vcF": "a 5-min step, not 10",
+        "vcL": f"{before:.1f} days before {out['test_start']}, not over 3",
+    }
+    assert main(["forecast", "backtest", str(good)]) == 0
+    assert "not pooled: vcF (a 5-min step, not 10)" in capsys.readouterr().out
+
+
 FILES = {
     "empty": (b"", "empty"),
     "header only": (b"step,loss\n", "no data rows"),

@@ -133,11 +133,7 @@ def history_forecast(
     `fitted`: direct models already fitted on the same series and pool (`fit_history`).
     Returns (point, unit, direct point, model), as `forecasts` gives them."""
     first = series.index[win.origins[0] + 1]
-    others = []
-    for sib in pool:
-        end = int(sib.index.searchsorted(first))
-        if sib.step_min == series.step_min and end > 3 * sib.per_day:
-            others.append((sib.values, sib.index, end))
+    others = [(sib.values, sib.index, end) for sib, end in poolable(series, first, pool)[0]]
     model = fit_history(
         series.values,
         series.index,
@@ -150,6 +146,22 @@ def history_forecast(
         fitted=fitted,
     )
     return *forecasts(model, series, win.origins), model
+
+
+def poolable(series: Series, first, pool) -> tuple[list[tuple[Series, int]], dict[str, str]]:
+    """The siblings the history model trains on beside `series`, each with the steps of it
+    before `first` (the test window's first time), and those left out, by name, with why:
+    another step, or at most 3 days before that time."""
+    used, left = [], {}
+    for sib in pool:
+        end = int(sib.index.searchsorted(first))
+        if sib.step_min != series.step_min:
+            left[sib.name] = f"a {sib.step_min:g}-min step, not {series.step_min:g}"
+        elif end <= 3 * sib.per_day:
+            left[sib.name] = f"{end * sib.step_min / 1440:.1f} days before {first}, not over 3"
+        else:
+            used.append((sib, end))
+    return used, left
 
 
 def forecasts(model, series: Series, origins: np.ndarray):
@@ -276,6 +288,7 @@ def run(
     win = window(series, h, test_start, test_end)
     total = h if series.target == "arrivals" else 1  # arrivals: totals over the horizon
     point, unit, direct, model = history_forecast(series, win, h, seed, pool, fitted)
+    used, left = poolable(series, series.index[win.origins[0] + 1], pool)
     base = baselines(series, win, h, lucid)
     actual = win.actual * total
     out = {
@@ -296,7 +309,8 @@ def run(
         "median_doubt": model.doubt,
         "anchor_steps": model.anchor,
         "blend_horizons": model.horizons,
-        "pooled_with": [p.name for p in pool],
+        "pooled_with": [sib.name for sib, _ in used],
+        "not_pooled": left,
         "baselines": {k: metrics(actual, v * total) for k, v in base.items()},
     }
     best = min(out["baselines"], key=lambda k: out["baselines"][k]["wape"])

@@ -86,6 +86,8 @@ def cmd_backtest(args) -> None:
         return
     if result["pooled_with"]:
         print(f"history model pooled with: {', '.join(result['pooled_with'])}")
+    for name, why in result["not_pooled"].items():
+        print(f"not pooled: {name} ({why})")
     print(
         f"{result['series']} {result['target']} {result['horizon']}: "
         f"{result['origins']} origins from {result['test_start']}"
@@ -142,8 +144,7 @@ def siblings(path: Path, series) -> list:
         except UserError as err:
             logging.getLogger("xdscheduler").warning("not pooled: %s", err)
             continue
-        if sib.step_min == series.step_min:
-            out.append(sib)
+        out.append(sib)  # one of another step: the backtest says it is not pooled, and why
     return out
 
 
