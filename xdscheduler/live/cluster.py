@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import secrets
 import shutil
@@ -309,16 +310,18 @@ def wait_labels(state: ClusterState, scn: Scenario, wait_s: float, say=None) -> 
 
     check_address(state.address)
     deadline = time.monotonic() + wait_s
+    said, said_at = "", -math.inf
     while True:
         try:
             return check_labels(state, scn)
         except UserError as e:
-            left = deadline - time.monotonic()
-            if left <= 0:
+            now = time.monotonic()
+            if now >= deadline:
                 raise UserError(f"after waiting {wait_s:.0f} s (--wait): {e}") from None
-            if say:
-                say(f"waiting for the nodes ({left:.0f} s left): {e}")
-            time.sleep(min(5.0, left))
+            if say and (str(e) != said or now - said_at >= 60):  # news, or once a minute
+                say(f"waiting for the nodes ({deadline - now:.0f} s left): {e}")
+                said, said_at = str(e), now
+            time.sleep(min(5.0, deadline - now))
 
 
 def check_labels(state: ClusterState, scn: Scenario) -> dict[str, int]:
