@@ -201,6 +201,25 @@ def test_scenario_check_counts_in_words(tmp_path, capsys):
     assert "valid; 2 domains, 64 accelerators, 1 link, 1 job listed;" in capsys.readouterr().out
 
 
+def test_a_domain_of_mixed_accelerators_is_warned_of_once_with_what_it_is_planned_as(
+    tmp_path, xds_log
+):
+    from xdscheduler.scenario import load_scenario
+
+    path = tmp_path / "mixed.yaml"
+    doc = yaml.safe_load(yaml.safe_dump(VOLTA_ONLY))
+    doc["domains"][0]["nodes"].append({"accelerator": "H100", "count": 1})
+    path.write_text(yaml.safe_dump(doc))
+    scn = load_scenario(path)
+    load_scenario(path)  # a study reads it again: said once
+    said = [r.getMessage() for r in xds_log.records if "mixes" in r.getMessage()]
+    first = scn.domains[0]
+    assert said == [f"{path}: {first.mixed}"]
+    assert first.mixed.startswith(f"domain {first.name} mixes 32 V100-SXM2-32GB, 8 H100-SXM")
+    assert "planned as 40 V100-SXM2-32GB" in first.mixed
+    assert scn.domains[1].mixed is None
+
+
 def test_cli_reports_a_bad_file_with_status_2_and_no_traceback(tmp_path, default_scenario_path):
     doc = _doc(default_scenario_path)
     doc["domains"][0]["nodes"][0]["count"] = 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from functools import cached_property
 from pathlib import Path
@@ -15,6 +16,8 @@ from xdscheduler.errors import UserError
 from xdscheduler.schema import FileModel, NonNegative, Positive, unique
 from xdscheduler.tenants import Tenancy
 from xdscheduler.yamlfile import read_yaml
+
+log = logging.getLogger("xdscheduler.scenario")
 
 MAX_DOMAIN_GPUS = 1_000_000  # accelerators in one domain (and asked by one job)
 MAX_DOMAINS = 256
@@ -107,6 +110,22 @@ class Domain(FileModel):
     @cached_property
     def _main_group(self) -> NodeGroup:
         return max(self.nodes, key=lambda g: g.count * g.gpus_each)
+
+    @cached_property
+    def mixed(self) -> str | None:
+        """What a domain of several accelerator types is planned as, in words (None where it
+        has one type): every accelerator as its largest group's, which a job that lands on the
+        others does not run at."""
+        kinds: dict[str, int] = {}
+        for g in self.nodes:
+            kinds[g.spec.name] = kinds.get(g.spec.name, 0) + g.count * g.gpus_each
+        if len(kinds) < 2:
+            return None
+        return (
+            f"domain {self.name} mixes {', '.join(f'{n} {k}' for k, n in kinds.items())}: it "
+            f"is planned as {self.gpus} {self.accelerator.name}, its largest group; give each "
+            "type a domain of its own, linked at the domain's network, to plan each as it is"
+        )
 
 
 class Link(FileModel):
@@ -357,8 +376,17 @@ def validated(model: type[M], data: object, source: str, what: str) -> M:
 
 
 def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate a scenario YAML file."""
-    return parse_scenario(read_yaml(path, "scenario"), str(path))
+    """Read and validate a scenario YAML file; a domain of mixed accelerators is warned of
+    (once a file and domain: studies read their scenario many times)."""
+    scn = parse_scenario(read_yaml(path, "scenario"), str(path))
+    for d in scn.domains:
+        if d.mixed and (str(path), d.name) not in _WARNED:
+            _WARNED.add((str(path), d.name))
+            log.warning("%s: %s", path, d.mixed)
+    return scn
+
+
+_WARNED: set[tuple[str, str]] = set()
 
 
 def default_scenario_path() -> Path:
