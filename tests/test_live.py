@@ -1185,7 +1185,7 @@ def existing_cluster(tmp_path_factory):
                     net.namespace(i),
                     {"GLOO_SOCKET_IFNAME": "eth0"},
                 )  # one at a time: nodes joining at once race for socket names
-            yield head, f"http://{net.head_ip}:{dash}", env, started
+            yield head, f"http://{net.head_ip}:{dash}", env, started, logs
         finally:
             stop_started(pids, own_tmp)
             fabric.teardown(net)
@@ -1194,7 +1194,7 @@ def existing_cluster(tmp_path_factory):
 @needs_fabric
 @pytest.mark.slow
 def test_the_same_commands_run_on_a_cluster_given_by_address(existing_cluster, tmp_path):
-    address, dashboard, env, started = existing_cluster
+    address, dashboard, env, started, logs = existing_cluster
     state = tmp_path / "attached.json"
     base = {**env, "XDS_CLUSTER": str(state)}
 
@@ -1214,7 +1214,11 @@ def test_the_same_commands_run_on_a_cluster_given_by_address(existing_cluster, t
     # the trained agents decide here, each step asked of the policy app over HTTP; `up`
     # waits for the nodes as long as a loaded machine may need (it returns once they are in)
     up = ["up", str(LOCAL), "--address", address, *http, "--policy", "ppo", "--wait", "900"]
-    run(*up, timeout=1200)
+    try:
+        run(*up, timeout=1200)
+    except AssertionError as e:  # what each node said of itself, for a failure in CI
+        tails = {f.name: f.read_text()[-1500:] for f in sorted(logs.glob("*.log"))}
+        raise AssertionError(f"{e}\nnode logs: {json.dumps(tails, indent=1)}") from None
     assert json.loads(state.read_text())["attached"] is True
     run("submit", str(JOBS / "gpt-small.yaml"))
     deadline = time.monotonic() + 300
