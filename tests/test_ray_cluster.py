@@ -194,3 +194,53 @@ def test_attaching_waits_for_a_domains_nodes_and_says_what_it_waits_for(ray_sess
     with pytest.raises(UserError, match=r"no Ray cluster answers at 127\.0\.0\.1:9"):
         wait_labels(ClusterState(scenario="s", address="127.0.0.1:9"), scn, 60.0, heard.append)
     assert heard == []
+
+
+def exited_node(domain: str = "west"):
+    """A node whose `ray start` has already given up, as `_start_node` records one."""
+    import subprocess
+    import sys
+
+    from xdscheduler.live.state import Started
+
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    started = Started.of(proc, role="node", domain=domain)
+    proc.wait()
+    return started
+
+
+def test_a_node_whose_ray_start_keeps_exiting_is_tried_three_times_then_named(tmp_path):
+    from xdscheduler.live.cluster import NODE_STARTS, NodeExited, _start_node
+    from xdscheduler.live.state import ClusterState, load
+
+    path, tries = tmp_path / "cluster.json", []
+    state = ClusterState(scenario="s", address="127.0.0.1:9", temp_dir=str(tmp_path))
+    with pytest.raises(NodeExited, match=r"the Ray node of domain west \(pid \d+\) exited while"):
+        _start_node(state, path, lambda: tries.append(1) or exited_node())
+    assert len(tries) == NODE_STARTS == 3
+    assert len(load(path).processes) == 1  # the last try, for `down` (it stops only its own)
+
+
+def test_a_node_whose_ray_start_exits_is_started_again_and_joins(ray_session, tmp_path, xds_log):
+    """On a busy machine a node's `ray start` can give up on a slow head: `xds up` starts it
+    again, and records only the node that runs (here the session's cluster has its one node,
+    so the second try counts as joined)."""
+    import subprocess
+    import sys
+
+    from xdscheduler.live.cluster import _start_node
+    from xdscheduler.live.state import ClusterState, Started, load
+
+    here = ray_session.get_runtime_context().gcs_address
+    state = ClusterState(scenario="s", address=here, temp_dir=str(tmp_path))
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    tries = iter([exited_node, lambda: Started.of(running, role="node", domain="west")])
+    try:
+        after = _start_node(state, tmp_path / "cluster.json", lambda: next(tries)())
+    finally:
+        running.kill()
+        running.wait()
+    assert [p.pid for p in after.processes] == [running.pid]
+    assert load(tmp_path / "cluster.json").processes == after.processes
+    said = [r.getMessage() for r in xds_log.records if "starting it again" in r.getMessage()]
+    assert len(said) == 1 and "node of domain west" in said[0] and "(2 of 3)" in said[0]

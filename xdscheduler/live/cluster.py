@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 from xdscheduler.errors import UserError
@@ -41,6 +42,7 @@ log = logging.getLogger("xdscheduler.live")
 # quotas leave them half a core, so an accelerator gets its share even when they are busy.
 HEAD_CORES = 0.5
 NODE_TIMEOUT_S = 120.0  # a node that has not joined by then will not (2 busy cores: ~10 s)
+NODE_STARTS = 3  # tries of a node's `ray start` that exits before it joins
 # What Ray's daemons do on SIGTERM they finish within 2 s here; the head's actors (the
 # controller, Serve's) and `ray start --block` itself hang once the raylet is gone and would
 # hold `xds down` for the whole grace: they are killed after it
@@ -200,36 +202,47 @@ def _start_nodes(
                 cpus = group.gpus_each
                 cgroup = f"xds-{state.tag}-{len(state.processes)}"
                 procs = quota.create(cgroup, cpus * share) if share else None
-                proc = _ray_start(
-                    state,
-                    [
-                        "--address",
-                        address,
-                        "--node-ip-address",
-                        fabric.ip(i),
-                        "--num-cpus",
-                        str(cpus),
-                        "--labels",
-                        f"{DOMAIN_LABEL}={d.name}",
-                    ],
-                    fabric.namespace(i),
-                    procs,
-                )
-                state = state.model_copy(
-                    update={
-                        "processes": [
-                            *state.processes,
-                            Started.of(
-                                proc, role="node", domain=d.name, cgroup=cgroup if share else None
-                            ),
-                        ]
-                    }
-                )
-                save(state, state_path)
-                # one at a time: nodes joining at once race for the session's socket names
-                _wait_nodes(state, len(state.processes))
+                args = [
+                    "--address",
+                    address,
+                    "--node-ip-address",
+                    fabric.ip(i),
+                    "--num-cpus",
+                    str(cpus),
+                    "--labels",
+                    f"{DOMAIN_LABEL}={d.name}",
+                ]
+                ns, mine = fabric.namespace(i), cgroup if share else None
+                node = partial(_node, state, args, ns, procs, d.name, mine)
+                state = _start_node(state, state_path, node)
                 log.info("domain %s: a node of %d CPUs joined at %s", d.name, cpus, fabric.ip(i))
     return state
+
+
+def _node(state, args, namespace, procs, domain: str, cgroup: str | None) -> Started:
+    """A domain's node started: its `ray start`, as the state records it."""
+    proc = _ray_start(state, args, namespace, procs)
+    return Started.of(proc, role="node", domain=domain, cgroup=cgroup)
+
+
+def _start_node(state: ClusterState, state_path: Path, start) -> ClusterState:
+    """A node started (`start()`: its process, recorded) and waited for until it joins, one at
+    a time: nodes joining at once race for the session's socket names. On a busy machine a
+    node's `ray start` can give up on a head slow to answer and exit: it is started again,
+    NODE_STARTS times in all."""
+    for attempt in range(1, NODE_STARTS + 1):
+        node = start()
+        state = state.model_copy(update={"processes": [*state.processes, node]})
+        save(state, state_path)
+        try:
+            _wait_nodes(state, len(state.processes))
+            return state
+        except NodeExited as e:
+            if e.process != node or attempt == NODE_STARTS:
+                raise
+            log.warning("%s: starting it again (%d of %d)", e, attempt + 1, NODE_STARTS)
+            state = state.model_copy(update={"processes": state.processes[:-1]})
+    raise AssertionError("unreachable")  # the last attempt returns or raises
 
 
 def _ray_start(
@@ -272,15 +285,25 @@ def _ray_start(
     )
 
 
+class NodeExited(UserError):
+    """A Ray process `up` started exited before its node joined."""
+
+    def __init__(self, process: Started, message: str):
+        super().__init__(message)
+        self.process = process
+
+
 def _wait_nodes(state: ClusterState, count: int) -> None:
     """Wait until `count` nodes are alive (asking the GCS), or say which process died."""
     deadline = time.monotonic() + NODE_TIMEOUT_S
     while time.monotonic() < deadline:
         for p in state.processes:
             if not _alive(p.pid):
-                raise UserError(
-                    f"the Ray {p.role} {p.domain or ''} (pid {p.pid}) exited while "
-                    f"starting; its log is in {state.temp_dir}"
+                where = f"{p.role} of domain {p.domain}" if p.domain else p.role
+                raise NodeExited(
+                    p,
+                    f"the Ray {where} (pid {p.pid}) exited while starting; its log is in "
+                    f"{state.temp_dir}",
                 )
         if len(alive_nodes(state)) >= count:
             return
