@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 JOBS = REPO / "scenarios" / "jobs"
 log = logging.getLogger("bench_live_stress")
 FIXED_RULE_S = 2.4  # the old detector: four pings in a row unanswered within 0.4 s
+CANCEL_TARGET_S = 5.0  # a job ends within this of `xds cancel`, in any state (docs/live.md)
 PG_TABLE = """
 import json
 from xdscheduler.live import cluster
@@ -233,7 +234,10 @@ def main(argv: list[str] | None = None) -> None:
         [
             "cancel at the end (worst, s)",
             len(cancel_s),
-            f"{max(cancel_s):.1f}" if cancel_s else "-",
+            f"{max(cancel_s):.1f}: the 5 s the docs promise "
+            + ("met" if max(cancel_s) < CANCEL_TARGET_S else "NOT met")
+            if cancel_s
+            else "-",
         ],
     ]
     how = "stress-ng --cpu 4" if shutil.which("stress-ng") else "4 busy processes"
