@@ -208,9 +208,9 @@ def test_backtest_cli_on_synthetic_csv(tmp_path, capsys):
 
 
 def test_a_published_prediction_is_scored_only_where_it_has_values():
-    """Every model is scored on the steps the prediction covers; a step it lacks is refused,
-    never read as a prediction of nought (which sank it: a prediction ending early, or with
-    bins 5 minutes off the series', scored zeros)."""
+    """Every model is scored on the steps the prediction covers; a step it lacks, or a bin
+    between the series' steps, is refused, never read as a prediction of nought (which sank
+    it: a prediction ending early, or with bins 5 minutes off the series', scored zeros)."""
     df = synthetic(days=16, seed=1, step_min=10)
     arrivals = series.from_frame(df.assign(submit_gpu_num=df.running_gpu_num), "arrivals")
     idx = arrivals.index
@@ -222,8 +222,16 @@ def test_a_published_prediction_is_scored_only_where_it_has_values():
     assert r["test_start"] == str(idx[1100])
     with pytest.raises(UserError, match=r"no value for .* \(1 of the 900 steps"):
         backtest.published_span(arrivals, published.drop(idx[1500]))
-    with pytest.raises(UserError, match=r"no value for .* \(899 of the 899 steps"):
+    with pytest.raises(UserError, match=r"a bin at .*, between the steps of .* \(900 such\)"):
         backtest.published_span(arrivals, published.set_axis(idx[1100:2000] + pd.Timedelta("5min")))
+    finer = published.set_axis(idx[1100:2000] + pd.Timedelta("5min"))
+    with pytest.raises(UserError, match=r"\(900 such\)"):  # a 5-min grid over a 10-min series
+        backtest.published_span(arrivals, pd.concat([published, finer]))
+    busy = next(i for i in range(1100, 2000) if df.running_gpu_num[i : i + 6].all())
+    with pytest.raises(UserError, match="the test window covers 5 steps; a forecast 6 steps"):
+        backtest.run(arrivals, "1h", published[idx[busy] : idx[busy + 4]])
+    one = backtest.run(arrivals, "1h", published[idx[busy] : idx[busy + 5]])  # a horizon exactly
+    assert one["origins"] == 1
     with pytest.raises(UserError, match="covers none of"):
         backtest.published_span(arrivals, published.set_axis(idx[1100:2000] + pd.Timedelta("400D")))
 

@@ -448,9 +448,10 @@ def test_profile_measures_every_domain_and_calibrate_fits_the_runner_to_it(clust
 
 
 def fit_beats_the_shipped_constants(runs_csv: Path, entries: Path, constants: dict) -> bool:
-    """On the runs it was fitted on, the fit's squared log error is at most the shipped
-    constants' (its least squares start there, its prior is nought there): true whatever the
-    runs' noise, so it tests the fit, not the machine."""
+    """On the runs it was fitted on, the fit's squared log error is below the shipped
+    constants' (its least squares start there, where its prior is nought, and measured runs
+    never sit exactly at that start): true whatever the runs' noise, so it tests the fit, not
+    the machine."""
     from dataclasses import replace
 
     from xdscheduler import catalog
@@ -464,7 +465,7 @@ def fit_beats_the_shipped_constants(runs_csv: Path, entries: Path, constants: di
     def cost(calib) -> float:
         return float(np.sum(np.log1p(errors(fitted, calib)) ** 2))
 
-    return cost(replace(DEFAULT, **constants)) <= cost(DEFAULT) + 1e-12
+    return cost(replace(DEFAULT, **constants)) < cost(DEFAULT)  # a fit that moved nothing fails
 
 
 @needs_fabric
@@ -1123,7 +1124,8 @@ def existing_cluster(tmp_path_factory):
         again (twice at most) rather than left missing from the cluster."""
         cmd = [ray, "start", "--block", "--object-store-memory", str(128 * 2**20), *args]
         log = logs / f"{ns or 'head'}.log"
-        for attempt in range(3):
+        for _ in range(3):
+            before = log.read_text().count("Ray runtime started") if log.exists() else 0
             with log.open("a") as out:
                 node = subprocess.Popen(
                     ["ip", "netns", "exec", ns, *cmd] if ns else cmd,
@@ -1136,7 +1138,7 @@ def existing_cluster(tmp_path_factory):
             pids.write_text(" ".join(map(str, started)))
             deadline = time.monotonic() + 300
             while node.poll() is None and time.monotonic() < deadline:
-                if log.read_text().count("Ray runtime started") > attempt:
+                if log.read_text().count("Ray runtime started") > before:
                     return
                 time.sleep(1)
             node.kill()

@@ -190,6 +190,8 @@ def test_attaching_waits_for_a_domains_nodes_and_says_what_it_waits_for(ray_sess
     ):
         wait_labels(ClusterState(scenario="s", address=here, attached=True), scn, 2.0, heard.append)
     assert heard and all(h.startswith("waiting for the nodes (") for h in heard)
+    with pytest.raises(UserError, match=r"^no alive node labelled"):  # not asked to wait
+        wait_labels(ClusterState(scenario="s", address=here, attached=True), scn, 0.0)
     heard.clear()
     with pytest.raises(UserError, match=r"no Ray cluster answers at 127\.0\.0\.1:9"):
         wait_labels(ClusterState(scenario="s", address="127.0.0.1:9"), scn, 60.0, heard.append)
@@ -209,9 +211,16 @@ def exited_node(domain: str = "west"):
     return started
 
 
-def test_a_node_whose_ray_start_keeps_exiting_is_tried_three_times_then_named(tmp_path):
+def test_a_node_whose_ray_start_keeps_exiting_is_tried_three_times_then_named(
+    tmp_path, monkeypatch
+):
+    from xdscheduler.live import cluster
     from xdscheduler.live.cluster import NODE_STARTS, NodeExited, _start_node
     from xdscheduler.live.state import ClusterState, load
+
+    # between tries it waits for the dead try's entry to leave the cluster's list: where this
+    # process has joined another cluster (the session's), that list is not this state's
+    monkeypatch.setattr(cluster, "NODE_TIMEOUT_S", 1.0)
 
     path, tries = tmp_path / "cluster.json", []
     state = ClusterState(scenario="s", address="127.0.0.1:9", temp_dir=str(tmp_path))
@@ -221,14 +230,20 @@ def test_a_node_whose_ray_start_keeps_exiting_is_tried_three_times_then_named(tm
     assert len(load(path).processes) == 1  # the last try, for `down` (it stops only its own)
 
 
-def test_a_node_whose_ray_start_exits_is_started_again_and_joins(ray_session, tmp_path, xds_log):
+def test_a_node_whose_ray_start_exits_is_started_again_and_joins(
+    ray_session, tmp_path, xds_log, monkeypatch
+):
     """On a busy machine a node's `ray start` can give up on a slow head: `xds up` starts it
     again, and records only the node that runs (here the session's cluster has its one node,
-    so the second try counts as joined)."""
+    so the second try counts as joined; before it, the wait for the dead try's entry to leave
+    the GCS ends at its bound, 2 s here: the session's node is not this state's)."""
     import subprocess
     import sys
 
+    from xdscheduler.live import cluster
     from xdscheduler.live.cluster import _start_node
+
+    monkeypatch.setattr(cluster, "NODE_TIMEOUT_S", 2.0)
     from xdscheduler.live.state import ClusterState, Started, load
 
     here = ray_session.get_runtime_context().gcs_address

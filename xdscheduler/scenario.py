@@ -380,8 +380,8 @@ def load_scenario(path: str | Path) -> Scenario:
     (once a file and domain: studies read their scenario many times)."""
     scn = parse_scenario(read_yaml(path, "scenario"), str(path))
     for d in scn.domains:
-        if d.mixed and (str(path), d.name) not in _WARNED:
-            _WARNED.add((str(path), d.name))
+        if d.mixed and (key := (str(Path(path).resolve()), d.name)) not in _WARNED:
+            _WARNED.add(key)
             log.warning("%s: %s", path, d.mixed)
     return scn
 

@@ -74,7 +74,12 @@ def window(
     series' end)."""
     n = len(series.values) if test_end is None else test_end
     start = int((1 - TEST_FRACTION) * n) if test_start is None else test_start
-    if start < 2 * series.per_day or start >= n - h:
+    if test_end is not None and start > n - h:
+        raise UserError(
+            f"{series.name}: the test window covers {n - start} steps; a forecast {h} steps "
+            f"ahead needs at least {h}"
+        )
+    if start < 2 * series.per_day or start > n - h:
         need = 2 * series.per_day / (1 - TEST_FRACTION) if test_start is None else start + h + 1
         raise UserError(
             f"{series.name}: too short for a backtest at this horizon ({n} steps; "
@@ -200,6 +205,9 @@ def published_span(series: Series, lucid: pd.Series) -> tuple[int, int]:
     """The steps of the series a published prediction covers, [first, last + 1): the test
     window, so that every model is scored where the prediction has a value. A step in that
     span without one is refused: scored as a prediction of nought it would sink the baseline."""
+    lucid = lucid.sort_index()
+    if lucid.empty:
+        raise UserError("the published prediction has no bins")
     first = int(series.index.searchsorted(lucid.index[0]))
     end = int(series.index.searchsorted(lucid.index[-1], side="right"))
     if end <= first:
@@ -209,6 +217,14 @@ def published_span(series: Series, lucid: pd.Series) -> tuple[int, int]:
             f"{series.index[-1]}"
         )
     steps = series.index[first:end]
+    during = lucid.index[(lucid.index >= series.index[0]) & (lucid.index <= series.index[-1])]
+    between = during[~during.isin(series.index)]
+    if len(between):  # a finer grid: read on the series' steps alone, it would lose its scale
+        raise UserError(
+            f"the published prediction has a bin at {between[0]}, between the steps of "
+            f"{series.name} ({len(between):,} such); its bins must fall on the series' "
+            f"{series.step_min:g}-min steps"
+        )
     missing = steps[~steps.isin(lucid.index)]
     if len(missing):
         raise UserError(

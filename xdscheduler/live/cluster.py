@@ -242,7 +242,18 @@ def _start_node(state: ClusterState, state_path: Path, start) -> ClusterState:
                 raise
             log.warning("%s: starting it again (%d of %d)", e, attempt + 1, NODE_STARTS)
             state = state.model_copy(update={"processes": state.processes[:-1]})
+            _wait_gone(state, len(state.processes))
     raise AssertionError("unreachable")  # the last attempt returns or raises
+
+
+def _wait_gone(state: ClusterState, count: int) -> None:
+    """Wait (NODE_TIMEOUT_S at most) until at most `count` nodes are alive: a node whose
+    `ray start` exited after its raylet registered stays listed as alive until the GCS finds
+    it dead, and would make its retry look joined at once, the next node then joining beside
+    it."""
+    deadline = time.monotonic() + NODE_TIMEOUT_S
+    while len(alive_nodes(state)) > count and time.monotonic() < deadline:
+        time.sleep(0.5)
 
 
 def _ray_start(
@@ -340,6 +351,8 @@ def wait_labels(state: ClusterState, scn: Scenario, wait_s: float, say=None) -> 
         except UserError as e:
             now = time.monotonic()
             if now >= deadline:
+                if wait_s <= 0:
+                    raise
                 raise UserError(f"after waiting {wait_s:.0f} s (--wait): {e}") from None
             if say and (str(e) != said or now - said_at >= 60):  # news, or once a minute
                 say(f"waiting for the nodes ({deadline - now:.0f} s left): {e}")
