@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import Counter
 from functools import cached_property
 from pathlib import Path
 from typing import TypeVar
@@ -18,6 +19,7 @@ from xdscheduler.tenants import Tenancy
 from xdscheduler.yamlfile import read_yaml
 
 log = logging.getLogger("xdscheduler.scenario")
+_WARNED: set[tuple[str, str]] = set()  # (resolved path, domain): a mixed domain, warned of
 
 MAX_DOMAIN_GPUS = 1_000_000  # accelerators in one domain (and asked by one job)
 MAX_DOMAINS = 256
@@ -116,9 +118,9 @@ class Domain(FileModel):
         """What a domain of several accelerator types is planned as, in words (None where it
         has one type): every accelerator as its largest group's, which a job that lands on the
         others does not run at."""
-        kinds: dict[str, int] = {}
+        kinds: Counter[str] = Counter()
         for g in self.nodes:
-            kinds[g.spec.name] = kinds.get(g.spec.name, 0) + g.count * g.gpus_each
+            kinds[g.spec.name] += g.count * g.gpus_each
         if len(kinds) < 2:
             return None
         return (
@@ -384,9 +386,6 @@ def load_scenario(path: str | Path) -> Scenario:
             _WARNED.add(key)
             log.warning("%s: %s", path, d.mixed)
     return scn
-
-
-_WARNED: set[tuple[str, str]] = set()
 
 
 def default_scenario_path() -> Path:

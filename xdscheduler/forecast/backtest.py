@@ -131,14 +131,14 @@ def auto_ets(series: Series, win: Window, h: int) -> np.ndarray:
 
 
 def history_forecast(
-    series: Series, win: Window, h: int, seed: int = 0, pool=(), fitted: dict | None = None
+    series: Series, win: Window, h: int, seed: int = 0, pooled=(), fitted: dict | None = None
 ):
     """The history model trained before the test window: on this series and on each pooled
-    sibling up to the same moment in time (no sibling data from the test window either).
-    `fitted`: direct models already fitted on the same series and pool (`fit_history`).
-    Returns (point, unit, direct point, model), as `forecasts` gives them."""
-    first = series.index[win.origins[0] + 1]
-    others = [(sib.values, sib.index, end) for sib, end in poolable(series, first, pool)[0]]
+    sibling up to the same moment in time (`pooled`: `poolable`'s siblings, each with its
+    steps before the test window; no sibling data from the test window either). `fitted`:
+    direct models already fitted on the same series and pool (`fit_history`). Returns
+    (point, unit, direct point, model), as `forecasts` gives them."""
+    others = [(sib.values, sib.index, end) for sib, end in pooled]
     model = fit_history(
         series.values,
         series.index,
@@ -303,8 +303,8 @@ def run(
         test_start, test_end = published_span(series, lucid)
     win = window(series, h, test_start, test_end)
     total = h if series.target == "arrivals" else 1  # arrivals: totals over the horizon
-    point, unit, direct, model = history_forecast(series, win, h, seed, pool, fitted)
     used, left = poolable(series, series.index[win.origins[0] + 1], pool)
+    point, unit, direct, model = history_forecast(series, win, h, seed, used, fitted)
     base = baselines(series, win, h, lucid)
     actual = win.actual * total
     out = {

@@ -342,6 +342,8 @@ def wait_labels(state: ClusterState, scn: Scenario, wait_s: float, say=None) -> 
     refused at once: that is a wrong address, not a slow node."""
     from xdscheduler.ray_cluster import check_address
 
+    if wait_s <= 0:
+        return check_labels(state, scn)
     check_address(state.address)
     deadline = time.monotonic() + wait_s
     said, said_at = "", -math.inf
@@ -351,8 +353,6 @@ def wait_labels(state: ClusterState, scn: Scenario, wait_s: float, say=None) -> 
         except UserError as e:
             now = time.monotonic()
             if now >= deadline:
-                if wait_s <= 0:
-                    raise
                 raise UserError(f"after waiting {wait_s:.0f} s (--wait): {e}") from None
             if say and (str(e) != said or now - said_at >= 60):  # news, or once a minute
                 say(f"waiting for the nodes ({deadline - now:.0f} s left): {e}")
