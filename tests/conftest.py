@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from pathlib import Path
@@ -178,6 +179,22 @@ def xds_log(caplog, monkeypatch):
 
     monkeypatch.setattr(logging.getLogger("xdscheduler"), "propagate", True)
     return caplog
+
+
+@contextlib.contextmanager
+def catalog_kept():
+    """This process's accelerator catalog as it was, after the block: reading a catalog
+    registers its entries, and the tests after it would see them."""
+    from xdscheduler import catalog
+
+    tables = (catalog.ACCELERATORS, catalog._ACCELERATOR_KEYS)
+    known = [dict(t) for t in tables]
+    try:
+        yield
+    finally:
+        for table, was in zip(tables, known, strict=True):
+            table.clear()
+            table.update(was)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import SCENARIOS
+from tests.conftest import SCENARIOS, catalog_kept
 from xdscheduler.cli import main
 from xdscheduler.yamlfile import read_yaml
 
@@ -789,18 +789,9 @@ def test_any_mutated_yaml_input_is_read_cleanly(capsys, tmp_path, kind, which, v
         node = node[key]
     node[path[-1]] = value
     (tmp_path / "in.yaml").write_text(yaml.safe_dump(doc))
-    from xdscheduler import catalog
-
-    known = dict(catalog.ACCELERATORS), dict(catalog._ACCELERATOR_KEYS)
-    try:
+    with catalog_kept():  # per example: hypothesis runs them all in one test
         code, err = check(
             capsys, *[w.format(file=tmp_path / "in.yaml", tmp=tmp_path) for w in argv]
         )
-    finally:  # a catalog read registers its entries: this process's catalog as it was
-        for table, was in zip(
-            (catalog.ACCELERATORS, catalog._ACCELERATOR_KEYS), known, strict=True
-        ):
-            table.clear()
-            table.update(was)
     assert code in (0, 2) and "Traceback" not in err, err
     assert code == 0 or err.strip().splitlines()[-1].startswith("xds: error:"), err

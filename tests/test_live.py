@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, SCENARIOS
+from tests.conftest import REPO, SCENARIOS, catalog_kept
 from tests.reaper import reaped
 from xdscheduler.errors import UserError
 from xdscheduler.live import fabric
@@ -458,14 +458,15 @@ def fit_beats_the_shipped_constants(runs_csv: Path, entries: Path, constants: di
     from xdscheduler.costmodel.calibration import errors, held_out_by_default, load_runs
     from xdscheduler.costmodel.constants import DEFAULT
 
-    catalog.load_catalog(entries)
-    runs, _ = load_runs(runs_csv)
-    fitted = [r for r, held in zip(runs, held_out_by_default(runs), strict=True) if not held]
+    with catalog_kept():
+        catalog.load_catalog(entries)
+        runs, _ = load_runs(runs_csv)
+        fitted = [r for r, held in zip(runs, held_out_by_default(runs), strict=True) if not held]
 
-    def cost(calib) -> float:
-        return float(np.sum(np.log1p(errors(fitted, calib)) ** 2))
+        def cost(calib) -> float:
+            return float(np.sum(np.log1p(errors(fitted, calib)) ** 2))
 
-    return cost(replace(DEFAULT, **constants)) < cost(DEFAULT)  # a fit that moved nothing fails
+        return cost(replace(DEFAULT, **constants)) < cost(DEFAULT)  # one that moved nothing fails
 
 
 @needs_fabric
