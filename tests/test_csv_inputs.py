@@ -98,6 +98,21 @@ def test_day_first_and_month_first_dates_read_as_the_times_they_are(tmp_path, wr
     assert (read == pd.DatetimeIndex(t)).all()
 
 
+def test_a_long_column_is_read_day_first_where_only_a_row_the_sample_skips_shows_it():
+    """A long column chooses its reading on a sample of rows; a row the sample skipped that
+    only the other reading can read (day 13, written day first) still decides it."""
+    from xdscheduler.forecast import csvfile
+    from xdscheduler.forecast.csvfile import timestamps
+
+    n = 2 * csvfile.SAMPLE_ROWS + 1  # the sample: every second row, so row n - 1 is skipped
+    t = pd.Series(pd.Timestamp("2020-05-05") + pd.to_timedelta(4 * np.arange(n), unit="s"))
+    t.iloc[n - 2] = pd.Timestamp("2020-05-13")  # a row of index n - 2: odd, not sampled
+    text = pd.DataFrame({"time": t.dt.strftime("%d/%m/%Y %H:%M:%S")})
+    read = timestamps(text, "time", "s.csv")
+    assert read[n - 2] == pd.Timestamp("2020-05-13")
+    assert (read == pd.DatetimeIndex(t)).all()
+
+
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan", "-1", "1e308", "1e10", "abc", ""])
 def test_a_bad_demand_value_names_its_row_and_column(capsys, tmp_path, value):
     path = put(trace(tmp_path / "s.csv"), 7, 1, value)
