@@ -1,3 +1,4 @@
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -201,23 +202,67 @@ def test_scenario_check_counts_in_words(tmp_path, capsys):
     assert "valid; 2 domains, 64 accelerators, 1 link, 1 job listed;" in capsys.readouterr().out
 
 
-def test_a_domain_of_mixed_accelerators_is_warned_of_once_with_what_it_is_planned_as(
-    tmp_path, xds_log
-):
+def test_a_domain_of_mixed_accelerators_is_planned_as_a_pool_per_type(tmp_path, xds_log, capsys):
+    """Each type a pool of its own, joined by the domain's network and linked to the other
+    domains as the domain is; said once a file (before, it was planned as its largest group's
+    type, 8 H100 as V100)."""
     from xdscheduler.scenario import load_scenario
 
+    xds_log.set_level(logging.INFO, logger="xdscheduler")
     path = tmp_path / "mixed.yaml"
     doc = yaml.safe_load(yaml.safe_dump(VOLTA_ONLY))
     doc["domains"][0]["nodes"].append({"accelerator": "H100", "count": 1})
     path.write_text(yaml.safe_dump(doc))
     scn = load_scenario(path)
     load_scenario(path)  # a study reads it again: said once
+    pools = {d.name: d for d in scn.domains}
+    assert list(pools) == ["a.V100-SXM2-32GB", "a.H100-SXM", "b"]
+    assert [(d.gpus, d.accelerator.name) for d in pools.values()][:2] == [
+        (32, "V100-SXM2-32GB"),
+        (8, "H100-SXM"),
+    ]
+    assert pools["a.H100-SXM"].storage.capacity_tb == pytest.approx(1000.0 * 8 / 40)
+    links = {(x.a, x.b): x for x in scn.links}
+    for pool in ("a.V100-SXM2-32GB", "a.H100-SXM"):  # the WAN, as the domain had it
+        assert (links[pool, "b"].bandwidth_gbps, links[pool, "b"].rtt_ms) == (10.0, 5.0)
+    fabric = links["a.V100-SXM2-32GB", "a.H100-SXM"]
+    assert fabric.per_node_pair and fabric.price_per_gb == 0.0 and fabric.rtt_ms < 1.0
     said = [r.getMessage() for r in xds_log.records if "mixes" in r.getMessage()]
-    first = scn.domains[0]
-    assert said == [f"{path}: {first.mixed}"]
-    assert first.mixed.startswith(f"domain {first.name} mixes 32 V100-SXM2-32GB, 8 H100-SXM")
-    assert "planned as 40 V100-SXM2-32GB" in first.mixed
-    assert scn.domains[1].mixed is None
+    assert said == [f"{path}: {scn.pooled['a']}"]
+    assert scn.pooled["a"].startswith("domain a mixes 32 V100-SXM2-32GB, 8 H100-SXM: it is planned")
+    assert "2 pools, a.V100-SXM2-32GB, a.H100-SXM" in scn.pooled["a"]
+    again = parse_scenario(scn.model_dump(), "again")  # pools read back are domains as they are
+    assert [d.name for d in again.domains] == list(pools) and not again.pooled
+    from xdscheduler.cli import main
+
+    assert main(["scenario", "check", str(path)]) == 0
+    assert "3 domains, 72 accelerators, 3 links, 1 job listed (counting the pools a was" in (
+        capsys.readouterr().out
+    )
+
+
+def test_a_mixed_domains_other_accelerators_are_planned_at_their_own_speed():
+    """32 V100 and 32 H100 in one domain: the best plan on 32 accelerators takes the H100
+    pool; planned as one type, the domain ran every accelerator at the V100's speed."""
+    from xdscheduler.planner.search import THROUGHPUT_ONLY, JobSpec, search
+    from xdscheduler.planner.view import ClusterView
+
+    doc = yaml.safe_load(yaml.safe_dump(VOLTA_ONLY))
+    doc["domains"][0]["nodes"].append({"accelerator": "H100", "count": 4})
+    doc["jobs"][0].update(dtype="fp16", gpus={"min": 8, "max": 32})
+    scn = parse_scenario(doc, "mixed.yaml")
+    view = ClusterView.from_scenario(scn)
+    best = search(JobSpec.of(scn.jobs[0]), view, THROUGHPUT_ONLY).best
+    assert [view.domains[i].name for i in best.domains] == ["a.H100-SXM"]
+
+
+def test_a_mixed_domains_pool_may_not_take_another_domains_name():
+    doc = yaml.safe_load(yaml.safe_dump(VOLTA_ONLY))
+    doc["domains"][0]["nodes"].append({"accelerator": "H100", "count": 1})
+    doc["domains"][1]["name"] = "a.H100-SXM"
+    doc["links"][0]["b"] = "a.H100-SXM"
+    with pytest.raises(UserError, match=r"domain 'a.H100-SXM' is also the name of a mixed"):
+        parse_scenario(doc, "clash.yaml")
 
 
 def test_cli_reports_a_bad_file_with_status_2_and_no_traceback(tmp_path, default_scenario_path):

@@ -572,8 +572,14 @@ def cmd_scenario_check(args) -> None:
             (len(scn.jobs), "job"),
         )
     )
+    pooled = (
+        f" (counting the pools {', '.join(scn.pooled)} {'was' if len(scn.pooled) == 1 else 'were'}"
+        " split into, one per accelerator type)"
+        if scn.pooled
+        else ""
+    )
     print(
-        f"{args.file}: valid; {counts} listed; a day's study holds about "
+        f"{args.file}: valid; {counts} listed{pooled}; a day's study holds about "
         f"{jobs:,.0f} job{'' if round(jobs) == 1 else 's'}"
     )
 

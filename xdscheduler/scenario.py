@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 from collections import Counter
@@ -9,7 +10,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import TypeVar
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from xdscheduler import catalog
 from xdscheduler.costmodel.plan import Precision
@@ -19,10 +27,13 @@ from xdscheduler.tenants import Tenancy
 from xdscheduler.yamlfile import read_yaml
 
 log = logging.getLogger("xdscheduler.scenario")
-_WARNED: set[tuple[str, str]] = set()  # (resolved path, domain): a mixed domain, warned of
+_SAID: set[tuple[str, str]] = set()  # (resolved path, domain): a mixed domain's pools, said
 
 MAX_DOMAIN_GPUS = 1_000_000  # accelerators in one domain (and asked by one job)
 MAX_DOMAINS = 256
+MAX_LINK_GBPS = 10_000.0
+# The round trip between two accelerator types of one data centre: tens of microseconds.
+FABRIC_RTT_MS = 0.05
 MAX_LOAD = 3.0  # offered load: three times what the domains hold is already a queue for ever
 YEAR_S = 365 * 86400.0
 M = TypeVar("M", bound=BaseModel)
@@ -101,7 +112,8 @@ class Domain(FileModel):
 
     @cached_property
     def accelerator(self) -> catalog.Accelerator:
-        """The accelerator most of the domain has: the one a mixed domain is planned on."""
+        """The accelerator most of the domain has: its only one in a scenario read, where a
+        mixed domain is a pool per type."""
         return self._main_group.spec
 
     @cached_property
@@ -114,19 +126,48 @@ class Domain(FileModel):
         return max(self.nodes, key=lambda g: g.count * g.gpus_each)
 
     @cached_property
-    def mixed(self) -> str | None:
-        """What a domain of several accelerator types is planned as, in words (None where it
-        has one type): every accelerator as its largest group's, which a job that lands on the
-        others does not run at."""
-        kinds: Counter[str] = Counter()
+    def kinds(self) -> dict[str, int]:
+        """Accelerators by type, the largest group's first."""
+        count: Counter[str] = Counter()
         for g in self.nodes:
-            kinds[g.spec.name] += g.count * g.gpus_each
-        if len(kinds) < 2:
-            return None
-        return (
-            f"domain {self.name} mixes {', '.join(f'{n} {k}' for k, n in kinds.items())}: it "
-            f"is planned as {self.gpus} {self.accelerator.name}, its largest group; give each "
-            "type a domain of its own, linked at the domain's network, to plan each as it is"
+            count[g.spec.name] += g.count * g.gpus_each
+        return dict(count.most_common())
+
+    def pools(self) -> list[Domain]:
+        """The domain as one pool per accelerator type, each named `domain.TYPE` and holding
+        its share of the storage; itself where it has one type."""
+        if len(self.kinds) < 2:
+            return [self]
+        whole, out = self.model_dump(), []
+        for kind, gpus in self.kinds.items():
+            share = gpus / self.gpus
+            pool = {
+                # a name as a domain's is spelt ('+' is not); the catalog keeps types apart
+                # by their letters and digits, so no two pools get one name
+                "name": f"{self.name}.{re.sub(r'[^A-Za-z0-9_-]', '-', kind)}",
+                "nodes": [
+                    whole["nodes"][i] for i, g in enumerate(self.nodes) if g.spec.name == kind
+                ],
+                "storage": {k: v * share for k, v in whole["storage"].items()},
+            }
+            out.append(Domain.model_validate({**whole, **pool}))
+        return out
+
+    def fabric(self, x: Domain, y: Domain) -> Link:
+        """The link between two of its pools: its own network, every node pair at a node's
+        scale-out rate at once, a data centre's round trip, no egress price, no swings."""
+        node_gbps = self.intra_domain_gbps * min(x.gpus_per_node, y.gpus_per_node)
+        return Link.model_validate(
+            {
+                "a": x.name,
+                "b": y.name,
+                "bandwidth_gbps": float(min(node_gbps, MAX_LINK_GBPS)),
+                "rtt_ms": FABRIC_RTT_MS,
+                "fluctuation": 0.0,
+                "per_node_pair": True,
+                "flow_gbps": self.flow_gbps,
+                "source": f"domain {self.name}'s own network, between its accelerator types",
+            }
         )
 
 
@@ -135,8 +176,8 @@ class Link(FileModel):
 
     a: str
     b: str
-    bandwidth_gbps: Positive = Field(le=10_000)
-    bandwidth_gbps_ba: Positive | None = Field(default=None, le=10_000)  # b->a if it differs
+    bandwidth_gbps: Positive = Field(le=MAX_LINK_GBPS)
+    bandwidth_gbps_ba: Positive | None = Field(default=None, le=MAX_LINK_GBPS)  # b->a if it differs
     rtt_ms: NonNegative = Field(le=2000)
     price_per_gb: NonNegative = Field(default=0.0, le=100)
     fluctuation: float = Field(default=0.2, ge=0, le=0.3)  # bound on |epsilon(t)|
@@ -146,7 +187,7 @@ class Link(FileModel):
     per_node_pair: bool = False
     # what one connection between two accelerators across the link gets, the slower way;
     # None: no cap beyond the link's bandwidth
-    flow_gbps: Positive | None = Field(default=None, le=10_000)
+    flow_gbps: Positive | None = Field(default=None, le=MAX_LINK_GBPS)
     source: str | None = None
 
     @model_validator(mode="after")
@@ -272,6 +313,8 @@ class Scenario(FileModel):
     tenancy: Tenancy | None = None  # tenants, quotas and preemption (None: one queue for all)
     # accelerators of the scenario's own (another SKU, measured figures), added to the catalog
     accelerators: list[catalog.AcceleratorEntry] = Field(default=[], max_length=100)
+    # a domain of several accelerator types -> what became of it, in words: its pools
+    _pooled: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -311,9 +354,49 @@ class Scenario(FileModel):
                 f"workload.min_gpus: {self.workload.min_gpus} is more than the "
                 f"{total} accelerators of all the domains together"
             )
+        self._split_mixed()
         if self.tenancy is not None:
             self._tenants_known(self.tenancy)
         return self
+
+    def _split_mixed(self) -> None:
+        """Each domain of several accelerator types becomes a pool per type, linked to each
+        other by the domain's own network and to the other domains as the domain is: every
+        plan then runs each accelerator at its own speed (before, a mixed domain was planned
+        as its largest group's type, its other accelerators at that type's speed)."""
+        pools = {d.name: d.pools() for d in self.domains}
+        if all(len(p) == 1 for p in pools.values()):
+            return
+        names = [p.name for ps in pools.values() for p in ps]
+        taken = sorted(n for n, times in Counter(names).items() if times > 1)
+        if taken:
+            raise ValueError(
+                f"domain {taken[0]!r} is also the name of a mixed domain's pool (a domain of "
+                "several accelerator types is planned as a pool per type, named DOMAIN.TYPE); "
+                "rename the domain"
+            )
+        if len(names) > MAX_DOMAINS:
+            raise ValueError(
+                f"{len(names)} domains once mixed domains are split into a pool per "
+                f"accelerator type; at most {MAX_DOMAINS}"
+            )
+        links = [
+            Link.model_validate({**link.model_dump(), "a": x.name, "b": y.name})
+            for link in self.links
+            for x in pools[link.a]
+            for y in pools[link.b]
+        ]
+        for d in self.domains:
+            links += [d.fabric(x, y) for x, y in itertools.combinations(pools[d.name], 2)]
+        mixed = [d for d in self.domains if len(pools[d.name]) > 1]
+        self._pooled = {d.name: _pooling(d, pools[d.name], links) for d in mixed}
+        object.__setattr__(self, "domains", [p for ps in pools.values() for p in ps])
+        object.__setattr__(self, "links", links)  # validated; frozen to the rest of the code
+
+    @property
+    def pooled(self) -> dict[str, str]:
+        """Each domain of several accelerator types, and in words the pools it became."""
+        return self._pooled
 
     def _tenants_known(self, tenancy: Tenancy) -> None:
         classes: dict[str, int] = {}
@@ -340,6 +423,16 @@ class Scenario(FileModel):
             f"no job {name!r} in scenario {self.name!r}"
             f"{catalog.did_you_mean(name, names)}; jobs: {', '.join(names)}"
         )
+
+
+def _pooling(d: Domain, pools: list[Domain], links: list[Link]) -> str:
+    fabric = next(x for x in links if {x.a, x.b} == {pools[0].name, pools[1].name})
+    return (
+        f"domain {d.name} mixes {', '.join(f'{n} {k}' for k, n in d.kinds.items())}: it is "
+        f"planned as {len(pools)} pools, {', '.join(p.name for p in pools)}, joined by its own "
+        f"network ({fabric.bandwidth_gbps:g} Gbit/s a node pair) and linked to the other "
+        "domains as it is"
+    )
 
 
 TOP = "(top level)"
@@ -378,13 +471,13 @@ def validated(model: type[M], data: object, source: str, what: str) -> M:
 
 
 def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate a scenario YAML file; a domain of mixed accelerators is warned of
-    (once a file and domain: studies read their scenario many times)."""
+    """Read and validate a scenario YAML file; what became of a domain of mixed accelerators
+    is said (once a file and domain: studies read their scenario many times)."""
     scn = parse_scenario(read_yaml(path, "scenario"), str(path))
-    for d in scn.domains:
-        if d.mixed and (key := (str(Path(path).resolve()), d.name)) not in _WARNED:
-            _WARNED.add(key)
-            log.warning("%s: %s", path, d.mixed)
+    for name, pools in scn.pooled.items():
+        if (key := (str(Path(path).resolve()), name)) not in _SAID:
+            _SAID.add(key)
+            log.info("%s: %s", path, pools)
     return scn
 
 
