@@ -445,6 +445,35 @@ def test_a_job_larger_than_three_domains_spans_as_many_as_it_needs():
         search(job, view, Weights(), SearchOptions(max_domains=3), pareto=False)
 
 
+def square_with_slow_diagonals(k: int = 4) -> ClusterView:
+    """k domains round a ring of 10 Gbit/s links, every other pair joined at 1 Gbit/s."""
+    view = ring_of(k, gbps=1.0)
+    bw = view.bandwidth_gbps.copy()
+    for i in range(k):
+        bw[i, (i + 1) % k] = bw[(i + 1) % k, i] = 10.0
+    return replace(view, bandwidth_gbps=bw)
+
+
+@pytest.mark.parametrize("k", [4, 8])  # every ring order tried; the widest way on, greedily
+def test_replicas_over_several_domains_ring_round_their_widest_links(k):
+    """A ring all-reduce sends to the next member only: over domains round a ring of fast
+    links with slow ones across, the fast ring paces it and carries its traffic (before, the
+    narrowest of every pair did, ten times slower)."""
+    from xdscheduler.planner.space import DATA, describe_placements
+
+    view = square_with_slow_diagonals(k)
+    scrambled = np.array([[0, *range(2, k, 2), *range(1, k, 2)]])  # 0, 2, 4, ..., 1, 3, ...
+    pl = describe_placements(view, np.array([DATA], dtype=object), scrambled)
+    ring = pl.domains[0].tolist()
+    assert sorted(ring) == list(range(k))
+    assert all(abs(a - b) in (1, k - 1) for a, b in itertools.pairwise([*ring, ring[0]]))
+    assert pl.wan.dp_gbps[0] == pytest.approx(view.goodput_gbps[0, 1])
+    arch = catalog.model("gpt3-175b")
+    job = JobSpec("big", arch, 1536, arch.seq_len, 128 * k, 128 * k)
+    best = search(job, view, Weights(), SearchOptions(kinds=(DATA,)), pareto=False).best
+    assert len(best.links) == k and all(view.bandwidth_gbps[ab] == 10.0 for ab in best.links)
+
+
 def test_domain_sets_grow_only_while_the_job_can_use_them():
     """Past the few largest domains, sets are grown along the widest links and stop once they
     hold the most the job can use: K² sets, not 2^K."""

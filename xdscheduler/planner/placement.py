@@ -114,12 +114,13 @@ class Placement:
     @property
     def links(self) -> list[tuple[int, int]]:
         """The WAN links its traffic crosses (domain indices): between consecutive stages of a
-        pipeline, every pair of a replicated job's domains; none inside one domain."""
+        pipeline, round the ring of a replicated job's domains (in their order, the last to
+        the first); none inside one domain."""
         d = self.domains
-        if self.kind == PIPELINE:
+        if self.kind == PIPELINE or (self.kind == DATA and len(d) == 2):
             return list(itertools.pairwise(d))
         if self.kind == DATA:
-            return [(a, b) for i, a in enumerate(d) for b in d[i + 1 :]]
+            return list(itertools.pairwise((*d, d[0])))
         return []
 
     @property

@@ -28,6 +28,7 @@ from xdscheduler.costmodel.steptime import memory_gib
 from xdscheduler.planner.view import ClusterView
 
 SINGLE, PIPELINE, DATA = "single", "pipeline", "data"
+RING_EXACT = 6  # members of a data placement up to which every ring order is tried: 5! = 120
 # Cheapest first: the first rung whose memory fits is the one a plan uses.
 MEMORY_LADDER = ((1, 0), (1, 1), (1, 2), (3, 2))  # (zero stage, recompute index)
 SHARDED_LADDER = ((3, 0), (3, 1), (3, 2))  # FSDP shards every state, whatever fits
@@ -252,51 +253,77 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
     )
     n_dom = valid.sum(axis=1)
     bw, rtt, price = view.goodput_gbps, view.rtt_ms / 1000.0, view.price_per_gb
+    is_pp = kind == PIPELINE
+    is_dp = kind == DATA
+    doms = in_rings(bw, rtt, doms, n_dom, is_dp)
+    safe = np.where(valid, doms, 0)
     # Pipeline: consecutive stage domains; activations go one way, gradients the other.
     a, b = safe[:, :-1], safe[:, 1:]
     hop = valid[:, 1:]
     hop_bw = np.where(hop, np.minimum(bw[a, b], bw[b, a]), np.inf)
-    is_pp = kind == PIPELINE
-    is_dp = kind == DATA
-    # Data: a ring over all members; its narrowest link and largest RTT bound the all-reduce.
-    pair_bw = np.full(len(kind), np.inf)
-    pair_rtt = np.zeros(len(kind))
-    pair_price = np.zeros(len(kind))
+    # Data: a ring over the members in their order, each sending to the next (the last to the
+    # first): its narrowest hop and largest RTT bound the all-reduce, each hop carries as much.
+    nxt = np.where(
+        np.arange(doms.shape[1]) + 1 < n_dom[:, None], np.roll(safe, -1, axis=1), safe[:, :1]
+    )
     # Links rated per node pair: a placement counts them so only where all its links are,
     # its narrowest link then standing for each of its node pairs.
     per_node = (
         view.per_node_pair if view.per_node_pair is not None else np.zeros(bw.shape, dtype=bool)
     )
     flow = view.flow_gbps if view.flow_gbps is not None else np.full(bw.shape, np.inf)
-    pair_flow = np.full(len(kind), np.inf)
     pp_per_node = np.where(hop, per_node[a, b], True).all(axis=1)
-    dp_per_node = np.ones(len(kind), dtype=bool)
-    for i, j in itertools.combinations(range(doms.shape[1]), 2):
-        both = valid[:, i] & valid[:, j]
-        x, y = safe[:, i], safe[:, j]
-        pair_bw = np.where(both, np.minimum(pair_bw, np.minimum(bw[x, y], bw[y, x])), pair_bw)
-        pair_rtt = np.where(both, np.maximum(pair_rtt, rtt[x, y]), pair_rtt)
-        pair_price = pair_price + np.where(both, price[x, y], 0.0)
-        dp_per_node &= ~both | per_node[x, y]
-        pair_flow = np.where(both, np.minimum(pair_flow, flow[x, y]), pair_flow)
-    pairs = np.maximum(n_dom * (n_dom - 1) / 2, 1)
+    ring = valid & (n_dom[:, None] > 1)
+    ring_price = np.where(ring, price[safe, nxt], 0.0).sum(axis=1) / np.maximum(n_dom, 1)
     wan = WanUse(
         pp_crossings=np.where(is_pp, n_dom - 1, 0.0),
         pp_gbps=np.where(is_pp, hop_bw.min(axis=1, initial=np.inf), np.inf),
         pp_latency_s=np.where(is_pp, np.where(hop, rtt[a, b] / 2, 0.0).sum(axis=1), 0.0),
         dp_domains=np.where(is_dp, n_dom, 1.0),
-        dp_gbps=np.where(is_dp, pair_bw, np.inf),
-        dp_rtt_s=np.where(is_dp, pair_rtt, 0.0),
+        dp_gbps=np.where(is_dp, np.where(ring, bw[safe, nxt], np.inf).min(axis=1), np.inf),
+        dp_rtt_s=np.where(is_dp, np.where(ring, rtt[safe, nxt], 0.0).max(axis=1), 0.0),
         pp_per_node=(is_pp & pp_per_node).astype(float),
-        dp_per_node=(is_dp & dp_per_node).astype(float),
+        dp_per_node=(is_dp & np.where(ring, per_node[safe, nxt], True).all(axis=1)).astype(float),
         pp_flow_gbps=np.where(
             is_pp, np.where(hop, flow[a, b], np.inf).min(axis=1, initial=np.inf), np.inf
         ),
-        dp_flow_gbps=np.where(is_dp, pair_flow, np.inf),
+        dp_flow_gbps=np.where(is_dp, np.where(ring, flow[safe, nxt], np.inf).min(axis=1), np.inf),
     )
     hop_price = np.where(hop, price[a, b], 0.0).sum(axis=1) / np.maximum(n_dom - 1, 1)
-    wan_price = np.where(is_pp, hop_price, np.where(is_dp, pair_price / pairs, 0.0))
+    wan_price = np.where(is_pp, hop_price, np.where(is_dp, ring_price, 0.0))
     return Placements(kind, doms, hw, wan, wan_price)
+
+
+def in_rings(bw, rtt, doms: np.ndarray, n_dom: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """`doms` with the members of each of `rows` in the order of the directed ring whose
+    narrowest hop is widest (then whose longest round trip is shortest), the pace of a ring
+    all-reduce over them: every order of up to RING_EXACT members, and beyond, from the first,
+    the widest way on to one not yet taken. Two members make one ring (there and back); three
+    or more need not use every link."""
+    out = doms.copy()
+    for k in np.unique(n_dom[rows & (n_dom > 2)]):
+        at = np.flatnonzero(rows & (n_dom == k))
+        out[at, :k] = _ring(bw, rtt, doms[at, :k])
+    return out
+
+
+def _ring(bw: np.ndarray, rtt: np.ndarray, members: np.ndarray) -> np.ndarray:
+    r, k = members.shape
+    if k <= RING_EXACT:
+        orders = np.array([(0, *p) for p in itertools.permutations(range(1, k))])
+        rings = members[:, orders]  # (r, orders, k)
+        hops = (rings, np.roll(rings, -1, axis=2))
+        narrowest, slowest = bw[hops].min(axis=2), rtt[hops].max(axis=2)
+        widest = narrowest >= narrowest.max(axis=1, keepdims=True) * (1 - 1e-9)
+        return rings[np.arange(r), np.where(widest, slowest, np.inf).argmin(axis=1)]
+    rows, out = np.arange(r), members.copy()
+    left = np.ones((r, k), dtype=bool)
+    left[:, 0] = False
+    for step in range(1, k):
+        reach = np.where(left, bw[out[:, step - 1][:, None], members], -np.inf)
+        j = reach.argmax(axis=1)
+        out[:, step], left[rows, j] = members[rows, j], False
+    return out
 
 
 @dataclass(frozen=True)
