@@ -171,6 +171,15 @@ def test_empty_tables_still_give_a_report(tmp_path):
     assert pd.read_parquet(paths["metrics.parquet"]).empty
 
 
+def test_a_study_without_links_gets_a_report(tmp_path):
+    """One domain, no links: the links table is empty and of no type (it crashed the plot)."""
+    summary, domains, jobs, links = frames()
+    paths = write_report(
+        tmp_path / "new", summary, domains, jobs, pd.DataFrame(columns=links.columns)
+    )
+    assert set(paths) == FILES
+
+
 @pytest.mark.parametrize("frame", ["domains", "jobs", "links"])
 def test_a_missing_column_is_named(tmp_path, frame):
     summary, domains, jobs, links = frames()

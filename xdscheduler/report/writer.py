@@ -272,7 +272,8 @@ SPREAD_FOR_LOG = 20  # links whose means differ more than this are plotted on a 
 def _bandwidth(links: pd.DataFrame):
     fig, ax = plt.subplots(figsize=(9, 4), layout="constrained")
     # the narrowest links (lowest mean), which bind jobs across them, are named; others grey
-    means = links.groupby("link")["bandwidth_gbps"].mean()
+    # as floats: a study without links has an empty table of no type
+    means = links.groupby("link")["bandwidth_gbps"].mean().astype(float)
     narrowest = list(means.nsmallest(NAMED_LINKS).index)
     colours = [f"C{i}" for i in range(10) if i != 7]  # the default cycle less its grey
     for name, rows in links.sort_values("time_s", kind="stable").groupby("link", sort=False):
