@@ -93,3 +93,43 @@ def test_single_domain_baselines_never_spread_and_never_replan(policy):
     spec = job("j", 16, 16, 1.0, base)
     assert policy.decide([spec], base.with_free({"east": 8, "west": 8}), 0.0) == []
     assert policy.single_domain and policy.replan(spec, None, base) is None
+
+
+def test_fifo_never_runs_a_job_below_its_minimum_nor_waits_for_one_no_domain_holds():
+    """A job asking for more than any domain has is refused, not run on a domain's worth (it
+    was: its minimum of 32 run on 16, and reported done) and not waited for by the queue."""
+    from xdscheduler.planner.baselines import FifoSingleDomain
+
+    base = two_domains()
+    giant = job("giant", 32, 32, 1.0, base.with_free({"east": 32, "west": 0}))
+    small = job("small", 8, 8, 1.0, base)
+    placed = FifoSingleDomain().decide([giant, small], base, 0.0)
+    assert [(p.job, p.total_gpus) for p in placed] == [("small", 8)]
+
+
+def old_and_new() -> ClusterView:
+    """old: 32 V100 (no BF16 plan), new: 16 H100; the old one has the most room."""
+    doms = [("old", "V100-SXM2-32GB", 4), ("new", "H100-SXM", 2)]
+    return ClusterView.from_scenario(
+        parse_scenario(
+            {
+                "name": "old-and-new",
+                "domains": [
+                    {"name": n, "location": {"city": n}, "nodes": [{"accelerator": a, "count": c}]}
+                    for n, a, c in doms
+                ],
+                "links": [{"a": "old", "b": "new", "bandwidth_gbps": 10, "rtt_ms": 20}],
+            }
+        )
+    )
+
+
+@pytest.mark.parametrize("policy", [GangSingleDomain(), GreedyCrossDomain()])
+def test_a_domain_that_cannot_run_a_job_leaves_it_to_the_next(policy):
+    """The domain with the most room has no plan for the job (V100: no BF16): the next one
+    runs it (before, nothing ran: every job went to the V100s and got no plan)."""
+    view = old_and_new()
+    arch = catalog.model("llama3-8b")
+    spec = JobSpec("j", arch, 256, arch.seq_len, 8, 32, tokens=1e9)
+    (p,) = policy.decide([spec], view, 0.0)
+    assert p.names == ("new",) and p.total_gpus == 16

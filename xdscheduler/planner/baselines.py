@@ -109,11 +109,13 @@ class FifoSingleDomain(_NoReplans):
         for job in queue:
             start = time.perf_counter()
             want = min(job.gpus_max, largest)
+            if want < job.gpus_min:
+                continue  # no domain will ever hold it: refused, not waited for
             fit = next((i for i, f in enumerate(free) if f >= want), None)
             if fit is None:
                 break  # FIFO: nobody overtakes the head of the queue
             plan = megatron_default(job, want, _hardware(view, [fit]), self.stack)
-            if plan is None:
+            if plan is None or plan.gpus < job.gpus_min:
                 break
             free[fit] -= plan.gpus
             out.append(
@@ -221,9 +223,9 @@ def _after(
 @dataclass
 class GangSingleDomain(_NoReplans):
     """Kueue/Volcano gang admission: a job is admitted whole, at any size between its minimum
-    and its maximum (the largest a domain can hold now, in the domain with the most room), on
-    the fastest plan for that size; best-effort FIFO: a job that cannot be admitted does not
-    block the ones behind it."""
+    and its maximum (the largest a domain can hold now, in the domain with the most room that
+    runs it), on the fastest plan for that size; best-effort FIFO: a job that cannot be
+    admitted does not block the ones behind it."""
 
     name: str = "gang-single-domain"
 
@@ -232,11 +234,9 @@ class GangSingleDomain(_NoReplans):
         out = []
         for job in queue:
             start = time.perf_counter()
-            d = int(np.argmax(free))
-            size = int(min(job.gpus_max, free[d]))
-            p = fastest_on(job, view, {d: size}) if size >= job.gpus_min else None
+            p = _in_most_room(job, view, free)
             if p is not None:
-                free[d] -= p.total_gpus
+                free[p.domains[0]] -= p.total_gpus
                 out.append(
                     _timed(
                         p,
@@ -245,6 +245,19 @@ class GangSingleDomain(_NoReplans):
                     )
                 )
         return out
+
+
+def _in_most_room(job: JobSpec, view: ClusterView, free: np.ndarray) -> Placement | None:
+    """The fastest plan at the most the domain with the most room holds (up to the job's
+    maximum), or in the next such domain where none runs there (a V100 domain has no BF16
+    plan); None where no domain holds the job's minimum."""
+    for d in np.argsort(-free, kind="stable"):
+        if free[d] < job.gpus_min:
+            return None
+        p = fastest_on(job, view, {int(d): int(min(job.gpus_max, free[d]))})
+        if p is not None:
+            return p
+    return None
 
 
 @dataclass
@@ -277,11 +290,7 @@ class GreedyCrossDomain(_NoReplans):
         if not order or free.sum() < job.gpus_min:
             return None, ""
         if free[order[0]] >= job.gpus_min:
-            d = order[0]
-            return (
-                fastest_on(job, view, {d: int(min(job.gpus_max, free[d]))}),
-                "inside the domain with the most room",
-            )
+            return _in_most_room(job, view, free), "inside the domain with the most room"
         taken, total = {}, 0
         for i in order:  # the most room first, until the minimum is met
             taken[i] = int(min(free[i], job.gpus_max - total))
