@@ -570,6 +570,17 @@ def test_a_balanced_split_by_hand():
     assert units.tolist() == [[27, 13], [8, 2]] and pace.tolist() == [13.5, 8 / 3]
 
 
+def test_a_balanced_split_leaves_no_worker_without_work():
+    """32 layers over stages of speeds 0.3 to 2.2 (a pipeline across six accelerator types):
+    the slowest stages still take a layer each (before, floor(pace x speed) gave them none,
+    and their accelerators counted towards the job while holding no layer)."""
+    from xdscheduler.planner.balance import balanced_pace
+
+    counts = np.array([[5, 2, 2, 8, 8, 7]])
+    units, _ = balanced_pace(np.array([32.0]), counts, np.array([[0.3, 1.2, 2.2, 0.9, 1.1, 0.4]]))
+    assert (units >= 1).all() and (units * counts).sum() >= 32
+
+
 def h100_and_910b() -> ClusterView:
     h, a = catalog.accelerator("H100-SXM"), catalog.accelerator("Ascend-910B")
     doms = (

@@ -32,17 +32,23 @@ def balanced_pace(
     gets. By hand: 80 layers over 2 stages of speed 2 and 2 of speed 1 are 27, 27, 13, 13
     (pace 13.5).
 
-    Bisects on the pace: at pace T a worker of speed s takes floor(T·s) units.
+    Bisects on the pace: at pace T a worker of speed s takes floor(T·s) units, and one at the
+    least: a stage without a layer or a replica without a sample would hold its accelerators
+    for nothing.
     """
     used = counts > 0
     c, s = np.where(used, counts, 0).astype(float), np.where(used, speeds, 1.0)
+
+    def taken(pace: np.ndarray) -> np.ndarray:
+        return np.maximum(np.floor(pace[:, None] * s + 1e-9), 1.0)
+
     lo = np.zeros(len(total))
     hi = np.ceil(total / np.maximum(c.sum(axis=1), 1)) / np.where(used, s, np.inf).min(axis=1)
     for _ in range(rounds):
         mid = (lo + hi) / 2
-        ok = (c * np.floor(mid[:, None] * s + 1e-9)).sum(axis=1) >= total
+        ok = (c * taken(mid)).sum(axis=1) >= total
         hi, lo = np.where(ok, mid, hi), np.where(ok, lo, mid)
-    units = np.where(used, np.floor(hi[:, None] * s + 1e-9), 0.0)
+    units = np.where(used, taken(hi), 0.0)
     return units, np.where(used, units / s, 0.0).max(axis=1)
 
 

@@ -154,10 +154,12 @@ def placements(
     singles = [(SINGLE, (i,)) for i in sorted(alike.values()) if free[i] > 0]
     singles = singles if SINGLE in opts.kinds else []
     limit = min(opts.max_domains or len(free), len(free))
-    big = sorted(np.flatnonzero(free > 0).tolist(), key=lambda i: -free[i])[: opts.combo_domains]
+    by_size = sorted(np.flatnonzero(free > 0).tolist(), key=lambda i: -free[i])
+    big = by_size[: opts.combo_domains]
     sets = [m for size in range(2, limit + 1) for m in itertools.combinations(sorted(big), size)]
     chains = [c for m in sets for c in _chains(m)]
     grown = [g for seed in big for g in _grown(view, free, int(seed), limit, gpus_max)]
+    grown += _largest(view, by_size, free, limit, gpus_max)
     if gpus_max is not None:
         sets = [m for m in sets if free[list(m)].sum() - free[list(m)].min() < gpus_max]
         chains = [c for c in chains if free[list(c)].sum() - free[list(c)].min() < gpus_max]
@@ -181,6 +183,25 @@ def placements(
     for r, (_, members) in enumerate(rows):
         doms[r, : len(members)] = members
     return describe_placements(view, np.array([kind for kind, _ in rows], dtype=object), doms)
+
+
+def _largest(
+    view: ClusterView, by_size: list[int], free: np.ndarray, limit: int, gpus_max: int | None
+) -> list[tuple[int, ...]]:
+    """The k largest domains as a chain (grown from the largest along the widest links among
+    them; left out where that walk cannot reach them all), for each k from 2 until they hold
+    `gpus_max`: the set a giant needs, which chains grown over every domain miss where small
+    ones hang on wide links (a data centre's pools of other accelerators, on its own network)."""
+    out: list[tuple[int, ...]] = []
+    for k in range(2, min(limit, len(by_size)) + 1):
+        among = np.zeros_like(free)
+        among[by_size[:k]] = free[by_size[:k]]
+        walk = _grown(view, among, by_size[0], k, None)
+        if walk and len(walk[-1]) == k:
+            out.append(walk[-1])
+        if among.sum() >= (gpus_max or np.inf):
+            break
+    return out
 
 
 def _grown(
