@@ -10,6 +10,8 @@ from xdscheduler.scenario import parse_scenario
 
 REGIONS = ["aws:a", "gcp:b", "azure:c"]
 REAL = ["aws:us-east-1", "gcp:europe-west1-b", "azure:japaneast"]
+FIRST_GRID, LATER_GRID = "skyplane_throughput_2022-01.csv", "skyplane_throughput_2022-11.csv"
+PING_GRID = "skyplane_latency_2022-01.csv"
 # The real files' columns (2022-11 spells 'throughput_recieved').
 THROUGHPUT_COLUMNS = (
     "src_region,src_tier,src_instance_class,dst_region,dst_tier,"
@@ -75,10 +77,10 @@ PING = [
 def grid(tmp_path: Path) -> Path:
     folder = tmp_path / "wan"
     folder.mkdir()
-    _throughput(folder / m.THROUGHPUT, FIRST)
-    _throughput(folder / m.THROUGHPUT_LATER, LATER, later=True)
+    _throughput(folder / FIRST_GRID, FIRST)
+    _throughput(folder / LATER_GRID, LATER, later=True)
     _write(
-        folder / m.LATENCY,
+        folder / PING_GRID,
         LATENCY_COLUMNS,
         [
             {
@@ -102,7 +104,7 @@ def test_load_wan_takes_medians_of_successful_premium_runs(grid):
     assert w.gbps[("gcp:b", "aws:a")] == pytest.approx(3.0)
     assert w.gbps[("aws:a", "azure:c")] == pytest.approx(2.0)
     assert w.gbps_later[("gcp:b", "aws:a")] == pytest.approx(3.3)
-    assert w.rtt_ms[("aws:a", "azure:c")] == 150.0 and w.min_rtt_ms[("aws:a", "azure:c")] == 149
+    assert w.rtt_ms[("aws:a", "azure:c")] == 150.0
     assert w.drift[("aws:a", "gcp:b")] == pytest.approx(0.2)
 
 
@@ -110,21 +112,21 @@ def test_failed_runs_are_left_out_and_malformed_cells_named(grid, xds_log):
     """A run that moved nothing and a ping of no time are failed runs, not links of zero;
     success written 1/0 counts; files without tiers use every run; a cell that is not a
     number is named by file, row and column."""
-    _throughput(grid / m.THROUGHPUT, [*FIRST, ("aws:a", "gcp:b", 0.0, "PREMIUM", True)])
+    _throughput(grid / FIRST_GRID, [*FIRST, ("aws:a", "gcp:b", 0.0, "PREMIUM", True)])
     with xds_log.at_level("WARNING"):
         w = m.load_wan(grid)
     assert w.gbps[("aws:a", "gcp:b")] == pytest.approx(5.0)
     assert "left out 1 rows whose throughput_received is empty, zero or negative" in xds_log.text
-    frame = pd.read_csv(grid / m.THROUGHPUT).drop(columns=["src_tier", "dst_tier"])
+    frame = pd.read_csv(grid / FIRST_GRID).drop(columns=["src_tier", "dst_tier"])
     frame["success"] = frame["success"].astype(str).eq("True").astype(int)
-    frame.to_csv(grid / m.THROUGHPUT, index=False)
+    frame.to_csv(grid / FIRST_GRID, index=False)
     assert m.load_wan(grid).gbps[("aws:a", "gcp:b")] == pytest.approx(6.0)  # 4, 6, 50: all tiers
     bad = frame.astype({"throughput_received": object})
     bad.loc[2, "throughput_received"] = "fast"
-    bad.to_csv(grid / m.THROUGHPUT, index=False)
+    bad.to_csv(grid / FIRST_GRID, index=False)
     with pytest.raises(UserError, match=r"2022-01\.csv: row 4, throughput_received: 'fast'"):
         m.load_wan(grid)
-    frame.drop(columns="throughput_received").to_csv(grid / m.THROUGHPUT, index=False)
+    frame.drop(columns="throughput_received").to_csv(grid / FIRST_GRID, index=False)
     with pytest.raises(UserError, match=r"no column throughput_received; a Skyplane CSV has"):
         m.load_wan(grid)
 
@@ -168,19 +170,17 @@ def test_bad_region_lists_are_explained(grid, regions, message):
 
 
 def test_unmeasured_pair_is_named(grid):
-    _throughput(grid / m.THROUGHPUT, [r for r in FIRST if r[0] != "azure:c" or r[1] != "gcp:b"])
+    _throughput(grid / FIRST_GRID, [r for r in FIRST if r[0] != "azure:c" or r[1] != "gcp:b"])
     with pytest.raises(UserError, match="no throughput measured between gcp:b and azure:c"):
         m.scenario_from_measurements(REGIONS, grid)
 
 
 def test_missing_file_is_named(grid):
-    (grid / m.LATENCY).unlink()
-    with pytest.raises(
-        UserError,
-        match=rf"{m.LATENCY} is missing: the folder must hold the "
-        "Skyplane CSVs",
-    ):
+    (grid / PING_GRID).unlink()
+    with pytest.raises(UserError, match=r"wan has no skyplane_latency_\*\.csv: the Skyplane"):
         m.load_wan(grid)
+    with pytest.raises(UserError, match=r"2022-01\.csv is a file, not a folder: the Skyplane"):
+        m.load_wan(grid / FIRST_GRID)
 
 
 def test_written_scenario_round_trips_and_is_not_overwritten(grid, tmp_path):
@@ -218,3 +218,90 @@ def test_real_measurements():
         for gbps in (link.bandwidth_gbps, link.bandwidth_gbps_ba or link.bandwidth_gbps):
             assert 0.05 <= gbps <= 30
         assert 1 <= link.rtt_ms <= 400 and 0.05 <= link.fluctuation <= 0.3
+
+
+def test_grids_of_any_date_are_read_in_date_order(grid):
+    """Other dates than Skyplane's, sorted by the numbers of the date (2023-9 before 2023-10):
+    the earliest grid gives the bandwidth, the newest the drift; with one grid no drift is
+    known, and every link takes the bound."""
+    (grid / FIRST_GRID).rename(grid / "skyplane_throughput_2023-9.csv")
+    (grid / LATER_GRID).rename(grid / "skyplane_throughput_2023-10.csv")
+    (grid / PING_GRID).rename(grid / "skyplane_latency_2023-9.csv")
+    w = m.load_wan(grid)
+    assert w.gbps[("aws:a", "gcp:b")] == pytest.approx(5.0)
+    assert w.drift[("aws:a", "gcp:b")] == pytest.approx(0.2)
+    doc = m.scenario_from_measurements(REGIONS, grid)
+    assert doc["links"][0]["source"] == (
+        "Skyplane iperf3+ping 2023-9 (skyplane_throughput_2023-9.csv, "
+        "skyplane_latency_2023-9.csv); 2023-10 drift"
+    )
+    assert doc["description"].endswith("; throughput 2023-9 and 2023-10, ping RTT 2023-9.")
+    (grid / "skyplane_throughput_2023-10.csv").unlink()
+    doc = m.scenario_from_measurements(REGIONS, grid)
+    assert {x["fluctuation"] for x in doc["links"]} == {m.MAX_FLUCTUATION}
+    assert doc["links"][0]["source"].endswith("; no later run: bound")
+    assert doc["description"].endswith("; throughput 2023-9, ping RTT 2023-9.")
+
+
+def test_only_the_columns_used_are_required_and_tiers_match_in_any_case(grid):
+    """A ping grid with avg_rtt alone is read; 'premium' is PREMIUM (the STANDARD rows of a
+    pair with premium ones are still left out)."""
+    ping = pd.read_csv(grid / PING_GRID)
+    ping.drop(columns=["min_rtt", "max_rtt", "mdev_rtt"]).to_csv(grid / PING_GRID, index=False)
+    for name in (FIRST_GRID, PING_GRID):
+        frame = pd.read_csv(grid / name)
+        frame[["src_tier", "dst_tier"]] = frame[["src_tier", "dst_tier"]].apply(
+            lambda tier: tier.str.lower()
+        )
+        frame.to_csv(grid / name, index=False)
+    w = m.load_wan(grid)
+    assert w.gbps[("aws:a", "gcp:b")] == pytest.approx(5.0)  # 4, 6; not the STANDARD 50
+    assert w.rtt_ms[("aws:a", "azure:c")] == 150.0  # not the STANDARD 10
+
+
+def test_a_blank_success_is_unrecorded_and_kept(grid):
+    """success blank: not recorded, the run counts (a run that moved nothing is still left
+    out); a value that is neither yes nor no is named by file, row and column."""
+    frame = pd.read_csv(grid / FIRST_GRID)
+    frame["success"] = frame["success"].map({True: None, False: "no"})
+    frame.to_csv(grid / FIRST_GRID, index=False)
+    w = m.load_wan(grid)
+    assert w.gbps[("aws:a", "gcp:b")] == pytest.approx(5.0)
+    assert w.gbps[("aws:a", "azure:c")] == pytest.approx(2.0)  # the failed 99 still dropped
+    frame.loc[3, "success"] = "maybe"
+    frame.to_csv(grid / FIRST_GRID, index=False)
+    with pytest.raises(UserError, match=r"2022-01\.csv: row 5, success: 'maybe' is not a yes"):
+        m.load_wan(grid)
+
+
+@pytest.mark.parametrize(
+    "name,column,scale,message",
+    [
+        (FIRST_GRID, "throughput_received", 1e-9, r"median of 3, implausible in bit/s"),
+        (LATER_GRID, "throughput_recieved", 1e-6, r"median of 3300, implausible in bit/s"),
+        (PING_GRID, "avg_rtt", 1e-3, r"median of 0.084, implausible in ms"),
+    ],
+)
+def test_a_column_in_another_unit_is_refused_naming_file_and_column(
+    grid, name, column, scale, message
+):
+    """Gbit/s (or Mbit/s) where bit/s is read, seconds where ms: refused before a scenario of
+    links of a billionth of their speed is written."""
+    frame = pd.read_csv(grid / name)
+    frame[column] *= scale
+    frame.to_csv(grid / name, index=False)
+    column = column.replace("recieved", "received")  # read under its right spelling
+    with pytest.raises(UserError, match=rf"{name}: {column} has a {message}"):
+        m.load_wan(grid)
+
+
+def test_the_six_region_scenario_is_what_the_measurements_give(data_dir, tmp_path):
+    """The shipped scenario is reproduced byte for byte by the command in its header."""
+    regions = "aws:us-east-1,azure:westus,gcp:europe-west4-a,aws:eu-central-1,azure:japaneast"
+    regions += ",gcp:asia-southeast1-a"
+    doc = m.scenario_from_measurements(
+        regions.split(","), data_dir / "wan", name="skyplane_six_regions"
+    )
+    m.write_scenario(doc, tmp_path / "six.yaml")
+    shipped = (Path(__file__).parents[1] / "scenarios" / "skyplane_six_regions.yaml").read_text()
+    assert (tmp_path / "six.yaml").read_text() in shipped

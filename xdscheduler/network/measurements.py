@@ -4,6 +4,8 @@ Skyplane (Jain et al., NSDI 2023; Apache-2.0) measured iperf3 throughput with 64
 connections for 5 s between VMs in 63 AWS, GCP and Azure regions in January 2022, again in
 November 2022, and ping RTTs in January 2022. A domain per chosen region gets the measured
 bandwidth each way and the mean RTT; the drift between the two grids bounds the fluctuation.
+A folder may hold other dates (`skyplane_throughput_<date>.csv`, `skyplane_latency_<date>.csv`):
+the earliest throughput grid gives the bandwidth, the newest its drift, every ping grid the RTT.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import difflib
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,14 +25,13 @@ from xdscheduler.textfile import numeric_column, read_frame, write_atomic
 
 log = logging.getLogger(__name__)
 
-THROUGHPUT = "skyplane_throughput_2022-01.csv"
-THROUGHPUT_LATER = "skyplane_throughput_2022-11.csv"
-LATENCY = "skyplane_latency_2022-01.csv"
-SOURCE = (
+THROUGHPUT_FILES = "skyplane_throughput_*.csv"
+LATENCY_FILES = "skyplane_latency_*.csv"
+SKYPLANE = (
     "Skyplane inter-region measurements (github.com/skyplane-project/skyplane, "
-    "Apache-2.0): iperf3, 64 connections, 5 s; throughput 2022-01 and 2022-11, "
-    "ping RTT 2022-01"
+    "Apache-2.0): iperf3, 64 connections, 5 s"
 )
+LINKS_FROM = "links from "  # in a scenario's description, before what they were measured by
 MIN_FLUCTUATION, MAX_FLUCTUATION = 0.05, 0.3  # the scenario schema's bound on |epsilon|
 PAIR = ["src_region", "dst_region"]
 COLUMNS = {
@@ -39,22 +41,34 @@ COLUMNS = {
     "success",
     "throughput_received",
     "throughput_recieved",
-    "min_rtt",
     "avg_rtt",
 }  # 'recieved': sic in the 2022-11 file
+# A median run below these is a column in another unit (Gbit/s, seconds), not a measurement:
+# the real grids' medians are 4.6 Gbit/s and 153 ms.
+UNITS = {
+    "throughput_received": ("bit/s", 1e6, "Gbit/s or Mbit/s"),
+    "avg_rtt": ("ms", 1.0, "seconds"),
+}
+SUCCEEDED, FAILED = {"true", "t", "yes", "y", "1", "1.0"}, {"false", "f", "no", "n", "0", "0.0"}
 
 Pair = tuple[str, str]
 
 
+def snapshot_date(path: Path) -> str:
+    """The date a Skyplane CSV's name gives: '2022-01' of skyplane_throughput_2022-01.csv."""
+    return path.stem.split("_", 2)[-1]
+
+
 @dataclass(frozen=True)
 class WanMeasurements:
-    """Medians per directed (src_region, dst_region) pair: Gbit/s at two dates, RTT in ms."""
+    """Medians per directed (src_region, dst_region) pair: Gbit/s at the earliest and newest
+    throughput snapshot (None with one snapshot), RTT in ms; the files, earliest first."""
 
-    gbps: pd.Series  # 2022-01
-    gbps_later: pd.Series  # 2022-11, the same grid ten months on
+    gbps: pd.Series
+    gbps_later: pd.Series | None
     rtt_ms: pd.Series  # ping avg RTT
-    min_rtt_ms: pd.Series  # ping min RTT
-    source_dir: Path
+    throughput_files: tuple[Path, ...]
+    latency_files: tuple[Path, ...]
 
     @property
     def regions(self) -> list[str]:
@@ -62,9 +76,37 @@ class WanMeasurements:
         return sorted(set(pairs.get_level_values(0)) | set(pairs.get_level_values(1)))
 
     @property
+    def later_date(self) -> str | None:
+        return snapshot_date(self.throughput_files[-1]) if self.gbps_later is not None else None
+
+    @property
     def drift(self) -> pd.Series:
-        """|relative change| of throughput 2022-01 -> 2022-11, for pairs measured both times."""
+        """|relative change| of throughput from the earliest snapshot to the newest, for pairs
+        measured both times (none with one snapshot)."""
+        if self.gbps_later is None:
+            return pd.Series(dtype=float)
         return (self.gbps_later / self.gbps - 1).abs().dropna()
+
+    @property
+    def source(self) -> str:
+        """What the measurements are, with the dates of the files read."""
+        dates = [snapshot_date(self.throughput_files[0]), self.later_date]
+        pings = ", ".join(snapshot_date(p) for p in self.latency_files)
+        return f"{SKYPLANE}; throughput {' and '.join(filter(None, dates))}, ping RTT {pings}"
+
+    def link_source(self, drift_known: bool) -> str:
+        """A link's provenance: the files its bandwidth and RTT came from, and its drift's."""
+        first = self.throughput_files[0]
+        pings = [snapshot_date(p) for p in self.latency_files]
+        runs = (
+            f"iperf3+ping {pings[0]}"
+            if pings == [snapshot_date(first)]
+            else f"iperf3 {snapshot_date(first)}+ping {', '.join(pings)}"
+        )
+        files = ", ".join(p.name for p in (first, *self.latency_files))
+        later = self.later_date
+        note = f"{later} drift" if drift_known else f"no {later or 'later'} run: bound"
+        return f"Skyplane {runs} ({files}); {note}"
 
 
 def default_data_dir() -> Path:
@@ -94,18 +136,35 @@ def shared_data_dir(sub: str, holding: str, remedy: str = "") -> Path:
     )
 
 
-def _read(path: Path) -> pd.DataFrame:
-    if not path.exists():
-        raise UserError(
-            f"{path} is missing: the folder must hold the Skyplane CSVs "
-            f"{THROUGHPUT}, {THROUGHPUT_LATER} and {LATENCY}"
+def _snapshots(folder: Path, pattern: str) -> list[Path]:
+    """The files matching `pattern` in `folder`, earliest first by the date in their names."""
+    found = sorted(
+        folder.glob(pattern),
+        key=lambda p: ([int(n) for n in re.findall(r"\d+", snapshot_date(p))], p.name),
+    )
+    if not found:
+        where = (
+            "is a file, not a folder"
+            if folder.is_file()
+            else f"has no {pattern}"
+            if folder.is_dir()
+            else "does not exist"
         )
+        raise UserError(
+            f"{folder} {where}: the Skyplane folder holds one or more throughput grids "
+            f"{THROUGHPUT_FILES} and ping grids {LATENCY_FILES}, each dated in its name "
+            "(e.g. skyplane_throughput_2022-01.csv)"
+        )
+    return found
+
+
+def _read(path: Path, values: list[str]) -> pd.DataFrame:
+    """The successful, measured runs of a Skyplane CSV, with the `values` columns as numbers."""
     frame = read_frame(path, "Skyplane CSV")
     if "throughput_received" in frame:  # the 2022-11 file spells it 'recieved'
         frame = frame.drop(columns="throughput_recieved", errors="ignore")
     frame = frame[[c for c in frame.columns if c in COLUMNS]]
     frame = frame.rename(columns={"throughput_recieved": "throughput_received"})
-    values = ["avg_rtt", "min_rtt"] if path.name == LATENCY else ["throughput_received"]
     missing = [c for c in [*PAIR, *values] if c not in frame]
     if missing:
         raise UserError(
@@ -114,7 +173,36 @@ def _read(path: Path) -> pd.DataFrame:
         )
     for column in values:
         frame[column] = numeric_column(frame, column, path)
-    return _measured_only(frame, values, path)
+    frame = _measured_only(frame[_succeeded(frame, path)], values, path)
+    for column in values:
+        _check_unit(frame[column], column, path)
+    return frame
+
+
+def _succeeded(frame: pd.DataFrame, path: Path) -> pd.Series:
+    """Rows not marked as failed runs: a blank `success` is unrecorded, and the run is kept
+    (a run that moved nothing is still left out by its value)."""
+    if "success" not in frame:
+        return pd.Series(True, index=frame.index)
+    text = frame["success"].astype(str).str.strip().str.lower()
+    unknown = ~text.isin(SUCCEEDED | FAILED) & frame["success"].notna() & text.ne("")
+    if unknown.any():
+        row = unknown.idxmax()
+        raise UserError(
+            f"{path}: row {int(row) + 2}, success: {frame['success'][row]!r} is not a yes or no; "
+            "accepted: True/False, 1/0, yes/no (or blank: unrecorded)"
+        )
+    return ~text.isin(FAILED)
+
+
+def _check_unit(values: pd.Series, column: str, path: Path) -> None:
+    unit, floor, other = UNITS[column]
+    median = values.median()
+    if median < floor:  # NaN (no rows) passes
+        raise UserError(
+            f"{path}: {column} has a median of {median:g}, implausible in {unit}, the unit of "
+            f"a Skyplane CSV (is it in {other}?): convert the column to {unit}"
+        )
 
 
 def _measured_only(frame: pd.DataFrame, values: list[str], path: Path) -> pd.DataFrame:
@@ -131,28 +219,34 @@ def _measured_only(frame: pd.DataFrame, values: list[str], path: Path) -> pd.Dat
     return kept
 
 
-def _per_pair(frame: pd.DataFrame, value: str) -> pd.Series:
-    """Median per directed pair over successful runs, PREMIUM-tier only where a pair has some
-    (every run counts where the file names no tiers)."""
-    if "success" in frame:
-        frame = frame[frame["success"].astype(str).str.lower().isin(("true", "1", "1.0", "yes"))]
+def _per_pair(frames: list[pd.DataFrame], value: str) -> pd.Series:
+    """Median per directed pair over the runs, PREMIUM-tier only where a pair has some (every
+    run counts where the file names no tiers)."""
+    frame = pd.concat(frames, ignore_index=True)
     if {"src_tier", "dst_tier"} <= set(frame.columns):
-        premium = (frame["src_tier"] == "PREMIUM") & (frame["dst_tier"] == "PREMIUM")
+        tier = [frame[t].astype(str).str.strip().str.upper() for t in ("src_tier", "dst_tier")]
+        premium = (tier[0] == "PREMIUM") & (tier[1] == "PREMIUM")
         has_premium = premium.groupby([frame[p] for p in PAIR]).transform("any")
         frame = frame[premium | ~has_premium]
     return frame.groupby(PAIR)[value].median()
 
 
 def load_wan(data_dir: Path) -> WanMeasurements:
-    """Read the three Skyplane CSVs in `data_dir` into per-pair medians."""
+    """Read the Skyplane CSVs in `data_dir` into per-pair medians: bandwidth of the earliest
+    throughput grid, and of the newest where there are two or more; RTT of every ping grid."""
     data_dir = Path(data_dir)
-    first, later, ping = (_read(data_dir / f) for f in (THROUGHPUT, THROUGHPUT_LATER, LATENCY))
+    throughput = _snapshots(data_dir, THROUGHPUT_FILES)
+    latency = _snapshots(data_dir, LATENCY_FILES)
+
+    def gbps(path: Path) -> pd.Series:
+        return _per_pair([_read(path, ["throughput_received"])], "throughput_received") / 1e9
+
     return WanMeasurements(
-        gbps=_per_pair(first, "throughput_received") / 1e9,
-        gbps_later=_per_pair(later, "throughput_received") / 1e9,
-        rtt_ms=_per_pair(ping, "avg_rtt"),
-        min_rtt_ms=_per_pair(ping, "min_rtt"),
-        source_dir=data_dir,
+        gbps=gbps(throughput[0]),
+        gbps_later=gbps(throughput[-1]) if len(throughput) > 1 else None,
+        rtt_ms=_per_pair([_read(p, ["avg_rtt"]) for p in latency], "avg_rtt"),
+        throughput_files=tuple(throughput),
+        latency_files=tuple(latency),
     )
 
 
@@ -164,7 +258,7 @@ def _close(name: str, known: list[str]) -> str:
     return ", ".join(difflib.get_close_matches(name, known, n=3, cutoff=0.5)) or "none close"
 
 
-def _check_regions(regions: list[str], known: list[str]) -> None:
+def _check_regions(regions: list[str], known: list[str], source: Path) -> None:
     if len(regions) < 2:
         raise UserError(f"a scenario needs at least 2 regions, got {len(regions)}")
     if len(set(regions)) != len(regions):
@@ -173,7 +267,7 @@ def _check_regions(regions: list[str], known: list[str]) -> None:
     if unknown:
         hints = "; ".join(f"{r!r}: did you mean {_close(r, known)}?" for r in unknown)
         raise UserError(
-            f"region(s) not measured in {THROUGHPUT}: {hints} "
+            f"region(s) not measured in {source.name}: {hints} "
             f"({len(known)} regions known, written like 'aws:us-east-1')"
         )
 
@@ -214,7 +308,7 @@ def scenario_from_measurements(
 ) -> dict:
     """A scenario document (plain dict, valid for `parse_scenario`), one domain per region."""
     w = load_wan(data_dir)
-    _check_regions(regions, w.regions)
+    _check_regions(regions, w.regions, w.throughput_files[0])
     domains = [
         {
             "name": _domain_name(r),
@@ -228,9 +322,9 @@ def scenario_from_measurements(
     for i, a in enumerate(regions):
         for b in regions[i + 1 :]:
             ab, ba, rtt, drift = _pair(w, a, b)
-            # Not re-measured in 2022-11: assume the bound (a quarter of the grid drifted >30%).
+            # Not in a later grid: assume the bound (a quarter of Skyplane's grid drifted >30%
+            # in ten months).
             change = MAX_FLUCTUATION if drift is None else drift
-            note = "2022-11 drift" if drift is not None else "no 2022-11 run: bound"
             link = {"a": _domain_name(a), "b": _domain_name(b), "bandwidth_gbps": round(ab, 3)}
             if ba is not None and round(ba, 3) != link["bandwidth_gbps"]:
                 link["bandwidth_gbps_ba"] = round(ba, 3)
@@ -238,12 +332,12 @@ def scenario_from_measurements(
                 "rtt_ms": round(rtt, 2),
                 "price_per_gb": price_per_gb,
                 "fluctuation": round(min(max(change, MIN_FLUCTUATION), MAX_FLUCTUATION), 3),
-                "source": f"Skyplane iperf3+ping 2022-01 ({THROUGHPUT}, {LATENCY}); {note}",
+                "source": w.link_source(drift is not None),
             }
             links.append(link)
     return {
         "name": name or "measured_" + "_".join(_domain_name(r) for r in regions),
-        "description": f"Domains at cloud regions {', '.join(regions)}; links from {SOURCE}.",
+        "description": f"Domains at cloud regions {', '.join(regions)}; {LINKS_FROM}{w.source}.",
         "seed": 0,
         "domains": domains,
         "links": links,
@@ -267,5 +361,6 @@ def write_scenario(doc: dict, out: Path, overwrite: bool = False) -> None:
     from xdscheduler.scenario import parse_scenario
 
     parse_scenario(doc, str(out))  # never a file that `xds run` would refuse
-    header = f"# Generated by `xds scenario from-measurements` from {SOURCE}.\n"
+    source = doc.get("description", "").partition(LINKS_FROM)[2]  # the measurements' dates
+    header = f"# Generated by `xds scenario from-measurements` from {source}\n"
     write_atomic(out, header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), "scenario")
