@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import pprint
+import re
 import sys
 from pathlib import Path
 
@@ -42,11 +43,18 @@ from benchmarks.calibrate import HERE, in_family
 from xdscheduler.costmodel.calibration import errors, load_runs
 from xdscheduler.costmodel.constants import DEFAULT
 from xdscheduler.errors import UserError
-from xdscheduler.network.measurements import load_wan, shared_data_dir
-from xdscheduler.textfile import read_frame, write_atomic
+from xdscheduler.network.measurements import (
+    THROUGHPUT_FILES,
+    load_wan,
+    shared_data_dir,
+    snapshot_date,
+)
+from xdscheduler.textfile import numeric_column, read_frame, write_atomic
 
 OUT = HERE.parent / "xdscheduler" / "sim" / "truth_params.py"
-PAI_JOBS = "pai_minibatch_job_*_norm.csv"  # every PAI job of the folder (the shared one: 1-4)
+# A PAI job's file: job_1_norm.csv as published, pai_minibatch_job_1_norm.csv as shared, ...
+PAI_JOB = re.compile(r"(?:\w*_)?job_(\d+)(?:_norm)?\.csv", re.IGNORECASE)
+MAX_NORM = 1000  # the dataset's mini-batch times are normalised to 0-1000
 SAME_PROVIDER_STEP = ("gcp", "gcp")  # left out of the goodput fit (see the docstring)
 
 
@@ -85,19 +93,32 @@ def speed_params(runs_csv: Path = HERE / "published_runs.csv") -> dict:
 
 
 def goodput_params(wan_dir: Path) -> dict:
-    """Per-link WAN goodput: Laplace fit of the log ratio of the two Skyplane snapshots."""
+    """Per-link WAN goodput: Laplace fit of the log ratio of the newest Skyplane snapshot over
+    the earliest."""
     wan = load_wan(wan_dir)
+    if wan.gbps_later is None:
+        raise UserError(
+            f"{wan_dir}: one throughput grid ({wan.throughput_files[0].name}); the goodput fit "
+            f"compares two, {THROUGHPUT_FILES} at two dates"
+        )
+    first, later = snapshot_date(wan.throughput_files[0]), wan.later_date
     ratio = np.log(wan.gbps_later / wan.gbps).replace([np.inf, -np.inf], np.nan).dropna()
     provider = [ratio.index.get_level_values(i).str.split(":").str[0] for i in (0, 1)]
     step = (provider[0] == SAME_PROVIDER_STEP[0]) & (provider[1] == SAME_PROVIDER_STEP[1])
     x = ratio[~step].to_numpy()
+    if not len(x):
+        raise UserError(
+            f"{wan_dir}: no region pair measured in both {first} and {later}"
+            + (f" but the {int(step.sum())} gcp->gcp ones, left out" if step.any() else "")
+            + ": the goodput fit compares a pair's throughput across the two grids"
+        )
     loc = float(np.median(x))
     return {
         "loc": loc,
         "scale": float(np.abs(x - loc).mean()),
         "pairs": len(x),
         "left_out": int(step.sum()),
-        "source": "Skyplane iperf3 throughput grids 2022-01 and 2022-11 (wan/), per-pair "
+        "source": f"Skyplane iperf3 throughput grids {first} and {later} (wan/), per-pair "
         "medians of throughput_received, gcp->gcp pairs left out",
     }
 
@@ -107,12 +128,15 @@ def pai_slowdown(path: Path) -> float:
     frame = read_frame(path, "PAI mini-batch times")
     if not {"time", "batch_time_norm"} <= set(frame.columns):
         raise UserError(f"{path}: needs the columns time and batch_time_norm")
-    times = pd.to_numeric(frame["batch_time_norm"], errors="coerce")
-    if times.isna().any() or (times <= 0).any():
-        row = int((times.isna() | (times <= 0)).to_numpy().argmax())
-        raw = frame["batch_time_norm"].iloc[row]
-        shown = repr(raw) if isinstance(raw, str) else str(raw)
-        raise UserError(f"{path}: row {row + 2}, batch_time_norm: {shown} is not a positive time")
+    times = numeric_column(frame, "batch_time_norm", path)
+    outside = ~times.between(0, MAX_NORM, inclusive="right")  # an empty cell too
+    if outside.any():
+        row = outside.idxmax()
+        shown = "empty" if pd.isna(times[row]) else f"{times[row]:g}"
+        raise UserError(
+            f"{path}: row {row + 2}, batch_time_norm: {shown} is not a mini-batch time on the "
+            f"dataset's scale (above 0, at most {MAX_NORM})"
+        )
     step = times.groupby(frame["time"]).max()
     if len(step) < 2:
         raise UserError(f"{path}: {len(step)} iteration(s): a slowdown needs at least 2")
@@ -121,18 +145,37 @@ def pai_slowdown(path: Path) -> float:
 
 def jitter_params(steptime_dir: Path) -> dict:
     """Per-job jitter: an exponential fit of ln(slowdown) over the PAI jobs."""
-    paths = sorted(steptime_dir.glob(PAI_JOBS))
-    if not paths:
-        raise UserError(f"{steptime_dir}: no PAI job ({PAI_JOBS})")
-    slowdown = {p.name.removesuffix("_norm.csv"): pai_slowdown(p) for p in paths}
+    jobs = pai_jobs(steptime_dir)
+    slowdown = {p.stem.removesuffix("_norm"): pai_slowdown(p) for p in jobs.values()}
     logs = np.log(np.maximum(list(slowdown.values()), 1.0))
+    first = next(iter(jobs.values())).name
+    numbers = "-".join(dict.fromkeys(str(n) for n in (min(jobs), max(jobs))))
     return {
         "mean_log": float(logs.mean()),
         "jobs": slowdown,
-        "source": "Alibaba PAI 2020 mini-batch times (steptime/pai_minibatch_job_"
-        + "-".join(dict.fromkeys([paths[0].name.split("_")[3], paths[-1].name.split("_")[3]]))
-        + ")",
+        "source": "Alibaba PAI 2020 mini-batch times "
+        f"(steptime/{first[: PAI_JOB.fullmatch(first).start(1)]}{numbers})",
     }
+
+
+def pai_jobs(steptime_dir: Path) -> dict[int, Path]:
+    """The PAI jobs' files in `steptime_dir` by job number, in its order."""
+    jobs: dict[int, Path] = {}
+    for path in sorted(steptime_dir.glob("*.csv")):
+        if match := PAI_JOB.fullmatch(path.name):
+            number = int(match[1])
+            if number in jobs:
+                raise UserError(
+                    f"{steptime_dir}: job {number} is in both {jobs[number].name} and "
+                    f"{path.name}: keep one"
+                )
+            jobs[number] = path
+    if not jobs:
+        raise UserError(
+            f"{steptime_dir}: no PAI job (job_<n>_norm.csv, as published, or with a prefix: "
+            "pai_minibatch_job_<n>_norm.csv)"
+        )
+    return dict(sorted(jobs.items()))
 
 
 def finite(params, where: str = "") -> None:

@@ -237,6 +237,51 @@ def test_the_fit_refuses_step_times_it_cannot_use_and_writes_nothing_unfinite(tm
         finite({"goodput": {"loc": float("nan"), "pairs": 0}})
 
 
+def test_the_fit_reads_pai_jobs_by_any_published_name_in_job_order(tmp_path):
+    """job_1_norm.csv as published, pai_job_7.csv, ...: each a job, in the order of their
+    numbers (2 before 10); the published coefficient_variation.csv is not a job; one job in
+    two files, or a time off the dataset's 0-1000 scale, is refused naming file and row."""
+    from benchmarks.fit_truth import jitter_params
+
+    folder = tmp_path / "steptime"
+    folder.mkdir()
+    rows = "time,batch_time_norm\n1,10\n1,12\n2,11\n3,13\n"
+    for name in ("job_10_norm.csv", "job_2_norm.csv", "pai_job_7.csv"):
+        (folder / name).write_text(rows)
+    (folder / "coefficient_variation.csv").write_text("0,1\n0.1,0.2\n")
+    fitted = jitter_params(folder)
+    assert list(fitted["jobs"]) == ["job_2", "pai_job_7", "job_10"]
+    assert fitted["source"].endswith("(steptime/job_2-10)")
+    (folder / "pai_minibatch_job_2_norm.csv").write_text(rows)
+    with pytest.raises(UserError, match=r"job 2 is in both job_2_norm\.csv and pai_minibatch_job"):
+        jitter_params(folder)
+    (folder / "pai_minibatch_job_2_norm.csv").unlink()
+    (folder / "pai_job_7.csv").write_text(rows.replace("2,11", "2,1e9"))
+    with pytest.raises(UserError, match=r"pai_job_7\.csv: row 4, batch_time_norm: 1e\+09 is not"):
+        jitter_params(folder)
+
+
+def test_the_goodput_fit_names_why_the_grids_cannot_be_compared(tmp_path):
+    """Grids of other dates are compared; ones sharing no region pair, or a single grid, are
+    refused with the reason, not fitted to NaN."""
+    from benchmarks.fit_truth import goodput_params
+
+    folder = tmp_path / "wan"
+    folder.mkdir()
+    head = "src_region,dst_region,throughput_received\n"
+    (folder / "skyplane_latency_2023-05.csv").write_text("src_region,dst_region,avg_rtt\na,b,9\n")
+    (folder / "skyplane_throughput_2023-05.csv").write_text(head + "aws:a,azure:b,4e9\n")
+    with pytest.raises(UserError, match=r"one throughput grid \(skyplane_throughput_2023-05"):
+        goodput_params(folder)
+    (folder / "skyplane_throughput_2023-11.csv").write_text(head + "aws:a,gcp:c,5e9\n")
+    with pytest.raises(UserError, match=r"no region pair measured in both 2023-05 and 2023-11"):
+        goodput_params(folder)
+    (folder / "skyplane_throughput_2023-11.csv").write_text(head + "aws:a,azure:b,5e9\n")
+    fitted = goodput_params(folder)
+    assert fitted["loc"] == pytest.approx(np.log(5 / 4)) and fitted["pairs"] == 1
+    assert "grids 2023-05 and 2023-11" in fitted["source"]
+
+
 def test_a_step_across_domains_no_link_explains_is_left_to_the_job():
     """DiLoCo syncing every 100 steps hardly depends on its link: a step 30% slower than the
     model changes no factor (spreading it on the domains' speed, as the live plane once did,
