@@ -428,8 +428,8 @@ def test_an_arrival_trace_of_another_make_replays_or_is_refused_by_row(tmp_path)
     replay = load_replay("helios", root=tmp_path)
     assert replay.step_s == 300 and "vcOther" in replay.source and len(replay.rate) == 599
     for column, value, message in (
-        ("total_job_num", "many", r"row 4, total_job_num: 'many' is not a number"),
-        ("time", "not a time", r"row 4, time: 'not a time' is not a time"),
+        ("total_job_num", "many", r"row 3, column 'total_job_num': 'many' is not a finite"),
+        ("time", "not a time", r"row 3, column 'time': 'not a time' is not a date and time"),
     ):
         bad = trace.astype(str)
         bad.loc[2, column] = value
@@ -447,3 +447,67 @@ def test_an_arrival_trace_of_another_make_replays_or_is_refused_by_row(tmp_path)
     pd.DataFrame([{**row, "complete_gpu_time": -3600.0}]).to_csv(acme, index=False)
     with pytest.raises(UserError, match="none missing or negative"):
         load_replay("acme", root=tmp_path)
+
+
+def _replay_of(folder, times, jobs) -> Replay:
+    """The Helios replay of a trace of `times` (as written) and `jobs` (total_job_num)."""
+    pd.DataFrame({"time": times, "total_job_num": jobs}).to_csv(folder / "vc6YE.csv", index=False)
+    replay = load_replay("helios", root=folder.parent.parent)
+    assert replay.rate is not None
+    return replay
+
+
+# Two days a minute across the US spring DST change (12 March 2023), in UTC.
+DST_DAYS = pd.date_range("2023-03-11", periods=2880, freq="min")
+WRITTEN = {
+    "offsets that change at DST": lambda t: [
+        s.isoformat() for s in t.tz_localize("UTC").tz_convert("US/Eastern")
+    ],
+    "dd/mm/yyyy": lambda t: t.strftime("%d/%m/%Y %H:%M"),
+    "a clock seconds off": lambda t: (
+        t + pd.to_timedelta(np.random.default_rng(1).integers(0, 10, len(t)), "s")
+    ).strftime("%Y-%m-%d %H:%M:%S"),
+}
+
+
+@pytest.mark.parametrize("written", WRITTEN)
+def test_an_arrival_trace_reads_times_as_the_forecast_reader_does(tmp_path, written):
+    """Times with a UTC offset, written day first, or a few seconds off the minute replay as
+    the same trace written plainly does: one rate a minute from the same start, no gap."""
+    folder = tmp_path / "demand" / "helios_earth"
+    folder.mkdir(parents=True)
+    jobs = np.cumsum(np.random.default_rng(0).poisson(0.3, len(DST_DAYS)))
+    plain = _replay_of(folder, DST_DAYS.strftime("%Y-%m-%d %H:%M:%S"), jobs)
+    replay = _replay_of(folder, WRITTEN[written](DST_DAYS), jobs)
+    assert replay.start == plain.start == DST_DAYS[0] and replay.step_s == 60
+    assert np.array_equal(replay.rate, plain.rate) and not np.isnan(replay.rate).any()
+    assert window(replay, 24, np.random.default_rng(0)).rate.sum() > 0
+
+
+def test_an_arrival_trace_averages_rows_of_one_time_and_refuses_empty_cells(tmp_path):
+    """As the forecast reader does: rows of one time averaged; an empty cell, or times in
+    epoch seconds, refused by row and column."""
+    folder = tmp_path / "demand" / "helios_earth"
+    folder.mkdir(parents=True)
+    times = pd.Series(DST_DAYS[:600].strftime("%Y-%m-%d %H:%M:%S"))
+    jobs = pd.Series(np.cumsum(np.random.default_rng(0).poisson(0.3, 600)))
+    plain = _replay_of(folder, times, jobs)
+    twice = _replay_of(
+        folder, pd.concat([times, times[100:101]]), pd.concat([jobs, jobs[100:101] + 2])
+    )
+    assert twice.rate is not None and plain.rate is not None
+    assert twice.rate[99] == plain.rate[99] + 1 and len(twice.rate) == len(plain.rate)
+    for when, what, message in (
+        (
+            times,
+            jobs.astype(str).mask(jobs.index == 2, ""),
+            r"row 3, column 'total_job_num': an empty cell",
+        ),
+        (
+            (DST_DAYS[:600] - pd.Timestamp(0)) // pd.Timedelta("1s"),
+            jobs,
+            r"row 1, column 'time': '1678492800' is not a date and time",
+        ),
+    ):
+        with pytest.raises(UserError, match=message):
+            _replay_of(folder, when, what)

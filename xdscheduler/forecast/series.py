@@ -65,15 +65,8 @@ def from_frame(
     where = source or name
     cols = pick(df.columns, _needs(target), where)[1:]
     y = np.sum([numbers(df, c, where, high=MAX_GPUS) for c in cols], axis=0)
-    time = timestamps(df, "time", where)
-    s = by_key(time, y)
-    if len(s) < 3:
-        raise UserError(f"{where}: needs at least 3 distinct times, got {len(s)}")
-    step_min = _step_min(s.index, where)
-    _check_span(time, step_min, where)
-    grid = pd.date_range(s.index[0], s.index[-1], freq=f"{step_min}min")
+    s, step_min = regular(timestamps(df, "time", where), y, where)
     # Gaps: occupancy holds its last value; nothing was submitted in a missing bin.
-    s = s.reindex(grid)
     missing = s.isna()
     if missing.mean() > GAP_WARN_SHARE:
         runs = missing.ne(missing.shift()).cumsum()[missing].value_counts()
@@ -87,7 +80,23 @@ def from_frame(
             "with the last value" if target == "occupancy" else "as no arrival",
         )
     s = s.ffill() if target == "occupancy" else s.fillna(0.0)
-    return Series(name, target, s.to_numpy(float), grid, step_min)
+    return Series(name, target, s.to_numpy(float), s.index, step_min)
+
+
+def regular(time: pd.DatetimeIndex, values: np.ndarray, where: str) -> tuple[pd.Series, int]:
+    """`values` at `time` on a grid of the series' own step, NaN where no row falls, and the
+    step in minutes: times snapped to the step counted from the first (a clock a few seconds
+    off), on whole minutes, and rows of one step averaged."""
+    distinct = time.unique().sort_values()
+    if len(distinct) < 3:
+        raise UserError(f"{where}: needs at least 3 distinct times, got {len(distinct)}")
+    step_min = _step_min(distinct, where)
+    _check_span(time, step_min, where)
+    step = pd.Timedelta(minutes=step_min)
+    steps = np.rint((time - distinct[0]) / step).astype(np.int64)
+    snapped = distinct[0].round("min") + steps * step
+    s = by_key(snapped, values)
+    return s.reindex(pd.date_range(s.index[0], s.index[-1], freq=step)), step_min
 
 
 def _needs(target: str) -> list[tuple[str, ...]]:
@@ -97,9 +106,10 @@ def _needs(target: str) -> list[tuple[str, ...]]:
 
 
 def _step_min(index: pd.DatetimeIndex, where: str) -> int:
-    """The series' step: the median gap between its times, in whole minutes (at least 1)."""
+    """The series' step: the median gap between its times, to the nearest whole minute (at
+    least 1: a median of 9 min 58 s is a 10-minute series with a clock a little off)."""
     step = pd.Timedelta(index.to_series().diff().median())
-    step_min = max(int(step.total_seconds() // 60), 1)
+    step_min = max(round(step.total_seconds() / 60), 1)
     if step_min > MAX_STEP_MIN:
         raise UserError(
             f"{where}: times are {step_min:,} min apart (median); steps of 1 to "

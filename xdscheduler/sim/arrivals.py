@@ -40,6 +40,8 @@ import numpy as np
 import pandas as pd
 
 from xdscheduler.errors import UserError
+from xdscheduler.forecast.csvfile import numbers, read_csv, timestamps
+from xdscheduler.forecast.series import MAX_GPUS, regular
 from xdscheduler.network.measurements import shared_data_dir
 from xdscheduler.textfile import numeric_column, read_frame
 
@@ -86,7 +88,7 @@ def load_replay(kind: str, cluster: str = "kalos", root: Path | None = None) -> 
         return Replay(kind, SOURCES[kind], gpu_s_per_job=acme_gpu_s_per_job(root / ACME, cluster))
     path = _helios(root) if kind == "helios" else root / PHILLY
     column = "total_job_num" if kind == "helios" else "active"
-    rate, start, step_s = _rises(_read(path, ["time", column]), column, path)
+    rate, start, step_s = _rises(path, column)
     source = SOURCES[kind].replace(HELIOS_VC, path.stem)
     return Replay(kind, source, rate, start, step_s)
 
@@ -98,35 +100,33 @@ def _helios(root: Path) -> Path:
     return root / HELIOS if (root / HELIOS).exists() or not others else others[0]
 
 
-def _read(path: Path, columns: list[str]) -> pd.DataFrame:
+def _present(path: Path) -> Path:
     if not path.exists():
         raise UserError(
             f"{path} is missing: the public data folder must hold it (see shared/data/README.md)"
         )
-    frame = read_frame(path, "arrival trace")
+    return path
+
+
+def _read(path: Path, columns: list[str]) -> pd.DataFrame:
+    frame = read_frame(_present(path), "arrival trace")
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise UserError(f"{path}: no column {', '.join(missing)}")
     return frame
 
 
-def _rises(frame: pd.DataFrame, column: str, path: Path) -> tuple[np.ndarray, pd.Timestamp, float]:
-    """Positive changes of `column` a step on a regular grid (the trace's own step, its
-    most common spacing), NaN across gaps in the record; and the step in seconds."""
-    values = numeric_column(frame, column, path).to_numpy(float)
-    times = pd.to_datetime(frame["time"], errors="coerce")
-    if times.isna().any():
-        row = int(times.isna().to_numpy().argmax())
-        raise UserError(f"{path}: row {row + 2}, time: {frame['time'].iloc[row]!r} is not a time")
-    series = pd.Series(values, index=times).groupby(level=0).last().sort_index()
-    if len(series) < 2:
-        raise UserError(f"{path}: too few rows to replay")
-    step_s = float(pd.Series(series.index).diff().dt.total_seconds().mode().iloc[0])
-    grid = pd.date_range(series.index[0], series.index[-1], freq=f"{step_s:.0f}s")
-    rate = np.clip(np.diff(series.reindex(grid).to_numpy()), 0, None)  # NaN: no record
+def _rises(path: Path, column: str) -> tuple[np.ndarray, pd.Timestamp, float]:
+    """Positive changes of `column` a step, read as a demand forecast reads its trace (on a
+    grid of the trace's own step), NaN across gaps in the record; and the step in seconds."""
+    where = str(path)
+    frame = read_csv(_present(path), "arrival trace", [("time", column)])
+    values = numbers(frame, column, where, high=MAX_GPUS)
+    series, step_min = regular(timestamps(frame, "time", where), values, where)
+    rate = np.clip(np.diff(series.to_numpy()), 0, None)  # NaN: no record
     if not np.nansum(rate) > 0:
         raise UserError(f"{path}: {column} never rises: the trace holds no arrival to replay")
-    return rate, grid[0], step_s
+    return rate, series.index[0], step_min * 60.0
 
 
 def acme_gpu_s_per_job(path: Path, cluster: str) -> float:
