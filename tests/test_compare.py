@@ -261,6 +261,26 @@ def test_replayed_arrivals_keep_the_load_and_the_count(data_dir):
     assert cell_workload(scn, 6, 1, 0.8, acme).offered_load == pytest.approx(0.8)
 
 
+def test_acme_arrivals_take_a_held_out_clusters_sizes_and_intensity(tmp_path, monkeypatch):
+    """A summary of a cluster the project does not ship: the scenario names it, the generator
+    draws its sizes and run times from its row, the arrivals its accelerator-seconds a job."""
+    summary = tmp_path / "workload" / "acme_cluster_summary.csv"
+    summary.parent.mkdir()
+    summary.write_text(
+        "id,gpu_job_num,avg_gpu_num,med_gpu_num,avg_run_time_gpu,med_run_time_gpu,max_gpu,"
+        "complete_gpu_time,cancel_gpu_time,fail_gpu_time\n"
+        "Orion,1000,20.0,4.0,5000.0,600.0,32,4.0e7,1.0e7,1.0e7\n"
+    )
+    monkeypatch.setenv("XDS_DATA_DIR", str(tmp_path))
+    doc = yaml.safe_load(small_scenario().model_dump_json())
+    scn = parse_scenario({**doc, "workload": {**doc["workload"], "cluster": "Orion"}})
+    cell = cell_workload(scn, 6, 1, 0.8, load_replay("acme", "Orion", root=tmp_path))
+    assert cell.arrivals == "acme: Poisson, 60,000 GPU-s a job"
+    assert cell.offered_load == pytest.approx(0.8)
+    sizes = {j.gpus.max for j in cell.jobs[cell.listed :]}  # the generated ones
+    assert sizes and sizes <= {8, 16, 32}
+
+
 def test_a_replay_window_is_cut_from_a_full_record_or_stretched():
     # Three hours a minute: the first hour has a gap, the second no arrival, the third some.
     rate = np.r_[np.full(60, np.nan), np.zeros(60), np.ones(60)]

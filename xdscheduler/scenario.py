@@ -296,7 +296,8 @@ class Workload(FileModel):
     """Jobs generated on top of the listed ones, from published LLM-cluster statistics."""
 
     load: float = Field(default=0.9, gt=0, le=MAX_LOAD)  # offered accelerator-time / capacity
-    cluster: str = Field(default="kalos", pattern="^(kalos|seren)$")
+    # a cluster of the Acme summary (kalos, seren shipped); checked against it when jobs are drawn
+    cluster: str = Field(default="kalos", min_length=1, max_length=100)
     min_gpus: int = Field(default=8, gt=0, le=MAX_DOMAIN_GPUS)
     dtype: Precision | None = None  # the generated jobs' precision, as a job's `dtype`
 
