@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.test_cli import run
+from xdscheduler.errors import UserError
 from xdscheduler.sharing.fragmentation import Workload, fragmentation
 from xdscheduler.sharing.inflation import GRID, at_capacity, inflate
 from xdscheduler.sharing.openb import Nodes, Pods, load_nodes, load_pods
@@ -78,7 +79,7 @@ def test_fgd_keeps_room_where_best_fit_strands_a_fragment():
 
 def test_options_follow_the_request():
     cluster = Cluster(nodes(4, 2), WORK)
-    cluster.left[0] = [1000, 300, 300, 1000, 0, 0, 0, 0]
+    cluster.left[0] = [1000, 300, 300, 1000]  # a slot per GPU of the largest node
     share = cluster.options(Pod(1000, 1024, 1, 200))
     # one candidate per distinct free amount of a node: 1000 and 300 on node 0, 1000 on node 1
     assert sorted(zip(share.node.tolist(), share.gpu.tolist(), strict=True)) == [
@@ -89,12 +90,33 @@ def test_options_follow_the_request():
     assert (share.take.sum(axis=1) == 200).all()
     whole = cluster.options(Pod(1000, 1024, 2, 1000))
     assert whole.node.tolist() == [0, 1]  # only fully free GPUs count
-    assert whole.take[0].tolist() == [1000, 0, 0, 1000, 0, 0, 0, 0]
+    assert whole.take[0].tolist() == [1000, 0, 0, 1000]
     assert len(cluster.options(Pod(1000, 1024, 3, 1000))) == 0
     assert len(cluster.options(Pod(64000, 1024, 0, 0))) == 0  # no node has the CPU
     assert len(cluster.options(Pod(1000, 10**7, 0, 0))) == 0  # nor the memory
     only_v100 = cluster.options(Pod(1000, 1024, 1, 200, spec=("V100M32",)))
     assert len(only_v100) == 0
+
+
+def test_nodes_of_sixteen_gpus_are_packed(tmp_path):
+    """Hosts of 16 GPUs are read and packed: a pod of 16 whole GPUs fits only there, a pod of
+    9 leaves 7 whole GPUs behind it; beyond MAX_GPUS_PER_NODE a node is refused."""
+    (tmp_path / "nodes.csv").write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\nbig,64000,524288,16,A100\nsmall,32000,262144,8,A100\n"
+    )
+    cluster = Cluster(load_nodes(tmp_path / "nodes.csv"), WORK)
+    assert cluster.left.shape == (2, 16) and cluster.capacity_milli == 24_000
+    assert cluster.options(Pod(1000, 1024, 16, 1000)).node.tolist() == [0]
+    opts = cluster.options(Pod(1000, 1024, 9, 1000))
+    cluster.place(opts, 0, Pod(1000, 1024, 9, 1000))
+    assert (cluster.left[0] == 1000).sum() == 7 and cluster.allocated_milli == 9000
+    trace = pods([(4000, 8192, 16, 1000), (4000, 8192, 1, 500), (2000, 4096, 4, 1000)])
+    for packer in PACKERS:
+        curve = inflate(load_nodes(tmp_path / "nodes.csv"), trace, Workload.of(trace), packer, 1)
+        assert 0 <= at_capacity(curve) < 1
+    (tmp_path / "nodes.csv").write_text("sn,cpu_milli,memory_mib,gpu,model\nx,1,1,65,A100\n")
+    with pytest.raises(UserError, match="gpu is 65, accepted 0 to 64"):
+        load_nodes(tmp_path / "nodes.csv")
 
 
 @pytest.mark.parametrize("packer", list(PACKERS))
@@ -226,6 +248,42 @@ def test_bad_pod_lists_are_named(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(UserError, match=message):
         load_pods(path)
+
+
+def _bench(capsys, tmp_path, *argv):
+    """`xds share bench` on the small trace, one process."""
+    files = ["--trace", str(tmp_path / "pods.csv"), "--nodes", str(tmp_path / "nodes.csv")]
+    return run(capsys, "share", "bench", *files, "--workers", "1", *argv)
+
+
+def test_pods_asking_for_absent_gpu_models_are_named(tmp_path, capsys):
+    """Pods confined to models no node has are always turned away: a warning says how many and
+    which models; where no GPU pod is left to place, the bench is refused."""
+    _write_small_trace(tmp_path)
+    pods_csv = tmp_path / "pods.csv"
+    pods_csv.write_text(
+        pods_csv.read_text() + "f,4000,8192,1,500,A100|H100\ng,4000,8192,2,1000,H100\n"
+    )
+    argv = ["--seeds", "2", "--packers", "best-fit", "--out", str(tmp_path / "o")]
+    code, _, err = _bench(capsys, tmp_path, *argv)
+    assert code == 0
+    assert "2 of 7 pods of" in err and "(40.0% of the GPUs asked)" in err
+    assert "GPU models no node has (A100, H100; the nodes have T4)" in err
+    pods_csv.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\na,1000,1024,1,500,A100\n"
+        "b,1000,1024,0,0,\n"
+    )
+    code, _, err = _bench(capsys, tmp_path, *argv)
+    assert code == 2 and "names only GPU models no node has (A100;" in err
+    assert "Traceback" not in err
+
+
+def test_one_seed_gives_no_interval(tmp_path, capsys):
+    _write_small_trace(tmp_path)
+    code, out, _ = _bench(capsys, tmp_path, "--seeds", "1", "--out", str(tmp_path / "o"))
+    headline, setup = out.splitlines()[:2]
+    assert code == 0 and "nan" not in out and "±" not in out
+    assert "(one seed, no interval)" in headline and "one seed, no interval" in setup
 
 
 def test_fgd_beats_best_fit_on_the_openb_trace(data_dir):

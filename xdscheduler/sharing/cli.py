@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from xdscheduler.arguments import number
 from xdscheduler.errors import UserError
 
 DEFAULT_SEEDS = 10
+log = logging.getLogger(__name__)
 
 
 def register(subparsers) -> None:
@@ -107,15 +109,21 @@ def cmd_bench(args) -> None:
             f"every pod of {args.trace} asks for 0 GPUs: the bench packs GPUs "
             f"until the pods ask for {args.until:g}x the cluster's"
         )
+    _check_models(pods, nodes, args.trace)
     curves = inflation.bench(
         nodes, pods, packers, list(range(args.seeds)), args.until, workers=args.workers
     )
-    summary = inflation.summary(curves)
+    summary = report.finite(inflation.summary(curves))  # one seed: no interval, not NaN
+    seeds = (
+        f"{args.seeds} seeds, every packer meeting the same pods per seed; means with 95% CIs "
+        f"over seeds"
+        if args.seeds > 1
+        else "one seed, no interval; every packer meeting the same pods"
+    )
     setup = (
         f"openb {args.trace}: {len(nodes.name)} nodes, {nodes.total_gpus} GPUs, "
         f"{len(pods)} pods in the trace, drawn with replacement until they ask for "
-        f"{args.until:g}x the cluster's GPUs; {args.seeds} seeds, every packer meeting the "
-        f"same pods per seed; means with 95% CIs over seeds."
+        f"{args.until:g}x the cluster's GPUs; {seeds}."
     )
     result = {
         "headline": report.headline(summary, OURS),
@@ -137,7 +145,7 @@ def cmd_bench(args) -> None:
         splice_readme(
             Path(args.readme),
             "share",
-            "\n\n".join([result["headline"], setup, report.table(report.finite(summary))]),
+            "\n\n".join([result["headline"], setup, report.table(summary)]),
             made,
         )
     if args.json:
@@ -145,5 +153,27 @@ def cmd_bench(args) -> None:
         return
     print(result["headline"])
     print(setup)
-    print(report.table(report.finite(summary)))
+    print(report.table(summary))
     print(f"report, curves and plot in {args.out}/ (share_bench.md, .csv, .png)")
+
+
+def _check_models(pods, nodes, trace: str) -> None:
+    """Pods confined to GPU models no node has are always turned away: refuse when that leaves
+    no GPU to ask for, else say how many."""
+    from xdscheduler.sharing.openb import absent_models
+
+    absent, models = absent_models(pods, nodes)
+    if not absent.any():
+        return
+    named = f"GPU models no node has ({', '.join(models)}; the nodes have "
+    named += f"{', '.join(sorted(set(nodes.model)))})"
+    if not pods.gpu_demand[~absent].any():
+        raise UserError(f"every pod of {trace} that asks for GPUs names only {named}")
+    log.warning(
+        "%d of %d pods of %s (%.1f%% of the GPUs asked) name only %s: they are always turned away",
+        absent.sum(),
+        len(pods),
+        trace,
+        100 * pods.gpu_demand[absent].sum() / pods.gpu_demand.sum(),
+        named,
+    )

@@ -1,11 +1,12 @@
 """The Alibaba GPU-sharing trace (openb, 2023) behind "Beware of Fragmentation" (Weng et al.,
 ATC'23): a cluster's nodes and the pods it was asked to run.
 
-Nodes have CPU (milli-cores), memory (MiB) and up to 8 GPUs of one model. A pod asks for CPU,
-memory and either a share of one GPU (`num_gpu` 1, `gpu_milli` below 1000), whole GPUs
-(`gpu_milli` 1000, `num_gpu` 1-8) or none; `gpu_spec` may confine it to some GPU models
-("V100M16|V100M32"). Files: `sharing/openb_node_list_gpu_node.csv` and
-`sharing/openb_pod_list_<trace>.csv` of the public data folder.
+Nodes have CPU (milli-cores), memory (MiB) and GPUs of one model (up to 8 in the trace, up to
+MAX_GPUS_PER_NODE read). A pod asks for CPU, memory and either a share of one GPU (`num_gpu` 1,
+`gpu_milli` below 1000), whole GPUs (`gpu_milli` 1000, `num_gpu` 1 or more) or none; `gpu_spec`
+may confine it to some GPU models ("V100M16|V100M32"). Files:
+`sharing/openb_node_list_gpu_node.csv` and `sharing/openb_pod_list_<trace>.csv` of the public
+data folder.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from xdscheduler.network.measurements import shared_data_dir
 from xdscheduler.textfile import read_frame
 
 MILLI = 1000  # a whole GPU, in the trace's unit
-MAX_GPUS_PER_NODE = 8
+# 16-GPU hosts are common; the packers' slot arrays are as wide as the largest node read, so
+# this bound only refuses what no single host has
+MAX_GPUS_PER_NODE = 64
 NODES_FILE = "openb_node_list_gpu_node.csv"
 TRACES = ("default", "gpushare40")  # the shipped pod lists (gpushare40: more GPU sharing)
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
@@ -35,7 +38,7 @@ class Nodes:
     name: np.ndarray  # (N,) str
     cpu: np.ndarray  # (N,) milli-cores
     memory: np.ndarray  # (N,) MiB
-    gpus: np.ndarray  # (N,) GPUs on the node, 0-8
+    gpus: np.ndarray  # (N,) GPUs on the node, 0 to MAX_GPUS_PER_NODE
     model: np.ndarray  # (N,) str, the GPU model
 
     @property
@@ -50,7 +53,7 @@ class Pods:
     name: np.ndarray  # (P,) str
     cpu: np.ndarray  # (P,) milli-cores
     memory: np.ndarray  # (P,) MiB
-    num_gpu: np.ndarray  # (P,) GPUs asked, 0-8
+    num_gpu: np.ndarray  # (P,) GPUs asked, 0 to MAX_GPUS_PER_NODE
     gpu_milli: np.ndarray  # (P,) of each GPU asked, 0-1000 (1000 where num_gpu > 1)
     spec: np.ndarray  # (P,) object: the GPU models allowed (a tuple), or None for any
 
@@ -155,3 +158,11 @@ def load_pods(path: Path) -> Pods:
         milli,
         spec,
     )
+
+
+def absent_models(pods: Pods, nodes: Nodes) -> tuple[np.ndarray, list[str]]:
+    """Which pods' `gpu_spec` names no GPU model of the nodes (they fit nowhere), and the
+    models those pods name."""
+    have = set(nodes.model)
+    absent = np.array([s is not None and not have.intersection(s) for s in pods.spec], bool)
+    return absent, sorted({m for s in pods.spec[absent] for m in s})

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xdscheduler.sharing.fragmentation import Workload, fragmentation
-from xdscheduler.sharing.openb import MAX_GPUS_PER_NODE, MILLI, Nodes
+from xdscheduler.sharing.openb import MILLI, Nodes
 
 
 @dataclass(frozen=True)
@@ -61,14 +61,14 @@ class Cluster:
         self.nodes, self.work = nodes, work
         self.cpu_left = nodes.cpu.copy()
         self.mem_left = nodes.memory.copy()
-        slots = np.arange(MAX_GPUS_PER_NODE)
+        slots = np.arange(max(nodes.gpus.max(), 1))  # as many as the largest node has
         self.left = np.where(slots < nodes.gpus[:, None], MILLI, 0).astype(np.int64)
         self.models, model_idx = np.unique(nodes.model, return_inverse=True)
         self.model_idx = model_idx
         self.access = work.access(list(self.models))[model_idx]  # (N, M)
         self.frag = fragmentation(self.left, self.cpu_left, self.access, work)
         self.max_cpu = float(nodes.cpu.max())
-        self.max_gpu = float(MAX_GPUS_PER_NODE * MILLI)
+        self.max_gpu = float(len(slots) * MILLI)
 
     @property
     def capacity_milli(self) -> int:

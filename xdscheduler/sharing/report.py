@@ -49,7 +49,7 @@ def headline(packers: dict, ours: str) -> str:
         line += ", " + " and ".join(
             f"{_change(b, p, '.1f', -1, '%')} fewer than {p}" for p in against
         )
-        line += " (95% CIs, paired by seed)"
+        line += " (95% CIs, paired by seed)" if b["seeds"] > 1 else " (one seed, no interval)"
     if ours in packers and best != ours:
         line += f"; ours ({ours}): {100 * packers[ours]['unallocated_share_at_capacity']:.2f}%"
     return line + "."
