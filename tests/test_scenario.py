@@ -124,6 +124,39 @@ def test_a_listed_job_no_plan_can_run_is_refused_before_the_study_saying_why(job
             check()
 
 
+def test_a_job_that_fits_memory_only_with_tensor_parallelism_wider_than_a_node_says_so():
+    """70B on 16 H100 in nodes of 4: only TP 8 fits its memory, and TP stays inside a node;
+    the refusal said nothing of why (its memory check counted plans no node can hold)."""
+    from xdscheduler.sim.inputs import listed_jobs
+
+    node = {"accelerator": "H100-SXM", "count": 8, "gpus_per_node": 4}
+    doc = {
+        "name": "fours",
+        "domains": [{"name": "a", "location": {"city": "a"}, "nodes": [node]}],
+        "jobs": [
+            {
+                "name": "j",
+                "model": "llama3.1-70b",
+                "global_batch": 256,
+                "tokens": 1e9,
+                "gpus": {"min": 16, "max": 16},
+            }
+        ],
+    }
+    with pytest.raises(UserError, match=r"tensor parallelism within a node of 4\) needs 8\d GiB"):
+        listed_jobs(parse_scenario(doc, "s.yaml"))
+
+
+def test_a_workload_none_of_whose_jobs_can_run_says_why():
+    """V100 has no BF16, and the workload names no precision: every generated job is left
+    out, and the study is refused saying so (it said "give a `workload:`", given one)."""
+    from xdscheduler.sim.inputs import study_jobs
+
+    doc = {**VOLTA_ONLY, "jobs": [], "workload": {"load": 1.0, "min_gpus": 4}}
+    with pytest.raises(UserError, match=r"none of the \d+ generated jobs can run .*BF16.*dtype"):
+        study_jobs(parse_scenario(doc, "s.yaml"), 3, 0)
+
+
 def test_a_study_with_no_job_says_so_before_it_runs():
     from xdscheduler.sim.inputs import study_jobs
 

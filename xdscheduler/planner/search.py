@@ -339,12 +339,26 @@ def why_no_plan(job: JobSpec, view: ClusterView, opts: SearchOptions) -> str:
             f"global batch of {job.global_batch} and its {job.arch.layers} layers and "
             f"{job.arch.heads} heads"
         )
-    need = float(grid.memory_gib[sizes >= job.gpus_min].min())
+    node = max(view.domains[i].node_gpus for i in rated)
+    within = (sizes >= job.gpus_min) & (grid.plans.tp <= node)  # TP stays inside a node
+    if not within.any():
+        return (
+            f": every parallel plan of {job.gpus_min}-{job.gpus_max} accelerators needs tensor "
+            f"parallelism wider than the largest node ({node} accelerators)"
+        )
+    need = float(grid.memory_gib[within].min())
     room = max(view.domains[i].accelerator.memory_gib for i in rated)
     if need > room:
+        wider = grid.memory_gib[sizes >= job.gpus_min].min()
         return (
-            f": even its leanest plan (every memory saver, up to {job.gpus_max} accelerators) "
-            f"needs {need:.0f} GiB an accelerator, more than the {room:.0f} GiB of the largest"
+            f": even its leanest plan (every memory saver, up to {job.gpus_max} accelerators, "
+            f"tensor parallelism within a node of {node}) needs {need:.0f} GiB an accelerator, "
+            f"more than the {room:.0f} GiB of the largest"
+            + (
+                f" (wider tensor parallelism would fit, {wider:.0f} GiB, on larger nodes)"
+                if wider <= room
+                else ""
+            )
         )
     return ""
 

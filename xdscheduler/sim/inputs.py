@@ -54,9 +54,18 @@ def study_jobs(scn: Scenario, hours: float, seed: int) -> list[Job]:
     """The scenario's own jobs that arrive within the study, plus its generated workload."""
     check_size(scn, hours, seed)
     jobs = listed_jobs(scn, hours)
+    drawn: list[Job] = []
+    left_out: dict[str, str] = {}
     if scn.workload is not None:
         taken = {j.name for j in jobs}
-        jobs += [g for g in generated_jobs(scn, hours, seed) if g.name not in taken]
+        drawn, left_out = _generated(scn, hours, seed)
+        jobs += [g for g in drawn if g.name not in taken and g.name not in left_out]
+    if not jobs and left_out:
+        raise UserError(
+            f"{scn.name}: none of the {len(drawn)} generated jobs can run on this cluster, "
+            f"the first: {next(iter(left_out.values()))} (the generated jobs' precision is "
+            "`workload.dtype`, their sizes from `workload.min_gpus` up)"
+        )
     if not jobs:
         raise UserError(
             f"{scn.name}: no job arrives within the study's {hours:g} h: list jobs under "
@@ -107,7 +116,26 @@ def _peak(acc, dtype: str | None) -> float:
 
 def generated_jobs(scn: Scenario, hours: float, seed: int, load: float | None = None) -> list[Job]:
     """The generated workload alone, at `load` (default: the workload's own); a scenario
-    without a `workload` block gets the default one (Kalos statistics, jobs of 8+)."""
+    without a `workload` block gets the default one (Kalos statistics, jobs of 8+). Jobs no
+    plan runs on the cluster are left out, with a warning naming one and why."""
+    jobs, left_out = _generated(scn, hours, seed, load)
+    if left_out:
+        name, why = next(iter(left_out.items()))
+        log.warning(
+            "%s: left out %d of %d generated jobs that no plan runs on this cluster, e.g. %s: %s",
+            scn.name,
+            len(left_out),
+            len(jobs),
+            name,
+            why,
+        )
+    return [j for j in jobs if j.name not in left_out]
+
+
+def _generated(
+    scn: Scenario, hours: float, seed: int, load: float | None = None
+) -> tuple[list[Job], dict[str, str]]:
+    """Every job drawn, and those no plan runs on the cluster with why."""
     spec = scn.workload or Workload()
     gpus = sum(d.gpus for d in scn.domains)
     # tokens are sized at the jobs' own precision's peak (BF16's where it is unrated)
@@ -126,18 +154,7 @@ def generated_jobs(scn: Scenario, hours: float, seed: int, load: float | None = 
     )
     # The generator draws sizes and models from cluster statistics, not from this cluster's
     # accelerators: a model too large for its smallest size's memory cannot run anywhere.
-    left_out = unplannable(scn, jobs)
-    if left_out:
-        name, why = next(iter(left_out.items()))
-        log.warning(
-            "%s: left out %d of %d generated jobs that no plan runs on this cluster, e.g. %s: %s",
-            scn.name,
-            len(left_out),
-            len(jobs),
-            name,
-            why,
-        )
-    return [j for j in jobs if j.name not in left_out]
+    return jobs, unplannable(scn, jobs)
 
 
 def study_dynamics(scn: Scenario, seed: int, hours: float) -> Dynamics:
