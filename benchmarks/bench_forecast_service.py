@@ -2,7 +2,8 @@
 
 The Serve app's deployment holds history models fitted on a Helios cluster's occupancy (vc6YE
 from the shared data when present, else a synthetic series); each request carries the last day of
-demand per minute and three known jobs. Run: python -m benchmarks.bench_forecast_service
+demand, at the series' own step, and three known jobs.
+Run: python -m benchmarks.bench_forecast_service
 The baseline is the same pure `forecast` function called in-process (no HTTP, no Serve).
 """
 
@@ -24,9 +25,9 @@ from xdscheduler.forecast.service import ForecastRequest, forecast
 from xdscheduler.network.measurements import shared_data_dir
 
 
-def demand() -> tuple[str, np.ndarray, pd.DatetimeIndex]:
+def demand() -> tuple[str, series.Series]:
     """Helios vc6YE ($XDS_DATA_DIR/demand, else shared/data/demand), else the folder's first
-    virtual cluster, else a synthetic series."""
+    virtual cluster, else a synthetic series (a minute a step)."""
     try:
         folder = shared_data_dir("demand", "the Helios CSVs") / "helios_earth"
         found = [folder / "vc6YE.csv", *sorted(folder.glob("vc*.csv"))]
@@ -34,18 +35,22 @@ def demand() -> tuple[str, np.ndarray, pd.DatetimeIndex]:
         found = []
     path = next((p for p in found if p.is_file()), None)
     if path is not None:
-        s = series.load(path, "occupancy")
-        return f"Helios {path.stem}", s.values, s.index
+        return f"Helios {path.stem}", series.load(path, "occupancy")
     rng = np.random.default_rng(0)
     y = np.clip(200 + np.cumsum(rng.choice([-8, 0, 8], 20 * 1440, p=[0.03, 0.94, 0.03])), 0, 400)
-    return "synthetic", y.astype(float), pd.date_range("2024-01-01", periods=len(y), freq="min")
+    idx = pd.date_range("2024-01-01", periods=len(y), freq="min")
+    return "synthetic", series.Series("synthetic", "occupancy", y.astype(float), idx, 1)
 
 
-def body(y: np.ndarray, idx: pd.DatetimeIndex, k: int) -> ForecastRequest:
-    end = len(y) - 1 - k
+def body(s: series.Series, k: int) -> ForecastRequest:
+    """The day of demand ending `k` steps before the series' end, at the series' step."""
+    end = len(s.values) - 1 - k
     jobs = [{"name": f"j{i}", "gpus": 8 * (i + 1), "finish_min": 15.0 * (i + 1)} for i in range(3)]
     return ForecastRequest(
-        history=y[end - 1439 : end + 1].tolist(), end_time=idx[end].to_pydatetime(), known_jobs=jobs
+        history=s.values[end - s.per_day + 1 : end + 1].tolist(),
+        step_min=s.step_min,
+        end_time=s.index[end].to_pydatetime(),
+        known_jobs=jobs,
     )
 
 
@@ -58,9 +63,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=500)
     args = parser.parse_args()
-    name, y, idx = demand()
-    fc = Forecaster.fit(y, idx, 1, "occupancy", horizons_min=(10, 60))
-    reqs = [body(y, idx, k) for k in range(args.requests)]
+    name, s = demand()
+    fc = Forecaster.fit(s.values, s.index, s.step_min, "occupancy", horizons_min=(10, 60))
+    reqs = [body(s, k) for k in range(args.requests)]
 
     local = []
     for r in reqs:
@@ -105,8 +110,8 @@ def main() -> None:
 
     (l50, l99), (r50, r99) = percentiles(local), percentiles(remote)
     print_table(
-        f"POST /forecast, {name}, a day of history + 3 known jobs, {args.requests} requests, "
-        "Ray on 2 CPUs",
+        f"POST /forecast, {name}, a day of history ({s.per_day} steps of {s.step_min} min) "
+        f"+ 3 known jobs, {args.requests} requests, Ray on 2 CPUs",
         ["what", "p50 ms", "p99 ms", "p99 vs in-process"],
         [
             ["pure forecast() in-process (baseline)", l50, l99, 1.0],

@@ -158,3 +158,18 @@ def test_online_model_refits_daily_and_when_time_goes_back():
     assert len(set(fits)) == 2  # days 4 and 5: once a day
     model.answer(reqs[0])  # a resumed client: back before the last fit
     assert model.fitted_at == pd.Timestamp(reqs[0].end_time).floor("min")
+
+
+def test_the_latency_benchmark_sends_a_day_at_the_series_own_step():
+    """A 10-minute trace: each request is the day before its end, 144 steps of 10 min (not
+    1440 of them, ten days, said to be one a minute)."""
+    from benchmarks.bench_forecast_service import body
+    from xdscheduler.forecast.series import Series
+    from xdscheduler.forecast.service import request_series
+
+    y, idx = demand(days=3)
+    s = Series("vc10", "occupancy", y[::10], idx[::10], 10)
+    req = body(s, k=5)
+    assert (len(req.history), req.step_min) == (144, 10)
+    values, index = request_series(req)
+    assert index.equals(s.index[-149:-5]) and np.array_equal(values, s.values[-149:-5])
