@@ -17,6 +17,9 @@ the direct model alone is measured beside it on every window (the blend's baseli
 Prediction intervals: coverage and interval score of the swing-scaled conformal intervals
 against the constant-width ones from the same validation residuals (the baseline, same run).
 Phases: per-step accuracy on generated curves from seeds never used in development.
+A series or cut the backtest refuses (a bad CSV, too short a history, a prediction that misses
+the series) is skipped with its reason, as `xds forecast backtest` skips a bad sibling; the exit
+status is 2 where no demand backtest could be scored.
 Run: python -m benchmarks.bench_forecast_backtest [--out benchmarks/forecast_backtests.md]
 """
 
@@ -24,11 +27,13 @@ from __future__ import annotations
 
 import argparse
 import io
+import logging
 import sys
 import time
 from contextlib import redirect_stdout
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, NoReturn
 
 import numpy as np
 import pandas as pd
@@ -46,22 +51,91 @@ SHIFTED = ("1h", "6h")
 EARLIER = (0.70, 0.85)  # the share of each series kept for the earlier test windows
 # Days of each series kept for the short histories: two weeks, as a cluster new to the tool
 TWO_WEEKS = ((0, 14), (14, 28))
+OCCUPANCY = "helios_earth/vc*.csv"  # and Philly's
+PHILLY = "philly_node_sequence.csv"
+VENUS, LUCID = (
+    "venus/venus_cluster_throughput_10min.csv",
+    "venus/lucid_venus_prediction_2020-09.csv",
+)
+
+log = logging.getLogger(__name__)
 
 
-def occupancy_series(data: Path) -> list[tuple[series.Series, list[series.Series]]]:
+def attempt(skipped: list[list], name: str, what: str, fn, *args, **kwargs) -> Any:
+    """fn(*args, **kwargs), or None where it refuses its input (a UserError): the reason is
+    logged and kept in `skipped` as a row (series, what, reason), for the printed tables."""
+    try:
+        return fn(*args, **kwargs)
+    except UserError as err:
+        log.warning("skipped %s %s: %s", name, what, err)
+        skipped.append([name, what, str(err)])
+        return None
+
+
+def occupancy_series(
+    data: Path, skipped: list[list]
+) -> list[tuple[series.Series, list[series.Series]]]:
     """(series, siblings pooled into its training), as `xds forecast backtest` does: every
-    Helios virtual cluster of the folder, and Philly's where it is there."""
-    philly = data / "philly_node_sequence.csv"
-    paths = [
-        *sorted((data / "helios_earth").glob("vc*.csv")),
-        *([philly] if philly.is_file() else []),
-    ]
+    Helios virtual cluster of the folder, and Philly's where it is there. One that does not
+    load is skipped (`attempt`)."""
+    philly = data / PHILLY
+    paths = [*sorted(data.glob(OCCUPANCY)), *([philly] if philly.is_file() else [])]
     out = []
     for p in paths:
-        s = series.load(p, "occupancy")
-        if s.values.mean() >= 5:  # the Done-when's rule
+        s = attempt(skipped, p.stem, "read", series.load, p, "occupancy")
+        if s is not None and s.values.mean() >= 5:  # the Done-when's rule
             out.append((s, siblings(p, s)))
     return out
+
+
+def occupancy_backtests(
+    occupancy: list[tuple[series.Series, list[series.Series]]], skipped: list[list]
+) -> list[dict]:
+    """Each series at every horizon, the shifted diagnostic at SHIFTED."""
+    out = []
+    for s, pool in occupancy:
+        fitted: dict = {}  # the horizons share their direct models (one training end)
+        for h in ("10m", "1h", "6h"):
+            shifts = PHASES if h in SHIFTED else 0
+            r = attempt(
+                skipped, s.name, h, backtest.run, s, h, pool=pool, phases=shifts, fitted=fitted
+            )
+            out += [r] if r is not None else []
+    return out
+
+
+def arrival_backtests(data: Path, skipped: list[list]) -> list[dict]:
+    """Venus arrivals at 10 min and 1 h, against Lucid's published prediction, where both are
+    in `data`."""
+    venus, lucid = data / VENUS, data / LUCID
+    if not (venus.is_file() and lucid.is_file()):
+        print(f"no Venus arrivals and Lucid prediction in {venus.parent}: left out")
+        return []
+    demand = attempt(skipped, venus.stem, "read", series.load, venus, "arrivals")
+    published = attempt(skipped, lucid.stem, "read", series.load_lucid, lucid)
+    if demand is None or published is None:
+        return []
+    runs = [
+        attempt(skipped, demand.name, h, backtest.run, demand, h, published) for h in ("10m", "1h")
+    ]
+    return [r for r in runs if r is not None]
+
+
+def found(data: Path) -> str:
+    """The CSVs the data folder holds, for a message saying what is missing."""
+    return ", ".join(str(p.relative_to(data)) for p in sorted(data.rglob("*.csv"))) or "no CSV"
+
+
+def fail(message: str) -> NoReturn:
+    print(f"bench_forecast_backtest: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def print_skipped(skipped: list[list]) -> None:
+    """The series and cuts left out of every table, with the reason; nothing where none was."""
+    if skipped:
+        print_table("Skipped: not scored", ["series", "what", "reason"], skipped)
+        print()
 
 
 def row(r: dict) -> list:
@@ -105,16 +179,31 @@ def phase_row(r: dict) -> list:
     return [r["series"], r["horizon"], f"{wins}/{len(r['phases'])}", shown]
 
 
-def earlier(occupancy: list[tuple[series.Series, list[series.Series]]]) -> list[tuple]:
+def earlier(
+    occupancy: list[tuple[series.Series, list[series.Series]]], skipped: list[list]
+) -> list[tuple]:
     """(share kept, backtest) with the shifted diagnostic, on each series cut short; its
-    siblings need no cut: training stops at the (earlier) test window's start anyway."""
+    siblings need no cut: training stops at the (earlier) test window's start anyway. A cut
+    too short for a backtest is skipped (`attempt`)."""
     out = []
     for s, pool in occupancy:
         for share in EARLIER:
             n = int(share * len(s.values))
             cut, fitted = replace(s, values=s.values[:n], index=s.index[:n]), {}
             for h in SHIFTED:
-                out.append((share, backtest.run(cut, h, pool=pool, phases=PHASES, fitted=fitted)))
+                what = f"{h}, first {share:.0%} kept"
+                r = attempt(
+                    skipped,
+                    s.name,
+                    what,
+                    backtest.run,
+                    cut,
+                    h,
+                    pool=pool,
+                    phases=PHASES,
+                    fitted=fitted,
+                )
+                out += [(share, r)] if r is not None else []
     return out
 
 
@@ -204,7 +293,7 @@ def interval_summary(runs: list[dict]) -> list[list]:
     out = []
     for h in ("10m", "1h", "6h"):
         rs = [r for r in runs if r["horizon"] == h]
-        for level in (80, 95):
+        for level in (80, 95) if rs else ():
             key = f"interval_score{level}"
             ratio = [r[key] / max(r["flat_intervals"][key], 1e-12) for r in rs]
             cover = f"coverage{level}"
@@ -229,28 +318,23 @@ def main() -> None:
     try:  # $XDS_DATA_DIR/demand, else shared/data/demand beside the repository
         data = shared_data_dir("demand", "the Helios, Philly and Venus demand CSVs")
     except UserError as err:
-        sys.exit(str(err))
-    start = time.perf_counter()
-    series_pools = occupancy_series(data)
-    occupancy = []
-    for s, pool in series_pools:
-        fitted: dict = {}  # the horizons share their direct models (one training end)
-        occupancy += [
-            backtest.run(s, h, pool=pool, phases=PHASES if h in SHIFTED else 0, fitted=fitted)
-            for h in ("10m", "1h", "6h")
-        ]
-    early = earlier(series_pools)
+        fail(str(err))
+    start, skipped = time.perf_counter(), []
+    series_pools = occupancy_series(data, skipped)
+    occupancy = occupancy_backtests(series_pools, skipped)
+    early = earlier(series_pools, skipped)
     short = short_histories(series_pools)
-    rows = [row(r) for r in occupancy]
-    venus = data / "venus" / "venus_cluster_throughput_10min.csv"
-    lucid = data / "venus" / "lucid_venus_prediction_2020-09.csv"
-    arrivals: list[dict] = []
-    if venus.is_file() and lucid.is_file():  # arrivals, against Lucid's published prediction
-        demand, published = series.load(venus, "arrivals"), series.load_lucid(lucid)
-        arrivals = [backtest.run(demand, h, published) for h in ("10m", "1h")]
-        rows += [row(r) for r in arrivals]
-    else:
-        print(f"no Venus arrivals and Lucid prediction in {data / 'venus'}: left out")
+    arrivals = arrival_backtests(data, skipped)
+    occupancy_needs = f"{OCCUPANCY} or {PHILLY} with a mean demand of 5 GPUs or more"
+    if not series_pools:
+        print(f"no occupancy series in {data} (found: {found(data)}); needed: {occupancy_needs}")
+    if not occupancy + arrivals:
+        print_skipped(skipped)
+        fail(
+            f"no demand backtest could be scored in {data} (found: {found(data)}); needed: "
+            f"{occupancy_needs}, or {VENUS} with {LUCID}"
+        )
+    rows = [row(r) for r in occupancy + arrivals]
     acc = phases.accuracy(HELD_OUT)
     buf = io.StringIO()
     with redirect_stdout(buf):
@@ -276,6 +360,7 @@ def main() -> None:
             f"({time.perf_counter() - start:.0f} s)",
         )
         print()
+        print_skipped(skipped)
         print_table(
             f"Shifted test windows (diagnostic only): hybrid WAPE / best baseline WAPE, start "
             f"moved by k/{PHASES} of the horizon",

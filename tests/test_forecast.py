@@ -446,3 +446,55 @@ def test_a_series_with_missing_rows_says_it_filled_them(xds_log):
     assert "vcGap: 11.6% of the 1-min steps have no row (the longest gap 0 days 08:20" in (
         xds_log.text
     )
+
+
+def test_the_backtest_benchmark_skips_what_it_cannot_score_and_says_why(tmp_path):
+    """A sibling with an empty cell, a cut with no week before its test window, a published
+    prediction of another month: each a skipped row with its reason, never a traceback."""
+    from benchmarks import bench_forecast_backtest as bench
+
+    (tmp_path / "helios_earth").mkdir()
+    synthetic(days=12, seed=1, step_min=10).to_csv(tmp_path / "helios_earth/vcA.csv", index=False)
+    broken = synthetic(days=12, seed=2, step_min=10).astype({"running_gpu_num": object})
+    broken.loc[40, "running_gpu_num"] = ""
+    broken.to_csv(tmp_path / "helios_earth/vcBroken.csv", index=False)
+    skipped: list[list] = []
+    occupancy = bench.occupancy_series(tmp_path, skipped)
+    assert [s.name for s, _ in occupancy] == ["vcA"]
+    assert skipped[0][:2] == ["vcBroken", "read"] and "row 41" in skipped[0][2]
+
+    # 12 days: the 70% cut leaves 5.9 days before its test window, the 85% cut over a week
+    early = bench.earlier(occupancy, skipped)
+    assert [(share, r["horizon"]) for share, r in early] == [(0.85, "1h"), (0.85, "6h")]
+    assert [row[1] for row in skipped[1:]] == ["1h, first 70% kept", "6h, first 70% kept"]
+    assert "needs a week of history" in skipped[1][2]
+
+    (tmp_path / "venus").mkdir()
+    t = pd.date_range("2020-04-01", periods=12 * 144, freq="10min")
+    arrivals = pd.DataFrame({"time": t, "submit_gpu_num": np.arange(len(t)) % 7})
+    arrivals.to_csv(tmp_path / bench.VENUS, index=False)
+    sept = pd.date_range("2020-09-01", periods=144, freq="10min")
+    pd.DataFrame({"time": sept, "pred_gpu_num": 3.0}).to_csv(tmp_path / bench.LUCID, index=False)
+    assert bench.arrival_backtests(tmp_path, skipped) == []
+    assert [row[1] for row in skipped[3:]] == ["10m", "1h"]
+    assert "the published prediction covers none of" in skipped[3][2]
+    assert bench.interval_summary([]) == []  # nothing scored at a horizon: no row, no crash
+
+
+def test_the_backtest_benchmark_refuses_a_folder_with_nothing_to_score(
+    tmp_path, monkeypatch, capsys
+):
+    """The trace in a folder the benchmark does not read: exit 2, saying what it found and
+    what it needs."""
+    from benchmarks import bench_forecast_backtest as bench
+
+    (tmp_path / "demand/saturn").mkdir(parents=True)
+    synthetic(days=3, step_min=10).to_csv(tmp_path / "demand/saturn/vcS.csv", index=False)
+    monkeypatch.setenv("XDS_DATA_DIR", str(tmp_path))
+    monkeypatch.setattr("sys.argv", ["bench_forecast_backtest"])
+    with pytest.raises(SystemExit) as done:
+        bench.main()
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert "no demand backtest could be scored" in err and "found: saturn/vcS.csv" in err
+    assert "helios_earth/vc*.csv" in err
