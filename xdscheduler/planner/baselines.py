@@ -116,7 +116,7 @@ class FifoSingleDomain(_NoReplans):
                 break  # FIFO: nobody overtakes the head of the queue
             plan = megatron_default(job, want, _hardware(view, [fit]), self.stack)
             if plan is None or plan.gpus < job.gpus_min:
-                break
+                continue  # Megatron's recipe has no plan of its size there: passed over
             free[fit] -= plan.gpus
             out.append(
                 Placement(

@@ -318,9 +318,9 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
 def in_rings(bw, rtt, doms: np.ndarray, n_dom: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """`doms` with the members of each of `rows` in the order of the directed ring whose
     narrowest hop is widest (then whose longest round trip is shortest), the pace of a ring
-    all-reduce over them: every order of up to RING_EXACT members, and beyond, from the first,
-    the widest way on to one not yet taken. Two members make one ring (there and back); three
-    or more need not use every link."""
+    all-reduce over them: every order of up to RING_EXACT members; beyond, the best of the order
+    given and of the widest way on to one not yet taken from each start. Two members make one
+    ring (there and back); three or more need not use every link."""
     out = doms.copy()
     for k in np.unique(n_dom[rows & (n_dom > 2)]):
         at = np.flatnonzero(rows & (n_dom == k))
@@ -337,6 +337,15 @@ def _ring(bw: np.ndarray, rtt: np.ndarray, members: np.ndarray) -> np.ndarray:
         narrowest, slowest = bw[hops].min(axis=2), rtt[hops].max(axis=2)
         widest = narrowest >= narrowest.max(axis=1, keepdims=True) * (1 - 1e-9)
         return rings[np.arange(r), np.where(widest, slowest, np.inf).argmin(axis=1)]
+    # beyond: the widest way on from every start, and the order given, each with its hop back
+    rings = np.stack([members, *(_walk(bw, np.roll(members, -s, axis=1)) for s in range(k))], 1)
+    narrowest = bw[rings, np.roll(rings, -1, axis=2)].min(axis=2)
+    return rings[np.arange(r), narrowest.argmax(axis=1)]
+
+
+def _walk(bw: np.ndarray, members: np.ndarray) -> np.ndarray:
+    """From each row's first member, the widest way on to one not yet taken."""
+    r, k = members.shape
     rows, out = np.arange(r), members.copy()
     left = np.ones((r, k), dtype=bool)
     left[:, 0] = False

@@ -60,7 +60,9 @@ def study_jobs(scn: Scenario, hours: float, seed: int) -> list[Job]:
         taken = {j.name for j in jobs}
         drawn, left_out = _generated(scn, hours, seed)
         jobs += [g for g in drawn if g.name not in taken and g.name not in left_out]
-    if not jobs and left_out:
+    if jobs:
+        _say_left_out(scn, drawn, left_out)
+    elif left_out:
         raise UserError(
             f"{scn.name}: none of the {len(drawn)} generated jobs can run on this cluster, "
             f"the first: {next(iter(left_out.values()))} (the generated jobs' precision is "
@@ -119,17 +121,21 @@ def generated_jobs(scn: Scenario, hours: float, seed: int, load: float | None = 
     without a `workload` block gets the default one (Kalos statistics, jobs of 8+). Jobs no
     plan runs on the cluster are left out, with a warning naming one and why."""
     jobs, left_out = _generated(scn, hours, seed, load)
+    _say_left_out(scn, jobs, left_out)
+    return [j for j in jobs if j.name not in left_out]
+
+
+def _say_left_out(scn: Scenario, drawn: list[Job], left_out: dict[str, str]) -> None:
     if left_out:
         name, why = next(iter(left_out.items()))
         log.warning(
             "%s: left out %d of %d generated jobs that no plan runs on this cluster, e.g. %s: %s",
             scn.name,
             len(left_out),
-            len(jobs),
+            len(drawn),
             name,
             why,
         )
-    return [j for j in jobs if j.name not in left_out]
 
 
 def _generated(
