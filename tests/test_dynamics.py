@@ -65,3 +65,49 @@ def test_trace_replay_and_its_errors(scn, tmp_path):
     bad.write_text("time_s,a,b,gbps\n0,jjj,imn,9\n")
     with pytest.raises(UserError, match="missing columns bandwidth_gbps, rtt_ms"):
         Dynamics.from_trace(scn, bad)
+
+
+def mixed_three_tenants():
+    """three_tenants with jjj also holding 16 A100 nodes: two pools of one data centre."""
+    from xdscheduler.scenario import parse_scenario
+    from xdscheduler.yamlfile import read_yaml
+
+    doc = read_yaml(SCENARIOS / "three_tenants.yaml", "scenario")
+    jjj = next(d for d in doc["domains"] if d["name"] == "jjj")
+    jjj["nodes"].append({"accelerator": "A100-80GB", "count": 16})
+    return parse_scenario(doc, "mixed.yaml")
+
+
+def test_a_mixed_domains_pools_share_its_lines_and_fail_together(tmp_path):
+    """A WAN line serving both pools of jjj swings, carries its goodput and is cut as one; the
+    pools' own network neither swings nor is cut; an outage takes the whole data centre; a
+    trace naming jjj as written drives the line to each pool (before: unknown domain)."""
+    from xdscheduler.faults.failure_model import Cluster, FailureModel, on_domains
+    from xdscheduler.sim.truth import Truth
+
+    scn = mixed_three_tenants()
+    names = [d.name for d in scn.domains]
+    h800, a100 = names.index("jjj.H800"), names.index("jjj.A100-80GB")
+    other = next(i for i, n in enumerate(names) if n not in ("jjj.H800", "jjj.A100-80GB"))
+    dyn = Dynamics.generate(scn, seed=3, horizon_s=6 * 3600)
+    bw = dyn.bandwidth_gbps
+    assert np.allclose(
+        bw[:, h800, other] / bw[0, h800, other], bw[:, a100, other] / bw[0, a100, other]
+    )
+    assert np.ptp(bw[:, h800, a100]) == 0 and np.ptp(dyn.rtt_ms[:, h800, a100]) == 0
+    truth = Truth.draw(scn, [], seed=3)
+    assert truth.goodput[h800, other] == truth.goodput[a100, other]
+    assert truth.goodput[h800, a100] == 1.0
+    events = on_domains(
+        FailureModel(scale=200).generate(Cluster.of_scenario(scn), 24 * 3600, 3), scn
+    )
+    outages = [e for e in events if e.kind == "domain_outage" and e.target.startswith("jjj")]
+    assert outages and len(outages) % 2 == 0  # each on both pools at once
+    assert len({(e.time_s, e.target) for e in outages}) == len(outages)
+    cuts = [e.target for e in events if e.kind == "link_cut"]
+    assert cuts and "jjj.A100-80GB|jjj.H800" not in cuts
+    assert {e.target.split("/")[0] for e in events if "/" in e.target} <= set(names)
+    trace = tmp_path / "trace.csv"
+    trace.write_text(f"time_s,a,b,bandwidth_gbps,rtt_ms\n0,jjj,{names[other]},1.5,40\n")
+    replay = Dynamics.from_trace(scn, trace)
+    assert replay.bandwidth_gbps[0, h800, other] == replay.bandwidth_gbps[0, a100, other] == 1.5

@@ -142,9 +142,9 @@ class Domain(FileModel):
         for kind, gpus in self.kinds.items():
             share = gpus / self.gpus
             pool = {
-                # a name as a domain's is spelt ('+' is not); the catalog keeps types apart
-                # by their letters and digits, so no two pools get one name
-                "name": f"{self.name}.{re.sub(r'[^A-Za-z0-9_-]', '-', kind)}",
+                # spelt as a domain's name is: '+' as '-', which the catalog already holds to be
+                # the same name (its keys ignore both), so no two types get one pool name
+                "name": f"{self.name}.{kind.replace('+', '-')}",
                 "nodes": [
                     whole["nodes"][i] for i, g in enumerate(self.nodes) if g.spec.name == kind
                 ],
@@ -316,6 +316,7 @@ class Scenario(FileModel):
     accelerators: list[catalog.AcceleratorEntry] = Field(default=[], max_length=100)
     # a domain of several accelerator types -> what became of it, in words: its pools
     _pooled: dict[str, str] = PrivateAttr(default_factory=dict)
+    _sites: dict[str, str] = PrivateAttr(default_factory=dict)  # a pool -> the domain it is of
 
     @model_validator(mode="before")
     @classmethod
@@ -391,6 +392,7 @@ class Scenario(FileModel):
             links += [d.fabric(x, y) for x, y in itertools.combinations(pools[d.name], 2)]
         mixed = [d for d in self.domains if len(pools[d.name]) > 1]
         self._pooled = {d.name: _pooling(d, pools[d.name], links) for d in mixed}
+        self._sites = {p.name: d.name for d in mixed for p in pools[d.name]}
         object.__setattr__(self, "domains", [p for ps in pools.values() for p in ps])
         object.__setattr__(self, "links", links)  # validated; frozen to the rest of the code
 
@@ -398,6 +400,20 @@ class Scenario(FileModel):
     def pooled(self) -> dict[str, str]:
         """Each domain of several accelerator types, and in words the pools it became."""
         return self._pooled
+
+    def site(self, domain: str) -> str:
+        """The data centre a domain is: the one written, for a pool of a mixed one."""
+        return self._sites.get(domain, domain)
+
+    @property
+    def sites(self) -> dict[str, list[str]]:
+        """Each data centre as written, and its domains (its pools, or itself), in order. Its
+        pools fail together, and each WAN line between two is one line however many pools it
+        serves: the faults and the network's swings are drawn per site."""
+        out: dict[str, list[str]] = {}
+        for d in self.domains:
+            out.setdefault(self.site(d.name), []).append(d.name)
+        return out
 
     def _tenants_known(self, tenancy: Tenancy) -> None:
         classes: dict[str, int] = {}

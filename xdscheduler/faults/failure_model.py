@@ -13,7 +13,7 @@ training clusters; their rates below are stated assumptions, kept as named const
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -71,9 +71,49 @@ class Cluster:
 
     @classmethod
     def of_scenario(cls, scn) -> Cluster:
-        """Nodes per domain (accelerators / 8) and links of a Scenario."""
-        nodes = {d.name: max(1, -(-d.gpus // GPUS_PER_NODE)) for d in scn.domains}
-        return cls(nodes, tuple((lk.a, lk.b) for lk in scn.links))
+        """Nodes (accelerators / 8) per data centre as written and the WAN lines between them,
+        of a Scenario: a mixed domain's pools fail as one site, and a line serving several of
+        its pools is one line (`on_domains` puts each fault on the domains it hits)."""
+        nodes: dict[str, int] = {}
+        for d in scn.domains:
+            site = scn.site(d.name)
+            nodes[site] = nodes.get(site, 0) + max(1, -(-d.gpus // GPUS_PER_NODE))
+        lines = {
+            frozenset(ab): ab
+            for ab in ((scn.site(lk.a), scn.site(lk.b)) for lk in scn.links)
+            if ab[0] != ab[1]
+        }
+        return cls(nodes, tuple(lines.values()))
+
+
+def on_domains(events: list[FaultEvent], scn) -> list[FaultEvent]:
+    """Faults drawn per site, each on the domains it hits: a node by its place among its
+    site's pools' nodes, an outage on every pool, a cut line on each pool pair it joins."""
+    if not scn.pooled:
+        return events
+    nodes = {d.name: max(1, -(-d.gpus // GPUS_PER_NODE)) for d in scn.domains}
+    out = []
+    for e in events:
+        if e.kind == "domain_outage":
+            out += [replace(e, target=pool) for pool in scn.sites[e.target]]
+        elif e.kind == "link_cut":
+            ends = set(e.target.split("|"))
+            out += [
+                replace(e, target=link_id(lk.a, lk.b))
+                for lk in scn.links
+                if {scn.site(lk.a), scn.site(lk.b)} == ends
+            ]
+        elif "/" in e.target:  # a node: n-th of its site, counted over the pools in order
+            site, n = e.target.split("/n")
+            at = int(n)
+            for pool in scn.sites[site]:
+                if at < nodes[pool]:
+                    out.append(replace(e, target=node_id(pool, at)))
+                    break
+                at -= nodes[pool]
+        else:
+            out.append(e)
+    return out
 
 
 def node_id(domain: str, index: int) -> str:

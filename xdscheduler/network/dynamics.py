@@ -6,6 +6,7 @@ policy of a study sees the same realisation and a lookup is an index.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,8 +58,16 @@ class Dynamics:
         steps = int(np.ceil(horizon_s / step_s)) + 1
         upper = np.triu(bw + bw.T > 0, 1)
         a, b = np.nonzero(upper)
-        eps = _ar1(rng, steps, len(a), bound[a, b])
-        spikes = _spikes(rng, steps, len(a), step_s)
+        # one swing a line between two sites, shared by the copies of it a mixed domain's
+        # pools have; its own network (one site) neither swings nor spikes
+        site = [scn.site(d.name) for d in scn.domains]
+        line = [frozenset((site[i], site[j])) for i, j in zip(a, b, strict=True)]
+        lines = list(dict.fromkeys(line))
+        first = np.array([line.index(x) for x in lines], dtype=int)
+        which = np.array([lines.index(x) for x in line], dtype=int)
+        eps = _ar1(rng, steps, len(lines), bound[a[first], b[first]])[:, which]
+        spikes = _spikes(rng, steps, len(lines), step_s)[:, which]
+        spikes[:, [len(x) == 1 for x in line]] = 1.0
         scale = np.ones((steps, k, k))
         scale[:, a, b] = scale[:, b, a] = 1 + eps
         rtt_scale = np.ones((steps, k, k))
@@ -76,17 +85,24 @@ class Dynamics:
                 f"{path}: missing columns {', '.join(sorted(missing))}; "
                 f"a trace has {', '.join(sorted(need))}"
             )
-        index = {d.name: i for i, d in enumerate(scn.domains)}
+        # a domain's name, or a mixed domain's as written: the line to each of its pools
+        index = {d.name: [i] for i, d in enumerate(scn.domains)}
+        for site, pools in scn.sites.items():
+            index.setdefault(site, [i for i, d in enumerate(scn.domains) if d.name in pools])
         bad = sorted(set(trace["a"]).union(trace["b"]) - set(index))
         if bad:
-            raise UserError(f"{path}: unknown domains {', '.join(map(str, bad))}")
+            raise UserError(
+                f"{path}: unknown domains {', '.join(map(str, bad))}; "
+                f"known: {', '.join(sorted(index))}"
+            )
         bw, rtt, _ = base_matrices(scn)
         steps = int(trace["time_s"].max() // step_s) + 1
         bws, rtts = np.repeat(bw[None], steps, 0), np.repeat(rtt[None], steps, 0)
         for row in trace.sort_values("time_s").itertuples():
-            i, j, at = index[row.a], index[row.b], int(row.time_s // step_s)
-            bws[at:, i, j] = bws[at:, j, i] = row.bandwidth_gbps
-            rtts[at:, i, j] = rtts[at:, j, i] = row.rtt_ms
+            at = int(row.time_s // step_s)
+            for i, j in itertools.product(index[row.a], index[row.b]):
+                bws[at:, i, j] = bws[at:, j, i] = row.bandwidth_gbps
+                rtts[at:, i, j] = rtts[at:, j, i] = row.rtt_ms
         load = np.full((steps, len(index)), BASE_LOAD)
         return cls(np.arange(steps) * step_s, bws, rtts, load, step_s)
 

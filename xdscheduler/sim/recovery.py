@@ -293,10 +293,10 @@ def study_faults(scn, seed: int, hours: float, scale: float) -> Faults:
     running the detectors on its simulated heartbeat and log streams, and the backup pools
     sized from failure rates (the floor of the demand forecast's pools, `sim.demand`)."""
     from xdscheduler.faults.bench import detection_delay_s, fit_log_model
-    from xdscheduler.faults.failure_model import NODE_REPAIR_S, Cluster, FailureModel
+    from xdscheduler.faults.failure_model import NODE_REPAIR_S, Cluster, FailureModel, on_domains
 
     model = FailureModel(scale=scale)
-    events = model.generate(Cluster.of_scenario(scn), hours * 3600, seed)
+    events = on_domains(model.generate(Cluster.of_scenario(scn), hours * 3600, seed), scn)
     log_model = fit_log_model(seed)
     delays = [
         detection_delay_s(e.kind, seed * 100_003 + k, log_model) for k, e in enumerate(events)

@@ -61,10 +61,19 @@ class Truth:
         )
         index = {d.name: i for i, d in enumerate(scn.domains)}
         goodput = np.ones((len(scn.domains),) * 2)
-        drawn = np.exp(rng.laplace(gp["loc"], gp["scale"], len(scn.links)))
-        for link, g in zip(scn.links, np.minimum(drawn, MAX_GOODPUT), strict=True):
+        # one factor a WAN line between two sites, whichever of their pools it joins; none on
+        # a mixed domain's own network
+        lines = {
+            link: frozenset((scn.site(link.a), scn.site(link.b)))
+            for link in scn.links
+            if scn.site(link.a) != scn.site(link.b)
+        }
+        pairs = list(dict.fromkeys(lines.values()))
+        drawn = np.exp(rng.laplace(gp["loc"], gp["scale"], len(pairs)))
+        factor = dict(zip(pairs, np.minimum(drawn, MAX_GOODPUT), strict=True))
+        for link, pair in lines.items():
             i, j = index[link.a], index[link.b]
-            goodput[i, j] = goodput[j, i] = g
+            goodput[i, j] = goodput[j, i] = factor[pair]
         names = sorted(j.name for j in jobs)
         slow = np.exp(rng.exponential(jp["mean_log"], len(names)))
         return cls(speed, goodput, dict(zip(names, slow.tolist(), strict=True)))
