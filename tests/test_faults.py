@@ -153,3 +153,18 @@ def test_domain_reports_feed_the_detector():
             det.observe_report(report, [f"{dom}/n0", f"{dom}/n1"])
         det.evaluate(float(t))
     assert [(v.target, v.kind) for v in det.verdicts] == [("a|b", "link_cut")]
+
+
+def test_a_domain_fails_about_once_a_quarter_and_a_link_once_a_month():
+    """Per-hour rates of events written per days: 1 / (90 days in seconds) per hour made a
+    domain outage once in 900 years (no study ever drew one, at sixty times the rates)."""
+    from xdscheduler.faults.failure_model import Cluster, FailureModel
+
+    model = FailureModel()
+    assert model.domain_per_hour * 90 * 24 == pytest.approx(1.0)
+    assert model.link_per_hour * 30 * 24 == pytest.approx(1.0)
+    cluster = Cluster({f"d{i}": 8 for i in range(5)}, (("d0", "d1"), ("d1", "d2")))
+    year = FailureModel().generate(cluster, 365 * 86400, seed=0)
+    outages = sum(e.kind == "domain_outage" for e in year)
+    cuts = sum(e.kind == "link_cut" for e in year)
+    assert 10 <= outages <= 35 and 12 <= cuts <= 40  # means 20.3 and 24.3

@@ -34,9 +34,9 @@ GPU_ERROR_SHARE = 0.301 + 0.172
 NODE_REPAIR_S = (0.5 * HOUR, 4 * HOUR)  # assumption: cordon, reboot or swap
 
 # Assumptions (no public per-hour figure for training clusters):
-DOMAIN_OUTAGE_PER_HOUR = 1 / (90 * DAY)  # a whole domain (site power/network) once a quarter
+DOMAIN_OUTAGE_PER_HOUR = HOUR / (90 * DAY)  # a whole domain (site power/network) once a quarter
 DOMAIN_OUTAGE_S = (10 * 60.0, 2 * HOUR)
-LINK_CUT_PER_HOUR = 1 / (30 * DAY)  # a WAN path down about monthly, rerouted in minutes-hours
+LINK_CUT_PER_HOUR = HOUR / (30 * DAY)  # a WAN path down about monthly, rerouted in minutes-hours
 LINK_CUT_S = (5 * 60.0, HOUR)
 STRAGGLER_PER_NODE_HOUR = 4 * NODE_FAILURE_PER_HOUR  # slow nodes (thermal, PCIe, noisy host)
 STRAGGLER_S = (60.0, HOUR)
