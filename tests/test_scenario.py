@@ -157,6 +157,25 @@ def test_a_workload_none_of_whose_jobs_can_run_says_why():
         study_jobs(parse_scenario(doc, "s.yaml"), 3, 0)
 
 
+def test_a_listed_job_that_other_tenants_leave_no_room_for_is_refused_before_the_study():
+    """Two domains of 64 and a job of at least 128: other tenants hold 8% of each all through
+    a study, so it never starts (every policy reported it never run, and said nothing)."""
+    from xdscheduler.sim.inputs import listed_jobs
+
+    doc = {
+        **VOLTA_ONLY,
+        "domains": [
+            {"name": n, "location": {"city": n}, "nodes": [{"accelerator": "H100", "count": 8}]}
+            for n in ("a", "b")
+        ],
+        "jobs": [{**VOLTA_ONLY["jobs"][0], "gpus": {"min": 128, "max": 128}}],
+    }
+    with pytest.raises(UserError, match=r"at the least, leaving 118 of 128; lower its gpus.min"):
+        listed_jobs(parse_scenario(doc, "s.yaml"))
+    doc["jobs"][0]["gpus"] = {"min": 112, "max": 128}
+    assert len(listed_jobs(parse_scenario(doc, "s.yaml"))) == 1
+
+
 def test_a_study_with_no_job_says_so_before_it_runs():
     from xdscheduler.sim.inputs import study_jobs
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from xdscheduler.errors import UserError
-from xdscheduler.network.dynamics import Dynamics
+from xdscheduler.network.dynamics import BASE_LOAD, LOAD_SWING, Dynamics
 from xdscheduler.scenario import Job, Scenario, Workload
 from xdscheduler.workload import TENANTS, generate_jobs, mean_jobs
 
@@ -94,6 +94,17 @@ def listed_jobs(scn: Scenario, hours: float | None = None) -> list[Job]:
         raise UserError(
             f"{scn.name}: jobs[{i}] ({job.name}): no policy could ever run it: {bad[job.name]}"
         )
+    # other tenants hold a share of every domain all through a study, at the least its base
+    # share less its swing: a job asking for more than the rest never starts
+    room = sum(d.gpus - round(BASE_LOAD * (1 - LOAD_SWING) * d.gpus) for d in scn.domains)
+    for i, job in enumerate(scn.jobs):
+        if job in jobs and job.gpus.min > room:
+            raise UserError(
+                f"{scn.name}: jobs[{i}] ({job.name}): no policy could ever run it in a study: "
+                f"it needs at least {job.gpus.min} accelerators, and other tenants hold "
+                f"{BASE_LOAD * (1 - LOAD_SWING):.0%} of every domain at the least, leaving "
+                f"{room} of {sum(d.gpus for d in scn.domains)}; lower its gpus.min"
+            )
     return jobs
 
 
