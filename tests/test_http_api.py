@@ -147,6 +147,21 @@ def test_a_chunked_body_over_the_bound_gets_413_on_every_route_unread(policy_app
     assert read <= MAX_BODY_BYTES + len(chunk)
 
 
+@pytest.mark.parametrize("mib, drained", [(3, True), (100, False)])
+def test_a_declared_body_over_the_bound_is_read_to_its_end_only_when_modest(
+    policy_app, mib, drained
+):
+    """A 3 MiB body declared by its Content-Length was refused before it was read: a client
+    still sending it saw its connection closed, not the 413. Up to DRAIN_BYTES it is now read
+    and dropped first; beyond, it is cut off unread."""
+    chunk = b"1" * (64 << 10)
+    chunks = [chunk] * (mib << 4)
+    length = {"content-length": str(mib << 20)}
+    status, out, _, read = call(policy_app, "POST", "/policy/act", chunks, length)
+    assert status == 413 and "at most" in out["detail"]
+    assert read == ((mib << 20) if drained else 0)
+
+
 def test_a_chunked_body_within_the_bound_is_answered_as_a_whole(policy_app):
     body = json.dumps({"history": [100.0] * 2000, "step_min": 1}).encode()
     pieces = [body[i : i + 1000] for i in range(0, len(body), 1000)]

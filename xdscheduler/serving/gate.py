@@ -26,6 +26,9 @@ TOKEN_ENV = "XDS_API_TOKEN"
 OPEN_PATHS = frozenset({"/healthz"})
 MAX_BODY_BYTES = 2 << 20  # the largest valid body (64 domains, a month of history) is ~1 MiB
 TOO_LARGE = f"request bodies are at most {MAX_BODY_BYTES} bytes"
+# A body up to this is read and dropped before its 413: a client still sending it when the
+# answer came saw its connection closed, not the answer. A larger one is cut off at once.
+DRAIN_BYTES = 8 * MAX_BODY_BYTES
 COOKIE = "xds_token"
 
 
@@ -81,6 +84,8 @@ class Gate:
         headers = dict(scope["headers"])
         length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            if length.isdigit() and int(length) <= DRAIN_BYTES:
+                await _drain(receive)
             return await _refuse(send, 413, TOO_LARGE)
         if _route_path(scope) not in OPEN_PATHS:
             given, from_query = _presented(scope, headers)
@@ -119,6 +124,14 @@ def _presented(scope, headers: dict) -> tuple[str, bool]:
         return cookie[COOKIE].value, False
     query = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token")
     return (query[0], True) if query else ("", False)
+
+
+async def _drain(receive) -> None:
+    """Read a request's body to its end, keeping none of it."""
+    while True:
+        message = await receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return
 
 
 async def _read_bounded(receive):
