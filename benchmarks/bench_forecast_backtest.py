@@ -293,7 +293,9 @@ def interval_summary(runs: list[dict]) -> list[list]:
     out = []
     for h in ("10m", "1h", "6h"):
         rs = [r for r in runs if r["horizon"] == h]
-        for level in (80, 95) if rs else ():
+        if not rs:
+            continue
+        for level in (80, 95):
             key = f"interval_score{level}"
             ratio = [r[key] / max(r["flat_intervals"][key], 1e-12) for r in rs]
             cover = f"coverage{level}"
@@ -326,12 +328,13 @@ def main() -> None:
     short = short_histories(series_pools)
     arrivals = arrival_backtests(data, skipped)
     occupancy_needs = f"{OCCUPANCY} or {PHILLY} with a mean demand of 5 GPUs or more"
+    listed = found(data)
     if not series_pools:
-        print(f"no occupancy series in {data} (found: {found(data)}); needed: {occupancy_needs}")
+        print(f"no occupancy series in {data} (found: {listed}); needed: {occupancy_needs}")
     if not occupancy + arrivals:
         print_skipped(skipped)
         fail(
-            f"no demand backtest could be scored in {data} (found: {found(data)}); needed: "
+            f"no demand backtest could be scored in {data} (found: {listed}); needed: "
             f"{occupancy_needs}, or {VENUS} with {LUCID}"
         )
     rows = [row(r) for r in occupancy + arrivals]

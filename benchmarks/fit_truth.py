@@ -47,7 +47,6 @@ from xdscheduler.network.measurements import (
     THROUGHPUT_FILES,
     load_wan,
     shared_data_dir,
-    snapshot_date,
 )
 from xdscheduler.textfile import numeric_column, read_frame, write_atomic
 
@@ -101,7 +100,7 @@ def goodput_params(wan_dir: Path) -> dict:
             f"{wan_dir}: one throughput grid ({wan.throughput_files[0].name}); the goodput fit "
             f"compares two, {THROUGHPUT_FILES} at two dates"
         )
-    first, later = snapshot_date(wan.throughput_files[0]), wan.later_date
+    first, later = wan.first_date, wan.later_date
     ratio = np.log(wan.gbps_later / wan.gbps).replace([np.inf, -np.inf], np.nan).dropna()
     provider = [ratio.index.get_level_values(i).str.split(":").str[0] for i in (0, 1)]
     step = (provider[0] == SAME_PROVIDER_STEP[0]) & (provider[1] == SAME_PROVIDER_STEP[1])

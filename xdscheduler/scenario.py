@@ -314,8 +314,6 @@ class Scenario(FileModel):
     tenancy: Tenancy | None = None  # tenants, quotas and preemption (None: one queue for all)
     # accelerators of the scenario's own (another SKU, measured figures), added to the catalog
     accelerators: list[catalog.AcceleratorEntry] = Field(default=[], max_length=100)
-    # a domain of several accelerator types -> what became of it, in words: its pools
-    _pooled: dict[str, str] = PrivateAttr(default_factory=dict)
     _sites: dict[str, str] = PrivateAttr(default_factory=dict)  # a pool -> the domain it is of
 
     @model_validator(mode="before")
@@ -390,20 +388,28 @@ class Scenario(FileModel):
         ]
         for d in self.domains:
             links += [d.fabric(x, y) for x, y in itertools.combinations(pools[d.name], 2)]
-        mixed = [d for d in self.domains if len(pools[d.name]) > 1]
-        self._pooled = {d.name: _pooling(d, pools[d.name], links) for d in mixed}
-        self._sites = {p.name: d.name for d in mixed for p in pools[d.name]}
+        self._sites = {p.name: site for site, ps in pools.items() if len(ps) > 1 for p in ps}
         object.__setattr__(self, "domains", [p for ps in pools.values() for p in ps])
         object.__setattr__(self, "links", links)  # validated; frozen to the rest of the code
 
     @property
     def pooled(self) -> dict[str, str]:
         """Each domain of several accelerator types, and in words the pools it became."""
-        return self._pooled
+        by_name = {d.name: d for d in self.domains}
+        return {
+            site: _pooling(site, [by_name[n] for n in names], self.links)
+            for site, names in self.sites.items()
+            if len(names) > 1
+        }
 
     def site(self, domain: str) -> str:
         """The data centre a domain is: the one written, for a pool of a mixed one."""
         return self._sites.get(domain, domain)
+
+    def line(self, a: str, b: str) -> frozenset[str]:
+        """The line between two domains' data centres, which the copies of it to each pool of a
+        mixed one share (a single site: that domain's own network)."""
+        return frozenset((self.site(a), self.site(b)))
 
     @property
     def sites(self) -> dict[str, list[str]]:
@@ -442,10 +448,10 @@ class Scenario(FileModel):
         )
 
 
-def _pooling(d: Domain, pools: list[Domain], links: list[Link]) -> str:
+def _pooling(site: str, pools: list[Domain], links: list[Link]) -> str:
     fabric = next(x for x in links if {x.a, x.b} == {pools[0].name, pools[1].name})
     return (
-        f"domain {d.name} mixes {', '.join(f'{n} {k}' for k, n in d.kinds.items())}: it is "
+        f"domain {site} mixes {', '.join(f'{p.gpus} {p.accelerator.name}' for p in pools)}: it is "
         f"planned as {len(pools)} pools, {', '.join(p.name for p in pools)}, joined by its own "
         f"network ({fabric.bandwidth_gbps:g} Gbit/s a node pair) and linked to the other "
         "domains as it is"

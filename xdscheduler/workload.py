@@ -20,6 +20,7 @@ from pathlib import Path
 from statistics import NormalDist
 
 import numpy as np
+import pandas as pd
 
 from xdscheduler.catalog import MODELS
 from xdscheduler.costmodel.plan import Precision
@@ -99,7 +100,7 @@ def job_stats(cluster: str, path: Path | None = None) -> JobStats:
     names: list[str] = []
     found: dict[str, float] = {}
     if path is not None:
-        frame = read_frame(path, "job-statistics summary")
+        frame = _summary(path, path.stat().st_mtime_ns)
         if "id" not in frame.columns:
             raise UserError(f"{path}: no column id (the cluster each row describes)")
         names = [str(n) for n in frame["id"]]
@@ -123,6 +124,11 @@ def job_stats(cluster: str, path: Path | None = None) -> JobStats:
                 f"{COLUMNS[median]} ({stats[median]:g}), and that above 0"
             )
     return JobStats(**{f: stats[f] for f in COLUMNS if f in stats})
+
+
+@cache  # read once per version of the file: asked whenever a study is sized or drawn
+def _summary(path: Path, _mtime_ns: int) -> pd.DataFrame:
+    return read_frame(path, "job-statistics summary")
 
 
 def _row_stats(row, path: Path) -> dict[str, float]:
@@ -229,7 +235,7 @@ def generate_jobs(
     stats, high = _limits(total_gpus, cluster, min_gpus)
     rng = np.random.default_rng(seed)
     horizon_s = hours * 3600
-    n = rng.poisson(mean_jobs(hours, total_gpus, seed, load, cluster, min_gpus))
+    n = rng.poisson(load * total_gpus * horizon_s / _probe(stats, seed, min_gpus, high))
     arrivals = np.sort(rng.uniform(0, horizon_s, n))
     gpus, runs = _sizes_and_runs(rng, n, stats, min_gpus, high)
     jobs = []

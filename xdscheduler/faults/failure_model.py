@@ -77,36 +77,41 @@ class Cluster:
         nodes: dict[str, int] = {}
         for d in scn.domains:
             site = scn.site(d.name)
-            nodes[site] = nodes.get(site, 0) + max(1, -(-d.gpus // GPUS_PER_NODE))
+            nodes[site] = nodes.get(site, 0) + _nodes(d)
         lines = {
-            frozenset(ab): ab
-            for ab in ((scn.site(lk.a), scn.site(lk.b)) for lk in scn.links)
-            if ab[0] != ab[1]
+            line: (scn.site(lk.a), scn.site(lk.b))
+            for lk in scn.links
+            if len(line := scn.line(lk.a, lk.b)) == 2
         }
         return cls(nodes, tuple(lines.values()))
+
+
+def _nodes(domain) -> int:
+    return max(1, -(-domain.gpus // GPUS_PER_NODE))
 
 
 def on_domains(events: list[FaultEvent], scn) -> list[FaultEvent]:
     """Faults drawn per site, each on the domains it hits: a node by its place among its
     site's pools' nodes, an outage on every pool, a cut line on each pool pair it joins."""
-    if not scn.pooled:
+    sites = scn.sites
+    if len(sites) == len(scn.domains):  # no mixed domain: every site is one domain
         return events
-    nodes = {d.name: max(1, -(-d.gpus // GPUS_PER_NODE)) for d in scn.domains}
+    nodes = {d.name: _nodes(d) for d in scn.domains}
     out = []
     for e in events:
         if e.kind == "domain_outage":
-            out += [replace(e, target=pool) for pool in scn.sites[e.target]]
+            out += [replace(e, target=pool) for pool in sites[e.target]]
         elif e.kind == "link_cut":
-            ends = set(e.target.split("|"))
+            ends = frozenset(e.target.split("|"))
             out += [
                 replace(e, target=link_id(lk.a, lk.b))
                 for lk in scn.links
-                if {scn.site(lk.a), scn.site(lk.b)} == ends
+                if scn.line(lk.a, lk.b) == ends
             ]
         elif "/" in e.target:  # a node: n-th of its site, counted over the pools in order
             site, n = e.target.split("/n")
             at = int(n)
-            for pool in scn.sites[site]:
+            for pool in sites[site]:
                 if at < nodes[pool]:
                     out.append(replace(e, target=node_id(pool, at)))
                     break

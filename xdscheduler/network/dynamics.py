@@ -60,13 +60,16 @@ class Dynamics:
         a, b = np.nonzero(upper)
         # one swing a line between two sites, shared by the copies of it a mixed domain's
         # pools have; its own network (one site) neither swings nor spikes
-        site = [scn.site(d.name) for d in scn.domains]
-        line = [frozenset((site[i], site[j])) for i, j in zip(a, b, strict=True)]
-        lines = list(dict.fromkeys(line))
-        first = np.array([line.index(x) for x in lines], dtype=int)
-        which = np.array([lines.index(x) for x in line], dtype=int)
-        eps = _ar1(rng, steps, len(lines), bound[a[first], b[first]])[:, which]
-        spikes = _spikes(rng, steps, len(lines), step_s)[:, which]
+        names = [d.name for d in scn.domains]
+        line = [scn.line(names[i], names[j]) for i, j in zip(a, b, strict=True)]
+        first: dict[frozenset[str], int] = {}  # each line's first copy, in order
+        for n, x in enumerate(line):
+            first.setdefault(x, n)
+        rank = {x: r for r, x in enumerate(first)}
+        which = np.array([rank[x] for x in line], dtype=int)
+        head = np.array(list(first.values()), dtype=int)
+        eps = _ar1(rng, steps, len(head), bound[a[head], b[head]])[:, which]
+        spikes = _spikes(rng, steps, len(head), step_s)[:, which]
         spikes[:, [len(x) == 1 for x in line]] = 1.0
         scale = np.ones((steps, k, k))
         scale[:, a, b] = scale[:, b, a] = 1 + eps

@@ -76,6 +76,10 @@ class WanMeasurements:
         return sorted(set(pairs.get_level_values(0)) | set(pairs.get_level_values(1)))
 
     @property
+    def first_date(self) -> str:
+        return snapshot_date(self.throughput_files[0])
+
+    @property
     def later_date(self) -> str | None:
         return snapshot_date(self.throughput_files[-1]) if self.gbps_later is not None else None
 
@@ -90,20 +94,19 @@ class WanMeasurements:
     @property
     def source(self) -> str:
         """What the measurements are, with the dates of the files read."""
-        dates = [snapshot_date(self.throughput_files[0]), self.later_date]
+        dates = [self.first_date, self.later_date]
         pings = ", ".join(snapshot_date(p) for p in self.latency_files)
         return f"{SKYPLANE}; throughput {' and '.join(filter(None, dates))}, ping RTT {pings}"
 
     def link_source(self, drift_known: bool) -> str:
         """A link's provenance: the files its bandwidth and RTT came from, and its drift's."""
-        first = self.throughput_files[0]
         pings = [snapshot_date(p) for p in self.latency_files]
         runs = (
             f"iperf3+ping {pings[0]}"
-            if pings == [snapshot_date(first)]
-            else f"iperf3 {snapshot_date(first)}+ping {', '.join(pings)}"
+            if pings == [self.first_date]
+            else f"iperf3 {self.first_date}+ping {', '.join(pings)}"
         )
-        files = ", ".join(p.name for p in (first, *self.latency_files))
+        files = ", ".join(p.name for p in (self.throughput_files[0], *self.latency_files))
         later = self.later_date
         note = f"{later} drift" if drift_known else f"no {later or 'later'} run: bound"
         return f"Skyplane {runs} ({files}); {note}"

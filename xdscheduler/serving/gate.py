@@ -83,8 +83,9 @@ class Gate:
     async def _pass(self, scope, receive, send):
         headers = dict(scope["headers"])
         length = headers.get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-            if length.isdigit() and int(length) <= DRAIN_BYTES:
+        size = int(length) if length is not None and length.isdigit() else None
+        if length is not None and (size is None or size > MAX_BODY_BYTES):
+            if size is not None and size <= DRAIN_BYTES:
                 await _drain(receive)
             return await _refuse(send, 413, TOO_LARGE)
         if _route_path(scope) not in OPEN_PATHS:

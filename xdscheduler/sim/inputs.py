@@ -97,8 +97,9 @@ def listed_jobs(scn: Scenario, hours: float | None = None) -> list[Job]:
     # other tenants hold a share of every domain all through a study, at the least its base
     # share less its swing: a job asking for more than the rest never starts
     room = sum(d.gpus - round(BASE_LOAD * (1 - LOAD_SWING) * d.gpus) for d in scn.domains)
+    arriving = {j.name for j in jobs}
     for i, job in enumerate(scn.jobs):
-        if job in jobs and job.gpus.min > room:
+        if job.name in arriving and job.gpus.min > room:
             raise UserError(
                 f"{scn.name}: jobs[{i}] ({job.name}): no policy could ever run it in a study: "
                 f"it needs at least {job.gpus.min} accelerators, and other tenants hold "

@@ -63,11 +63,7 @@ class Truth:
         goodput = np.ones((len(scn.domains),) * 2)
         # one factor a WAN line between two sites, whichever of their pools it joins; none on
         # a mixed domain's own network
-        lines = {
-            link: frozenset((scn.site(link.a), scn.site(link.b)))
-            for link in scn.links
-            if scn.site(link.a) != scn.site(link.b)
-        }
+        lines = {link: line for link in scn.links if len(line := scn.line(link.a, link.b)) == 2}
         pairs = list(dict.fromkeys(lines.values()))
         drawn = np.exp(rng.laplace(gp["loc"], gp["scale"], len(pairs)))
         factor = dict(zip(pairs, np.minimum(drawn, MAX_GOODPUT), strict=True))
