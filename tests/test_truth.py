@@ -33,8 +33,9 @@ from .conftest import small_scenario
 SMALL_ARCH = {"layers": 16, "hidden": 2048, "ffn_hidden": 8192, "heads": 16, "vocab": 32000}
 
 
-def two_domains(gpus: dict | None = None):
-    """Two one-node H100 domains joined by a slow link; one small job (1 GPU unless told)."""
+def two_domains(gpus: dict | None = None, names: str = "ab"):
+    """Two one-node H100 domains (or one a letter of `names`) joined by slow links; one small
+    job (1 GPU unless told)."""
     return parse_scenario(
         {
             "name": "two",
@@ -45,9 +46,12 @@ def two_domains(gpus: dict | None = None):
                     "location": {"city": n},
                     "nodes": [{"accelerator": "H100-SXM", "count": 8}],
                 }
-                for n in ("a", "b")
+                for n in names
             ],
-            "links": [{"a": "a", "b": "b", "bandwidth_gbps": 1, "rtt_ms": 10}],
+            "links": [
+                {"a": a, "b": b, "bandwidth_gbps": 1, "rtt_ms": 10}
+                for a, b in itertools.combinations(names, 2)
+            ],
             "jobs": [
                 {
                     "name": "small",
@@ -194,6 +198,24 @@ def test_the_correction_converges_on_a_links_goodput():
         c = c.observe(p, spec, view, truth.step_s(p, spec, view))
     assert c.goodput[0, 1] == c.goodput[1, 0] == pytest.approx(0.6, rel=0.01)
     assert np.all(c.speed == 1)  # a job across domains says nothing of their speeds
+
+
+def test_a_ring_of_replicas_corrects_the_narrowest_hop_it_sends_over():
+    """Replicas in three domains all-reduce round a ring, each hop one way: a step slower than
+    the model is put on the narrowest hop the ring sends over, not on a link whose unused
+    direction is narrower."""
+    scn = two_domains({"min": 3, "max": 3}, names="abc")
+    base = ClusterView.from_scenario(scn)
+    bw = np.ones_like(base.bandwidth_gbps)
+    bw[1, 0] = 0.1  # the way back from b to a: no hop of the ring a -> b -> c -> a
+    bw[1, 2] = 0.5  # the ring's narrowest hop
+    view = base.with_links(bw, base.rtt_ms)
+    p = Placement("small", DATA, (0, 1, 2), (1, 1, 1), Plan(dp=3, micro_batch=1), tuple("abc"))
+    spec = JobSpec.of(scn.jobs[0])
+    c = Correction.start(3).observe(
+        p, spec, view, 1.3 * estimate_placement(p, spec, view).step_time_s
+    )
+    assert c.goodput[1, 2] < 1 and c.goodput[0, 1] == 1
 
 
 def test_a_correction_relaxes_back_to_the_model_in_logs():

@@ -117,11 +117,17 @@ class Placement:
         pipeline, round the ring of a replicated job's domains (in their order, the last to
         the first); none inside one domain."""
         d = self.domains
-        if self.kind == PIPELINE or (self.kind == DATA and len(d) == 2):
-            return list(itertools.pairwise(d))
-        if self.kind == DATA:
+        if self.ring:
             return list(itertools.pairwise((*d, d[0])))
+        if self.kind in (PIPELINE, DATA):
+            return list(itertools.pairwise(d))
         return []
+
+    @property
+    def ring(self) -> bool:
+        """Replicas in three or more domains, all-reducing round a ring: each of its links
+        carries traffic one way (a pipeline's and a pair's carry it both ways)."""
+        return self.kind == DATA and len(self.domains) > 2
 
     @property
     def shape(self) -> tuple:

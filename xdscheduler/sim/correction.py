@@ -212,9 +212,10 @@ class Correction:
 
 def _narrowest(p: Placement, view: ClusterView) -> tuple[int, int]:
     """The link that bounds a cross-domain placement's WAN traffic: the narrowest between
-    consecutive stages, or on the ring of replicas."""
+    consecutive stages (both ways: activations go on, gradients come back), or the narrowest
+    hop of the ring of replicas (one way: each sends only to the next)."""
     bw = view.goodput_gbps
-    return min(p.links, key=lambda ab: min(bw[ab], bw[ab[::-1]]))
+    return min(p.links, key=lambda ab: bw[ab] if p.ring else min(bw[ab], bw[ab[::-1]]))
 
 
 def error_figures(predictions: list[Prediction]) -> dict[str, float | None]:
