@@ -459,11 +459,12 @@ def test_replicas_over_several_domains_ring_round_their_widest_links(k):
     """A ring all-reduce sends to the next member only: over domains round a ring of fast
     links with slow ones across, the fast ring paces it and carries its traffic (before, the
     narrowest of every pair did, ten times slower)."""
-    from xdscheduler.planner.space import DATA, describe_placements
+    from xdscheduler.planner.space import DATA, describe_placements, in_rings
 
     view = square_with_slow_diagonals(k)
     scrambled = np.array([[0, *range(2, k, 2), *range(1, k, 2)]])  # 0, 2, 4, ..., 1, 3, ...
-    pl = describe_placements(view, np.array([DATA], dtype=object), scrambled)
+    rings = in_rings(view.goodput_gbps, view.rtt_ms / 1000, scrambled, np.array([k]), [True])
+    pl = describe_placements(view, np.array([DATA], dtype=object), rings)
     ring = pl.domains[0].tolist()
     assert sorted(ring) == list(range(k))
     assert all(abs(a - b) in (1, k - 1) for a, b in itertools.pairwise([*ring, ring[0]]))
@@ -472,6 +473,28 @@ def test_replicas_over_several_domains_ring_round_their_widest_links(k):
     job = JobSpec("big", arch, 1536, arch.seq_len, 128 * k, 128 * k)
     best = search(job, view, Weights(), SearchOptions(kinds=(DATA,)), pareto=False).best
     assert len(best.links) == k and all(view.bandwidth_gbps[ab] == 10.0 for ab in best.links)
+
+
+def test_a_placements_estimate_keeps_the_order_its_replicas_ring_in():
+    """A running job's ranks keep their order: estimating a placement across the slow
+    diagonals times that ring, not the search's best (before, both were the same)."""
+    from xdscheduler.planner.search import estimate_placement
+    from xdscheduler.planner.space import DATA
+
+    view = square_with_slow_diagonals(4)
+    arch = catalog.model("gpt3-175b")
+    job = JobSpec("big", arch, 1536, arch.seq_len, 512, 512)
+    best = search(job, view, Weights(), SearchOptions(kinds=(DATA,)), pareto=False).best
+    order = (0, 2, 1, 3)
+    across = replace(
+        best,
+        domains=tuple(best.domains[i] for i in order),
+        gpus=tuple(best.gpus[i] for i in order),
+    )
+    assert estimate_placement(best, job, view).step_time_s == pytest.approx(
+        best.estimate.step_time_s
+    )
+    assert estimate_placement(across, job, view).step_time_s > 1.5 * best.estimate.step_time_s
 
 
 def test_domain_sets_grow_only_while_the_job_can_use_them():

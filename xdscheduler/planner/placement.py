@@ -48,8 +48,8 @@ class Estimate:
 
 @dataclass(frozen=True)
 class Placement:
-    """A job's domains (indices into the view, in stage order for a pipeline), the accelerators
-    it takes in each, and its parallel plan."""
+    """A job's domains (indices into the view, in stage order for a pipeline, in the order its
+    replicas ring in for data), the accelerators it takes in each, and its parallel plan."""
 
     job: str
     kind: str  # SINGLE, PIPELINE or DATA

@@ -182,7 +182,10 @@ def placements(
     doms = np.full((len(rows), width), -1)
     for r, (_, members) in enumerate(rows):
         doms[r, : len(members)] = members
-    return describe_placements(view, np.array([kind for kind, _ in rows], dtype=object), doms)
+    kind = np.array([kind for kind, _ in rows], dtype=object)
+    rtt_s = view.rtt_ms / 1000.0
+    doms = in_rings(view.goodput_gbps, rtt_s, doms, (doms >= 0).sum(axis=1), kind == DATA)
+    return describe_placements(view, kind, doms)
 
 
 def _largest(
@@ -252,7 +255,8 @@ def domain_speeds(view: ClusterView) -> dict[str, np.ndarray]:
 
 def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -> Placements:
     """The hardware and WAN use of each placement: its slowest member and narrowest links, at
-    the view's speed and goodput factors."""
+    the view's speed and goodput factors; a data placement's ring visits its members in the
+    order given (`in_rings` orders the search's), as a running job's ranks do."""
     accs = [d.accelerator for d in view.domains]
     valid = doms >= 0
     safe = np.where(valid, doms, 0)
@@ -276,8 +280,6 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
     bw, rtt, price = view.goodput_gbps, view.rtt_ms / 1000.0, view.price_per_gb
     is_pp = kind == PIPELINE
     is_dp = kind == DATA
-    doms = in_rings(bw, rtt, doms, n_dom, is_dp)
-    safe = np.where(valid, doms, 0)
     # Pipeline: consecutive stage domains; activations go one way, gradients the other.
     a, b = safe[:, :-1], safe[:, 1:]
     hop = valid[:, 1:]
