@@ -1,14 +1,17 @@
 """The study engine without Ray: policies over the same jobs and the same network."""
 
 import pytest
+import yaml
 
 from xdscheduler.planner.baselines import FifoSingleDomain, GreedyCrossDomain
-from xdscheduler.planner.policies import PlannerPolicy
+from xdscheduler.planner.policies import POLICIES, PlannerPolicy
 from xdscheduler.runtime.study import run_here
+from xdscheduler.scenario import parse_scenario
 from xdscheduler.sim.inputs import StudyInputs, study_dynamics, study_jobs
 from xdscheduler.sim.jobs import JobState
 
-from .conftest import small_scenario
+from .conftest import SCENARIOS, small_scenario
+from .test_scenario import UNEVEN_ONLY
 
 HOURS = 6.0
 
@@ -64,3 +67,15 @@ def test_every_decision_is_logged_with_its_reason(outcomes):
     placed = [d for d in res.decisions if d.action == "place"]
     assert {d.job for d in placed} == {r.spec.name for r in res.jobs if r.start_s is not None}
     assert all(d.explanation and d.decision_ms >= 0 and d.domains for d in placed)
+
+
+@pytest.mark.parametrize("name", sorted(set(POLICIES) - {"fifo-single-domain"}))
+def test_a_job_only_uneven_plans_run_starts_under_the_policies_that_tune_plans(name):
+    """No even plan runs it, and studies searched even plans alone: it never started. FIFO
+    keeps Megatron's recipe, whose pipeline degrees divide the layers: it never does."""
+    doc = yaml.safe_load((SCENARIOS / "three_domains.yaml").read_text())
+    scn = parse_scenario({**doc, "workload": None, "jobs": [UNEVEN_ONLY]})
+    hours = 1.0
+    inputs = StudyInputs(scn, study_jobs(scn, hours, 1), study_dynamics(scn, 1, hours), hours)
+    (result,) = run_here(inputs, POLICIES[name](scn.weights, {})).jobs
+    assert result.start_s is not None and result.placement.total_gpus == 64

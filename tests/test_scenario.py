@@ -112,6 +112,21 @@ TWO_DOMAINS = {
             {"model": "llama3.1-405b", "gpus": {"min": 1, "max": 4}},
             r"leanest plan .* needs \d+ GiB an accelerator, more than the 80 GiB",
         ),
+        (  # uneven plans searched too: at most 4 replicas × 2 stages
+            {
+                "architecture": {
+                    "layers": 2,
+                    "hidden": 64,
+                    "ffn_hidden": 256,
+                    "heads": 1,
+                    "kv_heads": 1,
+                    "vocab": 1000,
+                },
+                "global_batch": 4,
+                "gpus": {"min": 16, "max": 16},
+            },
+            "no parallel plan of 16-16 accelerators splits its global batch of 4",
+        ),
     ],
 )
 def test_a_listed_job_no_plan_can_run_is_refused_before_the_study_saying_why(job, why):
@@ -122,6 +137,42 @@ def test_a_listed_job_no_plan_can_run_is_refused_before_the_study_saying_why(job
     for check in (lambda: listed_jobs(scn), lambda: study_jobs(scn, 3, 0)):
         with pytest.raises(UserError, match=rf"^two: jobs\[0\] \(j\): no policy could .*{why}"):
             check()
+
+
+# 61 layers (prime: no pipeline degree up to 32 divides them) and a batch of 1530 on exactly
+# 64 accelerators (no data degree of 8-64 divides 1530): only uneven plans run it.
+UNEVEN_ONLY = {
+    "name": "prime",
+    "architecture": {
+        "layers": 61,
+        "hidden": 4096,
+        "ffn_hidden": 11008,
+        "heads": 32,
+        "kv_heads": 8,
+        "vocab": 32000,
+    },
+    "global_batch": 1530,
+    "tokens": 1e8,
+    "gpus": {"min": 64, "max": 64},
+}
+
+
+def test_a_job_only_uneven_plans_run_is_accepted_as_xds_plan_places_it(tmp_path, capsys):
+    """The check searched even plans alone and refused the job ("no parallel plan of 64-64
+    accelerators divides its global batch"), which `xds plan` places."""
+    from xdscheduler.cli import main
+    from xdscheduler.planner.search import JobSpec, ideal_tokens_per_s, search
+    from xdscheduler.planner.view import ClusterView
+    from xdscheduler.sim.inputs import listed_jobs
+
+    path = tmp_path / "prime.yaml"
+    path.write_text(yaml.safe_dump({**TWO_DOMAINS, "jobs": [UNEVEN_ONLY]}))
+    assert main(["scenario", "check", str(path)]) == 0
+    assert "valid; 2 domains, 128 accelerators, 0 links, 1 job listed" in capsys.readouterr().out
+    scn = load_scenario(path)
+    job, view = JobSpec.of(listed_jobs(scn)[0]), ClusterView.from_scenario(scn)
+    planned = search(job, view, scn.weights, pareto=False).best
+    assert planned.total_gpus == 64 and ideal_tokens_per_s(job, view) > 0
 
 
 def test_a_job_that_fits_memory_only_with_tensor_parallelism_wider_than_a_node_says_so():

@@ -17,7 +17,13 @@ import numpy as np
 from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch, Stack
 from xdscheduler.costmodel.steptime import memory_gib
 from xdscheduler.planner.placement import Placement
-from xdscheduler.planner.search import THROUGHPUT_ONLY, JobSpec, evaluate_space, placement_at
+from xdscheduler.planner.search import (
+    THROUGHPUT_ONLY,
+    JobSpec,
+    evaluate_space,
+    placement_at,
+    uneven_if_needed,
+)
 from xdscheduler.planner.space import DATA, SINGLE, SearchOptions, describe_placements, even_grid
 from xdscheduler.planner.view import ClusterView
 
@@ -67,7 +73,7 @@ def fastest_on(
         return None
     offered = view.with_free({view.names[i]: gpus.get(i, 0) for i in range(len(view.domains))})
     sized = replace(job, gpus_min=least, gpus_max=min(job.gpus_max, total))
-    opts = replace(ONLINE, max_domains=max(len(gpus), 1), kinds=kinds)
+    opts = uneven_if_needed(job, view, replace(ONLINE, max_domains=max(len(gpus), 1), kinds=kinds))
     ev = evaluate_space(sized, offered, THROUGHPUT_ONLY, opts)
     # the fastest: the first best, as `search` ranks (no ranking, alternatives or text needed)
     return (

@@ -32,6 +32,7 @@ from xdscheduler.planner.search import (
     explain,
     ideal_tokens_per_s,
     placement_at,
+    uneven_if_needed,
 )
 from xdscheduler.planner.space import SINGLE, SearchOptions
 from xdscheduler.planner.view import ClusterView
@@ -204,7 +205,8 @@ def is_giant(job: JobSpec, view: ClusterView) -> bool:
 
 def search_options(job: JobSpec, view: ClusterView, options: SearchOptions) -> SearchOptions:
     """The plan space the planner's rule leaves `job`: a job one domain can hold is only ever
-    placed inside one, so no spreads are searched for it."""
+    placed inside one, so no spreads are searched for it (uneven plans where it needs them)."""
+    options = uneven_if_needed(job, view, options)
     return options if is_giant(job, view) else replace(options, max_domains=1)
 
 

@@ -88,12 +88,24 @@ def in_precision(opts: SearchOptions, job: JobSpec) -> SearchOptions:
 THROUGHPUT_ONLY = Weights(efficiency=1.0, utilization=0.0, cost=0.0)
 # The yardstick's plan space: every plan a policy may run, low-communication ones included.
 IDEAL_OPTIONS = even_grid(SearchOptions(diloco_h=(0, 100)))
-_IDEAL: dict[tuple, float] = {}
+_IDEAL: dict[tuple, tuple[float, bool]] = {}  # -> tokens/s, and whether an even plan ran
 
 
 def ideal_tokens_per_s(job: JobSpec, view: ClusterView) -> float:
     """The job's best speed with the whole cluster, as leased, to itself: the yardstick its
     efficiency is measured against (the same for every policy, whatever the load)."""
+    return _ideal(job, view)[0]
+
+
+def uneven_if_needed(job: JobSpec, view: ClusterView, opts: SearchOptions) -> SearchOptions:
+    """`opts`, with uneven degrees too where no even plan runs `job` even on the whole cluster
+    free (a prime number of layers, a batch no accelerator count divides): the plans `xds plan`
+    finds for it, rather than a job refused or queued for ever. Even-placed jobs keep the
+    lean grid."""
+    return opts if opts.uneven or _ideal(job, view)[1] else replace(opts, uneven=True)
+
+
+def _ideal(job: JobSpec, view: ClusterView) -> tuple[float, bool]:
     leased = view.leased
     key = (
         job.shape_key,
@@ -105,10 +117,17 @@ def ideal_tokens_per_s(job: JobSpec, view: ClusterView) -> float:
         leased[1].tobytes(),
     )
     if key not in _IDEAL:  # asked every decision and for every job of a rollout: search once
-        _IDEAL[key] = search(
-            job, view.empty(), THROUGHPUT_ONLY, IDEAL_OPTIONS, top_k=0, pareto=False
-        ).best.estimated.tokens_per_s
+        try:
+            _IDEAL[key] = _fastest(job, view.empty(), IDEAL_OPTIONS), True
+        except UserError:  # raised again, with why, where uneven plans do not run it either
+            _IDEAL[key] = _fastest(job, view.empty(), replace(IDEAL_OPTIONS, uneven=True)), False
     return _IDEAL[key]
+
+
+def _fastest(job: JobSpec, view: ClusterView, opts: SearchOptions) -> float:
+    return search(
+        job, view, THROUGHPUT_ONLY, opts, top_k=0, pareto=False
+    ).best.estimated.tokens_per_s
 
 
 # The even grid picks these many placements; the whole grid is searched on them alone.
@@ -335,9 +354,9 @@ def why_no_plan(job: JobSpec, view: ClusterView, opts: SearchOptions) -> str:
     sizes = grid.plans.gpus
     if not (sizes >= job.gpus_min).any():
         return (
-            f": no parallel plan of {job.gpus_min}-{job.gpus_max} accelerators divides its "
-            f"global batch of {job.global_batch} and its {job.arch.layers} layers and "
-            f"{job.arch.heads} heads"
+            f": no parallel plan of {job.gpus_min}-{job.gpus_max} accelerators "
+            f"{'splits' if opts.uneven else 'divides'} its global batch of {job.global_batch} "
+            f"and its {job.arch.layers} layers and {job.arch.heads} heads"
         )
     node = max(view.domains[i].node_gpus for i in rated)
     within = (sizes >= job.gpus_min) & (grid.plans.tp <= node)  # TP stays inside a node
