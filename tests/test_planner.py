@@ -761,13 +761,39 @@ def test_sailors_links_are_per_vm_pair_and_placements_say_so():
     assert wan.pp_per_node.tolist() == [0.0, 0.0, 1.0, 0.0]
     leased = describe_placements(two_domains(), kind[:1], np.array([[0, 1]])).wan
     assert leased.dp_per_node.tolist() == [0.0]
-    # what one GPU-to-GPU connection gets, from the same profile: the narrowest a placement
-    # crosses (to Oregon: 4.2-4.9 Gbit/s), and the slowest of its domains' own
+    # what one GPU-to-GPU connection gets, from the same profile: on the hop to Oregon each
+    # placement crosses (4.2-4.9 Gbit/s), beside that hop's own bandwidth; and the slowest of
+    # its domains' own
     pl = describe_placements(view, kind, doms)
-    assert pl.wan.dp_flow_gbps.tolist() == [4.931, 4.310, np.inf, np.inf]
-    assert pl.wan.pp_flow_gbps.tolist() == [np.inf, np.inf, 4.931, np.inf]
+    assert pl.wan.dp_flow_gbps.tolist() == [[4.931], [4.310], [np.inf], [np.inf]]
+    assert pl.wan.dp_gbps.tolist() == [[8.733], [8.745], [np.inf], [np.inf]]
+    assert pl.wan.pp_flow_gbps.tolist() == [[np.inf], [np.inf], [4.931], [np.inf]]
     assert pl.hardware.flow_gbps.tolist() == [19.363, 19.363, 19.363, 20.055]
     assert np.isinf(leased.dp_flow_gbps).all()
+
+
+def test_a_ring_of_replicas_is_as_slow_as_its_slowest_hop_not_slower():
+    """Round us-central1-f, us-west1-b and us-central1-c the narrowest hop (f to Oregon, 8.18
+    Gbit/s a VM pair) is not the one with the slowest connection (Oregon to c, 4.22): with TP 2
+    on 4-GPU VMs (two connections a VM pair) the ring goes at its slowest hop's own rate.
+    Before, the one hop's bandwidth at the other's flow rate made it slower than every hop."""
+    from xdscheduler.planner.space import DATA, describe_placements
+
+    view = ClusterView.from_scenario(load_scenario(SCENARIOS / "sailor_five_zones.yaml"))
+    arch = catalog.model("opt-350m")
+    plans = PlanBatch.of([Plan(dp=3, tp=2, micro_batch=8, zero=0, dtype="tf32")])
+    ring = (3, 4, 2)
+    pl = describe_placements(view, np.array([DATA], dtype=object), np.array([ring]))
+
+    def dp_comm(wan):
+        return estimate(arch, 96, plans, pl.hardware, wan).breakdown_s["dp_comm"][0]
+
+    hops = [(a, b) for a, b in zip(ring, (*ring[1:], ring[0]), strict=True)]
+    alone = [
+        dp_comm(replace(pl.wan, dp_gbps=view.bandwidth_gbps[h], dp_flow_gbps=view.flow_gbps[h]))
+        for h in hops
+    ]
+    assert dp_comm(pl.wan) == pytest.approx(max(alone), rel=1e-12)
 
 
 def test_our_placements_read_as_sailors_plans_and_back():

@@ -132,7 +132,9 @@ class Hardware:
 
 @dataclass(frozen=True)
 class WanUse:
-    """What a placement asks of the WAN; scalars or arrays. Zeros: the job stays in one domain."""
+    """What a placement asks of the WAN; scalars or arrays. Zeros: the job stays in one domain.
+    The link rates (`*_gbps`) may be (plans, hops): the hops that may pace a connection, each
+    with its own bandwidth and flow rate, padded with inf; one hop where they are not."""
 
     pp_crossings: np.ndarray | float = 0.0  # pipeline boundaries that cross a WAN link
     pp_gbps: np.ndarray | float = np.inf  # narrowest of those links, per direction

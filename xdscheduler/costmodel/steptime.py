@@ -480,7 +480,8 @@ def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, t_
     gpn = _f(hw.gpus_per_node)
     h, elem, micro_batches = float(arch.hidden), rates.elem, shape.micro_batches
     scaleout = _f(hw.scaleout_gbps) * 1e9 / 8
-    wan_bps = _f(wan.pp_gbps) * 1e9 / 8 * calib.wan_efficiency
+    hops_bps = _hops(wan.pp_gbps) * 1e9 / 8 * calib.wan_efficiency
+    wan_bps = hops_bps.min(axis=-1)
     flow = _f(hw.flow_gbps) * 1e9 / 8  # one connection between two nodes' accelerators
     p2p_intra = (
         shape.tok * h * elem / tp / (calib.collective_efficiency * np.minimum(scaleout, flow))
@@ -499,7 +500,7 @@ def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, t_
         * elem
         / boundary
         / _wan_connection_bps(
-            wan_bps, wan.pp_flow_gbps, wan.pp_per_node, boundary / pp_lanes, gpn, calib
+            hops_bps, wan.pp_flow_gbps, wan.pp_per_node, boundary / pp_lanes, gpn, calib
         )
     )
     link_busy = vp * np.where(crossings > 0, p2p_wan, p2p_intra)
@@ -579,7 +580,7 @@ class _DataParallel:
             network,
         )
         model_grad_bytes = arch.params * grad_elem
-        dp_wan_bps = _f(wan.dp_gbps) * 1e9 / 8 * calib.wan_efficiency
+        dp_wan_bps = _hops(wan.dp_gbps) * 1e9 / 8 * calib.wan_efficiency
         # Hierarchical: only 1/local of the gradients leaves each domain. A flat ring over every
         # rank sends all of them over each WAN link it crosses.
         wan_share = np.where(flat, 2.0, 2 * (domains - 1) / domains)
@@ -710,11 +711,21 @@ def _measured_blocks(
     }
 
 
-def _wan_connection_bps(link_bps, flow_gbps, per_node, flows, gpn, calib: Calibration):
-    """Bytes/s each of `flows` connections gets across a WAN link (`flows` per node pair where
-    the link is rated per node pair, whose node's `gpn` accelerators fill it together)."""
-    flow_bps = _f(flow_gbps) * 1e9 / 8 * calib.wan_efficiency
-    return connection_bps(link_bps, flow_bps, flows, np.where(_f(per_node) > 0, gpn, 1.0))
+def _wan_connection_bps(hops_bps, flow_gbps, per_node, flows, gpn, calib: Calibration):
+    """Bytes/s each of `flows` connections gets across the slowest of the WAN hops it crosses,
+    each at its own bandwidth `hops_bps` and flow rate (hops on the last axis; `flows` per
+    node pair where the links are rated per node pair, whose node's `gpn` accelerators fill
+    them together)."""
+    flow_bps = _hops(flow_gbps) * 1e9 / 8 * calib.wan_efficiency
+    gpn = np.where(_f(per_node) > 0, gpn, 1.0)
+    return connection_bps(hops_bps, flow_bps, _f(flows)[..., None], gpn[..., None]).min(axis=-1)
+
+
+def _hops(gbps) -> np.ndarray:
+    """A WanUse rate with its hops on the last axis: (plans, hops) as placements describe
+    them, or one hop (a scalar, or one a plan)."""
+    gbps = _f(gbps)
+    return gbps if gbps.ndim == 2 else gbps[..., None]
 
 
 def _lanes(ranks, gpn):

@@ -283,7 +283,6 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
     # Pipeline: consecutive stage domains; activations go one way, gradients the other.
     a, b = safe[:, :-1], safe[:, 1:]
     hop = valid[:, 1:]
-    hop_bw = np.where(hop, np.minimum(bw[a, b], bw[b, a]), np.inf)
     # Data: a ring over the members in their order, each sending to the next (the last to the
     # first): its narrowest hop and largest RTT bound the all-reduce, each hop carries as much.
     nxt = np.where(
@@ -298,23 +297,47 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
     pp_per_node = np.where(hop, per_node[a, b], True).all(axis=1)
     ring = valid & (n_dom[:, None] > 1)
     ring_price = np.where(ring, price[safe, nxt], 0.0).sum(axis=1) / np.maximum(n_dom, 1)
+    pp_gbps, pp_flow_gbps = _pacing_hops(
+        np.where(hop & is_pp[:, None], np.minimum(bw[a, b], bw[b, a]), np.inf),
+        np.where(hop & is_pp[:, None], flow[a, b], np.inf),
+    )
+    dp_gbps, dp_flow_gbps = _pacing_hops(
+        np.where(ring & is_dp[:, None], bw[safe, nxt], np.inf),
+        np.where(ring & is_dp[:, None], flow[safe, nxt], np.inf),
+    )
     wan = WanUse(
         pp_crossings=np.where(is_pp, n_dom - 1, 0.0),
-        pp_gbps=np.where(is_pp, hop_bw.min(axis=1, initial=np.inf), np.inf),
+        pp_gbps=pp_gbps,
         pp_latency_s=np.where(is_pp, np.where(hop, rtt[a, b] / 2, 0.0).sum(axis=1), 0.0),
         dp_domains=np.where(is_dp, n_dom, 1.0),
-        dp_gbps=np.where(is_dp, np.where(ring, bw[safe, nxt], np.inf).min(axis=1), np.inf),
+        dp_gbps=dp_gbps,
         dp_rtt_s=np.where(is_dp, np.where(ring, rtt[safe, nxt], 0.0).max(axis=1), 0.0),
         pp_per_node=(is_pp & pp_per_node).astype(float),
         dp_per_node=(is_dp & np.where(ring, per_node[safe, nxt], True).all(axis=1)).astype(float),
-        pp_flow_gbps=np.where(
-            is_pp, np.where(hop, flow[a, b], np.inf).min(axis=1, initial=np.inf), np.inf
-        ),
-        dp_flow_gbps=np.where(is_dp, np.where(ring, flow[safe, nxt], np.inf).min(axis=1), np.inf),
+        pp_flow_gbps=pp_flow_gbps,
+        dp_flow_gbps=dp_flow_gbps,
     )
     hop_price = np.where(hop, price[a, b], 0.0).sum(axis=1) / np.maximum(n_dom - 1, 1)
     wan_price = np.where(is_pp, hop_price, np.where(is_dp, ring_price, 0.0))
     return Placements(kind, doms, hw, wan, wan_price)
+
+
+def _pacing_hops(pair: np.ndarray, flow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Of each row's hops, those that may pace its connections, each with its own bandwidth
+    and flow rate, (P, hops) padded with inf: a hop another matches or undercuts on both never
+    does (of equal ones the first stays). Which of the rest paces a plan depends on how many
+    connections it runs: the narrowest by bandwidth and by flow rate may be different hops,
+    and one's bandwidth at the other's flow rate is slower than either."""
+    if pair.shape[1] == 0:  # no hops (one domain a placement): one that never binds
+        pair = flow = np.full((len(pair), 1), np.inf)
+    k = pair.shape[1]
+    earlier = np.triu(np.ones((k, k), dtype=bool), 1)  # [j, h]: hop j comes before hop h
+    pj, ph, fj, fh = pair[:, :, None], pair[:, None, :], flow[:, :, None], flow[:, None, :]
+    covered = ((pj <= ph) & (fj <= fh) & ((pj < ph) | (fj < fh) | earlier)).any(axis=1)
+    first = np.argsort(covered, axis=1, kind="stable")[:, : (~covered).sum(axis=1).max(initial=1)]
+    keep = ~np.take_along_axis(covered, first, axis=1)
+    pair, flow = (np.take_along_axis(x, first, axis=1) for x in (pair, flow))
+    return np.where(keep, pair, np.inf), np.where(keep, flow, np.inf)
 
 
 def in_rings(bw, rtt, doms: np.ndarray, n_dom: np.ndarray, rows: np.ndarray) -> np.ndarray:
