@@ -262,6 +262,33 @@ def test_times_with_an_offset_are_read_as_utc_and_a_mixed_format_is_named(capsys
     )
 
 
+@pytest.mark.parametrize(
+    "export",
+    [
+        lambda header, rows: [header.replace(",", ";"), *(r.replace(",", ";") for r in rows)],
+        lambda header, rows: [header.upper().replace(",", ", "), *rows],
+        lambda header, rows: (
+            [" , ".join(w.replace("_", " ").title() for w in header.split(",")), *rows]
+        ),
+        lambda header, rows: [header, *(r + "," for r in rows)],  # a trailing comma on rows
+    ],
+    ids=["semicolons", "upper-case header", "spaced title-case header", "row commas"],
+)
+def test_a_trace_exported_by_another_tool_reads_as_the_original(tmp_path, export):
+    tidy = series.load(trace(tmp_path / "tidy.csv"), "occupancy")
+    header, *rows = (tmp_path / "tidy.csv").read_text().splitlines()
+    (tmp_path / "other.csv").write_text("\n".join(export(header, rows)) + "\n")
+    other = series.load(tmp_path / "other.csv", "occupancy")
+    assert other.index.equals(tidy.index) and other.values.tolist() == tidy.values.tolist()
+
+
+def test_header_names_equal_but_for_case_are_refused_as_twice(capsys, tmp_path):
+    path = trace(tmp_path / "s.csv")
+    header, *rows = path.read_text().splitlines()
+    path.write_text("\n".join([header + ",Time", *(r + ",x" for r in rows)]) + "\n")
+    refused(capsys, *backtest(path), says="column 'time' appears twice in the header")
+
+
 def test_unsorted_steps_of_a_loss_curve_are_sorted(capsys, tmp_path):
     loss = phases.generate(2, steps=300)[0]
     sorted_path = loss_curve(tmp_path / "a.csv", loss)

@@ -295,6 +295,44 @@ def test_a_column_in_another_unit_is_refused_naming_file_and_column(
         m.load_wan(grid)
 
 
+def _exported(text: str, variant: str) -> str:
+    """A CSV's text as another tool exports it."""
+    lines = text.splitlines()
+    if variant == "semicolons, BOM, CRLF":
+        return "\ufeff" + "\r\n".join(line.replace(",", ";") for line in lines) + "\r\n"
+    if variant == "spreadsheet header":  # 'Src Region ', 'AVG_RTT', ... and ', ' between
+        header = ", ".join(f"{c.replace('_', ' ').title()} " for c in lines[0].split(","))
+        return "\n".join([header.upper() if "rtt" in text else header, *lines[1:]]) + "\n"
+    return "\n".join([lines[0], *(line + "," for line in lines[1:])]) + "\n"  # row commas
+
+
+@pytest.mark.parametrize(
+    "variant", ["semicolons, BOM, CRLF", "spreadsheet header", "trailing comma on rows"]
+)
+def test_a_grid_exported_by_another_tool_reads_as_the_original(grid, variant):
+    """Same measurements, other export habits: the same medians, never columns shifted by a
+    trailing comma (pandas took the first for an index: bit/s read from the wrong column)."""
+    before = m.load_wan(grid)
+    for path in grid.iterdir():
+        path.write_text(_exported(path.read_text(), variant), newline="")
+    after = m.load_wan(grid)
+    assert after.gbps.equals(before.gbps) and after.rtt_ms.equals(before.rtt_ms)
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf"])
+def test_an_infinite_or_missing_measurement_is_refused_not_read(grid, value):
+    """inf is not a measurement (it made a link of infinite bandwidth); a grid of its header
+    alone is not an empty grid (it gave no link at all, without a word)."""
+    frame = pd.read_csv(grid / FIRST_GRID).astype({"throughput_received": object})
+    frame.loc[2, "throughput_received"] = value
+    frame.to_csv(grid / FIRST_GRID, index=False)
+    with pytest.raises(UserError, match=rf"row 4, throughput_received: '{value}' is not a finite"):
+        m.load_wan(grid)
+    frame.head(0).to_csv(grid / FIRST_GRID, index=False)
+    with pytest.raises(UserError, match=r"2022-01\.csv: no data rows after the header line"):
+        m.load_wan(grid)
+
+
 def test_the_six_region_scenario_is_what_the_measurements_give(data_dir, tmp_path):
     """The shipped scenario is reproduced byte for byte by the command in its header."""
     regions = "aws:us-east-1,azure:westus,gcp:europe-west4-a,aws:eu-central-1,azure:japaneast"

@@ -90,7 +90,7 @@ def test_any_cluster_of_the_summary_can_be_named(monkeypatch, tmp_path):
     "row, message",
     [
         ("Orion,500,2.0,2.0,3000.0,300.0,64\n", r"avg_gpu_num \(2\) must be above med_gpu_num"),
-        ("Orion,500,12.0,2.0,abc,300.0,64\n", "row 2, avg_run_time_gpu: 'abc' is not a number"),
+        ("Orion,500,12.0,2.0,abc,300.0,64\n", "row 2, avg_run_time_gpu: 'abc' is not a finite"),
         ("Orion,500,12.0,2.0,,300.0,64\n", "cluster 'orion' has no avg_run_time_gpu"),
         (
             "Orion,500,12.0,2.0,3000.0,300.0,4\n",

@@ -66,34 +66,64 @@ def read_text(path: Path, what: str, max_bytes: int, kind: str) -> str:
 
 
 def read_frame(path: Path, what: str, max_bytes: int = MAX_CSV_BYTES):
-    """The CSV at `path` as a pandas DataFrame, read as `read_text` reads; UserError where it
-    is not a CSV pandas can read."""
+    """The CSV at `path` as a pandas DataFrame, read as `read_text` reads, its columns named
+    as `column_name` reads them; UserError where it is not a CSV pandas can read or has no
+    data row."""
     import io
+    import warnings
 
     import pandas as pd
 
     text = read_text(path, what, max_bytes, "CSV")
     try:
-        return pd.read_csv(io.StringIO(text))
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as err:
+        with warnings.catch_warnings():
+            # a row longer than the header: never its first field taken for an index (a
+            # trailing comma shifting every column) nor its last dropped without a word
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            frame = pd.read_csv(
+                io.StringIO(text),
+                sep=csv_delimiter(text),
+                skipinitialspace=True,
+                index_col=False,
+            )
+    except (ValueError, pd.errors.ParserWarning) as err:  # ParserError, EmptyDataError too
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(f"{what} {path} is not a readable CSV: {first}") from None
+    if frame.empty:
+        raise UserError(f"{what} {path}: no data rows after the header line")
+    frame.columns = [column_name(c) for c in frame.columns]
+    twice = frame.columns[frame.columns.duplicated()]
+    if len(twice):
+        raise UserError(f"{path}: column {twice[0]!r} appears twice in the header")
+    return frame
+
+
+def csv_delimiter(text: str) -> str:
+    """The delimiter of a CSV: a semicolon where the header has one and no comma (a
+    spreadsheet's export where the comma is the decimal mark), else a comma."""
+    header = next((line for line in text.splitlines() if line.strip()), "")
+    return ";" if ";" in header and "," not in header else ","
+
+
+def column_name(name) -> str:
+    """A header's name as the readers match it: case and the spaces around and between its
+    words aside ('Running GPU Num ' names running_gpu_num)."""
+    return "_".join(str(name).split()).lower()
 
 
 def numeric_column(frame, column: str, path: Path):
     """Column `column` of a frame `read_frame` read (or rows cut from it), as numbers (empty
-    cells NaN); UserError naming the first cell that is not a number by file, row (as the file
-    counts it, the header its first) and column."""
+    cells NaN); UserError naming the first cell that is not a finite number by file, row (as
+    the file counts it, the header its first) and column."""
 
     import pandas as pd
 
     number = pd.to_numeric(frame[column], errors="coerce")
-    bad = number.isna() & frame[column].notna()
+    bad = (number.isna() & frame[column].notna()) | number.abs().eq(float("inf"))
     if bad.any():
         row = bad.idxmax()  # the label: a row's place in the file, in a frame cut from it too
-        raise UserError(
-            f"{path}: row {int(row) + 2}, {column}: {frame[column][row]!r} is not a number"
-        )
+        value = str(frame[column][row])
+        raise UserError(f"{path}: row {int(row) + 2}, {column}: {value!r} is not a finite number")
     return number
 
 

@@ -1,5 +1,6 @@
 """Reading a CSV a user hands us (a demand trace, a loss curve): the file checked as text first
-(a regular file of bounded size, UTF-8), then its header for the columns a reader needs, then
+(a regular file of bounded size, UTF-8; comma- or semicolon-delimited), then its header for the
+columns a reader needs (case and spaces aside, as `column_name` reads them), then
 every row's number of fields and every value of those columns, naming the row (and column) of
 the first bad one. Rows are counted from 1, the first line after the header; blank lines are
 skipped and not counted."""
@@ -17,7 +18,7 @@ import pandas as pd
 from pandas.tseries.api import guess_datetime_format
 
 from xdscheduler.errors import UserError
-from xdscheduler.textfile import MAX_CSV_BYTES, read_text
+from xdscheduler.textfile import MAX_CSV_BYTES, column_name, csv_delimiter, read_text
 
 MAX_ROWS = 2_000_000  # bounds what reading holds in memory: 3.8 years of a row a minute
 # Timestamps outside these years are a typo (a trace from before the epoch, or centuries out).
@@ -37,18 +38,22 @@ def read_csv(
     `timestamps` read them). Every row must have the header's number of fields: one more or
     fewer shifts the values after it into the wrong columns."""
     path = Path(path)
+    text = read_text(path, what, MAX_CSV_BYTES, "CSV")
     # strict: a quote left open or text after a closing quote is an error, not a value
-    rows = csv.reader(io.StringIO(read_text(path, what, MAX_CSV_BYTES, "CSV")), strict=True)
+    rows = csv.reader(
+        io.StringIO(text), delimiter=csv_delimiter(text), skipinitialspace=True, strict=True
+    )
     try:
         header = next((row for row in rows if row), None)  # blank lines are skipped
         if header is None:
             raise UserError(f"{path}: empty; a CSV with a header line and data rows is read")
         cols = pick(header, needs, str(path))
-        cols += [c for c in optional if c in header and c not in cols]
-        twice = [c for c in cols if header.count(c) > 1]
+        names = [column_name(c) for c in header]
+        cols += [c for c in optional if c in names and c not in cols]
+        twice = [c for c in cols if names.count(c) > 1]
         if twice:
             raise UserError(f"{path}: column {twice[0]!r} appears twice in the header")
-        return _columns(rows, header, cols, path)
+        return _columns(rows, names, cols, path)
     except csv.Error as err:
         raise UserError(f"{path}, line {rows.line_num}: not a readable CSV ({err})") from None
 
@@ -59,6 +64,8 @@ def _columns(rows, header: list[str], cols: list[str], path: Path) -> pd.DataFra
     for row in rows:
         if not row:
             continue
+        if len(row) == len(header) + 1 and not row[-1]:
+            row.pop()  # a trailing comma the header lacks: an exporter's habit, not a value
         if len(row) != len(header):
             raise UserError(
                 f"{path}, row {len(data[0]) + 1}: {len(row)} fields where the "
@@ -74,8 +81,9 @@ def _columns(rows, header: list[str], cols: list[str], path: Path) -> pd.DataFra
 
 
 def pick(columns: Sequence, needs: Sequence[Sequence[str]], where: str) -> list[str]:
-    """The first set of `needs` that `columns` holds; MissingColumns naming them all if none."""
-    have = set(map(str, columns))
+    """The first set of `needs` that `columns` holds (as `column_name` reads them);
+    MissingColumns naming them all if none."""
+    have = set(map(column_name, columns))
     for cols in needs:
         if set(cols) <= have:
             return list(cols)
