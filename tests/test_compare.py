@@ -141,6 +141,15 @@ def test_a_cell_offers_exactly_its_target_load():
     assert cell_workload(scn, 2, 4, 1.2).jobs == cell.jobs  # a seed gives the same jobs
 
 
+def test_a_cell_of_listed_jobs_alone_is_a_workload():
+    scn = small_scenario()  # its listed job arrives at 0; the generator draws none in 0.1 h
+    assert not generated_jobs(scn, 0.1, 0, 0.1)
+    cell = cell_workload(scn, 0.1, 0, 0.1)
+    assert [j.name for j in cell.jobs] == ["big"] and cell.offered_load == pytest.approx(0.1)
+    with pytest.raises(UserError, match=r"no job arrives in 0\.1 h"):
+        cell_workload(scn, 0.1, 0, 0.1, listed=False)
+
+
 @pytest.mark.parametrize("share", [0.0, 0.05, 0.2, 0.4])
 def test_a_cell_can_fix_the_share_of_the_load_in_giants(share):
     scn = load_scenario(default_scenario_path())  # five_domains: few giants a draw

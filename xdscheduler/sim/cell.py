@@ -62,15 +62,15 @@ def cell_workload(
     if load <= 0:
         raise UserError(f"offered load must be positive, got {load:g}")
     jobs = generated_jobs(scn, hours, seed, _generator_load(scn, seed, load, replay))
-    if not jobs:
-        raise UserError(
-            f"{scn.name}: no job arrives in {hours:g} h at load {load:g} with "
-            f"seed {seed}; give more --hours"
-        )
     view, horizon_s = ClusterView.from_scenario(scn), hours * 3600
     if giant_share is not None:
         return _mixed(scn, hours, seed, load, replay, jobs, giant_share)
     own = listed_jobs(scn, hours) if listed else []
+    if not (jobs or own):  # listed jobs alone are a workload: scaled to the load as any
+        raise UserError(
+            f"{scn.name}: no job arrives in {hours:g} h at load {load:g} with "
+            f"seed {seed}; give more --hours"
+        )
     jobs, label = _timed(jobs, hours, seed, replay)
     jobs = own + jobs
     scale = load / offered_load([JobSpec.of(j) for j in jobs], view, horizon_s)
