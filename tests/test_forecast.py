@@ -281,6 +281,18 @@ def test_pooled_siblings_are_cut_at_the_test_start(tmp_path, capsys):
     assert again["pooled_with"] == ["vcB"] and json.loads(json.dumps(again)) == first
 
 
+def test_a_trace_without_a_week_before_its_test_window_is_told_how_long_it_must_be(
+    tmp_path, capsys
+):
+    path = tmp_path / "s.csv"  # six days: two for training, but no week for seasonal-naive
+    synthetic(days=6, step_min=10).to_csv(path, index=False)
+    assert main(["forecast", "backtest", str(path), "--no-pool"]) == 2
+    assert (
+        "s: too short for a backtest (864 steps; needs a week of history before the test "
+        "window, the last 30%: over 1441)\n"
+    ) in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

@@ -79,11 +79,22 @@ def window(
             f"{series.name}: the test window covers {n - start} steps; a forecast {h} steps "
             f"ahead needs at least {h}"
         )
-    if start < 2 * series.per_day or start > n - h:
-        need = 2 * series.per_day / (1 - TEST_FRACTION) if test_start is None else start + h + 1
+    week = 7 * series.per_day + 1  # the seasonal-naive baseline looks a week before an origin
+    if test_start is None and start < week:
+        need = week / (1 - TEST_FRACTION)
         raise UserError(
-            f"{series.name}: too short for a backtest at this horizon ({n} steps; "
-            f"needs over {need:.0f}: two days of training before the test window)"
+            f"{series.name}: too short for a backtest ({n} steps; needs a week of history "
+            f"before the test window, the last {TEST_FRACTION:.0%}: over {need:.0f})"
+        )
+    if start < week:
+        raise UserError(
+            f"{series.name}: needs a week of history before the test window ({week} steps; "
+            f"it starts at step {start})"
+        )
+    if start > n - h:
+        raise UserError(
+            f"{series.name}: too short for a backtest at this horizon ({n} steps; needs over "
+            f"{start + h + 1})"
         )
     origins = np.arange(start - 1, n - h - 1 + 1, h)
     origins = origins[origins + h < n]
