@@ -79,6 +79,7 @@ def register(subparsers) -> None:
         "data: philly, helios, acme",
     )
     p.add_argument("--out", default="xds-compare", help="output folder (default xds-compare)")
+    p.add_argument("--force", action="store_true", help="replace the comparison --out holds")
     p.add_argument("--address", help="Ray cluster address (default: an embedded local Ray)")
     p.add_argument("--local", action="store_true", help="no Ray: the studies one after another")
     p.add_argument(
@@ -171,7 +172,7 @@ def cmd_compare(args) -> None:
             meta["grid"]["baseline"] = args.baseline
     else:
         grid = _grid(args)  # every argument checked, then the output, before any study runs
-        out, (cells, meta) = check_out(Path(args.out)), _run(args, grid)
+        out, (cells, meta) = check_out(_unclaimed(Path(args.out), args.force)), _run(args, grid)
     doc = write(out, cells, meta)
     if args.readme:
         splice_readme(Path(args.readme), section, doc["markdown"], provenance(meta))
@@ -184,6 +185,16 @@ def cmd_compare(args) -> None:
         f"CPUs ({meta['runtime']}); files in {out}/",
         file=sys.stderr,
     )
+
+
+def _unclaimed(out: Path, force: bool) -> Path:
+    """`out`, unless it holds an earlier comparison that `force` does not replace: its
+    studies may have taken hours, and `--from` reads them again."""
+    if not force and (out / "compare.parquet").exists():
+        raise UserError(
+            f"{out} holds an earlier comparison: --force to replace it, or pick another --out"
+        )
+    return out
 
 
 def _grid(args):
