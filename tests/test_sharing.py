@@ -286,6 +286,14 @@ def test_one_seed_gives_no_interval(tmp_path, capsys):
     assert "(one seed, no interval)" in headline and "one seed, no interval" in setup
 
 
+def test_a_packer_run_alone_is_not_called_the_best(tmp_path, capsys):
+    _write_small_trace(tmp_path)
+    argv = ["--seeds", "2", "--packers", "best-fit,best-fit", "--out", str(tmp_path / "o")]
+    code, out, _ = _bench(capsys, tmp_path, *argv)
+    assert code == 0 and out.startswith("best-fit alone (no other packer compared) leaves ")
+    assert "fewest" not in out
+
+
 def test_fgd_beats_best_fit_on_the_openb_trace(data_dir):
     """The published ordering on the real trace, one seed: FGD strands fewer GPUs than best
     fit, which strands fewer than random."""

@@ -28,7 +28,7 @@ def register(subparsers) -> None:
         "cluster until they ask for --until times its GPUs; every packer meets the "
         "same pods per seed. Prints the share of GPUs each packer leaves "
         "unallocated when the arrived workload reaches the cluster's capacity, "
-        "with 95%% CIs over seeds, and writes share_bench.{json,md,csv,png}.",
+        "with 95% CIs over seeds, and writes share_bench.{json,md,csv,png}.",
     )
     q.add_argument(
         "--trace",

@@ -36,7 +36,14 @@ def _change(entry: dict, peer: str, fmt: str = "+.1f", sign: int = 1, unit: str 
 
 def headline(packers: dict, ours: str) -> str:
     """Who leaves the fewest accelerators unallocated, against best-fit (the usual packer) and
-    FGD (the strongest published), by how much."""
+    FGD (the strongest published), by how much; a packer run alone is the fewest of nothing."""
+    if len(packers) == 1:
+        ((name, entry),) = packers.items()
+        return (
+            f"{name} alone (no other packer compared) leaves "
+            f"{100 * entry['unallocated_share_at_capacity']:.2f}% of the accelerators "
+            "unallocated when the arrived workload reaches capacity."
+        )
     best = min(packers, key=lambda p: packers[p]["unallocated_share_at_capacity"])
     b = packers[best]
     line = (
