@@ -12,7 +12,7 @@ from xdscheduler.planner.baselines import (
     GreedyCrossDomain,
 )
 from xdscheduler.planner.policies import PlannerPolicy
-from xdscheduler.registry import PolicyOptions, make_policy, names
+from xdscheduler.registry import PolicyOptions, make_policy, names, parse_policies
 from xdscheduler.scenario import Weights
 
 
@@ -59,3 +59,8 @@ def test_unknown_names_and_options_are_refused_clearly():
         make_policy("fifo", Weights())
     with pytest.raises(ValueError, match="servce_url"):
         PolicyOptions.model_validate({"servce_url": "http://x"})
+
+
+def test_a_policy_named_twice_on_the_command_line_runs_once():
+    picked = parse_policies(" planner,fifo-single-domain , planner")
+    assert picked == ["planner", "fifo-single-domain"]

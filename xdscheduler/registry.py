@@ -50,10 +50,11 @@ def names() -> list[str]:
 
 
 def parse_policies(text: str | None) -> list[str]:
-    """A comma-separated list of policy names from the command line (none given: all)."""
+    """A comma-separated list of policy names from the command line (none given: all), each
+    once: a name given twice is still one policy to run."""
     if text is None:
         return names()
-    picked = [p.strip() for p in text.split(",") if p.strip()]
+    picked = list(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
     if not picked:
         raise UserError(f"--policies {text!r} names no policy; known: {', '.join(names())}")
     check(picked)
