@@ -42,6 +42,14 @@ def test_70b_across_two_domains_crosses_the_wan_only_at_pipeline_boundaries():
     assert best.estimate.cross_domain_gb_per_step == pytest.approx(2 * 1024 * 4096 * 8192 * 2 / 1e9)
 
 
+def test_no_alternatives_asked_still_explains_against_the_runner_up():
+    job = JobSpec("llama2-70b", catalog.model("llama2-70b"), 1024, 4096, 384, 512)
+    listed, bare = (search(job, two_domains(), Weights(), top_k=k) for k in (5, 0))
+    assert bare.alternatives == [] and bare.best.shape == listed.best.shape
+    assert bare.explanation == listed.explanation
+    assert "It beats the runner-up" in bare.explanation["summary"]
+
+
 def test_diloco_option_is_taken_when_offered_and_explained():
     job = JobSpec("llama2-70b", catalog.model("llama2-70b"), 1024, 4096, 384, 512)
     opts = SearchOptions(diloco_h=(0, 100))

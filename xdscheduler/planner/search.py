@@ -63,7 +63,7 @@ def search(
             + unrated_note(view, opts.dtype)
         )
     order = ranked(ev, view, limits)
-    picked = distinct(ev, order, top_k + 1)
+    picked = distinct(ev, order, max(top_k, 1) + 1)  # a runner-up to explain, at --top 0 too
     cands = [placement_at(ev, i, view, job) for i in picked]
     front_idx = []
     if pareto:
@@ -77,7 +77,8 @@ def search(
     runner = next((c for c in cands[1:] if c.shape != best.shape), None)
     explanation = explain(job, best, runner, weights)
     ms = (time.perf_counter() - start) * 1000
-    return SearchResult(job.name, best, cands[1:], front_cands, explanation, ms, len(ev.place))
+    alternatives = cands[1 : top_k + 1]
+    return SearchResult(job.name, best, alternatives, front_cands, explanation, ms, len(ev.place))
 
 
 def in_precision(opts: SearchOptions, job: JobSpec) -> SearchOptions:
