@@ -11,6 +11,7 @@ from xdscheduler.faults.failure_model import FaultEvent
 from xdscheduler.registry import make_policy
 from xdscheduler.report.writer import report_json
 from xdscheduler.runtime.study import run_here, run_study
+from xdscheduler.scenario import parse_scenario
 from xdscheduler.sim.inputs import StudyInputs, study_dynamics, study_jobs
 from xdscheduler.sim.recovery import Faults, backup_pool
 
@@ -79,6 +80,14 @@ def test_pools_are_sized_from_failure_rates():
     assert all(v == 8 for v in small.values())  # at least one node each
     assert sum(large.values()) > sum(small.values())
     assert all(large[d.name] <= d.gpus / 8 for d in scn.domains)  # capped
+
+
+def test_a_domain_of_fewer_than_eight_nodes_holds_none_back():
+    doc = small_scenario().model_dump(mode="json", exclude_defaults=True)
+    for d in doc["domains"]:
+        d["nodes"][0]["count"] = 2  # 16 accelerators: a node held back would be half of it
+    scn = parse_scenario(doc)
+    assert backup_pool(scn, node_rate_per_hour=1e-2, repair_h=2) == {d.name: 0 for d in scn.domains}
 
 
 def test_faulty_run_reports_faults(tmp_path):

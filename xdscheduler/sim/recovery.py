@@ -275,7 +275,9 @@ def backup_pool(
 ) -> dict[str, int]:
     """Accelerators each domain holds back: enough whole nodes to replace every node that is
     down at once with probability `quantile` (Poisson in failures × repair time), at least one
-    node and at most MAX_POOL_SHARE of the domain (beyond it, re-planning is the cheaper cure).
+    node and at most MAX_POOL_SHARE of the domain (beyond it, re-planning is the cheaper cure):
+    none in a domain of fewer nodes than one an eighth, where a node held back would be half of
+    it, or all of a pool of one node.
     """
     from scipy.stats import poisson
 
@@ -283,7 +285,7 @@ def backup_pool(
     for d in scn.domains:  # node faults and stragglers alike take a node from the pool
         nodes = max(1, -(-d.gpus // GPUS_PER_NODE))
         lam = nodes * node_rate_per_hour * repair_h
-        cap = max(1, int(nodes * MAX_POOL_SHARE))
+        cap = int(nodes * MAX_POOL_SHARE)
         out[d.name] = GPUS_PER_NODE * min(cap, max(1, int(poisson.ppf(quantile, lam))))
     return out
 
