@@ -42,7 +42,7 @@ from benchmarks._table import print_table
 from xdscheduler.errors import UserError
 from xdscheduler.forecast import backtest, phases, series
 from xdscheduler.forecast.cli import ratio_text, siblings
-from xdscheduler.network.measurements import shared_data_dir
+from xdscheduler.network.measurements import data_file, data_files, shared_data_dir
 
 METHODS = ["hybrid", "persistence", "seasonal_naive", "auto_ets", "lucid"]
 HELD_OUT = range(1000, 1100)
@@ -51,7 +51,8 @@ SHIFTED = ("1h", "6h")
 EARLIER = (0.70, 0.85)  # the share of each series kept for the earlier test windows
 # Days of each series kept for the short histories: two weeks, as a cluster new to the tool
 TWO_WEEKS = ((0, 14), (14, 28))
-OCCUPANCY = "helios_earth/vc*.csv"  # and Philly's
+HELIOS = "helios_earth"
+OCCUPANCY = f"{HELIOS}/vc*.csv"  # and Philly's
 PHILLY = "philly_node_sequence.csv"
 VENUS, LUCID = (
     "venus/venus_cluster_throughput_10min.csv",
@@ -78,8 +79,9 @@ def occupancy_series(
     """(series, siblings pooled into its training), as `xds forecast backtest` does: every
     Helios virtual cluster of the folder, and Philly's where it is there. One that does not
     load is skipped (`attempt`)."""
-    philly = data / PHILLY
-    paths = [*sorted(data.glob(OCCUPANCY)), *([philly] if philly.is_file() else [])]
+    philly = data_file(data / PHILLY)
+    helios = data_files(data / HELIOS, "vc*.csv")
+    paths = [*helios, *([philly] if philly.is_file() else [])]
     out = []
     for p in paths:
         s = attempt(skipped, p.stem, "read", series.load, p, "occupancy")
@@ -107,7 +109,7 @@ def occupancy_backtests(
 def arrival_backtests(data: Path, skipped: list[list]) -> list[dict]:
     """Venus arrivals at 10 min and 1 h, against Lucid's published prediction, where both are
     in `data`."""
-    venus, lucid = data / VENUS, data / LUCID
+    venus, lucid = data_file(data / VENUS), data_file(data / LUCID)
     if not (venus.is_file() and lucid.is_file()):
         print(f"no Venus arrivals and Lucid prediction in {venus.parent}: left out")
         return []

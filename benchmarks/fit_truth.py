@@ -5,7 +5,8 @@ Run: python -m benchmarks.fit_truth [--data DIR] [--out xdscheduler/sim/truth_pa
 Prints what it fitted and writes the parameters, with their provenance, to the package
 (`xdscheduler/sim/truth_params.py`), so studies draw their truth without the data; `sim.truth`
 says how each is used. DIR holds the public measurements (`wan/`, `steptime/`; default
-$XDS_DATA_DIR or shared/data beside the repository); the calibration's residuals come from
+$XDS_DATA_DIR or shared/data beside the repository; a fit whose folder is missing keeps the
+shipped parameters and says so); the calibration's residuals come from
 `benchmarks/published_runs.csv`, which is in the repository.
 
 - speed: log residuals ln(published / model) of the cost model on the Megatron-LM/NeMo runs
@@ -45,9 +46,11 @@ from xdscheduler.costmodel.constants import DEFAULT
 from xdscheduler.errors import UserError
 from xdscheduler.network.measurements import (
     THROUGHPUT_FILES,
+    data_files,
     load_wan,
     shared_data_dir,
 )
+from xdscheduler.sim.truth_params import PARAMS as SHIPPED
 from xdscheduler.textfile import numeric_column, read_frame, write_atomic
 
 OUT = HERE.parent / "xdscheduler" / "sim" / "truth_params.py"
@@ -160,7 +163,7 @@ def jitter_params(steptime_dir: Path) -> dict:
 def pai_jobs(steptime_dir: Path) -> dict[int, Path]:
     """The PAI jobs' files in `steptime_dir` by job number, in its order."""
     jobs: dict[int, Path] = {}
-    for path in sorted(steptime_dir.glob("*.csv")):
+    for path in data_files(steptime_dir, "*.csv"):
         if match := PAI_JOB.fullmatch(path.name):
             number = int(match[1])
             if number in jobs:
@@ -187,12 +190,24 @@ def finite(params, where: str = "") -> None:
         raise UserError(f"the fit gave {where} = {params}: the data cannot fit it; nothing written")
 
 
-def fit(data_dir: Path) -> dict:
-    return {
-        "speed": speed_params(),
-        "goodput": goodput_params(data_dir / "wan"),
-        "jitter": jitter_params(data_dir / "steptime"),
-    }
+# The fits from measurements in the data folder, by the subfolder each reads
+FROM_DATA = {"goodput": ("wan", goodput_params), "jitter": ("steptime", jitter_params)}
+
+
+def fit(data_dir: Path, skipped: dict[str, str] | None = None) -> dict:
+    """Every fit; one whose subfolder `data_dir` lacks keeps the shipped parameters, and why
+    goes to `skipped` (a folder holding none of them is refused)."""
+    if not any((data_dir / sub).is_dir() for sub, _ in FROM_DATA.values()):
+        raise UserError(f"{data_dir} holds neither wan/ nor steptime/: nothing to fit")
+    params = {"speed": speed_params()}
+    for name, (sub, fit_one) in FROM_DATA.items():
+        if (data_dir / sub).is_dir():
+            params[name] = fit_one(data_dir / sub)
+        else:
+            params[name] = SHIPPED[name]
+            if skipped is not None:
+                skipped[name] = f"no {sub}/ folder in {data_dir}: the shipped fit is kept"
+    return params
 
 
 def render(params: dict) -> str:
@@ -207,6 +222,14 @@ def render(params: dict) -> str:
     )
 
 
+def default_data() -> Path:
+    """The shared data folder: the one holding steptime/, else wan/ (`fit` skips the other)."""
+    try:
+        return shared_data_dir("steptime", "the PAI mini-batch times", "pass --data DIR or ").parent
+    except UserError:
+        return shared_data_dir("wan", "the Skyplane CSVs", "pass --data DIR or ").parent
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -217,12 +240,9 @@ def main() -> None:
     )
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
+    skipped: dict[str, str] = {}
     try:
-        data = (
-            args.data
-            or shared_data_dir("steptime", "the PAI mini-batch times", "pass --data DIR or ").parent
-        )
-        params = fit(data)
+        params = fit(args.data or default_data(), skipped)
         finite(params)
     except UserError as err:
         sys.exit(f"fit_truth: {err}")
@@ -252,6 +272,8 @@ def main() -> None:
         note=f"residual sigma {s['sigma']:.4f} = type and domain together; "
         f"{g['left_out']} gcp->gcp pairs left out",
     )
+    for name, why in skipped.items():
+        print(f"skipped the {name} fit: {why}")
     write_atomic(args.out, render(params))
     print(f"wrote {args.out}")
 

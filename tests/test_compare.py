@@ -553,3 +553,20 @@ def test_an_arrival_trace_averages_rows_of_one_time_and_refuses_empty_cells(tmp_
     ):
         with pytest.raises(UserError, match=message):
             _replay_of(folder, when, what)
+
+
+def test_traces_saved_under_another_case_are_replayed_not_swapped(tmp_path):
+    """VC6YE.csv is Helios's vc6YE, never passed over for the folder's first cluster;
+    Philly_Node_Sequence.csv is Philly's trace."""
+    from xdscheduler.sim.arrivals import load_replay
+
+    folder = tmp_path / "demand" / "helios_earth"
+    folder.mkdir(parents=True)
+    times = pd.date_range("2020-05-01", periods=60, freq="1min").strftime("%Y-%m-%d %H:%M:%S")
+    trace = pd.DataFrame({"time": times, "total_job_num": np.arange(60)})
+    for name in ("VC6YE.csv", "vc3sl.csv"):
+        trace.to_csv(folder / name, index=False)
+    assert "Helios Earth VC6YE" in load_replay("helios", root=tmp_path).source
+    philly = trace.rename(columns={"total_job_num": "active"})
+    philly.to_csv(tmp_path / "demand" / "Philly_Node_Sequence.csv", index=False)
+    assert load_replay("philly", root=tmp_path).rate.sum() == 59

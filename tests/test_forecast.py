@@ -3,6 +3,7 @@ hybrid's intervals, the backtest and its CLI. Real traces only where the shared 
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import numpy as np
@@ -462,11 +463,13 @@ def test_a_series_with_missing_rows_says_it_filled_them(xds_log):
 
 def test_the_backtest_benchmark_skips_what_it_cannot_score_and_says_why(tmp_path):
     """A sibling with an empty cell, a cut with no week before its test window, a published
-    prediction of another month: each a skipped row with its reason, never a traceback."""
+    prediction of another month: each a skipped row with its reason, never a traceback.
+    Files saved under another case (vcA.CSV, Lucid_...) are found."""
     from benchmarks import bench_forecast_backtest as bench
+    from xdscheduler.forecast.cli import _lucid
 
     (tmp_path / "helios_earth").mkdir()
-    synthetic(days=12, seed=1, step_min=10).to_csv(tmp_path / "helios_earth/vcA.csv", index=False)
+    synthetic(days=12, seed=1, step_min=10).to_csv(tmp_path / "helios_earth/vcA.CSV", index=False)
     broken = synthetic(days=12, seed=2, step_min=10).astype({"running_gpu_num": object})
     broken.loc[40, "running_gpu_num"] = ""
     broken.to_csv(tmp_path / "helios_earth/vcBroken.csv", index=False)
@@ -486,7 +489,10 @@ def test_the_backtest_benchmark_skips_what_it_cannot_score_and_says_why(tmp_path
     arrivals = pd.DataFrame({"time": t, "submit_gpu_num": np.arange(len(t)) % 7})
     arrivals.to_csv(tmp_path / bench.VENUS, index=False)
     sept = pd.date_range("2020-09-01", periods=144, freq="10min")
-    pd.DataFrame({"time": sept, "pred_gpu_num": 3.0}).to_csv(tmp_path / bench.LUCID, index=False)
+    lucid = tmp_path / bench.LUCID.replace("lucid_venus", "Lucid_Venus")
+    pd.DataFrame({"time": sept, "pred_gpu_num": 3.0}).to_csv(lucid, index=False)
+    args = argparse.Namespace(target="arrivals", lucid=None, csv=tmp_path / bench.VENUS)
+    assert len(_lucid(args)) == 144  # the CLI's default prediction beside the CSV
     assert bench.arrival_backtests(tmp_path, skipped) == []
     assert [row[1] for row in skipped[3:]] == ["10m", "1h"]
     assert "the published prediction covers none of" in skipped[3][2]

@@ -343,3 +343,15 @@ def test_the_six_region_scenario_is_what_the_measurements_give(data_dir, tmp_pat
     m.write_scenario(doc, tmp_path / "six.yaml")
     shipped = (Path(__file__).parents[1] / "scenarios" / "skyplane_six_regions.yaml").read_text()
     assert (tmp_path / "six.yaml").read_text() in shipped
+
+
+def test_grids_exported_under_other_case_are_found_and_twins_refused(grid):
+    """A grid saved as Skyplane_Throughput_2022-01.CSV is the same grid; a folder holding it
+    both so and in lower case is refused, naming both: either could be the one meant."""
+    (grid / FIRST_GRID).rename(grid / FIRST_GRID.upper())
+    assert m.load_wan(grid).gbps[("aws:a", "gcp:b")] == pytest.approx(5.0)
+    assert m.data_file(grid / FIRST_GRID) == grid / FIRST_GRID.upper()
+    assert m.data_file(grid / "skyplane_x.csv") == grid / "skyplane_x.csv"  # none: as named
+    (grid / FIRST_GRID).write_text((grid / FIRST_GRID.upper()).read_text())
+    with pytest.raises(UserError, match=r"SKYPLANE_THROUGHPUT_2022-01\.CSV and .* differ only"):
+        m.load_wan(grid)

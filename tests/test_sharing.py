@@ -239,6 +239,10 @@ def test_share_bench_refuses_bad_arguments(tmp_path, capsys, argv, message):
         ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,1,1,1500\n", "gpu_milli is 1500"),
         ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,1,2,500\n", "must take them whole"),
         ("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,x,1,500\n", "must hold numbers"),
+        (
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,1,1,500\nb,1,1,1,500\na,1,1,1,500\n",
+            "pods.csv: row 4 repeats name 'a' of row 2",
+        ),
     ],
 )
 def test_bad_pod_lists_are_named(tmp_path, text, message):
@@ -306,3 +310,25 @@ def test_fgd_beats_best_fit_on_the_openb_trace(data_dir):
         for p in ("random", "best-fit", "fgd")
     }
     assert at["fgd"] < 0.9 * at["best-fit"] < 0.9 * at["random"]
+
+
+def test_the_shipped_lists_are_found_in_any_case_and_a_node_listed_twice_is_refused(
+    tmp_path, monkeypatch
+):
+    """OpenB_Node_List_GPU_Node.csv and openb_pod_list_default.CSV are the shipped lists; a
+    node list pasted twice would read as twice the cluster: it is refused, naming the node."""
+    from xdscheduler.sharing.openb import trace_path
+
+    _write_small_trace(tmp_path)
+    folder = tmp_path / "sharing"
+    folder.mkdir()
+    nodes_csv = folder / "OpenB_Node_List_GPU_Node.csv"
+    (tmp_path / "nodes.csv").rename(nodes_csv)
+    (tmp_path / "pods.csv").rename(folder / "openb_pod_list_default.CSV")
+    monkeypatch.setenv("XDS_DATA_DIR", str(tmp_path))
+    assert len(load_nodes().name) == 5
+    assert trace_path("default") == folder / "openb_pod_list_default.CSV"
+    lines = nodes_csv.read_text().splitlines()
+    nodes_csv.write_text("\n".join([*lines, lines[1]]) + "\n")
+    with pytest.raises(UserError, match=r"GPU_Node\.csv: row 7 repeats sn 'node-0' of row 2"):
+        load_nodes()

@@ -385,3 +385,21 @@ def test_a_link_learnt_to_deliver_what_the_model_said_counts_as_learnt():
     assert pooled.goodput[0, 2] == pytest.approx(np.sqrt(0.5))  # untried: the learnt mean
     forgot = c.forgetting_link(1, 2)
     assert not forgot.learnt[1, 2] and forgot.pooled().goodput[1, 2] == pytest.approx(0.5)
+
+
+def test_a_fit_without_its_data_folder_keeps_the_shipped_one_and_says_why(tmp_path):
+    """Without steptime/ the jitter fit is skipped, not the whole fit: the other fits run,
+    the jitter keeps the shipped parameters, and the reason is given; a folder holding
+    neither measurement folder is refused. A job saved with a .CSV suffix is a job."""
+    from benchmarks.fit_truth import fit
+
+    folder = tmp_path / "steptime"
+    folder.mkdir()
+    (folder / "PAI_job_3_norm.CSV").write_text("time,batch_time_norm\n1,10\n2,12\n")
+    skipped: dict[str, str] = {}
+    fitted = fit(tmp_path, skipped)
+    assert fitted["goodput"] == PARAMS["goodput"] and list(skipped) == ["goodput"]
+    assert skipped["goodput"].startswith(f"no wan/ folder in {tmp_path}")
+    assert list(fitted["jitter"]["jobs"]) == ["PAI_job_3"]
+    with pytest.raises(UserError, match="holds neither wan/ nor steptime/"):
+        fit(tmp_path / "elsewhere")

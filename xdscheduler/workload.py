@@ -25,7 +25,7 @@ import pandas as pd
 from xdscheduler.catalog import MODELS
 from xdscheduler.costmodel.plan import Precision
 from xdscheduler.errors import UserError
-from xdscheduler.network.measurements import shared_data_dir
+from xdscheduler.network.measurements import data_file, shared_data_dir
 from xdscheduler.scenario import GpuRequest, Job
 from xdscheduler.textfile import numeric_column, read_frame
 
@@ -87,9 +87,10 @@ class JobStats:
 def summary_path() -> Path | None:
     """The Acme summary of the public data folder; None where there is none."""
     try:
-        path = shared_data_dir("workload", "the Acme job statistics") / SUMMARY.name
+        folder = shared_data_dir("workload", "the Acme job statistics")
     except UserError:
         return None
+    path = data_file(folder / SUMMARY.name)
     return path if path.exists() else None
 
 

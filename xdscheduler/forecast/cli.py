@@ -63,12 +63,13 @@ def register(subparsers) -> None:
 
 def _lucid(args):
     from xdscheduler.forecast.series import load_lucid
+    from xdscheduler.network.measurements import data_file
 
     if args.target != "arrivals":
         if args.lucid:
             raise UserError("--lucid applies to --target arrivals only")
         return None
-    path = args.lucid or Path(args.csv).with_name(LUCID_NAME)
+    path = args.lucid or data_file(Path(args.csv).with_name(LUCID_NAME))
     return load_lucid(path) if args.lucid or Path(path).is_file() else None
 
 
@@ -132,9 +133,10 @@ def siblings(path: Path, series) -> list:
     on the command line may stop the backtest."""
     from xdscheduler.forecast.csvfile import MissingColumns
     from xdscheduler.forecast.series import load
+    from xdscheduler.network.measurements import data_files
 
     out = []
-    for other in sorted(path.resolve().parent.glob("*.csv")):
+    for other in data_files(path.resolve().parent, "*.csv"):
         if other == path.resolve():
             continue
         try:

@@ -11,6 +11,8 @@ the earliest throughput grid gives the bandwidth, the newest its drift, every pi
 from __future__ import annotations
 
 import difflib
+import fnmatch
+import glob
 import logging
 import os
 import re
@@ -139,10 +141,32 @@ def shared_data_dir(sub: str, holding: str, remedy: str = "") -> Path:
     )
 
 
+def data_files(folder: Path, pattern: str) -> list[Path]:
+    """The files in `folder` whose names match the glob `pattern`, case aside (VC6YE.csv for
+    vc*.csv, an export's .CSV for *.csv), sorted; none where `folder` is not a folder. Two
+    names equal but for case are refused: either could be the one meant."""
+    if not folder.is_dir():
+        return []
+    pattern = pattern.lower()
+    found = sorted(p for p in folder.iterdir() if fnmatch.fnmatchcase(p.name.lower(), pattern))
+    names = [p.name.lower() for p in found]
+    twins = [p.name for p in found if names.count(p.name.lower()) > 1]
+    if twins:
+        raise UserError(f"{folder}: {' and '.join(twins)} differ only in case: keep one")
+    return found
+
+
+def data_file(path: Path) -> Path:
+    """`path`, or the one file of its folder named so but for case (VC6YE.csv for vc6YE.csv);
+    `path` itself where none is, for the reader to say it is missing."""
+    found = data_files(path.parent, glob.escape(path.name))
+    return found[0] if found else path
+
+
 def _snapshots(folder: Path, pattern: str) -> list[Path]:
     """The files matching `pattern` in `folder`, earliest first by the date in their names."""
     found = sorted(
-        folder.glob(pattern),
+        data_files(folder, pattern),
         key=lambda p: ([int(n) for n in re.findall(r"\d+", snapshot_date(p))], p.name),
     )
     if not found:

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from xdscheduler.errors import UserError
-from xdscheduler.network.measurements import shared_data_dir
+from xdscheduler.network.measurements import data_file, shared_data_dir
 from xdscheduler.textfile import read_frame
 
 MILLI = 1000  # a whole GPU, in the trace's unit
@@ -76,7 +76,7 @@ def data_folder() -> Path:
 def trace_path(trace: str) -> Path:
     """A shipped trace by name, or a pod list by path."""
     if trace in TRACES:
-        return data_folder() / f"openb_pod_list_{trace}.csv"
+        return data_file(data_folder() / f"openb_pod_list_{trace}.csv")
     path = Path(trace)
     if not path.is_file():
         raise UserError(
@@ -100,7 +100,21 @@ def _read(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     if frame[list(columns)].isna().any().any():
         row = int(frame[list(columns)].isna().any(axis=1).to_numpy().argmax())
         raise UserError(f"{path}: row {row + 2} has an empty field among {', '.join(columns)}")
+    _once(path, frame[columns[0]])
     return frame
+
+
+def _once(path: Path, names: pd.Series) -> None:
+    """Refuses a node or pod listed twice (a list pasted twice would read as twice the
+    cluster or its load), naming the first repeat and where it was first."""
+    repeated = names.duplicated()
+    if repeated.any():
+        row = int(repeated.to_numpy().argmax())
+        first = int((names == names.iloc[row]).to_numpy().argmax())
+        raise UserError(
+            f"{path}: row {row + 2} repeats {names.name} {names.iloc[row]!r} of row {first + 2}: "
+            f"each is listed once"
+        )
 
 
 def _check(path: Path, frame: pd.DataFrame, column: str, low: float, high: float) -> None:
@@ -114,7 +128,7 @@ def _check(path: Path, frame: pd.DataFrame, column: str, low: float, high: float
 
 
 def load_nodes(path: Path | None = None) -> Nodes:
-    path = Path(path) if path else data_folder() / NODES_FILE
+    path = Path(path) if path else data_file(data_folder() / NODES_FILE)
     frame = _read(path, NODE_COLUMNS)
     _check(path, frame, "gpu", 0, MAX_GPUS_PER_NODE)
     for c in ("cpu_milli", "memory_mib"):

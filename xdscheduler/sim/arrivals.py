@@ -42,7 +42,7 @@ import pandas as pd
 from xdscheduler.errors import UserError
 from xdscheduler.forecast.csvfile import numbers, read_csv, timestamps
 from xdscheduler.forecast.series import MAX_GPUS, regular
-from xdscheduler.network.measurements import shared_data_dir
+from xdscheduler.network.measurements import data_file, data_files, shared_data_dir
 from xdscheduler.textfile import numeric_column, read_frame
 
 ARRIVALS = ("poisson", "philly", "helios", "acme")
@@ -85,8 +85,9 @@ def load_replay(kind: str, cluster: str = "kalos", root: Path | None = None) -> 
         return None
     root = Path(root) if root else data_root()
     if kind == "acme":
-        return Replay(kind, SOURCES[kind], gpu_s_per_job=acme_gpu_s_per_job(root / ACME, cluster))
-    path = _helios(root) if kind == "helios" else root / PHILLY
+        intensity = acme_gpu_s_per_job(data_file(root / ACME), cluster)
+        return Replay(kind, SOURCES[kind], gpu_s_per_job=intensity)
+    path = _helios(root) if kind == "helios" else data_file(root / PHILLY)
     column = "total_job_num" if kind == "helios" else "active"
     rate, start, step_s = _rises(path, column)
     source = SOURCES[kind].replace(HELIOS_VC, path.stem)
@@ -95,9 +96,9 @@ def load_replay(kind: str, cluster: str = "kalos", root: Path | None = None) -> 
 
 def _helios(root: Path) -> Path:
     """Helios's vc6YE where the folder has it, else its first virtual cluster."""
-    folder = (root / HELIOS).parent
-    others = sorted(folder.glob("vc*.csv")) if folder.is_dir() else []
-    return root / HELIOS if (root / HELIOS).exists() or not others else others[0]
+    path = data_file(root / HELIOS)
+    others = data_files(path.parent, "vc*.csv")
+    return path if path.exists() or not others else others[0]
 
 
 def _present(path: Path) -> Path:
