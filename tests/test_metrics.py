@@ -165,3 +165,33 @@ def test_starved_jobs_are_counted_and_weigh_their_work_in_r():
     # R (work) and R (per job) differ only in their efficiency term
     assert m.objective - m.objective_work == pytest.approx(m.mean_efficiency - m.work_efficiency)
     assert m.free_share_gpus == share
+
+
+def test_a_job_across_the_pools_of_one_data_centre_did_not_cross_the_wan():
+    """32 H100 and 32 A100 in one data centre, a job on 40 of them: it runs over both pools, yet
+    sends nothing over the WAN and is not counted among the jobs that ran across (before: 1
+    across and some GB of WAN traffic for a job that never left the building)."""
+    scn = one_domain(2e8)
+    east = scn.model_dump()["domains"][0]
+    east["nodes"] = [
+        {"accelerator": "H100-SXM", "count": 4},
+        {"accelerator": "A100-80GB", "count": 4},
+    ]
+    scn = parse_scenario(
+        {
+            "name": "mixed",
+            "domains": [east],
+            "jobs": [{**scn.jobs[0].model_dump(), "gpus": {"min": 40, "max": 40}}],
+        }
+    )
+    view = ClusterView.from_scenario(scn)
+    res = run_here(
+        StudyInputs(scn, scn.jobs, study_dynamics(scn, 1, HOURS), HOURS),
+        make_policy("planner", scn.weights),
+    )
+    (r,) = res.jobs
+    assert r.start_s is not None and len(r.placement.domains) == 2
+    ideal = ideal_rates([JobSpec.of(scn.jobs[0])], view)
+    m = summarise(res, scn.weights, ideal, view, HOURS * 3600, free_share_gpus=32.0)
+    assert m.cross_domain_gb == 0 and m.cross_domain_cost_usd == 0
+    assert m.classes["giant"].crossed == 0

@@ -859,3 +859,61 @@ def test_the_side_by_side_says_why_it_does_not_run_without_a_checkout(
     monkeypatch.setattr("sys.argv", ["sailor_side_by_side", str(tmp_path)])
     sailor_side_by_side.main()
     assert "is not a checkout of Sailor" in capsys.readouterr().out
+
+
+def jjj_with_two_pools() -> ClusterView:
+    """jjj holds 64 H800 and 64 A100 (two pools of one data centre, joined by its own network),
+    10 Gbit/s from 32 H100 in imn."""
+    node = {"location": {"city": "hub"}, "intra_domain_gbps": 400}
+    both = [{"accelerator": "H800", "count": 8}, {"accelerator": "A100-80GB", "count": 8}]
+    scn = parse_scenario(
+        {
+            "name": "mixed",
+            "domains": [
+                {"name": "jjj", "nodes": both, **node},
+                {"name": "imn", "nodes": [{"accelerator": "H100-SXM", "count": 4}], **node},
+            ],
+            "links": [
+                {"a": "jjj", "b": "imn", "bandwidth_gbps": 10, "rtt_ms": 5, "price_per_gb": 0.01}
+            ],
+        },
+        "mixed.yaml",
+    )
+    return ClusterView.from_scenario(scn)
+
+
+@pytest.mark.parametrize(
+    ("kind", "gpus", "busy", "offsite"),
+    [
+        ("data", 128, (), 0.0),
+        ("data", 160, (), 2 / 3),
+        ("pipeline", 160, (), 1 / 2),
+        ("data", 96, ("jjj.A100-80GB",), 1.0),
+    ],
+)
+def test_traffic_between_the_pools_of_one_data_centre_is_no_wan_traffic(kind, gpus, busy, offsite):
+    """Replicas over jjj's two pools send nothing over the WAN (before: 52 GB a step); a ring
+    on to imn counts its two hops off jjj of three, a pipeline H800→A100→imn its last boundary;
+    across two data centres the figure is as before. The plan, its step (the fabric timed at
+    its rate) and its WAN bill (the fabric had no price) are as before."""
+    view, arch = (
+        jjj_with_two_pools().with_free({name: 0 for name in busy}),
+        catalog.model("llama2-13b"),
+    )
+    job = JobSpec("j", arch, 512, arch.seq_len, gpus, gpus)
+    opts = SearchOptions(kinds=(kind,))
+    result = search(job, view, THROUGHPUT, opts, pareto=False)
+    old = search(job, replace(view, fabric=None), THROUGHPUT, opts, pareto=False).best
+    assert result.best.same_as(old)
+    now, before = result.best.estimated, old.estimated
+    assert before.cross_domain_bytes_per_step > 0
+    assert now.cross_domain_bytes_per_step == pytest.approx(
+        offsite * before.cross_domain_bytes_per_step
+    )
+    assert now.step_time_s == pytest.approx(before.step_time_s)
+    assert now.cross_domain_bytes_per_step * now.wan_price_per_gb == pytest.approx(
+        before.cross_domain_bytes_per_step * before.wan_price_per_gb
+    )
+    if offsite == 0:
+        why = result.explanation["summary"]
+        assert "inside one data centre, across its pools" in why and "nothing crosses" in why

@@ -309,6 +309,7 @@ def test_a_domain_of_mixed_accelerators_is_planned_as_a_pool_per_type(tmp_path, 
     """Each type a pool of its own, joined by the domain's network and linked to the other
     domains as the domain is; said once a file (before, it was planned as its largest group's
     type, 8 H100 as V100)."""
+    from xdscheduler.planner.view import ClusterView
     from xdscheduler.scenario import load_scenario
 
     xds_log.set_level(logging.INFO, logger="xdscheduler")
@@ -330,6 +331,13 @@ def test_a_domain_of_mixed_accelerators_is_planned_as_a_pool_per_type(tmp_path, 
         assert (links[pool, "b"].bandwidth_gbps, links[pool, "b"].rtt_ms) == (10.0, 5.0)
     fabric = links["a.V100-SXM2-32GB", "a.H100-SXM"]
     assert fabric.per_node_pair and fabric.price_per_gb == 0.0 and fabric.rtt_ms < 1.0
+    view = ClusterView.from_scenario(scn)  # the planner's: a's own network is not the WAN
+    assert view.fabric is not None and view.fabric.tolist() == [
+        [False, True, False],
+        [True, False, False],
+        [False, False, False],
+    ]
+    assert not view.over_wan((0, 1)) and view.over_wan((1, 2)) and view.over_wan((0, 1, 2))
     said = [r.getMessage() for r in xds_log.records if "mixes" in r.getMessage()]
     assert said == [f"{path}: {scn.pooled['a']}"]
     assert scn.pooled["a"].startswith("domain a mixes 32 V100-SXM2-32GB, 8 H100-SXM: it is planned")

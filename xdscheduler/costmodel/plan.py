@@ -151,6 +151,9 @@ class WanUse:
     # TCP flow well below its VM's rate): rings of few connections cannot fill a fast link
     pp_flow_gbps: np.ndarray | float = np.inf
     dp_flow_gbps: np.ndarray | float = np.inf
+    # of the bytes sent between domains, the share that leaves their data centre: the rest
+    # rides a mixed domain's own network between its pools, timed but not WAN traffic
+    offsite_share: np.ndarray | float = 1.0
 
     def with_(self, **changes) -> WanUse:
         return replace(self, **changes)

@@ -52,7 +52,7 @@ class StepEstimate:
     model_flops: float  # per step, without recompute
     hardware_flops: np.ndarray  # per step, with recompute
     tokens: np.ndarray | float  # per step (per plan where the batch is)
-    cross_domain_bytes: np.ndarray  # per step, all WAN links, both directions
+    cross_domain_bytes: np.ndarray  # per step, all WAN links (between sites), both directions
 
     def tokens_per_s_per_gpu(self, gpus) -> np.ndarray:
         return self.tokens / self.step_time_s / gpus
@@ -320,7 +320,7 @@ def _estimate(
             mflops + _recompute_flops(arch, shape.s, plans, mflops, tokens) * tokens
         ),
         tokens=tokens,
-        cross_domain_bytes=full(pp_bytes + dp.cross_domain_bytes()),
+        cross_domain_bytes=full((pp_bytes + dp.cross_domain_bytes()) * _f(wan.offsite_share)),
     )
 
 

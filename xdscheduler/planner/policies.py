@@ -152,7 +152,7 @@ class PlannerPolicy:
             return None
         p = placement_at(ev, i, view, job)
         runner = runner_up(ev, i, view, job)
-        why = explain(job, p, runner, weights)["summary"]
+        why = explain(job, p, runner, weights, view)["summary"]
         # a giant stays preemptible when re-planned or grown
         return replace(
             p,

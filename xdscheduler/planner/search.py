@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import time
 from dataclasses import dataclass, replace
 
@@ -75,7 +74,7 @@ def search(
     front_cands = [placement_at(ev, i, view, job) for i in front_idx]
     best = cands[0]
     runner = next((c for c in cands[1:] if c.shape != best.shape), None)
-    explanation = explain(job, best, runner, weights)
+    explanation = explain(job, best, runner, weights, view)
     ms = (time.perf_counter() - start) * 1000
     alternatives = cands[1 : top_k + 1]
     return SearchResult(job.name, best, alternatives, front_cands, explanation, ms, len(ev.place))
@@ -535,14 +534,23 @@ def describe(c: Placement) -> str:
     )
 
 
-def explain(job: JobSpec, best: Placement, runner: Placement | None, weights: Weights) -> dict:
+def explain(
+    job: JobSpec, best: Placement, runner: Placement | None, weights: Weights, view: ClusterView
+) -> dict:
     """Why the chosen plan wins: what crosses the WAN, and the objective term by term."""
     p, names, wan_gb = best.plan, best.names, best.estimated.cross_domain_gb_per_step
     facts = [f"TP {p.tp} stays inside one node" if p.tp > 1 else "no tensor parallelism"]
     if best.kind == SINGLE:
         facts.append(f"the whole job runs inside {names[0]}: nothing crosses the WAN")
+    elif not view.over_wan(best.domains):
+        facts.append(
+            f"the whole job runs inside one data centre, across its pools {', '.join(names)} "
+            "on its own network: nothing crosses the WAN"
+        )
     elif best.kind == PIPELINE:
-        hops = "; ".join(f"{a}→{b}" for a, b in itertools.pairwise(names))
+        hops = "; ".join(
+            f"{view.names[a]}→{view.names[b]}" for a, b in best.links if view.over_wan((a, b))
+        )
         facts.append(
             f"data-parallel gradients are reduced inside each domain; the WAN is crossed only "
             f"at pipeline boundaries ({hops}), {wan_gb:.2f} GB per step"

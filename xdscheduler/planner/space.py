@@ -87,7 +87,7 @@ class Placements:
     domains: np.ndarray  # int, (P, k_max)
     hardware: Hardware  # arrays of (P,): the slowest member of each placement
     wan: WanUse  # arrays of (P,)
-    wan_price_per_gb: np.ndarray  # mean price over the links the placement's traffic uses
+    wan_price_per_gb: np.ndarray  # mean price over the WAN links the placement's traffic uses
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -296,7 +296,13 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
     flow = view.flow_gbps if view.flow_gbps is not None else np.full(bw.shape, np.inf)
     pp_per_node = np.where(hop, per_node[a, b], True).all(axis=1)
     ring = valid & (n_dom[:, None] > 1)
-    ring_price = np.where(ring, price[safe, nxt], 0.0).sum(axis=1) / np.maximum(n_dom, 1)
+    # hops that leave the data centre: every hop carries as much, so their share of the hops
+    # is the share of the bytes on the WAN (a mixed domain's pools are joined by its own
+    # network, which carries no WAN traffic and has no price)
+    offsite = ~view.fabric if view.fabric is not None else np.ones(bw.shape, dtype=bool)
+    pp_offsite = (hop & offsite[a, b]).sum(axis=1)
+    dp_offsite = (ring & offsite[safe, nxt]).sum(axis=1)
+    ring_price = np.where(ring, price[safe, nxt], 0.0).sum(axis=1) / np.maximum(dp_offsite, 1)
     pp_gbps, pp_flow_gbps = _pacing_hops(
         np.where(hop & is_pp[:, None], np.minimum(bw[a, b], bw[b, a]), np.inf),
         np.where(hop & is_pp[:, None], flow[a, b], np.inf),
@@ -316,8 +322,11 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
         dp_per_node=(is_dp & np.where(ring, per_node[safe, nxt], True).all(axis=1)).astype(float),
         pp_flow_gbps=pp_flow_gbps,
         dp_flow_gbps=dp_flow_gbps,
+        offsite_share=np.where(
+            is_pp, pp_offsite / np.maximum(n_dom - 1, 1), dp_offsite / np.maximum(n_dom, 1)
+        ),
     )
-    hop_price = np.where(hop, price[a, b], 0.0).sum(axis=1) / np.maximum(n_dom - 1, 1)
+    hop_price = np.where(hop, price[a, b], 0.0).sum(axis=1) / np.maximum(pp_offsite, 1)
     wan_price = np.where(is_pp, hop_price, np.where(is_dp, ring_price, 0.0))
     return Placements(kind, doms, hw, wan, wan_price)
 

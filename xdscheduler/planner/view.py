@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -72,6 +73,9 @@ class ClusterView:
     per_node_pair: np.ndarray | None = None
     # K × K, what one connection across each link gets (`Link.flow_gbps`); None: no caps
     flow_gbps: np.ndarray | None = None
+    # K × K, true where a link is a data centre's own network between its pools (a mixed
+    # domain's, `Scenario.site`): timed at its rate, but no WAN traffic; None: none
+    fabric: np.ndarray | None = None
 
     @classmethod
     def from_scenario(cls, scn: Scenario, free_gpus: dict[str, int] | None = None) -> ClusterView:
@@ -98,7 +102,7 @@ class ClusterView:
         k = len(domains)
         index = {d.name: i for i, d in enumerate(domains)}
         bw, rtt, price = np.zeros((k, k)), np.zeros((k, k)), np.zeros((k, k))
-        per_node = np.zeros((k, k), dtype=bool)
+        per_node, fabric = np.zeros((k, k), dtype=bool), np.zeros((k, k), dtype=bool)
         flow = np.full((k, k), np.inf)
         for link in scn.links:
             i, j = index[link.a], index[link.b]
@@ -108,6 +112,7 @@ class ClusterView:
             price[i, j] = price[j, i] = link.price_per_gb
             per_node[i, j] = per_node[j, i] = link.per_node_pair
             flow[i, j] = flow[j, i] = link.flow_gbps or np.inf
+            fabric[i, j] = fabric[j, i] = scn.site(link.a) == scn.site(link.b)
         return cls(
             tuple(domains),
             bw,
@@ -117,6 +122,7 @@ class ClusterView:
             rtt.copy(),
             per_node_pair=per_node if per_node.any() else None,
             flow_gbps=flow if np.isfinite(flow).any() else None,
+            fabric=fabric if fabric.any() else None,
         )
 
     def with_free(
@@ -244,6 +250,14 @@ class ClusterView:
         """$ per accelerator-hour over the whole cluster, each domain weighted by its size."""
         return sum(d.price_per_gpu_hour * d.total_gpus for d in self.domains) / sum(
             d.total_gpus for d in self.domains
+        )
+
+    def over_wan(self, domains) -> bool:
+        """Whether traffic among these domains (indices) crosses the WAN: they are not all
+        pools of one data centre."""
+        return any(
+            self.fabric is None or not self.fabric[a, b]
+            for a, b in itertools.combinations(domains, 2)
         )
 
     @property

@@ -63,14 +63,19 @@ def _weighted(values: np.ndarray, weights: np.ndarray) -> float | None:
 
 
 def class_figures(
-    res: Results, jct: np.ndarray, efficiency: np.ndarray, queue: np.ndarray, free_share_gpus: float
+    res: Results,
+    jct: np.ndarray,
+    efficiency: np.ndarray,
+    queue: np.ndarray,
+    free_share_gpus: float,
+    view: ClusterView,
 ) -> dict[str, ClassFigures]:
     """The fit/giant split of a study's jobs: what each class asked and what it got."""
     work = np.array([r.spec.work_flops for r in res.jobs])
     giant = np.array([is_giant(r.spec, free_share_gpus) for r in res.jobs], dtype=bool)
     started = np.array([r.start_s is not None for r in res.jobs], dtype=bool)
     ended = np.array([r.end_s is not None for r in res.jobs], dtype=bool)
-    across = crossed(res)
+    across = crossed(res, view)
     crossed_ = np.array([r.name in across for r in res.jobs], dtype=bool)
     out = {}
     for name, mask in (("fit", ~giant), ("giant", giant)):
@@ -87,12 +92,14 @@ def class_figures(
     return out
 
 
-def crossed(res: Results) -> set[str]:
-    """Jobs that held accelerators in more than one domain at once at some time."""
+def crossed(res: Results, view: ClusterView) -> set[str]:
+    """Jobs that held accelerators in more than one data centre at once at some time (across
+    the pools of one mixed domain only, a job stays off the WAN)."""
     return {
         d.job
         for d in res.decisions
-        if d.action != Action.REQUEUE and sum(n > 0 for n in d.domains.values()) > 1
+        if d.action != Action.REQUEUE
+        and view.over_wan([view.names.index(k) for k, n in d.domains.items() if n > 0])
     }
 
 
@@ -171,7 +178,7 @@ def summarise(
         objective_work=objective(by_work),
         objective=objective(per_job),
         free_share_gpus=free_share_gpus,
-        classes=class_figures(res, jct, efficiency, queue, free_share_gpus),
+        classes=class_figures(res, jct, efficiency, queue, free_share_gpus, view),
         wall_s=res.wall_s,
         **error_figures(res.predictions),
     )

@@ -245,7 +245,8 @@ class ClassFigures(Record):
     )
     crossed: int = column(
         "ran across",
-        "jobs that held accelerators in several domains at once at some time",
+        "jobs that held accelerators in several data centres at once at some time (a mixed "
+        "domain's pools are one)",
         fmt="{:.0f}",
     )
 
