@@ -275,9 +275,9 @@ def backup_pool(
 ) -> dict[str, int]:
     """Accelerators each domain holds back: enough whole nodes to replace every node that is
     down at once with probability `quantile` (Poisson in failures × repair time), at least one
-    node and at most MAX_POOL_SHARE of the domain (beyond it, re-planning is the cheaper cure):
-    none in a domain of fewer nodes than one an eighth, where a node held back would be half of
-    it, or all of a pool of one node.
+    node and at most MAX_POOL_SHARE of the domain in whole nodes (beyond it, re-planning is the
+    cheaper cure): so none in a domain too small to spare one node (a node held back from two
+    would be half of it).
     """
     from scipy.stats import poisson
 
