@@ -236,6 +236,13 @@ def test_an_earlier_comparison_is_replaced_only_with_force(
     assert run(capsys, *argv, "--force")[0] == 0
 
 
+def test_a_users_own_file_of_a_comparisons_name_is_not_written_over(small_file, tmp_path, capsys):
+    (tmp_path / "compare.md").write_text("my notes")  # no comparison there
+    code, _, err = run(capsys, "compare", small_file, *TINY, "--local", "--out", tmp_path)
+    assert code == 2 and f"{tmp_path} holds compare.md, which the comparison would" in err
+    assert (tmp_path / "compare.md").read_text() == "my notes"
+
+
 def test_a_saved_comparison_is_written_again_against_another_baseline(local_grid, tmp_path, capsys):
     _, out, _ = local_grid
     saved = tmp_path / "saved"

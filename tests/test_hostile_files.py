@@ -552,7 +552,8 @@ def test_ctrl_c_on_a_study_is_one_line_and_exit_130(tmp_path):
     lines = [x for x in err.splitlines() if x.strip() and "xdscheduler.runtime.study" not in x]
     assert proc.returncode == 130, err
     assert lines == [
-        "xds: interrupted; a study run with --local keeps no journal to resume: run it again"
+        "xds: interrupted; a study run with --local keeps no journal to resume: run it again "
+        "with --force"
     ], err
 
 

@@ -46,6 +46,18 @@ def test_a_finished_study_is_kept_unless_forced(capsys, tmp_path):
     assert json.loads((tmp_path / "out" / "report.json").read_text())["seed"] == 2
 
 
+def test_files_the_study_did_not_write_are_kept_unless_forced(capsys, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.html").write_text("my own report")  # no study there
+    (out / "notes.txt").write_text("mine")
+    code, err = run(capsys, *LOCAL, "--out", str(out))
+    assert code == 2 and f"{out} holds report.html, which the study would write over" in err
+    assert (out / "report.html").read_text() == "my own report"
+    assert run(capsys, *LOCAL, "--out", str(out), "--force")[0] == 0
+    assert (out / "report.json").exists() and (out / "notes.txt").read_text() == "mine"
+
+
 @pytest.mark.parametrize(
     "argv, reason",
     [

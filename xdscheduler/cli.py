@@ -413,7 +413,10 @@ def _interrupted(out) -> str:
 
     if (out / JOURNAL).exists():
         return f"interrupted; resume with xds run --resume {out}"
-    return "interrupted; a study run with --local keeps no journal to resume: run it again"
+    return (
+        "interrupted; a study run with --local keeps no journal to resume: run it again "
+        "with --force"
+    )
 
 
 def cmd_run(args) -> None:
@@ -788,10 +791,14 @@ def _add_study_commands(sub) -> None:
     p.add_argument(
         "--out",
         help="folder for the report (default xds-run); "
-        "one study at a time, and one that holds a study is refused (see --force, "
-        "--resume)",
+        "one study at a time, and one that holds a study, or a file of a study's "
+        "names, is refused (see --force, --resume)",
     )
-    p.add_argument("--force", action="store_true", help="replace the study the --out folder holds")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the study (or the files of its names) the --out folder holds",
+    )
     p.add_argument(
         "--resume",
         metavar="OUT",

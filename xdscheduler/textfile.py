@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from xdscheduler.errors import UserError
@@ -162,6 +162,17 @@ def output_folder(path: Path, what: str = "output folder") -> Path:
     except OSError as err:
         raise UserError(f"cannot write the {what} {path}: {err.strerror or err}") from None
     return path
+
+
+def unclaimed(folder: Path, names: Iterable[str], what: str) -> None:
+    """UserError naming the first of `names` that `folder` holds: `what` would write over a
+    file it may not have written (a user's own report.html), which only `--force` allows."""
+    for name in names:
+        if os.path.lexists(Path(folder) / name):
+            raise UserError(
+                f"{folder} holds {name}, which {what} would write over: --force to replace "
+                f"it, or pick another --out"
+            )
 
 
 def write_atomic(

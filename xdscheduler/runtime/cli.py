@@ -13,6 +13,7 @@ from pathlib import Path
 from xdscheduler.arguments import SEED_LIMIT, number, seed
 from xdscheduler.errors import UserError
 from xdscheduler.scenario import MAX_LOAD
+from xdscheduler.textfile import unclaimed
 
 DEFAULT_SCENARIOS = ("five_domains.yaml", "skyplane_six_regions.yaml")
 DEFAULT_LOADS = "0.6,0.8,1.0,1.2"
@@ -79,7 +80,11 @@ def register(subparsers) -> None:
         "data: philly, helios, acme",
     )
     p.add_argument("--out", default="xds-compare", help="output folder (default xds-compare)")
-    p.add_argument("--force", action="store_true", help="replace the comparison --out holds")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the comparison (or the files of its names) --out holds",
+    )
     p.add_argument("--address", help="Ray cluster address (default: an embedded local Ray)")
     p.add_argument("--local", action="store_true", help="no Ray: the studies one after another")
     p.add_argument(
@@ -188,12 +193,17 @@ def cmd_compare(args) -> None:
 
 
 def _unclaimed(out: Path, force: bool) -> Path:
-    """`out`, unless it holds an earlier comparison that `force` does not replace: its
-    studies may have taken hours, and `--from` reads them again."""
-    if not force and (out / "compare.parquet").exists():
+    """`out`, unless `force` is not given and it holds an earlier comparison (its studies may
+    have taken hours, and `--from` reads them again) or any file a comparison writes."""
+    from xdscheduler.report.compare import FILES
+
+    if force:
+        return out
+    if (out / "compare.parquet").exists():
         raise UserError(
             f"{out} holds an earlier comparison: --force to replace it, or pick another --out"
         )
+    unclaimed(out, FILES, "the comparison")
     return out
 
 

@@ -6,7 +6,8 @@ folder, checks it can be written (before any work, so a study never runs to be l
 exclusive lock (a second study into the same folder is refused at once), and checks what the
 folder holds against `mode`:
 
-- "new": the folder holds no study (neither a journal nor a report);
+- "new": the folder holds no study (neither a journal nor a report), nor any file the study
+  writes (a user's own report.html is not written over);
 - "force": whatever it holds is replaced;
 - "resume": it holds an interrupted study, whose parameters (`study.json`) are returned by
   `spec()`; its journal is kept (checked first), and the controllers replay to where it
@@ -34,7 +35,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from xdscheduler.errors import UserError
 from xdscheduler.runtime.journal import check_log
 from xdscheduler.runtime.ledger import LEDGER
-from xdscheduler.textfile import output_file, output_folder, read_text, write_atomic
+from xdscheduler.textfile import (
+    output_file,
+    output_folder,
+    read_text,
+    unclaimed,
+    write_atomic,
+)
 
 LOCK = ".xds-lock"
 SPEC = "study.json"
@@ -169,6 +176,9 @@ class StudyFolder:
             self._lock.close()
 
     def _check(self) -> None:
+        from xdscheduler.report.writer import FILES
+
+        outputs = (*FILES, SPEC, "decisions.jsonl", JOURNAL, LEDGER)
         finished = (self.path / REPORT).exists()
         started = (self.path / JOURNAL).exists()
         if self.mode == "new" and (finished or started):
@@ -178,6 +188,8 @@ class StudyFolder:
                 f"{self.path} holds {what}: {hint}--force to start over in it, or "
                 f"pick another --out"
             )
+        if self.mode == "new":
+            unclaimed(self.path, outputs, "the study")
         if self.mode == "resume":
             self.resumable()
             check_log(self.path / JOURNAL, "journal")
@@ -190,10 +202,8 @@ class StudyFolder:
                 *(f"{db}{end}" for db in (JOURNAL, LEDGER) for end in ("", "-wal", "-shm")),
             ):
                 _remove_file(self.path / name)
-        from xdscheduler.report.writer import FILES
-
         # what the study writes there, checked before it runs (SQLite writes its logs in place)
-        for name in (*FILES, SPEC, "decisions.jsonl", JOURNAL, LEDGER):
+        for name in outputs:
             output_file(self.path / name)
 
     def resumable(self) -> None:
