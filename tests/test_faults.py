@@ -141,6 +141,13 @@ def test_bench_cli_json(capsys):
     assert out["n_faults"] == 6 and "recall_by_kind" in out
 
 
+def test_run_with_faults_0_is_a_study_without_faults(capsys, tmp_path):
+    argv = ["run", "--local", "--policies", "planner", "--hours", "0.2", "--json"]
+    assert main([*argv, "--faults", "0", "--out", str(tmp_path)]) == 0
+    assert json.loads(capsys.readouterr().out)["faults"] is None
+    assert json.loads((tmp_path / "study.json").read_text())["faults"] is None
+
+
 def test_domain_reports_feed_the_detector():
     from types import SimpleNamespace
 

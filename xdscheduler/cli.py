@@ -327,6 +327,11 @@ def _profile(path: str | None):
 RUN_DEFAULTS = {"hours": 24.0, "out": "xds-run", "speed": 1.0}
 
 
+def fault_scale(text: str) -> float | None:
+    """`--faults SCALE`: the published fault rates times SCALE; 0 is no faults at all."""
+    return number(float, 0, 1000)(text) or None
+
+
 def _resume(args):
     """`--resume OUT`: the interrupted study's own parameters, from OUT/study.json, set on
     `args`; returns its scenario. A study folder is data that may come from anyone: the policy
@@ -827,10 +832,11 @@ def _add_study_commands(sub) -> None:
     )
     p.add_argument(
         "--faults",
-        type=number(float, 0, 1000, above=True),
+        type=fault_scale,
         metavar="SCALE",
         help="inject node, GPU, domain, link and straggler faults at the published "
-        "rates times SCALE (1: as published; 50: a stress test)",
+        "rates times SCALE (1: as published; 50: a stress test; 0: none, as without "
+        "--faults)",
     )
     p.add_argument(
         "--forecast",
