@@ -188,7 +188,12 @@ def test_a_run_that_slows_down_is_measured_slow_within_its_recent_steps():
     ("text", "reason"),
     [
         ("workers: {min: 4, max: 2}", r"workers: min 4 is larger than max 2"),
-        ("name: Bad Name", r"job.yaml: name: String should match pattern"),
+        (
+            "name: Bad Name",
+            r"job.yaml: name: 'Bad Name' is not accepted: a job's name takes only lowercase "
+            r"letters a-z, digits and '-', .*; e\.g\. 'bad-name'$",
+        ),
+        ("name: x\ntenant: Lab A", r"tenant: 'Lab A' is not accepted: .*; e\.g\. 'Lab-A'$"),
         ("model: {hidden: 130, heads: 4}", r"model: .*hidden 130 is not a multiple of heads 4"),
         ("model: {layers: 100000}", r"model.layers: Input should be less than or equal"),
     ],

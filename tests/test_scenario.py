@@ -46,6 +46,12 @@ def test_every_shipped_scenario_is_valid(path):
             lambda d: d["domains"][1]["nodes"][0].update(accelerator="H1000"),
             r"domains\[1\]\.nodes\[0\]\.accelerator: unknown accelerator 'H1000'",
         ),
+        (
+            lambda d: d["domains"][2].update(name="Zhang jiakou"),
+            r"domains\[2\]\.name: 'Zhang jiakou' is not accepted: a name takes only letters "
+            r"A-Z a-z, digits, '_', '\.' and '-'; e\.g\. 'Zhang-jiakou'",
+        ),
+        (lambda d: d["domains"][2].update(name="Zhāngjiākǒu"), r"e\.g\. 'Zhangjiakou'$"),
         (lambda d: d["links"][0].update(a="mars"), r"links\[0\] names unknown domain 'mars'"),
         (lambda d: d["links"][0].update(bandwidth_gbps=-1), r"links\[0\]\.bandwidth_gbps"),
         (lambda d: d["links"][0].update(fluctuation=0.5), r"links\[0\]\.fluctuation"),

@@ -280,6 +280,10 @@ def test_three_tenant_study_reports_every_tenant(tmp_path, capsys):
         ),
         (lambda t: t["tenants"][0].update(cohort="nowhere"), "unknown cohort 'nowhere'"),
         (lambda t: t["tenants"].append({"name": "a", "quota": {"all": 1}}), "repeated: a"),
+        (
+            lambda t: t["tenants"][1].update(name="small lab"),
+            r"tenants\[1\]\.name: 'small lab' is not accepted: .*; e\.g\. 'small-lab'",
+        ),
         (lambda t: t["tenants"][0]["quota"].update(all=60), "add up to 76, over 1 x the 64"),
     ],
 )

@@ -22,7 +22,7 @@ from pydantic import (
 from xdscheduler import catalog
 from xdscheduler.costmodel.plan import Precision
 from xdscheduler.errors import UserError
-from xdscheduler.schema import FileModel, NonNegative, Positive, unique
+from xdscheduler.schema import FileModel, Name, NonNegative, Positive, unique
 from xdscheduler.tenants import Tenancy
 from xdscheduler.yamlfile import read_yaml
 
@@ -86,7 +86,7 @@ class Storage(FileModel):
 class Domain(FileModel):
     """One data centre: nodes joined by a fast fabric."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    name: Name
     location: Location
     nodes: list[NodeGroup] = Field(min_length=1)
     intra_node_gbps: Positive | None = Field(default=None, le=1e5)  # scale-up per GPU per

@@ -16,7 +16,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from xdscheduler.schema import FileModel, NonNegative, unique
+from xdscheduler.schema import FileModel, Name, NonNegative, unique
 
 ALL = "all"  # the quota key for accelerators of any class
 Count = Annotated[int, Field(ge=0, le=10_000_000)]
@@ -25,7 +25,7 @@ Count = Annotated[int, Field(ge=0, le=10_000_000)]
 class Tenant(FileModel):
     """A team: what it may take, with whom it shares, how much it counts."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=200)
+    name: Name = Field(max_length=200)
     quota: dict[str, Count] = Field(min_length=1, max_length=64)  # class -> accelerators
     cohort: str | None = Field(default=None, max_length=200)
     borrowing_limit: Count | None = None  # the most it may borrow (None: what the cohort lends)

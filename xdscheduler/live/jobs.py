@@ -3,19 +3,31 @@ the trainer each read of it."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from xdscheduler.catalog import ModelArch
 from xdscheduler.live.shape import GptShape
 from xdscheduler.live.training import BUILT_IN, TrainConfig
 from xdscheduler.planner.search import JobSpec
 from xdscheduler.scenario import GpuRequest, validated
-from xdscheduler.schema import FileModel
+from xdscheduler.schema import FileModel, Name, named
 from xdscheduler.yamlfile import read_yaml
 
 MAX_WORKERS = 1024
+JOB_NAME = r"^[a-z0-9][a-z0-9-]{0,62}$"
+JobName = Annotated[
+    str,
+    AfterValidator(
+        named(
+            JOB_NAME,
+            "a job's name takes only lowercase letters a-z, digits and '-', from a letter or "
+            "digit, at most 63 characters",
+        )
+    ),
+    Field(json_schema_extra={"pattern": JOB_NAME}),
+]
 
 
 class Workers(GpuRequest):
@@ -31,7 +43,7 @@ class LiveJob(FileModel):
     shape (what the planner plans with), batch and steps, and how many workers it may take (one
     accelerator each; a CPU core on a local cluster)."""
 
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
+    name: JobName
     # module:function called with each worker's plan (`live.plan`), or a script run as __main__
     entrypoint: str = Field(
         default=BUILT_IN, max_length=300, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
@@ -45,7 +57,7 @@ class LiveJob(FileModel):
     seed: int = Field(default=0, ge=0, lt=2**31)
     workers: Workers = Workers()
     priority: int = Field(default=1, ge=0, le=1000)
-    tenant: str = Field(default="default", pattern=r"^[A-Za-z0-9_.-]+$", max_length=200)
+    tenant: Name = Field(default="default", max_length=200)
     checkpoint_every: int = Field(default=10, gt=0, le=1_000_000)
     # a run that has not stepped this long after its launch (or its last step) is failed by the
     # watchdog and queued again
