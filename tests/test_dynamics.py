@@ -3,7 +3,8 @@ import pytest
 
 from xdscheduler.errors import UserError
 from xdscheduler.network.dynamics import BASE_LOAD, LOAD_SWING, Dynamics, base_matrices
-from xdscheduler.scenario import load_scenario
+from xdscheduler.scenario import load_scenario, parse_scenario
+from xdscheduler.yamlfile import read_yaml
 
 from .conftest import SCENARIOS
 
@@ -21,6 +22,18 @@ def test_fluctuation_stays_within_each_links_bound(scn):
     assert np.all(np.abs(ratio - 1) <= bound[linked] + 1e-12)
     assert ratio.std() > 0.02  # it does move
     assert np.all(d.bandwidth_gbps[:, ~linked] == 0)
+
+
+def test_a_link_may_swing_by_nine_tenths_and_keeps_a_tenth_of_its_bandwidth():
+    doc = read_yaml(SCENARIOS / "five_domains.yaml")
+    for link in doc["links"]:
+        link["fluctuation"] = 0.9  # measured WAN pairs swing by half or more
+    wide = parse_scenario(doc, "five_domains.yaml")
+    bw, _, _ = base_matrices(wide)
+    linked = bw > 0
+    ratio = Dynamics.generate(wide, 1, 48 * 3600).bandwidth_gbps[:, linked] / bw[linked]
+    assert ratio.min() >= 0.1 - 1e-12 and ratio.max() <= 1.9 + 1e-12
+    assert ratio.min() < 0.5 and ratio.max() > 1.5  # it does swing by half
 
 
 def test_same_seed_same_network_other_seed_other_network(scn):

@@ -54,7 +54,10 @@ def test_every_shipped_scenario_is_valid(path):
         (lambda d: d["domains"][2].update(name="Zhāngjiākǒu"), r"e\.g\. 'Zhangjiakou'$"),
         (lambda d: d["links"][0].update(a="mars"), r"links\[0\] names unknown domain 'mars'"),
         (lambda d: d["links"][0].update(bandwidth_gbps=-1), r"links\[0\]\.bandwidth_gbps"),
-        (lambda d: d["links"][0].update(fluctuation=0.5), r"links\[0\]\.fluctuation"),
+        (
+            lambda d: d["links"][0].update(fluctuation=1.0),
+            r"links\[0\]\.fluctuation: Input should be less than or equal to 0\.9",
+        ),
         (lambda d: d["jobs"][0].update(model="gpt5"), r"jobs\[0\].*unknown model 'gpt5'"),
         (lambda d: d["jobs"][0].update(gpus={"min": 64, "max": 8}), r"min 64 is larger than max 8"),
         (lambda d: d["domains"].append(dict(d["domains"][0])), r"repeated: jjj"),

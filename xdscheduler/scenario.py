@@ -180,7 +180,9 @@ class Link(FileModel):
     bandwidth_gbps_ba: Positive | None = Field(default=None, le=MAX_LINK_GBPS)  # b->a if it differs
     rtt_ms: NonNegative = Field(le=2000)
     price_per_gb: NonNegative = Field(default=0.0, le=100)
-    fluctuation: float = Field(default=0.2, ge=0, le=0.3)  # bound on |epsilon(t)|
+    # bound on |epsilon(t)| in B0 (1 + epsilon(t)): measured WAN pairs swing by half or more;
+    # at 0.9 a link keeps a tenth of B0 at its lowest (at 1 it would reach 0, a divisor)
+    fluctuation: float = Field(default=0.2, ge=0, le=0.9)
     # true: the bandwidth is what one pair of nodes gets (a cloud's per-VM cap, measured
     # between two VMs), and every node pair of a job across the link gets it in parallel;
     # false: it is the whole link's, shared by everything that crosses it (a leased line)

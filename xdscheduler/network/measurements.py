@@ -34,7 +34,7 @@ SKYPLANE = (
     "Apache-2.0): iperf3, 64 connections, 5 s"
 )
 LINKS_FROM = "links from "  # in a scenario's description, before what they were measured by
-MIN_FLUCTUATION, MAX_FLUCTUATION = 0.05, 0.3  # the scenario schema's bound on |epsilon|
+MIN_FLUCTUATION, MAX_FLUCTUATION = 0.05, 0.3  # the range a measured drift is clipped to
 PAIR = ["src_region", "dst_region"]
 COLUMNS = {
     *PAIR,
