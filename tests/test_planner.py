@@ -10,10 +10,12 @@ from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch, Stack, WanUse
 from xdscheduler.costmodel.steptime import estimate
 from xdscheduler.errors import UserError
 from xdscheduler.planner.baselines import ONLINE
+from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.search import JobSpec, ideal_tokens_per_s, search
-from xdscheduler.planner.space import MEMORY_LADDER, SearchOptions, split
+from xdscheduler.planner.space import DATA, MEMORY_LADDER, SINGLE, SearchOptions, split
 from xdscheduler.planner.view import ClusterView, DomainView
 from xdscheduler.scenario import Weights, load_scenario, parse_scenario
+from xdscheduler.sim.reconfig import crosses_wan, switch_cost
 
 RECOMPUTE = ("none", "selective", "full")
 
@@ -917,3 +919,20 @@ def test_traffic_between_the_pools_of_one_data_centre_is_no_wan_traffic(kind, gp
     if offsite == 0:
         why = result.explanation["summary"]
         assert "inside one data centre, across its pools" in why and "nothing crosses" in why
+
+
+def test_moving_a_job_between_the_pools_of_one_data_centre_is_no_wan_move():
+    """A job grown from jjj's H800 pool onto its A100 pool re-lays its state over jjj's own
+    network, node by node: no WAN GB, no WAN bill, an adjustment rather than a relocation
+    (before: 182 GB, the whole state, counted over the WAN); grown onto imn, it crosses."""
+    view = jjj_with_two_pools()
+    h800, a100, imn = (view.names.index(n) for n in ("jjj.H800", "jjj.A100-80GB", "imn"))
+    params = catalog.model("llama2-13b").params
+    old = Placement("j", SINGLE, (h800,), (8,), Plan(dp=8, micro_batch=1))
+    pools = Placement("j", DATA, (h800, a100), (8, 8), Plan(dp=16, micro_batch=1))
+    wan = Placement("j", DATA, (h800, imn), (8, 8), Plan(dp=16, micro_batch=1))
+    cost = switch_cost(old, pools, params, view)
+    assert cost.wan_gb == cost.wan_cost == cost.wan_s == 0 and not crosses_wan(old, pools, view)
+    assert 0 < cost.pause_s < switch_cost(old, wan, params, view).pause_s
+    assert switch_cost(old, pools, params, replace(view, fabric=None)).wan_gb > 0
+    assert crosses_wan(old, wan, view) and switch_cost(old, wan, params, view).wan_gb > 0

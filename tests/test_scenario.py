@@ -318,6 +318,9 @@ def test_a_domain_of_mixed_accelerators_is_planned_as_a_pool_per_type(tmp_path, 
     """Each type a pool of its own, joined by the domain's network and linked to the other
     domains as the domain is; said once a file (before, it was planned as its largest group's
     type, 8 H100 as V100)."""
+    from xdscheduler.costmodel.plan import Plan
+    from xdscheduler.planner.placement import Placement
+    from xdscheduler.planner.space import DATA
     from xdscheduler.planner.view import ClusterView
     from xdscheduler.scenario import load_scenario
 
@@ -347,6 +350,10 @@ def test_a_domain_of_mixed_accelerators_is_planned_as_a_pool_per_type(tmp_path, 
         [False, False, False],
     ]
     assert not view.over_wan((0, 1)) and view.over_wan((1, 2)) and view.over_wan((0, 1, 2))
+    # a ring over all three crosses the WAN on its hops to and from b only: those the re-plan
+    # triggers watch and the correction learns on (before: a's own network as well)
+    ring = Placement("j", DATA, (0, 1, 2), (8, 8, 8), Plan(dp=3))
+    assert ring.links == [(0, 1), (1, 2), (2, 0)] and view.wan_links(ring) == [(1, 2), (2, 0)]
     said = [r.getMessage() for r in xds_log.records if "mixes" in r.getMessage()]
     assert said == [f"{path}: {scn.pooled['a']}"]
     assert scn.pooled["a"].startswith("domain a mixes 32 V100-SXM2-32GB, 8 H100-SXM: it is planned")

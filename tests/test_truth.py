@@ -403,3 +403,24 @@ def test_a_fit_without_its_data_folder_keeps_the_shipped_one_and_says_why(tmp_pa
     assert list(fitted["jitter"]["jobs"]) == ["PAI_job_3"]
     with pytest.raises(UserError, match="holds neither wan/ nor steptime/"):
         fit(tmp_path / "elsewhere")
+
+
+def test_a_job_over_the_pools_of_one_data_centre_teaches_their_speed_not_its_network():
+    """Replicas over a's H100 and A100 pools step slower than the model: what they teach is
+    their pools' speed, as a job inside one domain does, and nothing of a's own network
+    between them (before: its goodput was learnt down, as if it were a WAN link)."""
+    scn = two_domains({"min": 2, "max": 2}).model_dump()
+    scn["domains"][0]["nodes"] = [
+        {"accelerator": "H100-SXM", "count": 1},
+        {"accelerator": "A100-80GB", "count": 1},
+    ]
+    scn = parse_scenario(scn)
+    view = ClusterView.from_scenario(scn)
+    names = ("a.H100-SXM", "a.A100-80GB")
+    pools = tuple(view.names.index(n) for n in names)
+    p = Placement("small", DATA, pools, (1, 1), Plan(dp=2, micro_batch=2), names)
+    spec = JobSpec.of(scn.jobs[0])
+    c = Correction.start(3)
+    c, own = c.observe_run(p, spec, view, 1.3 * estimate_placement(p, spec, view).step_time_s)
+    assert np.all(c.goodput == 1) and not c.learnt.any() and own is None
+    assert np.all(c.speed[list(pools)] < 1) and c.speed[view.names.index("b")] == 1

@@ -113,9 +113,10 @@ class Placement:
 
     @property
     def links(self) -> list[tuple[int, int]]:
-        """The WAN links its traffic crosses (domain indices): between consecutive stages of a
-        pipeline, round the ring of a replicated job's domains (in their order, the last to
-        the first); none inside one domain."""
+        """The links between domains its traffic crosses (domain indices): between consecutive
+        stages of a pipeline, round the ring of a replicated job's domains (in their order, the
+        last to the first); none inside one domain. Each is timed; those of the WAN, without
+        a mixed domain's own network between its pools, are `ClusterView.wan_links`."""
         d = self.domains
         if self.ring:
             return list(itertools.pairwise((*d, d[0])))

@@ -5,12 +5,16 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from xdscheduler.catalog import Accelerator
 from xdscheduler.errors import UserError
 from xdscheduler.scenario import Scenario
+
+if TYPE_CHECKING:
+    from xdscheduler.planner.placement import Placement
 
 
 @dataclass(frozen=True)
@@ -259,6 +263,17 @@ class ClusterView:
             self.fabric is None or not self.fabric[a, b]
             for a, b in itertools.combinations(domains, 2)
         )
+
+    def wan_links(self, p: Placement) -> list[tuple[int, int]]:
+        """The WAN links p's traffic crosses: its links less the hops between pools of one data
+        centre, which ride its own network (timed all the same: `Placement.links`)."""
+        return [ab for ab in p.links if self.over_wan(ab)]
+
+    def same_sites(self, domains) -> set[int]:
+        """These domains (indices) and every other pool of their data centres."""
+        if self.fabric is None:
+            return set(domains)
+        return set(domains) | {int(j) for i in domains for j in np.flatnonzero(self.fabric[i])}
 
     @property
     def names(self) -> list[str]:

@@ -4,8 +4,9 @@ The model is corrected by a speed factor per domain (on its accelerators' peak a
 bandwidth) and a goodput factor per link (on its bandwidth), all 1 at first, which the view
 applies (`ClusterView.with_factors`) to every estimate the policies make. Each time a job's
 step rate is observed (on a new placement, and when the links under a job across domains
-change), the factor it depends on moves: a single-domain job's domain, a cross-domain job's
-narrowest link (domains are left to the jobs inside them). The observation implies the factor
+change), the factor it depends on moves: the domain of a job inside one (the pools of a job
+inside one data centre), a cross-domain job's narrowest WAN link (domains are left to the jobs
+inside them). The observation implies the factor
 at which the model, corrected, would have predicted the step it saw; the new factor is the
 exponentially weighted mean, in logs, of the old and that one (weight `WEIGHT`). The implied
 factor is found with one Newton step on ln(step time) against ln(factor), whose slope is
@@ -29,7 +30,7 @@ import numpy as np
 
 from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.search import DEFAULT_OPTIONS, JobSpec, estimate_placement
-from xdscheduler.planner.space import SINGLE, SearchOptions
+from xdscheduler.planner.space import SearchOptions
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.sim.truth_params import PARAMS
 
@@ -124,8 +125,8 @@ class Correction:
         if step_s is None:
             step_s = estimate_placement(p, spec, corrected, opts).step_time_s
         seen = (p, spec, view, true_s, step_s, weight, opts)
-        if p.kind == SINGLE:
-            return self._moved("speed", ([p.domains[0]],), *seen)
+        if not view.over_wan(p.domains):  # inside one data centre: its domains' (pools') speed
+            return self._moved("speed", (list(p.domains),), *seen)
         a, b = _narrowest(p, corrected)
         return self._moved("goodput", ([a, b], [b, a]), *seen)
 
@@ -138,18 +139,18 @@ class Correction:
         opts: SearchOptions = DEFAULT_OPTIONS,
         own: float = 1.0,
     ) -> tuple[Correction, float | None]:
-        """A run's step taken whole (weight 1). Inside one domain: `observe`, and None (it says
-        nothing of the job's crossing). Across domains: the factors, and the job's own factor
-        on its steps across domains (`own` until now). The step's log excess over the model
-        (as corrected, times `own`) is split between the job's narrowest link and the job
-        itself, each in proportion to how far it is expected to be off (LINK_SD, JOB_SD) and
-        to how much the step depends on it: the least-squares split under those priors. All
-        of it on the link made a busy host's slow steps look like a slow link, and a link
-        read a little faster then looked like a large saving; a step that hardly depends on
-        its link (DiLoCo's) leaves it all to the job."""
+        """A run's step taken whole (weight 1). Inside one domain, or one data centre's pools:
+        `observe`, and None (it says nothing of the job's crossing). Across the WAN: the factors,
+        and the job's own factor on its steps across domains (`own` until now). The step's log
+        excess over the model (as corrected, times `own`) is split between the job's narrowest WAN
+        link and the job itself, each in proportion to how far it is expected to be off (LINK_SD,
+        JOB_SD) and to how much the step depends on it: the least-squares split under those priors.
+        All of it on the link made a busy host's slow steps look like a slow link, and a link read a
+        little faster then looked like a large saving; a step that hardly depends on its link
+        (DiLoCo's) leaves it all to the job."""
         corrected = self.apply(view)
         step_s = estimate_placement(p, spec, corrected, opts).step_time_s
-        if p.kind == SINGLE:
+        if not view.over_wan(p.domains):
             return self.observe(p, spec, view, true_s, step_s, weight=1.0, opts=opts), None
         a, b = _narrowest(p, corrected)
         cells = ([a, b], [b, a])
@@ -211,11 +212,11 @@ class Correction:
 
 
 def _narrowest(p: Placement, view: ClusterView) -> tuple[int, int]:
-    """The link that bounds a cross-domain placement's WAN traffic: the narrowest between
+    """The WAN link that bounds a cross-domain placement's traffic: the narrowest between
     consecutive stages (both ways: activations go on, gradients come back), or the narrowest
     hop of the ring of replicas (one way: each sends only to the next)."""
     bw = view.goodput_gbps
-    return min(p.links, key=lambda ab: bw[ab] if p.ring else min(bw[ab], bw[ab[::-1]]))
+    return min(view.wan_links(p), key=lambda ab: bw[ab] if p.ring else min(bw[ab], bw[ab[::-1]]))
 
 
 def error_figures(predictions: list[Prediction]) -> dict[str, float | None]:

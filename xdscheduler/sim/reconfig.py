@@ -24,7 +24,8 @@ Where the costs come from:
 - None of it can be streamed ahead of the switch: every step rewrites all of it, and over a
   1-10 Gbit/s link the per-step change (the whole gradient) cannot be forwarded in time
   either, so it moves at the switch (stop-and-copy, less the overlap above).
-- Inside a domain the job keeps, the re-layout runs node by node (`relayout_s`). What a node's
+- Inside a domain the job keeps, and between the pools of one data centre (its own network,
+  every node pair at a node's rate), the re-layout runs node by node (`relayout_s`). What a node's
   accelerators hold, under Megatron's rank order (TP innermost, then CP and DP, PP outermost),
   is sent or received once per node, striped over all of the node's NICs (NCCL's channels, one
   per NIC, and PXN, which sends through another GPU's NIC over NVLink: NCCL 2.12 release
@@ -37,7 +38,7 @@ Where the costs come from:
   node kept any of its part (an upper bound). This is the re-partition of Oobleck (Jang et al.
   SOSP'23, copy of missing layers from other replicas) and Tenplex (Wagenländer et al. SOSP'24,
   re-partition of the state tensors).
-- Across domains: the link's goodput (`wan_efficiency`), one copy of the layers a domain lacks
+- Across the WAN: the link's goodput (`wan_efficiency`), one copy of the layers a domain lacks
   from the fastest-linked domain that holds them. Such a move is a relocation, decided apart
   from the adjustment (below).
 - The switch happens at an iteration boundary, where 1F1B pipelines drain anyway (ReCycle,
@@ -51,13 +52,13 @@ Where the costs come from:
 - The fallback is the old restart (`RESTART_S`: save, reschedule, load, warm up) plus the
   WAN transfer a move across domains needs as well.
 
-Adjustments and relocations. When a trigger fires, the job adjusts at once to the best plan on
-the domains it holds (a make-before-break switch, no state over the WAN). Moving to other
-domains is a separate decision, a `Relocation`, that must pay for all it costs: its `charge_s`
-is the job's finish time plus the accelerator-seconds it holds that train nothing it keeps
-(idle while state crosses, loading, or redoing work), converted to seconds of the job at the
-new plan's rate per accelerator; it happens only when that is less than staying on the
-adjusted plan, and when it takes no more accelerator-seconds until the job finishes
+Adjustments and relocations. When a trigger fires, the job adjusts at once to the best plan on the
+domains it holds and the other pools of their data centres (a make-before-break switch, no state
+over the WAN). Moving to other data centres is a separate decision, a `Relocation`, that must pay
+for all it costs: its `charge_s` is the job's finish time plus the accelerator-seconds it holds that
+train nothing it keeps (idle while state crosses, loading, or redoing work), converted to seconds of
+the job at the new plan's rate per accelerator; it happens only when that is less than staying on
+the adjusted plan, and when it takes no more accelerator-seconds until the job finishes
 (`gpu_seconds`) than staying does: a move must pay the job and the cluster both. Two ways are
 weighed:
 
@@ -145,7 +146,7 @@ class SwitchCost:
 
     prepare_s: float  # the job trains on its old plan meanwhile
     pause_s: float  # nothing trains (weights re-laid, and any optimizer state still late)
-    wan_gb: float  # state sent across domains
+    wan_gb: float  # state sent across the WAN (not between pools of one data centre)
     alongside: bool  # the new accelerators could be taken next to the old ones
     wan_s: float = 0.0  # seconds the whole state takes over the WAN (a checkpoint's copy)
     wan_cost: float = 0.0  # its bill at the links' prices
@@ -339,10 +340,16 @@ def wan_bytes(old: Placement, new: Placement, view: ClusterView) -> dict[tuple[i
     return flows
 
 
+def offsite(flows: dict[tuple[int, int], float], view: ClusterView) -> dict:
+    """The flows that cross the WAN: not those between pools of one data centre, which ride
+    its own network (a flow no link carries, from -1, counts as the WAN's)."""
+    return {(s, d): share for (s, d), share in flows.items() if s < 0 or view.over_wan((s, d))}
+
+
 def crosses_wan(old: Placement, new: Placement, view: ClusterView) -> bool:
-    """Whether moving from `old` to `new` sends state across domains (`switch_cost`'s wan_gb
+    """Whether moving from `old` to `new` sends state across the WAN (`switch_cost`'s wan_gb
     > 0): every flow `wan_bytes` lists carries some."""
-    return bool(wan_bytes(old, new, view))
+    return bool(offsite(wan_bytes(old, new, view), view))
 
 
 def switch_cost(
@@ -351,10 +358,14 @@ def switch_cost(
     """Preparation and pause of moving a job from `old` to `new` under the view's links;
     `window_s`: seconds of the new plan's first step the optimizer state may stream in."""
     flows = wan_bytes(old, new, view)
-    paths = [_wan_path(view, s, d, share, params) for (s, d), share in flows.items()]
-    kept = [d for d in new.domains if d in old.taken]
+    wan = offsite(flows, view)
+    paths = [_wan_path(view, s, d, share, params) for (s, d), share in wan.items()]
+    # Between pools of one data centre, and inside a domain kept, node by node over its NICs.
+    relaid = [(d, d) for d in new.domains if d in old.taken]
+    relaid += [sd for sd in flows if sd not in wan]
     paths += [
-        np.maximum(relayout_s(old, d, params, view), relayout_s(new, d, params, view)) for d in kept
+        np.maximum(relayout_s(old, s, params, view), relayout_s(new, d, params, view))
+        for s, d in relaid
     ]
     weights_s = max((w for w, _ in paths), default=0.0)
     state_s = max((w + o for w, o in paths), default=0.0)  # each path: weights first
@@ -366,14 +377,14 @@ def switch_cost(
     state_gb = params * CHECKPOINT_BYTES_PER_PARAM / 1e9
     price = sum(
         share * state_gb * view.price_per_gb[s, d] if s >= 0 else 0.0
-        for (s, d), share in flows.items()
+        for (s, d), share in wan.items()
     )
     return SwitchCost(
         COMM_INIT_S,
         weights_s + stall + rtt / 1e3,
-        sum(flows.values()) * state_gb,
+        sum(wan.values()) * state_gb,
         alongside,
-        max((w + o for w, o in paths[: len(flows)]), default=0.0),
+        max((w + o for w, o in paths[: len(wan)]), default=0.0),
         price,
     )
 

@@ -153,10 +153,11 @@ class Replanning:
         return True
 
     def _reference(self, eng: Engine, p: Placement) -> tuple:
-        """What the triggers compare against: the links and loads a placement sees now."""
+        """What the triggers compare against: the WAN links and loads a placement sees now (a
+        mixed domain's own network between its pools does not swing)."""
         bw, rtt = eng.view.bandwidth_gbps, eng.view.rtt_ms
         load = np.array([d.reserved_gpus / max(d.total_gpus, 1) for d in eng.view.domains])
-        links = p.links
+        links = eng.view.wan_links(p)
         return (
             np.array([min(bw[a, b], bw[b, a]) for a, b in links]),
             np.array([rtt[a, b] for a, b in links]),
@@ -209,15 +210,14 @@ class Replanning:
     # ------------------------------------------------------------------ adjustments
 
     def _respond(self, eng: Engine, r, t: float, cause: str) -> None:
-        """A trigger's response: at once, the best plan on the domains the job holds (state
-        re-laid over their fabric only), when that pays; then, as a separate decision, a
-        relocation to other domains, only when it pays for all it costs (`reconfig.charge_s`:
+        """A trigger's response: at once, the best plan on the data centres the job holds (state
+        re-laid over their own networks only), when that pays; then, as a separate decision, a
+        relocation to other data centres, only when it pays for all it costs (`reconfig.charge_s`:
         the job's time and the accelerator-seconds it holds idle or redoing work)."""
         left = r.left
         now_rate = eng.speeds.of(r, r.placement)[0]
-        own = eng.view.with_down(
-            {n for i, n in enumerate(eng.names) if i not in r.placement.domains}
-        )
+        sites = eng.view.same_sites(r.placement.domains)
+        own = eng.view.with_down({n for i, n in enumerate(eng.names) if i not in sites})
         spec = eng.replan_spec(r)
         here = eng.policy.replan(spec, r.placement, own)
         far = [
