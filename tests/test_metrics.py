@@ -185,12 +185,13 @@ def test_a_job_across_the_pools_of_one_data_centre_did_not_cross_the_wan():
         }
     )
     view = ClusterView.from_scenario(scn)
-    res = run_here(
-        StudyInputs(scn, scn.jobs, study_dynamics(scn, 1, HOURS), HOURS),
-        make_policy("planner", scn.weights),
-    )
+    dyn = study_dynamics(scn, 1, HOURS)
+    res = run_here(StudyInputs(scn, scn.jobs, dyn, HOURS), make_policy("planner", scn.weights))
     (r,) = res.jobs
     assert r.start_s is not None and len(r.placement.domains) == 2
+    # the data centre as written offers both pools: such a job is no giant (before: 32 less
+    # the other tenants', the larger pool's)
+    assert 56 < free_share(dyn, view, HOURS * 3600) <= 64
     ideal = ideal_rates([JobSpec.of(scn.jobs[0])], view)
     m = summarise(res, scn.weights, ideal, view, HOURS * 3600, free_share_gpus=32.0)
     assert m.cross_domain_gb == 0 and m.cross_domain_cost_usd == 0

@@ -45,16 +45,18 @@ def peak_flop_per_s(view: ClusterView) -> float:
 
 
 def free_share(dynamics, view: ClusterView, horizon_s: float) -> float:
-    """The most accelerators one domain offers this scheduler's jobs: the largest domain's, less
-    what other tenants hold there on average while jobs arrive. A job asking for more is a
-    giant: it can have all it asks for only across domains."""
+    """The most accelerators one data centre offers this scheduler's jobs: the largest's (a
+    mixed domain's pools together), less what other tenants hold there on average while jobs
+    arrive. A job asking for more is a giant: it can have all it asks for only across the
+    WAN."""
     window = dynamics.background_load[dynamics.times_s < horizon_s]
     load = window.mean(axis=0) if window.size else np.zeros(len(view.domains))
-    return float(max(d.schedulable * (1 - b) for d, b in zip(view.domains, load, strict=True)))
+    free = [d.schedulable * (1 - b) for d, b in zip(view.domains, load, strict=True)]
+    return float(max(sum(free[j] for j in view.same_sites([i])) for i in range(len(free))))
 
 
 def is_giant(spec: JobSpec, free_share_gpus: float) -> bool:
-    """The job asks for more accelerators than the largest domain's free share."""
+    """The job asks for more accelerators than the largest data centre's free share."""
     return spec.gpus_max > free_share_gpus
 
 
