@@ -53,3 +53,47 @@ def test_phases_bad_input(tmp_path, capsys):
     assert "needs a 'loss' column" in capsys.readouterr().err
     with pytest.raises(UserError):
         phases.recognise(np.array([1.0, -1.0] * 40))
+
+
+def _no_warmup_curves():
+    """Curves that fall fastest from their first step, with the step where their descent rate
+    has fallen to STABLE_RATE of its start."""
+    rng, t = np.random.default_rng(11), np.arange(5000.0)
+    power = phases.shape(t, 2.0, 8.0, 0.5, 10.0, 0.0)
+    noisy = power * np.exp(rng.normal(0, 0.02, len(t)))
+    spiked = noisy * np.exp(np.where(t >= 2000, 0.4 * np.exp(-(t - 2000) / 30), 0.0))
+    decay = (2.0 + 5.0 * np.exp(-t / 800)) * np.exp(rng.normal(0, 0.01, len(t)))
+    power_stable = phases.stable_start(len(t), 0.0, 0.5, 10.0)
+    return {
+        "power law": (power, power_stable),
+        "noisy power law": (noisy, power_stable),
+        "loss spike": (spiked, power_stable),
+        "constant-rate exponential decay": (decay, 800 * np.log(1 / phases.STABLE_RATE)),
+    }
+
+
+@pytest.mark.parametrize("name", list(_no_warmup_curves()))
+def test_curve_without_warmup_has_none(name):
+    loss, stable = _no_warmup_curves()[name]
+    labels = phases.recognise(loss)
+    assert labels[0] == 1 and 0 not in labels
+    assert abs(np.argmax(labels == 2) - stable) <= 0.1 * stable
+
+
+def test_real_warmup_is_kept():
+    t = np.arange(5000.0)
+    noise = np.random.default_rng(12).normal(0, 0.02, len(t))
+    labels = phases.recognise(phases.shape(t, 2.0, 8.0, 0.5, 10.0, 200.0) * np.exp(noise))
+    assert abs(np.sum(labels == 0) - 200) <= 20
+
+
+def test_curve_logged_mid_run_is_one_regime(tmp_path, capsys):
+    # steps 50,000 on of a slow power law: falling from the first row, at a nearly steady rate
+    steps = np.arange(50_000, 55_000)
+    noise = np.random.default_rng(13).normal(0, 0.003, len(steps))
+    loss = (2.0 + 8.0 * (1 + steps / 20_000) ** -0.7) * np.exp(noise)
+    path = tmp_path / "resumed.csv"
+    pd.DataFrame({"step": steps, "loss": loss}).to_csv(path, index=False)
+    assert main(["phases", str(path), "--json"]) == 0
+    segments = json.loads(capsys.readouterr().out)["segments"]
+    assert segments == [{"phase": "fast convergence", "start": 50_000, "end": 54_999}]

@@ -3,17 +3,19 @@
 Shape: with learning-rate warm-up over W steps, training progress is the summed learning rate
 τ(t) (t²/2W during warm-up, then t − W/2), and loss follows a power law in it,
 L = L∞ + A·(1 + τ/τ0)^−α. Fast convergence ends, by definition here, when the descent rate
-has fallen to STABLE_RATE of its value at the end of warm-up.
+has fallen to STABLE_RATE of its value at the end of warm-up (at the first step, without one).
 
-Recognition: a change point (ruptures, Binseg) on the smoothed descent rate seeds the warm-up
-length; a robust least-squares fit of the shape above (spikes removed by a rolling median and
-down-weighted by a soft-L1 loss) then places both boundaries. A curve whose end is not below its
-start by more than its noise has no such phases: it is labelled flat, or diverging where it
-rises by more than its noise.
+Recognition: a robust least-squares fit of the shape above (spikes removed by a rolling median
+and down-weighted by a soft-L1 loss) places both boundaries, once with W = 0 and once with W free
+from a change point (ruptures, Binseg) on the smoothed descent rate. The warm-up is kept only
+where BIC prefers it: a curve that falls fastest from its first step (a run without warm-up, or
+one logged from after it) has none. A curve whose end is not below its start by more than its
+noise has no such phases: it is labelled flat, or diverging where it rises by more than it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
@@ -97,16 +99,38 @@ def recognise(loss: np.ndarray) -> np.ndarray:
     ):
         raise UserError(f"a loss curve needs at least {MIN_STEPS} positive, finite values")
     n = len(loss)
-    trend = _without_descent(np.log(loss))
+    log_loss = np.log(loss)
+    trend = _without_descent(log_loss)
     if trend is not None:
         return np.full(n, trend)
-    log_l = np.log(
-        pd.Series(loss).rolling(max(n // 200, 5), center=True, min_periods=1).median().to_numpy()
-    )
+    log_l = _smooth(log_loss, max(n // 200, 5), "median")
     t = np.arange(n, dtype=float)
-    params = _fit(t, log_l, _warmup_guess(log_l))
-    _, _, alpha, tau0, warmup = params
+    without = _fit(t, log_l)
+    w0 = _warmup_guess(log_l)
+    with_warmup = _fit(t, log_l, without, {w0, 2 * w0, int(0.04 * n)})
+    # a warm-up shorter than a step is none: no step of the curve lies inside it
+    keep = with_warmup[-1] >= 1 and _bic(log_loss, with_warmup, 5) < _bic(log_loss, without, 4)
+    _, _, alpha, tau0, warmup = with_warmup if keep else without
     return labels_from(n, warmup, stable_start(n, warmup, alpha, tau0))
+
+
+def _smooth(x: np.ndarray, window: int, stat: str) -> np.ndarray:
+    """Centred rolling `stat` ("median", "mean"). Past the ends the curve is continued by point
+    reflection, so a trend keeps its slope there: a window cut short at the start would flatten
+    the first steps of a falling curve into what looks like a warm-up."""
+    h = window // 2
+    padded = np.r_[2 * x[0] - x[h:0:-1], x, 2 * x[-1] - x[-2 : -h - 2 : -1]]
+    rolled = pd.Series(padded).rolling(2 * h + 1, center=True)
+    return getattr(rolled, stat)().to_numpy()[h : h + len(x)]
+
+
+def _bic(log_loss: np.ndarray, params: np.ndarray, free: int) -> float:
+    """Bayesian information criterion of a fit, on the unsmoothed curve (whose step-to-step noise
+    is close to independent, as the criterion assumes): a warm-up is kept only where it explains
+    the curve's first steps better than its extra parameter costs."""
+    n = len(log_loss)
+    rss = float(np.sum((np.log(shape(np.arange(n), *params)) - log_loss) ** 2))
+    return n * np.log(rss / n) + free * np.log(n)
 
 
 def _without_descent(log_loss: np.ndarray) -> int | None:
@@ -127,23 +151,29 @@ def _without_descent(log_loss: np.ndarray) -> int | None:
 def _warmup_guess(log_l: np.ndarray) -> int:
     """Change point of the smoothed descent rate: where its fast rise turns into decay."""
     n = len(log_l)
-    rate = -np.gradient(
-        pd.Series(log_l).rolling(max(n // 100, 5), center=True, min_periods=1).mean().to_numpy()
-    )
+    rate = -np.gradient(_smooth(log_l, max(n // 100, 5), "mean"))
     head = rate[: n // 3]
     bkps = rpt.Binseg(model="l2", min_size=max(n // 200, 5)).fit(head).predict(n_bkps=2)
     return int(bkps[0])
 
 
-def _fit(t: np.ndarray, log_l: np.ndarray, w0: int) -> np.ndarray:
+def _fit(
+    t: np.ndarray, log_l: np.ndarray, start: np.ndarray | None = None, warmups: Collection[int] = ()
+) -> np.ndarray:
+    """Robust fit of `shape` to a smoothed log-loss curve: (l_inf, amp, alpha, tau0, warmup).
+    Without `warmups`, W is held at 0; with them, W is free and the fit starts from `start` (the
+    fit without warm-up, which this model contains) at each of those W, so it fits no worse."""
     lo_l = float(np.exp(log_l.min()))
-    best = None
-    for w in {w0, max(w0 // 3, 1), 2 * w0, int(0.04 * len(t))}:
-        guess = [0.8 * lo_l, float(np.exp(log_l[0])) - 0.8 * lo_l, 0.5, 10.0, float(max(w, 1))]
-        bounds = ([0, 1e-3, 0.05, 0.1, 0.0], [lo_l, 100, 3.0, 1e4, len(t) / 2])
+    # alpha and tau0 may grow large together: an exponential decay is their limit
+    lower, upper = [0, 1e-3, 0.05, 0.1, 0.0], [lo_l, 100, 50.0, 1e6, len(t) / 2]
+    generic = [0.8 * lo_l, float(np.exp(log_l[0])) - 0.8 * lo_l, 0.5, 10.0]
+    guesses = [[*start[:4], w] for w in warmups] if start is not None else [generic]
+    best, fixed = None, [0.0] * (5 - len(guesses[0]))
+    for guess in guesses:
+        bounds = (lower[: len(guess)], upper[: len(guess)])
         x0 = np.clip(guess, np.add(bounds[0], 1e-6), np.subtract(bounds[1], 1e-6))
         res = least_squares(
-            lambda p: np.log(shape(t, *p)) - log_l,
+            lambda p: np.log(shape(t, *p, *fixed)) - log_l,
             x0,
             bounds=bounds,
             loss="soft_l1",
@@ -152,8 +182,8 @@ def _fit(t: np.ndarray, log_l: np.ndarray, w0: int) -> np.ndarray:
         )
         if best is None or res.cost < best.cost:
             best = res
-    assert best is not None  # the set of windows is never empty
-    return best.x
+    assert best is not None  # there is always a guess
+    return np.r_[best.x, fixed]
 
 
 def label_csv(path: str | Path) -> dict:
