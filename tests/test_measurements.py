@@ -353,5 +353,6 @@ def test_grids_exported_under_other_case_are_found_and_twins_refused(grid):
     assert m.data_file(grid / FIRST_GRID) == grid / FIRST_GRID.upper()
     assert m.data_file(grid / "skyplane_x.csv") == grid / "skyplane_x.csv"  # none: as named
     (grid / FIRST_GRID).write_text((grid / FIRST_GRID.upper()).read_text())
+    assert m.data_file(grid / FIRST_GRID) == grid / FIRST_GRID  # a file named: that one
     with pytest.raises(UserError, match=r"SKYPLANE_THROUGHPUT_2022-01\.CSV and .* differ only"):
         m.load_wan(grid)

@@ -158,7 +158,9 @@ def data_files(folder: Path, pattern: str) -> list[Path]:
 
 def data_file(path: Path) -> Path:
     """`path`, or the one file of its folder named so but for case (VC6YE.csv for vc6YE.csv);
-    `path` itself where none is, for the reader to say it is missing."""
+    `path` itself where it is or none is (for the reader to say it is missing)."""
+    if path.is_file():
+        return path
     found = data_files(path.parent, glob.escape(path.name))
     return found[0] if found else path
 
