@@ -349,7 +349,11 @@ def test_replay_without_the_data_folder_says_so(small_file, tmp_path, monkeypatc
         (["--loads", "0,0.8"], "0 is outside (0, 3]"),
         (["--seeds", "0"], "--seeds: a count from 1 to 1000"),
         (["--seeds", "a,b"], "--seeds takes a count"),
-        (["--baseline", "planner"], "baseline 'planner' is not among the policies"),
+        (
+            ["--baseline", "planner"],
+            "baseline 'planner' is not among the policies compared "
+            "(fifo-single-domain, planner-single-domain): add it to --policies",
+        ),
         (["--arrivals", "weekly"], "unknown arrivals 'weekly'"),
         (["--address", "127.0.0.1:9"], "no Ray cluster answers at 127.0.0.1:9"),
         (["--readme", "no-such-README.md"], "cannot read --readme no-such-README.md"),

@@ -78,7 +78,8 @@ class Grid(Strict):
         if self.baseline not in self.policies:
             raise ValueError(
                 f"baseline {self.baseline!r} is not among the policies compared "
-                f"({', '.join(self.policies)})"
+                f"({', '.join(self.policies)}): add it to --policies, or name one of them "
+                "with --baseline"
             )
         if self.arrivals not in ARRIVALS:
             raise ValueError(
