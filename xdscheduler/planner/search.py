@@ -548,7 +548,8 @@ def explain(
             "on its own network: nothing crosses the WAN"
         )
     elif best.kind == PIPELINE:
-        hops = "; ".join(f"{view.names[a]}→{view.names[b]}" for a, b in view.wan_links(best))
+        every = view.names
+        hops = "; ".join(f"{every[a]}→{every[b]}" for a, b in view.wan_links(best))
         facts.append(
             f"data-parallel gradients are reduced inside each domain; the WAN is crossed only "
             f"at pipeline boundaries ({hops}), {wan_gb:.2f} GB per step"

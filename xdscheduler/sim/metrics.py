@@ -97,11 +97,12 @@ def class_figures(
 def crossed(res: Results, view: ClusterView) -> set[str]:
     """Jobs that held accelerators in more than one data centre at once at some time (across
     the pools of one mixed domain only, a job stays off the WAN)."""
+    index = {name: i for i, name in enumerate(view.names)}
     return {
         d.job
         for d in res.decisions
         if d.action != Action.REQUEUE
-        and view.over_wan([view.names.index(k) for k, n in d.domains.items() if n > 0])
+        and view.over_wan([index[k] for k, n in d.domains.items() if n > 0])
     }
 
 
