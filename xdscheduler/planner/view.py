@@ -183,6 +183,15 @@ class ClusterView:
             rtt_ms=np.asarray(rtt_ms, dtype=float),
         )
 
+    def less_traffic(self, gbps: np.ndarray, senders: np.ndarray) -> ClusterView:
+        """The links as a new sender finds them while others send `gbps` over them (K × K, per
+        direction; `senders`: how many): what they leave, and at least an equal share of the
+        link, which TCP's fairness gives each of n + 1 senders however much the others want."""
+        if not senders.any():
+            return self
+        bw = self.bandwidth_gbps
+        return replace(self, bandwidth_gbps=np.maximum(bw - gbps, bw / (senders + 1)))
+
     def with_factors(
         self, speed: np.ndarray | None = None, goodput: np.ndarray | None = None
     ) -> ClusterView:

@@ -228,6 +228,7 @@ class Engine:
             self.recorder.metering.flush(t, self.active)
             self.next_sample_s = t + self.dynamics.step_s
             self.events.schedule(SAMPLE, self.next_sample_s)
+        self.speeds.reshare()  # jobs that now share links with more or fewer others
         self.swing_meter.close(t, self.replanning.settled)
         if self.faults:
             self.events.schedule(FAULT, self.faults.next_time())

@@ -110,7 +110,7 @@ class Replanning:
             if self.mode != Switch.RESTART:
                 self._respond(eng, r, t, cause)
                 continue
-            new = eng.policy.replan(eng.replan_spec(r), r.placed, eng.view)
+            new = eng.policy.replan(eng.replan_spec(r), r.placed, eng.speeds.links_left(r))
             if new is None or new.same_as(r.placement):
                 self._kept(eng, r, t, cause)
                 continue
@@ -122,7 +122,8 @@ class Replanning:
         yielded = getattr(eng.policy, "yielded", None)
         if yielded is None or not eng.queue or len(r.placement.domains) < 2:
             return False
-        new = yielded(eng.replan_spec(r), r.placement, eng.view, [q.spec for q in eng.queue], t)
+        links = eng.speeds.links_left(r)
+        new = yielded(eng.replan_spec(r), r.placement, links, [q.spec for q in eng.queue], t)
         if new is None:
             return False
         rate, cost, _ = _move_cost(eng, r, r.placement, new)
@@ -217,12 +218,13 @@ class Replanning:
         left = r.left
         now_rate = eng.speeds.of(r, r.placement)[0]
         sites = eng.view.same_sites(r.placement.domains)
-        own = eng.view.with_down({n for i, n in enumerate(eng.names) if i not in sites})
+        links = eng.speeds.links_left(r)
+        own = links.with_down({n for i, n in enumerate(eng.names) if i not in sites})
         spec = eng.replan_spec(r)
         here = eng.policy.replan(spec, r.placement, own)
         far = [
             p
-            for p in (here, eng.policy.replan(spec, r.placement, eng.view))
+            for p in (here, eng.policy.replan(spec, r.placement, links))
             if p is not None and not p.same_as(r.placement)
         ]
         adjust = (

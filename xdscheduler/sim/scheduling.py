@@ -33,14 +33,15 @@ def decide(eng: Engine, policy: Policy, t: float) -> None:
     releases = expected_releases(eng)
     tenancy = eng.tenancy
     if urgent and eng.faults:  # jobs that lost their accelerators may use the pools
-        pools = with_pools(eng).with_releases(releases)
+        pools = with_pools(eng, eng.speeds.links_left()).with_releases(releases)
         for p in _admitted(eng, policy, urgent, pools, t, by_name):
             eng.place(by_name[p.job], p)
         order = [r for r in order if r in eng.queue]
     if tenancy:  # room for jobs that may preempt first
         tenancy.preempt_for(eng, order, t)
         order = [r for r in order if r in eng.queue]
-    view = eng.view.with_releases(releases).with_reclaimable(reclaimable(eng))
+    # the links as the running jobs leave them
+    view = eng.speeds.links_left().with_releases(releases).with_reclaimable(reclaimable(eng))
     for p in _admitted(eng, policy, order, view, t, by_name):
         reclaim(eng, p)
         eng.place(by_name[p.job], p)
@@ -100,11 +101,13 @@ def held_back(eng: Engine) -> dict[str, int] | None:
     return {d: spare.get(d, 0) + holds.get(d, 0) for d in {**holds, **spare}}
 
 
-def with_pools(eng: Engine) -> ClusterView:
-    """The view with what is held back free: what jobs hit by faults may take."""
+def with_pools(eng: Engine, view: ClusterView | None = None) -> ClusterView:
+    """The view (default: the engine's) with what is held back free: what jobs hit by faults
+    may take."""
+    view = view or eng.view
     held = held_back(eng) or {}
     free = {
         n: d.free_gpus + (held.get(n, 0) if n not in eng.down else 0)
-        for n, d in zip(eng.names, eng.view.domains, strict=True)
+        for n, d in zip(eng.names, view.domains, strict=True)
     }
-    return eng.view.with_free(free, pooled={n: 0 for n in eng.names})
+    return view.with_free(free, pooled={n: 0 for n in eng.names})
