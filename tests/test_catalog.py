@@ -139,6 +139,11 @@ def test_a_scenario_plans_on_an_accelerator_of_its_own(tmp_path, capsys):
         ),
         (_entry("H100", bf16_tflops=1000.0), "already known as 'H100-SXM'"),
         ({**_entry("TestChip-C"), "source": ""}, r"accelerators\[0\]\.source"),
+        (  # in words, with a name that fits; not pydantic's pattern
+            _entry("My GPU"),
+            r"accelerators\[0\]\.name: 'My GPU' is not accepted: an accelerator's name starts "
+            r"with a letter or digit and takes only .*; e\.g\. 'My-GPU'$",
+        ),
     ],
 )
 def test_bad_accelerators_of_a_scenario_are_named(entry, message):
@@ -174,3 +179,7 @@ def test_catalog_files_extend_the_catalog(tmp_path, monkeypatch, capsys):
     (tmp_path / "bad.yaml").write_text("accelerators: [{name: x}]\n")
     code, _, err = run(capsys, "catalog", "--accelerators", str(tmp_path / "bad.yaml"))
     assert code == 2 and r"accelerators[0].vendor: Field required" in err
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"accelerators": [_entry("Ä100")]}))
+    code, _, err = run(capsys, "catalog", "--accelerators", str(tmp_path / "bad.yaml"))
+    assert code == 2 and "accelerators[0].name: 'Ä100' is not accepted" in err
+    assert "Value error" not in err and "e.g. 'A100'" in err

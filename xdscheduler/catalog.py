@@ -7,12 +7,13 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import AfterValidator, Field, ValidationError, model_validator
 
 from xdscheduler.arguments import invisible
 from xdscheduler.errors import UserError
-from xdscheduler.schema import FileModel
+from xdscheduler.schema import FileModel, named, said
 from xdscheduler.yamlfile import read_yaml
 
 
@@ -78,10 +79,21 @@ class Accelerator:
         return peak
 
 
+ACCELERATOR = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
+ACCELERATOR_RULE = (
+    "an accelerator's name starts with a letter or digit and takes only letters A-Z a-z, "
+    "digits, '_', '.', '+' and '-'"
+)
+
+
 class AcceleratorEntry(FileModel):
     """One accelerator as a catalog file or a scenario's `accelerators:` list gives it."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", max_length=100)
+    name: Annotated[
+        str,
+        AfterValidator(named(ACCELERATOR, ACCELERATOR_RULE)),
+        Field(max_length=100, json_schema_extra={"pattern": ACCELERATOR}),
+    ]
     aliases: list[str] = Field(default=[], max_length=20)
     vendor: str = Field(min_length=1, max_length=100)
     bf16_tflops: float | None = Field(default=None, gt=0, le=1e5)
@@ -169,7 +181,8 @@ def load_catalog(path: str | Path) -> list[Accelerator]:
     except ValidationError as err:
         first = err.errors()[0]
         where = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in first["loc"])
-        raise UserError(f"{path}: {where.lstrip('.')}: {first['msg']}") from None
+        msg = said(first)
+        raise UserError(f"{path}: {where.lstrip('.')}: {msg}") from None
     try:
         return [register(e, str(path)) for e in entries]
     except ValueError as err:

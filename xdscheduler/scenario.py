@@ -22,7 +22,7 @@ from pydantic import (
 from xdscheduler import catalog
 from xdscheduler.costmodel.plan import Precision
 from xdscheduler.errors import UserError
-from xdscheduler.schema import FileModel, Name, NonNegative, Positive, unique
+from xdscheduler.schema import FileModel, Name, NonNegative, Positive, said, unique
 from xdscheduler.tenants import Tenancy
 from xdscheduler.yamlfile import read_yaml
 
@@ -331,7 +331,7 @@ class Scenario(FileModel):
             except ValidationError as err:
                 first = err.errors()[0]
                 where = ".".join(str(x) for x in first["loc"])
-                raise ValueError(f"accelerators[{i}].{where}: {first['msg']}") from None
+                raise ValueError(f"accelerators[{i}].{where}: {said(first)}") from None
         return data
 
     @model_validator(mode="after")
@@ -486,7 +486,7 @@ def validated(model: type[M], data: object, source: str, what: str) -> M:
     except ValidationError as err:
         first = err.errors()[0]
         where = _where(tuple(p for p in first["loc"] if p not in ("function-after",)))
-        msg = first["msg"].removeprefix("Value error, ")
+        msg = said(first)
         if first["type"] == "extra_forbidden":
             msg = f"unknown field (not part of the {what} schema)"
         more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic_core import ErrorDetails
 
 Positive = Annotated[float, Field(gt=0)]
 NonNegative = Annotated[float, Field(ge=0)]
@@ -38,6 +39,12 @@ def _nearest(name: str, pattern: str) -> str | None:
             if re.fullmatch(pattern, near):
                 return near
     return None
+
+
+def said(error: ErrorDetails) -> str:
+    """What one of a ValidationError's errors says, without pydantic's "Value error, " before
+    the words of our own checks."""
+    return error["msg"].removeprefix("Value error, ")
 
 
 NAME = r"^[A-Za-z0-9_.-]+$"  # a domain's or a tenant's

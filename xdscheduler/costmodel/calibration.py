@@ -25,7 +25,7 @@ from xdscheduler.costmodel.constants import DEFAULT, Calibration
 from xdscheduler.costmodel.plan import STACKS, VARIANT_OF, Hardware, Plan, PlanBatch, Stack
 from xdscheduler.costmodel.steptime import estimate
 from xdscheduler.errors import UserError
-from xdscheduler.schema import FileModel
+from xdscheduler.schema import FileModel, said
 from xdscheduler.textfile import MAX_CSV_BYTES, read_text
 
 FITTED = (
@@ -442,7 +442,7 @@ class Profile(FileModel):
             first = err.errors()[0]
             where = ".".join(str(x) for x in first["loc"]) or "the document"
             raise UserError(
-                f"{path}: not a profile written by xds calibrate ({where}: {first['msg']})"
+                f"{path}: not a profile written by xds calibrate ({where}: {said(first)})"
             ) from None
         unknown = set(profile.constants) - set(FITTED)
         if unknown or profile.stack not in STACKS:

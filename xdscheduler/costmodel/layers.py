@@ -24,7 +24,7 @@ from pydantic import Field, ValidationError, model_validator
 from xdscheduler import catalog
 from xdscheduler.costmodel.plan import DTYPES, STACKS
 from xdscheduler.errors import UserError
-from xdscheduler.schema import FileModel, NonNegative, Positive
+from xdscheduler.schema import FileModel, NonNegative, Positive, said
 
 # Sailor's accelerator and model names (its profiles' keys) and ours.
 SAILOR_GPUS = {"A100-40": "A100-40GB", "A100-80": "A100-80GB", "GH-96": "GH200"}
@@ -144,7 +144,7 @@ class LayerProfile(FileModel):
             first = err.errors()[0]
             where = ".".join(str(x) for x in first["loc"]) or "the document"
             raise UserError(
-                f"{path}: not a layer profile ({where}: {first['msg']}); "
+                f"{path}: not a layer profile ({where}: {said(first)}); "
                 f"xds layers measure or xds layers import write one"
             ) from None
         catalog.accelerator(profile.accelerator)  # an unknown one is named, with the known
@@ -321,7 +321,7 @@ def from_sailor(
 def _first_error(err: Exception) -> str:
     if isinstance(err, ValidationError):
         first = err.errors()[0]
-        return f"{'.'.join(str(x) for x in first['loc'])}: {first['msg']}"
+        return f"{'.'.join(str(x) for x in first['loc'])}: {said(first)}"
     return str(err)
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import Field, ValidationError
 
 from xdscheduler.errors import UserError
-from xdscheduler.schema import FileModel, Positive
+from xdscheduler.schema import FileModel, Positive, said
 
 # Latency of one ring step over the network, seconds: NCCL's tuning model
 # (src/graph/tuning.cc, hwLat[NET][Ring][Simple] = 14 us a step).
@@ -120,6 +120,6 @@ class NetworkProfile(FileModel):
             first = err.errors()[0]
             where = ".".join(str(x) for x in first["loc"]) or "the document"
             raise UserError(
-                f"{path}: not a network profile ({where}: {first['msg']}); "
+                f"{path}: not a network profile ({where}: {said(first)}); "
                 "xds layers import-network writes one"
             ) from None

@@ -22,7 +22,7 @@ from xdscheduler.ray_cluster import connect
 from xdscheduler.registry import check, make_policy
 from xdscheduler.runtime.study import run_here
 from xdscheduler.scenario import MAX_LOAD, Job, Scenario, load_scenario
-from xdscheduler.schema import Strict
+from xdscheduler.schema import Strict, said
 from xdscheduler.sim.arrivals import ARRIVALS, load_replay
 from xdscheduler.sim.cell import CellWorkload, cell_workload
 from xdscheduler.sim.inputs import StudyInputs, study_dynamics
@@ -95,7 +95,7 @@ class Grid(Strict):
         except ValidationError as err:
             first = err.errors()[0]
             where = ".".join(map(str, first["loc"]))
-            msg = first["msg"].removeprefix("Value error, ")
+            msg = said(first)
             raise UserError(f"compare: {where + ': ' if where else ''}{msg}") from None
 
 

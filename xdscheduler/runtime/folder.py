@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from xdscheduler.errors import UserError
 from xdscheduler.runtime.journal import check_log
 from xdscheduler.runtime.ledger import LEDGER
+from xdscheduler.schema import said
 from xdscheduler.textfile import (
     output_file,
     output_folder,
@@ -224,9 +225,9 @@ class StudyFolder:
         except ValidationError as err:
             first = err.errors()[0]
             why = (
-                f"{'.'.join(map(str, first['loc']))}: {first['msg']}"
+                f"{'.'.join(map(str, first['loc']))}: {said(first)}"
                 if first["loc"]
-                else first["msg"]
+                else said(first)
             )
             raise UserError(
                 f"{path} is damaged ({why}): the study cannot resume; run it again with --force"
