@@ -3,6 +3,8 @@ zones at 8, 16 and 32 A100-40GB a zone.
 
 Run: python -m benchmarks.sailor_side_by_side [SAILOR_DIR]   (or SAILOR_DIR=... in the
 environment): a checkout of github.com/eth-easl/sailor. Without one it says so and stops.
+`--model GPT-NEO` plans GPT-Neo-2.7B (global batch 2048, Sailor's config) on the zones instead
+of OPT-350M; `--per-zone 8,16,32` sets the sizes; `--only fidelity|plans` runs one part.
 
 1. Fidelity: each of Sailor's measured GH200 runs (Planner/simulations/validation/clariden:
    OPT-350M and GPT-Neo-2.7B, 1-64 nodes of 4, Megatron-DeepSpeed in fp32), its iteration time
@@ -26,6 +28,7 @@ Needs g++, the jsoncpp headers (libjsoncpp-dev) and pybind11 to build Sailor's p
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -50,6 +53,7 @@ from xdscheduler.planner.space import DATA, PIPELINE, SINGLE, SearchOptions
 STACK = Stack.preset("megatron-deepspeed")
 DTYPE = "tf32"  # fp32 tensors, matmuls on TF32 tensor cores (NGC's PyTorch default)
 MODELS = {"OPT-350": ("OPT-350", "opt-350m"), "GPT-NEO": ("GPT-Neo-2.7", "gpt-neo-2.7b")}
+GLOBAL_BATCH = {"OPT-350": 1024, "GPT-NEO": 2048}  # Sailor's training configs
 PER_ZONE = (8, 16, 32)
 # Sailor's measured network curves: GB/s of one GPU's send to another node's by message size
 NETWORK = Path("sailor/providers/network_coeffs_all_homo.json")
@@ -370,31 +374,34 @@ def from_sailor_plan(body: dict, view, job) -> Placement | None:
     )
 
 
-def plans(root: Path, checkout: Path) -> None:
-    arch = catalog.model("opt-350m")
+def plans(root: Path, checkout: Path, key: str = "OPT-350", per_zone_sizes=PER_ZONE) -> None:
+    """Both planners on the five zones for model `key` (of MODELS) at these sizes a zone."""
+    sailor_model, ours_model = MODELS[key]
+    arch, gbs = catalog.model(ours_model), GLOBAL_BATCH[key]
     start = time.perf_counter()
     sailor = driver(
         root,
         {
             "op": "plan",
-            "model": "OPT-350",
+            "model": sailor_model,
             "gpu": "A100-40",
-            "gbs": 1024,
+            "gbs": gbs,
             "zones": [zone(d.name) for d in setup(8)[1].domains],
-            "sizes": list(PER_ZONE),
+            "sizes": list(per_zone_sizes),
         },
     )
     sailor_wall = time.perf_counter() - start
     rows, timing = [], []
     for pick in sailor["picks"]:
         per_zone = pick["size"]
-        job, view = setup(per_zone)
+        job, view = setup(per_zone, ours_model, gbs)
         t0 = time.perf_counter()
         c0 = time.process_time()
+        layers = profile(checkout, sailor_model, arch, "A100-40", "A100-40GB", planner_file=True)
         opts = SearchOptions(
             dtype=DTYPE,
             stack=STACK,
-            layers=(profile(checkout, "OPT-350", arch, "A100-40", "A100-40GB", planner_file=True),),
+            layers=(layers,),
             network=network_from_sailor(checkout / NETWORK, "A100-40"),
         )
         ours = search(job, view, THROUGHPUT_ONLY, opts, pareto=False).best
@@ -405,8 +412,8 @@ def plans(root: Path, checkout: Path) -> None:
             root,
             {
                 "op": "simulate",
-                "model": "OPT-350",
-                "gbs": 1024,
+                "model": sailor_model,
+                "gbs": gbs,
                 "plans": [{**b, "zone": b.get("zone", zone(view.domains[0].name))} for b in bodies],
             },
         )["results"]
@@ -432,7 +439,7 @@ def plans(root: Path, checkout: Path) -> None:
             ]
         )
     print_table(
-        "Sailor's five zones, OPT-350M, global batch 1024: each pick under each model "
+        f"Sailor's five zones, {arch.name}, global batch {gbs}: each pick under each model "
         "(seconds per iteration; lower is faster)",
         [
             "GPUs/zone",
@@ -445,7 +452,7 @@ def plans(root: Path, checkout: Path) -> None:
         ],
         rows,
         note="Our model: stack megatron-deepspeed, TF32, Sailor's A100-40 layer "
-        "profile of OPT-350M and its A100-40 network curve (one GPU a node, "
+        f"profile of {arch.name} and its A100-40 network curve (one GPU a node, "
         f"{NETWORK}) as input. Sailor's pick: the first of its planner's "
         "sorted plans that fits its memory model.",
     )
@@ -470,7 +477,29 @@ def describe(p: Placement | None) -> str:
 
 
 def main() -> None:
-    arg = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("SAILOR_DIR")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkout", nargs="?", default=os.environ.get("SAILOR_DIR"))
+    parser.add_argument(
+        "--model",
+        choices=sorted(MODELS),
+        default="OPT-350",
+        help="the model both planners plan for on the five zones (default: OPT-350, the "
+        "issue's; GPT-NEO has Sailor's A100-40 profiles too)",
+    )
+    parser.add_argument(
+        "--per-zone",
+        default=",".join(map(str, PER_ZONE)),
+        help="accelerators a zone, comma-separated multiples of 4 (default: 8,16,32)",
+    )
+    parser.add_argument("--only", choices=("fidelity", "plans"), help="run one part")
+    args = parser.parse_args()
+    try:
+        sizes = [int(x) for x in args.per_zone.split(",")]
+    except ValueError:
+        parser.error(f"--per-zone takes whole numbers, comma-separated; got {args.per_zone!r}")
+    if any(n <= 0 or n % 4 for n in sizes):
+        parser.error(f"--per-zone takes positive multiples of 4 (4-GPU VMs); got {args.per_zone}")
+    arg = args.checkout
     if not arg:
         print("skipped: give a checkout of github.com/eth-easl/sailor (an argument or SAILOR_DIR)")
         return
@@ -482,9 +511,11 @@ def main() -> None:
         )
         return
     root = layout(checkout)
-    fidelity(root, checkout)
-    print()
-    plans(root, checkout)
+    if args.only != "plans":
+        fidelity(root, checkout)
+        print()
+    if args.only != "fidelity":
+        plans(root, checkout, args.model, sizes)
 
 
 if __name__ == "__main__":

@@ -41,12 +41,19 @@ PER_ZONE = (8, 16, 32, 80, 128)
 DTYPES = ("bf16", "fp32")
 
 
-def setup(per_zone: int) -> tuple[JobSpec, ClusterView]:
-    """The scenario with `per_zone` accelerators in every zone, its job free to use them all."""
+def setup(
+    per_zone: int, model: str | None = None, global_batch: int | None = None
+) -> tuple[JobSpec, ClusterView]:
+    """The scenario with `per_zone` accelerators in every zone, its job (or one training
+    `model` with `global_batch`) free to use them all."""
     raw = read_yaml(SCENARIO, "scenario")
     for d in raw["domains"]:
         d["nodes"][0]["count"] = per_zone // d["nodes"][0]["gpus_per_node"]
     raw["jobs"][0]["gpus"] = {"min": min(8, per_zone), "max": 5 * per_zone}
+    if model:
+        raw["jobs"][0]["model"] = model
+    if global_batch:
+        raw["jobs"][0]["global_batch"] = global_batch
     scn = parse_scenario(raw, SCENARIO)
     return JobSpec.of(scn.jobs[0]), ClusterView.from_scenario(scn)
 

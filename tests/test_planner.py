@@ -861,6 +861,11 @@ def test_the_side_by_side_says_why_it_does_not_run_without_a_checkout(
     monkeypatch.setattr("sys.argv", ["sailor_side_by_side", str(tmp_path)])
     sailor_side_by_side.main()
     assert "is not a checkout of Sailor" in capsys.readouterr().out
+    for sizes in ("6", "8,x"):  # a zone holds 4-GPU VMs
+        monkeypatch.setattr("sys.argv", ["sailor_side_by_side", str(tmp_path), "--per-zone", sizes])
+        with pytest.raises(SystemExit) as exit_:
+            sailor_side_by_side.main()
+        assert exit_.value.code == 2 and "--per-zone takes" in capsys.readouterr().err
 
 
 def jjj_with_two_pools() -> ClusterView:
