@@ -373,6 +373,13 @@ def test_links_nothing_was_learnt_of_are_pooled_with_those_that_were():
     assert two.pooled().goodput[1, 2] == pytest.approx(np.sqrt(0.5 * 0.8))
     fresh = Correction.start(3)
     assert fresh.pooled() is fresh  # nothing learnt: the model's rates
+    # 1 and 2 are pools of one data centre: their own network takes no WAN mean, gives none
+    fabric = np.zeros((3, 3), dtype=bool)
+    fabric[1, 2] = fabric[2, 1] = True
+    site = Correction(np.ones(3), np.array([[1.0, 0.6, 1.0], [0.6, 1.0, 0.9], [1.0, 0.9, 1.0]]))
+    kept = site.pooled(fabric)
+    assert kept.goodput[1, 2] == 0.9 and kept.goodput[0, 2] == pytest.approx(0.6)
+    assert c.pooled(fabric).goodput[1, 2] == 1.0  # nothing learnt of it: the model's rate
 
 
 def test_a_link_learnt_to_deliver_what_the_model_said_counts_as_learnt():

@@ -414,7 +414,8 @@ class LiveController(JobBook):
         jobs taught it, links nothing was learnt of expected to deliver what the learnt ones
         did (`Correction.pooled`: at the model's full rate, every untried link would look
         faster than the ones jobs run on, and a job placed there predicted too fast)."""
-        return self.correction.pooled().apply(self._view())
+        view = self._view()
+        return self.correction.pooled(view.fabric).apply(view)
 
     def _reestimate(self) -> None:
         """Every running job's step time on the model as corrected now."""

@@ -86,17 +86,21 @@ class Correction:
         keep = 1.0 - share
         return replace(self, speed=self.speed**keep, goodput=self.goodput**keep)
 
-    def pooled(self) -> Correction:
-        """Every link nothing was learnt of yet given the geometric mean of what was learnt of
-        the others: a link no job has crossed is expected to deliver what crossed ones did,
+    def pooled(self, fabric: np.ndarray | None = None) -> Correction:
+        """Every WAN link nothing was learnt of yet given the geometric mean of what was learnt
+        of the others: a link no job has crossed is expected to deliver what crossed ones did,
         not the model's full rate. Deciding a move on the factors as they are makes a job's
-        own links, the only ones it taught anything, look worse than all the others."""
-        off = ~np.eye(len(self.speed), dtype=bool)
-        seen = off & self.learnt
+        own links, the only ones it taught anything, look worse than all the others. A data
+        centre's own network between its pools (`fabric`, K × K) is no WAN link: it neither
+        gives to the mean nor takes it."""
+        wan = ~np.eye(len(self.speed), dtype=bool)
+        if fabric is not None:
+            wan &= ~fabric
+        seen = wan & self.learnt
         if not seen.any():
             return self
         prior = float(np.exp(np.log(self.goodput[seen]).mean()))
-        return replace(self, goodput=np.where(off & ~seen, prior, self.goodput))
+        return replace(self, goodput=np.where(wan & ~seen, prior, self.goodput))
 
     def forgetting_link(self, i: int, j: int) -> Correction:
         """The link between domains i and j back to the model: what was learnt of it tells
