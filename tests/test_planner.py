@@ -941,3 +941,22 @@ def test_moving_a_job_between_the_pools_of_one_data_centre_is_no_wan_move():
     assert 0 < cost.pause_s < switch_cost(old, wan, params, view).pause_s
     assert switch_cost(old, pools, params, replace(view, fabric=None)).wan_gb > 0
     assert crosses_wan(old, wan, view) and switch_cost(old, wan, params, view).wan_gb > 0
+
+
+@pytest.mark.parametrize(
+    ("gpus", "where"), [(96, {"jjj.H800", "jjj.A100-80GB"}), (160, {"jjj.H800", "imn"})]
+)
+def test_a_job_one_data_centre_can_hold_stays_inside_it(gpus, where):
+    """96 accelerators are more than any pool of jjj, not more than jjj: the planner keeps the
+    job inside jjj, across its pools, though jjj's H800 with imn's H100 over the WAN train it
+    faster (it took those before); a job larger than jjj still crosses."""
+    from xdscheduler.planner.policies import PlannerPolicy, largest_site
+    from xdscheduler.scenario import Job
+
+    view = jjj_with_two_pools()
+    assert largest_site(view) == 128
+    job = JobSpec.of(
+        Job(name="j", model="llama3-8b", global_batch=512, tokens=1e10, gpus={"min": gpus})
+    )
+    (placed,) = PlannerPolicy(Weights()).decide([job], view, 0.0)
+    assert where <= set(placed.names) and (view.wan_links(placed) == []) == (gpus <= 128)

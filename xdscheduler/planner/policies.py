@@ -205,15 +205,25 @@ def is_giant(job: JobSpec, view: ClusterView) -> bool:
 
 def search_options(job: JobSpec, view: ClusterView, options: SearchOptions) -> SearchOptions:
     """The plan space the planner's rule leaves `job`: a job one domain can hold is only ever
-    placed inside one, so no spreads are searched for it (uneven plans where it needs them)."""
+    placed inside one, so no spreads are searched for it, and one a data centre can hold (a
+    mixed domain's pools together) only inside one (uneven plans where it needs them)."""
     options = uneven_if_needed(job, view, options)
-    return options if is_giant(job, view) else replace(options, max_domains=1)
+    if not is_giant(job, view):
+        return replace(options, max_domains=1)
+    return replace(options, one_site=True) if job.gpus_min <= largest_site(view) else options
 
 
 def largest_domain(view: ClusterView) -> int:
     """The most accelerators one domain could give this scheduler's jobs (its own jobs all
     finished): a job asking for more is a giant, only ever run across domains."""
     return max((d.schedulable for d in view.domains if d.up), default=0)
+
+
+def largest_site(view: ClusterView) -> int:
+    """The most accelerators one data centre could give this scheduler's jobs: a domain's, or
+    the pools' of a mixed domain together."""
+    up = [d.schedulable if d.up else 0 for d in view.domains]
+    return max((sum(up[j] for j in view.same_sites([i])) for i in range(len(up))), default=0)
 
 
 def by_response_ratio(queue: list[JobSpec], view: ClusterView, now_s: float) -> list[JobSpec]:

@@ -47,6 +47,8 @@ class SearchOptions:
 
     max_domains: int | None = None
     """Most domains one job may span; None: as many as the cluster has."""
+    one_site: bool = False
+    """Spreads only over the pools of one data centre (a mixed domain's), never the WAN."""
     combo_domains: int = 5
     """Every set of this many largest domains is searched; beyond them, grown chains."""
     tensor: tuple[int, ...] = (1, 2, 4, 8)
@@ -177,6 +179,8 @@ def placements(
             if free[list(c)].sum() >= gpus_min
             and all(view.bandwidth_gbps[a, b] > 0 for a, b in itertools.pairwise(c))
         ]
+    if opts.one_site:
+        combos = [(k, m) for k, m in combos if not view.over_wan(m)]
     rows = singles + combos
     width = max((len(m) for _, m in rows), default=1)
     doms = np.full((len(rows), width), -1)
