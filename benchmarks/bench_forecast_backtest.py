@@ -43,6 +43,7 @@ from xdscheduler.errors import UserError
 from xdscheduler.forecast import backtest, phases, series
 from xdscheduler.forecast.cli import ratio_text, siblings
 from xdscheduler.network.measurements import data_file, data_files, shared_data_dir
+from xdscheduler.textfile import data_stem
 
 METHODS = ["hybrid", "persistence", "seasonal_naive", "auto_ets", "lucid"]
 HELD_OUT = range(1000, 1100)
@@ -84,7 +85,7 @@ def occupancy_series(
     paths = [*helios, *([philly] if philly.is_file() else [])]
     out = []
     for p in paths:
-        s = attempt(skipped, p.stem, "read", series.load, p, "occupancy")
+        s = attempt(skipped, data_stem(p), "read", series.load, p, "occupancy")
         if s is not None and s.values.mean() >= 5:  # the Done-when's rule
             out.append((s, siblings(p, s)))
     return out
@@ -113,8 +114,8 @@ def arrival_backtests(data: Path, skipped: list[list]) -> list[dict]:
     if not (venus.is_file() and lucid.is_file()):
         print(f"no Venus arrivals and Lucid prediction in {venus.parent}: left out")
         return []
-    demand = attempt(skipped, venus.stem, "read", series.load, venus, "arrivals")
-    published = attempt(skipped, lucid.stem, "read", series.load_lucid, lucid)
+    demand = attempt(skipped, data_stem(venus), "read", series.load, venus, "arrivals")
+    published = attempt(skipped, data_stem(lucid), "read", series.load_lucid, lucid)
     if demand is None or published is None:
         return []
     runs = [

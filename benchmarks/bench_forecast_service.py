@@ -23,6 +23,7 @@ from xdscheduler.forecast import series
 from xdscheduler.forecast.hybrid import Forecaster
 from xdscheduler.forecast.service import ForecastRequest, forecast
 from xdscheduler.network.measurements import shared_data_dir
+from xdscheduler.textfile import data_stem
 
 
 def demand() -> tuple[str, series.Series]:
@@ -35,7 +36,7 @@ def demand() -> tuple[str, series.Series]:
         found = []
     path = next((p for p in found if p.is_file()), None)
     if path is not None:
-        return f"Helios {path.stem}", series.load(path, "occupancy")
+        return f"Helios {data_stem(path)}", series.load(path, "occupancy")
     rng = np.random.default_rng(0)
     y = np.clip(200 + np.cumsum(rng.choice([-8, 0, 8], 20 * 1440, p=[0.03, 0.94, 0.03])), 0, 400)
     idx = pd.date_range("2024-01-01", periods=len(y), freq="min")

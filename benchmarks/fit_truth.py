@@ -51,11 +51,11 @@ from xdscheduler.network.measurements import (
     shared_data_dir,
 )
 from xdscheduler.sim.truth_params import PARAMS as SHIPPED
-from xdscheduler.textfile import numeric_column, read_frame, write_atomic
+from xdscheduler.textfile import data_stem, numeric_column, read_frame, write_atomic
 
 OUT = HERE.parent / "xdscheduler" / "sim" / "truth_params.py"
 # A PAI job's file: job_1_norm.csv as published, pai_minibatch_job_1_norm.csv as shared, ...
-PAI_JOB = re.compile(r"(?:\w*_)?job_(\d+)(?:_norm)?\.csv", re.IGNORECASE)
+PAI_JOB = re.compile(r"(?:\w*_)?job_(\d+)(?:_norm)?\.csv(?:\.gz)?", re.IGNORECASE)
 MAX_NORM = 1000  # the dataset's mini-batch times are normalised to 0-1000
 SAME_PROVIDER_STEP = ("gcp", "gcp")  # left out of the goodput fit (see the docstring)
 
@@ -148,7 +148,7 @@ def pai_slowdown(path: Path) -> float:
 def jitter_params(steptime_dir: Path) -> dict:
     """Per-job jitter: an exponential fit of ln(slowdown) over the PAI jobs."""
     jobs = pai_jobs(steptime_dir)
-    slowdown = {p.stem.removesuffix("_norm"): pai_slowdown(p) for p in jobs.values()}
+    slowdown = {data_stem(p).removesuffix("_norm"): pai_slowdown(p) for p in jobs.values()}
     logs = np.log(np.maximum(list(slowdown.values()), 1.0))
     first = next(iter(jobs.values())).name
     numbers = "-".join(dict.fromkeys(str(n) for n in (min(jobs), max(jobs))))

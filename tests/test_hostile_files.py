@@ -320,6 +320,24 @@ def test_the_one_reader_refuses_what_is_not_a_regular_file_of_bounded_size(tmp_p
             read_text(path, "input", 1000, "CSV")
 
 
+def test_a_gzipped_input_is_read_unpacked_and_bounded_unpacked(tmp_path):
+    """A .gz file reads as its content; one that inflates past the bound (a kilobyte to a
+    megabyte of zeros) is refused before it is all in memory, as is a damaged one."""
+    import gzip
+
+    (tmp_path / "ok.csv.gz").write_bytes(gzip.compress(b"a,b\n1,2\n"))
+    assert read_text(tmp_path / "ok.csv.gz", "input", 1000, "CSV") == "a,b\n1,2\n"
+    (tmp_path / "bomb.csv.gz").write_bytes(gzip.compress(b"0" * (1 << 20)))
+    assert (tmp_path / "bomb.csv.gz").stat().st_size < 5000
+    with pytest.raises(UserError, match="over 5,000 bytes unpacked"):
+        read_text(tmp_path / "bomb.csv.gz", "input", 5000, "CSV")
+    (tmp_path / "cut.csv.gz").write_bytes(gzip.compress(b"a,b\n" * 100)[:20])
+    (tmp_path / "not.csv.gz").write_text("a,b\n1,2\n")
+    for name in ("cut.csv.gz", "not.csv.gz"):
+        with pytest.raises(UserError, match=f"cannot read input .*{name}"):
+            read_text(tmp_path / name, "input", 1000, "CSV")
+
+
 # ---------------------------------------------------------------------------- study folders
 
 

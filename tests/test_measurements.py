@@ -356,3 +356,21 @@ def test_grids_exported_under_other_case_are_found_and_twins_refused(grid):
     assert m.data_file(grid / FIRST_GRID) == grid / FIRST_GRID  # a file named: that one
     with pytest.raises(UserError, match=r"SKYPLANE_THROUGHPUT_2022-01\.CSV and .* differ only"):
         m.load_wan(grid)
+
+
+def test_gzipped_grids_are_read_and_a_grid_both_plain_and_gzipped_is_refused(grid):
+    """A Skyplane grid saved as .csv.gz reads as the plain one; a folder holding both is
+    refused, naming both."""
+    import gzip
+
+    text = (grid / FIRST_GRID).read_bytes()
+    (grid / f"{FIRST_GRID}.gz").write_bytes(gzip.compress(text))
+    with pytest.raises(UserError, match=r"differ only in case or \.gz"):
+        m.load_wan(grid)
+    (grid / FIRST_GRID).unlink()
+    assert m.load_wan(grid).gbps[("aws:a", "gcp:b")] == pytest.approx(5.0)
+    assert m.data_file(grid / FIRST_GRID) == grid / f"{FIRST_GRID}.gz"
+    assert m.snapshot_date(grid / f"{FIRST_GRID}.gz") == m.snapshot_date(grid / FIRST_GRID)
+    from benchmarks.fit_truth import PAI_JOB  # the PAI jobs' files, gzipped too
+
+    assert PAI_JOB.fullmatch("pai_minibatch_job_3_norm.csv.gz")[1] == "3"

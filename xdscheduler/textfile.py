@@ -5,9 +5,11 @@ a socket or a symlink to one (renaming over `/dev/full` would replace the device
 
 from __future__ import annotations
 
+import gzip
 import os
 import stat
 import tempfile
+import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -39,15 +41,21 @@ def checked_input(path: Path, what: str, max_bytes: int) -> Path:
 
 
 def read_bytes(path: Path, what: str, max_bytes: int) -> bytes:
-    """The content of the regular file `path`, at most `max_bytes` of it (UserError else)."""
+    """The content of the regular file `path`, at most `max_bytes` of it (UserError else); a
+    `.gz` file's content decompressed, at most `max_bytes` of that too (a small file may
+    inflate to gigabytes)."""
     path = checked_input(path, what, max_bytes)
+    gz = path.suffix.lower() == ".gz"
     try:
-        with path.open("rb") as f:
+        with gzip.open(path, "rb") if gz else path.open("rb") as f:
             data = f.read(max_bytes + 1)  # the size again: the file may have grown since
-    except OSError as err:
+    except OSError as err:  # gzip.BadGzipFile too
         raise UserError(f"cannot read {what} {path}: {err.strerror or err}") from None
+    except (EOFError, zlib.error) as err:
+        raise UserError(f"cannot read {what} {path}: a damaged gzip file ({err})") from None
     if len(data) > max_bytes:
-        raise UserError(f"{what} {path} is over {max_bytes:,} bytes; at most that is read")
+        size = f"over {max_bytes:,} bytes" + (" unpacked" if gz else "")
+        raise UserError(f"{what} {path} is {size}; at most {max_bytes:,} are read")
     return data
 
 
@@ -63,6 +71,12 @@ def read_text(path: Path, what: str, max_bytes: int, kind: str) -> str:
         raise UserError(
             f"{what} {path} is not UTF-8 text (byte {err.start}); save it as UTF-8"
         ) from None
+
+
+def data_stem(path: str | Path) -> str:
+    """A data file's name without its suffix, gzipped or not (vc6YE for vc6YE.csv.gz)."""
+    name = Path(path).name
+    return Path(name[:-3] if name.lower().endswith(".gz") else name).stem
 
 
 def read_frame(path: Path, what: str, max_bytes: int = MAX_CSV_BYTES):

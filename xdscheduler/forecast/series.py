@@ -12,6 +12,7 @@ import pandas as pd
 from xdscheduler.errors import UserError
 from xdscheduler.forecast import HORIZONS, TARGETS
 from xdscheduler.forecast.csvfile import by_key, numbers, pick, read_csv, timestamps
+from xdscheduler.textfile import data_stem
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +133,7 @@ def _check_span(time: pd.DatetimeIndex, step_min: int, where: str) -> None:
 
 def load(path: str | Path, target: str) -> Series:
     df = read_csv(path, "trace", _needs(target))
-    return from_frame(df, target, name=Path(path).stem, source=str(path))
+    return from_frame(df, target, name=data_stem(path), source=str(path))
 
 
 def load_lucid(path: str | Path) -> pd.Series:

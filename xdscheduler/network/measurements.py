@@ -23,7 +23,7 @@ import pandas as pd
 import yaml
 
 from xdscheduler.errors import UserError
-from xdscheduler.textfile import numeric_column, read_frame, write_atomic
+from xdscheduler.textfile import data_stem, numeric_column, read_frame, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ Pair = tuple[str, str]
 
 def snapshot_date(path: Path) -> str:
     """The date a Skyplane CSV's name gives: '2022-01' of skyplane_throughput_2022-01.csv."""
-    return path.stem.split("_", 2)[-1]
+    return data_stem(path).split("_", 2)[-1]
 
 
 @dataclass(frozen=True)
@@ -143,22 +143,33 @@ def shared_data_dir(sub: str, holding: str, remedy: str = "") -> Path:
 
 def data_files(folder: Path, pattern: str) -> list[Path]:
     """The files in `folder` whose names match the glob `pattern`, case aside (VC6YE.csv for
-    vc*.csv, an export's .CSV for *.csv), sorted; none where `folder` is not a folder. Two
-    names equal but for case are refused: either could be the one meant."""
+    vc*.csv, an export's .CSV for *.csv), or match it gzipped (vc6YE.csv.gz), sorted; none
+    where `folder` is not a folder. Two names equal but for case or `.gz` are refused: either
+    could be the one meant."""
     if not folder.is_dir():
         return []
     pattern = pattern.lower()
-    found = sorted(p for p in folder.iterdir() if fnmatch.fnmatchcase(p.name.lower(), pattern))
-    names = [p.name.lower() for p in found]
-    twins = [p.name for p in found if names.count(p.name.lower()) > 1]
+    found = sorted(
+        p
+        for p in folder.iterdir()
+        if any(fnmatch.fnmatchcase(name, pattern) for name in (p.name.lower(), _plain(p.name)))
+    )
+    names = [_plain(p.name) for p in found]
+    twins = [p.name for p in found if names.count(_plain(p.name)) > 1]
     if twins:
-        raise UserError(f"{folder}: {' and '.join(twins)} differ only in case: keep one")
+        raise UserError(f"{folder}: {' and '.join(twins)} differ only in case or .gz: keep one")
     return found
 
 
+def _plain(name: str) -> str:
+    """A file's name as the data's readers match it: lower case, without `.gz`."""
+    return name.lower().removesuffix(".gz")
+
+
 def data_file(path: Path) -> Path:
-    """`path`, or the one file of its folder named so but for case (VC6YE.csv for vc6YE.csv);
-    `path` itself where it is or none is (for the reader to say it is missing)."""
+    """`path`, or the one file of its folder named so but for case or `.gz` (VC6YE.csv or
+    vc6YE.csv.gz for vc6YE.csv); `path` itself where it is or none is (for the reader to say
+    it is missing)."""
     if path.is_file():
         return path
     found = data_files(path.parent, glob.escape(path.name))

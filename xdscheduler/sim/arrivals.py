@@ -43,7 +43,7 @@ from xdscheduler.errors import UserError
 from xdscheduler.forecast.csvfile import numbers, read_csv, timestamps
 from xdscheduler.forecast.series import MAX_GPUS, regular
 from xdscheduler.network.measurements import data_file, data_files, shared_data_dir
-from xdscheduler.textfile import numeric_column, read_frame
+from xdscheduler.textfile import data_stem, numeric_column, read_frame
 
 ARRIVALS = ("poisson", "philly", "helios", "acme")
 HELIOS_VC = "vc6YE"
@@ -90,7 +90,7 @@ def load_replay(kind: str, cluster: str = "kalos", root: Path | None = None) -> 
     path = _helios(root) if kind == "helios" else data_file(root / PHILLY)
     column = "total_job_num" if kind == "helios" else "active"
     rate, start, step_s = _rises(path, column)
-    source = SOURCES[kind].replace(HELIOS_VC, path.stem)
+    source = SOURCES[kind].replace(HELIOS_VC, data_stem(path))
     return Replay(kind, source, rate, start, step_s)
 
 
