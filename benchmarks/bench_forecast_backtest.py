@@ -21,6 +21,7 @@ A series or cut the backtest refuses (a bad CSV, too short a history, a predicti
 the series) is skipped with its reason, as `xds forecast backtest` skips a bad sibling; the exit
 status is 2 where no demand backtest could be scored.
 Run: python -m benchmarks.bench_forecast_backtest [--out benchmarks/forecast_backtests.md]
+[--quick: without the earlier cuts and short histories, the diagnostics]
 """
 
 from __future__ import annotations
@@ -319,6 +320,12 @@ def interval_summary(runs: list[dict]) -> list[list]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="also write the tables to this markdown file")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="the Done-when backtests, intervals and phases only: no earlier cuts, no short "
+        "histories (the diagnostics; about a third of the time)",
+    )
     args = parser.parse_args()
     try:  # $XDS_DATA_DIR/demand, else shared/data/demand beside the repository
         data = shared_data_dir("demand", "the Helios, Philly and Venus demand CSVs")
@@ -327,8 +334,8 @@ def main() -> None:
     start, skipped = time.perf_counter(), []
     series_pools = occupancy_series(data, skipped)
     occupancy = occupancy_backtests(series_pools, skipped)
-    early = earlier(series_pools, skipped)
-    short = short_histories(series_pools)
+    early = [] if args.quick else earlier(series_pools, skipped)
+    short = [] if args.quick else short_histories(series_pools)
     arrivals = arrival_backtests(data, skipped)
     occupancy_needs = f"{OCCUPANCY} or {PHILLY} with a mean demand of 5 GPUs or more"
     listed = found(data)
@@ -374,14 +381,24 @@ def main() -> None:
             [phase_row(r) for r in occupancy if "phases" in r],
         )
         print()
-        print_table(
-            "Earlier test windows (diagnostic): each series cut to its first "
-            + " / ".join(f"{x:.0%}" for x in EARLIER)
-            + ", ratio as above",
-            ["series", "kept", "horizon", "test from", "hybrid lowest", "ratio per shift k = 0.."],
-            earlier_rows(early),
-        )
-        print()
+        if args.quick:
+            print("Earlier test windows and short histories: left out (--quick)\n")
+        else:
+            print_table(
+                "Earlier test windows (diagnostic): each series cut to its first "
+                + " / ".join(f"{x:.0%}" for x in EARLIER)
+                + ", ratio as above",
+                [
+                    "series",
+                    "kept",
+                    "horizon",
+                    "test from",
+                    "hybrid lowest",
+                    "ratio per shift k = 0..",
+                ],
+                earlier_rows(early),
+            )
+            print()
         print_table(
             "All shifted windows, the full series and the earlier cuts: WAPE / best baseline "
             "WAPE, of the hybrid (blending horizons) and of its direct model alone",
@@ -397,19 +414,23 @@ def main() -> None:
             summary_rows([r for r in occupancy if "phases" in r] + [r for _, r in early]),
         )
         print()
-        print_table(
-            "Short histories (diagnostic): each series and its siblings cut to two weeks, "
-            "hybrid WAPE / best baseline WAPE",
-            ["series", "days", "10m", "1h", "6h"],
-            [[*r[:2], *(f"{c:.3f}" if isinstance(c, float) else c for c in r[2:])] for r in short],
-        )
-        print()
-        print_table(
-            "Short histories: per horizon over the series and both two-week cuts",
-            ["horizon", "backtests", "geometric mean", "worst", "lost by over 1%"],
-            short_summary(short),
-        )
-        print()
+        if not args.quick:
+            print_table(
+                "Short histories (diagnostic): each series and its siblings cut to two weeks, "
+                "hybrid WAPE / best baseline WAPE",
+                ["series", "days", "10m", "1h", "6h"],
+                [
+                    [*r[:2], *(f"{c:.3f}" if isinstance(c, float) else c for c in r[2:])]
+                    for r in short
+                ],
+            )
+            print()
+            print_table(
+                "Short histories: per horizon over the series and both two-week cuts",
+                ["horizon", "backtests", "geometric mean", "worst", "lost by over 1%"],
+                short_summary(short),
+            )
+            print()
         print_table(
             "Prediction intervals: swing-scaled / constant width (the same residuals), "
             "coverage and interval score (over the mean demand; lower is better)",
@@ -446,9 +467,10 @@ def main() -> None:
         )
     print(buf.getvalue(), end="")
     if args.out:
+        quick = " --quick" if args.quick else ""
         Path(args.out).write_text(
             "# Forecast backtests\n\nGenerated by "
-            "`python -m benchmarks.bench_forecast_backtest --out "
+            f"`python -m benchmarks.bench_forecast_backtest{quick} --out "
             f"{args.out}`.\n\n```\n{buf.getvalue()}```\n"
         )
 
