@@ -181,8 +181,7 @@ def load_catalog(path: str | Path) -> list[Accelerator]:
     except ValidationError as err:
         first = err.errors()[0]
         where = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in first["loc"])
-        msg = said(first)
-        raise UserError(f"{path}: {where.lstrip('.')}: {msg}") from None
+        raise UserError(f"{path}: {where.lstrip('.')}: {said(first)}") from None
     try:
         return [register(e, str(path)) for e in entries]
     except ValueError as err:

@@ -151,7 +151,8 @@ class PlacementEnv(MultiAgentEnv):
                 run = self.todo.pop(0)
                 if run not in eng.queue or not self.queue.worth_trying(run.spec, eng.view):
                     continue
-                ch = choices(run.spec, eng.view, self.weights, eng.now)
+                # the links as the running jobs leave them, as a study's policies see them
+                ch = choices(run.spec, eng.speeds.links_left(), self.weights, eng.now)
                 if ch is None:
                     self.queue.did_not_fit(run.spec, eng.view)
                     continue
