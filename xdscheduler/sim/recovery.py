@@ -204,7 +204,9 @@ class Faults:
         new = eng.policy.replan(
             eng.replan_spec(r),
             r.placement,
-            with_pools(eng).adjust_free({i: -n for i, n in r.placement.taken.items()}),
+            with_pools(eng, eng.speeds.links_left(r)).adjust_free(
+                {i: -n for i, n in r.placement.taken.items()}
+            ),
         )
         r.count_replan()
         if new is None:

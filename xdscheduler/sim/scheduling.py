@@ -101,10 +101,9 @@ def held_back(eng: Engine) -> dict[str, int] | None:
     return {d: spare.get(d, 0) + holds.get(d, 0) for d in {**holds, **spare}}
 
 
-def with_pools(eng: Engine, view: ClusterView | None = None) -> ClusterView:
-    """The view (default: the engine's) with what is held back free: what jobs hit by faults
-    may take."""
-    view = view or eng.view
+def with_pools(eng: Engine, view: ClusterView) -> ClusterView:
+    """`view` (the engine's, as a job finds its links) with what is held back free: what jobs
+    hit by faults may take."""
     held = held_back(eng) or {}
     free = {
         n: d.free_gpus + (held.get(n, 0) if n not in eng.down else 0)
