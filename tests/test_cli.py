@@ -343,3 +343,18 @@ def test_up_waits_for_nodes_only_on_a_cluster_it_attaches_to(capsys, tmp_path):
     code, _, err = run(capsys, "up", str(scenario), "--wait", "60", "--state", str(state))
     assert code == 2 and "--wait is for --address" in err
     assert not state.exists()
+
+
+def test_a_ctrl_c_after_the_work_ends_the_process_with_the_commands_status():
+    """A Ctrl-C that lands while libraries tear down (here: a slow exit hook) ends `xds` at
+    once with the command's own status, with no traceback from the hook it cut short."""
+    code = (
+        "import atexit, os, signal, time; from xdscheduler import entry; "
+        "entry.main = lambda argv=None: 3; "
+        "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(60))); "
+        "entry.console()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 3 and "Traceback" not in done.stderr, done.stderr

@@ -1,7 +1,5 @@
 """`python -m xdscheduler`: the `xds` command."""
 
-import sys
+from xdscheduler.entry import console
 
-from xdscheduler.entry import main
-
-sys.exit(main())
+console()

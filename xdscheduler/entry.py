@@ -4,6 +4,8 @@ busy machine; every other command is `xdscheduler.cli`'s."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
 
@@ -20,5 +22,15 @@ def main(argv: list[str] | None = None) -> int:
     return full(argv)
 
 
+def console() -> None:
+    """`xds` from a shell: the command, then its exit. A Ctrl-C that comes once the command's
+    work is done, while libraries tear down (Ray's shutdown), ends the process at once with
+    the command's status: Python would die of the signal (exit -2), or print a traceback from
+    the teardown it interrupted."""
+    status = main()
+    signal.signal(signal.SIGINT, lambda *_: os._exit(status))
+    sys.exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()
