@@ -88,3 +88,31 @@ def test_a_ring_sends_one_way_and_a_paused_job_sends_nothing():
     assert np.count_nonzero(traffic.senders) == 3
     assert traffic.gbps.sum() == pytest.approx(sent_gbps(one, eng.now))
     assert traffic.without("one")[1].sum() == 0
+
+
+def test_a_study_reports_what_its_jobs_sent_over_each_link(tmp_path):
+    """metrics.parquet holds each policy's traffic on the links its jobs crossed, per sample,
+    and report.html sums it up per link: here synchronous jobs too large for one domain fill
+    most of the 1 Gbit/s link."""
+    import pandas as pd
+
+    from xdscheduler.runtime.study import run_study
+
+    scn = two_domains({"min": 96, "max": 96})
+    job = scn.jobs[0].model_copy(update={"tokens": 2e9})
+    jobs = [job.model_copy(update={"name": f"j{k}", "arrival_s": 600.0 * k}) for k in range(2)]
+    run_study(
+        scn.model_copy(update={"jobs": jobs}),
+        ["planner"],
+        1.0,
+        1,
+        tmp_path / "s",
+        local=True,
+        show_progress=False,
+    )
+    tidy = pd.read_parquet(tmp_path / "s" / "metrics.parquet")
+    traffic = tidy.query("table == 'traffic'")
+    assert set(traffic["link"]) == {"a-b"} and set(traffic["policy"]) == {"planner"}
+    assert (traffic["gbps"] > 0.5).all() and (traffic["share"] <= 1).all()
+    assert (traffic["jobs"] == 1).all()  # 96 of 128 accelerators: one at a time
+    assert "WAN links the jobs shared" in (tmp_path / "s" / "report.html").read_text()

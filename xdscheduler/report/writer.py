@@ -11,6 +11,8 @@ topology=None)`:
 - jobs: policy, job, arrival_s, start_s, end_s (NaN if unfinished), jct_s, queue_s, gpus,
   domains ("a+b"), placement, cross_domain_gb, replans, status.
 - links: time_s, link ("a-b"), bandwidth_gbps, rtt_ms (the environment, shared by all policies).
+- traffic (optional): policy, time_s, link, gbps, share, jobs: what each policy's jobs sent over
+  each WAN link they crossed, per sample (`sim.metrics.traffic_table`); a table in report.html.
 - segments (optional): policy, job, domain, gpus, start_s, end_s: where each job ran and when
   (`sim.metrics.segment_table`); gives gantt.png, the jobs by domain over time.
 - topology (optional): {"domains": [{name, accelerator, total, lat, lon}], "links": [{a, b,
@@ -18,9 +20,10 @@ topology=None)`:
   their mean share allocated, links coloured by their mean bandwidth over the lease.
 
 metrics.parquet is one tidy table: a first column `table` says which rows are which ("domains",
-"jobs" or "links"); the other columns are the union of the three tables' columns, null where a
-table has no such column. `pd.read_parquet(p).query("table == 'jobs'").dropna(axis=1, how="all")`
-gives one table back. Extra columns of the inputs are kept.
+"jobs", "links" or "traffic"); the other columns are the union of the tables' columns, null
+where a table has no such column.
+`pd.read_parquet(p).query("table == 'jobs'").dropna(axis=1, how="all")` gives one table back.
+Extra columns of the inputs are kept.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ COLUMNS = {
         "status",
     ],
     "links": ["time_s", "link", "bandwidth_gbps", "rtt_ms"],
+    "traffic": ["policy", "time_s", "link", "gbps", "share", "jobs"],
 }
 PLOTS = {
     "utilization.png": "Share of each domain's accelerators busy over time, one panel per policy.",
@@ -95,9 +99,12 @@ def write_report(
     progress: bool = False,
     segments: pd.DataFrame | None = None,
     topology: dict | None = None,
+    traffic: pd.DataFrame | None = None,
 ) -> dict[str, Path]:
     """Write every file of the report into `out_dir`; return {file name: path}."""
     frames = {"domains": domains, "jobs": jobs, "links": links}
+    if traffic is not None:
+        frames["traffic"] = traffic
     for name, frame in frames.items():
         _check(name, frame)
     out = output_folder(Path(out_dir))
@@ -120,6 +127,7 @@ def write_report(
         writers["gantt.png"] = lambda p: _save(gantt(segments, _capacity(topology, domains)), p)
     graphs = _graphs(topology, domains, links) if topology else ""
     # Last: the page embeds the PNGs written above.
+    graphs += _traffic_table(traffic) if traffic is not None else ""
     writers["report.html"] = lambda p: p.write_text(_html(summary, paths, graphs), encoding="utf-8")
     paths: dict[str, Path] = {}
     for name, write in tqdm(writers.items(), desc="report", unit="file", disable=not progress):
@@ -389,6 +397,36 @@ def _classes_table(policies: dict) -> str:
         "it can have all it asks for only across domains. Crossing domains is worth what "
         "the giants gain, as long as the jobs that fit lose nothing.</p>"
         f"{_plain_table(rows, ClassFigures.columns(), 'policy: class')}"
+    )
+
+
+def _traffic_table(traffic: pd.DataFrame) -> str:
+    """Per policy, each WAN link its jobs crossed: what they sent on it over the samples (the
+    busier direction), at the peak as a share of the link, and the most jobs at once."""
+    if traffic.empty:
+        return ""
+    by = traffic.groupby(["policy", "link"], sort=False)
+    rows = {
+        f"{policy}: {link}": {
+            "mean": g["gbps"].mean(),
+            "peak": g["gbps"].max(),
+            "share": g["share"].max(),
+            "jobs": g["jobs"].max(),
+        }
+        for (policy, link), g in by
+    }
+    columns = [
+        ("mean", {"heading": "mean Gbit/s", "format": "{:.2f}", "scale": 1}),
+        ("peak", {"heading": "peak Gbit/s", "format": "{:.2f}", "scale": 1}),
+        ("share", {"heading": "peak share of the link (%)", "format": "{:.0f}", "scale": 100}),
+        ("jobs", {"heading": "most jobs at once", "format": "{:.0f}", "scale": 1}),
+    ]
+    return (
+        "<h2>WAN links the jobs shared</h2><p>What each policy's jobs sent over each WAN link "
+        "they crossed, sampled with the network (the busier direction; mean over the samples "
+        "it carried traffic). Jobs on one link share it: each finds it less what the others "
+        "send, and at least an equal share.</p>"
+        f"{_plain_table(rows, columns, 'policy: link')}"
     )
 
 

@@ -34,6 +34,7 @@ from xdscheduler.sim.metrics import (
     offered_load,
     segment_table,
     summarise,
+    traffic_table,
 )
 from xdscheduler.sim.reconfig import Switch
 from xdscheduler.sim.reconfig import summary as swing_summary
@@ -348,6 +349,7 @@ def _write_study(
         link_table(world.dynamics, [d.name for d in scn.domains]),
         segments=_stacked([segment_table(r) for r in runs.values()]),
         topology=topology(scn),
+        traffic=_stacked([traffic_table(r) for r in runs.values()]),
     )
     _write_decisions(out, runs)
     return report

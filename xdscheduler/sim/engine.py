@@ -119,6 +119,7 @@ class Engine:
         self.recorder = Recorder(self, classes, [d.price_per_gpu_hour for d in scn.domains])
         self.swing_meter = SwingMeter()
         self.samples: list[dict] = []
+        self.link_samples: list[dict] = []  # the jobs' traffic on each WAN link they cross
         self._deciding = False  # stopped at a decision point, the rest of the step to come
         for key, t in (
             (ARRIVAL, self.runs[0].arrival_s if self.runs else math.inf),
@@ -225,6 +226,7 @@ class Engine:
             self.samples += domain_samples(
                 t, self.view, self.held(), len(self.queue), self.dynamics.load(t)
             )
+            self.link_samples += self.speeds.traffic().samples(t, self.view)
             self.recorder.metering.flush(t, self.active)
             self.next_sample_s = t + self.dynamics.step_s
             self.events.schedule(SAMPLE, self.next_sample_s)
@@ -425,6 +427,7 @@ class Engine:
             swings=list(self.swing_meter.records),
             relocations=list(self.replanning.relocations),
             predictions=list(self.speeds.predictions),
+            link_samples=self.link_samples,
             tenants=self.tenancy.figures(self.runs, metering.prices, self.now)
             if self.tenancy
             else None,

@@ -132,4 +132,5 @@ class Results:
     swings: list = field(default_factory=list)  # every triggered re-plan, measured
     relocations: list = field(default_factory=list)  # moves to other domains
     predictions: list = field(default_factory=list)  # correction.Prediction per placement run
+    link_samples: list[dict] = field(default_factory=list)  # WAN links' traffic per sample
     tenants: dict | None = None  # per tenant (records.TenantFigures), with tenancy

@@ -235,6 +235,17 @@ def domain_table(res: Results) -> pd.DataFrame:
     return frame
 
 
+TRAFFIC_COLUMNS = ["policy", "time_s", "link", "gbps", "share", "jobs"]
+
+
+def traffic_table(res: Results) -> pd.DataFrame:
+    """What the policy's jobs sent over each WAN link they crossed, at every sample: the busier
+    direction's Gbit/s, its share of that direction's bandwidth, and the jobs sending."""
+    frame = pd.DataFrame(res.link_samples, columns=TRAFFIC_COLUMNS[1:])
+    frame.insert(0, "policy", res.policy)
+    return frame
+
+
 def link_table(dynamics, names: list[str]) -> pd.DataFrame:
     """Bandwidth and RTT of every linked pair over time: the environment all policies share."""
     bw, rtt, times = dynamics.bandwidth_gbps, dynamics.rtt_ms, dynamics.times_s

@@ -60,6 +60,24 @@ class Traffic:
             senders[a, b] -= 1
         return np.maximum(gbps, 0.0), senders
 
+    def samples(self, t: float, view: ClusterView) -> list[dict]:
+        """One row per WAN link the jobs send over now: its busier direction's Gbit/s, that
+        as a share of the direction's bandwidth, and the most jobs sending one way."""
+        rows = []
+        for a, b in zip(*np.nonzero(np.triu(self.senders + self.senders.T)), strict=True):
+            busier = (a, b) if self.gbps[a, b] >= self.gbps[b, a] else (b, a)
+            bandwidth = view.bandwidth_gbps[busier]
+            rows.append(
+                {
+                    "time_s": t,
+                    "link": f"{view.domains[a].name}-{view.domains[b].name}",
+                    "gbps": float(self.gbps[busier]),
+                    "share": float(self.gbps[busier] / bandwidth) if bandwidth > 0 else 0.0,
+                    "jobs": int(max(self.senders[a, b], self.senders[b, a])),
+                }
+            )
+        return rows
+
     def seen_by(self, r: JobRun, p: Placement, view: ClusterView) -> ClusterView:
         """The view as job r on p finds the links: less what the others send (the view itself
         where no other job sends over p's)."""
