@@ -345,9 +345,10 @@ def test_up_waits_for_nodes_only_on_a_cluster_it_attaches_to(capsys, tmp_path):
     assert not state.exists()
 
 
-def test_a_ctrl_c_after_the_work_ends_the_process_with_the_commands_status():
+def test_a_ctrl_c_outside_the_commands_work_is_one_line_or_its_status():
     """A Ctrl-C that lands while libraries tear down (here: a slow exit hook) ends `xds` at
-    once with the command's own status, with no traceback from the hook it cut short."""
+    once with the command's own status, with no traceback from the hook it cut short; one
+    while the command's modules load is one line and exit 130."""
     code = (
         "import atexit, os, signal, time; from xdscheduler import entry; "
         "entry.main = lambda argv=None: 3; "
@@ -358,3 +359,9 @@ def test_a_ctrl_c_after_the_work_ends_the_process_with_the_commands_status():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 3 and "Traceback" not in done.stderr, done.stderr
+    # and one while the command's modules load: one line, exit 130
+    early = code.replace("lambda argv=None: 3", "lambda argv=None: os.kill(os.getpid(), 2)")
+    done = subprocess.run(
+        [sys.executable, "-c", early], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert (done.returncode, done.stderr) == (130, "xds: interrupted\n"), done.stderr

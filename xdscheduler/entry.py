@@ -23,11 +23,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def console() -> None:
-    """`xds` from a shell: the command, then its exit. A Ctrl-C that comes once the command's
-    work is done, while libraries tear down (Ray's shutdown), ends the process at once with
-    the command's status: Python would die of the signal (exit -2), or print a traceback from
-    the teardown it interrupted."""
-    status = main()
+    """`xds` from a shell: the command, then its exit. A Ctrl-C while the command's modules
+    load is one line and exit 130, as during its work; one that comes once its work is done,
+    while libraries tear down (Ray's shutdown), ends the process at once with the command's
+    status: Python would die of the signal (exit -2), or print a traceback from the teardown
+    it interrupted."""
+    try:
+        status = main()
+    except KeyboardInterrupt:  # before the command began (its imports): nothing to keep
+        print("xds: interrupted", file=sys.stderr)
+        status = 130
     signal.signal(signal.SIGINT, lambda *_: os._exit(status))
     sys.exit(status)
 
