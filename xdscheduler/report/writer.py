@@ -126,9 +126,11 @@ def write_report(
     if segments is not None:
         writers["gantt.png"] = lambda p: _save(gantt(segments, _capacity(topology, domains)), p)
     graphs = _graphs(topology, domains, links) if topology else ""
+    shared = _traffic_table(traffic) if traffic is not None else ""
     # Last: the page embeds the PNGs written above.
-    graphs += _traffic_table(traffic) if traffic is not None else ""
-    writers["report.html"] = lambda p: p.write_text(_html(summary, paths, graphs), encoding="utf-8")
+    writers["report.html"] = lambda p: p.write_text(
+        _html(summary, paths, graphs + shared), encoding="utf-8"
+    )
     paths: dict[str, Path] = {}
     for name, write in tqdm(writers.items(), desc="report", unit="file", disable=not progress):
         paths[name] = write_atomic(out / name, write)  # never half a file (a full disk)
