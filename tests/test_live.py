@@ -702,7 +702,7 @@ def trained_after_moving(state, job: str) -> tuple[dict, list[dict]]:
     resumed_at = [(e["step"] // 10 * 10, i) for i, e in enumerate(events) if e["event"] == "moved"]
     for checkpoint, i in resumed_at:
         heard = [e["step"] for e in events[i:] if e["event"] == "step"]
-        assert heard[0] == checkpoint + 1, (events[i], heard[:3])
+        assert min(heard[:3]) == checkpoint + 1, (events[i], heard[:3])  # reports may cross
     assert resumed_at and ended["step"] >= resumed_at[0][0] + 10, (ended, resumed_at)
     return ended, events
 
@@ -886,7 +886,8 @@ def test_a_priority_job_preempts_a_running_one_which_resumes_from_its_checkpoint
         f"{after[:1]} (attempt {resumed['attempts']})"
     )
     assert placed >= preempted["time"]  # it took what wide-low gave back
-    assert after and after[0] == saved + 1 and saved >= preempting["at_step"], (saved, after)
+    # the first reports after the restart may cross: the earliest is the step after the save
+    assert after and min(after[:3]) == saved + 1 and saved >= preempting["at_step"], (saved, after)
     row, _ = cancelled(started["api"], auth_of(started), wide_low)
     assert row["status"] == "cancelled"
 
@@ -1046,7 +1047,8 @@ def node_processes(started: dict, domain: str, name: str) -> list:
 def assert_resumed(events: list[dict], steps: int) -> None:
     """After each requeue, the steps heard go on from the job's last checkpoint (every 10
     steps) to where it was next found down, or to the end, each once: none of a run given
-    up for lost counts."""
+    up for lost counts. In any order: the controller takes reports on many threads, and on a
+    loaded machine two may cross (step 75 heard before 74)."""
     marks = [i for i, e in enumerate(events) if e["event"] == "requeued"]
     assert marks
     for k, i in enumerate(marks):
@@ -1054,7 +1056,7 @@ def assert_resumed(events: list[dict], steps: int) -> None:
         last = events[end]["from_step"] if end < len(events) else steps
         checkpointed = events[i]["from_step"] // 10 * 10
         heard = [e["step"] for e in events[i:end] if e["event"] == "step"]
-        assert heard == list(range(checkpointed + 1, last + 1)), (events[i], heard[:3])
+        assert sorted(heard) == list(range(checkpointed + 1, last + 1)), (events[i], heard[:3])
 
 
 @needs_fabric
