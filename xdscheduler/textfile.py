@@ -73,10 +73,14 @@ def read_text(path: Path, what: str, max_bytes: int, kind: str) -> str:
         ) from None
 
 
+def unzipped(name: str) -> str:
+    """A file's name as its content is named: without `.gz` (vc6YE.csv for vc6YE.csv.gz)."""
+    return name[:-3] if name.lower().endswith(".gz") else name
+
+
 def data_stem(path: str | Path) -> str:
     """A data file's name without its suffix, gzipped or not (vc6YE for vc6YE.csv.gz)."""
-    name = Path(path).name
-    return Path(name[:-3] if name.lower().endswith(".gz") else name).stem
+    return Path(unzipped(Path(path).name)).stem
 
 
 def read_frame(path: Path, what: str, max_bytes: int = MAX_CSV_BYTES):

@@ -23,7 +23,7 @@ import pandas as pd
 import yaml
 
 from xdscheduler.errors import UserError
-from xdscheduler.textfile import data_stem, numeric_column, read_frame, write_atomic
+from xdscheduler.textfile import data_stem, numeric_column, read_frame, unzipped, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ def data_files(folder: Path, pattern: str) -> list[Path]:
 
 def _plain(name: str) -> str:
     """A file's name as the data's readers match it: lower case, without `.gz`."""
-    return name.lower().removesuffix(".gz")
+    return unzipped(name).lower()
 
 
 def data_file(path: Path) -> Path:

@@ -222,8 +222,7 @@ def largest_domain(view: ClusterView) -> int:
 def largest_site(view: ClusterView) -> int:
     """The most accelerators one data centre could give this scheduler's jobs: a domain's, or
     the pools' of a mixed domain together."""
-    up = [d.schedulable if d.up else 0 for d in view.domains]
-    return max((sum(up[j] for j in view.same_sites([i])) for i in range(len(up))), default=0)
+    return int(view.largest_site([d.schedulable if d.up else 0 for d in view.domains]))
 
 
 def by_response_ratio(queue: list[JobSpec], view: ClusterView, now_s: float) -> list[JobSpec]:

@@ -17,6 +17,12 @@ if TYPE_CHECKING:
     from xdscheduler.planner.placement import Placement
 
 
+def left_over(bandwidth, gbps, senders):
+    """What a link of `bandwidth` leaves a new sender while `senders` others send `gbps` over
+    it: the rest, and at least an equal share (TCP's fairness among n + 1 senders)."""
+    return np.maximum(bandwidth - gbps, bandwidth / (senders + 1))
+
+
 @dataclass(frozen=True)
 class DomainView:
     """One domain as the planner sees it now."""
@@ -189,8 +195,7 @@ class ClusterView:
         link, which TCP's fairness gives each of n + 1 senders however much the others want."""
         if not senders.any():
             return self
-        bw = self.bandwidth_gbps
-        return replace(self, bandwidth_gbps=np.maximum(bw - gbps, bw / (senders + 1)))
+        return replace(self, bandwidth_gbps=left_over(self.bandwidth_gbps, gbps, senders))
 
     def with_factors(
         self, speed: np.ndarray | None = None, goodput: np.ndarray | None = None
@@ -276,6 +281,8 @@ class ClusterView:
     def wan_links(self, p: Placement) -> list[tuple[int, int]]:
         """The WAN links p's traffic crosses: its links less the hops between pools of one data
         centre, which ride its own network (timed all the same: `Placement.links`)."""
+        if self.fabric is None:  # no mixed domain: every link is the WAN's
+            return p.links
         return [ab for ab in p.links if self.over_wan(ab)]
 
     def same_sites(self, domains) -> set[int]:
@@ -283,6 +290,14 @@ class ClusterView:
         if self.fabric is None:
             return set(domains)
         return set(domains) | {int(j) for i in domains for j in np.flatnonzero(self.fabric[i])}
+
+    def largest_site(self, per_domain) -> float:
+        """The most of `per_domain` (a figure per domain) one data centre holds: a domain's, or
+        a mixed domain's pools' together."""
+        return max(
+            (sum(per_domain[j] for j in self.same_sites([i])) for i in range(len(per_domain))),
+            default=0,
+        )
 
     @property
     def names(self) -> list[str]:

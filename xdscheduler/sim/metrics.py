@@ -51,8 +51,11 @@ def free_share(dynamics, view: ClusterView, horizon_s: float) -> float:
     WAN."""
     window = dynamics.background_load[dynamics.times_s < horizon_s]
     load = window.mean(axis=0) if window.size else np.zeros(len(view.domains))
-    free = [d.schedulable * (1 - b) for d, b in zip(view.domains, load, strict=True)]
-    return float(max(sum(free[j] for j in view.same_sites([i])) for i in range(len(free))))
+    return float(
+        view.largest_site(
+            [d.schedulable * (1 - b) for d, b in zip(view.domains, load, strict=True)]
+        )
+    )
 
 
 def is_giant(spec: JobSpec, free_share_gpus: float) -> bool:
