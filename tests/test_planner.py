@@ -849,6 +849,35 @@ def test_our_placements_read_as_sailors_plans_and_back():
     assert from_sailor_plan(body, view, job) == pipe
 
 
+def test_a_ring_is_written_from_after_its_slowest_hop():
+    """Sailor's simulator leaves out the hop back to a list's first replica: our ring is
+    written so that hop is its slowest one-connection hop, the ring and its direction kept."""
+    from benchmarks.sailor_side_by_side import written_ring
+    from benchmarks.sailor_zones import setup
+    from xdscheduler.planner.placement import Placement
+
+    job, view = setup(8)
+    ring = (0, 1, 2, 3)
+    data = Placement(
+        job.name,
+        "data",
+        ring,
+        (8, 16, 8, 8),
+        Plan(dp=20, tp=2, micro_batch=4, zero=0, dtype="tf32"),
+        tuple(view.domains[d].name for d in ring),
+    )
+    flow = view.flow_gbps
+    slowest = min(range(4), key=lambda i: flow[ring[i], ring[(i + 1) % 4]])
+    written = written_ring(data, view)
+    start = (slowest + 1) % 4
+    assert written.domains == ring[start:] + ring[:start]
+    assert written.gpus == data.gpus[start:] + data.gpus[:start]
+    assert written.names == tuple(view.domains[d].name for d in written.domains)
+    assert (written.domains[-1], written.domains[0]) == (ring[slowest], ring[(slowest + 1) % 4])
+    pipe = Placement(job.name, "pipeline", (0, 4), (24, 16), data.plan, data.names[:2])
+    assert written_ring(pipe, view) is pipe
+
+
 def test_the_side_by_side_says_why_it_does_not_run_without_a_checkout(
     capsys, monkeypatch, tmp_path
 ):
