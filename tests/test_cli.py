@@ -365,3 +365,25 @@ def test_a_ctrl_c_outside_the_commands_work_is_one_line_or_its_status():
         [sys.executable, "-c", early], capture_output=True, text=True, timeout=120, check=False
     )
     assert (done.returncode, done.stderr) == (130, "xds: interrupted\n"), done.stderr
+
+
+def test_a_ctrl_c_inside_code_made_by_exec_still_exits_130_under_python_m(tmp_path):
+    """A Ctrl-C that lands in code run by `exec` of a string (as a dataclass's methods are
+    made) leaves CPython's mark of an unhandled interrupt though `xds` handled it; under
+    `python -m` the process died of SIGINT (-2) instead of exiting 130."""
+    (tmp_path / "interrupted_in_exec.py").write_text(
+        "from xdscheduler import entry\n"
+        "def interrupted(argv=None):\n"
+        "    exec('raise KeyboardInterrupt')\n"
+        "entry.main = interrupted\n"
+        "entry.console()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "interrupted_in_exec"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (130, "xds: interrupted\n"), done.stderr

@@ -4,6 +4,7 @@ busy machine; every other command is `xdscheduler.cli`'s."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -33,8 +34,21 @@ def console() -> None:
     except KeyboardInterrupt:  # before the command began (its imports): nothing to keep
         print("xds: interrupted", file=sys.stderr)
         status = 130
+    if status == 130:
+        _interrupt_handled()
     signal.signal(signal.SIGINT, lambda *_: os._exit(status))
     sys.exit(status)
+
+
+def _interrupt_handled() -> None:
+    """CPython marks a KeyboardInterrupt that leaves code run by `exec` of a string (a
+    dataclass's or a namedtuple's methods are made so) as unhandled, though ours caught
+    it; under `python -m` the process then dies of SIGINT at exit (-2), not with our 130.
+    Clear that mark."""
+    import ctypes
+
+    with contextlib.suppress(AttributeError, ValueError):  # another interpreter: no such mark
+        ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt").value = 0
 
 
 if __name__ == "__main__":
