@@ -132,7 +132,8 @@ class Lab:
         self.sockets: list[socket.socket] = []
         self.readers: dict[Path, int] = {}
         self.lock = threading.Lock()
-        self.counter = 0
+        self.counter = 0  # case folders made (fixtures' too)
+        self.done = 0  # cases run
         self.catcher = TokenCatcher()
 
     def env(self, extra: dict) -> dict:
@@ -1612,9 +1613,12 @@ def _logged(lab: Lab, case: Case, total: int) -> Result:
     """`run_case`, each outcome on standard error as it comes (a pass stopped early still
     says what it found)."""
     result = run_case(lab, case)
+    with lab.lock:
+        lab.done += 1
+        done = lab.done
     extra = f" [{'; '.join(result.findings)}]" if result.findings else ""
     print(
-        f"case {lab.counter}/{total}: {result.outcome}: {case.command} {case.name}: "
+        f"case {done}/{total}: {result.outcome}: {case.command} {case.name}: "
         f"exit {result.code}, {result.seconds:.1f} s{extra}",
         file=sys.stderr,
         flush=True,
