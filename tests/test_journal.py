@@ -50,13 +50,21 @@ def engine(scn, jobs, dyn):
     return Engine(StudyInputs(scn, jobs, dyn, HOURS), make_policy("planner", scn.weights))
 
 
-def test_a_replayed_engine_finishes_like_one_never_stopped(study, tmp_path):
-    scn, jobs, dyn, whole = study
+def checkpointed(study, path: Path) -> tuple[Engine, Journal]:
+    """The study's engine, its decisions logged to a journal at `path`, run to 5400 s and
+    checkpointed there."""
+    scn, jobs, dyn, _ = study
     first = engine(scn, jobs, dyn)
-    journal = Journal(tmp_path / "j.sqlite", "planner")
+    journal = Journal(path, "planner")
     first.recorder.subscribe(journal.record)
     first.run(until_s=5400)
     journal.checkpoint(first)
+    return first, journal
+
+
+def test_a_replayed_engine_finishes_like_one_never_stopped(study, tmp_path):
+    scn, jobs, dyn, whole = study
+    first, journal = checkpointed(study, tmp_path / "j.sqlite")
     first.run(until_s=7200)  # decisions after the checkpoint, then the crash
     logged = journal.logged
     again = Journal(tmp_path / "j.sqlite", "planner")
@@ -74,6 +82,41 @@ def test_a_replayed_engine_finishes_like_one_never_stopped(study, tmp_path):
         .fetchone()[0]
     )
     assert rows == len(whole.decisions)  # nothing written twice
+
+
+def test_a_log_that_lost_its_last_commits_resumes_like_one_never_stopped(study, tmp_path):
+    """A study's log leaves its commits to reach the disk lazily: a machine's crash may lose
+    the last ones (in order; a process's crash loses none), and a resume makes them again."""
+    scn, jobs, dyn, whole = study
+    first, journal = checkpointed(study, tmp_path / "j.sqlite")
+    kept = journal.logged
+    first.run(until_s=7200)
+    journal.checkpoint(first)
+    first.run(until_s=9000)
+    with sqlite3.connect(tmp_path / "j.sqlite") as db:  # what the crash lost
+        db.execute("DELETE FROM decisions WHERE idx >= ?", (kept,))
+        db.execute("DELETE FROM jobs WHERE time_s > 5400")
+    again = Journal(tmp_path / "j.sqlite", "planner")
+    assert (again.reached(), again.logged) == (5400, kept)
+    second = engine(scn, jobs, dyn)
+    second.recorder.subscribe(again.record)
+    second.run(until_s=again.reached())
+    res = second.run()
+    assert job_table(res) == job_table(whole) and decisions(res) == decisions(whole)
+    assert again.logged == len(whole.decisions) > kept
+
+
+def test_only_logs_a_resume_makes_again_commit_lazily(tmp_path):
+    """A study's journal and ledger (remade by a resume) skip the flush to disk; the live
+    plane's job book, whose jobs really ran, keeps it."""
+    from xdscheduler.live.controller import JobBook
+    from xdscheduler.runtime.ledger import Ledger
+
+    normal, full = 1, 2  # PRAGMA synchronous
+    logs = (Journal(tmp_path / "j.sqlite", "p"), Ledger(tmp_path / "l.sqlite", "p"))
+    assert [log.db.execute("PRAGMA synchronous").fetchone()[0] for log in logs] == [normal] * 2
+    live = JobBook(tmp_path / "live.sqlite")
+    assert live.db.execute("PRAGMA synchronous").fetchone()[0] == full
 
 
 @pytest.mark.parametrize(

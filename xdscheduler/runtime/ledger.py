@@ -32,7 +32,7 @@ class Ledger:
 
     def __init__(self, path: str | Path, policy: str):
         self.path, self.policy = Path(path), policy
-        self.db = open_log(self.path, SCHEMA)
+        self.db = open_log(self.path, SCHEMA, replayed=True)
         (self.kept,) = self.db.execute(
             "SELECT COUNT(*) FROM usage WHERE policy = ?", (policy,)
         ).fetchone()
