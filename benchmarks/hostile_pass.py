@@ -108,8 +108,7 @@ class Input:
 @dataclass
 class Result:
     case: Case
-    outcome: str  # clean error | success | wrong success | wrong refusal | traceback | hang |
-    # not interrupted
+    outcome: str  # one of OUTCOMES
     code: int | None
     seconds: float
     last_line: str
@@ -1474,7 +1473,16 @@ def _send(url: str, body: bytes | None, headers: dict) -> str:
 # ---------------------------------------------------------------------------- report
 
 
-FINDINGS = ("traceback", "hang", "wrong success", "wrong refusal", "not interrupted")
+OUTCOMES = (
+    "clean error",
+    "success",
+    "wrong success",
+    "wrong refusal",
+    "traceback",
+    "hang",
+    "not interrupted",
+)
+FINDINGS = OUTCOMES[2:]
 
 
 def report(results: list[Result], http: list[tuple[str, str]], wall_s: float) -> None:
@@ -1504,19 +1512,9 @@ def report(results: list[Result], http: list[tuple[str, str]], wall_s: float) ->
         row[r.outcome] += 1
         row["non-regular"] += any("replaced" in f or "into the fifo" in f for f in r.findings)
         row["study code"] += any("planted code" in f or "API token" in f for f in r.findings)
-    cols = [
-        "clean error",
-        "success",
-        "wrong success",
-        "wrong refusal",
-        "traceback",
-        "hang",
-        "not interrupted",
-        "non-regular",
-        "study code",
-    ]
+    cols = [*OUTCOMES, "non-regular", "study code"]
     rows = [
-        [cmd, sum(c[k] for k in cols[:7]), *[c[k] for k in cols]] for cmd, c in sorted(by.items())
+        [cmd, sum(c[k] for k in OUTCOMES), *[c[k] for k in cols]] for cmd, c in sorted(by.items())
     ]
     rows.append(["all", len(results), *[sum(by[c][k] for c in by) for k in cols]])
     print_table("\ninvocations by command", ["command", "runs", *cols], rows)

@@ -315,8 +315,8 @@ def zone(name: str) -> str:
 
 
 def written_ring(p: Placement, view) -> Placement:
-    """A replicated job's ring as a list starts: after its hop of lowest one-connection rate
-    (then narrowest). Sailor's simulator times a ring by the hops between neighbours in the
+    """A replicated job's ring listed from after its hop of lowest one-connection rate (then
+    narrowest bandwidth). Sailor's simulator times a ring by the hops between neighbours in the
     list, at one connection's rate, and leaves out the hop back to the first. A ring has no
     first member: where the list starts changes neither the ring nor its direction, so it
     starts where the hop left out is the one that would pace it."""
