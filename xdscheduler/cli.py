@@ -919,5 +919,7 @@ def main(argv: list[str] | None = None) -> int:
     return run(build_parser(), argv)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # as the `xds` command: its exit status and Ctrl-C handling
+    from xdscheduler.entry import console
+
+    console()
