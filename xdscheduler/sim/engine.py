@@ -220,17 +220,19 @@ class Engine:
     def _after_decisions(self) -> None:
         """What happens at the decision point's time after the decisions."""
         t = self.now
+        traffic = None
         if t >= self.next_sample_s:  # links and loads change on the dynamics' grid
             for r in [r for r in self.active if len(r.placed.domains) > 1]:
                 self.speeds.update(r)  # links change the speed of jobs across domains
             self.samples += domain_samples(
                 t, self.view, self.held(), len(self.queue), self.dynamics.load(t)
             )
-            self.link_samples += self.speeds.traffic().samples(t, self.view)
+            traffic = self.speeds.traffic()
+            self.link_samples += traffic.samples(t, self.view)
             self.recorder.metering.flush(t, self.active)
             self.next_sample_s = t + self.dynamics.step_s
             self.events.schedule(SAMPLE, self.next_sample_s)
-        self.speeds.reshare()  # jobs that now share links with more or fewer others
+        self.speeds.reshare(traffic)  # jobs that now share links with more or fewer others
         self.swing_meter.close(t, self.replanning.settled)
         if self.faults:
             self.events.schedule(FAULT, self.faults.next_time())

@@ -92,9 +92,10 @@ class Speeds:
         r.price_per_gb = model.wan_price_per_gb
         self.eng.wake(r)
 
-    def reshare(self) -> None:
-        """Jobs whose links others now send more or less over train at their new speed."""
-        traffic = self.traffic()
+    def reshare(self, traffic: Traffic | None = None) -> None:
+        """Jobs whose links others now send more or less over train at their new speed
+        (`traffic`: the running jobs' now, where already made)."""
+        traffic = traffic or self.traffic()
         for r in self.eng.active:
             if hops(r.placed, self.eng.view) and self.shares.get(r.name) != _share(
                 r, self.view_of(r, traffic=traffic)
