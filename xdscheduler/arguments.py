@@ -4,11 +4,14 @@ range named in the message), and errors in one line."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import os
+import signal
 import sys
 import unicodedata
 from collections.abc import Callable
-from typing import overload
+from typing import NoReturn, overload
 
 from xdscheduler.errors import Interrupted, UserError
 
@@ -51,6 +54,22 @@ def run(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     except BrokenPipeError:
         return 0
     return 0
+
+
+def exit_with(status: int) -> NoReturn:
+    """End the process with the command's `status`. A Ctrl-C that comes once the work is done,
+    while libraries tear down (Ray's shutdown), ends it at once with that status: Python would
+    die of the signal (exit -2), or print a traceback from the teardown it interrupted. And a
+    Ctrl-C the command handled (130) is not left marked as unhandled: CPython marks one that
+    left code run by `exec` of a string (a dataclass's or a namedtuple's methods are made so)
+    though ours caught it, and under `python -m` the process then dies of SIGINT at exit."""
+    if status == Interrupted.exit_code:
+        import ctypes
+
+        with contextlib.suppress(AttributeError, ValueError):  # another interpreter: no mark
+            ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt").value = 0
+    signal.signal(signal.SIGINT, lambda *_: os._exit(status))
+    sys.exit(status)
 
 
 def one_line(text: object) -> str:

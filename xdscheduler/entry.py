@@ -4,9 +4,6 @@ busy machine; every other command is `xdscheduler.cli`'s."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import sys
 
 
@@ -24,31 +21,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def console() -> None:
-    """`xds` from a shell: the command, then its exit. A Ctrl-C while the command's modules
-    load is one line and exit 130, as during its work; one that comes once its work is done,
-    while libraries tear down (Ray's shutdown), ends the process at once with the command's
-    status: Python would die of the signal (exit -2), or print a traceback from the teardown
-    it interrupted."""
+    """`xds` from a shell: the command, then its exit (`arguments.exit_with`). A Ctrl-C while
+    the command's modules load is one line and exit 130, as during its work."""
     try:
         status = main()
     except KeyboardInterrupt:  # before the command began (its imports): nothing to keep
         print("xds: interrupted", file=sys.stderr)
         status = 130
-    if status == 130:
-        _interrupt_handled()
-    signal.signal(signal.SIGINT, lambda *_: os._exit(status))
-    sys.exit(status)
+    from xdscheduler.arguments import exit_with
 
-
-def _interrupt_handled() -> None:
-    """CPython marks a KeyboardInterrupt that leaves code run by `exec` of a string (a
-    dataclass's or a namedtuple's methods are made so) as unhandled, though ours caught
-    it; under `python -m` the process then dies of SIGINT at exit (-2), not with our 130.
-    Clear that mark."""
-    import ctypes
-
-    with contextlib.suppress(AttributeError, ValueError):  # another interpreter: no such mark
-        ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt").value = 0
+    exit_with(status)
 
 
 if __name__ == "__main__":
