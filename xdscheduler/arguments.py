@@ -4,6 +4,7 @@ range named in the message), and errors in one line."""
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import math
 import os
@@ -54,6 +55,15 @@ def run(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     except BrokenPipeError:
         return 0
     return 0
+
+
+def calm_at_exit() -> None:
+    """Called before the command starts, so that it runs after every exit hook the command's
+    libraries add (Ray's shutdown among them): from there on, while Python finalizes, a Ctrl-C
+    is ignored. Python puts the signal's default action back as it finalizes (unless it is
+    ignored), and a Ctrl-C then killed the process by the signal (exit -2) after its work was
+    done."""
+    atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)
 
 
 def exit_with(status: int) -> NoReturn:
