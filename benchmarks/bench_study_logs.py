@@ -26,12 +26,10 @@ from xdscheduler.sim.engine import Engine
 from xdscheduler.sim.inputs import StudyInputs
 
 
-def timed(args, logs: str, folder: Path) -> tuple[float, int, list]:
-    """Seconds to run the study with `logs` (none, lazy or flushed), the records logged, and
-    every job's (start, end)."""
-    scn = load_scenario(default_scenario_path())
-    inputs = StudyInputs.drawn(scn, args.hours, args.seed)
-    eng = Engine(inputs, make_policy(args.policy, scn.weights))
+def timed(args, inputs: StudyInputs, logs: str, folder: Path) -> tuple[float, int, list]:
+    """Seconds to run the study of `inputs` with `logs` (none, lazy or flushed), the records
+    logged, and every job's (start, end)."""
+    eng = Engine(inputs, make_policy(args.policy, inputs.scn.weights))
     journal = ledger = None
     if logs != "none":
         journal = Journal(folder / f"{logs}.journal", args.policy)
@@ -61,8 +59,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--policy", default="planner")
     args = ap.parse_args()
+    inputs = StudyInputs.drawn(load_scenario(default_scenario_path()), args.hours, args.seed)
     with tempfile.TemporaryDirectory(dir=".") as tmp:
-        runs = {logs: timed(args, logs, Path(tmp)) for logs in ("none", "flushed", "lazy")}
+        runs = {logs: timed(args, inputs, logs, Path(tmp)) for logs in ("none", "flushed", "lazy")}
     none_s = runs["none"][0]
     flushed_s = runs["flushed"][0]
     rows = []

@@ -57,22 +57,24 @@ def run(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     return 0
 
 
-def calm_at_exit() -> None:
-    """Called before the command starts, so that it runs after every exit hook the command's
-    libraries add (Ray's shutdown among them): from there on, while Python finalizes, a Ctrl-C
-    is ignored. Python puts the signal's default action back as it finalizes (unless it is
-    ignored), and a Ctrl-C then killed the process by the signal (exit -2) after its work was
-    done."""
+def as_command(main: Callable[[], int]) -> NoReturn:
+    """Run `main` as the `xds` command runs and ends, with its exit status. A Ctrl-C
+    - before `main`'s own handling begins (its imports) is one line and exit 130;
+    - once the work is done, while libraries tear down (Ray's shutdown), ends the process at
+      once with the status: Python would die of the signal (exit -2), or print a traceback from
+      the teardown it interrupted;
+    - while Python finalizes, after every exit hook `main`'s libraries add (the hook below is
+      added before them, so it runs after them), is ignored: Python puts the signal's default
+      action back as it finalizes, unless it is ignored, and the process died of it.
+    And a Ctrl-C the command handled (130) is not left marked as unhandled: CPython marks one
+    that left code run by `exec` of a string (a dataclass's or a namedtuple's methods are made
+    so) though ours caught it, and under `python -m` the process then dies of SIGINT at exit."""
     atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)
-
-
-def exit_with(status: int) -> NoReturn:
-    """End the process with the command's `status`. A Ctrl-C that comes once the work is done,
-    while libraries tear down (Ray's shutdown), ends it at once with that status: Python would
-    die of the signal (exit -2), or print a traceback from the teardown it interrupted. And a
-    Ctrl-C the command handled (130) is not left marked as unhandled: CPython marks one that
-    left code run by `exec` of a string (a dataclass's or a namedtuple's methods are made so)
-    though ours caught it, and under `python -m` the process then dies of SIGINT at exit."""
+    try:
+        status = main()
+    except KeyboardInterrupt:  # before the command's own handling began: nothing to keep
+        print("xds: interrupted", file=sys.stderr)
+        status = Interrupted.exit_code
     if status == Interrupted.exit_code:
         import ctypes
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 
 from xdscheduler import catalog
-from xdscheduler.arguments import Parser, calm_at_exit, exit_with, number, port, run, seed
+from xdscheduler.arguments import Parser, as_command, number, port, run, seed
 from xdscheduler.costmodel import cli as costmodel_cli
 from xdscheduler.costmodel.plan import DTYPES
 from xdscheduler.errors import Interrupted, UserError
@@ -919,6 +919,5 @@ def main(argv: list[str] | None = None) -> int:
     return run(build_parser(), argv)
 
 
-if __name__ == "__main__":  # as `xds` runs and ends
-    calm_at_exit()
-    exit_with(main())
+if __name__ == "__main__":
+    as_command(main)

@@ -21,17 +21,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def console() -> None:
-    """`xds` from a shell: the command, then its exit (`arguments.exit_with`, `calm_at_exit`).
-    A Ctrl-C while the command's modules load is one line and exit 130, as during its work."""
-    from xdscheduler.arguments import calm_at_exit, exit_with
+    """`xds` from a shell: the command, run and ended as `arguments.as_command` says."""
+    from xdscheduler.arguments import as_command
 
-    calm_at_exit()
-    try:
-        status = main()
-    except KeyboardInterrupt:  # before the command began (its imports): nothing to keep
-        print("xds: interrupted", file=sys.stderr)
-        status = 130
-    exit_with(status)
+    as_command(main)
 
 
 if __name__ == "__main__":

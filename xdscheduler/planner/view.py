@@ -17,12 +17,6 @@ if TYPE_CHECKING:
     from xdscheduler.planner.placement import Placement
 
 
-def left_over(bandwidth, gbps, senders):
-    """What a link of `bandwidth` leaves a new sender while `senders` others send `gbps` over
-    it: the rest, and at least an equal share (TCP's fairness among n + 1 senders)."""
-    return np.maximum(bandwidth - gbps, bandwidth / (senders + 1))
-
-
 @dataclass(frozen=True)
 class DomainView:
     """One domain as the planner sees it now."""
@@ -195,7 +189,8 @@ class ClusterView:
         link, which TCP's fairness gives each of n + 1 senders however much the others want."""
         if not senders.any():
             return self
-        return replace(self, bandwidth_gbps=left_over(self.bandwidth_gbps, gbps, senders))
+        bw = self.bandwidth_gbps
+        return replace(self, bandwidth_gbps=np.maximum(bw - gbps, bw / (senders + 1)))
 
     def with_factors(
         self, speed: np.ndarray | None = None, goodput: np.ndarray | None = None
