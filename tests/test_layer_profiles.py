@@ -511,3 +511,31 @@ def test_the_gpu_steps_benchmark_reads_the_committed_h100_runs(capsys):
     first = out.splitlines()[0]
     assert "training steps of a Hugging Face GPT-2 measured on NVIDIA H100" in first
     assert "ours, a profile of transformers' GPT-2 modules" in out and "roofline alone" in out
+
+
+def scaled(p: LayerProfile, k: float, accelerator: str) -> LayerProfile:
+    """`p` on another accelerator, every block `k` times as long."""
+    blocks = ("first_fwd_s", "first_bwd_s", "layer_fwd_s", "layer_bwd_s", "last_fwd_s")
+    rows = [
+        t.model_copy(update={b: getattr(t, b) * k for b in (*blocks, "last_bwd_s")})
+        for t in p.timings
+    ]
+    return p.model_copy(update={"accelerator": accelerator, "timings": rows})
+
+
+def test_a_placement_over_two_kinds_is_timed_by_its_slowest_members_profile():
+    """An H100 and an A100 together: each member's profile times the plan and the slower
+    stands; a member no profile covers leaves the roofline; a scale multiplies the times."""
+    fast = profile()
+    slow = scaled(fast, 3.0, "A100-80GB")
+    codes = [catalog.accelerator_code(a) for a in ("H100-SXM", "A100-80GB")]
+    both = Hardware(**{**H100.__dict__, "accelerator": -1.0, "members": np.array([codes])})
+    plan = Plan(dp=1, micro_batch=2, zero=0)
+    per_micro_batch = 4 * 0.030 + 0.0015 + 0.010
+    measured = (MeasuredLayers.of(fast), MeasuredLayers.of(slow))
+    assert step(plan, measured, hw=both)[1]["compute"] == pytest.approx(12 * per_micro_batch)
+    assert step(plan, measured[::-1], hw=both)[1]["compute"] == pytest.approx(12 * per_micro_batch)
+    roofline = step(plan, hw=both)[1]["compute"]
+    assert step(plan, measured[:1], hw=both)[1]["compute"] == roofline
+    halved = Hardware(**{**both.__dict__, "measured_scale": 0.5})
+    assert step(plan, measured, hw=halved)[1]["compute"] == pytest.approx(6 * per_micro_batch)

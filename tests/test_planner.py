@@ -11,7 +11,7 @@ from xdscheduler.costmodel.steptime import estimate
 from xdscheduler.errors import UserError
 from xdscheduler.planner.baselines import ONLINE
 from xdscheduler.planner.placement import Placement
-from xdscheduler.planner.search import JobSpec, ideal_tokens_per_s, search
+from xdscheduler.planner.search import JobSpec, estimate_placement, ideal_tokens_per_s, search
 from xdscheduler.planner.space import DATA, MEMORY_LADDER, SINGLE, SearchOptions, split
 from xdscheduler.planner.view import ClusterView, DomainView
 from xdscheduler.scenario import Weights, load_scenario, parse_scenario
@@ -989,3 +989,27 @@ def test_a_job_one_data_centre_can_hold_stays_inside_it(gpus, where):
     )
     (placed,) = PlannerPolicy(Weights()).decide([job], view, 0.0)
     assert where <= set(placed.names) and (view.wan_links(placed) == []) == (gpus <= 128)
+
+
+def test_a_split_by_speed_keeps_its_pacers_profile_and_is_timed_again_alike():
+    """A100 and V100 replicas, each kind profiled (the V100 three times as slow): the search
+    splits the micro-batches by the profiles' speeds, the step is the pacer's profile at its
+    share, and the placement timed again (as on a link's change) keeps its split."""
+    from tests.test_layer_profiles import TINY, profile, scaled
+    from xdscheduler.costmodel.layers import MeasuredLayers
+
+    view = a100_and_v100()
+    job = JobSpec("tiny", TINY, 1024, TINY.seq_len, 2, 32)
+    fast = profile(accelerator="A100-40GB", dtype="fp16")
+    layers = (MeasuredLayers.of(fast), MeasuredLayers.of(scaled(fast, 3.0, "V100")))
+    opts = SearchOptions(
+        dtype="fp16", kinds=("data",), layers=layers, stack=VOLTA.stack, max_pipeline=1
+    )
+    best = search(job, view, THROUGHPUT, opts, pareto=False).best
+    assert best.names == ("a100", "v100") and best.split[0] > best.split[1], best
+    # a replica's micro-batch of 2 or 4: every block twice as long at 4 (the profile)
+    per_micro_batch = (4 * 0.030 + 0.0015 + 0.010) * best.plan.micro_batch / 2
+    pace = max(best.split[0] * per_micro_batch, best.split[1] * 3 * per_micro_batch)
+    assert best.estimate.breakdown_s["compute"] == pytest.approx(pace)
+    again = estimate_placement(best, job, view, opts)
+    assert again.step_time_s == pytest.approx(best.estimate.step_time_s)

@@ -226,26 +226,39 @@ def applicable(profiles, arch: catalog.ModelArch, seq: int) -> tuple[MeasuredLay
     return tuple(m for m in profiles or () if m.applies(arch, seq))
 
 
+def member_codes(hw, n: int) -> np.ndarray:
+    """(n, k) accelerator codes a profile may time each plan by, -1 padded: its accelerator
+    where it has one, else its placement's members (each timed by its own profile, the
+    slowest standing), else none."""
+    acc = np.broadcast_to(np.asarray(hw.accelerator, dtype=float), (n,))
+    if hw.members is None:
+        return acc[:, None].copy()
+    members = np.broadcast_to(np.asarray(hw.members, dtype=float), (n, np.shape(hw.members)[-1]))
+    first = np.arange(members.shape[1]) == 0
+    return np.where((acc >= 0)[:, None], np.where(first, acc[:, None], -1.0), members)
+
+
 def coverage(
     profiles, arch: catalog.ModelArch, seq: int, plans, hw
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per plan: whether a profile times it (its accelerator, precision, TP degree and
-    micro-batch, no context parallelism), and whether a profile is of its accelerator and
-    precision at all (then a plan it does not time would be the roofline's among measured
-    ones: the search leaves those out, as Sailor plans only what it profiled)."""
+    """Per plan: whether profiles time it (each of its accelerators, its precision, TP degree
+    and micro-batch, no context parallelism), and whether a profile is of one of its
+    accelerators and its precision at all (then a plan they do not time would be the
+    roofline's among measured ones: the search leaves those out, as Sailor plans only what it
+    profiled)."""
     n = len(plans)
-    timed, profiled = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    codes = member_codes(hw, n)
+    real = codes >= 0
+    timed, profiled = np.zeros(codes.shape, dtype=bool), np.zeros(codes.shape, dtype=bool)
     for m in applicable(profiles, arch, seq):
-        mine = np.broadcast_to(
-            (np.asarray(hw.accelerator) == m.accelerator)
-            & (np.asarray(plans.precision) == m.precision),
-            (n,),
-        )
-        profiled |= mine
-        timed |= ~np.isnan(
-            m.times(plans.micro_batch, plans.tp, hw.accelerator, plans.precision)[..., 0]
-        ) & (np.asarray(plans.cp) == 1)
-    return timed, profiled
+        for j in range(codes.shape[1]):
+            mine = (codes[:, j] == m.accelerator) & (np.asarray(plans.precision) == m.precision)
+            profiled[:, j] |= mine
+            timed[:, j] |= ~np.isnan(
+                m.times(plans.micro_batch, plans.tp, codes[:, j], plans.precision)[..., 0]
+            ) & (np.asarray(plans.cp) == 1)
+    covered = (timed | ~real).all(axis=1) & real.any(axis=1)
+    return np.asarray(covered), np.asarray((profiled & real).any(axis=1))
 
 
 # ----------------------------------------------------------------------------- Sailor's format

@@ -111,6 +111,23 @@ class Hardware:
     # which accelerator (catalog.accelerator_code) a measured layer profile may stand for;
     # -1 where there is none to name (placements over accelerators of different kinds)
     accelerator: np.ndarray | float = -1.0
+    # (plans, members): the accelerators of a placement's members, -1 padded; where
+    # `accelerator` is -1, each member's profile times the plan and the slowest stands
+    members: np.ndarray | None = None
+    # what a measured profile's times are multiplied by: a domain slowed down, or the member
+    # that paces a split by speed taking more than an even share of the work
+    measured_scale: np.ndarray | float = 1.0
+
+    def one(self, i: int = 0) -> Hardware:
+        """Plan `i`'s hardware alone, as scalars."""
+        return Hardware(
+            **{
+                k: float(np.asarray(v)[i]) if np.ndim(v) else v
+                for k, v in self.__dict__.items()
+                if k != "members"
+            },
+            members=None if self.members is None else np.asarray(self.members)[i : i + 1],
+        )
 
     @classmethod
     def of(cls, acc, scaleup_gbs: float | None = None, scaleout_gbps: float | None = None):

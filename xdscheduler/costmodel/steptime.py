@@ -17,7 +17,7 @@ import numpy as np
 
 from xdscheduler.catalog import ModelArch
 from xdscheduler.costmodel.constants import DEFAULT, Calibration
-from xdscheduler.costmodel.layers import TIMES, MeasuredLayers, applicable
+from xdscheduler.costmodel.layers import TIMES, MeasuredLayers, applicable, member_codes
 from xdscheduler.costmodel.messages import MessageCurve, connection_bps, ring_s
 from xdscheduler.costmodel.plan import DTYPES, OPERAND_BYTES, Hardware, PlanBatch, Stack, WanUse
 
@@ -691,24 +691,44 @@ def _measured_blocks(
 ) -> dict[str, np.ndarray]:
     """Each plan's block times (TIMES) and optimizer seconds per parameter from the first
     profile that covers it (its accelerator, precision, TP degree, micro-batch; without
-    context parallelism); NaN where none does."""
+    context parallelism); NaN where none does. A placement over accelerators of different
+    kinds takes its slowest member's, as measured, where a profile covers each member."""
     n = len(plans)
-    out = np.full((n, len(TIMES)), np.nan)
-    rate, timed, tp_timed = np.full(n, np.nan), np.ones(n), np.ones(n)
-    for m in measured:
-        t = m.times(plans.micro_batch, plans.tp, hw.accelerator, plans.precision)
-        new = np.isnan(out[:, 0]) & ~np.isnan(t[:, 0]) & (np.broadcast_to(cp, n) == 1)
-        out[new] = t[new]
-        timed[new] = m.profile.output_layer_timed
-        tp_timed[new] = m.profile.tp_comm_timed
-        if m.profile.optimizer_s_per_param is not None:
-            rate[new] = m.profile.optimizer_s_per_param
+    codes = member_codes(hw, n) if measured else np.full((n, 1), -1.0)
+    kinds = [
+        _one_kind(measured if (codes[:, j] >= 0).any() else (), plans, codes[:, j], cp)
+        for j in range(codes.shape[1])
+    ]
+    total = np.stack([k[:, : len(TIMES)].sum(axis=1) for k in kinds], axis=1)  # NaN: uncovered
+    total = np.where(codes >= 0, total, -np.inf)  # padding never stands
+    slowest = np.where(np.isnan(total).any(axis=1), 0, np.nan_to_num(total).argmax(axis=1))
+    out = np.stack(kinds, axis=1)[np.arange(n), slowest]
+    out[np.isnan(total).any(axis=1), : len(TIMES)] = np.nan
+    # the times and the optimizer's rate: a stage's share of either grows with its layers
+    out[:, : len(TIMES) + 1] *= np.broadcast_to(np.asarray(hw.measured_scale, float), n)[:, None]
     return {
         **{k: out[:, i] for i, k in enumerate(TIMES)},
-        "optimizer_s_per_param": rate,
-        "output_layer_timed": timed,
-        "tp_comm_timed": tp_timed,
+        "optimizer_s_per_param": out[:, len(TIMES)],
+        "output_layer_timed": out[:, len(TIMES) + 1],
+        "tp_comm_timed": out[:, len(TIMES) + 2],
     }
+
+
+def _one_kind(measured: tuple[MeasuredLayers, ...], plans: PlanBatch, code, cp) -> np.ndarray:
+    """(n, TIMES + 3): the block times of each plan on accelerator `code` from the first profile
+    that covers it, then its optimizer rate and its output-layer and TP flags."""
+    n = len(plans)
+    out = np.full((n, len(TIMES) + 3), np.nan)
+    out[:, len(TIMES) + 1 :] = 1.0
+    for m in measured:
+        t = m.times(plans.micro_batch, plans.tp, code, plans.precision)
+        new = np.isnan(out[:, 0]) & ~np.isnan(t[:, 0]) & (np.broadcast_to(cp, n) == 1)
+        out[new, : len(TIMES)] = t[new]
+        out[new, len(TIMES) + 1] = m.profile.output_layer_timed
+        out[new, len(TIMES) + 2] = m.profile.tp_comm_timed
+        if m.profile.optimizer_s_per_param is not None:
+            out[new, len(TIMES)] = m.profile.optimizer_s_per_param
+    return out
 
 
 def _wan_connection_bps(hops_bps, flow_gbps, per_node, flows, gpn, calib: Calibration):

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from xdscheduler.catalog import accelerator_code
 from xdscheduler.costmodel.plan import Hardware, PlanBatch
 from xdscheduler.costmodel.steptime import estimate
 from xdscheduler.planner.space import (
@@ -121,22 +122,69 @@ def balanced(
     if not len(mixed):
         return hw, shares, mixed
     # stages over domains split the layers; replicas over domains the micro-batches of a step
-    pipeline = staged[mixed]
-    workers = np.where(pipeline, plans.pp[mixed], plans.dp[mixed])
-    total = np.where(
-        pipeline, job.arch.layers, -(-job.global_batch // plans.micro_batch[mixed])
-    ).astype(float)
+    total, workers = units_of(job, staged[mixed], plans.take(mixed))
     shares[mixed], _ = balanced_pace(total, parts[mixed], speed)
-    # The slot that finishes last (most units for its speed) paces the step: its accelerator,
-    # its speeds scaled by even/own share, is the hardware that takes as long at even shares.
-    pacer = np.where(held, shares[mixed] / speed, -1.0).argmax(axis=1)
-    row = np.arange(len(mixed))
-    scale = (total / workers) / shares[mixed][row, pacer]
-    fields = {k: np.asarray(v, dtype=float) * np.ones(len(parts)) for k, v in hw.__dict__.items()}
+    return paced(view, mixed, total / workers, slots, shares, speed, hw), shares, mixed
+
+
+def units_of(job: JobSpec, staged: np.ndarray, plans: PlanBatch) -> tuple[np.ndarray, np.ndarray]:
+    """What a split by speed shares out and among how many workers: a pipeline's layers among
+    its stages, or a step's micro-batches among its replicas."""
+    total = np.where(staged, job.arch.layers, -(-job.global_batch // plans.micro_batch))
+    return total.astype(float), np.where(staged, plans.pp, plans.dp).astype(float)
+
+
+def split_hardware(
+    job: JobSpec,
+    view: ClusterView,
+    staged: bool,
+    plan: PlanBatch,
+    slots: np.ndarray,
+    split: np.ndarray,
+    hw: Hardware,
+    opts: SearchOptions,
+) -> Hardware:
+    """The hardware that keeps the pace of one plan (a batch of one) split by speed as given:
+    `split[0, j]` units a worker of slot j (a placement's own split, timed again)."""
+    held = (slots >= 0) & (split > 0)
+    speed = slot_speeds(job, view, plan, np.zeros(1, dtype=int), slots, held, opts)
+    total, workers = units_of(job, np.array([staged]), plan)
+    return paced(view, np.arange(1), total / workers, slots, split.astype(float), speed, hw)
+
+
+def paced(
+    view: ClusterView,
+    rows: np.ndarray,
+    even: np.ndarray,
+    slots: np.ndarray,
+    shares: np.ndarray,
+    speed: np.ndarray,
+    hw: Hardware,
+) -> Hardware:
+    """`hw` with each of `rows` (split by speed: `shares` units a worker of each slot, where
+    an even split gives `even`, the slots running at `speed`) the hardware that keeps its
+    pace. The slot that finishes last (most units for its speed) paces the step: its
+    accelerator, its rated speeds scaled by even/own share, takes as long at even shares, and
+    so does its profile, its times scaled the other way."""
+    held = (slots[rows] >= 0) & (shares[rows] > 0)
+    at = np.arange(len(rows))
+    pacer = np.where(held, shares[rows] / speed, -1.0).argmax(axis=1)
+    lead = slots[rows][at, pacer]
+    scale = even / shares[rows][at, pacer]
+    fields = {
+        k: np.asarray(v, dtype=float) * np.ones(len(slots))
+        for k, v in hw.__dict__.items()
+        if k != "members"
+    }
     for k, per_domain in domain_speeds(view).items():
-        fields[k][mixed] = per_domain[slots[mixed][row, pacer]] * scale
-    fields["accelerator"][mixed] = -1.0  # paced by a mix: no one profile stands for it
-    return Hardware(**fields), shares, mixed
+        fields[k][rows] = per_domain[lead] * scale
+    code = np.array([accelerator_code(d.accelerator.name) for d in view.domains], dtype=float)
+    fields["accelerator"][rows] = code[lead]
+    fields["measured_scale"][rows] = 1.0 / (scale * view.speed[lead])
+    members = None if hw.members is None else np.array(hw.members, dtype=float)
+    if members is not None:
+        members[rows] = -1.0  # the pacer's own profile stands
+    return Hardware(**fields, members=members)
 
 
 def stages_fit(

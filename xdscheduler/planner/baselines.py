@@ -85,7 +85,7 @@ def fastest_on(
 
 def _hardware(view: ClusterView, members: list[int]) -> Hardware:
     pl = describe_placements(view, np.array([SINGLE], dtype=object), np.array([members]))
-    return Hardware(**{k: float(np.asarray(v)[0]) for k, v in pl.hardware.__dict__.items()})
+    return pl.hardware.one(0)
 
 
 def _timed(p: Placement, start: float, why: str) -> Placement:

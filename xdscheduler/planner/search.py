@@ -11,7 +11,7 @@ from xdscheduler.costmodel.layers import coverage
 from xdscheduler.costmodel.plan import PlanBatch
 from xdscheduler.costmodel.steptime import StepEstimate, estimate
 from xdscheduler.errors import UserError
-from xdscheduler.planner.balance import balanced, stages_fit
+from xdscheduler.planner.balance import balanced, split_hardware, stages_fit
 from xdscheduler.planner.limits import Limits, ranked
 from xdscheduler.planner.objective import Objective, Weights, pareto_mask, score
 from xdscheduler.planner.placement import Estimate, Placement
@@ -227,14 +227,14 @@ def evaluate_space(
         pl.wan_price_per_gb[p_idx],
         weights,
     )
-    keep = est.fits  # the ladder chose by memory; the estimate confirms it
-    if opts.layers:  # where a profile is of the accelerator, only what it timed
-        timed, profiled = coverage(opts.layers, job.arch, job.seq, plans, cand_hw)
-        keep = keep & (timed | ~profiled)
+    keep = est.fits.copy()  # the ladder chose by memory; the estimate confirms it
     if len(mixed):  # each stage's own layers against its own accelerator's memory
         keep[mixed] = stages_fit(
             job, view, kind[mixed] == PIPELINE, plans, est, slots[mixed], shares[mixed], mixed
         )
+    if opts.layers:  # where a profile is of the accelerator, only what it timed
+        timed, profiled = coverage(opts.layers, job.arch, job.seq, plans, cand_hw)
+        keep = keep & (timed | ~profiled)
     if not keep.any():
         return None
     return Evaluated(
@@ -488,11 +488,17 @@ def estimate_placement(
     not make, or after the links changed), with the software stack and constants of `opts`."""
     doms = np.array([list(p.domains)])
     pl = describe_placements(view, np.array([p.kind], dtype=object), doms)
+    plans = PlanBatch.of([p.plan])
+    hw = pl.hardware
+    if p.split:  # split by speed: the pace its own split keeps
+        hw = split_hardware(
+            job, view, p.kind == PIPELINE, plans, doms, np.array([p.split]), hw, opts
+        )
     est = estimate(
         job.arch,
         job.global_batch,
-        PlanBatch.of([p.plan]),
-        pl.hardware,
+        plans,
+        hw,
         pl.wan,
         opts.stack,
         opts.calibration,

@@ -279,6 +279,8 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
         gpus_per_node=slowest([d.node_gpus for d in view.domains]),
         flow_gbps=slowest([d.flow_gbps for d in view.domains]),
         accelerator=np.where(alike, code[:, 0], -1.0),
+        members=np.where(valid, code, -1.0),
+        measured_scale=1.0 / slowest(view.speed),  # a profile was measured at full speed
     )
     n_dom = valid.sum(axis=1)
     bw, rtt, price = view.goodput_gbps, view.rtt_ms / 1000.0, view.price_per_gb

@@ -209,7 +209,7 @@ def _megatron(job: JobSpec, view: ClusterView) -> Placement:
     k = len(view.domains)
     doms = np.array([list(range(k))])
     hw = describe_placements(view, np.array([DATA], dtype=object), doms).hardware
-    one = type(hw)(**{f: float(np.asarray(v)[0]) for f, v in hw.__dict__.items()})
+    one = hw.one(0)
     plan = megatron_default(job, job.gpus_max, one)
     if plan is None or plan.dp % k:
         raise UserError(
