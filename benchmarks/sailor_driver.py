@@ -13,6 +13,7 @@ Requests:
    Sailor's pick at each size: the first of its planner's sorted plans that fits its memory
    model (as Sailor's simulations/simulator.py chooses), with the seconds of set-up (import,
    planner construction) and of each decision
+  {"op": "runs", "cluster": "clariden"}   Sailor's measured runs of that cluster (or "mit")
 """
 
 from __future__ import annotations
@@ -174,11 +175,12 @@ def _as_plan(config, gpu_types: list[str]) -> dict:
     }
 
 
-def validation_runs(root: Path) -> dict:
-    """Sailor's measured GH200 runs: each plan file of Planner/simulations/validation/clariden."""
-    base = root / "sailor" / "sailor" / "Planner" / "simulations" / "validation" / "clariden"
+def validation_runs(root: Path, cluster: str = "clariden") -> dict:
+    """Sailor's measured runs: each plan file of Planner/simulations/validation/CLUSTER
+    (clariden: its GH200 runs; mit: its runs on three kinds of GPU at once)."""
+    base = root / "sailor" / "sailor" / "Planner" / "simulations" / "validation" / cluster
     runs = []
-    for path in sorted(glob.glob(str(base / "*" / "N*" / "*.json"))):
+    for path in sorted(glob.glob(str(base / "**" / "N*" / "*.json"), recursive=True)):
         runs.append(
             {
                 "file": str(Path(path).relative_to(root / "sailor")),
@@ -196,9 +198,11 @@ def main() -> None:
     answer_fd = os.dup(1)
     os.dup2(2, 1)  # Sailor prints as it goes, from Python and C++ alike: to standard error
     with contextlib.redirect_stdout(sys.stderr):
-        answer = {"simulate": simulate, "plan": plan, "runs": lambda r, _: validation_runs(r)}[
-            req["op"]
-        ](root, req)
+        answer = {
+            "simulate": simulate,
+            "plan": plan,
+            "runs": lambda r, q: validation_runs(r, q.get("cluster", "clariden")),
+        }[req["op"]](root, req)
     with os.fdopen(answer_fd, "w") as out:
         json.dump(answer, out)
 

@@ -335,21 +335,31 @@ def written_ring(p: Placement, view) -> Placement:
     )
 
 
+def sailor_layers(arch, pp: int, counts: tuple[int, ...] = ()) -> list[list[int]]:
+    """Each stage's layers as Sailor lists them (0 the embedding, layers + 1 the output):
+    `counts` transformer layers a stage, or as Megatron-DeepSpeed's type:transformer
+    partition splits them (the embedding with the first, the output with the last)."""
+    if not counts:
+        heaviest = int(stage_layers(arch.layers, pp)[0])
+        split = [heaviest] * pp
+        ends_first = [pp - 1, 0, *range(pp - 2, 0, -1)]
+        for i in ends_first[: heaviest * pp - arch.layers]:  # the shortfall, last stage first
+            split[i] -= 1
+        counts = tuple(split)
+    bounds = np.cumsum([0, *counts])
+    stages = [list(range(1 + int(bounds[i]), 1 + int(bounds[i + 1]))) for i in range(pp)]
+    stages[0].insert(0, 0)
+    stages[-1].append(arch.layers + 1)
+    return stages
+
+
 def as_sailor(p: Placement, arch) -> dict:
     """Our placement as the plan Sailor's simulator reads: each stage's replicas, each a VM of
     its zone holding one replica's TP group, in the placement's order (see `written_ring`);
     stages take the layers as Megatron-DeepSpeed's type:transformer partition does (the
     embedding with the first, the output with the last)."""
     plan = p.plan
-    heaviest = int(stage_layers(arch.layers, plan.pp)[0])
-    counts = [heaviest] * plan.pp
-    ends_first = [plan.pp - 1, 0, *range(plan.pp - 2, 0, -1)]
-    for i in ends_first[: heaviest * plan.pp - arch.layers]:  # the shortfall, last stage first
-        counts[i] -= 1
-    bounds = np.cumsum([0, *counts])
-    stages = [list(range(1 + bounds[i], 1 + bounds[i + 1])) for i in range(plan.pp)]
-    stages[0].insert(0, 0)
-    stages[-1].append(arch.layers + 1)
+    stages = sailor_layers(arch, plan.pp)
     per_replica = plan.tp * plan.pp * plan.cp
     if p.kind == PIPELINE:
         zones_of = [[zone(n)] * plan.dp for n in p.stage_to_domain]

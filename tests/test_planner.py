@@ -849,6 +849,69 @@ def test_our_placements_read_as_sailors_plans_and_back():
     assert from_sailor_plan(body, view, job) == pipe
 
 
+def test_sailors_mixed_gpu_runs_read_as_our_placements_with_their_layer_split():
+    """benchmarks/sailor_mixed_gpus: each server of a run is a domain; a pipeline keeps the
+    transformer layers Sailor gave each stage (as a split, written back the same), replicas
+    their servers in order, and a plan whose stages' replicas mix kinds has no placement."""
+    from benchmarks.sailor_mixed_gpus import as_placement, as_sailor, used_servers
+
+    def vm(kind: str) -> list:
+        return [[[kind, 8, "zone"]], 8]
+
+    pipe = {
+        "zone": "zone",
+        "mbs": 2,
+        "gbs": 256,
+        "pipeline_list": [
+            {
+                "num_stages": 2,
+                "layers_per_stage": [list(range(12)), list(range(12, 26))],
+                "tmp_per_stage": [[vm("RTX-3090")], [vm("RTX-2080")]],
+                "dp": [1, 1],
+            }
+        ],
+    }
+    data = {
+        **pipe,
+        "pipeline_list": [
+            {
+                "num_stages": 1,
+                "layers_per_stage": [list(range(26))],
+                "tmp_per_stage": [[vm("RTX-2080"), vm("Titan-RTX"), vm("RTX-2080")]],
+                "dp": [3],
+            }
+        ],
+    }
+    mixed = {
+        **pipe,
+        "pipeline_list": [
+            {
+                **pipe["pipeline_list"][0],
+                "tmp_per_stage": [[vm("RTX-3090"), vm("RTX-2080")]] * 2,
+                "dp": [2, 2],
+            }
+        ],
+    }
+    assert used_servers(data) == [("RTX-2080", 0), ("Titan-RTX", 0), ("RTX-2080", 1)]
+    names = ["rtx-3090-0", "rtx-2080-0", "titan-rtx-0", "rtx-2080-1"]
+    a = catalog.accelerator("A100-40GB")
+    view = ClusterView(
+        tuple(DomainView(n, a, 8, a.scaleup_gbs, 100, 1.0) for n in names),
+        np.full((4, 4), 10.0),
+        np.full((4, 4), 1.0),
+        np.zeros((4, 4)),
+    )
+    arch = catalog.model("opt-350m")
+    job = JobSpec("opt", arch, 256, arch.seq_len, 1, 32)
+    p = as_placement(pipe, job, view)
+    assert (p.kind, p.names, p.gpus, p.split) == ("pipeline", tuple(names[:2]), (8, 8), (11, 13))
+    back = as_sailor(p, view, arch, "zone")["pipeline_list"][0]["layers_per_stage"]
+    assert back == pipe["pipeline_list"][0]["layers_per_stage"]
+    r = as_placement(data, job, view)
+    assert (r.kind, r.names, r.split) == ("data", ("rtx-2080-0", "titan-rtx-0", "rtx-2080-1"), ())
+    assert as_placement(mixed, job, view) is None
+
+
 def test_a_ring_is_written_from_after_its_slowest_hop():
     """Sailor's simulator leaves out the hop back to a list's first replica: our ring is
     written so that hop is its slowest one-connection hop, the ring and its direction kept."""
