@@ -71,12 +71,12 @@ def used_servers(run: dict) -> list[tuple[str, int]]:
     return out
 
 
-def name(kind: str, i: int) -> str:
+def name(gpu: str, i: int) -> str:
     """A server's domain name: its kind, lower case, and its index among that kind's."""
-    return f"{kind.lower()}-{i}"
+    return f"{gpu.lower()}-{i}"
 
 
-def kind(server: str) -> str:
+def kind_of(server: str) -> str:
     """The kind of a server (Sailor's name) from its domain name."""
     return next(k for k in KINDS if server.rsplit("-", 1)[0] == k.lower())
 
@@ -176,11 +176,11 @@ def as_sailor(p: Placement, view: ClusterView, arch, zone: str) -> dict:
         else ()
     )
     stages = sailor_layers(arch, plan.pp, counts)
-    kind_of = [kind(view.domains[d].name) for d in p.domains]
+    kinds = [kind_of(view.domains[d].name) for d in p.domains]
     if p.kind == PIPELINE:
-        per_stage = [[kind_of[p.names.index(d)]] * plan.dp for d in p.stage_to_domain]
+        per_stage = [[kinds[p.names.index(d)]] * plan.dp for d in p.stage_to_domain]
     else:
-        replicas = [k for k, g in zip(kind_of, p.gpus, strict=True) for _ in range(g // plan.tp)]
+        replicas = [k for k, g in zip(kinds, p.gpus, strict=True) for _ in range(g // plan.tp)]
         per_stage = [replicas] * plan.pp
     return {
         "pipeline_list": [
@@ -237,7 +237,9 @@ def mixed(root: Path, checkout: Path) -> None:
             ],
         },
     )["results"]
-    fidelity, planned, errs = [], [], {"sailor": [], "ours": []}
+    fidelity: list[list] = []
+    planned: list[list] = []
+    errs: dict[str, list[float]] = {"sailor": [], "ours": []}
     for i, (run, job, view, theirs, ours, free, cpu_s) in enumerate(found):
         real, sim_theirs, sim_ours = run["real"], sims[2 * i], sims[2 * i + 1]
         label = Path(run["file"]).stem.replace("plan_config_", "")
@@ -264,11 +266,11 @@ def mixed(root: Path, checkout: Path) -> None:
                 describe(ours, run),
                 f"{sim_ours['iteration_s']:.2f}",
                 "yes" if sim_ours["fits"] else "NO",
-                f"{ours.estimate.step_time_s:.2f}",
+                f"{step_s(ours):.2f}",
                 f"{sim_theirs['iteration_s']:.2f}",
                 f"{real:.2f}",
                 describe(free, run),
-                f"{free.estimate.step_time_s:.2f}",
+                f"{step_s(free):.2f}",
                 f"{cpu_s:.2f}",
             ]
         )
@@ -318,6 +320,12 @@ def mixed(root: Path, checkout: Path) -> None:
         "released planner cannot plan these servers (its GPU memory table has A100-40, V100-16 "
         "and GH-96 only, and one GPU kind's TP degrees).",
     )
+
+
+def step_s(p: Placement) -> float:
+    """A search's pick's step, as the search estimated it."""
+    assert p.estimate is not None, "the search estimates what it returns"
+    return p.estimate.step_time_s
 
 
 def describe(p: Placement | None, run: dict) -> str:
