@@ -350,6 +350,25 @@ def test_deepspeeds_blocking_sends_wait_for_every_transfer_by_hand():
     assert blocking.overlapped_s["pp_comm"][0] == 0.0 < hidden.overlapped_s["pp_comm"][0]
 
 
+def test_beside_one_wan_crossing_a_blocking_stage_waits_on_the_wan_one_side_only():
+    """Four DeepSpeed stages over two domains (one crossing): the stages beside it wait for
+    two transfers a micro-batch over the WAN and two inside their domain, not four over the
+    WAN as with a stage between two crossings (every stage in its own domain). With m
+    micro-batches, the WAN's extra over a pipeline inside one domain is 2m + 2 transfers'
+    difference (sends, and the fill's one crossing) against 4m + 6 with three crossings."""
+    arch = catalog.model("llama2-7b")  # no tied embedding to reduce between the ends
+    plan = Plan(dp=1, tp=4, pp=4, micro_batch=1, zero=0, dtype="tf32")
+
+    def pp_comm(crossings: int, gbps: float) -> float:
+        wan = WanUse(pp_crossings=crossings, pp_gbps=gbps)
+        return one(arch, 8, plan, stack=DEEPSPEED, wan=wan)[0].breakdown_s["pp_comm"][0]
+
+    comm = {k: pp_comm(k, gbps) for k, gbps in ((0, np.inf), (1, 10.0), (3, 10.0))}
+    m = 8
+    ratio = (comm[1] - comm[0]) / (comm[3] - comm[0])
+    assert ratio == pytest.approx((2 * m + 2) / (4 * m + 6), rel=1e-9), comm
+
+
 def test_a_flat_ring_through_one_capped_connection_a_node_by_hand():
     """DeepSpeed reduces over one flat ring. With TP 1 the four ranks of a 4-GPU VM pass the
     ring on through a single connection between VMs (19.4 Gbit/s, as Sailor measures one GPU

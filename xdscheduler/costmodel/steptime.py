@@ -511,9 +511,15 @@ def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, t_
         hidden = np.where(has_pp, micro_batches * np.minimum(link_busy, t_mb), 0.0)
     else:
         # Blocking sends and receives: an end stage waits for its activations out and their
-        # gradients back each micro-batch, a middle stage for both ways on both sides.
-        transfers = np.where(pp > 2, 4.0, 2.0)
-        exposed = np.where(has_pp, micro_batches * transfers * link_busy + fill, 0.0)
+        # gradients back each micro-batch, a middle stage for both ways on both sides. Beside
+        # a pipeline's one WAN crossing, a stage's other side is inside its domain; with more
+        # crossings a stage may sit between two, and the slowest stands for both.
+        intra_busy = vp * p2p_intra
+        beside = np.where(crossings == 1, intra_busy, link_busy)
+        busiest = np.where(
+            pp > 2, np.maximum(2 * (link_busy + beside), 4 * intra_busy), 2 * link_busy
+        )
+        exposed = np.where(has_pp, micro_batches * busiest + fill, 0.0)
         hidden = 0.0 * pp
     if arch.tied_embeddings:
         # The first and last stages both hold the tied embedding: they all-reduce its
