@@ -136,6 +136,32 @@ def test_the_graph_draws_each_domain_and_link_coloured_by_bandwidth_over_lease()
     strokes = re.findall(r'data-link="[\w-]+"[^>]*>\s*<line[^>]*stroke="(#\w+)"', svg)
     assert strokes == [link_color(0.95), link_color(0.5)] and link_color(0.5) != link_color(0.8)
     assert 'data-domain="c" data-up="0"' in svg
+    assert "data-sent" not in svg and "the jobs sent" not in svg
+
+
+def test_the_graph_draws_what_jobs_sent_over_a_link_as_wide_as_its_share():
+    """A link with traffic gets a dashed line over it (its width grows with the share of the
+    lease sent) and a label; a link without stays as it was."""
+    domains = [
+        {"name": n, "accelerator": "H100-SXM", "total": 8, "allocated": 0, "up": True}
+        for n in "abc"
+    ]
+    links = [
+        {"a": "a", "b": "b", "bandwidth_gbps": 10, "leased_gbps": 10, "rtt_ms": 5},
+        {"a": "a", "b": "c", "bandwidth_gbps": 10, "leased_gbps": 10, "rtt_ms": 5},
+    ]
+    busy = [{**links[0], "sent_gbps": 7.5}, {**links[1], "sent_gbps": 2.5}]
+    svg = graph_svg(domains, busy)
+    assert re.findall(r'data-link="([\w-]+)"[^>]*data-sent="([\d.]+)"', svg) == [
+        ("a-b", "7.500"),
+        ("a-c", "2.500"),
+    ]
+    widths = [float(w) for w in re.findall(r'stroke="#6a1b9a"[^>]*stroke-width="([\d.]+)"', svg)]
+    assert widths == pytest.approx([1.0 + 5.0 * 0.75, 1.0 + 5.0 * 0.25], abs=0.05)
+    assert "sent 7.5" in svg
+    assert "the jobs sent" in svg  # the legend says what the dashes are
+    quiet = graph_svg(domains, [{**links[0], "sent_gbps": None}, links[1]])
+    assert "data-sent" not in quiet
 
 
 def test_the_dashboard_sections_show_running_jobs_and_the_queue(engine):

@@ -3,6 +3,8 @@ others leave it, and a policy places new jobs on the links as running ones leave
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -115,4 +117,8 @@ def test_a_study_reports_what_its_jobs_sent_over_each_link(tmp_path):
     assert set(traffic["link"]) == {"a-b"} and set(traffic["policy"]) == {"planner"}
     assert (traffic["gbps"] > 0.5).all() and (traffic["share"] <= 1).all()
     assert (traffic["jobs"] == 1).all()  # 96 of 128 accelerators: one at a time
-    assert "WAN links the jobs shared" in (tmp_path / "s" / "report.html").read_text()
+    page = (tmp_path / "s" / "report.html").read_text()
+    assert "WAN links the jobs shared" in page
+    # the resource graph draws it on the link: its mean while the jobs sent, as the table
+    (drawn,) = re.findall(r'data-link="a-b"[^>]*data-sent="([\d.]+)"', page)
+    assert float(drawn) == pytest.approx(traffic["gbps"].mean(), abs=1e-3)

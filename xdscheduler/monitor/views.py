@@ -30,8 +30,10 @@ def _env() -> jinja2.Environment:
 
 def graph_svg(domains: list[dict], links: list[dict], title: str = "") -> str:
     """Domains as nodes sized by capacity and filled by the share allocated, links coloured by
-    bandwidth now against the lease; placed by latitude and longitude when every domain has
-    them, else on a circle. Each element carries `data-domain` or `data-link`."""
+    bandwidth now against the lease, and where a link gives `sent_gbps` (what jobs sent over
+    it) a line over it as wide as that share of the lease; placed by latitude and longitude
+    when every domain has them, else on a circle. Each element carries `data-domain` or
+    `data-link`."""
     width, height = GRAPH_SIZE
     pos = _layout(domains, width, height)
     biggest = max((d["total"] for d in domains), default=1) or 1
@@ -65,8 +67,12 @@ def graph_svg(domains: list[dict], links: list[dict], title: str = "") -> str:
                 "ratio": ratio,
                 "color": link_color(ratio),
                 "width": 1.5 + 4.5 * math.log1p(lk["leased_gbps"]) / math.log1p(top),
+                "sent": lk.get("sent_gbps") or 0.0,
             }
         )
+        sent_share = edges[-1]["sent"] / lk["leased_gbps"] if lk["leased_gbps"] else 0.0
+        edges[-1]["sent_width"] = 1.0 + 5.0 * min(sent_share, 1.0)
+        edges[-1]["labels"] = _beside((x1, y1), (x2, y2))
     return (
         _env()
         .get_template("graph.svg.j2")
@@ -78,8 +84,25 @@ def graph_svg(domains: list[dict], links: list[dict], title: str = "") -> str:
             title=title,
             ok=LINK_OK,
             low=LINK_LOW,
+            sent=any(e["sent"] > 0 for e in edges),
         )
     )
+
+
+def _beside(a: tuple[float, float], b: tuple[float, float], gap: float = 7.0) -> list[dict]:
+    """Where a link's two labels go: either side of its middle, off the line (the bandwidth
+    on one side, what was sent on the other), anchored away from it."""
+    (x1, y1), (x2, y2) = a, b
+    length = math.hypot(x2 - x1, y2 - y1) or 1.0
+    nx, ny = (y1 - y2) / length, (x2 - x1) / length  # the line's normal
+    out = []
+    for side in (1.0, -1.0):
+        dx, dy = side * nx, side * ny
+        anchor = "middle" if abs(dx) < 0.5 else ("start" if dx > 0 else "end")
+        x = (x1 + x2) / 2 + gap * dx
+        y = (y1 + y2) / 2 + gap * dy + (4.0 if dy > 0.5 else 0.0 if dy > -0.5 else -2.0)
+        out.append({"x": x, "y": y, "anchor": anchor})
+    return out
 
 
 def link_color(ratio: float) -> str:

@@ -125,7 +125,7 @@ def write_report(
     }
     if segments is not None:
         writers["gantt.png"] = lambda p: _save(gantt(segments, _capacity(topology, domains)), p)
-    graphs = _graphs(topology, domains, links) if topology else ""
+    graphs = _graphs(topology, domains, links, traffic) if topology else ""
     shared = _traffic_table(traffic) if traffic is not None else ""
     # Last: the page embeds the PNGs written above.
     writers["report.html"] = lambda p: p.write_text(
@@ -523,9 +523,12 @@ def _packed(rows: pd.DataFrame, capacity: dict[str, int]) -> list[tuple]:
     return bars
 
 
-def _graphs(topology: dict, domains: pd.DataFrame, links: pd.DataFrame) -> str:
+def _graphs(
+    topology: dict, domains: pd.DataFrame, links: pd.DataFrame, traffic: pd.DataFrame | None
+) -> str:
     """Each policy's resource graph: domains filled by the mean share allocated over the study,
-    links coloured by their mean bandwidth over the lease."""
+    links coloured by their mean bandwidth over the lease, and what the policy's jobs sent
+    over each (its mean over the samples it carried traffic, as the links' table gives it)."""
     from xdscheduler.monitor.views import graph_svg
 
     mean_bw = links.groupby("link")["bandwidth_gbps"].mean() if not links.empty else {}
@@ -540,15 +543,29 @@ def _graphs(topology: dict, domains: pd.DataFrame, links: pd.DataFrame) -> str:
             {**d, "allocated": round(float(busy.get(d["name"], 0.0))), "up": True}
             for d in topology["domains"]
         ]
+        sent = _sent(traffic, str(policy))
+        mine = [
+            {**e, "sent_gbps": sent.get(f"{e['a']}-{e['b']}", sent.get(f"{e['b']}-{e['a']}"))}
+            for e in edges
+        ]
         out.append(
             f'<figure class="graph" data-policy="{html.escape(str(policy))}">'
-            f"{graph_svg(nodes, edges, title=str(policy))}</figure>"
+            f"{graph_svg(nodes, mine, title=str(policy))}</figure>"
         )
     return (
         "<h2>Resource graph</h2><p>Per policy: each domain filled by the mean share of its "
         "accelerators allocated over the study; each link by its mean bandwidth over the "
-        f'lease.</p><div class="graphs">{"".join(out)}</div>'
+        "lease, and dashed, by the mean Gbit/s the policy's jobs sent over it while they did "
+        f'(the busier direction).</p><div class="graphs">{"".join(out)}</div>'
     )
+
+
+def _sent(traffic: pd.DataFrame | None, policy: str) -> dict[str, float]:
+    """Per WAN link, the mean Gbit/s a policy's jobs sent over it while they did."""
+    if traffic is None or traffic.empty:
+        return {}
+    mine = traffic[traffic["policy"] == policy]
+    return {str(k): float(v) for k, v in mine.groupby("link")["gbps"].mean().items()}
 
 
 def _html(summary: dict, paths: dict[str, Path], graphs: str = "") -> str:
