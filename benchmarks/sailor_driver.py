@@ -7,8 +7,9 @@ compiled from the checkout's sources into a cache folder.
 
 Requests:
   {"op": "simulate", "model": "OPT-350", "gbs": 1024, "plans": [{"pipeline_list": ..., "mbs":
-   ..}, ...], "gpu_memory": true}   each plan's iteration time under Sailor's simulator, and
-   whether it fits Sailor's memory model (check_config_fits)
+   ..}, ...], "gpu_memory": true}   each plan's iteration time under Sailor's simulator,
+   whether it fits Sailor's memory model (check_config_fits), and the most bytes that model
+   gives one of its GPUs
   {"op": "plan", "model": "OPT-350", "gpu": "A100-40", "zones": {...}, "sizes": [8, 16, 32]}
    Sailor's pick at each size: the first of its planner's sorted plans that fits its memory
    model (as Sailor's simulations/simulator.py chooses), with the seconds of set-up (import,
@@ -104,9 +105,25 @@ def simulate(root: Path, req: dict) -> dict:
         body = {"pipeline_list": plan["pipeline_list"], "mbs": plan["mbs"]}
         seconds, cost, _ = sim.simulate_iteration_time(body)
         out.append(
-            {"iteration_s": seconds, "comm_cost": cost, "fits": bool(sim.check_config_fits(body))}
+            {
+                "iteration_s": seconds,
+                "comm_cost": cost,
+                "fits": bool(sim.check_config_fits(body)),
+                "memory_bytes": _most_memory(sim, body),
+            }
         )
     return {"results": out}
+
+
+def _most_memory(sim, body: dict) -> float:
+    """The most memory Sailor's model gives any GPU of the plan: each stage at each of its TP
+    degrees, as its validation (validate.py, --simulate_mem) takes it."""
+    stages = body["pipeline_list"][0]["tmp_per_stage"]
+    return max(
+        float(sim.get_memory_footprint_on_gpu(body, stage, tp))
+        for stage, configs in enumerate(stages)
+        for _vms, tp in configs
+    )
 
 
 def plan(root: Path, req: dict) -> dict:

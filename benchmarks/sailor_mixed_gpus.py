@@ -239,16 +239,19 @@ def mixed(root: Path, checkout: Path) -> None:
     )["results"]
     fidelity: list[list] = []
     planned: list[list] = []
-    errs: dict[str, list[float]] = {"sailor": [], "ours": []}
+    errs: dict[str, list[float]] = {k: [] for k in ("sailor", "ours", "sailor memory", "memory")}
     for i, (run, job, view, theirs, ours, free, cpu_s) in enumerate(found):
         real, sim_theirs, sim_ours = run["real"], sims[2 * i], sims[2 * i + 1]
         label = Path(run["file"]).stem.replace("plan_config_", "")
-        ours_on_theirs = (
-            estimate_placement(theirs, job, view, opts).step_time_s if theirs is not None else None
-        )
+        est = estimate_placement(theirs, job, view, opts) if theirs is not None else None
+        ours_on_theirs = est.step_time_s if est is not None else None
+        measured_gib = run["max_mem"] / 2**30  # torch's most allocated on any of its GPUs
         errs["sailor"].append(sim_theirs["iteration_s"] / real - 1)
-        if ours_on_theirs is not None:
-            errs["ours"].append(ours_on_theirs / real - 1)
+        sailor_gib = sim_theirs["memory_bytes"] / 2**30
+        errs["sailor memory"].append(sailor_gib / measured_gib - 1)
+        if est is not None:
+            errs["ours"].append(est.step_time_s / real - 1)
+            errs["memory"].append(est.memory_gib_per_gpu / measured_gib - 1)
         fidelity.append(
             [
                 label,
@@ -258,6 +261,9 @@ def mixed(root: Path, checkout: Path) -> None:
                 f"{errs['sailor'][-1]:+.1%}",
                 f"{ours_on_theirs:.2f}" if ours_on_theirs is not None else "-",
                 f"{ours_on_theirs / real - 1:+.1%}" if ours_on_theirs is not None else "-",
+                f"{measured_gib:.1f}",
+                f"{sailor_gib:.1f}",
+                f"{est.memory_gib_per_gpu:.1f}" if est is not None else "-",
             ]
         )
         planned.append(
@@ -276,7 +282,18 @@ def mixed(root: Path, checkout: Path) -> None:
         )
     print_table(
         f"Sailor's {len(runs)} measured runs on mixed GPUs (OPT-350M, fp32): iteration seconds",
-        ["run", "plan", "measured", "Sailor sim", "err", "ours", "err"],
+        [
+            "run",
+            "plan",
+            "measured",
+            "Sailor sim",
+            "err",
+            "ours",
+            "err",
+            "mem GiB",
+            "Sailor GiB",
+            "ours GiB",
+        ],
         fidelity,
     )
     print()
@@ -293,6 +310,8 @@ def mixed(root: Path, checkout: Path) -> None:
             for k, label in (
                 ("sailor", "Sailor's simulator (its profile of each kind)"),
                 ("ours", "ours (the same profiles; the plans we can express)"),
+                ("sailor memory", "Sailor's memory model against the runs' most allocated"),
+                ("memory", "our memory against the runs' most allocated"),
             )
         ],
     )
