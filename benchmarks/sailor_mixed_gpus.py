@@ -29,7 +29,7 @@ import argparse
 import json
 import os
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 from pathlib import Path
 
@@ -206,96 +206,63 @@ def options(checkout: Path, arch) -> SearchOptions:
     return SearchOptions(dtype=DTYPE, stack=STACK, layers=layers)
 
 
+@dataclass
+class Case:
+    """One run: its servers as our view, its plan as our placement (None: not expressible),
+    our search's picks on those servers, and what Sailor's simulator said of its plan and of
+    our readable pick."""
+
+    run: dict
+    job: JobSpec
+    view: ClusterView
+    theirs: Placement | None
+    ours: Placement  # held to what Sailor's simulator reads
+    free: Placement
+    search_cpu_s: float
+    sim_theirs: dict = field(default_factory=dict)
+    sim_ours: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return Path(self.run["file"]).stem.replace("plan_config_", "")
+
+
+def planned(checkout: Path, run: dict, opts: SearchOptions) -> Case:
+    """The run's servers, its plan as ours, and our two picks there."""
+    job, view = scenario(checkout, run)
+    # as Sailor's simulator reads a plan: a TP group fills the GPUs taken on its server, and
+    # replicas take as many micro-batches each (so no split by speed)
+    tp = run["pipeline_list"][0]["tmp_per_stage"][0][0][1]
+    readable = replace(opts, tensor=(tp,), balance=False)
+    ours = search(job, view, THROUGHPUT_ONLY, readable, pareto=False).best
+    t0 = time.process_time()
+    free = search(job, view, THROUGHPUT_ONLY, opts, pareto=False).best
+    cpu_s = time.process_time() - t0
+    return Case(run, job, view, as_placement(run, job, view), ours, free, cpu_s)
+
+
+def simulated(root: Path, cases: list[Case], arch) -> None:
+    """Sailor's simulator on each run's plan and on our readable pick, in one child."""
+    bodies = [
+        {**body, "gbs": c.run["gbs"]}
+        for c in cases
+        for body in (
+            {k: c.run[k] for k in ("zone", "pipeline_list", "mbs")},
+            as_sailor(c.ours, c.view, arch, c.run["zone"]),
+        )
+    ]
+    sims = driver(root, {"op": "simulate", "model": SAILOR_MODEL, "plans": bodies})["results"]
+    for c, theirs, ours in zip(cases, sims[::2], sims[1::2], strict=True):
+        c.sim_theirs, c.sim_ours = theirs, ours
+
+
 def mixed(root: Path, checkout: Path) -> None:
     runs = driver(root, {"op": "runs", "cluster": "mit"})["runs"]
     arch = catalog.model(OUR_MODEL)
     opts = options(checkout, arch)
-    found = []
-    for run in runs:
-        job, view = scenario(checkout, run)
-        theirs = as_placement(run, job, view)
-        # as Sailor's simulator reads a plan: a TP group fills the GPUs taken on its server,
-        # and replicas take as many micro-batches each (so no split by speed)
-        tp = run["pipeline_list"][0]["tmp_per_stage"][0][0][1]
-        readable = replace(opts, tensor=(tp,), balance=False)
-        ours = search(job, view, THROUGHPUT_ONLY, readable, pareto=False).best
-        t0 = time.process_time()
-        free = search(job, view, THROUGHPUT_ONLY, opts, pareto=False).best
-        found.append((run, job, view, theirs, ours, free, time.process_time() - t0))
-    sims = driver(
-        root,
-        {
-            "op": "simulate",
-            "model": SAILOR_MODEL,
-            "plans": [
-                {**body, "gbs": run["gbs"]}
-                for run, _, view, _, ours, _, _ in found
-                for body in (
-                    {k: run[k] for k in ("zone", "pipeline_list", "mbs")},
-                    as_sailor(ours, view, arch, run["zone"]),
-                )
-            ],
-        },
-    )["results"]
-    fidelity: list[list] = []
-    planned: list[list] = []
-    errs: dict[str, list[float]] = {k: [] for k in ("sailor", "ours", "sailor memory", "memory")}
-    for i, (run, job, view, theirs, ours, free, cpu_s) in enumerate(found):
-        real, sim_theirs, sim_ours = run["real"], sims[2 * i], sims[2 * i + 1]
-        label = Path(run["file"]).stem.replace("plan_config_", "")
-        est = estimate_placement(theirs, job, view, opts) if theirs is not None else None
-        ours_on_theirs = est.step_time_s if est is not None else None
-        measured_gib = run["max_mem"] / 2**30  # torch's most allocated on any of its GPUs
-        errs["sailor"].append(sim_theirs["iteration_s"] / real - 1)
-        sailor_gib = sim_theirs["memory_bytes"] / 2**30
-        errs["sailor memory"].append(sailor_gib / measured_gib - 1)
-        if est is not None:
-            errs["ours"].append(est.step_time_s / real - 1)
-            errs["memory"].append(est.memory_gib_per_gpu / measured_gib - 1)
-        fidelity.append(
-            [
-                label,
-                describe(theirs, run),
-                f"{real:.2f}",
-                f"{sim_theirs['iteration_s']:.2f}",
-                f"{errs['sailor'][-1]:+.1%}",
-                f"{ours_on_theirs:.2f}" if ours_on_theirs is not None else "-",
-                f"{ours_on_theirs / real - 1:+.1%}" if ours_on_theirs is not None else "-",
-                f"{measured_gib:.1f}",
-                f"{sailor_gib:.1f}",
-                f"{est.memory_gib_per_gpu:.1f}" if est is not None else "-",
-            ]
-        )
-        planned.append(
-            [
-                label,
-                describe(ours, run),
-                f"{sim_ours['iteration_s']:.2f}",
-                "yes" if sim_ours["fits"] else "NO",
-                f"{step_s(ours):.2f}",
-                f"{sim_theirs['iteration_s']:.2f}",
-                f"{real:.2f}",
-                describe(free, run),
-                f"{step_s(free):.2f}",
-                f"{cpu_s:.2f}",
-            ]
-        )
-    print_table(
-        f"Sailor's {len(runs)} measured runs on mixed GPUs (OPT-350M, fp32): iteration seconds",
-        [
-            "run",
-            "plan",
-            "measured",
-            "Sailor sim",
-            "err",
-            "ours",
-            "err",
-            "mem GiB",
-            "Sailor GiB",
-            "ours GiB",
-        ],
-        fidelity,
-    )
+    cases = [planned(checkout, run, opts) for run in runs]
+    simulated(root, cases, arch)
+    errs = fidelity(cases, opts)
     print()
     print_table(
         "Error (|model/measured - 1|)",
@@ -316,6 +283,73 @@ def mixed(root: Path, checkout: Path) -> None:
         ],
     )
     print()
+    picks(cases)
+
+
+def fidelity(cases: list[Case], opts: SearchOptions) -> dict[str, list[float]]:
+    """Each run's time and memory, measured and under both models; the errors."""
+    rows: list[list] = []
+    errs: dict[str, list[float]] = {k: [] for k in ("sailor", "ours", "sailor memory", "memory")}
+    for c in cases:
+        real, sim = c.run["real"], c.sim_theirs
+        est = estimate_placement(c.theirs, c.job, c.view, opts) if c.theirs else None
+        measured_gib = c.run["max_mem"] / 2**30  # torch's most allocated on any of its GPUs
+        sailor_gib = sim["memory_bytes"] / 2**30
+        errs["sailor"].append(sim["iteration_s"] / real - 1)
+        errs["sailor memory"].append(sailor_gib / measured_gib - 1)
+        if est is not None:
+            errs["ours"].append(est.step_time_s / real - 1)
+            errs["memory"].append(est.memory_gib_per_gpu / measured_gib - 1)
+        rows.append(
+            [
+                c.label,
+                describe(c.theirs, c.run),
+                f"{real:.2f}",
+                f"{sim['iteration_s']:.2f}",
+                f"{errs['sailor'][-1]:+.1%}",
+                f"{est.step_time_s:.2f}" if est else "-",
+                f"{errs['ours'][-1]:+.1%}" if est else "-",
+                f"{measured_gib:.1f}",
+                f"{sailor_gib:.1f}",
+                f"{est.memory_gib_per_gpu:.1f}" if est else "-",
+            ]
+        )
+    print_table(
+        f"Sailor's {len(cases)} measured runs on mixed GPUs (OPT-350M, fp32): iteration seconds",
+        [
+            "run",
+            "plan",
+            "measured",
+            "Sailor sim",
+            "err",
+            "ours",
+            "err",
+            "mem GiB",
+            "Sailor GiB",
+            "ours GiB",
+        ],
+        rows,
+    )
+    return errs
+
+
+def picks(cases: list[Case]) -> None:
+    """Our picks on each run's servers beside the run's own plan."""
+    rows = [
+        [
+            c.label,
+            describe(c.ours, c.run),
+            f"{c.sim_ours['iteration_s']:.2f}",
+            "yes" if c.sim_ours["fits"] else "NO",
+            f"{step_s(c.ours):.2f}",
+            f"{c.sim_theirs['iteration_s']:.2f}",
+            f"{c.run['real']:.2f}",
+            describe(c.free, c.run),
+            f"{step_s(c.free):.2f}",
+            f"{c.search_cpu_s:.2f}",
+        ]
+        for c in cases
+    ]
     print_table(
         "Our pick on each run's servers (as many GPUs as the run took on each), seconds per "
         "iteration",
@@ -331,7 +365,7 @@ def mixed(root: Path, checkout: Path) -> None:
             "our model",
             "search CPU s",
         ],
-        planned,
+        rows,
         note="As Sailor's simulator reads a plan, each replica's TP group fills the GPUs the "
         "run took on its server and replicas take as many micro-batches each. Free, our search "
         "may also put several replicas on one server and split work by speed; Sailor's "
