@@ -180,7 +180,11 @@ def main(argv: list[str] | None = None) -> None:
         shutil.rmtree(folder, ignore_errors=True)
     lost = killed[0] if killed else None
     down = [e["domain"] for e in events if e["event"] == "domain_down"]
-    found_after = [e["time"] - killed[1] for e in events if e["event"] == "domain_down" and killed]
+    found_after = [
+        e["time"] - killed[1]
+        for e in events
+        if killed and e["event"] == "domain_down" and e["domain"] == killed[0]
+    ]
     suspect = [e for e in events if e["event"] == "domain_suspect"]
     cleared = [e for e in events if e["event"] == "domain_cleared"]
     hit = [n for n, ev in job_events.items() if any(e["event"] == "requeued" for e in ev)]
