@@ -73,7 +73,9 @@ def fastest_on(
         return None
     offered = view.with_free({view.names[i]: gpus.get(i, 0) for i in range(len(view.domains))})
     sized = replace(job, gpus_min=least, gpus_max=min(job.gpus_max, total))
-    opts = uneven_if_needed(job, view, replace(ONLINE, max_domains=max(len(gpus), 1), kinds=kinds))
+    # over domains of different speeds, work split by speed: the fastest plan for what it takes
+    spread = replace(ONLINE, max_domains=max(len(gpus), 1), kinds=kinds, balance=len(gpus) > 1)
+    opts = uneven_if_needed(job, view, spread)
     ev = evaluate_space(sized, offered, THROUGHPUT_ONLY, opts)
     # the fastest: the first best, as `search` ranks (no ranking, alternatives or text needed)
     return (
