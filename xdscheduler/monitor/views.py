@@ -55,7 +55,9 @@ def graph_svg(domains: list[dict], links: list[dict], title: str = "") -> str:
     top = max((lk["leased_gbps"] for lk in links), default=1.0)
     edges = []
     for lk in links:
-        ratio = lk["bandwidth_gbps"] / lk["leased_gbps"] if lk["leased_gbps"] else 0.0
+        leased = lk["leased_gbps"]
+        ratio = lk["bandwidth_gbps"] / leased if leased else 0.0
+        sent = lk.get("sent_gbps") or 0.0
         (x1, y1), (x2, y2) = where[lk["a"]], where[lk["b"]]
         edges.append(
             {
@@ -66,13 +68,12 @@ def graph_svg(domains: list[dict], links: list[dict], title: str = "") -> str:
                 "y2": y2,
                 "ratio": ratio,
                 "color": link_color(ratio),
-                "width": 1.5 + 4.5 * math.log1p(lk["leased_gbps"]) / math.log1p(top),
-                "sent": lk.get("sent_gbps") or 0.0,
+                "width": 1.5 + 4.5 * math.log1p(leased) / math.log1p(top),
+                "sent": sent,
+                "sent_width": 1.0 + 5.0 * min(sent / leased if leased else 0.0, 1.0),
+                "labels": _beside((x1, y1), (x2, y2)),
             }
         )
-        sent_share = edges[-1]["sent"] / lk["leased_gbps"] if lk["leased_gbps"] else 0.0
-        edges[-1]["sent_width"] = 1.0 + 5.0 * min(sent_share, 1.0)
-        edges[-1]["labels"] = _beside((x1, y1), (x2, y2))
     return (
         _env()
         .get_template("graph.svg.j2")
@@ -100,6 +101,7 @@ def _beside(a: tuple[float, float], b: tuple[float, float], gap: float = 7.0) ->
         dx, dy = side * nx, side * ny
         anchor = "middle" if abs(dx) < 0.5 else ("start" if dx > 0 else "end")
         x = (x1 + x2) / 2 + gap * dx
+        # text rises from its baseline: a label under the line goes down more to clear it
         y = (y1 + y2) / 2 + gap * dy + (4.0 if dy > 0.5 else 0.0 if dy > -0.5 else -2.0)
         out.append({"x": x, "y": y, "anchor": anchor})
     return out
