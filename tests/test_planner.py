@@ -912,6 +912,23 @@ def test_sailors_mixed_gpu_runs_read_as_our_placements_with_their_layer_split():
     assert as_placement(mixed, job, view) is None
 
 
+def test_the_sailor_benchmarks_skip_with_a_reason_without_a_checkout(tmp_path, monkeypatch, capsys):
+    """Without a checkout of Sailor (none named, or a folder that is not one) both benchmarks
+    say so in one line and stop: nothing of Sailor's is shipped here to fall back on."""
+    import sys
+
+    from benchmarks import sailor_mixed_gpus, sailor_side_by_side
+
+    monkeypatch.delenv("SAILOR_DIR", raising=False)
+    for module in (sailor_mixed_gpus, sailor_side_by_side):
+        for argv in ([], [str(tmp_path)]):
+            monkeypatch.setattr(sys, "argv", [module.__name__, *argv])
+            module.main()
+            out = capsys.readouterr().out.strip()
+            assert out.startswith("skipped: ") and "\n" not in out, out
+            assert ("not a checkout of Sailor" in out) == bool(argv), out
+
+
 def test_a_ring_is_written_from_after_its_slowest_hop():
     """Sailor's simulator leaves out the hop back to a list's first replica: our ring is
     written so that hop is its slowest one-connection hop, the ring and its direction kept."""
