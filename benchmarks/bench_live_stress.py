@@ -209,7 +209,11 @@ def main(argv: list[str] | None = None) -> None:
     rows = [
         ["domains found down", len(down), f"killed: {lost}"],
         ["false 'down' (not the killed domain)", sum(d != lost for d in down), ""],
-        ["found down after the kill (s)", len(found_after), down_verdict(found_after)],
+        [
+            "found down after the kill (s)",
+            len(found_after),
+            verdict(min(found_after, default=None), DOWN_TARGET_S, digits=2),
+        ],
         ["suspicions (phi or an agent error)", len(suspect), ""],
         ["  refuted by the second path", len(cleared), "the domain kept its jobs"],
         [
@@ -241,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
         [
             "cancel at the end (worst, s)",
             len(cancel_s),
-            cancel_verdict(cancel_s),
+            verdict(max(cancel_s, default=None), CANCEL_TARGET_S),
         ],
     ]
     how = "stress-ng --cpu 4" if shutil.which("stress-ng") else "4 busy processes"
@@ -254,22 +258,12 @@ def main(argv: list[str] | None = None) -> None:
     )
 
 
-def down_verdict(found_after: list[float]) -> str:
-    """Seconds from the raylet's kill to its domain found down, against the target."""
-    if not found_after:
+def verdict(seconds: float | None, target_s: float, digits: int = 1) -> str:
+    """Seconds (None: none measured) against the target the docs promise."""
+    if seconds is None:
         return "-"
-    first = min(found_after)
-    verdict = "met" if first < DOWN_TARGET_S else "NOT met"
-    return f"{first:.2f}: the {DOWN_TARGET_S:g} s the docs promise {verdict}"
-
-
-def cancel_verdict(cancel_s: list[float]) -> str:
-    """The worst cancel's seconds, against the target."""
-    if not cancel_s:
-        return "-"
-    worst = max(cancel_s)
-    verdict = "met" if worst < CANCEL_TARGET_S else "NOT met"
-    return f"{worst:.1f}: the {CANCEL_TARGET_S:g} s the docs promise {verdict}"
+    met = "met" if seconds < target_s else "NOT met"
+    return f"{seconds:.{digits}f}: the {target_s:g} s the docs promise {met}"
 
 
 if __name__ == "__main__":

@@ -7,9 +7,9 @@ compiled from the checkout's sources into a cache folder.
 
 Requests:
   {"op": "simulate", "model": "OPT-350", "gbs": 1024, "plans": [{"pipeline_list": ..., "mbs":
-   ..}, ...], "gpu_memory": true}   each plan's iteration time under Sailor's simulator,
-   whether it fits Sailor's memory model (check_config_fits), and the most bytes that model
-   gives one of its GPUs
+   ..}, ...], "memory": true}   each plan's iteration time under Sailor's simulator, whether
+   it fits Sailor's memory model (check_config_fits), and (asked with "memory") the most bytes
+   that model gives one of its GPUs
   {"op": "plan", "model": "OPT-350", "gpu": "A100-40", "zones": {...}, "sizes": [8, 16, 32]}
    Sailor's pick at each size: the first of its planner's sorted plans that fits its memory
    model (as Sailor's simulations/simulator.py chooses), with the seconds of set-up (import,
@@ -104,14 +104,11 @@ def simulate(root: Path, req: dict) -> dict:
         sim = simulator(root, req["model"], plan.get("gbs", req.get("gbs")), plan["zone"])
         body = {"pipeline_list": plan["pipeline_list"], "mbs": plan["mbs"]}
         seconds, cost, _ = sim.simulate_iteration_time(body)
-        out.append(
-            {
-                "iteration_s": seconds,
-                "comm_cost": cost,
-                "fits": bool(sim.check_config_fits(body)),
-                "memory_bytes": _most_memory(sim, body),
-            }
-        )
+        fits = bool(sim.check_config_fits(body))
+        result = {"iteration_s": seconds, "comm_cost": cost, "fits": fits}
+        if req.get("memory"):
+            result["memory_bytes"] = _most_memory(sim, body)
+        out.append(result)
     return {"results": out}
 
 
@@ -119,11 +116,8 @@ def _most_memory(sim, body: dict) -> float:
     """The most memory Sailor's model gives any GPU of the plan: each stage at each of its TP
     degrees, as its validation (validate.py, --simulate_mem) takes it."""
     stages = body["pipeline_list"][0]["tmp_per_stage"]
-    return max(
-        float(sim.get_memory_footprint_on_gpu(body, stage, tp))
-        for stage, configs in enumerate(stages)
-        for _vms, tp in configs
-    )
+    pairs = {(stage, tp) for stage, configs in enumerate(stages) for _vms, tp in configs}
+    return max(float(sim.get_memory_footprint_on_gpu(body, stage, tp)) for stage, tp in pairs)
 
 
 def plan(root: Path, req: dict) -> dict:

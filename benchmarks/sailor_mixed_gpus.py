@@ -30,6 +30,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field, replace
+from functools import cache
 from itertools import combinations
 from pathlib import Path
 
@@ -37,7 +38,8 @@ import numpy as np
 
 from benchmarks._table import print_table
 from benchmarks.sailor_driver import layout
-from benchmarks.sailor_side_by_side import MODELS, STACK, driver, profile, sailor_layers
+from benchmarks.sailor_side_by_side import MODELS, STACK, driver, profile
+from benchmarks.sailor_side_by_side import as_sailor as sailor_plan
 from xdscheduler import catalog
 from xdscheduler.costmodel.plan import Plan
 from xdscheduler.planner.placement import Placement
@@ -81,13 +83,19 @@ def kind_of(server: str) -> str:
     return next(k for k in KINDS if server.rsplit("-", 1)[0] == k.lower())
 
 
+@cache
+def networks(checkout: Path) -> tuple[dict, dict]:
+    """Sailor's measured peaks between servers and inside one, read once for every run."""
+    het, intra = (json.loads((checkout / f).read_text()) for f in (BANDWIDTHS, INTRA))
+    return het, intra
+
+
 def scenario(checkout: Path, run: dict) -> tuple[JobSpec, ClusterView]:
     """The servers the run used as domains, each with as many GPUs as the run took there,
     every pair linked at Sailor's measured peaks; one OPT-350M job of the run's batch."""
     tp = run["pipeline_list"][0]["tmp_per_stage"][0][0][1]
     domains = used_servers(run)
-    het = json.loads((checkout / BANDWIDTHS).read_text())
-    intra = json.loads((checkout / INTRA).read_text())
+    het, intra = networks(checkout)
     zone = run["zone"]
 
     def peak(a: str, b: str, gpus: int) -> float:
@@ -165,37 +173,10 @@ def as_placement(run: dict, job: JobSpec, view: ClusterView) -> Placement | None
     )
 
 
-def as_sailor(p: Placement, view: ClusterView, arch, zone: str) -> dict:
-    """Our placement as the plan Sailor's simulator reads: each stage's replicas, each a
-    server of its kind holding one replica's TP group; layers as Megatron-DeepSpeed splits."""
-    plan = p.plan
-    # uneven by speed: the layers a stage in each domain, stage by stage
-    counts = (
-        tuple(p.split[p.names.index(d)] for d in p.stage_to_domain)
-        if p.split and p.kind == PIPELINE
-        else ()
-    )
-    stages = sailor_layers(arch, plan.pp, counts)
-    kinds = [kind_of(view.domains[d].name) for d in p.domains]
-    if p.kind == PIPELINE:
-        per_stage = [[kinds[p.names.index(d)]] * plan.dp for d in p.stage_to_domain]
-    else:
-        replicas = [k for k, g in zip(kinds, p.gpus, strict=True) for _ in range(g // plan.tp)]
-        per_stage = [replicas] * plan.pp
-    return {
-        "pipeline_list": [
-            {
-                "num_stages": plan.pp,
-                "layers_per_stage": [[int(x) for x in s] for s in stages],
-                "tmp_per_stage": [
-                    [[[[k, plan.tp, zone]], plan.tp] for k in ks] for ks in per_stage
-                ],
-                "dp": [plan.dp] * plan.pp,
-            }
-        ],
-        "mbs": plan.micro_batch,
-        "zone": zone,
-    }
+def as_sailor(p: Placement, arch, zone: str) -> dict:
+    """Our placement as the plan Sailor's simulator reads, each server a VM of its kind in
+    `zone`."""
+    return sailor_plan(p, arch, lambda server: (kind_of(server), zone))
 
 
 def options(checkout: Path, arch) -> SearchOptions:
@@ -248,10 +229,11 @@ def simulated(root: Path, cases: list[Case], arch) -> None:
         for c in cases
         for body in (
             {k: c.run[k] for k in ("zone", "pipeline_list", "mbs")},
-            as_sailor(c.ours, c.view, arch, c.run["zone"]),
+            as_sailor(c.ours, arch, c.run["zone"]),
         )
     ]
-    sims = driver(root, {"op": "simulate", "model": SAILOR_MODEL, "plans": bodies})["results"]
+    request = {"op": "simulate", "model": SAILOR_MODEL, "plans": bodies, "memory": True}
+    sims = driver(root, request)["results"]
     for c, theirs, ours in zip(cases, sims[::2], sims[1::2], strict=True):
         c.sim_theirs, c.sim_ours = theirs, ours
 

@@ -34,6 +34,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -353,33 +354,43 @@ def sailor_layers(arch, pp: int, counts: tuple[int, ...] = ()) -> list[list[int]
     return stages
 
 
-def as_sailor(p: Placement, arch) -> dict:
-    """Our placement as the plan Sailor's simulator reads: each stage's replicas, each a VM of
-    its zone holding one replica's TP group, in the placement's order (see `written_ring`);
-    stages take the layers as Megatron-DeepSpeed's type:transformer partition does (the
-    embedding with the first, the output with the last)."""
+def five_zone_vm(domain: str) -> tuple[str, str]:
+    """Sailor's GPU and zone of a VM in a domain of the five zones."""
+    return "A100-40", zone(domain)
+
+
+def as_sailor(p: Placement, arch, vm: Callable[[str], tuple[str, str]] = five_zone_vm) -> dict:
+    """Our placement as the plan Sailor's simulator reads: each stage's replicas, each a VM
+    (`vm`: Sailor's GPU and zone for a domain's name) holding one replica's TP group, in the
+    placement's order (see `written_ring`); stages take the layers as Megatron-DeepSpeed's
+    type:transformer partition does (the embedding with the first, the output with the last),
+    or as a pipeline split by speed gives them."""
     plan = p.plan
-    stages = sailor_layers(arch, plan.pp)
+    counts = (
+        tuple(p.split[p.names.index(d)] for d in p.stage_to_domain)
+        if p.split and p.kind == PIPELINE
+        else ()
+    )
     per_replica = plan.tp * plan.pp * plan.cp
     if p.kind == PIPELINE:
-        zones_of = [[zone(n)] * plan.dp for n in p.stage_to_domain]
+        domains_of = [[n] * plan.dp for n in p.stage_to_domain]
     else:
         replicas = [
-            z for n, g in zip(p.names, p.gpus, strict=True) for z in [zone(n)] * (g // per_replica)
+            n for n, g in zip(p.names, p.gpus, strict=True) for _ in range(g // per_replica)
         ]
-        zones_of = [replicas] * plan.pp
-    tmp = [[[[["A100-40", plan.tp, z]], plan.tp] for z in zs] for zs in zones_of]
+        domains_of = [replicas] * plan.pp
+    tmp = [[[[[vm(n)[0], plan.tp, vm(n)[1]]], plan.tp] for n in ns] for ns in domains_of]
     return {
         "pipeline_list": [
             {
                 "num_stages": plan.pp,
-                "layers_per_stage": stages,
+                "layers_per_stage": sailor_layers(arch, plan.pp, counts),
                 "tmp_per_stage": tmp,
                 "dp": [plan.dp] * plan.pp,
             }
         ],
         "mbs": plan.micro_batch,
-        "zone": zone(p.names[0]),
+        "zone": vm(p.names[0])[1],
     }
 
 

@@ -905,7 +905,7 @@ def test_sailors_mixed_gpu_runs_read_as_our_placements_with_their_layer_split():
     job = JobSpec("opt", arch, 256, arch.seq_len, 1, 32)
     p = as_placement(pipe, job, view)
     assert (p.kind, p.names, p.gpus, p.split) == ("pipeline", tuple(names[:2]), (8, 8), (11, 13))
-    back = as_sailor(p, view, arch, "zone")["pipeline_list"][0]["layers_per_stage"]
+    back = as_sailor(p, arch, "zone")["pipeline_list"][0]["layers_per_stage"]
     assert back == pipe["pipeline_list"][0]["layers_per_stage"]
     r = as_placement(data, job, view)
     assert (r.kind, r.names, r.split) == ("data", ("rtx-2080-0", "titan-rtx-0", "rtx-2080-1"), ())
