@@ -246,8 +246,8 @@ def small_scenario(hours_of_jobs: bool = True):
 
 
 def giant_among_smaller_jobs():
-    """48 + 112 A100 over 100 Gbit/s at $0.02/GB; a 70B giant, and a job of less work (8B).
-    Alone, the giant's best plan by R is a pipeline that sends 137 GB a step (~$156/h, R's cost
+    """48 + 112 A100 over 200 Gbit/s at $0.02/GB; a 70B giant, and a job of less work (8B).
+    Alone, the giant's best plan by R is a pipeline that sends 137 GB a step (~$149/h, R's cost
     against its own accelerators' bill); among jobs of less work its WAN bill weighs against a
     typical job's (`study_weights`), and DiLoCo (2.8 GB a step) wins."""
     from xdscheduler import catalog
@@ -272,7 +272,7 @@ def giant_among_smaller_jobs():
                     {
                         "a": "east",
                         "b": "west",
-                        "bandwidth_gbps": 100,
+                        "bandwidth_gbps": 200,
                         "rtt_ms": 100,
                         "price_per_gb": 0.02,
                     }

@@ -504,23 +504,14 @@ def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, t_
         )
     )
     link_busy = vp * np.where(crossings > 0, p2p_wan, p2p_intra)
+    # Beside a pipeline's one WAN crossing, a stage's other side is inside its domain; with
+    # more crossings a stage may sit between two, and the slowest stands for both.
+    beside = np.where(crossings == 1, vp * p2p_intra, link_busy)
     fill = 2 * ((pp - 1 - crossings) * p2p_intra + crossings * p2p_wan) + 2 * _f(wan.pp_latency_s)
+    exposed, hidden = pipeline_exchange_wait(
+        pp, vp, micro_batches, link_busy, beside, vp * p2p_intra, fill, t_mb, stack.overlap_p2p
+    )
     has_pp = pp > 1
-    if stack.overlap_p2p:
-        exposed = np.where(has_pp, micro_batches * np.maximum(0.0, link_busy - t_mb) + fill, 0.0)
-        hidden = np.where(has_pp, micro_batches * np.minimum(link_busy, t_mb), 0.0)
-    else:
-        # Blocking sends and receives: an end stage waits for its activations out and their
-        # gradients back each micro-batch, a middle stage for both ways on both sides. Beside
-        # a pipeline's one WAN crossing, a stage's other side is inside its domain; with more
-        # crossings a stage may sit between two, and the slowest stands for both.
-        intra_busy = vp * p2p_intra
-        beside = np.where(crossings == 1, intra_busy, link_busy)
-        busiest = np.where(
-            pp > 2, np.maximum(2 * (link_busy + beside), 4 * intra_busy), 2 * link_busy
-        )
-        exposed = np.where(has_pp, micro_batches * busiest + fill, 0.0)
-        hidden = 0.0 * pp
     if arch.tied_embeddings:
         # The first and last stages both hold the tied embedding: they all-reduce its
         # gradients once a step, over the WAN where the pipeline crosses one.
@@ -536,6 +527,36 @@ def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, t_
             0.0,
         )
     return exposed, hidden
+
+
+def pipeline_exchange_wait(pp, vp, micro_batches, link_s, beside_s, intra_s, fill_s, t_mb, overlap):
+    """Seconds a step's busiest stage waits for its neighbours' activations and gradients, and
+    the seconds of them hidden behind compute: `link_s`, a micro-batch's transfer over the
+    slowest link, `beside_s` over the link on that stage's other side, `intra_s` inside a
+    domain. The counts are those of the schedules in `costmodel.schedules`, whose event
+    simulation the tests check them against.
+
+    - Interleaved (`vp` > 1) with the exchanges on their own stream (`overlap`, Megatron's
+      overlap_p2p_comm): the next exchange is posted before this micro-batch's compute, so only
+      what outlasts it waits.
+    - Megatron's 1F1B without interleaving (`overlap`, `vp` == 1): each exchange sends and
+      receives at once, and the next pass needs what it receives, so a stage waits for one
+      exchange a micro-batch with each neighbour: one link at the ends of a two-stage pipeline,
+      both sides in the middle of a longer one.
+    - Blocking calls (DeepSpeed's engine): each send and receive waits on its own, two a
+      micro-batch on each side.
+    """
+    has_pp = pp > 1
+    zero = 0.0 * pp
+    if overlap:
+        interleaved = vp > 1
+        plain = np.where(pp > 2, link_s + beside_s, link_s)
+        per_mb = np.where(interleaved, np.maximum(0.0, link_s - t_mb), plain)
+        hidden = np.where(has_pp & interleaved, micro_batches * np.minimum(link_s, t_mb), zero)
+    else:
+        per_mb = np.where(pp > 2, np.maximum(2 * (link_s + beside_s), 4 * intra_s), 2 * link_s)
+        hidden = zero
+    return np.where(has_pp, micro_batches * per_mb + fill_s, zero), hidden
 
 
 def _grad_elem(rates: _Rates, stack: Stack) -> np.ndarray:

@@ -1,0 +1,292 @@
+"""Pipeline schedules run over shaped links, against the step-time model's count of the waits
+they make a stage take.
+
+    python -m benchmarks.pipeline_sends [--quick]     # as root: namespaces and tc (~3 min)
+
+Each stage is a process in its own network namespace, joined to the next by a link shaped
+with a token bucket (the live cluster's fabric), and runs `costmodel.schedules.program` with
+torch.distributed over gloo: DeepSpeed's lock-step blocking calls, or Megatron's 1F1B, whose
+exchanges send and receive at once (each direction on its own connection, as NCCL's pair of
+channels). A pass is a sleep of fixed length: what is measured is how the schedule waits for
+its transfers, not how fast this CPU multiplies. The transfer time each row feeds the model
+and the simulation is measured on the link first, alone; nothing is fitted.
+
+The model's waits come from `steptime.pipeline_exchange_wait`, the function `estimate` calls,
+with the compute and bubble of uniform stages; the simulation is `schedules.simulate`, whose
+transfers wait for both ends, as NCCL's do (it has no eager protocol: a send waits for the
+receiver's buffer). Two ways this transport differs, both printed or seen in the table:
+
+- TCP's socket buffers take part of a message before the receiver asks for it, so a blocking
+  send here can return early; DeepSpeed's lock-step calls measure faster than both the model
+  and the simulation, most with four stages, where a middle stage's sends and receives
+  alternate.
+- A link here carries its two directions at once only in part (printed above the table), so
+  Megatron's exchanges measure somewhat slower than over a link that does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks._table import print_table
+from xdscheduler.costmodel.schedules import STYLES, Compute, program, simulate
+from xdscheduler.costmodel.steptime import pipeline_exchange_wait
+
+REPO = Path(__file__).resolve().parents[1]
+LINK_MBIT = 100.0
+FORWARD_S, BACKWARD_S = 0.05, 0.10
+MICRO_BATCHES = 8
+PORT = 29500  # in a namespace of its own: free
+log = logging.getLogger("pipeline_sends")
+HEADER = [
+    "schedule",
+    "stages",
+    "transfer / compute",
+    "measured",
+    "model",
+    "err",
+    "simulated",
+    "err",
+]
+
+
+def grid(quick: bool) -> list[dict]:
+    """Each row's schedule, stages and one transfer's share of a micro-batch's compute."""
+    ratios = (0.25, 1.0) if quick else (0.25, 1.0, 2.0)
+    t_mb = FORWARD_S + BACKWARD_S
+    return [
+        {
+            "style": style,
+            "stages": stages,
+            "ratio": ratio,
+            "bytes": int(ratio * t_mb * LINK_MBIT * 1e6 / 8) // 4 * 4,
+            "steps": 2 if quick else 3,
+        }
+        for style in STYLES
+        for stages in (2, 4)
+        for ratio in ratios
+    ]
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="two link loads, two steps a row")
+    parser.add_argument("--worker", nargs=4, metavar=("RANK", "WORLD", "HOST:PORT", "GRID"))
+    args = parser.parse_args()
+    if args.worker:
+        rank, world, address, path = args.worker
+        _worker(int(rank), int(world), address, json.loads(Path(path).read_text()))
+        return 0
+    from xdscheduler.live import fabric as fab
+
+    why = fab.available()
+    if why:
+        print(f"skipped: {why}")
+        return 0
+    rows = grid(args.quick)
+    measured = _run(fab, rows)
+    _report(measured["rows"], measured["duplex"])
+    return 0
+
+
+def _run(fab, rows: list[dict]) -> dict:
+    """Build a fabric of as many namespaces as the longest pipeline, run every row there."""
+    world = max(r["stages"] for r in rows)
+    tag = secrets.token_hex(2)
+    subnet = f"10.{200 + int(tag[0], 16) % 50}.{int(tag[1:], 16) % 250}"
+    gbps = np.full((world, world), LINK_MBIT / 1000)
+    np.fill_diagonal(gbps, 0.0)
+    fabric = fab.Fabric.plan([f"stage{i}" for i in range(world)], gbps, tag, subnet)
+    path = Path(f"/tmp/pipeline-sends-{tag}.json")
+    path.write_text(json.dumps(rows))
+    fab.build(fabric)
+    try:
+        env = dict(os.environ, GLOO_SOCKET_IFNAME="eth0")
+        address = f"{fabric.ip(0)}:{PORT}"
+        procs = [
+            subprocess.Popen(
+                [*_in(fabric.namespace(i)), str(i), str(world), address, str(path)],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(world)
+        ]
+        outs = [p.communicate(timeout=1800)[0] for p in procs]
+        if any(p.returncode for p in procs):
+            raise SystemExit(f"a stage failed: exit codes {[p.returncode for p in procs]}")
+        return json.loads(outs[0])
+    finally:
+        fab.teardown(fabric)
+        path.unlink(missing_ok=True)
+
+
+def _in(namespace: str) -> list[str]:
+    """A stage's command, run in `namespace`."""
+    this = ["-m", "benchmarks.pipeline_sends", "--worker"]
+    return ["ip", "netns", "exec", namespace, sys.executable, *this]
+
+
+def _worker(rank: int, world: int, address: str, rows: list[dict]) -> None:
+    """Stage `rank` of `world`: every row of the grid, the first stage printing the results."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://{address}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=600),
+    )
+    # one connection a direction between neighbours: a stage's send and its receive from the
+    # same neighbour run at once, as NCCL's channels do
+    groups = {}
+    for i in range(world - 1):
+        for pair in ((i, i + 1), (i + 1, i)):
+            groups[pair] = dist.new_group([i, i + 1])
+    duplex = _duplex(dist, torch, rank, groups, rows[0]["bytes"])
+    done = []
+    for n, row in enumerate(rows):
+        buf = torch.zeros(row["bytes"] // 4)
+        alone = _transfer_s(dist, rank, groups, buf)
+        steps = []
+        for _ in range(row["steps"] + 1):  # the first warms the connections
+            dist.barrier()
+            start = time.perf_counter()
+            if rank < row["stages"]:
+                ops = program(row["style"], rank, row["stages"], MICRO_BATCHES)
+                _execute(dist, torch, rank, ops, groups, buf)
+            took = torch.tensor([time.perf_counter() - start])
+            dist.all_reduce(took, op=dist.ReduceOp.MAX)
+            steps.append(float(took))
+        done.append(dict(row, transfer_s=alone, step_s=statistics.median(steps[1:])))
+        if rank == 0:
+            log.info("row %d of %d: %s", n + 1, len(rows), done[-1])
+    if rank == 0:
+        print(json.dumps({"rows": done, "duplex": duplex}))
+    dist.destroy_process_group()
+
+
+def _transfer_s(dist, rank: int, groups: dict, buf) -> float:
+    """The median of three sends from stage 0 to stage 1 alone."""
+    took = []
+    for _ in range(3):
+        dist.barrier()
+        start = time.perf_counter()
+        if rank == 0:
+            dist.send(buf, 1, group=groups[0, 1])
+        elif rank == 1:
+            dist.recv(buf, 0, group=groups[0, 1])
+        took.append(time.perf_counter() - start)
+    import torch
+
+    seen = torch.tensor([statistics.median(took) if rank == 1 else 0.0])
+    dist.all_reduce(seen, op=dist.ReduceOp.MAX)
+    return float(seen)
+
+
+def _duplex(dist, torch, rank: int, groups: dict, nbytes: int) -> float:
+    """An exchange both ways between stages 0 and 1 over one transfer alone (1: the link
+    carries both directions at full rate; 2: one at a time)."""
+    out, back = torch.zeros(nbytes // 4), torch.zeros(nbytes // 4)
+    both = []
+    for _ in range(4):
+        dist.barrier()
+        start = time.perf_counter()
+        if rank < 2:
+            peer = 1 - rank
+            reqs = [
+                dist.isend(out, peer, group=groups[rank, peer]),
+                dist.irecv(back, peer, group=groups[peer, rank]),
+            ]
+            for r in reqs:
+                r.wait()
+        both.append(time.perf_counter() - start)
+    seen = torch.tensor([statistics.median(both[1:]) if rank == 1 else 0.0])
+    dist.all_reduce(seen, op=dist.ReduceOp.MAX)
+    return float(seen) / _transfer_s(dist, rank, groups, out)
+
+
+def _execute(dist, torch, rank: int, ops: list, groups: dict, buf) -> None:
+    """Run a stage's program: passes as sleeps, exchanges as sends and receives started
+    together and waited for together."""
+    scratch = torch.empty_like(buf)
+    for op in ops:
+        if isinstance(op, Compute):
+            time.sleep(FORWARD_S if op.forward else BACKWARD_S)
+            continue
+        reqs = [dist.isend(buf, d, group=groups[rank, d]) for d in op.send]
+        reqs += [dist.irecv(scratch, s, group=groups[s, rank]) for s in op.recv]
+        for r in reqs:
+            r.wait()
+
+
+def modelled_s(style: str, stages: int, transfer_s: float) -> float:
+    """The step-time model's step for uniform stages over links of `transfer_s` a transfer."""
+    t_mb = FORWARD_S + BACKWARD_S
+    fill = 2 * (stages - 1) * transfer_s
+    link = np.array(transfer_s)
+    exposed, _ = pipeline_exchange_wait(
+        np.array(stages), np.array(1), MICRO_BATCHES, link, link, link, fill, t_mb,
+        style == "batched",
+    )  # fmt: skip
+    return (MICRO_BATCHES + stages - 1) * t_mb + float(exposed)
+
+
+def _report(rows: list[dict], duplex: float) -> None:
+    table, model_err, sim_err = [], [], []
+    for r in rows:
+        model = modelled_s(r["style"], r["stages"], r["transfer_s"])
+        sim = simulate(
+            r["style"], r["stages"], MICRO_BATCHES, FORWARD_S, BACKWARD_S, r["transfer_s"]
+        )
+        model_err.append(model / r["step_s"] - 1)
+        sim_err.append(sim / r["step_s"] - 1)
+        table.append(
+            [
+                "DeepSpeed (blocking)" if r["style"] == "blocking" else "Megatron 1F1B",
+                r["stages"],
+                f"{r['transfer_s'] / (FORWARD_S + BACKWARD_S):.2f}",
+                r["step_s"],
+                model,
+                f"{model_err[-1]:+.1%}",
+                sim,
+                f"{sim_err[-1]:+.1%}",
+            ]
+        )
+    med = np.median(np.abs(model_err))
+    print(
+        f"The step-time model is {med:.1%} (median) and {np.max(np.abs(model_err)):.1%} (max) "
+        f"off {len(rows)} measured pipeline steps over {LINK_MBIT:g} Mbit/s links; the "
+        f"schedule's simulation {np.median(np.abs(sim_err)):.1%} and "
+        f"{np.max(np.abs(sim_err)):.1%}."
+    )
+    print(
+        f"{MICRO_BATCHES} micro-batches, {FORWARD_S * 1e3:g} + {BACKWARD_S * 1e3:g} ms a pass "
+        f"pair; an exchange both ways took {duplex:.2f}x one way alone on these links.\n"
+    )
+    print_table(
+        "Pipeline steps over shaped links (seconds)",
+        HEADER,
+        table,
+        "transfer / compute: one micro-batch's transfer, measured alone, over its compute.",
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""The pipeline schedules' programs, their event simulation, and the step-time model's closed
+forms for the waits they make a stage take, checked against that simulation."""
+
+import collections
+
+import numpy as np
+import pytest
+
+from xdscheduler.costmodel.schedules import STYLES, Compute, Exchange, program, simulate
+from xdscheduler.costmodel.steptime import pipeline_exchange_wait
+
+FWD, BWD = 1 / 3, 2 / 3  # a micro-batch's compute on a stage: 1 s
+
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("stages", [2, 3, 5])
+def test_every_send_meets_a_receive_and_every_micro_batch_runs_both_ways(style, stages):
+    sends, recvs = collections.Counter(), collections.Counter()
+    for s in range(stages):
+        ops = program(style, s, stages, 6)
+        passes = [(op.forward, op.micro_batch) for op in ops if isinstance(op, Compute)]
+        assert sorted(passes) == sorted((f, m) for f in (False, True) for m in range(6))
+        for op in ops:
+            if isinstance(op, Exchange):
+                sends.update((s, d) for d in op.send)
+                recvs.update((src, s) for src in op.recv)
+    assert sends == recvs
+    # a micro-batch's activations go down the pipeline and its gradients come back
+    assert all(sends[s, s + 1] == sends[s + 1, s] == 6 for s in range(stages - 1))
+
+
+def test_without_transfers_a_step_is_the_compute_and_the_bubble():
+    for style in STYLES:
+        assert simulate(style, 4, 8, FWD, BWD, 0.0) == pytest.approx(8 + 3)
+
+
+def test_an_unknown_schedule_or_a_stage_out_of_range_is_refused():
+    with pytest.raises(ValueError, match="unknown schedule"):
+        program("gpipe", 0, 2, 4)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="stage 2 of 2"):
+        program("batched", 2, 2, 4)
+
+
+def test_two_stages_of_megatrons_1f1b_wait_one_transfer_a_micro_batch_by_hand():
+    """Stage 0 sends micro-batch k + 1's activations, stage 1 runs it forward and backward and
+    sends its gradients back before stage 0 can run k + 1 backward; between them stage 0 runs
+    one backward and one forward pass. The round trip holds two transfers and two passes a
+    stage per two micro-batches: one transfer a micro-batch is never hidden, however short."""
+    for transfer in (0.1, 0.5, 2.0):
+        step = [simulate("batched", 2, m, FWD, BWD, transfer) for m in (16, 17)]
+        assert step[1] - step[0] == pytest.approx(1 + transfer)
+
+
+def _model(style, stages, micro_batches, links):
+    """The step-time model's step for uniform stages: compute, bubble and the pipeline's
+    waits, its slowest link `links.max()` beside the one on its other side."""
+    slowest = int(np.argmax(links))
+    crossings = int(links[slowest] > links.min())
+    intra = links.min()
+    beside = intra if crossings == 1 else links[slowest]
+    fill = 2 * ((stages - 1 - crossings) * intra + crossings * links[slowest])
+    exposed, hidden = pipeline_exchange_wait(
+        np.array(stages),
+        np.array(1),
+        micro_batches,
+        np.array(links[slowest]),
+        np.array(beside),
+        np.array(intra),
+        fill,
+        FWD + BWD,
+        style == "batched",
+    )
+    assert hidden == 0.0
+    return (micro_batches + stages - 1) * (FWD + BWD) + float(exposed)
+
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("stages", [2, 3, 4, 8])
+@pytest.mark.parametrize("transfer", [0.1, 0.5, 2.0])
+@pytest.mark.parametrize("one_crossing", [False, True])
+def test_the_models_waits_a_micro_batch_are_the_schedules(style, stages, transfer, one_crossing):
+    """Each further micro-batch costs what the simulation of the schedule says, exactly, with
+    every link alike or one slow link (a WAN crossing) among fast ones; the whole step within
+    20% at 8 micro-batches (the model charges the pipeline's fill in full, where the schedule
+    overlaps part of it with the waits)."""
+    links = np.full(stages - 1, transfer)
+    if one_crossing:
+        links[:] = transfer / 10
+        links[(stages - 1) // 2] = transfer
+    sim = {m: simulate(style, stages, m, FWD, BWD, links) for m in (8, 32, 64)}
+    model = {m: _model(style, stages, m, links) for m in (8, 32, 64)}
+    assert model[64] - model[32] == pytest.approx(sim[64] - sim[32], rel=1e-9)
+    assert model[8] == pytest.approx(sim[8], rel=0.2)
+
+
+def test_an_interleaved_schedule_with_its_exchanges_on_their_own_stream_hides_them():
+    """Megatron's overlap_p2p_comm posts the next exchange before this micro-batch's compute:
+    only what outlasts the compute waits; every virtual stage crosses the link."""
+    link = np.array(2 * 0.6)  # two virtual stages a rank, 0.6 s a transfer
+    exposed, hidden = pipeline_exchange_wait(
+        np.array(4), np.array(2), 8, link, link, link, 1.0, 1.0, True
+    )
+    assert float(exposed) == pytest.approx(8 * 0.2 + 1.0)  # what outlasts 1 s, and the fill
+    assert float(hidden) == pytest.approx(8 * 1.0)
+
+
+@pytest.mark.integration  # three processes join a gloo group: seconds of imports
+def test_both_schedules_run_to_the_end_over_a_real_transport(tmp_path):
+    """The programs the benchmark runs match every send with a receive on gloo too (a
+    mismatch hangs or fails the stage): three stages over loopback, one step each."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    from xdscheduler.ray_cluster import free_port
+
+    rows = [dict(style=s, stages=3, ratio=0.0, bytes=4096, steps=1) for s in STYLES]
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps(rows))
+    address = f"127.0.0.1:{free_port()}"
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo")
+    worker = [sys.executable, "-m", "benchmarks.pipeline_sends", "--worker"]
+    stages = [
+        subprocess.Popen(
+            [*worker, str(rank), "3", address, str(grid)],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(3)
+    ]
+    outs = [p.communicate(timeout=300) for p in stages]
+    assert [p.returncode for p in stages] == [0, 0, 0], [err[-2000:] for _, err in outs]
+    done = json.loads(outs[0][0])["rows"]
+    assert [r["style"] for r in done] == list(STYLES)
+    # 8 micro-batches of 50 + 100 ms and the bubble's 2 passes: at least 1.5 s a step
+    assert all(r["step_s"] >= 10 * 0.15 for r in done)
