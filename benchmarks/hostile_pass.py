@@ -1172,14 +1172,19 @@ def _tampered(studies: Studies, how: str, lab: Lab):
             spec["serve_url"] = lab.catcher.url
         elif how in ("delete-decision", "edit-decision"):
             with contextlib.closing(sqlite3.connect(journal)) as db:
-                (n,) = db.execute("SELECT COUNT(*) FROM decisions").fetchone()
+                # the middle placement: an edit of a record that names no placement (a re-plan,
+                # a switch) would change nothing, and the resume would rightly succeed
+                placed = "SELECT idx FROM decisions WHERE record LIKE '%\"place\"%' ORDER BY idx"
+                rows = [idx for (idx,) in db.execute(placed)]
+                if not rows:
+                    raise RuntimeError(f"{journal}: no placement among its decisions to edit")
                 sql = (
                     "DELETE FROM decisions WHERE idx = ?"
                     if how == "delete-decision"
                     else "UPDATE decisions SET record = replace(record, '\"place\"', '\"moved\"') "
                     "WHERE idx = ?"
                 )
-                db.execute(sql, (max(n // 2, 0),))
+                db.execute(sql, (rows[len(rows) // 2],))
                 db.commit()
         elif how == "truncate-journal":
             data = journal.read_bytes()

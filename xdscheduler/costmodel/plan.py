@@ -194,8 +194,9 @@ class Stack:
     # Megatron's fused scale-mask-softmax kernel (16-bit only: in fp32 it runs unfused, as
     # separate masked_fill, softmax and dropout kernels over the attention scores)
     fused_softmax: bool = True
-    # pipeline sends and receives on their own stream, hidden behind compute; False: the
-    # stage waits for each (DeepSpeed's pipeline engine)
+    # Megatron's pipeline exchanges (a send and a receive at once, waited for in plain 1F1B,
+    # hidden behind compute in the interleaved schedule, which posts them early); False:
+    # blocking calls, each waited for (DeepSpeed's pipeline engine)
     overlap_p2p: bool = True
     # data-parallel gradients reduced inside each domain first (Megatron's rank order); False:
     # one flat NCCL ring over every replica, as a framework that sees only one group runs it
