@@ -30,10 +30,10 @@ import argparse
 import json
 import logging
 import os
-import secrets
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -105,12 +105,11 @@ def main() -> int:
 def _run(fab, rows: list[dict]) -> dict:
     """Build a fabric of as many namespaces as the longest pipeline, run every row there."""
     world = max(r["stages"] for r in rows)
-    tag = secrets.token_hex(2)
-    subnet = f"10.{200 + int(tag[0], 16) % 50}.{int(tag[1:], 16) % 250}"
     gbps = np.full((world, world), LINK_MBIT / 1000)
     np.fill_diagonal(gbps, 0.0)
-    fabric = fab.Fabric.plan([f"stage{i}" for i in range(world)], gbps, tag, subnet)
-    path = Path(f"/tmp/pipeline-sends-{tag}.json")
+    fabric = fab.Fabric.plan([f"stage{i}" for i in range(world)], gbps, *fab.new_tag())
+    folder = tempfile.TemporaryDirectory(prefix="pipeline-sends-")
+    path = Path(folder.name) / "grid.json"
     path.write_text(json.dumps(rows))
     fab.build(fabric)
     try:
@@ -132,7 +131,7 @@ def _run(fab, rows: list[dict]) -> dict:
         return json.loads(outs[0])
     finally:
         fab.teardown(fabric)
-        path.unlink(missing_ok=True)
+        folder.cleanup()
 
 
 def _in(namespace: str) -> list[str]:
@@ -163,7 +162,7 @@ def _worker(rank: int, world: int, address: str, rows: list[dict]) -> None:
     done = []
     for n, row in enumerate(rows):
         buf = torch.zeros(row["bytes"] // 4)
-        alone = _transfer_s(dist, rank, groups, buf)
+        alone = _transfer_s(dist, torch, rank, groups, buf)
         steps = []
         for _ in range(row["steps"] + 1):  # the first warms the connections
             dist.barrier()
@@ -182,7 +181,7 @@ def _worker(rank: int, world: int, address: str, rows: list[dict]) -> None:
     dist.destroy_process_group()
 
 
-def _transfer_s(dist, rank: int, groups: dict, buf) -> float:
+def _transfer_s(dist, torch, rank: int, groups: dict, buf) -> float:
     """The median of three sends from stage 0 to stage 1 alone."""
     took = []
     for _ in range(3):
@@ -193,8 +192,6 @@ def _transfer_s(dist, rank: int, groups: dict, buf) -> float:
         elif rank == 1:
             dist.recv(buf, 0, group=groups[0, 1])
         took.append(time.perf_counter() - start)
-    import torch
-
     seen = torch.tensor([statistics.median(took) if rank == 1 else 0.0])
     dist.all_reduce(seen, op=dist.ReduceOp.MAX)
     return float(seen)
@@ -219,7 +216,7 @@ def _duplex(dist, torch, rank: int, groups: dict, nbytes: int) -> float:
         both.append(time.perf_counter() - start)
     seen = torch.tensor([statistics.median(both[1:]) if rank == 1 else 0.0])
     dist.all_reduce(seen, op=dist.ReduceOp.MAX)
-    return float(seen) / _transfer_s(dist, rank, groups, out)
+    return float(seen) / _transfer_s(dist, torch, rank, groups, out)
 
 
 def _execute(dist, torch, rank: int, ops: list, groups: dict, buf) -> None:

@@ -88,8 +88,7 @@ def up(
         host = address.split("://")[-1].rpartition(":")[0]
         state = _serve(state, state_path, host, http_port or 8000)
         return state, counts
-    tag = secrets.token_hex(2)
-    subnet = f"10.{200 + int(tag[0], 16) % 50}.{int(tag[1:], 16) % 250}"
+    tag, subnet = fab.new_tag()
     state = ClusterState(
         scenario=path,
         address="",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import time
@@ -209,6 +210,13 @@ class Fabric:
             *(["ip", "netns", "del", self.namespace(i)] for i in range(len(self.domains))),
             ["ip", "link", "del", self.bridge],
         ]
+
+
+def new_tag() -> tuple[str, str]:
+    """A fresh fabric's tag (4 hex digits) and the private /24 it draws from it (first three
+    octets), so fabrics side by side rarely share one."""
+    tag = secrets.token_hex(2)
+    return tag, f"10.{200 + int(tag[0], 16) % 50}.{int(tag[1:], 16) % 250}"
 
 
 def build(fabric: Fabric) -> None:
