@@ -12,9 +12,10 @@ its transfers, not how fast this CPU multiplies. The transfer time each row feed
 and the simulation is measured on the link first, alone; nothing is fitted.
 
 The model's waits come from `steptime.pipeline_exchange_wait`, the function `estimate` calls,
-with the compute and bubble of uniform stages; the simulation is `schedules.simulate`, whose
-transfers wait for both ends, as NCCL's do (it has no eager protocol: a send waits for the
-receiver's buffer). Two ways this transport differs, both printed or seen in the table:
+with the compute and bubble of uniform stages (`schedules.Pipeline.modelled_s`); the simulation
+(`Pipeline.simulated_s`) has transfers wait for both ends, as NCCL's do (it has no eager
+protocol: a send waits for the receiver's buffer). Two ways this transport differs, both
+printed or seen in the table:
 
 - TCP's socket buffers take part of a message before the receiver asks for it, so a blocking
   send here can return early; DeepSpeed's lock-step calls measure faster than both the model
@@ -41,8 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._table import print_table
-from xdscheduler.costmodel.schedules import STYLES, Compute, program, simulate
-from xdscheduler.costmodel.steptime import pipeline_exchange_wait
+from xdscheduler.costmodel.schedules import STYLES, Compute, Pipeline, program
 
 REPO = Path(__file__).resolve().parents[1]
 LINK_MBIT = 100.0
@@ -233,25 +233,13 @@ def _execute(dist, torch, rank: int, ops: list, groups: dict, buf) -> None:
             r.wait()
 
 
-def modelled_s(style: str, stages: int, transfer_s: float) -> float:
-    """The step-time model's step for uniform stages over links of `transfer_s` a transfer."""
-    t_mb = FORWARD_S + BACKWARD_S
-    fill = 2 * (stages - 1) * transfer_s
-    link = np.array(transfer_s)
-    exposed, _ = pipeline_exchange_wait(
-        np.array(stages), np.array(1), MICRO_BATCHES, link, link, link, fill, t_mb,
-        style == "batched",
-    )  # fmt: skip
-    return (MICRO_BATCHES + stages - 1) * t_mb + float(exposed)
-
-
 def _report(rows: list[dict], duplex: float) -> None:
     table, model_err, sim_err = [], [], []
     for r in rows:
-        model = modelled_s(r["style"], r["stages"], r["transfer_s"])
-        sim = simulate(
+        pipeline = Pipeline(
             r["style"], r["stages"], MICRO_BATCHES, FORWARD_S, BACKWARD_S, r["transfer_s"]
         )
+        model, sim = pipeline.modelled_s(), pipeline.simulated_s()
         model_err.append(model / r["step_s"] - 1)
         sim_err.append(sim / r["step_s"] - 1)
         table.append(

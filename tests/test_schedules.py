@@ -6,7 +6,7 @@ import collections
 import numpy as np
 import pytest
 
-from xdscheduler.costmodel.schedules import STYLES, Compute, Exchange, program, simulate
+from xdscheduler.costmodel.schedules import STYLES, Compute, Exchange, Pipeline, program
 from xdscheduler.costmodel.steptime import pipeline_exchange_wait
 
 FWD, BWD = 1 / 3, 2 / 3  # a micro-batch's compute on a stage: 1 s
@@ -31,7 +31,7 @@ def test_every_send_meets_a_receive_and_every_micro_batch_runs_both_ways(style, 
 
 def test_without_transfers_a_step_is_the_compute_and_the_bubble():
     for style in STYLES:
-        assert simulate(style, 4, 8, FWD, BWD, 0.0) == pytest.approx(8 + 3)
+        assert Pipeline(style, 4, 8, FWD, BWD, 0.0).simulated_s() == pytest.approx(8 + 3)
 
 
 def test_an_unknown_schedule_or_a_stage_out_of_range_is_refused():
@@ -47,31 +47,8 @@ def test_two_stages_of_megatrons_1f1b_wait_one_transfer_a_micro_batch_by_hand():
     one backward and one forward pass. The round trip holds two transfers and two passes a
     stage per two micro-batches: one transfer a micro-batch is never hidden, however short."""
     for transfer in (0.1, 0.5, 2.0):
-        step = [simulate("batched", 2, m, FWD, BWD, transfer) for m in (16, 17)]
+        step = [Pipeline("batched", 2, m, FWD, BWD, transfer).simulated_s() for m in (16, 17)]
         assert step[1] - step[0] == pytest.approx(1 + transfer)
-
-
-def _model(style, stages, micro_batches, links):
-    """The step-time model's step for uniform stages: compute, bubble and the pipeline's
-    waits, its slowest link `links.max()` beside the one on its other side."""
-    slowest = int(np.argmax(links))
-    crossings = int(links[slowest] > links.min())
-    intra = links.min()
-    beside = intra if crossings == 1 else links[slowest]
-    fill = 2 * ((stages - 1 - crossings) * intra + crossings * links[slowest])
-    exposed, hidden = pipeline_exchange_wait(
-        np.array(stages),
-        np.array(1),
-        micro_batches,
-        np.array(links[slowest]),
-        np.array(beside),
-        np.array(intra),
-        fill,
-        FWD + BWD,
-        style == "batched",
-    )
-    assert hidden == 0.0
-    return (micro_batches + stages - 1) * (FWD + BWD) + float(exposed)
 
 
 @pytest.mark.parametrize("style", STYLES)
@@ -87,8 +64,9 @@ def test_the_models_waits_a_micro_batch_are_the_schedules(style, stages, transfe
     if one_crossing:
         links[:] = transfer / 10
         links[(stages - 1) // 2] = transfer
-    sim = {m: simulate(style, stages, m, FWD, BWD, links) for m in (8, 32, 64)}
-    model = {m: _model(style, stages, m, links) for m in (8, 32, 64)}
+    steps = {m: Pipeline(style, stages, m, FWD, BWD, tuple(links)) for m in (8, 32, 64)}
+    sim = {m: p.simulated_s() for m, p in steps.items()}
+    model = {m: p.modelled_s() for m, p in steps.items()}
     assert model[64] - model[32] == pytest.approx(sim[64] - sim[32], rel=1e-9)
     assert model[8] == pytest.approx(sim[8], rel=0.2)
 

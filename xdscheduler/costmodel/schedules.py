@@ -10,11 +10,12 @@ Two ways of moving a micro-batch's activations and gradients between stages:
   after a backward pass the same with the stage before; it waits for the exchange before it
   computes on, since the next pass needs what it receives.
 
-`simulate` times a program with compute of fixed length and transfers that start when both
-ends have reached them (the sender's data cannot outrun the receiver, as with a message larger
-than the transport's buffers); each direction of a link carries one transfer at a time. It is
-the reference the model's closed forms are checked against (tests) and the program a measured
-run executes (`benchmarks.pipeline_sends`).
+`Pipeline.simulated_s` times the programs with compute of fixed length and transfers that
+start when both ends have reached them (the sender's data cannot outrun the receiver, as with a
+message larger than the transport's buffers); each direction of a link carries one transfer at
+a time. It is the reference the model's closed forms are checked against (tests), beside
+`Pipeline.modelled_s`, and the programs are what a measured run executes
+(`benchmarks.pipeline_sends`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+import numpy as np
+
+from xdscheduler.costmodel.steptime import pipeline_exchange_wait
 
 Style = Literal["blocking", "batched"]
 STYLES: tuple[Style, ...] = ("blocking", "batched")
@@ -113,26 +118,50 @@ def _one_f_one_b(s: int, stages: int, micro_batches: int) -> list[Op]:
     return ops
 
 
-def simulate(
-    style: Style,
-    stages: int,
-    micro_batches: int,
-    forward_s: float,
-    backward_s: float,
-    transfer_s: float | Sequence[float],
-) -> float:
-    """Seconds from the first stage's start to the last stage's end of one step;
-    `transfer_s[i]`: one micro-batch's activations (or gradients) between stages i and i + 1
-    (one number: every link)."""
-    links = (
-        [float(transfer_s)] * (stages - 1)
-        if isinstance(transfer_s, int | float)
-        else [float(t) for t in transfer_s]
-    )
-    if len(links) != stages - 1:
-        raise ValueError(f"{len(links)} link times for {stages} stages")
-    programs = [program(style, s, stages, micro_batches) for s in range(stages)]
-    return _Run(programs, links, forward_s, backward_s).step_s()
+@dataclass(frozen=True)
+class Pipeline:
+    """One step of a pipeline of uniform stages: its schedule, a stage's forward and backward
+    pass, and `transfer_s[i]`, one micro-batch's activations (or gradients) between stages i
+    and i + 1 (one number: every link)."""
+
+    style: Style
+    stages: int
+    micro_batches: int
+    forward_s: float
+    backward_s: float
+    transfer_s: float | Sequence[float]
+
+    @property
+    def links(self) -> list[float]:
+        t, n = self.transfer_s, self.stages - 1
+        links = [float(t)] * n if isinstance(t, int | float) else [float(x) for x in t]
+        if len(links) != n:
+            raise ValueError(f"{len(links)} link times for {self.stages} stages")
+        return links
+
+    def simulated_s(self) -> float:
+        """Seconds from the first stage's start to the last stage's end, running the
+        programs."""
+        programs = [
+            program(self.style, s, self.stages, self.micro_batches) for s in range(self.stages)
+        ]
+        return _Run(programs, self.links, self.forward_s, self.backward_s).step_s()
+
+    def modelled_s(self) -> float:
+        """What the step-time model gives it: the compute and bubble and
+        `steptime.pipeline_exchange_wait`, the slowest link a WAN crossing where it is slower
+        than the others (a stage beside it waits on a fast link on its other side)."""
+        links = self.links
+        slowest, intra = max(links, default=0.0), min(links, default=0.0)
+        crossings = int(slowest > intra)
+        beside = intra if crossings == 1 else slowest
+        fill = 2 * ((self.stages - 1 - crossings) * intra + crossings * slowest)
+        t_mb, m = self.forward_s + self.backward_s, self.micro_batches
+        pp, vp = np.array(self.stages), np.array(1)
+        exposed, _ = pipeline_exchange_wait(
+            pp, vp, m, slowest, beside, intra, fill, t_mb, self.style == "batched"
+        )
+        return (m + self.stages - 1) * t_mb + float(exposed)
 
 
 class _Run:
