@@ -162,17 +162,19 @@ def _worker(rank: int, world: int, address: str, rows: list[dict]) -> None:
     done = []
     for n, row in enumerate(rows):
         buf = torch.zeros(row["bytes"] // 4)
+        scratch = torch.empty_like(buf)
         alone = _transfer_s(dist, torch, rank, groups, buf)
+        ops = (
+            program(row["style"], rank, row["stages"], MICRO_BATCHES)
+            if rank < row["stages"]
+            else []
+        )
         steps = []
         for _ in range(row["steps"] + 1):  # the first warms the connections
             dist.barrier()
             start = time.perf_counter()
-            if rank < row["stages"]:
-                ops = program(row["style"], rank, row["stages"], MICRO_BATCHES)
-                _execute(dist, torch, rank, ops, groups, buf)
-            took = torch.tensor([time.perf_counter() - start])
-            dist.all_reduce(took, op=dist.ReduceOp.MAX)
-            steps.append(float(took))
+            _execute(dist, rank, ops, groups, buf, scratch)
+            steps.append(_most(dist, torch, time.perf_counter() - start))
         done.append(dict(row, transfer_s=alone, step_s=statistics.median(steps[1:])))
         if rank == 0:
             log.info("row %d of %d: %s", n + 1, len(rows), done[-1])
@@ -192,9 +194,7 @@ def _transfer_s(dist, torch, rank: int, groups: dict, buf) -> float:
         elif rank == 1:
             dist.recv(buf, 0, group=groups[0, 1])
         took.append(time.perf_counter() - start)
-    seen = torch.tensor([statistics.median(took) if rank == 1 else 0.0])
-    dist.all_reduce(seen, op=dist.ReduceOp.MAX)
-    return float(seen)
+    return _most(dist, torch, statistics.median(took) if rank == 1 else 0.0)
 
 
 def _duplex(dist, torch, rank: int, groups: dict, nbytes: int) -> float:
@@ -214,15 +214,20 @@ def _duplex(dist, torch, rank: int, groups: dict, nbytes: int) -> float:
             for r in reqs:
                 r.wait()
         both.append(time.perf_counter() - start)
-    seen = torch.tensor([statistics.median(both[1:]) if rank == 1 else 0.0])
+    seen = _most(dist, torch, statistics.median(both[1:]) if rank == 1 else 0.0)
+    return seen / _transfer_s(dist, torch, rank, groups, out)
+
+
+def _most(dist, torch, seconds: float) -> float:
+    """The most of every stage's `seconds`: a step ends when its last stage does."""
+    seen = torch.tensor([seconds])
     dist.all_reduce(seen, op=dist.ReduceOp.MAX)
-    return float(seen) / _transfer_s(dist, torch, rank, groups, out)
+    return float(seen)
 
 
-def _execute(dist, torch, rank: int, ops: list, groups: dict, buf) -> None:
-    """Run a stage's program: passes as sleeps, exchanges as sends and receives started
-    together and waited for together."""
-    scratch = torch.empty_like(buf)
+def _execute(dist, rank: int, ops: list, groups: dict, buf, scratch) -> None:
+    """Run a stage's program: passes as sleeps, exchanges as sends (of `buf`) and receives
+    (into `scratch`) started together and waited for together."""
     for op in ops:
         if isinstance(op, Compute):
             time.sleep(FORWARD_S if op.forward else BACKWARD_S)

@@ -379,7 +379,7 @@ def as_sailor(p: Placement, arch, vm: Callable[[str], tuple[str, str]] = five_zo
             n for n, g in zip(p.names, p.gpus, strict=True) for _ in range(g // per_replica)
         ]
         domains_of = [replicas] * plan.pp
-    tmp = [[[[[vm(n)[0], plan.tp, vm(n)[1]]], plan.tp] for n in ns] for ns in domains_of]
+    tmp = [[[[[gpu, plan.tp, z]], plan.tp] for gpu, z in map(vm, ns)] for ns in domains_of]
     return {
         "pipeline_list": [
             {

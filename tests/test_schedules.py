@@ -74,11 +74,12 @@ def test_the_models_waits_a_micro_batch_are_the_schedules(style, stages, transfe
 def test_an_interleaved_schedule_with_its_exchanges_on_their_own_stream_hides_them():
     """Megatron's overlap_p2p_comm posts the next exchange before this micro-batch's compute:
     only what outlasts the compute waits; every virtual stage crosses the link."""
-    link = np.array(2 * 0.6)  # two virtual stages a rank, 0.6 s a transfer
+    transfer = np.array(0.6)  # 0.6 s a transfer, two virtual stages a rank: 1.2 s a micro-batch
     exposed, hidden = pipeline_exchange_wait(
-        np.array(4), np.array(2), 8, link, link, link, 1.0, 1.0, True
+        np.array(4), np.array(2), 8, np.array(0), transfer, transfer, 1.0, True
     )
-    assert float(exposed) == pytest.approx(8 * 0.2 + 1.0)  # what outlasts 1 s, and the fill
+    fill = 2 * 3 * 0.6  # in and out over the three links
+    assert float(exposed) == pytest.approx(8 * 0.2 + fill)  # what outlasts 1 s, and the fill
     assert float(hidden) == pytest.approx(8 * 1.0)
 
 

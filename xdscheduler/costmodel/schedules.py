@@ -153,13 +153,10 @@ class Pipeline:
         than the others (a stage beside it waits on a fast link on its other side)."""
         links = self.links
         slowest, intra = max(links, default=0.0), min(links, default=0.0)
-        crossings = int(slowest > intra)
-        beside = intra if crossings == 1 else slowest
-        fill = 2 * ((self.stages - 1 - crossings) * intra + crossings * slowest)
         t_mb, m = self.forward_s + self.backward_s, self.micro_batches
-        pp, vp = np.array(self.stages), np.array(1)
+        pp, vp, crossings = np.array(self.stages), np.array(1), np.array(int(slowest > intra))
         exposed, _ = pipeline_exchange_wait(
-            pp, vp, m, slowest, beside, intra, fill, t_mb, self.style == "batched"
+            pp, vp, m, crossings, slowest, intra, t_mb, self.style == "batched"
         )
         return (m + self.stages - 1) * t_mb + float(exposed)
 

@@ -503,15 +503,11 @@ def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, t_
             hops_bps, wan.pp_flow_gbps, wan.pp_per_node, boundary / pp_lanes, gpn, calib
         )
     )
-    link_busy = vp * np.where(crossings > 0, p2p_wan, p2p_intra)
-    # Beside a pipeline's one WAN crossing, a stage's other side is inside its domain; with
-    # more crossings a stage may sit between two, and the slowest stands for both.
-    beside = np.where(crossings == 1, vp * p2p_intra, link_busy)
-    fill = 2 * ((pp - 1 - crossings) * p2p_intra + crossings * p2p_wan) + 2 * _f(wan.pp_latency_s)
     exposed, hidden = pipeline_exchange_wait(
-        pp, vp, micro_batches, link_busy, beside, vp * p2p_intra, fill, t_mb, stack.overlap_p2p
+        pp, vp, micro_batches, crossings, p2p_wan, p2p_intra, t_mb, stack.overlap_p2p
     )
     has_pp = pp > 1
+    exposed = exposed + np.where(has_pp, 2 * _f(wan.pp_latency_s), 0.0)  # the fill's round trip
     if arch.tied_embeddings:
         # The first and last stages both hold the tied embedding: they all-reduce its
         # gradients once a step, over the WAN where the pipeline crosses one.
@@ -529,12 +525,12 @@ def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, t_
     return exposed, hidden
 
 
-def pipeline_exchange_wait(pp, vp, micro_batches, link_s, beside_s, intra_s, fill_s, t_mb, overlap):
+def pipeline_exchange_wait(pp, vp, micro_batches, crossings, wan_s, intra_s, t_mb, overlap):
     """Seconds a step's busiest stage waits for its neighbours' activations and gradients, and
-    the seconds of them hidden behind compute: `link_s`, a micro-batch's transfer over the
-    slowest link, `beside_s` over the link on that stage's other side, `intra_s` inside a
-    domain. The counts are those of the schedules in `costmodel.schedules`, whose event
-    simulation the tests check them against.
+    the seconds of them hidden behind compute: a micro-batch's transfer takes `wan_s` over each
+    of the pipeline's `crossings` of the WAN and `intra_s` inside a domain, once for each of
+    `vp` virtual stages. The counts are those of the schedules in `costmodel.schedules`, whose
+    event simulation the tests check them against.
 
     - Interleaved (`vp` > 1) with the exchanges on their own stream (`overlap`, Megatron's
       overlap_p2p_comm): the next exchange is posted before this micro-batch's compute, so only
@@ -545,18 +541,26 @@ def pipeline_exchange_wait(pp, vp, micro_batches, link_s, beside_s, intra_s, fil
       both sides in the middle of a longer one.
     - Blocking calls (DeepSpeed's engine): each send and receive waits on its own, two a
       micro-batch on each side.
+
+    The pipeline fills and drains once over every link, each way.
     """
     has_pp = pp > 1
     zero = 0.0 * pp
+    intra = vp * intra_s
+    link = vp * np.where(crossings > 0, wan_s, intra_s)  # the slowest link
+    # Beside a pipeline's one WAN crossing, a stage's other side is inside its domain; with
+    # more crossings a stage may sit between two, and the slowest stands for both.
+    beside = np.where(crossings == 1, intra, link)
+    fill = 2 * ((pp - 1 - crossings) * intra_s + crossings * wan_s)
     if overlap:
         interleaved = vp > 1
-        plain = np.where(pp > 2, link_s + beside_s, link_s)
-        per_mb = np.where(interleaved, np.maximum(0.0, link_s - t_mb), plain)
-        hidden = np.where(has_pp & interleaved, micro_batches * np.minimum(link_s, t_mb), zero)
+        plain = np.where(pp > 2, link + beside, link)
+        per_mb = np.where(interleaved, np.maximum(0.0, link - t_mb), plain)
+        hidden = np.where(has_pp & interleaved, micro_batches * np.minimum(link, t_mb), zero)
     else:
-        per_mb = np.where(pp > 2, np.maximum(2 * (link_s + beside_s), 4 * intra_s), 2 * link_s)
+        per_mb = np.where(pp > 2, np.maximum(2 * (link + beside), 4 * intra), 2 * link)
         hidden = zero
-    return np.where(has_pp, micro_batches * per_mb + fill_s, zero), hidden
+    return np.where(has_pp, micro_batches * per_mb + fill, zero), hidden
 
 
 def _grad_elem(rates: _Rates, stack: Stack) -> np.ndarray:
