@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from xdscheduler.cli import main
@@ -78,6 +79,19 @@ def test_every_plan_runs_and_the_baselines_are_what_they_say(short_run):
     assert rows["megatron"]["wan_gb_per_step"] > 50 * rows["diloco"]["wan_gb_per_step"]
     best = min(r["days_to_target"] for name, r in rows.items() if name != "ours")
     assert rows["ours"]["days_to_target"] <= 1.02 * best
+
+
+def test_no_plan_steps_faster_than_the_free_wan_bound(short_run):
+    bound = short_run[0]["free_wan_step_s"]
+    assert all(r["free_wan_step_s"] == bound for r in short_run)
+    steps = {r["policy"]: r["step_s"] for r in short_run}
+    assert min(steps.values()) >= bound * (1 - 1e-6)
+    # every synchronous plan across 10 Gbit/s links pays for it; DiLoCo hides its sync
+    assert min(steps[p] for p in ("megatron", "fsdp", "sailor")) > 2 * bound
+    assert steps["diloco"] == pytest.approx(bound, rel=0.01)
+    text = sj.markdown(pd.DataFrame(short_run), hours=1.0)
+    assert "the 25% target missed" in text and "out of reach: it asks" in text
+    assert f"the fastest plan steps in {bound:,.2f} s" in text
 
 
 def test_bench_job_prints_a_table_per_setting_and_writes_its_files(tmp_path, capsys):

@@ -27,6 +27,11 @@ ratio (every collective's seconds, hidden or not, over the GEMMs' and recomputat
 share of communication hidden behind compute, and the tokens to a target loss: 20 tokens a
 parameter for a synchronous plan, DILOCO_EXTRA_TOKENS more per replica group beyond the first
 for DiLoCo (its drift between syncs), with the days that takes at the run's speed.
+
+Beside them, the free-WAN bound: the fastest plan's step with every link between domains free
+(`FREE_WAN_GBPS`, no RTT), the same search as ours'. No plan on these accelerators steps faster
+in the model, so it says whether a target such as the seed's (25% below the best static plan)
+can be met at all.
 """
 
 from __future__ import annotations
@@ -84,6 +89,7 @@ SWING = 0.3  # |e| <= 0.3
 RTT_MS = (20.0, 100.0)
 SAMPLE_S = 300.0  # the links are measured, and ours decides, every 5 minutes
 HOURS = 24.0
+FREE_WAN_GBPS = 1e4  # the free-WAN bound's links: ~25x an H100 node's NICs together
 DILOCO_H = 100  # the fixed baseline's, and the interval ours may choose, as the planner's
 TOKENS_PER_PARAM = 20  # the target loss: Chinchilla's compute-optimal tokens, synchronously
 FORECAST_WINDOW = 12  # samples (an hour) each link's AR(1) is fitted on
@@ -183,6 +189,21 @@ def fastest(job: JobSpec, view: ClusterView, opts: SearchOptions, k: int = 0) ->
         )
     order = np.argsort(-ev.terms["objective"], kind="stable")
     return [placement_at(ev, i, view, job) for i in distinct(ev, order, k + 1)]
+
+
+def free_wan_step_s(job: JobSpec, view: ClusterView) -> float:
+    """The fastest step of `job` on the view's accelerators with the WAN free: every link at
+    FREE_WAN_GBPS with no RTT (the links inside each domain as they are). The least T_step of
+    the best few synchronous plans and the best few DiLoCo plans, searched apart: the search
+    charges DiLoCo's extra tokens, T_step does not."""
+    linked = view.bandwidth_gbps > 0
+    free = view.with_links(np.where(linked, FREE_WAN_GBPS, 0.0), np.zeros_like(view.rtt_ms))
+    best = [
+        p
+        for h in OPTIONS.diloco_h
+        for p in fastest(job, free, replace(OPTIONS, diloco_h=(h,)), CANDIDATES - 1)
+    ]
+    return float(_rows(estimates(best, job, free, OPTIONS.stack), best)["step_s"].min())
 
 
 def static_plan(policy: str, job: JobSpec, view: ClusterView) -> tuple[Placement, Stack]:
@@ -361,6 +382,7 @@ def run(
     view, job = ClusterView.from_scenario(scn), job_of(setting)
     bandwidth = swings(scn, seed, hours)[: max(int(hours * 3600 / SAMPLE_S), 1)]
     statics = {p: static_plan(p, job, view) for p in STATIC}
+    bound = free_wan_step_s(job, view)
     rows = []
     for policy in policies:
         if policy == "ours":
@@ -378,6 +400,7 @@ def run(
                 "seed": seed,
                 "policy": policy,
                 **figures(line, job),
+                "free_wan_step_s": bound,
             }
         )
     return rows
@@ -445,12 +468,23 @@ def headline(frame: pd.DataFrame) -> str:
         parts.append(
             f"{label}, links of {gbps:g} Gbit/s: ours {_pct(est)} on mean T_step "
             f"against the best static plan there ({POLICIES[rival]}), the 25% target "
-            f"{met}; {_pct(days)} on the days to the target loss against the best "
-            f"static plan there ({POLICIES[fastest_to]}); the steadiest T_step: "
+            f"{met} ({reach(block, rival)}); {_pct(days)} on the days to the target loss "
+            f"against the best static plan there ({POLICIES[fastest_to]}); the steadiest T_step: "
             f"{POLICIES[str(std.idxmin())]} (std {std.min():.2f} s; ours "
             f"{std['ours']:.2f} s)"
         )
     return "; ".join(parts) + "."
+
+
+def reach(block: pd.DataFrame, rival: str) -> str:
+    """Whether a step 25% below `rival`'s can exist: against the free-WAN bound."""
+    need = 0.75 * block.loc[block["policy"] == rival, "step_s"].mean()
+    bound = block["free_wan_step_s"].mean()
+    verdict = "out of reach" if need < bound else "within reach"
+    return (
+        f"{verdict}: it asks {need:,.2f} s a step, and with the WAN free no plan steps "
+        f"faster than {bound:,.2f} s"
+    )
 
 
 def _pct(est) -> str:
@@ -492,8 +526,25 @@ def markdown(frame: pd.DataFrame, hours: float) -> str:
                 + " | ".join(cells + vs)
                 + f" | {rows['replans'].mean():.1f} |"
             )
-        lines.append("")
+        lines += ["", _bound_line(block), ""]
     return "\n".join(lines)
+
+
+def _bound_line(block: pd.DataFrame) -> str:
+    """The free-WAN bound under a table, and how far above it each plan steps."""
+    bound = block["free_wan_step_s"].mean()
+    above = block.groupby("policy", sort=False)["step_s"].mean() / bound - 1
+    return (
+        f"Free-WAN bound: with every link between domains at {FREE_WAN_GBPS / 1e3:g} Tbit/s "
+        f"and no RTT, the fastest plan steps in {bound:,.2f} s; mean T_step above it: "
+        + ", ".join(f"{_short(p)} {round(100 * a, 1) + 0.0:+.1f}%" for p, a in above.items())
+        + "."
+    )
+
+
+def _short(policy: str) -> str:
+    """A plan's name up to its first comma or colon: "DiLoCo", "MAST-style"."""
+    return POLICIES[policy].split(",")[0].split(":")[0]
 
 
 def _against(block: pd.DataFrame, policy: str, figure: str):
@@ -527,6 +578,10 @@ def plot(frame: pd.DataFrame, path: Path) -> None:
                 color=[f"C{i}" for i in range(len(names))],
                 capsize=3,
             )
+            if figure == "step_s":
+                bound = block["free_wan_step_s"].mean()
+                ax.axhline(bound, color="k", ls="--", lw=1, label="free-WAN bound")
+                ax.legend(fontsize=8)
             ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
             ax.set_yscale("log")
             ax.set(title=f"{label}\nlinks {gbps:g} Gbit/s ± {SWING:.0%}", ylabel=heading)
