@@ -1,0 +1,194 @@
+"""What crossing could buy the giants of a scenario with the planner's search, even with a free WAN.
+
+The issue's target: at loads >= 0.9 on five_domains (its listed jobs in), the best cross-domain
+policy cuts the giants' mean JCT by >= 25% against `planner-single-domain`. `planner` never
+crosses there: a giant of that comparison asks for more than a domain's free share, but its
+minimum fits one domain, and the planner's rule keeps such jobs in one. This benchmark lifts the
+rule for them and asks how much is left to gain:
+
+- `planner-asks-cross`: `planner`, except that a job asking for more than any domain's share
+  (the accelerators other tenants leave there now) may take the best placement by the objective
+  across domains, when that keeps KEEP_MFU of its efficiency inside one domain (the planner's
+  guard for its giants);
+- `planner-asks-cross-unguarded`: the same without the guard: the best placement by the
+  objective, wherever it is.
+
+Each runs on the scenario as it is, and again with the WAN made free: every link at the domains'
+own fabric (FREE_GBPS), no swing, no price. The free WAN is the most crossing could buy with this
+search, so a target the free WAN does not reach is out of reach for any policy built on it.
+
+    python -m benchmarks.crossing_bound [--scenario scenarios/five_domains.yaml] [--seeds 10]
+        [--loads 0.9,1.2] [--hours 12] [--out DIR]
+
+The studies run in this process (`xds compare --local`): the two variants are registered here,
+not in the product's registry. ~10 min for the defaults on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from benchmarks._table import print_table
+from xdscheduler.cli import main as xds
+from xdscheduler.planner import policies
+from xdscheduler.planner.placement import Placement
+from xdscheduler.planner.search import JobSpec, evaluate_space, placement_at, uneven_if_needed
+from xdscheduler.planner.space import SINGLE
+from xdscheduler.planner.view import ClusterView
+
+log = logging.getLogger("benchmarks.crossing_bound")
+FREE_GBPS = 400.0  # the domains' own fabric per accelerator in five_domains
+BASELINE = "planner-single-domain"
+VARIANTS = ("planner-asks-cross", "planner-asks-cross-unguarded")
+
+
+def asks_more_than_a_domain(job: JobSpec, view: ClusterView) -> bool:
+    """The job asks for more than any domain's share left by other tenants now, yet its
+    minimum fits one (the planner's own giants cross anyway)."""
+    share = max((d.schedulable - d.reserved_gpus for d in view.domains if d.up), default=0)
+    return job.gpus_max > share and not policies.is_giant(job, view)
+
+
+@dataclass
+class AsksCross(policies.PlannerPolicy):
+    """`planner`, letting a job that asks for more than a domain's share cross domains."""
+
+    guarded: bool = True  # keep KEEP_MFU of the job's efficiency inside one domain
+
+    def _best(self, job: JobSpec, view: ClusterView, modest: bool = False) -> Placement | None:
+        if not asks_more_than_a_domain(job, view):
+            return super()._best(job, view, modest)
+        if sum(d.available for d in view.domains) < job.gpus_min:
+            return None
+        options = uneven_if_needed(job, view, self.options)
+        weights = self.job_weights(job)
+        ev = evaluate_space(job, view, weights, options)
+        if ev is None:
+            return None
+        kind = np.asarray(ev.placements.kind)[ev.place]
+        allowed = kind == SINGLE
+        if self.guarded:
+            floor = policies.KEEP_MFU * policies.best_single_mfu(job, view, weights, options)
+            allowed |= ev.terms["utilization"] >= floor
+        else:
+            allowed[:] = True
+        objective = np.where(allowed, ev.terms["objective"], -np.inf)
+        if not np.isfinite(objective.max()):
+            return None
+        return placement_at(ev, int(np.argmax(objective)), view, job)
+
+
+def register() -> None:
+    """The two variants, in this process's registry only."""
+    for name, guarded in zip(VARIANTS, (True, False), strict=True):
+        policies.POLICIES[name] = lambda w, o, n=name, g=guarded: AsksCross(w, n, guarded=g)
+
+
+def free_wan(path: Path, out: Path) -> Path:
+    """The scenario with every link at FREE_GBPS, without swings or price, written to `out`."""
+    doc = yaml.safe_load(path.read_text())
+    doc["name"] = f"{doc['name']}_free_wan"
+    doc["links"] = [
+        {**link, "bandwidth_gbps": FREE_GBPS, "fluctuation": 0.0, "price_per_gb": 0.0}
+        for link in doc.get("links", [])
+    ]
+    target = out / f"{doc['name']}.yaml"
+    target.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return target
+
+
+def compare(scenario: Path, args, out: Path) -> dict:
+    """`xds compare --local` of the baseline and the variants on one scenario."""
+    code = xds(
+        [
+            "compare",
+            str(scenario),
+            "--policies",
+            ",".join((BASELINE, *VARIANTS)),
+            "--seeds",
+            str(args.seeds),
+            "--loads",
+            args.loads,
+            "--hours",
+            str(args.hours),
+            "--local",
+            "--out",
+            str(out),
+            "--force",
+        ]
+    )
+    if code:
+        raise SystemExit(code)
+    return json.loads((out / "compare.json").read_text())
+
+
+def rows_of(doc: dict, wan: str) -> list[list]:
+    """Per load and variant: the giants' and the fits' mean JCT against the baseline."""
+    paired = {(p["load"], p["policy"], p["figure"]): p for p in doc["paired"]}
+    summary = {(s["load"], s["policy"], s["figure"]): s for s in doc["summary"]}
+    rows = []
+    for load in doc["grid"]["loads"]:
+        for policy in VARIANTS:
+            crossed = summary[(load, policy, "giant_crossed")]["mean"]
+            rows.append(
+                [
+                    wan,
+                    f"{load:g}",
+                    policy,
+                    f"{crossed:.1f}",
+                    _change(paired[(load, policy, "giant_mean_jct_s")]),
+                    _change(paired[(load, policy, "fit_mean_jct_s")]),
+                    _change(paired[(load, policy, "mean_jct_s")]),
+                ]
+            )
+    return rows
+
+
+def _change(p: dict) -> str:
+    half = 0.0 if math.isnan(p["half_width"]) else p["half_width"]
+    star = "*" if p["significant"] else ""
+    return f"{100 * p['mean']:+.1f}% ± {100 * half:.1f}%{star}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenario", default="scenarios/five_domains.yaml")
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--loads", default="0.9,1.2")
+    ap.add_argument("--hours", type=float, default=12.0)
+    ap.add_argument("--out", help="keep the comparisons here (default: a temporary folder)")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    register()
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(args.out or tmp)
+        out.mkdir(parents=True, exist_ok=True)
+        scenario = Path(args.scenario)
+        rows = []
+        for wan, path in (("leased", scenario), ("free", free_wan(scenario, out))):
+            log.info("%s WAN: %s", wan, path)
+            rows += rows_of(compare(path, args, out / f"{wan}-wan"), wan)
+    print_table(
+        f"crossing bound on {scenario.stem}: jobs asking for more than a domain may cross; "
+        f"mean JCT against {BASELINE}, paired by seed, ± 95% CI over {args.seeds} seeds "
+        f"(* significant); {time.perf_counter() - start:.0f} s",
+        ["WAN", "load", "policy", "giants across", "giants' JCT", "fits' JCT", "all JCT"],
+        rows,
+        f"free WAN: every link {FREE_GBPS:g} Gbit/s, no swing, no price; the target is the "
+        "giants' JCT at <= -25% with no class significantly worse",
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""The crossing bound's variants of the planner and its free WAN (benchmarks/crossing_bound.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks import crossing_bound as cb
+from xdscheduler.planner.search import JobSpec
+from xdscheduler.planner.view import ClusterView
+from xdscheduler.registry import make_policy
+from xdscheduler.scenario import load_scenario
+
+FIVE = Path(__file__).resolve().parents[1] / "scenarios" / "five_domains.yaml"
+
+
+@pytest.fixture(scope="module")
+def five():
+    scn = load_scenario(FIVE)
+    return scn, ClusterView.from_scenario(scn), {j.name: JobSpec.of(j) for j in scn.jobs}
+
+
+def test_the_free_wan_keeps_the_domains_and_frees_every_link(tmp_path):
+    scn = load_scenario(cb.free_wan(FIVE, tmp_path))
+    before = load_scenario(FIVE)
+    assert scn.name == "five_domains_free_wan" and scn.domains == before.domains
+    assert len(scn.links) == len(before.links)
+    for link in scn.links:
+        assert link.bandwidth_gbps == cb.FREE_GBPS and link.fluctuation == 0
+        assert link.price_per_gb == 0
+
+
+def test_only_a_job_asking_for_more_than_a_domain_may_cross(five):
+    scn, view, jobs = five
+    # GPT-3 asks 1,024 (its minimum of 256 fits a domain of 512); Llama 3 8B asks 128
+    assert cb.asks_more_than_a_domain(jobs["gpt3-175b"], view)
+    assert not cb.asks_more_than_a_domain(jobs["llama3-8b-continual"], view)
+    spans = {}
+    for guarded in (True, False):
+        policy = cb.AsksCross(scn.weights, "x", guarded=guarded)
+        spans[guarded] = len(policy._best(jobs["gpt3-175b"], view).domains)
+        assert len(policy._best(jobs["llama3-8b-continual"], view).domains) == 1
+    # on the empty cluster GPT-3 trains faster over two domains than in any one, but keeps
+    # less than KEEP_MFU of its best efficiency inside one: only the unguarded variant crosses
+    assert spans == {True: 1, False: 2}
+    planner = make_policy("planner", scn.weights)
+    assert len(planner._best(jobs["gpt3-175b"], view).domains) == 1  # the rule it lifts
+
+
+def test_the_variants_are_registered_in_this_process_only(five):
+    scn, _, _ = five
+    cb.register()
+    try:
+        for name, guarded in zip(cb.VARIANTS, (True, False), strict=True):
+            policy = make_policy(name, scn.weights)
+            assert isinstance(policy, cb.AsksCross) and policy.guarded is guarded
+            assert policy.name == name
+    finally:
+        for name in cb.VARIANTS:
+            cb.policies.POLICIES.pop(name, None)
