@@ -50,3 +50,25 @@ def test_the_what_if_adds_the_binding_stages_receives_once_a_slot(capsys):
     assert "OPT-350 x   2      5" in out and "-5.0%" in out
     assert "OPT-350 x   4      7" in out and "-3.0%" in out and "+4.0%" in out
     assert "median / max 5.0% / 10.0% with one receive a slot" in out
+
+
+def test_the_proposed_targets_count_runs_of_many_micro_batches_and_sailors_error():
+    """benchmarks/sailor_side_by_side: the max on sane runs of >= 4 micro-batches a replica, and
+    the runs where ours is no further off than Sailor's simulator."""
+    import numpy as np
+
+    from benchmarks.sailor_side_by_side import proposed_targets
+    from xdscheduler.costmodel.plan import Plan
+
+    def run(dp, mb, gbs):
+        plan = Plan(dp=dp, tp=4, pp=2, micro_batch=mb, zero=0, dtype="tf32")
+        return ({"file": "f", "gbs": gbs}, "OPT-350", None, plan, 26)
+
+    # micro-batches a replica: 1, 4, 4, 16 (the last run not sane)
+    rows = [run(1, 1, 1), run(1, 8, 32), run(2, 1, 8), run(1, 1, 16)]
+    errs = {"ours": [-0.34, 0.10, -0.05, 0.9], "sailor": [-0.40, 0.08, -0.06, 0.5]}
+    text = proposed_targets(rows, errs, np.array([True, True, True, False]))
+    assert "Sane runs of >= 4 micro-batches a replica (2): max ours 10.0%" in text
+    assert "Sailor's simulator 8.0%" in text
+    assert "no further off than Sailor's simulator on 2 of 3 sane runs" in text
+    assert "by at most 2.0 points" in text
