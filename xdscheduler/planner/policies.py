@@ -70,10 +70,10 @@ class PlannerPolicy:
     one: measured over loads and seeds (docs/policies.md), spreading such a job
     over domains never paid for the room it took from the jobs behind it. A job larger than
     any domain can hold (a giant) crosses domains on what the others leave, at its minimum
-    size while others wait, keeping KEEP_MFU of its efficiency inside one domain, and
-    preemptibly: a job that one domain can hold takes those accelerators back when it needs
-    them (the giant saves a checkpoint and queues again). With `max_domains=1` it is the
-    planner confined to one domain (its giants never run).
+    size while others wait, its work split by its domains' speeds, keeping KEEP_MFU of its
+    efficiency inside one domain, and preemptibly: a job that one domain can hold takes those
+    accelerators back when it needs them (the giant saves a checkpoint and queues again). With
+    `max_domains=1` it is the planner confined to one domain (its giants never run).
     """
 
     weights: Weights
@@ -206,10 +206,13 @@ def is_giant(job: JobSpec, view: ClusterView) -> bool:
 def search_options(job: JobSpec, view: ClusterView, options: SearchOptions) -> SearchOptions:
     """The plan space the planner's rule leaves `job`: a job one domain can hold is only ever
     placed inside one, so no spreads are searched for it, and one a data centre can hold (a
-    mixed domain's pools together) only inside one (uneven plans where it needs them)."""
+    mixed domain's pools together) only inside one (uneven plans where it needs them). A
+    giant's spread splits its layers or micro-batches by its domains' speeds (`balance`): on
+    even plans its slowest domain would pace every other."""
     options = uneven_if_needed(job, view, options)
     if not is_giant(job, view):
         return replace(options, max_domains=1)
+    options = replace(options, balance=True)
     return replace(options, one_site=True) if job.gpus_min <= largest_site(view) else options
 
 
