@@ -8,8 +8,8 @@ rule for them and asks how much is left to gain:
 
 - `planner-asks-cross`: `planner`, except that a job asking for more than any domain's share
   (the accelerators other tenants leave there now) may take the best placement by the objective
-  across domains, when that keeps KEEP_MFU of its efficiency inside one domain (the planner's
-  guard for its giants);
+  across domains, its work split by the domains' speeds, when that keeps KEEP_MFU of its
+  efficiency inside one domain (the planner's rule for its giants);
 - `planner-asks-cross-unguarded`: the same without the guard: the best placement by the
   objective, wherever it is.
 
@@ -32,7 +32,7 @@ import logging
 import math
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -70,7 +70,7 @@ class AsksCross(policies.PlannerPolicy):
             return super()._best(job, view, modest)
         if sum(d.available for d in view.domains) < job.gpus_min:
             return None
-        options = uneven_if_needed(job, view, self.options)
+        options = replace(uneven_if_needed(job, view, self.options), balance=True)
         weights = self.job_weights(job)
         ev = evaluate_space(job, view, weights, options)
         if ev is None:
