@@ -75,13 +75,11 @@ class AsksCross(policies.PlannerPolicy):
         ev = evaluate_space(job, view, weights, options)
         if ev is None:
             return None
-        kind = np.asarray(ev.placements.kind)[ev.place]
-        allowed = kind == SINGLE
-        if self.guarded:
+        allowed = np.ones(len(ev.place), dtype=bool)
+        if self.guarded:  # inside one domain, or across keeping KEEP_MFU of its efficiency
             floor = policies.KEEP_MFU * policies.best_single_mfu(job, view, weights, options)
-            allowed |= ev.terms["utilization"] >= floor
-        else:
-            allowed[:] = True
+            single = np.asarray(ev.placements.kind)[ev.place] == SINGLE
+            allowed = single | (ev.terms["utilization"] >= floor)
         objective = np.where(allowed, ev.terms["objective"], -np.inf)
         if not np.isfinite(objective.max()):
             return None
