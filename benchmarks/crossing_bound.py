@@ -153,7 +153,9 @@ def rows_of(doc: dict, wan: str) -> list[list]:
 
 
 def _change(p: dict) -> str:
-    half = 0.0 if math.isnan(p["half_width"]) else p["half_width"]
+    if p["mean"] is None:  # no job of the class in the cells
+        return "–"
+    half = 0.0 if p["half_width"] is None or math.isnan(p["half_width"]) else p["half_width"]
     star = "*" if p["significant"] else ""
     return f"{100 * p['mean']:+.1f}% ± {100 * half:.1f}%{star}"
 

@@ -59,3 +59,34 @@ def test_the_variants_are_registered_in_this_process_only(five):
     finally:
         for name in cb.VARIANTS:
             cb.policies.POLICIES.pop(name, None)
+
+
+def test_the_table_reads_the_paired_changes_and_says_when_a_class_is_empty():
+    def paired(policy, figure, mean, half, significant=False):
+        return {
+            "load": 0.9,
+            "policy": policy,
+            "figure": figure,
+            "mean": mean,
+            "half_width": half,
+            "significant": significant,
+        }
+
+    doc = {"grid": {"loads": [0.9]}, "paired": [], "summary": []}
+    for policy in cb.VARIANTS:
+        doc["summary"].append({"load": 0.9, "policy": policy, "figure": "giant_crossed", "mean": 2})
+        doc["paired"] += [
+            paired(policy, "giant_mean_jct_s", -0.173, 0.069, True),
+            paired(policy, "fit_mean_jct_s", None, None),
+            paired(policy, "mean_jct_s", 0.004, float("nan")),
+        ]
+    rows = cb.rows_of(doc, "leased")
+    assert rows[0] == [
+        "leased",
+        "0.9",
+        cb.VARIANTS[0],
+        "2.0",
+        "-17.3% ± 6.9%*",
+        "–",
+        "+0.4% ± 0.0%",
+    ]
