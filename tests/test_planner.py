@@ -337,6 +337,21 @@ def test_the_planner_crosses_domains_only_when_it_pays():
     assert one.decide([giant], same, 0.0) == []
 
 
+def test_a_giants_spread_splits_its_micro_batches_by_its_domains_speeds():
+    from xdscheduler.planner.policies import PlannerPolicy, search_options
+
+    giant = eight_b(gpus_min=24)
+    (mixed,) = PlannerPolicy(Weights()).decide([giant], pair("H20"), 0.0)
+    east, west = (mixed.split[mixed.names.index(n)] for n in ("east", "west"))
+    assert mixed.kind == DATA and east > 2 * west > 0  # an H100 replica does more than an H20
+    (same,) = PlannerPolicy(Weights()).decide([giant], pair(), 0.0)
+    assert same.split == ()  # equal speeds: even shares
+    # only giants spread, so only their search balances
+    assert search_options(giant, pair(), ONLINE).balance
+    small = search_options(eight_b(), pair(), ONLINE)
+    assert small.max_domains == 1 and not small.balance
+
+
 def test_short_jobs_go_first_and_waiting_raises_a_long_one():
     from xdscheduler.planner.policies import by_response_ratio
 
