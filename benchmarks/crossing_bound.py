@@ -41,9 +41,8 @@ import yaml
 from benchmarks._table import print_table
 from xdscheduler.cli import main as xds
 from xdscheduler.planner import policies
-from xdscheduler.planner.placement import Placement
-from xdscheduler.planner.search import JobSpec, evaluate_space, placement_at, uneven_if_needed
-from xdscheduler.planner.space import SINGLE
+from xdscheduler.planner.search import JobSpec, uneven_if_needed
+from xdscheduler.planner.space import SINGLE, SearchOptions
 from xdscheduler.planner.view import ClusterView
 
 log = logging.getLogger("benchmarks.crossing_bound")
@@ -65,25 +64,21 @@ class AsksCross(policies.PlannerPolicy):
 
     guarded: bool = True  # keep KEEP_MFU of the job's efficiency inside one domain
 
-    def _best(self, job: JobSpec, view: ClusterView, modest: bool = False) -> Placement | None:
+    def space(self, job: JobSpec, view: ClusterView) -> SearchOptions:
         if not asks_more_than_a_domain(job, view):
-            return super()._best(job, view, modest)
-        if sum(d.available for d in view.domains) < job.gpus_min:
-            return None
-        options = replace(uneven_if_needed(job, view, self.options), balance=True)
-        weights = self.job_weights(job)
-        ev = evaluate_space(job, view, weights, options)
-        if ev is None:
-            return None
+            return super().space(job, view)
+        return replace(uneven_if_needed(job, view, self.options), balance=True)
+
+    def pick(self, ev, job, view, weights, options, modest=False) -> int | None:
+        if ev is None or not asks_more_than_a_domain(job, view):
+            return super().pick(ev, job, view, weights, options, modest)
         allowed = np.ones(len(ev.place), dtype=bool)
         if self.guarded:  # inside one domain, or across keeping KEEP_MFU of its efficiency
             floor = policies.KEEP_MFU * policies.best_single_mfu(job, view, weights, options)
             single = np.asarray(ev.placements.kind)[ev.place] == SINGLE
             allowed = single | (ev.terms["utilization"] >= floor)
         objective = np.where(allowed, ev.terms["objective"], -np.inf)
-        if not np.isfinite(objective.max()):
-            return None
-        return placement_at(ev, int(np.argmax(objective)), view, job)
+        return int(np.argmax(objective)) if np.isfinite(objective.max()) else None
 
 
 def register() -> None:

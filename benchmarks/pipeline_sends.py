@@ -108,9 +108,15 @@ def _run(fab, rows: list[dict]) -> dict:
     gbps = np.full((world, world), LINK_MBIT / 1000)
     np.fill_diagonal(gbps, 0.0)
     fabric = fab.Fabric.plan([f"stage{i}" for i in range(world)], gbps, *fab.new_tag())
-    folder = tempfile.TemporaryDirectory(prefix="pipeline-sends-")
-    path = Path(folder.name) / "grid.json"
-    path.write_text(json.dumps(rows))
+    with tempfile.TemporaryDirectory(prefix="pipeline-sends-") as folder:
+        path = Path(folder) / "grid.json"
+        path.write_text(json.dumps(rows))
+        return _run_on(fab, fabric, world, path)
+
+
+def _run_on(fab, fabric, world: int, path: Path) -> dict:
+    """Every stage's process in its namespace, the grid read from `path`; the fabric built
+    for them and torn down after."""
     fab.build(fabric)
     try:
         env = dict(os.environ, GLOO_SOCKET_IFNAME="eth0")
@@ -131,7 +137,6 @@ def _run(fab, rows: list[dict]) -> dict:
         return json.loads(outs[0])
     finally:
         fab.teardown(fabric)
-        folder.cleanup()
 
 
 def _in(namespace: str) -> list[str]:

@@ -140,14 +140,23 @@ class PlannerPolicy:
         """R's weights for deciding `job`: its WAN bill weighed as the study counts it."""
         return study_weights(self.weights, job, self.seen)
 
+    def space(self, job: JobSpec, view: ClusterView) -> SearchOptions:
+        """The plans searched for `job`: the planner's rule (`search_options`)."""
+        return search_options(job, view, self.options)
+
+    def pick(self, ev, job, view, weights, options, modest=False) -> int | None:
+        """The candidate placed (None: none, or better to wait): the planner's rule
+        (`planner_pick`); a variant of the planner overrides it with `space`."""
+        return planner_pick(ev, job, view, weights, options, modest)
+
     def _best(self, job: JobSpec, view: ClusterView, modest: bool = False) -> Placement | None:
         if sum(d.available for d in view.domains) < job.gpus_min:
             return None
         start = time.perf_counter()
-        options = search_options(job, view, self.options)
+        options = self.space(job, view)
         weights = self.job_weights(job)
         ev = evaluate_space(job, view, weights, options)
-        i = planner_pick(ev, job, view, weights, options, modest)
+        i = self.pick(ev, job, view, weights, options, modest)
         if ev is None or i is None:  # nothing fits, or better to wait
             return None
         p = placement_at(ev, i, view, job)
