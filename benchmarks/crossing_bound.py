@@ -27,9 +27,7 @@ not in the product's registry. ~10 min for the defaults on 2 cores.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import math
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -38,8 +36,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from benchmarks._compare import by_cell, change_cell, run_compare
 from benchmarks._table import print_table
-from xdscheduler.cli import main as xds
 from xdscheduler.planner import policies
 from xdscheduler.planner.search import JobSpec, uneven_if_needed
 from xdscheduler.planner.space import SINGLE, SearchOptions
@@ -69,11 +67,12 @@ class AsksCross(policies.PlannerPolicy):
             return super().space(job, view)
         return replace(uneven_if_needed(job, view, self.options), balance=True)
 
-    def pick(self, ev, job, view, weights, options, modest=False) -> int | None:
+    def pick(self, ev, job, view, weights, options, modest=False, ratio=1.0) -> int | None:
         if ev is None or not asks_more_than_a_domain(job, view):
-            return super().pick(ev, job, view, weights, options, modest)
+            return super().pick(ev, job, view, weights, options, modest, ratio)
         allowed = np.ones(len(ev.place), dtype=bool)
         if self.guarded:  # inside one domain, or across keeping KEEP_MFU of its efficiency
+            # (a job that one domain holds may wait for it: the floor does not fall with waiting)
             floor = policies.KEEP_MFU * policies.best_single_mfu(job, view, weights, options)
             single = np.asarray(ev.placements.kind)[ev.place] == SINGLE
             allowed = single | (ev.terms["utilization"] >= floor)
@@ -102,33 +101,13 @@ def free_wan(path: Path, out: Path) -> Path:
 
 def compare(scenario: Path, args, out: Path) -> dict:
     """`xds compare --local` of the baseline and the variants on one scenario."""
-    code = xds(
-        [
-            "compare",
-            str(scenario),
-            "--policies",
-            ",".join((BASELINE, *VARIANTS)),
-            "--seeds",
-            str(args.seeds),
-            "--loads",
-            args.loads,
-            "--hours",
-            str(args.hours),
-            "--local",
-            "--out",
-            str(out),
-            "--force",
-        ]
-    )
-    if code:
-        raise SystemExit(code)
-    return json.loads((out / "compare.json").read_text())
+    policies = [BASELINE, *VARIANTS]
+    return run_compare(scenario, policies, args.seeds, args.loads, args.hours, out, local=True)
 
 
 def rows_of(doc: dict, wan: str) -> list[list]:
     """Per load and variant: the giants' and the fits' mean JCT against the baseline."""
-    paired = {(p["load"], p["policy"], p["figure"]): p for p in doc["paired"]}
-    summary = {(s["load"], s["policy"], s["figure"]): s for s in doc["summary"]}
+    paired, summary = by_cell(doc)
     rows = []
     for load in doc["grid"]["loads"]:
         for policy in VARIANTS:
@@ -139,20 +118,12 @@ def rows_of(doc: dict, wan: str) -> list[list]:
                     f"{load:g}",
                     policy,
                     f"{crossed:.1f}",
-                    _change(paired[(load, policy, "giant_mean_jct_s")]),
-                    _change(paired[(load, policy, "fit_mean_jct_s")]),
-                    _change(paired[(load, policy, "mean_jct_s")]),
+                    change_cell(paired[(load, policy, "giant_mean_jct_s")]),
+                    change_cell(paired[(load, policy, "fit_mean_jct_s")]),
+                    change_cell(paired[(load, policy, "mean_jct_s")]),
                 ]
             )
     return rows
-
-
-def _change(p: dict) -> str:
-    if p["mean"] is None:  # no job of the class in the cells
-        return "–"
-    half = 0.0 if p["half_width"] is None or math.isnan(p["half_width"]) else p["half_width"]
-    star = "*" if p["significant"] else ""
-    return f"{100 * p['mean']:+.1f}% ± {100 * half:.1f}%{star}"
 
 
 def main() -> None:

@@ -337,6 +337,61 @@ def test_the_planner_crosses_domains_only_when_it_pays():
     assert one.decide([giant], same, 0.0) == []
 
 
+def test_a_giant_takes_the_best_spread_that_keeps_its_efficiency_rather_than_wait():
+    from xdscheduler.planner.policies import (
+        KEEP_MFU,
+        best_single_mfu,
+        planner_pick,
+        search_options,
+    )
+    from xdscheduler.planner.search import evaluate_space
+
+    # Other tenants hold 4 of each domain's 16: the job's 14 fit neither now, one when empty.
+    giant, view = (
+        eight_b(gpus_min=14),
+        pair().with_free({"east": 12, "west": 12}, {"east": 4, "west": 4}),
+    )
+    options = search_options(giant, view, ONLINE)
+    ev = evaluate_space(giant, view, Weights(), options)
+    first = planner_pick(ev, giant, view, Weights(), options)
+    assert first is not None
+    # The best spread by the objective now falls short of KEEP_MFU: the next best that keeps
+    # it is placed (waiting for the first would wait as long as the first stays short).
+    floor = KEEP_MFU * best_single_mfu(giant, view, Weights(), options)
+    assert floor > 0
+    mfu = ev.terms["utilization"].copy()
+    mfu[first] = 0.9 * floor
+    short = replace(ev, terms=ev.terms | {"utilization": mfu})
+    second = planner_pick(short, giant, view, Weights(), options)
+    kept = mfu >= floor
+    assert second is not None and second != first and kept[second]
+    objective = np.where(kept, ev.terms["objective"], -np.inf)
+    assert ev.terms["objective"][second] == objective.max()
+    # No spread keeps it: the giant waits, and the floor falls as it waits (by its response
+    # ratio), so no giant waits for ever behind slow links.
+    none = replace(ev, terms=ev.terms | {"utilization": np.full_like(mfu, 0.9 * floor)})
+    assert planner_pick(none, giant, view, Weights(), options) is None
+    assert planner_pick(none, giant, view, Weights(), options, ratio=1.05) is None
+    later = planner_pick(none, giant, view, Weights(), options, ratio=1.2)
+    assert later == int(np.argmax(ev.terms["objective"]))  # no single-domain candidate here
+
+
+def test_a_giant_refused_on_slow_links_starts_once_it_has_waited_on_a_quiet_cluster():
+    from xdscheduler.planner.policies import PlannerPolicy
+
+    # 10 Mbit/s between the domains: no spread keeps KEEP_MFU of the job's efficiency.
+    view = pair(gbps=0.01).with_free({"east": 12, "west": 12}, {"east": 4, "west": 4})
+    giant = eight_b(gpus_min=14)
+    planner = PlannerPolicy(Weights())
+    assert planner.decide([giant], view, 0.0) == []
+    # Nothing frees up (no other job), yet its floor halves as its response ratio doubles,
+    # and the same policy tries it again.
+    ideal_s = giant.tokens / ideal_tokens_per_s(giant, view)
+    assert planner.decide([giant], view, 0.5 * ideal_s) == []
+    (placed,) = planner.decide([giant], view, 4 * ideal_s)
+    assert placed.kind != "single" and placed.total_gpus >= giant.gpus_min and placed.preemptible
+
+
 def test_a_giants_spread_splits_its_micro_batches_by_its_domains_speeds():
     from xdscheduler.planner.policies import PlannerPolicy, search_options
 
@@ -353,7 +408,7 @@ def test_a_giants_spread_splits_its_micro_batches_by_its_domains_speeds():
 
 
 def test_short_jobs_go_first_and_waiting_raises_a_long_one():
-    from xdscheduler.planner.policies import by_response_ratio
+    from xdscheduler.planner.policies import by_response_ratio, response_ratio
 
     view = pair()
     short = replace(eight_b(), name="short", tokens=1e9, arrival_s=100.0)
@@ -366,6 +421,8 @@ def test_short_jobs_go_first_and_waiting_raises_a_long_one():
     ]
     # Once long has waited twice its ideal run, a short job just arrived no longer overtakes it.
     later = 2 * long.tokens / ideal_tokens_per_s(long, view)
+    assert response_ratio(long, view, 0.0) == 1.0
+    assert response_ratio(long, view, later) == pytest.approx(3.0)
     fresh = replace(short, arrival_s=later)
     assert [j.name for j in by_response_ratio([fresh, long], view, later)] == ["long", "short"]
 

@@ -48,16 +48,25 @@ _BEST_MFU: dict[tuple, float] = {}  # job shape and cluster -> its best MFU insi
 @dataclass
 class DecisionQueue:
     """Which queued jobs get a decision now: the first few, skipping those that did not fit
-    (or were held back) and have seen nothing freed since: the planner's backfill rule."""
+    (or were held back) and have seen nothing freed since (nor, for a giant, its response
+    ratio doubled: its efficiency floor halves with it): the planner's backfill rule."""
 
     lookahead: int = 8  # queued jobs considered per decision; the rest wait their turn
-    no_fit: dict = field(default_factory=dict)  # job -> free accelerators it did not fit
+    no_fit: dict = field(default_factory=dict)  # job -> what it did not fit (`_tried`)
 
-    def worth_trying(self, job: JobSpec, view: ClusterView) -> bool:
-        return self.no_fit.get(job.name) != tuple(d.available for d in view.domains)
+    def worth_trying(self, job: JobSpec, view: ClusterView, now_s: float) -> bool:
+        return self.no_fit.get(job.name) != _tried(job, view, now_s)
 
-    def did_not_fit(self, job: JobSpec, view: ClusterView) -> None:
-        self.no_fit[job.name] = tuple(d.available for d in view.domains)
+    def did_not_fit(self, job: JobSpec, view: ClusterView, now_s: float) -> None:
+        self.no_fit[job.name] = _tried(job, view, now_s)
+
+
+def _tried(job: JobSpec, view: ClusterView, now_s: float) -> tuple:
+    """What a decision on `job` depends on that changes while it waits: the free accelerators,
+    and for a giant how many times its response ratio has doubled."""
+    giant = is_giant(job, view)
+    doublings = int(np.log2(response_ratio(job, view, now_s))) if giant else 0
+    return tuple(d.available for d in view.domains), doublings
 
 
 @dataclass
@@ -71,9 +80,10 @@ class PlannerPolicy:
     over domains never paid for the room it took from the jobs behind it. A job larger than
     any domain can hold (a giant) crosses domains on what the others leave, at its minimum
     size while others wait, its work split by its domains' speeds, keeping KEEP_MFU of its
-    efficiency inside one domain, and preemptibly: a job that one domain can hold takes those
-    accelerators back when it needs them (the giant saves a checkpoint and queues again). With
-    `max_domains=1` it is the planner confined to one domain (its giants never run).
+    efficiency inside one domain (a floor that falls as it waits), and preemptibly: a job
+    that one domain can hold takes those accelerators back when it needs them (the giant
+    saves a checkpoint and queues again). With `max_domains=1` it is the planner confined to
+    one domain (its giants never run).
     """
 
     weights: Weights
@@ -86,7 +96,11 @@ class PlannerPolicy:
 
     def decide(self, queue: list[JobSpec], view: ClusterView, now_s: float) -> list[Placement]:
         self.seen.record(queue)
-        return queue_pass(queue, view, now_s, self._best, self.queue, giants=not self.single_domain)
+
+        def place(job: JobSpec, seen: ClusterView, modest: bool) -> Placement | None:
+            return self._best(job, seen, modest, response_ratio(job, seen, now_s))
+
+        return queue_pass(queue, view, now_s, place, self.queue, giants=not self.single_domain)
 
     @property
     def single_domain(self) -> bool:
@@ -144,19 +158,21 @@ class PlannerPolicy:
         """The plans searched for `job`: the planner's rule (`search_options`)."""
         return search_options(job, view, self.options)
 
-    def pick(self, ev, job, view, weights, options, modest=False) -> int | None:
+    def pick(self, ev, job, view, weights, options, modest=False, ratio=1.0) -> int | None:
         """The candidate placed (None: none, or better to wait): the planner's rule
         (`planner_pick`); a variant of the planner overrides it with `space`."""
-        return planner_pick(ev, job, view, weights, options, modest)
+        return planner_pick(ev, job, view, weights, options, modest, ratio)
 
-    def _best(self, job: JobSpec, view: ClusterView, modest: bool = False) -> Placement | None:
+    def _best(
+        self, job: JobSpec, view: ClusterView, modest: bool = False, ratio: float = 1.0
+    ) -> Placement | None:
         if sum(d.available for d in view.domains) < job.gpus_min:
             return None
         start = time.perf_counter()
         options = self.space(job, view)
         weights = self.job_weights(job)
         ev = evaluate_space(job, view, weights, options)
-        i = self.pick(ev, job, view, weights, options, modest)
+        i = self.pick(ev, job, view, weights, options, modest, ratio)
         if ev is None or i is None:  # nothing fits, or better to wait
             return None
         p = placement_at(ev, i, view, job)
@@ -186,7 +202,7 @@ def queue_pass(
     by response ratio, the first `lookahead` jobs one domain can hold, on a view where what
     the giants hold is free (they are preempted for it), then the giants (unless not
     `giants`), preemptibly, on what is really free; `modest` when more jobs wait behind. A job
-    is skipped while nothing has freed up since it last did not fit (`decisions`)."""
+    is skipped while nothing has changed since it last did not fit (`decisions`)."""
     out, most = [], largest_domain(view)
     ordered = by_response_ratio(queue, view, now_s)
     fitting = [j for j in ordered if j.gpus_min <= most][: decisions.lookahead]
@@ -195,11 +211,11 @@ def queue_pass(
     for k, job in enumerate(todo):
         giant = job.gpus_min > most
         seen = view if giant else reclaim
-        if not decisions.worth_trying(job, seen):
+        if not decisions.worth_trying(job, seen, now_s):
             continue  # nothing freed up since it last did not fit
         placement = place(job, seen, k + 1 < len(todo))
         if placement is None:
-            decisions.did_not_fit(job, seen)
+            decisions.did_not_fit(job, seen, now_s)
             continue  # backfill: a later job may fit where this one does not
         out.append(replace(placement, preemptible=giant))
         taken = {i: -n for i, n in placement.taken.items()}
@@ -241,11 +257,13 @@ def by_response_ratio(queue: list[JobSpec], view: ClusterView, now_s: float) -> 
     """Highest priority first, then the highest response ratio: (waited + ideal time) / ideal
     time. Short jobs go first, and a long one's ratio grows while it waits."""
 
-    def key(job: JobSpec) -> tuple:
-        ideal_s = max(job.tokens / ideal_tokens_per_s(job, view), 1.0)
-        return (-job.priority, -(max(now_s - job.arrival_s, 0.0) + ideal_s) / ideal_s)
+    return sorted(queue, key=lambda job: (-job.priority, -response_ratio(job, view, now_s)))
 
-    return sorted(queue, key=key)
+
+def response_ratio(job: JobSpec, view: ClusterView, now_s: float) -> float:
+    """(waited + ideal run time) / ideal run time: 1 on arrival, 2 once it waited its run."""
+    ideal_s = max(job.tokens / ideal_tokens_per_s(job, view), 1.0)
+    return (max(now_s - job.arrival_s, 0.0) + ideal_s) / ideal_s
 
 
 def planner_pick(
@@ -255,10 +273,14 @@ def planner_pick(
     weights: Weights,
     options: SearchOptions,
     modest: bool = False,
+    ratio: float = 1.0,
 ) -> int | None:
     """The planner's candidate of an evaluated space (None: nothing fits, or better to wait):
-    the best inside one domain for a job one domain can hold, the best across domains for a
-    giant (see PlannerPolicy); `modest`: a giant takes no more than its minimum (others wait)."""
+    the best inside one domain for a job one domain can hold; for a giant (see PlannerPolicy)
+    the best across domains among those keeping KEEP_MFU of its efficiency inside one (the
+    best by the objective alone may not, and waiting for it can last hours), a floor divided
+    by its response ratio `ratio` (`response_ratio`), so that no giant waits for ever behind
+    slow links; `modest`: a giant takes no more than its minimum (others wait)."""
     if ev is None:
         return None
     kind = np.asarray(ev.placements.kind)[ev.place]
@@ -266,12 +288,10 @@ def planner_pick(
     if not is_giant(job, view):
         single = np.flatnonzero(kind == SINGLE)
         return int(single[np.argmax(objective[single])]) if len(single) else None
-    multi = np.flatnonzero((kind != SINGLE) & (~modest | (ev.gpus.sum(axis=1) <= job.gpus_min)))
-    if not len(multi):
-        return None
-    m = int(multi[np.argmax(objective[multi])])
-    enough = mfu[m] >= KEEP_MFU * best_single_mfu(job, view, weights, options)
-    return m if enough else None
+    floor = KEEP_MFU * best_single_mfu(job, view, weights, options) / max(ratio, 1.0)
+    modest_ok = ~modest | (ev.gpus.sum(axis=1) <= job.gpus_min)
+    multi = np.flatnonzero((kind != SINGLE) & modest_ok & (mfu >= floor))
+    return int(multi[np.argmax(objective[multi])]) if len(multi) else None
 
 
 def best_single_mfu(

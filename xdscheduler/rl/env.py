@@ -149,12 +149,12 @@ class PlacementEnv(MultiAgentEnv):
         while True:
             while self.todo:
                 run = self.todo.pop(0)
-                if run not in eng.queue or not self.queue.worth_trying(run.spec, eng.view):
+                if run not in eng.queue or not self.queue.worth_trying(run.spec, eng.view, eng.now):
                     continue
                 # the links as the running jobs leave them, as a study's policies see them
                 ch = choices(run.spec, eng.speeds.links_left(), self.weights, eng.now)
                 if ch is None:
-                    self.queue.did_not_fit(run.spec, eng.view)
+                    self.queue.did_not_fit(run.spec, eng.view, eng.now)
                     continue
                 self.current, self.run = ch, run
                 self.upper_acted = len(ch.groups) > 1
@@ -189,7 +189,8 @@ class PlacementEnv(MultiAgentEnv):
         ch = self.offered
         if action == WAIT or action >= len(ch.groups):
             reward = self._reward(None)
-            self.queue.did_not_fit(self.run.spec, self.engine.view)  # until something frees
+            # until something frees (or, for a giant, its efficiency floor halves)
+            self.queue.did_not_fit(self.run.spec, self.engine.view, self.engine.now)
             return self._after_decision({UPPER: reward})
         return self._lower_turn(action), {}, {"__all__": False}, {"__all__": False}, {}
 

@@ -1,0 +1,45 @@
+"""Run `xds compare` from a benchmark, and write its paired changes as table cells."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from xdscheduler.cli import main as xds
+
+
+def run_compare(
+    scenario: Path,
+    policies: list[str],
+    seeds: int,
+    loads: str,
+    hours: float,
+    out: Path,
+    local: bool,
+) -> dict:
+    """`xds compare` of `policies` on one scenario (in this process with `local`): its JSON."""
+    args = ["compare", str(scenario), "--policies", ",".join(policies), "--seeds", str(seeds)]
+    args += ["--loads", loads, "--hours", str(hours), "--out", str(out), "--force"]
+    code = xds(args + (["--local"] if local else []))
+    if code:
+        raise SystemExit(code)
+    return json.loads((out / "compare.json").read_text())
+
+
+def by_cell(doc: dict) -> tuple[dict, dict]:
+    """A comparison's paired changes and its summaries, each by (load, policy, figure)."""
+
+    def index(part: str) -> dict:
+        return {(r["load"], r["policy"], r["figure"]): r for r in doc[part]}
+
+    return index("paired"), index("summary")
+
+
+def change_cell(p: dict) -> str:
+    """A paired change as `-12.3% ± 4.5%*` (* significant); – where the class has no job."""
+    if p["mean"] is None:
+        return "–"
+    half = 0.0 if p["half_width"] is None or math.isnan(p["half_width"]) else p["half_width"]
+    star = "*" if p["significant"] else ""
+    return f"{100 * p['mean']:+.1f}% ± {100 * half:.1f}%{star}"
