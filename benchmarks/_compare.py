@@ -6,7 +6,11 @@ import json
 import math
 from pathlib import Path
 
+import yaml
+
 from xdscheduler.cli import main as xds
+from xdscheduler.errors import UserError
+from xdscheduler.scenario import load_scenario
 
 
 def run_compare(
@@ -25,6 +29,16 @@ def run_compare(
     if code:
         raise SystemExit(code)
     return json.loads((out / "compare.json").read_text())
+
+
+def scenario_doc(path: Path) -> dict:
+    """The scenario file at `path` as plain data, to write a variant of; a clear exit where it
+    is not a scenario."""
+    try:
+        load_scenario(path)  # checked as `xds` checks it
+        return yaml.safe_load(path.read_text())
+    except UserError as err:
+        raise SystemExit(f"error: {err}") from None
 
 
 def by_cell(doc: dict) -> tuple[dict, dict]:

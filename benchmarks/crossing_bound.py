@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from benchmarks._compare import by_cell, change_cell, run_compare
+from benchmarks._compare import by_cell, change_cell, run_compare, scenario_doc
 from benchmarks._table import print_table
 from xdscheduler.planner import policies
 from xdscheduler.planner.search import JobSpec, uneven_if_needed
@@ -88,7 +88,7 @@ def register() -> None:
 
 def free_wan(path: Path, out: Path) -> Path:
     """The scenario with every link at FREE_GBPS, without swings or price, written to `out`."""
-    doc = yaml.safe_load(path.read_text())
+    doc = scenario_doc(path)
     doc["name"] = f"{doc['name']}_free_wan"
     doc["links"] = [
         {**link, "bandwidth_gbps": FREE_GBPS, "fluctuation": 0.0, "price_per_gb": 0.0}

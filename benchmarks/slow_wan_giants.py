@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks._compare import by_cell, change_cell, run_compare
+from benchmarks._compare import by_cell, change_cell, run_compare, scenario_doc
 from benchmarks._table import print_table
 
 log = logging.getLogger("benchmarks.slow_wan_giants")
@@ -34,7 +34,7 @@ POLICIES = (BASELINE, "planner", "greedy-cross-domain")
 
 def slower_wan(path: Path, factor: float, out: Path) -> Path:
     """The scenario with every link's bandwidth divided by `factor`, written to `out`."""
-    doc = yaml.safe_load(path.read_text())
+    doc = scenario_doc(path)
     doc["name"] = f"{doc['name']}_wan_{factor:g}x_slower"
     for link in doc.get("links", []):
         for key in ("bandwidth_gbps", "bandwidth_gbps_ba"):

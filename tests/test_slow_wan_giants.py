@@ -36,3 +36,12 @@ def test_a_paired_change_reads_as_a_signed_percentage_with_its_interval():
         "+1.0% ± 0.0%"
     )
     assert change_cell({"mean": None, "half_width": None, "significant": False}) == "–"
+
+
+def test_a_file_that_is_not_a_scenario_ends_the_benchmark_with_a_clear_message(tmp_path):
+    for path, says in (
+        (tmp_path / "missing.yaml", r"missing \(no such file\)"),
+        (Path(__file__), "not valid YAML"),
+    ):
+        with pytest.raises(SystemExit, match=r"error: .*" + says):
+            swg.slower_wan(path, 50, tmp_path)

@@ -212,7 +212,7 @@ def queue_pass(
         giant = job.gpus_min > most
         seen = view if giant else reclaim
         if not decisions.worth_trying(job, seen, now_s):
-            continue  # nothing freed up since it last did not fit
+            continue  # nothing changed since it last did not fit
         placement = place(job, seen, k + 1 < len(todo))
         if placement is None:
             decisions.did_not_fit(job, seen, now_s)
