@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
 from xdscheduler.cli import main as xds
 from xdscheduler.errors import UserError
-from xdscheduler.scenario import load_scenario
+from xdscheduler.scenario import parse_scenario
+from xdscheduler.yamlfile import read_yaml
 
 
 def run_compare(
@@ -31,14 +33,20 @@ def run_compare(
     return json.loads((out / "compare.json").read_text())
 
 
-def scenario_doc(path: Path) -> dict:
-    """The scenario file at `path` as plain data, to write a variant of; a clear exit where it
-    is not a scenario."""
+def scenario_variant(path: Path, out: Path, suffix: str, links: Callable[[dict], dict]) -> Path:
+    """The scenario at `path` with each link rewritten by `links` and `suffix` added to its
+    name, written to `out`; a clear exit where `path` is not a scenario."""
     try:
-        load_scenario(path)  # checked as `xds` checks it
-        return yaml.safe_load(path.read_text())
+        doc = read_yaml(path, "scenario")
+        parse_scenario(doc, str(path))  # checked as `xds` checks it
     except UserError as err:
         raise SystemExit(f"error: {err}") from None
+    assert isinstance(doc, dict)  # a valid scenario is a mapping
+    doc["name"] = f"{doc['name']}_{suffix}"
+    doc["links"] = [links(link) for link in doc.get("links", [])]
+    target = out / f"{doc['name']}.yaml"
+    target.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return target
 
 
 def by_cell(doc: dict) -> tuple[dict, dict]:

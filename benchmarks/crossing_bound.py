@@ -34,9 +34,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-import yaml
 
-from benchmarks._compare import by_cell, change_cell, run_compare, scenario_doc
+from benchmarks._compare import by_cell, change_cell, run_compare, scenario_variant
 from benchmarks._table import print_table
 from xdscheduler.planner import policies
 from xdscheduler.planner.search import JobSpec, uneven_if_needed
@@ -67,9 +66,9 @@ class AsksCross(policies.PlannerPolicy):
             return super().space(job, view)
         return replace(uneven_if_needed(job, view, self.options), balance=True)
 
-    def pick(self, ev, job, view, weights, options, modest=False, ratio=1.0) -> int | None:
+    def pick(self, ev, job, view, weights, options, modest=False, now_s=None) -> int | None:
         if ev is None or not asks_more_than_a_domain(job, view):
-            return super().pick(ev, job, view, weights, options, modest, ratio)
+            return super().pick(ev, job, view, weights, options, modest, now_s)
         allowed = np.ones(len(ev.place), dtype=bool)
         if self.guarded:  # inside one domain, or across keeping KEEP_MFU of its efficiency
             # (a job that one domain holds may wait for it: the floor does not fall with waiting)
@@ -88,15 +87,8 @@ def register() -> None:
 
 def free_wan(path: Path, out: Path) -> Path:
     """The scenario with every link at FREE_GBPS, without swings or price, written to `out`."""
-    doc = scenario_doc(path)
-    doc["name"] = f"{doc['name']}_free_wan"
-    doc["links"] = [
-        {**link, "bandwidth_gbps": FREE_GBPS, "fluctuation": 0.0, "price_per_gb": 0.0}
-        for link in doc.get("links", [])
-    ]
-    target = out / f"{doc['name']}.yaml"
-    target.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return target
+    free = {"bandwidth_gbps": FREE_GBPS, "fluctuation": 0.0, "price_per_gb": 0.0}
+    return scenario_variant(path, out, "free_wan", lambda link: {**link, **free})
 
 
 def compare(scenario: Path, args, out: Path) -> dict:

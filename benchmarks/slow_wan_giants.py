@@ -22,9 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
-from benchmarks._compare import by_cell, change_cell, run_compare, scenario_doc
+from benchmarks._compare import by_cell, change_cell, run_compare, scenario_variant
 from benchmarks._table import print_table
 
 log = logging.getLogger("benchmarks.slow_wan_giants")
@@ -34,15 +32,12 @@ POLICIES = (BASELINE, "planner", "greedy-cross-domain")
 
 def slower_wan(path: Path, factor: float, out: Path) -> Path:
     """The scenario with every link's bandwidth divided by `factor`, written to `out`."""
-    doc = scenario_doc(path)
-    doc["name"] = f"{doc['name']}_wan_{factor:g}x_slower"
-    for link in doc.get("links", []):
-        for key in ("bandwidth_gbps", "bandwidth_gbps_ba"):
-            if link.get(key) is not None:
-                link[key] = link[key] / factor
-    target = out / f"{doc['name']}.yaml"
-    target.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return target
+
+    def slower(link: dict) -> dict:
+        keys = ("bandwidth_gbps", "bandwidth_gbps_ba")
+        return link | {k: link[k] / factor for k in keys if link.get(k) is not None}
+
+    return scenario_variant(path, out, f"wan_{factor:g}x_slower", slower)
 
 
 def rows_of(doc: dict) -> list[list]:

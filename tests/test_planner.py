@@ -371,8 +371,9 @@ def test_a_giant_takes_the_best_spread_that_keeps_its_efficiency_rather_than_wai
     # ratio), so no giant waits for ever behind slow links.
     none = replace(ev, terms=ev.terms | {"utilization": np.full_like(mfu, 0.9 * floor)})
     assert planner_pick(none, giant, view, Weights(), options) is None
-    assert planner_pick(none, giant, view, Weights(), options, ratio=1.05) is None
-    later = planner_pick(none, giant, view, Weights(), options, ratio=1.2)
+    ideal_s = giant.tokens / ideal_tokens_per_s(giant, view)  # response ratio 1 + waited/ideal
+    assert planner_pick(none, giant, view, Weights(), options, now_s=0.05 * ideal_s) is None
+    later = planner_pick(none, giant, view, Weights(), options, now_s=0.2 * ideal_s)
     assert later == int(np.argmax(ev.terms["objective"]))  # no single-domain candidate here
 
 

@@ -98,7 +98,7 @@ class PlannerPolicy:
         self.seen.record(queue)
 
         def place(job: JobSpec, seen: ClusterView, modest: bool) -> Placement | None:
-            return self._best(job, seen, modest, response_ratio(job, seen, now_s))
+            return self._best(job, seen, modest, now_s)
 
         return queue_pass(queue, view, now_s, place, self.queue, giants=not self.single_domain)
 
@@ -158,13 +158,13 @@ class PlannerPolicy:
         """The plans searched for `job`: the planner's rule (`search_options`)."""
         return search_options(job, view, self.options)
 
-    def pick(self, ev, job, view, weights, options, modest=False, ratio=1.0) -> int | None:
+    def pick(self, ev, job, view, weights, options, modest=False, now_s=None) -> int | None:
         """The candidate placed (None: none, or better to wait): the planner's rule
         (`planner_pick`); a variant of the planner overrides it with `space`."""
-        return planner_pick(ev, job, view, weights, options, modest, ratio)
+        return planner_pick(ev, job, view, weights, options, modest, now_s)
 
     def _best(
-        self, job: JobSpec, view: ClusterView, modest: bool = False, ratio: float = 1.0
+        self, job: JobSpec, view: ClusterView, modest: bool = False, now_s: float | None = None
     ) -> Placement | None:
         if sum(d.available for d in view.domains) < job.gpus_min:
             return None
@@ -172,7 +172,7 @@ class PlannerPolicy:
         options = self.space(job, view)
         weights = self.job_weights(job)
         ev = evaluate_space(job, view, weights, options)
-        i = self.pick(ev, job, view, weights, options, modest, ratio)
+        i = self.pick(ev, job, view, weights, options, modest, now_s)
         if ev is None or i is None:  # nothing fits, or better to wait
             return None
         p = placement_at(ev, i, view, job)
@@ -273,14 +273,15 @@ def planner_pick(
     weights: Weights,
     options: SearchOptions,
     modest: bool = False,
-    ratio: float = 1.0,
+    now_s: float | None = None,
 ) -> int | None:
     """The planner's candidate of an evaluated space (None: nothing fits, or better to wait):
     the best inside one domain for a job one domain can hold; for a giant (see PlannerPolicy)
     the best across domains among those keeping KEEP_MFU of its efficiency inside one (the
     best by the objective alone may not, and waiting for it can last hours), a floor divided
-    by its response ratio `ratio` (`response_ratio`), so that no giant waits for ever behind
-    slow links; `modest`: a giant takes no more than its minimum (others wait)."""
+    by its response ratio at `now_s` (`response_ratio`; None: the full floor), so that no giant
+    waits for ever behind slow links; `modest`: a giant takes no more than its minimum (others
+    wait)."""
     if ev is None:
         return None
     kind = np.asarray(ev.placements.kind)[ev.place]
@@ -288,7 +289,8 @@ def planner_pick(
     if not is_giant(job, view):
         single = np.flatnonzero(kind == SINGLE)
         return int(single[np.argmax(objective[single])]) if len(single) else None
-    floor = KEEP_MFU * best_single_mfu(job, view, weights, options) / max(ratio, 1.0)
+    ratio = 1.0 if now_s is None else response_ratio(job, view, now_s)
+    floor = KEEP_MFU * best_single_mfu(job, view, weights, options) / ratio
     modest_ok = ~modest | (ev.gpus.sum(axis=1) <= job.gpus_min)
     multi = np.flatnonzero((kind != SINGLE) & modest_ok & (mfu >= floor))
     return int(multi[np.argmax(objective[multi])]) if len(multi) else None

@@ -17,7 +17,7 @@ import numpy as np
 from xdscheduler.perception.graph import EDGE_FEATURES, NODE_FEATURES, graph_size, padded
 from xdscheduler.planner.baselines import ONLINE
 from xdscheduler.planner.placement import Placement
-from xdscheduler.planner.policies import planner_pick, response_ratio, search_options
+from xdscheduler.planner.policies import planner_pick, search_options
 from xdscheduler.planner.search import (
     Evaluated,
     JobSpec,
@@ -107,7 +107,7 @@ def choices(
         return None
     opts = search_options(job, view, opts)  # the planner's rule on crossing domains
     ev = evaluate_space(job, view, weights, opts)
-    pick = planner_pick(ev, job, view, weights, opts, ratio=response_ratio(job, view, now_s))
+    pick = planner_pick(ev, job, view, weights, opts, now_s=now_s)
     if ev is None or pick is None:
         return None  # nothing fits, or the planner would not place it now either
     slots = ev.placements.domains[ev.place]
