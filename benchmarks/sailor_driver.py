@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+BUILD_NEEDS = "g++, the jsoncpp headers (libjsoncpp-dev) and pybind11"
+
 TRAINING_CONFIGS = {
     "OPT-350": "training_config_opt_350.json",
     "GPT-Neo-2.7": "training_config_gpt_neo27.json",
@@ -59,7 +61,10 @@ def build_planner(checkout: Path, cache: Path) -> Path:
     lib = out / f"libplanner{sysconfig.get_config_var('EXT_SUFFIX')}"
     if lib.exists():
         return out
-    import pybind11
+    try:
+        import pybind11
+    except ImportError:
+        raise SailorError(f"building Sailor's planner needs {BUILD_NEEDS}: no pybind11") from None
 
     out.mkdir(parents=True, exist_ok=True)
     sources = [
@@ -79,10 +84,18 @@ def build_planner(checkout: Path, cache: Path) -> Path:
         "-o",
         str(lib),
     ]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise SailorError(f"building Sailor's planner needs {BUILD_NEEDS}: no g++") from None
     if done.returncode:
-        raise RuntimeError("compiling Sailor's planner failed: " + done.stderr[-2000:])
+        first = next((ln for ln in done.stderr.splitlines() if "error" in ln), done.stderr[-500:])
+        raise SailorError(f"building Sailor's planner needs {BUILD_NEEDS}; g++ said: {first}")
     return out
+
+
+class SailorError(RuntimeError):
+    """What Sailor's side could not do, said in one line (the benchmark stops on it)."""
 
 
 def simulator(root: Path, model: str, gbs: int, zone: str):
@@ -209,11 +222,14 @@ def main() -> None:
     answer_fd = os.dup(1)
     os.dup2(2, 1)  # Sailor prints as it goes, from Python and C++ alike: to standard error
     with contextlib.redirect_stdout(sys.stderr):
-        answer = {
-            "simulate": simulate,
-            "plan": plan,
-            "runs": lambda r, q: validation_runs(r, q.get("cluster", "clariden")),
-        }[req["op"]](root, req)
+        try:
+            answer = {
+                "simulate": simulate,
+                "plan": plan,
+                "runs": lambda r, q: validation_runs(r, q.get("cluster", "clariden")),
+            }[req["op"]](root, req)
+        except SailorError as e:
+            answer = {"error": str(e)}
     with os.fdopen(answer_fd, "w") as out:
         json.dump(answer, out)
 

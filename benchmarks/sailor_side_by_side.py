@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._table import print_table
-from benchmarks.sailor_driver import layout
+from benchmarks.sailor_driver import SailorError, layout
 from benchmarks.sailor_zones import setup
 from xdscheduler import catalog
 from xdscheduler.costmodel.layers import MeasuredLayers, from_sailor, read_json
@@ -75,7 +75,10 @@ def driver(root: Path, request: dict) -> dict:
     )
     if done.returncode:
         raise RuntimeError(f"Sailor's code failed ({request['op']}): {done.stderr[-3000:]}")
-    return json.loads(done.stdout)
+    answer = json.loads(done.stdout)
+    if "error" in answer:
+        raise SailorError(answer["error"])
+    return answer
 
 
 def profile(
@@ -578,11 +581,14 @@ def main() -> None:
         )
         return
     root = layout(checkout)
-    if args.only != "plans":
-        fidelity(root, checkout)
-        print()
-    if args.only != "fidelity":
-        plans(root, checkout, args.model, sizes)
+    try:
+        if args.only != "plans":
+            fidelity(root, checkout)
+            print()
+        if args.only != "fidelity":
+            plans(root, checkout, args.model, sizes)
+    except SailorError as e:
+        sys.exit(f"error: {e}")
 
 
 if __name__ == "__main__":

@@ -1002,6 +1002,29 @@ def test_the_sailor_benchmarks_skip_with_a_reason_without_a_checkout(tmp_path, m
             assert ("not a checkout of Sailor" in out) == bool(argv), out
 
 
+def test_a_sailor_planner_that_does_not_build_stops_the_benchmark_in_one_line(
+    tmp_path, monkeypatch
+):
+    """When Sailor's C++ planner does not compile (here: a header the machine lacks), the
+    benchmark stops on what the build needs and the compiler's error, no traceback."""
+    import shutil
+
+    from benchmarks import sailor_side_by_side
+    from benchmarks.sailor_driver import SailorError
+
+    if shutil.which("g++") is None:
+        pytest.skip("no g++ on this machine: the build is not tried")
+    src = tmp_path / "sailor" / "sailor" / "Planner" / "sailor_planner" / "cpp_src"
+    (src / "utils").mkdir(parents=True)
+    for name in ("read_json", "network_utils"):
+        (src / "utils" / f"{name}.cpp").write_text("#include <no_such_dir/no_such_header.h>\n")
+    for name in ("training", "planner_utils", "planner"):
+        (src / f"{name}.cpp").write_text("int x;\n")
+    monkeypatch.setattr(sailor_side_by_side, "CACHE", tmp_path / "cache")
+    with pytest.raises(SailorError, match=r"libjsoncpp-dev.*g\+\+ said:.*no_such_header"):
+        sailor_side_by_side.driver(tmp_path, {"op": "plan"})
+
+
 def test_a_ring_is_written_from_after_its_slowest_hop():
     """Sailor's simulator leaves out the hop back to a list's first replica: our ring is
     written so that hop is its slowest one-connection hop, the ring and its direction kept."""
