@@ -37,7 +37,7 @@ BENCH_DOMAIN = "bench"  # the one domain label of the local node: the runner pin
 class Listener:
     """What the live controller is to a run's workers: hears each step, never says stop."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.times: dict[int, float] = {}
 
     def heard(self, job: str, metrics: dict) -> None:  # the controller's two calls
@@ -58,7 +58,8 @@ def run(
 ) -> tuple[dict[int, float], float]:
     """When each step of one run was heard, and when the run returned, its driving task in
     `env`."""
-    listener = Listener.options(name=LISTENER).remote()
+    # a Ray actor class, though typed as the class it decorates
+    listener = Listener.options(name=LISTENER).remote()  # type: ignore[attr-defined]
     job = f"bench-checkpoint-{time.time_ns()}"
     group = make_placement_group(job, 1, [BENCH_DOMAIN] * workers, False)
     config = TrainConfig(

@@ -29,6 +29,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime
 
 import numpy as np
 
@@ -80,7 +81,7 @@ def forecast_bodies(n: int, seed: int = 0) -> list[bytes]:
                 history=np.round(demand, 1).tolist(),
                 known_jobs=jobs,
                 series=f"s{i % 4}",
-                end_time="2026-01-05T12:00:00",
+                end_time=datetime(2026, 1, 5, 12, 0, 0),
             )
             .model_dump_json()
             .encode()
@@ -135,6 +136,7 @@ def wait_for_replicas(
 ) -> None:
     """Keep 20 clients on /policy/act until `n` replicas run (autoscaling adds them)."""
     from ray import serve
+    from ray.serve.schema import ReplicaState
 
     from xdscheduler.serving.app import APP_NAME
 
@@ -142,7 +144,7 @@ def wait_for_replicas(
     while time.monotonic() < deadline:
         asyncio.run(load(url, "/policy/act", bodies, 20, 3.0, headers))
         states = serve.status().applications[APP_NAME].deployments["XdsService"].replica_states
-        if states.get("RUNNING", 0) >= n:
+        if states.get(ReplicaState.RUNNING, 0) >= n:
             return
     raise SystemExit(f"autoscaling did not reach {n} replicas within {timeout_s:.0f} s")
 

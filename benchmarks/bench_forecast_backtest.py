@@ -193,7 +193,8 @@ def earlier(
     for s, pool in occupancy:
         for share in EARLIER:
             n = int(share * len(s.values))
-            cut, fitted = replace(s, values=s.values[:n], index=s.index[:n]), {}
+            cut = replace(s, values=s.values[:n], index=s.index[:n])
+            fitted: dict = {}
             for h in SHIFTED:
                 what = f"{h}, first {share:.0%} kept"
                 r = attempt(
@@ -226,7 +227,9 @@ def short_histories(occupancy: list[tuple[series.Series, list[series.Series]]]) 
     out = []
     for s, pool in occupancy:
         for first, last in TWO_WEEKS:
-            cut, fitted, cells = days(s, first, last), {}, []
+            cut = days(s, first, last)
+            fitted: dict = {}
+            cells: list[str | float] = []
             siblings_cut = [days(p, first, last) for p in pool]
             for h in ("10m", "1h", "6h"):
                 try:
@@ -331,7 +334,8 @@ def main() -> None:
         data = shared_data_dir("demand", "the Helios, Philly and Venus demand CSVs")
     except UserError as err:
         fail(str(err))
-    start, skipped = time.perf_counter(), []
+    start = time.perf_counter()
+    skipped: list[list] = []
     series_pools = occupancy_series(data, skipped)
     occupancy = occupancy_backtests(series_pools, skipped)
     early = [] if args.quick else earlier(series_pools, skipped)

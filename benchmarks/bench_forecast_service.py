@@ -21,7 +21,7 @@ from benchmarks._table import print_table
 from xdscheduler.errors import UserError
 from xdscheduler.forecast import series
 from xdscheduler.forecast.hybrid import Forecaster
-from xdscheduler.forecast.service import ForecastRequest, forecast
+from xdscheduler.forecast.service import ForecastRequest, KnownJobIn, forecast
 from xdscheduler.network.measurements import shared_data_dir
 from xdscheduler.textfile import data_stem
 
@@ -46,7 +46,7 @@ def demand() -> tuple[str, series.Series]:
 def body(s: series.Series, k: int) -> ForecastRequest:
     """The day of demand ending `k` steps before the series' end, at the series' step."""
     end = len(s.values) - 1 - k
-    jobs = [{"name": f"j{i}", "gpus": 8 * (i + 1), "finish_min": 15.0 * (i + 1)} for i in range(3)]
+    jobs = [KnownJobIn(name=f"j{i}", gpus=8 * (i + 1), finish_min=15.0 * (i + 1)) for i in range(3)]
     return ForecastRequest(
         history=s.values[end - s.per_day + 1 : end + 1].tolist(),
         step_min=s.step_min,

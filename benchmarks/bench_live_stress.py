@@ -124,7 +124,8 @@ def main(argv: list[str] | None = None) -> None:
     templates = ["gpt-long.yaml", "gpt-wide.yaml", "gpt-small.yaml"]
     serial = {t: 0 for t in templates}
     current: dict[str, str] = {}  # template -> the job training it now
-    killed, leaks_seen, started, last_leaked = None, 0, time.time(), set()
+    killed, leaks_seen, started = None, 0, time.time()
+    last_leaked: set[str] = set()
     end = started + args.minutes * 60
     try:
         for t in templates:

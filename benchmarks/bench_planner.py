@@ -21,6 +21,7 @@ from xdscheduler import catalog
 from xdscheduler.errors import UserError
 from xdscheduler.planner.search import JobSpec, search
 from xdscheduler.planner.space import SearchOptions
+from xdscheduler.planner.spec import SearchResult
 from xdscheduler.planner.view import ClusterView, DomainView
 from xdscheduler.scenario import Weights
 
@@ -52,7 +53,9 @@ def cluster(domains: int, nodes: int, seed: int = 0) -> ClusterView:
     return ClusterView(doms, bw, (rtt + rtt.T) / 2, np.full((domains, domains), 0.02))
 
 
-def timed(job: JobSpec, view: ClusterView, opts: SearchOptions) -> tuple[float, float, object]:
+def timed(
+    job: JobSpec, view: ClusterView, opts: SearchOptions
+) -> tuple[float, float, SearchResult | None]:
     """Best of three decisions in wall and CPU seconds (CPU time is what other processes on a
     loaded machine do not inflate) and the decision; None where nothing fits."""
     best, best_cpu, result = np.inf, np.inf, None

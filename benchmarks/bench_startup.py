@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import cast
 
 from benchmarks._live import maybe_up
 from benchmarks._table import print_table
@@ -59,7 +60,7 @@ def measure(state_path: Path, runs: int, storage: str) -> dict[str, list[dict]]:
     class Listener:
         """What the controller is to a run: hears the start-up marks and the first step."""
 
-        def __init__(self):
+        def __init__(self) -> None:
             self.marks: dict[str, dict[str, float]] = {}
 
         def startup_mark(self, job: str, attempt: int, stage: str, at: float) -> None:
@@ -86,8 +87,9 @@ def measure(state_path: Path, runs: int, storage: str) -> dict[str, list[dict]]:
         train_loop(config)
 
     def plain_training(config: dict, workers: list[str]) -> str | None:
-        from ray.train import RunConfig, ScalingConfig
-        from ray.train.torch import TorchTrainer
+        # ray.train's, as Ray Train V2 (the default) has them
+        from ray.train.v2.api.config import RunConfig, ScalingConfig
+        from ray.train.v2.torch.torch_trainer import TorchTrainer
 
         trainer = TorchTrainer(
             quota_first,
@@ -100,7 +102,8 @@ def measure(state_path: Path, runs: int, storage: str) -> dict[str, list[dict]]:
             run_config=RunConfig(
                 name=config["job"],
                 storage_path=config["storage"],
-                callbacks=[StartupMarks(LISTENER, config["job"], 1)],
+                # typed as UserCallbacks; Ray Train takes any RayTrainCallback (this is its own)
+                callbacks=[StartupMarks(LISTENER, config["job"], 1)],  # type: ignore[list-item]
             ),
         )
         result = trainer.fit()
@@ -139,12 +142,16 @@ def measure(state_path: Path, runs: int, storage: str) -> dict[str, list[dict]]:
             )
         if error:
             raise RuntimeError(error)
-        marks = ray.get(listener.of.remote(job))
+        # a handle's methods are typed Never; `of` returns this
+        marks = cast("dict[str, float]", ray.get(listener.of.remote(job)))
         reached = {k: t - launched for k, t in marks.items() if ":" not in k}
         reached |= {k.split(":")[1]: t for k, t in marks.items() if k.startswith("loop:")}
         return stages(reached) | {"total_s": reached.get("first_step", float("nan"))}
 
-    listen = ray.remote(num_cpus=0)(Listener).options(name=LISTENER).remote()
+    # typed as the handle or the class; a new actor is its handle
+    listen = cast(
+        "ray.actor.ActorHandle", ray.remote(num_cpus=0)(Listener).options(name=LISTENER).remote()
+    )
     plain = ray.remote(num_cpus=0, max_retries=0)(plain_training)
     run_env = trainer_env(state.dashboard, ray.get_runtime_context().gcs_address)
     domains = list(state.domains) or ["east"]

@@ -47,9 +47,9 @@ def timed(args, inputs: StudyInputs, logs: str, folder: Path) -> tuple[float, in
     eng.run()
     seconds = time.perf_counter() - start
     records = journal.logged + ledger.kept if journal and ledger else 0
-    for log in (journal, ledger):
-        if log:
-            log.close()
+    for opened in (journal, ledger):
+        if opened:
+            opened.close()
     return seconds, records, [(r.start_s, r.end_s) for r in eng.runs]
 
 

@@ -38,7 +38,7 @@ def measure(seeds: list[int], hours: float, every_s: float) -> tuple[dict, list,
     """Swing records of both ways of re-planning over the seeds, the relocations the swings led
     to under make-before-break, and the swings injected."""
     scn = load_scenario(default_scenario_path())
-    records: dict[str, list] = {Switch.MAKE_BEFORE_BREAK: [], Switch.RESTART: []}
+    records: dict[Switch, list] = {Switch.MAKE_BEFORE_BREAK: [], Switch.RESTART: []}
     moves: list = []
     injected = 0
     for seed in seeds:

@@ -66,8 +66,8 @@ def summary_rows(runs: list[Run], errs: np.ndarray, fitted: list[bool]) -> list[
         "small models (<= 4B parameters, <= 64 GPUs), every stack": [small(r) for r in runs],
     }
     rows = []
-    for name, mask in groups.items():
-        mask = np.array(mask)
+    for name, flags in groups.items():
+        mask = np.array(flags)
         if mask.any():
             gpus = sorted({r.gpu.name for r, m in zip(runs, mask, strict=True) if m})
             e = np.abs(errs[mask])

@@ -41,6 +41,7 @@ from xdscheduler.planner import policies
 from xdscheduler.planner.search import JobSpec, uneven_if_needed
 from xdscheduler.planner.space import SINGLE, SearchOptions
 from xdscheduler.planner.view import ClusterView
+from xdscheduler.scenario import Weights
 
 log = logging.getLogger("benchmarks.crossing_bound")
 FREE_GBPS = 400.0  # the domains' own fabric per accelerator in five_domains
@@ -82,7 +83,11 @@ class AsksCross(policies.PlannerPolicy):
 def register() -> None:
     """The two variants, in this process's registry only."""
     for name, guarded in zip(VARIANTS, (True, False), strict=True):
-        policies.POLICIES[name] = lambda w, o, n=name, g=guarded: AsksCross(w, n, guarded=g)
+
+        def factory(w: Weights, o: dict, n: str = name, g: bool = guarded) -> AsksCross:
+            return AsksCross(w, n, guarded=g)
+
+        policies.POLICIES[name] = factory
 
 
 def free_wan(path: Path, out: Path) -> Path:

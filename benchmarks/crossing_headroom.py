@@ -69,7 +69,9 @@ def domain_rates(specs: list[JobSpec], view: ClusterView) -> np.ndarray:
                         top_k=0,
                         pareto=False,
                     )
-                    cache[key] = best.best.estimate.tokens_per_s
+                    estimate = best.best.estimate
+                    assert estimate is not None  # the search's pick carries its estimate
+                    cache[key] = estimate.tokens_per_s
                 except UserError:
                     cache[key] = 0.0
             out[j, d] = cache[key]
@@ -182,13 +184,13 @@ def main() -> None:
     ap.add_argument("--compare", help="an xds compare --out folder with the same grid")
     args = ap.parse_args()
     start = time.perf_counter()
-    rows = [
+    cells = [
         cell(path, float(load), seed)
         for path in args.scenarios.split(",")
         for load in args.loads.split(",")
         for seed in range(args.seeds)
     ]
-    frame = pd.DataFrame(rows)
+    frame = pd.DataFrame(cells)
     seen = measured(args.compare)
     if seen is not None:
         frame = frame.merge(seen, on=["scenario", "load", "seed"], how="left")

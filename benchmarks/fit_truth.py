@@ -151,12 +151,14 @@ def jitter_params(steptime_dir: Path) -> dict:
     slowdown = {data_stem(p).removesuffix("_norm"): pai_slowdown(p) for p in jobs.values()}
     logs = np.log(np.maximum(list(slowdown.values()), 1.0))
     first = next(iter(jobs.values())).name
+    named = PAI_JOB.fullmatch(first)
+    assert named is not None  # pai_jobs keeps only the files whose names match
     numbers = "-".join(dict.fromkeys(str(n) for n in (min(jobs), max(jobs))))
     return {
         "mean_log": float(logs.mean()),
         "jobs": slowdown,
         "source": "Alibaba PAI 2020 mini-batch times "
-        f"(steptime/{first[: PAI_JOB.fullmatch(first).start(1)]}{numbers})",
+        f"(steptime/{first[: named.start(1)]}{numbers})",
     }
 
 

@@ -59,7 +59,7 @@ def rows(device: str, acc, sizes: list[int], seconds: float) -> list[list]:
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     shapes = [(s, s, s) for s in sizes] + ([LLAMA70B_MLP] if device == "cuda" else [])
-    out = []
+    out: list[list] = []
     for precision, (field, _, _) in PRECISIONS.items():
         rated = getattr(acc, field, None) if acc else None
         eff = DEFAULT.fp8_gemm_efficiency if precision == "fp8" else DEFAULT.gemm_efficiency

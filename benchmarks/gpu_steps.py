@@ -183,7 +183,8 @@ def compare(folder: Path) -> None:
     found = json.loads((folder / "steps.json").read_text())
     kinds = {i: f"ours, a profile of {what}" for i, what in IMPLEMENTATIONS.items()}
     kinds["roofline"] = "ours, roofline alone"
-    rows, errs, left_out = [], {k: [] for k in kinds}, []
+    rows, left_out = [], []
+    errs: dict[str, list[float]] = {k: [] for k in kinds}
     hw, stack = Hardware.of(catalog.accelerator(ACCELERATOR)), Stack.preset(STACK)
     for run in found["runs"]:
         if run.get("out_of_memory"):

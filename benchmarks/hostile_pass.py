@@ -42,6 +42,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,10 +83,13 @@ class Case:
     expect: str = "any"
     timeout_s: float = FAST_S
     ray: bool = False  # starts a Ray: no address-space limit
-    interrupt: callable | None = None  # (case folder, seconds running) -> send Ctrl-C now
+    # (case folder, seconds running) -> send Ctrl-C now
+    interrupt: Callable[[Path, float], bool] | None = None
     env: dict = field(default_factory=dict)
-    setup: callable | None = None  # (case folder) -> specials to watch (or None), before it runs
-    check: callable | None = None  # (case folder) -> list of findings, after it ran
+    # (case folder) -> specials to watch (or None), before it runs
+    setup: Callable[[Path], object] | None = None
+    # (case folder) -> list of findings, after it ran
+    check: Callable[[Path], list[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -623,7 +627,7 @@ def xds_cases(lab: Lab, studies: Studies) -> list[Case]:
     add("train", "--config /dev/zero", ["train", "--config", "/dev/zero"], expect="refuse")
 
     # 3. every input a user names, each hostile kind
-    inputs = {
+    inputs: dict[str, tuple[list[str | Input], str]] = {
         "scenario": (["scenario", "check", Input("{}", ".yaml")], ".yaml"),
         "plan": (["plan", Input("{}", ".yaml")], ".yaml"),
         "run": (["run", Input("{}", ".yaml"), *run[2:]], ".yaml"),
@@ -651,10 +655,10 @@ def xds_cases(lab: Lab, studies: Studies) -> list[Case]:
         "jobs": (["jobs", "--state", Input("{}", ".json")], ".json"),
         "down": (["down", "--state", Input("{}", ".json")], ".json"),
     }
-    for command, (base, suffix) in inputs.items():
+    for command, (words_in, suffix) in inputs.items():
         for kind in INPUT_KINDS:
-            argv = [Input(kind, suffix) if isinstance(w, Input) else w for w in base]
-            add(command, f"input {kind}", argv, expect="refuse", timeout_s=60)
+            argv_in = [Input(kind, suffix) if isinstance(w, Input) else w for w in words_in]
+            add(command, f"input {kind}", argv_in, expect="refuse", timeout_s=60)
     for kind in ("dev-zero", "fifo", "sparse", "binary", "zero-link", "folder", "missing"):
         flagged = {  # (command, the flag naming the file): its arguments, the file's suffix
             ("compare", "--readme"): (compare, ".md"),
@@ -726,7 +730,7 @@ def xds_cases(lab: Lab, studies: Studies) -> list[Case]:
         add("run", f"--resume {kind}", ["run", "--resume", Input(kind, ".csv")], expect="refuse")
 
     # 4. every output a user names, each hostile kind
-    outputs = {
+    outputs: dict[str, list[str | Target]] = {
         "bill": ["bill", str(studies.local), "--tenant", "big-lab", "--csv", Target("", "b.csv")],
         "calibrate": [
             "calibrate",
@@ -753,13 +757,19 @@ def xds_cases(lab: Lab, studies: Studies) -> list[Case]:
             "--force",
         ],
     }
-    for command, base in outputs.items():
+    for command, words_out in outputs.items():
         for kind in OUTPUT_KINDS:
-            argv = [Target(kind, w.name) if isinstance(w, Target) else w for w in base]
+            argv_out = [Target(kind, w.name) if isinstance(w, Target) else w for w in words_out]
             # a study's --out is a folder: made with its parents, or an empty one used
             made = command in FOLDER_OUTPUTS and kind in ("missing-dir", "folder")
             expect = "ok" if made else "refuse"
-            add(command.split()[0], f"{command} -> {kind}", argv, expect=expect, timeout_s=WORK_S)
+            add(
+                command.split()[0],
+                f"{command} -> {kind}",
+                argv_out,
+                expect=expect,
+                timeout_s=WORK_S,
+            )
     for name in (
         "report.json",
         "report.html",
@@ -1514,7 +1524,7 @@ def report(results: list[Result], http: list[tuple[str, str]], wall_s: float) ->
         f"({wall_s / 60:.1f} min); HTTP: {len(http_bad)} of {len(http)} requests answered "
         f"5xx or not at all"
     )
-    by = {}
+    by: dict[str, Counter[str]] = {}
     for r in results:
         row = by.setdefault(r.case.command, Counter())
         row[r.outcome] += 1
@@ -1594,9 +1604,9 @@ def main(argv: list[str] | None = None) -> int:
             cases = xds_cases(lab, studies)
             if args.only:
                 cases = [c for c in cases if args.only in f"{c.command} {c.name}"]
-            light = [i for i, c in enumerate(cases) if not c.ray]
-            if args.sample and args.sample < len(light):  # every Ray case is kept
-                keep = set(random.Random(SEED).sample(light, args.sample))
+            light_at = [i for i, c in enumerate(cases) if not c.ray]
+            if args.sample and args.sample < len(light_at):  # every Ray case is kept
+                keep = set(random.Random(SEED).sample(light_at, args.sample))
                 cases = [c for i, c in enumerate(cases) if i in keep or c.ray]
             if args.list:
                 for c in cases:

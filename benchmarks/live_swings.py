@@ -109,7 +109,9 @@ def wait_links(cluster: LocalCluster, gbps: float, timeout_s: float = 60.0) -> N
     raise RuntimeError(f"the agents never reported the links at {gbps} Gbit/s: {rates}")
 
 
-def run(cluster: LocalCluster, tmp: Path, links, factors: np.ndarray, args) -> list[dict]:
+def run(
+    cluster: LocalCluster, tmp: Path, links, factors: np.ndarray, args
+) -> tuple[list[dict], list[list]]:
     """The job placed on B0 everywhere, then one row per phase of swings."""
     set_links(cluster, links, np.full(len(links), args.gbps))
     wait_links(cluster, args.gbps)
@@ -187,6 +189,12 @@ def off(model_s: float | None, measured_s: float | None) -> float | None:
     return None if not (model_s and measured_s) else model_s / measured_s - 1
 
 
+def known(x: float | None) -> float:
+    """`x` of a row with both times (the rows of `ok`), where `off` is never None."""
+    assert x is not None
+    return x
+
+
 def pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:+.1f}%"
 
@@ -214,11 +222,11 @@ def report(rows: list[dict], args, wall_s: float) -> None:
         for r in rows
         if r["measured_s"] and r["own_s"] and r["model_s"] and r["predicted_s"] and not r["moved"]
     ]
-    wall_err = [abs(off(r["model_s"], r["measured_s"])) for r in ok]
-    ahead_err = [abs(off(r["predicted_s"], r["own_s"])) for r in ok]
+    wall_err = [abs(known(off(r["model_s"], r["measured_s"]))) for r in ok]
+    ahead_err = [abs(known(off(r["predicted_s"], r["own_s"]))) for r in ok]
     # the forecast to beat: the last phase's step again, on the same placement
     same = [(a, b) for a, b in itertools.pairwise(rows) if b in ok and a["own_s"]]
-    again_err = [abs(off(a["own_s"], b["own_s"])) for a, b in same]
+    again_err = [abs(known(off(a["own_s"], b["own_s"]))) for a, b in same]
     outside = [1 - r["own_s"] / r["measured_s"] for r in ok]
     corr = (
         np.corrcoef([r["min_gbps"] for r in ok], [r["measured_s"] for r in ok])[0, 1]

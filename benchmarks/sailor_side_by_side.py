@@ -146,7 +146,8 @@ def fidelity(root: Path, checkout: Path) -> None:
         for key in MODELS
     }
     network = network_from_sailor(checkout / NETWORK, "GH-96")
-    table, errs = [], {"sailor": [], "ours": [], "roofline": [], "memory": []}
+    table = []
+    errs: dict[str, list[float]] = {"sailor": [], "ours": [], "roofline": [], "memory": []}
     flagged = []
     for i, (run, key, arch, plan, listed) in enumerate(rows):
         one = PlanBatch.of([plan])
@@ -286,7 +287,8 @@ def staged_receives(rows, errs, keep, measured: dict) -> None:
     binding stage takes each of its receives once per micro-batch slot, (micro-batches + stages
     - 1) a step: an end stage one receive a micro-batch, a middle stage two."""
     took = {(r["model"], r["micro_batch"]): r["sailor_ms"] / 1e3 for r in measured["rows"]}
-    table, err = [], {1: [], 2: []}
+    table = []
+    err: dict[int, list[float]] = {1: [], 2: []}
     for (run, key, _, plan, _), e in zip(rows, errs, strict=True):
         ours = run["real"] * (1 + e)
         slots = int(replica_micro_batches(run["gbs"], plan.dp, plan.micro_batch)) + plan.pp - 1
@@ -352,13 +354,11 @@ def written_ring(p: Placement, view) -> Placement:
     hop = (ring, np.roll(ring, -1))
     flow = view.bandwidth_gbps if view.flow_gbps is None else view.flow_gbps
     start = (np.lexsort((view.bandwidth_gbps[hop], flow[hop]))[0] + 1) % len(ring)
-    return replace(
-        p,
-        **{
-            k: (*getattr(p, k)[start:], *getattr(p, k)[:start])
-            for k in ("domains", "gpus", "names")
-        },
-    )
+
+    def turned(listed: tuple) -> tuple:
+        return (*listed[start:], *listed[:start])
+
+    return replace(p, domains=turned(p.domains), gpus=turned(p.gpus), names=turned(p.names))
 
 
 def sailor_layers(arch, pp: int, counts: tuple[int, ...] = ()) -> list[list[int]]:

@@ -47,6 +47,7 @@ def setup(
     """The scenario with `per_zone` accelerators in every zone, its job (or one training
     `model` with `global_batch`) free to use them all."""
     raw = read_yaml(SCENARIO, "scenario")
+    assert isinstance(raw, dict)  # a scenario is a mapping
     for d in raw["domains"]:
         d["nodes"][0]["count"] = per_zone // d["nodes"][0]["gpus_per_node"]
     raw["jobs"][0]["gpus"] = {"min": min(8, per_zone), "max": 5 * per_zone}
@@ -61,6 +62,7 @@ def setup(
 def best_by_zones(job: JobSpec, view: ClusterView, opts: SearchOptions) -> dict[int, float]:
     """The most tokens/s of any candidate on each number of zones, every candidate evaluated."""
     ev = evaluate_space(job, view, THROUGHPUT_ONLY, opts)
+    assert ev is not None  # the search picks a plan from this space: it has candidates
     zones = (ev.gpus > 0).sum(axis=1)
     tps = ev.terms["tokens_per_s"]
     return {int(k): float(tps[zones == k].max()) for k in np.unique(zones)}
@@ -75,6 +77,7 @@ def main() -> None:
             pick = search(job, view, THROUGHPUT_ONLY, opts, pareto=False).best
             best = best_by_zones(job, view, opts)
             top = max(best.values())
+            assert pick.estimate is not None  # the search's pick carries its estimate
             rows.append(
                 [
                     dtype,
