@@ -474,8 +474,16 @@ def cmd_run(args) -> None:
     if args.json:
         _print_json(report_json(report))
         return
+    _print_study(report, scn.name, args.hours, seed, out)
+    if args.dashboard is not None and sys.stdin.isatty():  # someone may still be looking
+        print("the dashboard shows the study's end until Ctrl-C", file=sys.stderr)
+        serving_cli.block_until_interrupted()
+
+
+def _print_study(report, name: str, hours: float, seed: int, out) -> None:
+    """A study's summary on the terminal: every policy's figures, then the fit/giant split."""
     print(
-        f"{scn.name}: {report.jobs} jobs over {args.hours:g} h, seed {seed} "
+        f"{name}: {report.jobs} jobs over {hours:g} h, seed {seed} "
         f"({report.runtime}); report in {out}/report.html"
     )
     cols = [
@@ -518,9 +526,6 @@ def cmd_run(args) -> None:
         cols,
         lambda row, key: getattr(row.classes[key.split(".")[0]], key.split(".")[1]),
     )
-    if args.dashboard is not None and sys.stdin.isatty():  # someone may still be looking
-        print("the dashboard shows the study's end until Ctrl-C", file=sys.stderr)
-        serving_cli.block_until_interrupted()
 
 
 def _print_rows(policies: dict, cols: list[tuple[str, str, float]], get) -> None:
