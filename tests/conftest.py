@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -295,3 +297,22 @@ def with_flags(argv: list[str], change: list[str]) -> list[str]:
         else:
             argv += [flag, value]
     return argv
+
+
+def gloo_ranks(argv_of, ranks: int, env: dict) -> list[str]:
+    """`ranks` processes of one gloo group (`argv_of(rank)`: the arguments after Python's), in
+    the repository root on loopback: their standard outputs, once every one exited 0."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, *argv_of(rank)],
+            cwd=REPO,
+            env={**env, "GLOO_SOCKET_IFNAME": "lo"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(ranks)
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0] * ranks, [err[-2000:] for _, err in outs]
+    return [out for out, _ in outs]

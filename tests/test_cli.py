@@ -345,6 +345,28 @@ def test_up_waits_for_nodes_only_on_a_cluster_it_attaches_to(capsys, tmp_path):
     assert not state.exists()
 
 
+@pytest.mark.parametrize(
+    ("slower", "extra", "message"),
+    [
+        ("west", (), "--slower takes DOMAIN=FACTOR, a factor from 1 to 100 (e.g. west=2); "),
+        ("west=0.5", (), "a factor from 1 to 100"),
+        ("west=fast", (), "a factor from 1 to 100"),
+        ("mars=2", (), "--slower names mars, not a domain of the scenario (its domains: east, "),
+        ("west=2", ("--address", "127.0.0.1:1"), "a cluster attached to (--address) runs at"),
+    ],
+)
+def test_up_slows_only_a_domain_of_a_cluster_it_starts(capsys, tmp_path, slower, extra, message):
+    """`xds up --slower DOMAIN=FACTOR`: a factor from 1 to 100, for one of the scenario's
+    domains, on a cluster started here; anything else is one line, and nothing starts."""
+    state = tmp_path / "state.json"
+    scenario = SCENARIOS / "local_three_domains.yaml"
+    code, _, err = run(
+        capsys, "up", str(scenario), "--slower", slower, *extra, "--state", str(state)
+    )
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not state.exists()
+
+
 def test_a_ctrl_c_outside_the_commands_work_is_one_line_or_its_status(tmp_path):
     """A Ctrl-C that lands while libraries tear down (here: a slow exit hook the command's
     work added, as Ray's shutdown is) ends `xds` at once with the command's own status, with

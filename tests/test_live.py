@@ -18,13 +18,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, SCENARIOS, catalog_kept
+from tests.conftest import REPO, SCENARIOS, catalog_kept, gloo_ranks
 from tests.reaper import reaped
 from xdscheduler.errors import UserError
 from xdscheduler.live import fabric
 from xdscheduler.live.agent import DemandHistory, indicators, link_counters
 from xdscheduler.live.jobs import load_job
-from xdscheduler.live.training import TRAIN_POLL_ENV, TRAIN_POLL_S, share, trainer_env
+from xdscheduler.live.training import (
+    TRAIN_POLL_ENV,
+    TRAIN_POLL_S,
+    TrainConfig,
+    rank_batches,
+    share,
+    trainer_env,
+)
 from xdscheduler.ray_cluster import free_port
 
 JOBS = SCENARIOS / "jobs"
@@ -135,6 +142,108 @@ def test_batch_shares_cover_the_global_batch():
     for batch, world in ((16, 3), (32, 4), (5, 8)):
         parts = [share(batch, world, r) for r in range(world)]
         assert sum(parts) == batch and max(parts) - min(parts) <= 1
+
+
+def test_a_split_by_speed_gives_each_domains_ranks_its_samples():
+    """A domain's samples (the planner's split) go as evenly as can be over its ranks; where no
+    split names exactly the run's domains, the global batch goes evenly over every rank."""
+    members = {"east": [0, 1], "west": [2]}
+    assert rank_batches(12, {"east": 5, "west": 7}, members) == {0: 3, 1: 2, 2: 7}
+    assert rank_batches(12, {}, members) == {0: 4, 1: 4, 2: 4}
+    assert rank_batches(12, {"east": 12}, members) == {0: 4, 1: 4, 2: 4}
+    with pytest.raises(ValueError, match="must add up to global_batch 12"):
+        TrainConfig(job="j", global_batch=12, domain_batch={"east": 5, "west": 6})
+
+
+def test_the_live_planners_split_by_speed_reaches_the_runner_whole(tmp_path):
+    """A job no domain holds, across a fast and a half-speed domain: the planner splits its
+    micro-batches by speed, and the runner's samples a domain (`domain_batches`) follow that
+    split and add up to the global batch; an even placement (or a batch too small to split)
+    gives none."""
+    from dataclasses import replace
+
+    import yaml
+
+    from xdscheduler.live.planning import LIVE_OPTIONS, domain_batches
+    from xdscheduler.planner.policies import PlannerPolicy
+    from xdscheduler.planner.view import ClusterView
+    from xdscheduler.scenario import load_scenario
+
+    raw = yaml.safe_load((SCENARIOS / "local_three_domains.yaml").read_text())
+    slow = dict(raw["accelerators"][0], name="CPU-core-half")
+    for key in ("bf16_tflops", "fp32_tflops", "tf32_tflops"):
+        slow[key] /= 2
+    raw["accelerators"].append(slow)
+    raw["domains"][1]["nodes"][0]["accelerator"] = "CPU-core-half"  # west
+    path = tmp_path / "mixed.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with catalog_kept():
+        scn = load_scenario(path)
+        job = load_job(str(SCENARIOS / "jobs" / "gpt-wide.yaml"))
+        policy = PlannerPolicy(scn.weights, "planner", LIVE_OPTIONS)
+        (p,) = policy.decide([job.spec(0.0)], ClusterView.from_scenario(scn), 0.0)
+    by_domain = dict(zip(p.names, p.gpus, strict=True))
+    assert p.split and by_domain.get("west", 0) > 0, p
+    batches = domain_batches(p, job.global_batch)
+    assert sum(batches.values()) == job.global_batch
+    per_replica = {d: batches[d] / by_domain[d] for d in batches}
+    assert per_replica["west"] < per_replica[p.names[0] if p.names[0] != "west" else p.names[1]]
+    assert domain_batches(replace(p, split=()), job.global_batch) == {}
+    assert domain_batches(p, 1) == {}  # a sample cannot go to both domains: even shares
+
+
+SYNC_WORKER = """
+import json, os, sys
+import torch, torch.distributed as dist
+from xdscheduler.live.plan import make_plan
+from xdscheduler.live.training import TrainConfig, rank_batches
+rank, diloco = int(sys.argv[1]), int(sys.argv[2])
+dist.init_process_group("gloo", rank=rank, world_size=3)
+domain = ["east", "east", "west"][rank]
+cfg = TrainConfig(job="j", global_batch=12, domain_batch={"east": 5, "west": 7}, diloco_h=diloco)
+plan = make_plan(cfg, rank, 3, 0, domain, torch.device("cpu"), {})
+g = torch.Generator().manual_seed(0)
+x, y = torch.randn(12, 4, generator=g), torch.randn(12, 1, generator=g)
+order = [r for d in sorted(plan.domains) for r in plan.domains[d]]  # samples in rank order
+batches = rank_batches(12, cfg.domain_batch, plan.domains)
+start = sum(batches[r] for r in order[: order.index(rank)])
+torch.manual_seed(1)
+model = torch.nn.Linear(4, 1)
+mine = slice(start, start + plan.batch)
+torch.nn.functional.mse_loss(model(x[mine]), y[mine]).backward()
+plan.sync_gradients(model)
+synced = [p.grad.clone() for p in model.parameters()]
+own = slice(0, 5) if domain == "east" else slice(5, 12)  # the domain's samples
+whole = slice(0, 12) if not diloco else own
+model.zero_grad()
+torch.nn.functional.mse_loss(model(x[whole]), y[whole]).backward()
+error = max(float((a - p.grad).abs().max()) for a, p in zip(synced, model.parameters()))
+with torch.no_grad():
+    for p in model.parameters():
+        p.fill_(1.0 if domain == "east" else 3.0)
+plan.outer_sync(model, diloco or 1)
+print(json.dumps({"batch": plan.batch, "error": error,
+                  "averaged": float(next(model.parameters()).flatten()[0])}))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.integration  # three processes join a gloo group: seconds of imports
+@pytest.mark.parametrize("diloco", [0, 10])
+def test_uneven_shares_sync_the_gradient_of_the_whole_batchs_mean_loss(diloco):
+    """Three ranks, two in east (5 samples: 3 and 2) and one in west (7): each rank's gradient
+    of its own samples' mean loss, synced, is the gradient of the mean over every sample (or,
+    under DiLoCo, over its domain's), and DiLoCo's outer step weighs each domain's weights by
+    its samples (east at 1, west at 3: 1 x 5/12 + 3 x 7/12)."""
+    import json
+
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    outs = gloo_ranks(lambda rank: ["-c", SYNC_WORKER, str(rank), str(diloco)], 3, env)
+    got = [json.loads(out) for out in outs]
+    assert [g["batch"] for g in got] == [3, 2, 7]
+    assert max(g["error"] for g in got) < 1e-6, got
+    if diloco:
+        assert all(g["averaged"] == pytest.approx(1 * 5 / 12 + 3 * 7 / 12) for g in got)
 
 
 def test_a_runs_trainer_polls_often_and_finds_the_state_api_of_its_own_cluster(monkeypatch):
@@ -394,6 +503,8 @@ def test_profile_measures_every_domain_and_calibrate_fits_the_runner_to_it(clust
     reduction and the reference trainings of every domain; the controller plans every job
     after with what it measured (--apply: the two-jobs test checks its predictions), and xds
     calibrate fits the plain-dp stack to the same trainings from the files it wrote."""
+    from xdscheduler.live.profile import REFERENCES
+
     state, _ = cluster
     entries, runs, fitted = tmp_path / "acc.yaml", tmp_path / "runs.csv", tmp_path / "fit.yaml"
     out = json.loads(
@@ -414,7 +525,8 @@ def test_profile_measures_every_domain_and_calibrate_fits_the_runner_to_it(clust
         assert min(m["gemm_tflops"].values()) > 0 and m["memory_gbs"] > 0
         assert sorted(m["reduce_busbw_gbs"], key=float) == ["1", "2", "4", "8"]
         assert min(m["reduce_busbw_gbs"].values()) > 0
-        assert len(m["trainings"]) == 6 and min(t["step_s"] for t in m["trainings"]) > 0
+        assert len(m["trainings"]) == len(REFERENCES)
+        assert min(t["step_s"] for t in m["trainings"]) > 0
     done = subprocess.run(
         [
             sys.executable,
@@ -1343,8 +1455,14 @@ def test_reference_trainings_are_runs_calibrate_fits_the_plain_stack_to(tmp_path
         "domain": "east",
         "accelerators": 2,
         "trainings": [
-            {"layers": layers, "hidden": hidden, "batch": batch, "step_s": 0.01 * (i + 1)}
-            for i, (layers, hidden, batch) in enumerate(REFERENCES)
+            {
+                "layers": layers,
+                "hidden": hidden,
+                "batch": batch,
+                "micro_batch": micro_batch or batch,
+                "step_s": 0.01 * (i + 1),
+            }
+            for i, (layers, hidden, batch, micro_batch) in enumerate(REFERENCES)
         ],
     }
     path = tmp_path / "runs.csv"
@@ -1361,6 +1479,8 @@ def test_reference_trainings_are_runs_calibrate_fits_the_plain_stack_to(tmp_path
         ("plain-dp", 0, "fp32", 1, "CPU-core")
     }
     assert [r.value for r in runs] == [t["step_s"] for t in measured["trainings"]]
+    # a pass's own cost shows apart from its samples': some in small micro-batches
+    assert {r.plan.micro_batch for r in runs} > {b for _, _, b, mb in REFERENCES if not mb}
 
 
 def test_the_shipped_local_profile_is_what_calibrate_computes(tmp_path):

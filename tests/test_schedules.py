@@ -89,32 +89,17 @@ def test_both_schedules_run_to_the_end_over_a_real_transport(tmp_path):
     mismatch hangs or fails the stage): three stages over loopback, one step each."""
     import json
     import os
-    import subprocess
-    import sys
 
-    from tests.conftest import REPO
+    from tests.conftest import gloo_ranks
     from xdscheduler.ray_cluster import free_port
 
     rows = [dict(style=s, stages=3, ratio=0.0, bytes=4096, steps=1) for s in STYLES]
     grid = tmp_path / "grid.json"
     grid.write_text(json.dumps(rows))
     address = f"127.0.0.1:{free_port()}"
-    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo")
-    worker = [sys.executable, "-m", "benchmarks.pipeline_sends", "--worker"]
-    stages = [
-        subprocess.Popen(
-            [*worker, str(rank), "3", address, str(grid)],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in range(3)
-    ]
-    outs = [p.communicate(timeout=300) for p in stages]
-    assert [p.returncode for p in stages] == [0, 0, 0], [err[-2000:] for _, err in outs]
-    done = json.loads(outs[0][0])["rows"]
+    worker = ["-m", "benchmarks.pipeline_sends", "--worker"]
+    outs = gloo_ranks(lambda rank: [*worker, str(rank), "3", address, str(grid)], 3, os.environ)
+    done = json.loads(outs[0])["rows"]
     assert [r["style"] for r in done] == list(STYLES)
     # 8 micro-batches of 50 + 100 ms and the bubble's 2 passes: at least 1.5 s a step
     assert all(r["step_s"] >= 10 * 0.15 for r in done)

@@ -77,6 +77,15 @@ def register(sub) -> None:
         help="where the HTTP API (jobs, policy, forecast) answers on the head "
         "(default: a free port; 8000 with --address)",
     )
+    p.add_argument(
+        "--slower",
+        action="append",
+        default=[],
+        metavar="DOMAIN=FACTOR",
+        help="a cluster started here: hold DOMAIN's accelerators to 1/FACTOR (1-100) of "
+        "their share of the cores, as slower hardware would run; repeatable. `xds profile` "
+        "measures the domains' speeds for the planner",
+    )
     _with_state(p)
     p.add_argument("--json", action="store_true", help="print the state as one JSON object")
     p.set_defaults(fn=cmd_up)
@@ -217,6 +226,7 @@ def cmd_up(args) -> None:
         policy=args.policy,
         wait_s=args.wait,
         say=_progress,
+        slower=_slower(args.slower),
     )
     cluster.disconnect()
     if args.json:
@@ -226,13 +236,32 @@ def cmd_up(args) -> None:
     print(f"{how} a cluster at {state.address} (state in {path})")
     for name, n in counts.items():
         where = f" at {state.domains[name]}" if name in state.domains else ""
-        print(f"  domain {name}: {n} node(s){where}")
+        slow = state.slower.get(name)
+        held = f", held to 1/{slow:g} of its CPU share" if slow else ""
+        print(f"  domain {name}: {n} node(s){where}{held}")
     if state.dashboard:
         print(f"  dashboard and job server: {state.dashboard} (token in the state file)")
     print(
         f"  HTTP API: {state.api}/jobs, {state.api}/policy/act, {state.api}/forecast "
         f"(docs at {state.api}/jobs/docs; bearer token: api_token in the state file)"
     )
+
+
+def _slower(pairs: list[str]) -> dict[str, float]:
+    """`--slower DOMAIN=FACTOR`s as domain -> factor."""
+    out: dict[str, float] = {}
+    for pair in pairs:
+        name, sep, factor = pair.partition("=")
+        try:
+            value = float(factor)
+        except ValueError:
+            value = float("nan")
+        if not (sep and name and 1.0 <= value <= 100.0):
+            raise UserError(
+                f"--slower takes DOMAIN=FACTOR, a factor from 1 to 100 (e.g. west=2); got {pair!r}"
+            )
+        out[name] = value
+    return out
 
 
 def _progress(line: str) -> None:
@@ -467,18 +496,21 @@ def cmd_profile(args) -> None:
 
 
 def _apply(state, scn, measured: list[dict], accelerator: dict[str, str]) -> dict:
-    """Have the controller plan with what was measured: one entry per accelerator type, the
-    medians over the domains that have it (what differs between them is noise of a short
-    measurement, and what a domain really does differently the online correction learns),
-    and the plain-dp constants fitted to every domain's reference trainings on it. The
-    entries, the constants and their held-out error."""
+    """Have the controller plan with what was measured: one entry per accelerator type (a
+    domain `xds up --slower` holds back counts as a type of its own), the medians over the
+    domains that have it (what differs between them is noise of a short measurement, and what
+    a domain really does differently the online correction learns), and the plain-dp
+    constants fitted to every domain's reference trainings on it. The entries, the constants
+    and their held-out error."""
     from xdscheduler import catalog
     from xdscheduler.costmodel.calibration import median_error
     from xdscheduler.live import controller, profile
 
     by_type: dict[str, list[dict]] = {}
     for m in measured:
-        by_type.setdefault(accelerator[m["domain"]], []).append(m)
+        slow = state.slower.get(m["domain"])
+        kind = accelerator[m["domain"]] + (f"-slower{slow:g}" if slow else "")
+        by_type.setdefault(kind, []).append(m)
     # named apart from any earlier profile's: a name the catalog knows keeps its figures
     stamp = time.strftime("%Y%m%d-%H%M%S")
     adopted: dict[str, dict] = {}  # domain -> its accelerator entry
@@ -521,7 +553,9 @@ def _print_profile(
 ) -> None:
     for m, e in zip(measured, entries, strict=True):
         steps = ", ".join(
-            f"L{t['layers']} H{t['hidden']} b{t['batch']} {t['step_s']:.3f} s"
+            f"L{t['layers']} H{t['hidden']} b{t['batch']}"
+            + (f" mb{t['micro_batch']}" if t.get("micro_batch", t["batch"]) < t["batch"] else "")
+            + f" {t['step_s']:.3f} s"
             for t in m["trainings"]
         )
         print(f"{m['domain']}: reference steps {steps}")

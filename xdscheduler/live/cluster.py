@@ -59,13 +59,16 @@ def up(
     policy: LivePolicy = "planner",
     wait_s: float = 0.0,
     say=None,
+    slower: dict[str, float] | None = None,
 ) -> tuple[ClusterState, dict[str, int]]:
     """Start a local cluster for the scenario (or attach to the one at `address`, waiting up
     to `wait_s` for a node of every domain to join); jobs checkpoint to `storage` (a folder,
     or any URI Ray Train's storage takes) and are planned with the constants of `profile`
     (`xds calibrate`'s, of the plain-dp stack) by `policy` (planner or ppo); the HTTP apps
     answer on the head at `http_port` (default: a free port here; 8000 on a cluster attached
-    to). The state, and the alive nodes of each domain; `say(line)` hears what it waits for."""
+    to). A local cluster's domain named in `slower` runs its accelerators at 1/factor of their
+    share of the cores, as slower hardware would. The state, and the alive nodes of each
+    domain; `say(line)` hears what it waits for."""
     if state_path.exists():
         raise UserError(
             f"a cluster is already recorded at {state_path}: `xds down` it first "
@@ -74,6 +77,7 @@ def up(
     scn = load_scenario(scenario_path)
     path = str(Path(scenario_path).resolve())
     profile = _checked_profile(profile)
+    slower = _checked_slower(slower or {}, scn, attached=bool(address))
     if address:
         state = ClusterState(
             scenario=path,
@@ -99,6 +103,7 @@ def up(
         token=secrets.token_hex(32),
         temp_dir=f"/tmp/xds-ray-{tag}",
         storage=storage or str(state_path.parent / f"storage-{tag}"),
+        slower=slower,
     )
     fabric = state.fabric(scn)
     fab.build(fabric)
@@ -118,6 +123,31 @@ def up(
         state_path.unlink(missing_ok=True)
         raise
     return state, counts
+
+
+def _checked_slower(slower: dict[str, float], scn, attached: bool) -> dict[str, float]:
+    """`--slower`'s domains, each one of the scenario's, on a cluster this machine's CPU
+    shares can slow (started here, with cgroups)."""
+    if not slower:
+        return {}
+    if attached:
+        raise UserError(
+            "--slower holds a local cluster's domains to part of their CPU share: a cluster "
+            "attached to (--address) runs at its own hardware's speeds"
+        )
+    names = [d.name for d in scn.domains]
+    unknown = sorted(set(slower) - set(names))
+    if unknown:
+        raise UserError(
+            f"--slower names {', '.join(unknown)}, not a domain of the scenario "
+            f"(its domains: {', '.join(names)})"
+        )
+    if not quota.available():
+        raise UserError(
+            "--slower needs CPU cgroups (root, with the cpu controller mounted): "
+            "this machine has none to hold a domain to"
+        )
+    return slower
 
 
 def _serve(state: ClusterState, state_path: Path, host: str, port: int) -> ClusterState:
@@ -200,7 +230,8 @@ def _start_nodes(
             for _ in range(group.count):
                 cpus = group.gpus_each
                 cgroup = f"xds-{state.tag}-{len(state.processes)}"
-                procs = quota.create(cgroup, cpus * share) if share else None
+                held = cpus * share / state.slower.get(d.name, 1.0) if share else 0.0
+                procs = quota.create(cgroup, held) if share else None
                 args = [
                     "--address",
                     address,

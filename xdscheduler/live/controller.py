@@ -29,7 +29,7 @@ from xdscheduler.live.agent import DomainAgent, indicators
 from xdscheduler.live.board import LIVE, LiveBoard, domains_state, job_state, links_state
 from xdscheduler.live.health import DomainHealth
 from xdscheduler.live.jobs import LiveJob
-from xdscheduler.live.planning import live_policy, options
+from xdscheduler.live.planning import domain_batches, live_policy, options
 from xdscheduler.live.records import FINAL, WARMUP_STEPS, JobRecord, Rounds
 from xdscheduler.live.runs import (
     make_placement_group,
@@ -855,12 +855,19 @@ class LiveController(JobBook):
     def _launch(self, rec: JobRecord, p, decision_ms: float = 0.0) -> None:
         workers = [name for name, n in zip(p.names, p.gpus, strict=True) for _ in range(n)]
         plan = p.plan
+        by_speed = domain_batches(p, rec.job.global_batch)
         rec.placement = {
             "policy": self.state.policy,
             "kind": p.kind,
             "domains": dict(zip(p.names, p.gpus, strict=True)),
             "plan": f"DP {plan.dp}, micro-batch {plan.micro_batch}"
-            + (f", DiLoCo every {plan.diloco_h} steps" if plan.diloco_h else ""),
+            + (f", DiLoCo every {plan.diloco_h} steps" if plan.diloco_h else "")
+            + (
+                ", samples a step " + ", ".join(f"{d} {n}" for d, n in by_speed.items())
+                if by_speed
+                else ""
+            ),
+            "domain_batch": by_speed,
             "diloco_h": plan.diloco_h,
             "reason": p.explanation,
             "predicted_step_s": self._nominal(rec, p),
@@ -881,6 +888,7 @@ class LiveController(JobBook):
             rec.attempts,
             launched_at=rec.placed_at,
             placement_group=placement_group_name(rec.job.name, rec.attempts),
+            domain_batch=by_speed,
         )
         rec.run = run_training.options(label_selector={HEAD_LABEL: "head"}).remote(
             cfg.model_dump(), workers, self.storage, use_gpu

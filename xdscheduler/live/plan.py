@@ -45,8 +45,8 @@ from xdscheduler.live.training import (
     DomainSync,
     TrainConfig,
     checkpoint,
+    rank_batches,
     resume,
-    share,
 )
 
 if TYPE_CHECKING:
@@ -70,6 +70,7 @@ class Plan:
     start_step: int  # where this run began (set by resume)
     global_batch: int
     batch: int  # this rank's share of the global batch
+    domain_batch: int  # its domain's ranks' together (uneven over domains of unlike speeds)
     micro_batch: int  # samples per forward pass the plan chose (0: the whole share)
     lr: float
     seed: int
@@ -97,13 +98,17 @@ class Plan:
         return self.start_step
 
     def sync_gradients(self, model) -> None:
-        """Average the gradients: over every rank, or (DiLoCo) over this domain's ranks."""
-        self._run.sync.gradients(model, cross=self.diloco_h == 0)
+        """The gradient of the mean loss over every rank's samples, or (DiLoCo) over this
+        domain's ranks' samples, where `loss.backward()` gave each rank its own mean's."""
+        cross = self.diloco_h == 0
+        over = self.global_batch if cross else self.domain_batch
+        self._run.sync.gradients(model, self.batch / over, cross)
 
     def outer_sync(self, model, step: int) -> None:
-        """Under DiLoCo, at every H-th step: every rank takes the mean of the domains' weights."""
+        """Under DiLoCo, at every H-th step: every rank takes the mean of the domains' weights,
+        each domain's weighted by its samples."""
         if self.diloco_h and step % self.diloco_h == 0:
-            self._run.sync.average_params(model)
+            self._run.sync.average_params(model, self.batch / self.global_batch)
 
     def mean(self, value) -> float:
         """The mean of a scalar tensor over every rank."""
@@ -194,6 +199,7 @@ def make_plan(
     """The plan of one worker, its process groups made (every rank at once)."""
     sync = DomainSync(domain, rank, world, device)
     marks["groups"] = time.time()
+    batches = rank_batches(cfg.global_batch, cfg.domain_batch, sync.members)
     return Plan(
         job=cfg.job,
         rank=rank,
@@ -205,7 +211,8 @@ def make_plan(
         steps=cfg.steps,
         start_step=0,
         global_batch=cfg.global_batch,
-        batch=share(cfg.global_batch, world, rank),
+        batch=batches[rank],
+        domain_batch=sum(batches[r] for r in sync.members[domain]),
         micro_batch=cfg.micro_batch,
         lr=cfg.lr,
         seed=cfg.seed,

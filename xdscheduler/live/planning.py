@@ -6,16 +6,21 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from xdscheduler.costmodel.plan import Stack
 from xdscheduler.errors import UserError
 from xdscheduler.live.state import ClusterState
 from xdscheduler.planner.baselines import ONLINE
+from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.policies import PlannerPolicy
 from xdscheduler.planner.space import SearchOptions
 
 # The live runner trains data-parallel plans (hierarchical across domains, DiLoCo every H):
 # the planner searches those, in FP32 (what CPUs and gloo run), DiLoCo every 10 steps, with
 # the runner's own software: a plain loop that reduces the gradients after the backward pass.
+# Across domains of unlike speeds each domain's replicas take the samples the planner's split
+# gives them (`domain_batches`), so the fast ones do not wait for the slow.
 LIVE_OPTIONS = replace(
     ONLINE,
     tensor=(1,),
@@ -27,8 +32,24 @@ LIVE_OPTIONS = replace(
     diloco_h=(0, 10),
     micro_batch=(1, 2, 4, 8, 16),
     stack=Stack.preset("plain-dp"),
-    balance=False,
-)  # the runner gives every replica an even share
+)
+
+
+def domain_batches(p: Placement, global_batch: int) -> dict[str, int]:
+    """Samples a step each domain's replicas take together: across domains of unlike speeds,
+    the planner's split (micro-batches a replica, by speed) apportioned to the global batch,
+    the largest remainders rounded up; {} where every replica takes as many (or a batch too
+    small to split leaves a domain none)."""
+    if not p.split:
+        return {}
+    weight = np.asarray(p.gpus, dtype=float) * np.asarray(p.split, dtype=float)
+    exact = global_batch * weight / weight.sum()
+    whole = np.floor(exact).astype(int)
+    up = np.argsort(whole - exact, kind="stable")[: global_batch - int(whole.sum())]
+    whole[up] += 1
+    if whole.min() < 1:
+        return {}
+    return dict(zip(p.names, (int(n) for n in whole), strict=True))
 
 
 def options(state: ClusterState) -> SearchOptions:

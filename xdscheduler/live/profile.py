@@ -33,10 +33,21 @@ SHAPES = (256, 512, 1024)
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 REDUCE_MB = (1, 2, 4, 8)  # gradients of 0.25-2 M fp32 parameters
 REDUCE_REPEATS = 9
-# Reference trainings (layers, hidden, batch; 4 heads, 512 tokens, sequences of 64): the live
-# runner's own step on one accelerator, for `xds calibrate` to fit the plain-dp stack's
-# constants to. Shapes around, not of, the jobs in scenarios/jobs.
-REFERENCES = ((1, 64, 8), (1, 128, 16), (2, 96, 4), (3, 128, 4), (2, 192, 8), (4, 64, 12))
+# Reference trainings (layers, hidden, batch, micro-batch: 0 the whole batch; 4 heads, 512
+# tokens, sequences of 64): the live runner's own step on one accelerator, for `xds calibrate`
+# to fit the plain-dp stack's constants to. Shapes around, not of, the jobs in scenarios/jobs;
+# two in small micro-batches, so that a pass's own cost is told apart from its samples' (a
+# split by speed takes small micro-batches, and a profile without them called those free).
+REFERENCES = (
+    (1, 64, 8, 0),
+    (1, 128, 16, 0),
+    (2, 96, 4, 0),
+    (3, 128, 4, 0),
+    (2, 192, 8, 0),
+    (4, 64, 12, 0),
+    (2, 96, 8, 1),
+    (3, 128, 8, 2),
+)
 REFERENCE_STEPS = (3, 10)  # warm-up, then timed
 
 
@@ -76,7 +87,7 @@ def reference_trainings() -> list[float]:
 
     warm, timed = REFERENCE_STEPS
     medians = []
-    for layers, hidden, batch in REFERENCES:
+    for layers, hidden, batch, micro_batch in REFERENCES:
         torch.manual_seed(0)
         model = Gpt(GptShape(layers=layers, hidden=hidden, heads=4, vocab=512, seq=64))
         opt = torch.optim.AdamW(model.parameters())
@@ -85,7 +96,7 @@ def reference_trainings() -> list[float]:
             tokens = corpus.batch(batch, 64, step, 0)
             start = time.perf_counter()
             opt.zero_grad(set_to_none=False)
-            accumulate(model, tokens, 0)
+            accumulate(model, tokens, micro_batch)
             opt.step()
             took.append(time.perf_counter() - start)
         medians.append(float(np.median(took[warm:])))
@@ -202,8 +213,14 @@ def _summary(name: str, accelerators: int, runs: list[dict], reduce: dict) -> di
         "memory_gbs": float(np.median([r["memory_gbs"] for r in runs])),
         "reduce_busbw_gbs": reduce,
         "trainings": [
-            {"layers": layers, "hidden": hidden, "batch": batch, "step_s": float(t)}
-            for (layers, hidden, batch), t in zip(REFERENCES, steps, strict=True)
+            {
+                "layers": layers,
+                "hidden": hidden,
+                "batch": batch,
+                "micro_batch": micro_batch or batch,
+                "step_s": float(t),
+            }
+            for (layers, hidden, batch, micro_batch), t in zip(REFERENCES, steps, strict=True)
         ],
     }
 
@@ -253,7 +270,7 @@ def run_rows(measured: dict, accelerator: str) -> list[dict]:
             "vocab": 512,
             "seq": 64,
             "global_batch": t["batch"],
-            "micro_batch": t["batch"],
+            "micro_batch": t.get("micro_batch", t["batch"]),  # older: the whole batch
             "tp": 1,
             "pp": 1,
             "dp": 1,

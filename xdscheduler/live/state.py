@@ -74,6 +74,8 @@ class ClusterState(Strict):
     policy: LivePolicy = "planner"  # what decides where jobs run
     api: str | None = None  # http://HOST:PORT of the policy app and the jobs API
     api_token: str | None = None  # what their requests carry (Authorization: Bearer)
+    # a local cluster's domains held to 1/factor of their share of the cores (`xds up --slower`)
+    slower: dict[str, float] = Field(default_factory=dict)
 
     def fabric(self, scn):
         """The network `xds up` built for the scenario `scn` (`live.fabric.Fabric`)."""

@@ -16,7 +16,7 @@ import os
 import tempfile
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, PositiveInt, model_validator
 
 from xdscheduler.live.shape import GptShape
 from xdscheduler.schema import Strict
@@ -65,6 +65,18 @@ class TrainConfig(Strict):
     config: dict[str, Any] = Field(default_factory=dict)  # the job's own settings, for its code
     placement_group: str | None = None  # the run's placement group (the controller's)
     launched_at: float | None = None  # wall clock of the run's launch, for its start-up stages
+    # samples a step each domain's ranks take together: the planner's split by the domains'
+    # speeds (empty: the global batch evenly over every rank)
+    domain_batch: dict[str, PositiveInt] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _whole_batch(self) -> TrainConfig:
+        if self.domain_batch and sum(self.domain_batch.values()) != self.global_batch:
+            raise ValueError(
+                f"domain_batch {self.domain_batch} sums to {sum(self.domain_batch.values())}; "
+                f"the domains' samples must add up to global_batch {self.global_batch}"
+            )
+        return self
 
 
 def accumulate(model, tokens, micro_batch: int):
@@ -81,6 +93,22 @@ def accumulate(model, tokens, micro_batch: int):
 def share(batch: int, world: int, rank: int) -> int:
     """Rank's samples of the global batch: as even as can be, the first ranks one more."""
     return batch // world + (rank < batch % world)
+
+
+def rank_batches(
+    global_batch: int, domain_batch: dict[str, int], members: dict[str, list[int]]
+) -> dict[int, int]:
+    """Samples a step each rank takes: its domain's (`domain_batch`, split by the domains'
+    speeds) as evenly as can be over the domain's ranks; the global batch evenly over every
+    rank where no split names exactly the run's domains."""
+    if set(domain_batch) != set(members):
+        world = sum(len(ranks) for ranks in members.values())
+        return {r: share(global_batch, world, r) for ranks in members.values() for r in ranks}
+    return {
+        r: share(domain_batch[d], len(ranks), i)
+        for d, ranks in members.items()
+        for i, r in enumerate(ranks)
+    }
 
 
 class DomainSync:
@@ -123,21 +151,23 @@ class DomainSync:
         dist.broadcast(flat, src=self.leader, group=group)
         return flat
 
-    def gradients(self, model, cross: bool = True) -> None:
-        """Mean gradient over every rank (`cross`), or over the domain's ranks (DiLoCo)."""
+    def gradients(self, model, weight: float, cross: bool = True) -> None:
+        """The gradient of the mean loss over every rank's samples (`cross`), or over the
+        domain's (DiLoCo): each rank's, of the mean over its own, weighted by its share of
+        those samples (`weight`), then summed."""
         grads = [p.grad for p in model.parameters()]
-        flat = self.hierarchical_sum(self._flat(grads), cross)
-        flat /= self.world if cross else len(self.members[self.domain])
+        flat = self.hierarchical_sum(self._flat(grads) * weight, cross)
         self._unflat(flat, grads)
 
-    def average_params(self, model) -> None:
+    def average_params(self, model, weight: float) -> None:
         """DiLoCo's outer step: every rank takes the mean of the domains' weights, each
-        domain weighted by its ranks (the ranks of a domain hold the same weights)."""
+        domain's weighted by its samples (its ranks hold the same weights; `weight`: this
+        rank's share of the step's samples)."""
         import torch
 
         params = [p.data for p in model.parameters()]
         with torch.no_grad():
-            flat = self._flat(params) / self.world
+            flat = self._flat(params) * weight
             self._unflat(self.hierarchical_sum(flat, cross=True), params)
 
     def broadcast_params(self, model) -> None:
