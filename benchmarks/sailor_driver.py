@@ -32,6 +32,11 @@ from pathlib import Path
 
 BUILD_NEEDS = "g++, the jsoncpp headers (libjsoncpp-dev) and pybind11"
 
+
+class SailorError(RuntimeError):
+    """What Sailor's side could not do, said in one line (the benchmark stops on it)."""
+
+
 TRAINING_CONFIGS = {
     "OPT-350": "training_config_opt_350.json",
     "GPT-Neo-2.7": "training_config_gpt_neo27.json",
@@ -92,10 +97,6 @@ def build_planner(checkout: Path, cache: Path) -> Path:
         first = next((ln for ln in done.stderr.splitlines() if "error" in ln), done.stderr[-500:])
         raise SailorError(f"building Sailor's planner needs {BUILD_NEEDS}; g++ said: {first}")
     return out
-
-
-class SailorError(RuntimeError):
-    """What Sailor's side could not do, said in one line (the benchmark stops on it)."""
 
 
 def simulator(root: Path, model: str, gbs: int, zone: str):
