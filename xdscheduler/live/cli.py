@@ -554,7 +554,7 @@ def _print_profile(
     for m, e in zip(measured, entries, strict=True):
         steps = ", ".join(
             f"L{t['layers']} H{t['hidden']} b{t['batch']}"
-            + (f" mb{t['micro_batch']}" if t.get("micro_batch", t["batch"]) < t["batch"] else "")
+            + (f" mb{t['micro_batch']}" if t["micro_batch"] < t["batch"] else "")
             + f" {t['step_s']:.3f} s"
             for t in m["trainings"]
         )

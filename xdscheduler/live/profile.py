@@ -270,7 +270,7 @@ def run_rows(measured: dict, accelerator: str) -> list[dict]:
             "vocab": 512,
             "seq": 64,
             "global_batch": t["batch"],
-            "micro_batch": t.get("micro_batch", t["batch"]),  # older: the whole batch
+            "micro_batch": t["micro_batch"],
             "tp": 1,
             "pp": 1,
             "dp": 1,

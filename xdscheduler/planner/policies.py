@@ -96,11 +96,7 @@ class PlannerPolicy:
 
     def decide(self, queue: list[JobSpec], view: ClusterView, now_s: float) -> list[Placement]:
         self.seen.record(queue)
-
-        def place(job: JobSpec, seen: ClusterView, modest: bool) -> Placement | None:
-            return self._best(job, seen, modest, now_s)
-
-        return queue_pass(queue, view, now_s, place, self.queue, giants=not self.single_domain)
+        return queue_pass(queue, view, now_s, self._best, self.queue, giants=not self.single_domain)
 
     @property
     def single_domain(self) -> bool:
@@ -187,7 +183,7 @@ class PlannerPolicy:
         )
 
 
-PlaceOne = Callable[[JobSpec, ClusterView, bool], Placement | None]
+PlaceOne = Callable[[JobSpec, ClusterView, bool, float], Placement | None]
 
 
 def queue_pass(
@@ -198,7 +194,7 @@ def queue_pass(
     decisions: DecisionQueue,
     giants: bool = True,
 ) -> list[Placement]:
-    """The planner's pass over the queue, with `place(job, view, modest)` deciding each job:
+    """The planner's pass over the queue, with `place(job, view, modest, now_s)` deciding each job:
     by response ratio, the first `lookahead` jobs one domain can hold, on a view where what
     the giants hold is free (they are preempted for it), then the giants (unless not
     `giants`), preemptibly, on what is really free; `modest` when more jobs wait behind. A job
@@ -213,7 +209,7 @@ def queue_pass(
         seen = view if giant else reclaim
         if not decisions.worth_trying(job, seen, now_s):
             continue  # nothing changed since it last did not fit
-        placement = place(job, seen, k + 1 < len(todo))
+        placement = place(job, seen, k + 1 < len(todo), now_s)
         if placement is None:
             decisions.did_not_fit(job, seen, now_s)
             continue  # backfill: a later job may fit where this one does not

@@ -353,10 +353,10 @@ class PPOPolicy:
     def decide(self, queue: list[JobSpec], view: ClusterView, now_s: float) -> list[Placement]:
         """The planner's pass over the queue (`queue_pass`), each job placed by the agents."""
 
-        def place(job: JobSpec, seen: ClusterView, modest: bool) -> Placement | None:
+        def place(job: JobSpec, seen: ClusterView, modest: bool, at_s: float) -> Placement | None:
             if modest and is_giant(job, seen):  # a giant, others waiting:
                 job = replace(job, gpus_max=job.gpus_min)  # at its minimum, as the planner's
-            verdict = self.decide_one(job, seen, len(queue), now_s, self.planner.job_weights(job))
+            verdict = self.decide_one(job, seen, len(queue), at_s, self.planner.job_weights(job))
             return verdict.placement if verdict is not None else None
 
         self.planner.seen.record(queue)
