@@ -183,3 +183,49 @@ def test_catalog_files_extend_the_catalog(tmp_path, monkeypatch, capsys):
     code, _, err = run(capsys, "catalog", "--accelerators", str(tmp_path / "bad.yaml"))
     assert code == 2 and "accelerators[0].name: 'Ä100' is not accepted" in err
     assert "Value error" not in err and "e.g. 'A100'" in err
+
+
+@pytest.mark.parametrize("card,has_fp8", [("RTX-4090", True), ("RTX-3090", False)])
+def test_consumer_cards_plan_a_7b_model_split_to_fit_24_gb(tmp_path, capsys, card, has_fp8):
+    """A GeForce card is rated at its FP32-accumulate tensor rate (half the FP16-accumulate
+    one on the box), and 24 GB holds no 7B model with its optimizer state: the plan splits it
+    and fits; FP8 only where the card has it."""
+    import json
+
+    import yaml
+
+    from tests.test_cli import run
+
+    acc = catalog.accelerator(card.replace("-", "").lower())  # an alias: rtx4090, rtx3090
+    assert acc.name == card and acc.memory_gib == 24 and acc.tf32_tflops == acc.fp32_tflops
+    assert acc.bf16_tflops == pytest.approx(2 * acc.fp32_tflops, rel=0.01)
+    scenario = tmp_path / "cards.yaml"
+    scenario.write_text(
+        yaml.safe_dump(
+            {
+                "name": "cards",
+                "seed": 1,
+                "domains": [
+                    {
+                        "name": "lab",
+                        "location": {"city": "x"},
+                        "nodes": [{"accelerator": card, "count": 2}],
+                    }
+                ],
+                "jobs": [
+                    {
+                        "name": "l7",
+                        "model": "llama2-7b",
+                        "global_batch": 64,
+                        "tokens": 1e9,
+                        "gpus": {"min": 8, "max": 16},
+                    }
+                ],
+            }
+        )
+    )
+    code, out, _ = run(capsys, "plan", str(scenario), "--json")
+    plan = json.loads(out)["plan"]
+    assert code == 0 and (plan["tp"] * plan["pp"] > 1 or plan["zero"] > 0), plan
+    code, out, err = run(capsys, "plan", str(scenario), "--dtype", "fp8", "--json")
+    assert (code == 0) == has_fp8, err
