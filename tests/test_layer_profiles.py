@@ -447,7 +447,9 @@ def test_xds_plan_with_a_layer_profile_plans_on_its_stack_and_what_it_timed(caps
         ("NVIDIA GH200 480GB", "GH200"),
         ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
         ("NVIDIA H100 80GB HBM3", "H100-SXM"),
-        ("NVIDIA GeForce RTX 4090", None),
+        ("NVIDIA GeForce RTX 4090", "RTX-4090"),
+        ("NVIDIA GeForce RTX 3090", "RTX-3090"),
+        ("NVIDIA GeForce RTX 2060", None),
     ],
 )
 def test_a_cuda_device_name_finds_its_catalog_entry(device, name):
