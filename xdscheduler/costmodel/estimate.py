@@ -62,6 +62,17 @@ def check_plan(
     return Plan(dp=dp, **plan_args)
 
 
+def _too_large(acc: catalog.Accelerator, need: float, memory: dict[str, float]) -> str:
+    """Why a plan does not fit: what it needs against what the accelerator has, its three
+    largest parts, and what to change."""
+    largest = sorted(memory.items(), key=lambda kv: -kv[1])[:3]
+    return (
+        f"needs {need:.1f} GiB per GPU, {acc.name} has {acc.memory_gib:.0f} GiB; largest: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in largest)
+        + "; try more TP/PP, a higher --zero, or --recompute full"
+    )
+
+
 def estimate_one(
     gpu: str,
     arch: catalog.ModelArch,
@@ -116,17 +127,7 @@ def estimate_one(
             f"TP {tp} spans nodes of {acc.gpus_per_node} GPUs: its all-reduces "
             "run over the scale-out network"
         )
-    reason = (
-        ""
-        if fits
-        else (
-            f"needs {need:.1f} GiB per GPU, {acc.name} has {acc.memory_gib:.0f} GiB; largest: "
-            + ", ".join(
-                f"{k} {v:.1f}" for k, v in sorted(memory.items(), key=lambda kv: -kv[1])[:3]
-            )
-            + "; try more TP/PP, a higher --zero, or --recompute full"
-        )
-    )
+    reason = "" if fits else _too_large(acc, need, memory)
     model_tflops = est.model_flops / step / gpus / 1e12
     return {
         "gpu": acc.name,

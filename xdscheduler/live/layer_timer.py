@@ -275,30 +275,14 @@ def measure(
     implementation: str = "xds",
 ) -> LayerProfile:
     """The layer profile of `arch` on this machine's device."""
-    dev = torch.device(
-        "cuda"
-        if device == "auto" and torch.cuda.is_available()
-        else ("cpu" if device == "auto" else device)
-    )
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(
-            "--device cuda: no CUDA device here (torch.cuda.is_available() is "
-            "false); use --device cpu or auto"
-        )
+    dev = _device(device)
     if arch.heads % tp or arch.ffn_hidden % tp:
         raise UserError(
             f"TP {tp} does not divide the {arch.heads} heads and FFN "
             f"{arch.ffn_hidden} of {arch.name}"
         )
     name = _accelerator(dev, accelerator)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = dtype == "tf32"
-    # what ran: a CPU has no TF32, and the flag is what PyTorch reads at each matmul
-    wide = dtype in ("tf32", "fp32")
-    ran = (
-        ("tf32" if dev.type == "cuda" and torch.backends.cuda.matmul.allow_tf32 else "fp32")
-        if wide
-        else dtype
-    )
+    ran = _set_precision(dev, dtype)
     shape = Shape.of(arch, seq)
     clock = Clock(dev)
     torch.manual_seed(0)
@@ -358,6 +342,28 @@ def measure(
         timings=timings,
         memory=memory,
     )
+
+
+def _device(device: str) -> torch.device:
+    """The device `--device` names (auto: CUDA where there is one, else the CPU)."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(
+            "--device cuda: no CUDA device here (torch.cuda.is_available() is "
+            "false); use --device cpu or auto"
+        )
+    return dev
+
+
+def _set_precision(dev: torch.device, dtype: str) -> str:
+    """Let matmuls run in TF32 only for a TF32 profile; the precision they then run in (a CPU
+    has no TF32, and the flag is what PyTorch reads at each matmul)."""
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = dtype == "tf32"
+    if dtype not in ("tf32", "fp32"):
+        return dtype
+    return "tf32" if dev.type == "cuda" and torch.backends.cuda.matmul.allow_tf32 else "fp32"
 
 
 def _blocks(shape, tp, dtype, dev, fused_attention, implementation):
