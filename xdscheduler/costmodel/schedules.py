@@ -156,7 +156,7 @@ class Pipeline:
         t_mb, m = self.forward_s + self.backward_s, self.micro_batches
         pp, vp, crossings = np.array(self.stages), np.array(1), np.array(int(slowest > intra))
         exposed, _ = pipeline_exchange_wait(
-            pp, vp, m, crossings, slowest, intra, t_mb, self.style == "batched"
+            pp, vp, m, crossings, slowest, intra, t_mb, self.style == "batched", self.forward_s
         )
         return (m + self.stages - 1) * t_mb + float(exposed)
 

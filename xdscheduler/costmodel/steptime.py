@@ -270,7 +270,7 @@ def _estimate(
     micro_batches = shape.micro_batches
 
     bubble = (shape.pp - 1) / shape.vp * t_mb
-    pp_exposed, pp_hidden = _pipeline_comm(arch, shape, rates, hw, wan, stack, calib, t_mb)
+    pp_exposed, pp_hidden = _pipeline_comm(arch, shape, rates, hw, wan, stack, calib, stage)
     dp = _DataParallel.of(arch, shape, rates, hw, wan, stack, calib, network, plans)
     dp_exposed, dp_hidden = dp.exposed(stage, layer, micro_batches * t_mb, stack)
 
@@ -452,6 +452,7 @@ class _Stage:
     compute: np.ndarray  # forward and backward of one micro-batch
     rec: np.ndarray
     tp: np.ndarray  # exposed tensor-parallel collectives
+    forward: np.ndarray  # of one micro-batch, its collectives in (an end's pass a third)
 
     @classmethod
     def of(cls, arch: ModelArch, pp: np.ndarray, layer: _Layer) -> _Stage:
@@ -461,11 +462,13 @@ class _Stage:
         last_end = layer.logits + np.where(pp > 1, 0.0, layer.embed)
         last_binds = last * per_layer_t + last_end >= heaviest * per_layer_t + first_end
         layers = np.where(last_binds, last, heaviest)
+        end = np.where(last_binds, last_end, first_end)
         return cls(
             layers=layers,
-            compute=layers * (layer.fwd + layer.bwd) + np.where(last_binds, last_end, first_end),
+            compute=layers * (layer.fwd + layer.bwd) + end,
             rec=layers * layer.rec,
             tp=layers * (layer.tp_fwd_exposed + layer.tp_bwd_exposed),
+            forward=layers * (layer.fwd + layer.tp_fwd_exposed) + end / 3,
         )
 
     @property
@@ -473,7 +476,7 @@ class _Stage:
         return self.compute + self.rec + self.tp
 
 
-def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, t_mb):
+def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, stage: _Stage):
     """Seconds a step waits for activations and their gradients between stages (and the tied
     embedding's gradients between the ends), and the seconds of them hidden."""
     dp, tp, pp, cp, vp, mb = shape.dp, shape.tp, shape.pp, shape.cp, shape.vp, shape.mb
@@ -504,7 +507,15 @@ def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, t_
         )
     )
     exposed, hidden = pipeline_exchange_wait(
-        pp, vp, micro_batches, crossings, p2p_wan, p2p_intra, t_mb, stack.overlap_p2p
+        pp,
+        vp,
+        micro_batches,
+        crossings,
+        p2p_wan,
+        p2p_intra,
+        stage.per_micro_batch,
+        stack.overlap_p2p,
+        stage.forward,
     )
     has_pp = pp > 1
     exposed = exposed + np.where(has_pp, 2 * _f(wan.pp_latency_s), 0.0)  # the fill's round trip
@@ -525,7 +536,9 @@ def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, t_
     return exposed, hidden
 
 
-def pipeline_exchange_wait(pp, vp, micro_batches, crossings, wan_s, intra_s, t_mb, overlap):
+def pipeline_exchange_wait(
+    pp, vp, micro_batches, crossings, wan_s, intra_s, t_mb, overlap, fwd_s=None
+):
     """Seconds a step's busiest stage waits for its neighbours' activations and gradients, and
     the seconds of them hidden behind compute: a micro-batch's transfer takes `wan_s` over each
     of the pipeline's `crossings` of the WAN and `intra_s` inside a domain, once for each of
@@ -542,7 +555,9 @@ def pipeline_exchange_wait(pp, vp, micro_batches, crossings, wan_s, intra_s, t_m
     - Blocking calls (DeepSpeed's engine): each send and receive waits on its own, two a
       micro-batch on each side.
 
-    The pipeline fills and drains once over every link, each way.
+    The fill and drain: where the schedule's step has a closed form (see `_exact_fill`), that;
+    else once over every link, each way, which over-counts by up to about three transfers.
+    `fwd_s` is the forward share of `t_mb` (a third, backward twice forward, if not given).
     """
     has_pp = pp > 1
     zero = 0.0 * pp
@@ -552,6 +567,10 @@ def pipeline_exchange_wait(pp, vp, micro_batches, crossings, wan_s, intra_s, t_m
     # more crossings a stage may sit between two, and the slowest stands for both.
     beside = np.where(crossings == 1, intra, link)
     fill = 2 * ((pp - 1 - crossings) * intra_s + crossings * wan_s)
+    exact, known = _exact_fill(
+        pp, vp, micro_batches, crossings, link, t_mb, t_mb / 3 if fwd_s is None else fwd_s, overlap
+    )
+    fill = np.where(known, exact, fill)
     if overlap:
         interleaved = vp > 1
         plain = np.where(pp > 2, link + beside, link)
@@ -561,6 +580,26 @@ def pipeline_exchange_wait(pp, vp, micro_batches, crossings, wan_s, intra_s, t_m
         per_mb = np.where(pp > 2, np.maximum(2 * (link + beside), 4 * intra), 2 * link)
         hidden = zero
     return np.where(has_pp, micro_batches * per_mb + fill, zero), hidden
+
+
+def _exact_fill(pp, vp, micro_batches, crossings, link, t_mb, fwd, overlap):
+    """What a step of uniform stages waits for its transfers beyond `micro_batches` times
+    their count a micro-batch, and where that is exact: without interleaving, two stages (one
+    link, whatever it crosses), or more stages whose links all take `link` (none crosses the
+    WAN) and at least as many micro-batches (fewer leave stages idle in ways the form does
+    not follow). Derived from the schedules' programs and equal to their event simulation
+    (`costmodel.schedules`; the tests check it), for a backward pass at least as long as the
+    forward one."""
+    two = pp == 2
+    if overlap:  # 1F1B, exchanges both ways at once: (m + 1)(t + L) with two stages
+        wait = np.where(
+            two, link, 2 * link * (pp - 2) - np.minimum(np.minimum(link, fwd), t_mb - link)
+        )
+    else:  # blocking calls: (m + 1)t + 2mL with two stages
+        edge = np.maximum(np.maximum(0.0, link - fwd), 2 * link - t_mb)
+        wait = np.where(two, 0.0, 2 * link * (pp - 4) + edge)
+    known = (vp == 1) & (two | ((crossings == 0) & (micro_batches >= pp)))
+    return wait, known
 
 
 def _grad_elem(rates: _Rates, stack: Stack) -> np.ndarray:
