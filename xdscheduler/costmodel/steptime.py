@@ -555,9 +555,10 @@ def pipeline_exchange_wait(
     - Blocking calls (DeepSpeed's engine): each send and receive waits on its own, two a
       micro-batch on each side.
 
-    The fill and drain: where the schedule's step has a closed form (see `_exact_fill`), that;
-    else once over every link, each way, which over-counts by up to about three transfers.
-    `fwd_s` is the forward share of `t_mb` (a third, backward twice forward, if not given).
+    The fill and drain: where the schedule's step has a closed form (`_exact_fill`), that;
+    else once over every link, each way (where the forms hold, that is one to six transfers
+    too many). `fwd_s` is the forward share of `t_mb` (a third if not given: backward twice
+    forward).
     """
     has_pp = pp > 1
     zero = 0.0 * pp
