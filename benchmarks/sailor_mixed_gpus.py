@@ -12,8 +12,8 @@ Our model sees them as our planner would: each server is a domain, and the links
 are Sailor's measured peaks between two servers of those kinds (its
 sailor/providers/multizone_bandwidths_het.json, as many GPUs of one sending to the other's as
 the run took on each, per node pair; one GPU's peak is the link's flow rate; inside a server,
-its intra_node_bandwidths.json). Each domain's accelerators are
-benchmarks/consumer_gpus.yaml; Sailor's layer profile of each kind
+its intra_node_bandwidths.json). Each domain's accelerators are the catalog's (RTX-3090) and
+benchmarks/consumer_gpus.yaml's (the two Turing cards); Sailor's layer profile of each kind
 (Planner/simulations/profiles_tmp.json) is an input, as on its GH200 runs. A placement over
 kinds is timed by its slowest member's profile, its links by the slowest it crosses. Each plan
 is read as our placement where one holds it: replicas on different servers, or stages each on
