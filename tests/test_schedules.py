@@ -76,16 +76,28 @@ def test_the_models_waits_a_micro_batch_are_the_schedules(style, stages, transfe
 @pytest.mark.parametrize("style", STYLES)
 @pytest.mark.parametrize("stages", [2, 3, 4, 6, 8])
 def test_the_models_step_is_the_schedules_where_its_fill_has_a_closed_form(style, stages):
-    """Two stages over one link, or any number over equal links with as many micro-batches
-    as stages: the whole step, fill and drain included, is the simulation's exactly (the
-    fill's closed form), however slow the links against the passes."""
-    fewest = 1 if stages == 2 else stages
+    """Two stages over one link, or any number over equal links: the whole step, fill and
+    drain included, is the simulation's exactly (the fill's closed form), with one
+    micro-batch or many, however slow the links against the passes."""
     for forward, ratio, transfer in itertools.product(
         (0.3, 1.0, 2.0), (1.0, 2.0, 3.5), (0.05, 0.8, 1.2, 2.5, 6.0)
     ):
-        for m in (fewest, stages + 1, 16):
+        for m in sorted({1, 2, max(stages // 2, 1), stages - 1, stages, stages + 1, 16}):
             p = Pipeline(style, stages, m, forward, ratio * forward, transfer)
             assert p.modelled_s() == pytest.approx(p.simulated_s(), rel=1e-9), p
+
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("stages", [2, 3, 4, 8])
+def test_one_micro_batch_waits_for_every_link_twice_wherever_the_wan_sits(style, stages):
+    """A single micro-batch goes down the pipeline and back: the step is every stage's
+    passes and every link's transfer twice, exactly, a slow link (a WAN crossing) anywhere."""
+    for at, (fast, slow) in itertools.product(range(stages - 1), ((0.02, 1.5), (0.1, 6.0))):
+        links = [fast] * (stages - 1)
+        links[at] = slow
+        p = Pipeline(style, stages, 1, FWD, BWD, tuple(links))
+        assert p.modelled_s() == pytest.approx(p.simulated_s(), rel=1e-9), links
+        assert p.simulated_s() == pytest.approx(stages * (FWD + BWD) + 2 * sum(links))
 
 
 def test_an_interleaved_schedule_with_its_exchanges_on_their_own_stream_hides_them():

@@ -557,8 +557,8 @@ def pipeline_exchange_wait(
 
     The fill and drain: where the schedule's step has a closed form (`_exact_fill`), that;
     else once over every link, each way (where the forms hold, that is one to six transfers
-    too many). `fwd_s` is the forward share of `t_mb` (a third if not given: backward twice
-    forward).
+    too many). A single micro-batch waits for every link twice, and for nothing else. `fwd_s`
+    is the forward share of `t_mb` (a third if not given: backward twice forward).
     """
     has_pp = pp > 1
     zero = 0.0 * pp
@@ -580,17 +580,19 @@ def pipeline_exchange_wait(
     else:
         per_mb = np.where(pp > 2, np.maximum(2 * (link + beside), 4 * intra), 2 * link)
         hidden = zero
-    return np.where(has_pp, micro_batches * per_mb + fill, zero), hidden
+    # one micro-batch goes down the pipeline and back: every link twice, nothing overlaps
+    alone = (micro_batches == 1) & (vp == 1)
+    waits = np.where(alone, 2 * ((pp - 1 - crossings) * intra_s + crossings * wan_s), 0.0)
+    return np.where(has_pp, np.where(alone, waits, micro_batches * per_mb + fill), zero), hidden
 
 
 def _exact_fill(pp, vp, micro_batches, crossings, link, t_mb, fwd, overlap):
     """What a step of uniform stages waits for its transfers beyond `micro_batches` times
     their count a micro-batch, and where that is exact: without interleaving, two stages (one
     link, whatever it crosses), or more stages whose links all take `link` (none crosses the
-    WAN) and at least as many micro-batches (fewer leave stages idle in ways the form does
-    not follow). Derived from the schedules' programs and equal to their event simulation
-    (`costmodel.schedules`; the tests check it), for a backward pass at least as long as the
-    forward one."""
+    WAN) and at least two micro-batches. Derived from the schedules' programs and equal to
+    their event simulation (`costmodel.schedules`; the tests check it), for a backward pass at
+    least as long as the forward one."""
     two = pp == 2
     if overlap:  # 1F1B, exchanges both ways at once: (m + 1)(t + L) with two stages
         wait = np.where(
@@ -599,7 +601,7 @@ def _exact_fill(pp, vp, micro_batches, crossings, link, t_mb, fwd, overlap):
     else:  # blocking calls: (m + 1)t + 2mL with two stages
         edge = np.maximum(np.maximum(0.0, link - fwd), 2 * link - t_mb)
         wait = np.where(two, 0.0, 2 * link * (pp - 4) + edge)
-    known = (vp == 1) & (two | ((crossings == 0) & (micro_batches >= pp)))
+    known = (vp == 1) & (two | ((crossings == 0) & (micro_batches >= 2)))
     return wait, known
 
 
