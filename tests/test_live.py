@@ -451,10 +451,22 @@ def cluster(tmp_path_factory):
 @needs_fabric
 @pytest.mark.slow
 def test_links_measure_what_the_scenario_configures(cluster):
+    """Each link, each way, delivers its configured rate, and never more. A sender held back
+    by a busy CPU (the suite's other worker) reads a link slow, never fast: a link's best of
+    up to three probes is what it delivers."""
     state, _ = cluster
-    rows = json.loads(xds("links", "probe", "--seconds", "1.5", "--json", state=state))["links"]
-    assert len(rows) == 6  # three links, both directions
-    for r in rows:
+    best: dict[tuple[str, str], dict] = {}
+    for _ in range(3):
+        rows = json.loads(xds("links", "probe", "--seconds", "1.5", "--json", state=state))
+        assert len(rows["links"]) == 6  # three links, both directions
+        for r in rows["links"]:
+            assert r["measured_gbps"] < 1.15 * r["configured_gbps"], r  # the shaper holds
+            key = (r["src"], r["dst"])
+            if key not in best or r["measured_gbps"] > best[key]["measured_gbps"]:
+                best[key] = r
+        if all(r["measured_gbps"] > 0.85 * r["configured_gbps"] for r in best.values()):
+            break
+    for r in best.values():
         assert abs(r["measured_gbps"] / r["configured_gbps"] - 1) < 0.15, r
 
 
