@@ -567,11 +567,11 @@ def pipeline_exchange_wait(
     # Beside a pipeline's one WAN crossing, a stage's other side is inside its domain; with
     # more crossings a stage may sit between two, and the slowest stands for both.
     beside = np.where(crossings == 1, intra, link)
-    fill = 2 * ((pp - 1 - crossings) * intra_s + crossings * wan_s)
+    every_link_twice = 2 * ((pp - 1 - crossings) * intra_s + crossings * wan_s)
     exact, known = _exact_fill(
         pp, vp, micro_batches, crossings, link, t_mb, t_mb / 3 if fwd_s is None else fwd_s, overlap
     )
-    fill = np.where(known, exact, fill)
+    fill = np.where(known, exact, every_link_twice)
     if overlap:
         interleaved = vp > 1
         plain = np.where(pp > 2, link + beside, link)
@@ -582,8 +582,8 @@ def pipeline_exchange_wait(
         hidden = zero
     # one micro-batch goes down the pipeline and back: every link twice, nothing overlaps
     alone = (micro_batches == 1) & (vp == 1)
-    waits = np.where(alone, 2 * ((pp - 1 - crossings) * intra_s + crossings * wan_s), 0.0)
-    return np.where(has_pp, np.where(alone, waits, micro_batches * per_mb + fill), zero), hidden
+    waits = np.where(alone, every_link_twice, micro_batches * per_mb + fill)
+    return np.where(has_pp, waits, zero), hidden
 
 
 def _exact_fill(pp, vp, micro_batches, crossings, link, t_mb, fwd, overlap):
