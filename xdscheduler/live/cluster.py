@@ -126,10 +126,16 @@ def up(
 
 
 def _checked_slower(slower: dict[str, float], scn, attached: bool) -> dict[str, float]:
-    """`--slower`'s domains, each one of the scenario's, on a cluster this machine's CPU
-    shares can slow (started here, with cgroups)."""
+    """`--slower`'s domains, each one of the scenario's held to 1/factor (1 to 100) of its
+    share, on a cluster this machine's CPU shares can slow (started here, with cgroups)."""
     if not slower:
         return {}
+    outside = {d: f for d, f in slower.items() if not 1.0 <= f <= 100.0}
+    if outside:
+        raise UserError(
+            "--slower takes DOMAIN=FACTOR, a factor from 1 to 100 (e.g. west=2); got "
+            + ", ".join(f"{d}={f:g}" for d, f in outside.items())
+        )
     if attached:
         raise UserError(
             "--slower holds a local cluster's domains to part of their CPU share: a cluster "
@@ -230,8 +236,8 @@ def _start_nodes(
             for _ in range(group.count):
                 cpus = group.gpus_each
                 cgroup = f"xds-{state.tag}-{len(state.processes)}"
-                held = cpus * share / state.slower.get(d.name, 1.0) if share else 0.0
-                procs = quota.create(cgroup, held) if share else None
+                slowed = state.slower.get(d.name, 1.0)
+                procs = quota.create(cgroup, cpus * share / slowed) if share else None
                 args = [
                     "--address",
                     address,
