@@ -9,7 +9,9 @@ torch.distributed over gloo: DeepSpeed's lock-step blocking calls, or Megatron's
 exchanges send and receive at once (each direction on its own connection, as NCCL's pair of
 channels). A pass is a sleep of fixed length: what is measured is how the schedule waits for
 its transfers, not how fast this CPU multiplies. The transfer time each row feeds the model
-and the simulation is measured on the link first, alone; nothing is fitted.
+and the simulation is measured on each link first, alone; nothing is fitted. Some rows have
+every link alike; in others one link is slow among fast ones (a pipeline crossing the WAN
+once), at the first or the last boundary: the fill and drain depend on where it sits.
 
 The model's waits come from `steptime.pipeline_exchange_wait`, the function `estimate` calls,
 with the compute and bubble of uniform stages (`schedules.Pipeline.modelled_s`); the simulation
@@ -46,6 +48,7 @@ from xdscheduler.costmodel.schedules import STYLES, Compute, Pipeline, program
 
 REPO = Path(__file__).resolve().parents[1]
 LINK_MBIT = 100.0
+FAST_MBIT = 1000.0  # the other links of a pipeline crossing one slow link
 FORWARD_S, BACKWARD_S = 0.05, 0.10
 MICRO_BATCHES = 8
 PORT = 29500  # in a namespace of its own: free
@@ -53,31 +56,38 @@ log = logging.getLogger("pipeline_sends")
 HEADER = [
     "schedule",
     "stages",
+    "slow link",
     "transfer / compute",
     "measured",
     "model",
     "err",
     "simulated",
     "err",
+    "model, place unknown",
+    "err",
 ]
 
 
 def grid(quick: bool) -> list[dict]:
-    """Each row's schedule, stages and one transfer's share of a micro-batch's compute."""
+    """Each row's schedule, stages, one transfer's share of a micro-batch's compute over the
+    slow link, and which link is slow (None: every link alike; else one crossing among links
+    `FAST_MBIT / LINK_MBIT` times as fast, at the first or the last boundary)."""
     ratios = (0.25, 1.0) if quick else (0.25, 1.0, 2.0)
     t_mb = FORWARD_S + BACKWARD_S
-    return [
-        {
+
+    def row(style, stages, ratio, slow_at=None) -> dict:
+        return {
             "style": style,
             "stages": stages,
             "ratio": ratio,
             "bytes": int(ratio * t_mb * LINK_MBIT * 1e6 / 8) // 4 * 4,
             "steps": 2 if quick else 3,
+            "slow_at": slow_at,
         }
-        for style in STYLES
-        for stages in (2, 4)
-        for ratio in ratios
-    ]
+
+    alike = [row(s, p, r) for s in STYLES for p in (2, 4) for r in ratios]
+    crossing = [row(s, 4, r, at) for s in STYLES for r in ratios[1:] for at in (0, 2)]
+    return alike + crossing
 
 
 def main() -> int:
@@ -103,15 +113,25 @@ def main() -> int:
 
 
 def _run(fab, rows: list[dict]) -> dict:
-    """Build a fabric of as many namespaces as the longest pipeline, run every row there."""
+    """Each set of rows with the same slow link on a fabric of its own, of as many namespaces
+    as the longest pipeline; the rows back in the grid's order."""
     world = max(r["stages"] for r in rows)
-    gbps = np.full((world, world), LINK_MBIT / 1000)
-    np.fill_diagonal(gbps, 0.0)
-    fabric = fab.Fabric.plan([f"stage{i}" for i in range(world)], gbps, *fab.new_tag())
-    with tempfile.TemporaryDirectory(prefix="pipeline-sends-") as folder:
-        path = Path(folder) / "grid.json"
-        path.write_text(json.dumps(rows))
-        return _run_on(fab, fabric, world, path)
+    done: dict = {"rows": []}
+    for slow_at in dict.fromkeys(r["slow_at"] for r in rows):
+        mbit = np.full((world, world), LINK_MBIT if slow_at is None else FAST_MBIT)
+        if slow_at is not None:
+            mbit[slow_at, slow_at + 1] = mbit[slow_at + 1, slow_at] = LINK_MBIT
+        np.fill_diagonal(mbit, 0.0)
+        fabric = fab.Fabric.plan([f"stage{i}" for i in range(world)], mbit / 1000, *fab.new_tag())
+        these = [r for r in rows if r["slow_at"] == slow_at]
+        log.info("%d rows, slow link %s", len(these), "none" if slow_at is None else slow_at)
+        with tempfile.TemporaryDirectory(prefix="pipeline-sends-") as folder:
+            path = Path(folder) / "grid.json"
+            path.write_text(json.dumps(these))
+            out = _run_on(fab, fabric, world, path)
+        done["rows"] += out["rows"]
+        done.setdefault("duplex", out["duplex"])
+    return done
 
 
 def _run_on(fab, fabric, world: int, path: Path) -> dict:
@@ -168,7 +188,7 @@ def _worker(rank: int, world: int, address: str, rows: list[dict]) -> None:
     for n, row in enumerate(rows):
         buf = torch.zeros(row["bytes"] // 4)
         scratch = torch.empty_like(buf)
-        alone = _transfer_s(dist, torch, rank, groups, buf)
+        links = [_transfer_s(dist, torch, rank, groups, buf, i) for i in range(row["stages"] - 1)]
         ops = (
             program(row["style"], rank, row["stages"], MICRO_BATCHES)
             if rank < row["stages"]
@@ -180,7 +200,7 @@ def _worker(rank: int, world: int, address: str, rows: list[dict]) -> None:
             start = time.perf_counter()
             _execute(dist, rank, ops, groups, buf, scratch)
             steps.append(_most(dist, torch, time.perf_counter() - start))
-        done.append(dict(row, transfer_s=alone, step_s=statistics.median(steps[1:])))
+        done.append(dict(row, link_s=links, step_s=statistics.median(steps[1:])))
         if rank == 0:
             log.info("row %d of %d: %s", n + 1, len(rows), done[-1])
     if rank == 0:
@@ -188,18 +208,18 @@ def _worker(rank: int, world: int, address: str, rows: list[dict]) -> None:
     dist.destroy_process_group()
 
 
-def _transfer_s(dist, torch, rank: int, groups: dict, buf) -> float:
-    """The median of three sends from stage 0 to stage 1 alone."""
+def _transfer_s(dist, torch, rank: int, groups: dict, buf, src: int = 0) -> float:
+    """The median of three sends from stage `src` to the next alone."""
     took = []
     for _ in range(3):
         dist.barrier()
         start = time.perf_counter()
-        if rank == 0:
-            dist.send(buf, 1, group=groups[0, 1])
-        elif rank == 1:
-            dist.recv(buf, 0, group=groups[0, 1])
+        if rank == src:
+            dist.send(buf, src + 1, group=groups[src, src + 1])
+        elif rank == src + 1:
+            dist.recv(buf, src, group=groups[src, src + 1])
         took.append(time.perf_counter() - start)
-    return _most(dist, torch, statistics.median(took) if rank == 1 else 0.0)
+    return _most(dist, torch, statistics.median(took) if rank == src + 1 else 0.0)
 
 
 def _duplex(dist, torch, rank: int, groups: dict, nbytes: int) -> float:
@@ -245,10 +265,17 @@ def _execute(dist, rank: int, ops: list, groups: dict, buf, scratch) -> None:
 
 def _report(rows: list[dict], duplex: float) -> None:
     table, model_err, sim_err = [], [], []
+    unplaced_err: list[float] = []
     for r in rows:
-        pipeline = Pipeline(
-            r["style"], r["stages"], MICRO_BATCHES, FORWARD_S, BACKWARD_S, r["transfer_s"]
-        )
+        links, slow_at = r["link_s"], r["slow_at"]
+        if slow_at is None:  # every link alike: the first one's, as measured
+            timed: float | list[float] = links[0]
+            slow = links[0]
+        else:  # the slow one, and the others' median for each of them
+            slow = links[slow_at]
+            fast = statistics.median(x for i, x in enumerate(links) if i != slow_at)
+            timed = [slow if i == slow_at else fast for i in range(len(links))]
+        pipeline = Pipeline(r["style"], r["stages"], MICRO_BATCHES, FORWARD_S, BACKWARD_S, timed)
         model, sim = pipeline.modelled_s(), pipeline.simulated_s()
         model_err.append(model / r["step_s"] - 1)
         sim_err.append(sim / r["step_s"] - 1)
@@ -256,21 +283,30 @@ def _report(rows: list[dict], duplex: float) -> None:
             [
                 "DeepSpeed (blocking)" if r["style"] == "blocking" else "Megatron 1F1B",
                 r["stages"],
-                f"{r['transfer_s'] / (FORWARD_S + BACKWARD_S):.2f}",
+                "-" if slow_at is None else f"{slow_at + 1} of {r['stages'] - 1}",
+                f"{slow / (FORWARD_S + BACKWARD_S):.2f}",
                 r["step_s"],
                 model,
                 f"{model_err[-1]:+.1%}",
                 sim,
                 f"{sim_err[-1]:+.1%}",
+                *_unplaced(pipeline, r["step_s"], slow_at, unplaced_err),
             ]
         )
     med = np.median(np.abs(model_err))
     print(
         f"The step-time model is {med:.1%} (median) and {np.max(np.abs(model_err)):.1%} (max) "
-        f"off {len(rows)} measured pipeline steps over {LINK_MBIT:g} Mbit/s links; the "
+        f"off {len(rows)} measured pipeline steps over {LINK_MBIT:g} Mbit/s links (one "
+        f"among {FAST_MBIT:g} Mbit/s ones where a link is slow); the "
         f"schedule's simulation {np.median(np.abs(sim_err)):.1%} and "
         f"{np.max(np.abs(sim_err)):.1%}."
     )
+    if unplaced_err:
+        print(
+            f"With one slow link: {np.median(np.abs(unplaced_err)):.1%} (median) and "
+            f"{np.max(np.abs(unplaced_err)):.1%} (max) off when the model is not told where it "
+            "sits (its fill then charged over every link each way)."
+        )
     print(
         f"{MICRO_BATCHES} micro-batches, {FORWARD_S * 1e3:g} + {BACKWARD_S * 1e3:g} ms a pass "
         f"pair; an exchange both ways took {duplex:.2f}x one way alone on these links.\n"
@@ -279,8 +315,19 @@ def _report(rows: list[dict], duplex: float) -> None:
         "Pipeline steps over shaped links (seconds)",
         HEADER,
         table,
-        "transfer / compute: one micro-batch's transfer, measured alone, over its compute.",
+        "transfer / compute: one micro-batch's transfer over the slow link (every link where "
+        "none is slow), measured alone, over its compute. slow link: which boundary is the one "
+        "slow link, where one is (the fill depends on it).",
     )
+
+
+def _unplaced(pipeline: Pipeline, step_s: float, slow_at, errs: list) -> list:
+    """The model not told where the slow link sits, and its error; blank where none is."""
+    if slow_at is None:
+        return ["", ""]
+    model = pipeline.modelled_s(placed=False)
+    errs.append(model / step_s - 1)
+    return [model, f"{errs[-1]:+.1%}"]
 
 
 if __name__ == "__main__":

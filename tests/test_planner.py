@@ -12,7 +12,14 @@ from xdscheduler.errors import UserError
 from xdscheduler.planner.baselines import ONLINE
 from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.search import JobSpec, estimate_placement, ideal_tokens_per_s, search
-from xdscheduler.planner.space import DATA, MEMORY_LADDER, SINGLE, SearchOptions, split
+from xdscheduler.planner.space import (
+    DATA,
+    MEMORY_LADDER,
+    SINGLE,
+    SearchOptions,
+    describe_placements,
+    split,
+)
 from xdscheduler.planner.view import ClusterView, DomainView
 from xdscheduler.scenario import Weights, load_scenario, parse_scenario
 from xdscheduler.sim.reconfig import crosses_wan, switch_cost
@@ -1189,3 +1196,34 @@ def test_a_split_by_speed_keeps_its_pacers_profile_and_is_timed_again_alike():
     assert best.estimate.breakdown_s["compute"] == pytest.approx(pace)
     again = estimate_placement(best, job, view, opts)
     assert again.step_time_s == pytest.approx(best.estimate.step_time_s)
+
+
+def test_a_pipeline_over_two_domains_is_timed_where_its_crossing_sits():
+    """Two H100 domains over 10 Gbit/s: the best pipeline across them is timed with the fill
+    of its one crossing where it sits (the stages the second domain holds), alike when timed
+    again, and not as it would be with the crossing's place unknown."""
+    h = catalog.accelerator("H100-SXM")
+    doms = tuple(DomainView(n, h, 16, h.scaleup_gbs, 400, 2.5) for n in ("a", "b"))
+    view = ClusterView(
+        doms, np.array([[0, 10.0], [10.0, 0]]), np.full((2, 2), 20.0), np.zeros((2, 2))
+    )
+    arch = catalog.model("llama2-70b")
+    job = JobSpec("p", arch, 512, arch.seq_len, 32, 32)
+    opts = SearchOptions(kinds=("pipeline",), virtual=(1,))
+    best = search(job, view, THROUGHPUT, opts, pareto=False).best
+    assert best.plan.pp > 2 and len(best.domains) == 2, best
+    assert sum(best.stages_per_domain) == best.plan.pp
+    again = estimate_placement(best, job, view, opts)
+    assert again.step_time_s == pytest.approx(best.estimated.step_time_s)
+    pl = describe_placements(view, np.array([best.kind], dtype=object), np.array([best.domains]))
+    unknown = estimate(
+        arch,
+        job.global_batch,
+        PlanBatch.of([best.plan]),
+        pl.hardware,
+        pl.wan,
+        opts.stack,
+        opts.calibration,
+        seq=job.seq,
+    )
+    assert float(unknown.step_time_s[0]) != pytest.approx(best.estimated.step_time_s, rel=1e-6)

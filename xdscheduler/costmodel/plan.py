@@ -156,6 +156,9 @@ class WanUse:
     pp_crossings: np.ndarray | float = 0.0  # pipeline boundaries that cross a WAN link
     pp_gbps: np.ndarray | float = np.inf  # narrowest of those links, per direction
     pp_latency_s: np.ndarray | float = 0.0  # sum of one-way latencies over those boundaries
+    # stage boundaries after a pipeline's one WAN crossing (its last domain's stages less
+    # one), which its fill and drain depend on; -1: not known
+    pp_after_crossing: np.ndarray | float = -1.0
     dp_domains: np.ndarray | float = 1.0  # domains each data-parallel group spans
     dp_gbps: np.ndarray | float = np.inf  # narrowest link of the cross-domain ring
     dp_rtt_s: np.ndarray | float = 0.0  # largest RTT on that ring

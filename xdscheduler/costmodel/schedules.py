@@ -147,16 +147,28 @@ class Pipeline:
         ]
         return _Run(programs, self.links, self.forward_s, self.backward_s).step_s()
 
-    def modelled_s(self) -> float:
+    def modelled_s(self, placed: bool = True) -> float:
         """What the step-time model gives it: the compute and bubble and
         `steptime.pipeline_exchange_wait`, the slowest link a WAN crossing where it is slower
-        than the others (a stage beside it waits on a fast link on its other side)."""
+        than the others (a stage beside it waits on a fast link on its other side), its place
+        told to the model where it is the only one (and `placed`)."""
         links = self.links
         slowest, intra = max(links, default=0.0), min(links, default=0.0)
         t_mb, m = self.forward_s + self.backward_s, self.micro_batches
-        pp, vp, crossings = np.array(self.stages), np.array(1), np.array(int(slowest > intra))
+        crossings = int(slowest > intra)
+        alone = crossings and links.count(slowest) == 1 and links.count(intra) == len(links) - 1
+        after = len(links) - 1 - links.index(slowest) if alone and placed else -1
         exposed, _ = pipeline_exchange_wait(
-            pp, vp, m, crossings, slowest, intra, t_mb, self.style == "batched", self.forward_s
+            np.array(self.stages),
+            np.array(1),
+            m,
+            np.array(crossings),
+            slowest,
+            intra,
+            t_mb,
+            self.style == "batched",
+            self.forward_s,
+            after,
         )
         return (m + self.stages - 1) * t_mb + float(exposed)
 

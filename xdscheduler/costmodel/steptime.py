@@ -516,6 +516,7 @@ def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, st
         stage.per_micro_batch,
         stack.overlap_p2p,
         stage.forward,
+        _f(wan.pp_after_crossing),
     )
     has_pp = pp > 1
     exposed = exposed + np.where(has_pp, 2 * _f(wan.pp_latency_s), 0.0)  # the fill's round trip
@@ -537,7 +538,7 @@ def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, st
 
 
 def pipeline_exchange_wait(
-    pp, vp, micro_batches, crossings, wan_s, intra_s, t_mb, overlap, fwd_s=None
+    pp, vp, micro_batches, crossings, wan_s, intra_s, t_mb, overlap, fwd_s=None, after=-1
 ):
     """Seconds a step's busiest stage waits for its neighbours' activations and gradients, and
     the seconds of them hidden behind compute: a micro-batch's transfer takes `wan_s` over each
@@ -555,10 +556,12 @@ def pipeline_exchange_wait(
     - Blocking calls (DeepSpeed's engine): each send and receive waits on its own, two a
       micro-batch on each side.
 
-    The fill and drain: where the schedule's step has a closed form (`_exact_fill`), that;
-    else once over every link, each way (where the forms hold, that is one to six transfers
-    too many). A single micro-batch waits for every link twice, and for nothing else. `fwd_s`
-    is the forward share of `t_mb` (a third if not given: backward twice forward).
+    The fill and drain: where the schedule's step has a closed form (`_exact_fill`, and
+    `_crossing_hidden` for one WAN crossing among more stages), that; else once over every
+    link, each way (where the forms hold, that is off by up to several transfers). A single
+    micro-batch waits for every link twice, and for nothing else. `fwd_s` is the forward share
+    of `t_mb` (a third if not given: backward twice forward); `after`, the links after a
+    pipeline's one WAN crossing (-1: not known), which its fill depends on.
     """
     has_pp = pp > 1
     zero = 0.0 * pp
@@ -568,10 +571,12 @@ def pipeline_exchange_wait(
     # more crossings a stage may sit between two, and the slowest stands for both.
     beside = np.where(crossings == 1, intra, link)
     every_link_twice = 2 * ((pp - 1 - crossings) * intra_s + crossings * wan_s)
-    exact, known = _exact_fill(
-        pp, vp, micro_batches, crossings, link, t_mb, t_mb / 3 if fwd_s is None else fwd_s, overlap
+    fwd = t_mb / 3 if fwd_s is None else fwd_s
+    exact, known = _exact_fill(pp, vp, micro_batches, crossings, link, t_mb, fwd, overlap)
+    overlapped, crossing = _crossing_hidden(
+        pp, vp, micro_batches, crossings, after, wan_s, intra_s, t_mb, fwd, overlap
     )
-    fill = np.where(known, exact, every_link_twice)
+    fill = np.where(known, exact, every_link_twice - np.where(crossing, overlapped, 0.0))
     if overlap:
         interleaved = vp > 1
         plain = np.where(pp > 2, link + beside, link)
@@ -603,6 +608,28 @@ def _exact_fill(pp, vp, micro_batches, crossings, link, t_mb, fwd, overlap):
         wait = np.where(two, 0.0, 2 * link * (pp - 4) + edge)
     known = (vp == 1) & (two | ((crossings == 0) & (micro_batches >= 2)))
     return wait, known
+
+
+def _crossing_hidden(pp, vp, micro_batches, crossings, after, wan, intra, t, f, overlap):
+    """Of every link's two transfers, what the fill hides in a pipeline of uniform stages over
+    fast links of `intra` and one slower WAN crossing of `wan` (a micro-batch's transfer each)
+    with `after` links past it, and where that is exact: without interleaving, three stages
+    or more, two micro-batches or more. Derived from the schedules' programs and equal to
+    their event simulation (the tests check it): each further link after the crossing hides
+    the same step more, up to one fewer links than micro-batches."""
+    d = wan - intra
+    if overlap:  # 1F1B
+        last = wan + intra + np.minimum(np.minimum(intra, f), t - intra)
+        one = np.minimum(np.minimum(last + d, wan + intra + f), intra + t)
+        step = np.minimum(np.minimum(d, f), t - d)
+    else:  # blocking calls
+        last = 2 * wan + 4 * intra - np.maximum(np.maximum(0.0, intra - f), 2 * intra - t)
+        one = np.minimum(np.minimum(last + 2 * d, 3 * wan + 2 * intra + f), 2 * wan + t + 2 * intra)
+        step = np.minimum(np.minimum(2 * d, wan + f), t + 2 * intra)
+    reach = np.minimum(after, micro_batches - 1)
+    hidden = np.where(reach <= 0, last, one + np.maximum(reach - 1, 0) * step)
+    known = (vp == 1) & (pp > 2) & (crossings == 1) & (micro_batches >= 2) & (after >= 0)
+    return hidden, known & (d >= 0)
 
 
 def _grad_elem(rates: _Rates, stack: Stack) -> np.ndarray:

@@ -101,13 +101,20 @@ class Placement:
         return dict(zip(self.names, self.gpus, strict=True))
 
     @property
+    def stages_per_domain(self) -> tuple[int, ...]:
+        """The pipeline stages each domain holds (a pipeline's; zeros for other kinds)."""
+        if self.kind != PIPELINE:
+            return (0,) * len(self.domains)
+        per_stage = self.plan.dp * self.plan.tp * self.plan.cp
+        return tuple(g // per_stage for g in self.gpus)
+
+    @property
     def stage_to_domain(self) -> list[str]:
         """The domain of each pipeline stage (a replicated job's domains joined by '+')."""
         p = self.plan
         if self.kind == PIPELINE:
-            per_stage = p.dp * p.tp * p.cp
             return [
-                n for n, g in zip(self.names, self.gpus, strict=True) for _ in range(g // per_stage)
+                n for n, k in zip(self.names, self.stages_per_domain, strict=True) for _ in range(k)
             ]
         return [self.names[0] if self.kind == SINGLE else "+".join(self.names)] * p.pp
 

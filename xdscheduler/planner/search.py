@@ -29,6 +29,7 @@ from xdscheduler.planner.space import (
     placements,
     share,
     take_rows,
+    with_stage_counts,
 )
 from xdscheduler.planner.spec import Evaluated, JobSpec, SearchResult
 from xdscheduler.planner.view import ClusterView
@@ -211,7 +212,7 @@ def evaluate_space(
         job.global_batch,
         plans,
         cand_hw,
-        take_rows(pl.wan, p_idx),
+        with_stage_counts(take_rows(pl.wan, p_idx), kind, parts),
         opts.stack,
         opts.calibration,
         seq=job.seq,
@@ -499,7 +500,7 @@ def estimate_placement(
         job.global_batch,
         plans,
         hw,
-        pl.wan,
+        with_stage_counts(pl.wan, pl.kind, np.array([p.stages_per_domain])),
         opts.stack,
         opts.calibration,
         seq=job.seq,

@@ -337,6 +337,16 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
     return Placements(kind, doms, hw, wan, wan_price)
 
 
+def with_stage_counts(wan: WanUse, kind: np.ndarray, stages: np.ndarray) -> WanUse:
+    """`wan` with what a pipeline's fill depends on where it crosses the WAN once: the stage
+    boundaries after the crossing, from `stages`, the stages each member domain holds (0 past
+    the last member)."""
+    members = (stages > 0).sum(axis=1)
+    last = stages[np.arange(len(stages)), np.maximum(members - 1, 0)]
+    once = (kind == PIPELINE) & (members == 2)
+    return wan.with_(pp_after_crossing=np.where(once, last - 1, -1.0))
+
+
 def _pacing_hops(pair: np.ndarray, flow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Of each row's hops, those that may pace its connections, each with its own bandwidth
     and flow rate, (P, hops) padded with inf: a hop another matches or undercuts on both never

@@ -62,7 +62,12 @@ from xdscheduler.planner.search import (
     placement_at,
     refined_space,
 )
-from xdscheduler.planner.space import DATA, SearchOptions, describe_placements
+from xdscheduler.planner.space import (
+    DATA,
+    SearchOptions,
+    describe_placements,
+    with_stage_counts,
+)
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.report.compare import mean_ci
 from xdscheduler.report.writer import _save
@@ -266,13 +271,17 @@ def estimates(
     """Every placement's step under the view's links, in one pass of the model."""
     width = max(len(p.domains) for p in placements)
     doms = np.array([list(p.domains) + [-1] * (width - len(p.domains)) for p in placements])
-    pl = describe_placements(view, np.array([p.kind for p in placements], dtype=object), doms)
+    kind = np.array([p.kind for p in placements], dtype=object)
+    pl = describe_placements(view, kind, doms)
+    stages = np.array(
+        [list(p.stages_per_domain) + [0] * (width - len(p.domains)) for p in placements]
+    )
     return estimate(
         job.arch,
         job.global_batch,
         PlanBatch.of([p.plan for p in placements]),
         pl.hardware,
-        pl.wan,
+        with_stage_counts(pl.wan, kind, stages),
         stack,
         OPTIONS.calibration,
         seq=job.seq,
