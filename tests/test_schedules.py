@@ -89,16 +89,19 @@ def test_the_models_step_is_the_schedules_with_one_crossing_anywhere(style, stag
 @pytest.mark.parametrize("stages", [3, 4, 8])
 def test_where_the_crossing_sits_unknown_the_fill_is_every_link_twice(style, stages):
     """A crossing whose place the model is not told (as with more than one): the fill is
-    charged over every link each way, within 30% of the step at 8 micro-batches, either way
-    (too much for a crossing faster than a pass, too little for one slower)."""
+    charged over every link each way, which is within 30% of the step at 8 micro-batches,
+    either way (too much for a crossing faster than a pass, too little for one slower)."""
+    t_mb = FWD + BWD
     for at in range(stages - 1):
         links = [0.05] * (stages - 1)
         links[at] = 2.0
         p = Pipeline(style, stages, 8, FWD, BWD, tuple(links))
-        exposed, _ = pipeline_exchange_wait(
-            np.array(stages), np.array(1), 8, np.array(1), 2.0, 0.05, 1.0, style == "batched", FWD
+        later = [Pipeline(style, stages, m, FWD, BWD, tuple(links)).simulated_s() for m in (32, 33)]
+        per_micro_batch = later[1] - later[0] - t_mb
+        unknown = p.modelled_s(placed=False)
+        assert unknown == pytest.approx(
+            (8 + stages - 1) * t_mb + 8 * per_micro_batch + 2 * sum(links)
         )
-        unknown = (8 + stages - 1) * (FWD + BWD) + float(exposed)
         assert unknown == pytest.approx(p.simulated_s(), rel=0.3)
         assert p.modelled_s() == pytest.approx(p.simulated_s(), rel=1e-9)
 
@@ -162,3 +165,22 @@ def test_both_schedules_run_to_the_end_over_a_real_transport(tmp_path):
     assert [r["style"] for r in done] == list(STYLES)
     # 8 micro-batches of 50 + 100 ms and the bubble's 2 passes: at least 1.5 s a step
     assert all(r["step_s"] >= 10 * 0.15 for r in done)
+
+
+def test_a_crossing_without_bandwidth_leaves_the_step_infinite_not_undefined():
+    """A link that carries nothing takes forever a transfer: the wait is infinite, wherever
+    the crossing sits, never NaN (which would poison every comparison of plans)."""
+    for style, after in itertools.product(STYLES, range(3)):
+        exposed, _ = pipeline_exchange_wait(
+            np.array(4),
+            np.array(1),
+            8,
+            np.array(1),
+            np.inf,
+            0.05,
+            1.0,
+            style == "batched",
+            FWD,
+            after,
+        )
+        assert np.isposinf(exposed)

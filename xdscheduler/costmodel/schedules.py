@@ -156,8 +156,8 @@ class Pipeline:
         slowest, intra = max(links, default=0.0), min(links, default=0.0)
         t_mb, m = self.forward_s + self.backward_s, self.micro_batches
         crossings = int(slowest > intra)
-        alone = crossings and links.count(slowest) == 1 and links.count(intra) == len(links) - 1
-        after = len(links) - 1 - links.index(slowest) if alone and placed else -1
+        one_slow = links.count(slowest) == 1 and links.count(intra) == len(links) - 1
+        after = len(links) - 1 - links.index(slowest) if crossings and one_slow and placed else -1
         exposed, _ = pipeline_exchange_wait(
             np.array(self.stages),
             np.array(1),

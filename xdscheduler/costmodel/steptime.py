@@ -619,17 +619,20 @@ def _crossing_hidden(pp, vp, micro_batches, crossings, after, wan, intra, t, f, 
     the same step more, up to one fewer links than micro-batches."""
     d = wan - intra
     if overlap:  # 1F1B
-        last = wan + intra + np.minimum(np.minimum(intra, f), t - intra)
-        one = np.minimum(np.minimum(last + d, wan + intra + f), intra + t)
-        step = np.minimum(np.minimum(d, f), t - d)
+        at_last = wan + intra + np.minimum(np.minimum(intra, f), t - intra)
+        one_after = np.minimum(np.minimum(at_last + d, wan + intra + f), intra + t)
+        each_further = np.minimum(np.minimum(d, f), t - d)
     else:  # blocking calls
-        last = 2 * wan + 4 * intra - np.maximum(np.maximum(0.0, intra - f), 2 * intra - t)
-        one = np.minimum(np.minimum(last + 2 * d, 3 * wan + 2 * intra + f), 2 * wan + t + 2 * intra)
-        step = np.minimum(np.minimum(2 * d, wan + f), t + 2 * intra)
+        at_last = 2 * wan + 4 * intra - np.maximum(np.maximum(0.0, intra - f), 2 * intra - t)
+        one_after = np.minimum(
+            np.minimum(at_last + 2 * d, 3 * wan + 2 * intra + f), 2 * wan + t + 2 * intra
+        )
+        each_further = np.minimum(np.minimum(2 * d, wan + f), t + 2 * intra)
     reach = np.minimum(after, micro_batches - 1)
-    hidden = np.where(reach <= 0, last, one + np.maximum(reach - 1, 0) * step)
+    hidden = np.where(reach <= 0, at_last, one_after + np.maximum(reach - 1, 0) * each_further)
     known = (vp == 1) & (pp > 2) & (crossings == 1) & (micro_batches >= 2) & (after >= 0)
-    return hidden, known & (d >= 0)
+    # a link that carries nothing (no bandwidth) leaves the step infinite, as the old count does
+    return hidden, known & (d >= 0) & np.isfinite(wan) & np.isfinite(intra)
 
 
 def _grad_elem(rates: _Rates, stack: Stack) -> np.ndarray:
