@@ -1227,3 +1227,15 @@ def test_a_pipeline_over_two_domains_is_timed_where_its_crossing_sits():
         seq=job.seq,
     )
     assert float(unknown.step_time_s[0]) != pytest.approx(best.estimated.step_time_s, rel=1e-6)
+
+
+def test_the_model_is_told_whether_a_stage_sits_between_two_crossings():
+    """A pipeline over three domains: a middle domain of one stage puts it between two WAN
+    crossings; of two or more, no stage is; other kinds leave it as not known (1)."""
+    from xdscheduler.planner.space import PIPELINE, with_stage_counts
+
+    kind = np.array([PIPELINE, PIPELINE, PIPELINE, DATA], dtype=object)
+    stages = np.array([[2, 1, 2], [2, 2, 2], [3, 4, 0], [0, 0, 0]])
+    wan = with_stage_counts(WanUse(), kind, stages)
+    assert list(wan.pp_stage_between_crossings) == [1.0, 0.0, 0.0, 1.0]
+    assert list(wan.pp_after_crossing) == [-1.0, -1.0, 3.0, -1.0]

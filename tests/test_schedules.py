@@ -184,3 +184,41 @@ def test_a_crossing_without_bandwidth_leaves_the_step_infinite_not_undefined():
             after,
         )
         assert np.isposinf(exposed)
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_with_two_crossings_a_stage_between_them_sets_the_wait_a_micro_batch(style):
+    """Three domains, two WAN crossings: where every middle domain holds two stages or more,
+    the busiest stage waits on the slowest crossing and a link inside its domain each
+    micro-batch, exactly as the schedule does; where one holds a single stage, on both
+    crossings, which the model (told a stage may sit between them) never undercounts."""
+    fast, slow = 0.05, (0.5, 0.9)
+    for counts in ((2, 3, 2), (1, 2, 3), (3, 2, 1), (2, 1, 2)):
+        links: list[float] = []
+        for i, c in enumerate(counts):
+            links += [fast] * (c - 1) + ([slow[i]] if i < 2 else [])
+        stages = sum(counts)
+        sim = [Pipeline(style, stages, m, FWD, BWD, tuple(links)).simulated_s() for m in (32, 33)]
+        between = int(counts[1] == 1)
+        model = [
+            float(
+                pipeline_exchange_wait(
+                    np.array(stages),
+                    np.array(1),
+                    m,
+                    np.array(2),
+                    max(slow),
+                    fast,
+                    1.0,
+                    style == "batched",
+                    FWD,
+                    -1,
+                    between,
+                )[0]
+            )
+            for m in (32, 33)
+        ]
+        if between:
+            assert model[1] - model[0] >= sim[1] - sim[0] - 1.0
+        else:
+            assert model[1] - model[0] == pytest.approx(sim[1] - sim[0] - 1.0, rel=1e-9)

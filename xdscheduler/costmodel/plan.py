@@ -159,6 +159,10 @@ class WanUse:
     # stage boundaries after a pipeline's one WAN crossing (its last domain's stages less
     # one), which its fill and drain depend on; -1: not known
     pp_after_crossing: np.ndarray | float = -1.0
+    # 1 where a stage may sit between two WAN crossings (a middle domain of one stage; or not
+    # known), 0 where every stage beside a crossing has a link inside its domain on its other
+    # side: the busiest stage's per-micro-batch wait depends on it
+    pp_stage_between_crossings: np.ndarray | float = 1.0
     dp_domains: np.ndarray | float = 1.0  # domains each data-parallel group spans
     dp_gbps: np.ndarray | float = np.inf  # narrowest link of the cross-domain ring
     dp_rtt_s: np.ndarray | float = 0.0  # largest RTT on that ring

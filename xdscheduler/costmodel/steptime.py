@@ -517,6 +517,7 @@ def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, st
         stack.overlap_p2p,
         stage.forward,
         _f(wan.pp_after_crossing),
+        _f(wan.pp_stage_between_crossings),
     )
     has_pp = pp > 1
     exposed = exposed + np.where(has_pp, 2 * _f(wan.pp_latency_s), 0.0)  # the fill's round trip
@@ -538,7 +539,17 @@ def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, st
 
 
 def pipeline_exchange_wait(
-    pp, vp, micro_batches, crossings, wan_s, intra_s, t_mb, overlap, fwd_s=None, after=-1
+    pp,
+    vp,
+    micro_batches,
+    crossings,
+    wan_s,
+    intra_s,
+    t_mb,
+    overlap,
+    fwd_s=None,
+    after=-1,
+    between=1,
 ):
     """Seconds a step's busiest stage waits for its neighbours' activations and gradients, and
     the seconds of them hidden behind compute: a micro-batch's transfer takes `wan_s` over each
@@ -561,15 +572,17 @@ def pipeline_exchange_wait(
     link, each way (where the forms hold, that is off by up to several transfers). A single
     micro-batch waits for every link twice, and for nothing else. `fwd_s` is the forward share
     of `t_mb` (a third if not given: backward twice forward); `after`, the links after a
-    pipeline's one WAN crossing (-1: not known), which its fill depends on.
+    pipeline's one WAN crossing (-1: not known), which its fill depends on; `between`, 0 where
+    no stage sits between two crossings (each domain of the pipeline's middle holds two
+    stages or more), 1 where one may.
     """
     has_pp = pp > 1
     zero = 0.0 * pp
     intra = vp * intra_s
     link = vp * np.where(crossings > 0, wan_s, intra_s)  # the slowest link
     # Beside a pipeline's one WAN crossing, a stage's other side is inside its domain; with
-    # more crossings a stage may sit between two, and the slowest stands for both.
-    beside = np.where(crossings == 1, intra, link)
+    # more, a stage may sit between two (`between`), and the slowest stands for both.
+    beside = np.where((crossings == 1) | (between == 0), intra, link)
     every_link_twice = 2 * ((pp - 1 - crossings) * intra_s + crossings * wan_s)
     fwd = t_mb / 3 if fwd_s is None else fwd_s
     exact, known = _exact_fill(pp, vp, micro_batches, crossings, link, t_mb, fwd, overlap)

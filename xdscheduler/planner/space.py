@@ -340,13 +340,19 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
 
 
 def with_stage_counts(wan: WanUse, kind: np.ndarray, stages: np.ndarray) -> WanUse:
-    """`wan` with what a pipeline's fill depends on where it crosses the WAN once: the stage
-    boundaries after the crossing, from `stages`, the stages each member domain holds (0 past
-    the last member)."""
+    """`wan` with what a pipeline's waits depend on where it crosses the WAN, from `stages`,
+    the stages each member domain holds (0 past the last member): the stage boundaries after
+    its one crossing, and whether a stage sits between two crossings."""
     members = (stages > 0).sum(axis=1)
     last = stages[np.arange(len(stages)), np.maximum(members - 1, 0)]
     once = (kind == PIPELINE) & (members == 2)
-    return wan.with_(pp_after_crossing=np.where(once, last - 1, -1.0))
+    column = np.arange(stages.shape[1])
+    middle = (column > 0) & (column < members[:, None] - 1)
+    lone = (middle & (stages == 1)).any(axis=1)
+    return wan.with_(
+        pp_after_crossing=np.where(once, last - 1, -1.0),
+        pp_stage_between_crossings=np.where(kind == PIPELINE, lone, True).astype(float),
+    )
 
 
 def _pacing_hops(pair: np.ndarray, flow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
