@@ -86,7 +86,7 @@ def grid(quick: bool) -> list[dict]:
         }
 
     alike = [row(s, p, r) for s in STYLES for p in (2, 4) for r in ratios]
-    crossing = [row(s, 4, r, at) for s in STYLES for r in ratios[1:] for at in (0, 2)]
+    crossing = [row(s, 4, r, at) for at in (0, 2) for s in STYLES for r in ratios[1:]]
     return alike + crossing
 
 
@@ -113,8 +113,8 @@ def main() -> int:
 
 
 def _run(fab, rows: list[dict]) -> dict:
-    """Each set of rows with the same slow link on a fabric of its own, of as many namespaces
-    as the longest pipeline; the rows back in the grid's order."""
+    """Each set of rows with the same slow link (consecutive in the grid) on a fabric of its
+    own, of as many namespaces as the longest pipeline."""
     world = max(r["stages"] for r in rows)
     done: dict = {"rows": []}
     for slow_at in dict.fromkeys(r["slow_at"] for r in rows):

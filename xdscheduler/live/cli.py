@@ -249,17 +249,18 @@ def cmd_up(args) -> None:
 
 def _slower(pairs: list[str]) -> dict[str, float]:
     """`--slower DOMAIN=FACTOR`s as domain -> factor (`cluster.up` checks the factors)."""
+    from xdscheduler.live.cluster import SLOWER_FORM
+
     out: dict[str, float] = {}
     for pair in pairs:
-        name, sep, factor = pair.partition("=")
+        name, _, factor = pair.partition("=")
         try:
-            out[name] = float(factor)
+            value: float | None = float(factor)  # no "=" leaves no factor: refused too
         except ValueError:
-            sep = ""
-        if not (sep and name):
-            raise UserError(
-                f"--slower takes DOMAIN=FACTOR, a factor from 1 to 100 (e.g. west=2); got {pair!r}"
-            )
+            value = None
+        if not name or value is None:
+            raise UserError(f"{SLOWER_FORM}; got {pair!r}")
+        out[name] = value
     return out
 
 

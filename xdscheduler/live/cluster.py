@@ -125,6 +125,9 @@ def up(
     return state, counts
 
 
+SLOWER_FORM = "--slower takes DOMAIN=FACTOR, a factor from 1 to 100 (e.g. west=2)"
+
+
 def _checked_slower(slower: dict[str, float], scn, attached: bool) -> dict[str, float]:
     """`--slower`'s domains, each one of the scenario's held to 1/factor (1 to 100) of its
     share, on a cluster this machine's CPU shares can slow (started here, with cgroups)."""
@@ -133,8 +136,7 @@ def _checked_slower(slower: dict[str, float], scn, attached: bool) -> dict[str, 
     outside = {d: f for d, f in slower.items() if not 1.0 <= f <= 100.0}
     if outside:
         raise UserError(
-            "--slower takes DOMAIN=FACTOR, a factor from 1 to 100 (e.g. west=2); got "
-            + ", ".join(f"{d}={f:g}" for d, f in outside.items())
+            f"{SLOWER_FORM}; got " + ", ".join(f"{d}={f:g}" for d, f in outside.items())
         )
     if attached:
         raise UserError(

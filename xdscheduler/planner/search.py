@@ -482,25 +482,38 @@ def placement_at(
     )
 
 
+def described(view: ClusterView, placements: list[Placement]) -> Placements:
+    """What placements already made ask of the hardware and the WAN (`describe_placements`),
+    with the stages each domain holds, which a pipeline's waits depend on."""
+    width = max(len(p.domains) for p in placements)
+
+    def padded(rows, fill: int) -> np.ndarray:
+        return np.array([list(r) + [fill] * (width - len(r)) for r in rows])
+
+    kind = np.array([p.kind for p in placements], dtype=object)
+    pl = describe_placements(view, kind, padded((p.domains for p in placements), -1))
+    stages = padded((p.stages_per_domain for p in placements), 0)
+    return replace(pl, wan=with_stage_counts(pl.wan, kind, stages))
+
+
 def estimate_placement(
     p: Placement, job: JobSpec, view: ClusterView, opts: SearchOptions = DEFAULT_OPTIONS
 ) -> Estimate:
     """A placement's estimate under the view's links now (the search's, for a placement it did
     not make, or after the links changed), with the software stack and constants of `opts`."""
-    doms = np.array([list(p.domains)])
-    pl = describe_placements(view, np.array([p.kind], dtype=object), doms)
+    pl = described(view, [p])
     plans = PlanBatch.of([p.plan])
     hw = pl.hardware
     if p.split:  # split by speed: the pace its own split keeps
         hw = split_hardware(
-            job, view, p.kind == PIPELINE, plans, doms, np.array([p.split]), hw, opts
+            job, view, p.kind == PIPELINE, plans, pl.domains, np.array([p.split]), hw, opts
         )
     est = estimate(
         job.arch,
         job.global_batch,
         plans,
         hw,
-        with_stage_counts(pl.wan, pl.kind, np.array([p.stages_per_domain])),
+        pl.wan,
         opts.stack,
         opts.calibration,
         seq=job.seq,

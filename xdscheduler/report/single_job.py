@@ -58,16 +58,12 @@ from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.search import (
     THROUGHPUT_ONLY,
     JobSpec,
+    described,
     distinct,
     placement_at,
     refined_space,
 )
-from xdscheduler.planner.space import (
-    DATA,
-    SearchOptions,
-    describe_placements,
-    with_stage_counts,
-)
+from xdscheduler.planner.space import DATA, SearchOptions, describe_placements
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.report.compare import mean_ci
 from xdscheduler.report.writer import _save
@@ -269,19 +265,13 @@ def estimates(
     placements: list[Placement], job: JobSpec, view: ClusterView, stack: Stack
 ) -> StepEstimate:
     """Every placement's step under the view's links, in one pass of the model."""
-    width = max(len(p.domains) for p in placements)
-    doms = np.array([list(p.domains) + [-1] * (width - len(p.domains)) for p in placements])
-    kind = np.array([p.kind for p in placements], dtype=object)
-    pl = describe_placements(view, kind, doms)
-    stages = np.array(
-        [list(p.stages_per_domain) + [0] * (width - len(p.domains)) for p in placements]
-    )
+    pl = described(view, placements)
     return estimate(
         job.arch,
         job.global_batch,
         PlanBatch.of([p.plan for p in placements]),
         pl.hardware,
-        with_stage_counts(pl.wan, kind, stages),
+        pl.wan,
         stack,
         OPTIONS.calibration,
         seq=job.seq,
