@@ -467,6 +467,19 @@ def test_a_giant_stays_preemptible_when_re_planned():
     assert spread.preemptible and again is not None and again.preemptible
 
 
+def test_a_placement_that_preempts_sees_only_what_preempting_gives_back():
+    """Other tenants grew 4 into what this scheduler holds in east: preempting the 16 a
+    preemptible giant holds there frees 12, not 16 (seeing 16 placed a job on accelerators
+    nobody could give it)."""
+    view = pair().with_free({"east": -4, "west": 3}).with_reclaimable({0: 16, 1: 8})
+    free = {d.name: d.free_gpus for d in view.reclaiming().domains}
+    assert free == {"east": 12, "west": 11}
+    assert (
+        pair().with_free({"east": -20}).with_reclaimable({0: 16}).reclaiming().domains[0].available
+        == 0
+    )
+
+
 def test_jobs_one_domain_holds_go_before_giants_and_a_giant_takes_its_minimum_while_others_wait():
     from xdscheduler.planner.policies import PlannerPolicy
 

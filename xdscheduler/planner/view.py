@@ -158,11 +158,12 @@ class ClusterView:
         return replace(self, domains=domains)
 
     def reclaiming(self) -> ClusterView:
-        """What a placement that may preempt sees: what preemptible placements hold, free."""
+        """What a placement that may preempt sees: what preemptible placements hold, free (less
+        what other tenants grew into: preempting gives back only what is left of it)."""
         if not any(d.reclaimable_gpus for d in self.domains):
             return self
         domains = tuple(
-            replace(d, free_gpus=max(d.free_gpus, 0) + d.reclaimable_gpus, reclaimable_gpus=0)
+            replace(d, free_gpus=max(d.free_gpus + d.reclaimable_gpus, 0), reclaimable_gpus=0)
             if d.up
             else d
             for d in self.domains
