@@ -23,9 +23,12 @@ def run_compare(
     hours: float,
     out: Path,
     local: bool,
+    baseline: str | None = None,
 ) -> dict:
-    """`xds compare` of `policies` on one scenario (in this process with `local`): its JSON."""
+    """`xds compare` of `policies` on one scenario (in this process with `local`; against
+    `baseline`, by default the command's own): its JSON."""
     args = ["compare", str(scenario), "--policies", ",".join(policies), "--seeds", str(seeds)]
+    args += ["--baseline", baseline] if baseline else []
     args += ["--loads", loads, "--hours", str(hours), "--out", str(out), "--force"]
     code = xds(args + (["--local"] if local else []))
     if code:

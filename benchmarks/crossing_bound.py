@@ -13,15 +13,20 @@ rule for them and asks how much is left to gain:
 - `planner-asks-cross-unguarded`: the same without the guard: the best placement by the
   objective, wherever it is.
 
+With `--preemptible`, the two variants' spreads are preemptible (`-preemptible` names): a job
+that one domain holds takes their accelerators back when it needs them, as from the planner's
+own giants, so a spread soaks up only what the jobs that fit leave.
+
 Each runs on the scenario as it is, and again with the WAN made free: every link at the domains'
 own fabric (FREE_GBPS), no swing, no price. The free WAN is the most crossing could buy with this
 search, so a target the free WAN does not reach is out of reach for any policy built on it.
 
     python -m benchmarks.crossing_bound [--scenario scenarios/five_domains.yaml] [--seeds 10]
-        [--loads 0.9,1.2] [--hours 12] [--out DIR]
+        [--loads 0.9,1.2] [--hours 12] [--wan leased,free] [--preemptible] [--out DIR]
 
 The studies run in this process (`xds compare --local`): the two variants are registered here,
-not in the product's registry. ~10 min for the defaults on 2 cores.
+not in the product's registry. ~19 min for the defaults on 2 cores; with `--preemptible --wan
+leased` ~57 min (the unguarded spreads are preempted over and over).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import numpy as np
 from benchmarks._compare import by_cell, change_cell, run_compare, scenario_variant
 from benchmarks._table import print_table
 from xdscheduler.planner import policies
+from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.search import JobSpec, uneven_if_needed
 from xdscheduler.planner.space import SINGLE, SearchOptions
 from xdscheduler.planner.view import ClusterView
@@ -47,6 +53,7 @@ log = logging.getLogger("benchmarks.crossing_bound")
 FREE_GBPS = 400.0  # the domains' own fabric per accelerator in five_domains
 BASELINE = "planner-single-domain"
 VARIANTS = ("planner-asks-cross", "planner-asks-cross-unguarded")
+WANS = ("leased", "free")
 
 
 def asks_more_than_a_domain(job: JobSpec, view: ClusterView) -> bool:
@@ -61,6 +68,21 @@ class AsksCross(policies.PlannerPolicy):
     """`planner`, letting a job that asks for more than a domain's share cross domains."""
 
     guarded: bool = True  # keep KEEP_MFU of the job's efficiency inside one domain
+    preemptible: bool = False  # its spreads give their accelerators back to jobs that fit
+
+    def decide(self, queue: list[JobSpec], view: ClusterView, now_s: float) -> list[Placement]:
+        jobs = {j.name: j for j in queue}
+        return [self._yielding(p, jobs[p.job], view) for p in super().decide(queue, view, now_s)]
+
+    def _best(self, job, view, modest=False, now_s=None) -> Placement | None:
+        p = super()._best(job, view, modest, now_s)
+        return p if p is None else self._yielding(p, job, view)
+
+    def _yielding(self, p: Placement, job: JobSpec, view: ClusterView) -> Placement:
+        """`p`, preemptible where it spreads a job asking for more than a domain."""
+        if not self.preemptible or len(p.taken) < 2:
+            return p
+        return replace(p, preemptible=True) if asks_more_than_a_domain(job, view) else p
 
     def space(self, job: JobSpec, view: ClusterView) -> SearchOptions:
         if not asks_more_than_a_domain(job, view):
@@ -80,12 +102,17 @@ class AsksCross(policies.PlannerPolicy):
         return int(np.argmax(objective)) if np.isfinite(objective.max()) else None
 
 
-def register() -> None:
+def variants(preemptible: bool = False) -> tuple[str, ...]:
+    """The variants' names: guarded, then unguarded."""
+    return tuple(f"{v}-preemptible" for v in VARIANTS) if preemptible else VARIANTS
+
+
+def register(preemptible: bool = False) -> None:
     """The two variants, in this process's registry only."""
-    for name, guarded in zip(VARIANTS, (True, False), strict=True):
+    for name, guarded in zip(variants(preemptible), (True, False), strict=True):
 
         def factory(w: Weights, o: dict, n: str = name, g: bool = guarded) -> AsksCross:
-            return AsksCross(w, n, guarded=g)
+            return AsksCross(w, n, guarded=g, preemptible=preemptible)
 
         policies.POLICIES[name] = factory
 
@@ -98,16 +125,16 @@ def free_wan(path: Path, out: Path) -> Path:
 
 def compare(scenario: Path, args, out: Path) -> dict:
     """`xds compare --local` of the baseline and the variants on one scenario."""
-    policies = [BASELINE, *VARIANTS]
+    policies = [BASELINE, *variants(args.preemptible)]
     return run_compare(scenario, policies, args.seeds, args.loads, args.hours, out, local=True)
 
 
-def rows_of(doc: dict, wan: str) -> list[list]:
+def rows_of(doc: dict, wan: str, preemptible: bool = False) -> list[list]:
     """Per load and variant: the giants' and the fits' mean JCT against the baseline."""
     paired, summary = by_cell(doc)
     rows = []
     for load in doc["grid"]["loads"]:
-        for policy in VARIANTS:
+        for policy in variants(preemptible):
             crossed = summary[(load, policy, "giant_crossed")]["mean"]
             rows.append(
                 [
@@ -129,21 +156,30 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--loads", default="0.9,1.2")
     ap.add_argument("--hours", type=float, default=12.0)
+    ap.add_argument("--wan", default=",".join(WANS), help="leased, free or both (default)")
+    ap.add_argument(
+        "--preemptible", action="store_true", help="the variants' spreads are preemptible"
+    )
     ap.add_argument("--out", help="keep the comparisons here (default: a temporary folder)")
     args = ap.parse_args()
+    wans = [w.strip() for w in args.wan.split(",") if w.strip()]
+    if not wans or set(wans) - set(WANS):
+        ap.error(f"--wan {args.wan!r}: accepted are leased, free or both, comma-separated")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    register()
+    register(args.preemptible)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.out or tmp)
         out.mkdir(parents=True, exist_ok=True)
         scenario = Path(args.scenario)
         rows = []
-        for wan, path in (("leased", scenario), ("free", free_wan(scenario, out))):
+        for wan in wans:
+            path = scenario if wan == "leased" else free_wan(scenario, out)
             log.info("%s WAN: %s", wan, path)
-            rows += rows_of(compare(path, args, out / f"{wan}-wan"), wan)
+            rows += rows_of(compare(path, args, out / f"{wan}-wan"), wan, args.preemptible)
     print_table(
-        f"crossing bound on {scenario.stem}: jobs asking for more than a domain may cross; "
+        f"crossing bound on {scenario.stem}: jobs asking for more than a domain may cross"
+        f"{' preemptibly' if args.preemptible else ''}; "
         f"mean JCT against {BASELINE}, paired by seed, ± 95% CI over {args.seeds} seeds "
         f"(* significant); {time.perf_counter() - start:.0f} s",
         ["WAN", "load", "policy", "giants across", "giants' JCT", "fits' JCT", "all JCT"],

@@ -48,17 +48,40 @@ def test_only_a_job_asking_for_more_than_a_domain_may_cross(five):
     assert len(planner._best(jobs["gpt3-175b"], view).domains) == 1  # the rule it lifts
 
 
-def test_the_variants_are_registered_in_this_process_only(five):
+def test_a_preemptible_variant_gives_back_only_its_spreads(five):
+    scn, view, jobs = five
+    kept = cb.AsksCross(scn.weights, "x", guarded=False)
+    giving = cb.AsksCross(scn.weights, "x", guarded=False, preemptible=True)
+    gpt3, small = jobs["gpt3-175b"], jobs["llama3-8b-continual"]
+    spread = giving._best(gpt3, view)
+    assert len(spread.domains) == 2 and spread.preemptible
+    assert not kept._best(gpt3, view).preemptible
+    assert not giving._best(small, view).preemptible  # inside one domain: kept
+    placed = {p.job: p for p in giving.decide([gpt3, small], view, 0.0)}
+    assert placed["gpt3-175b"].preemptible and not placed["llama3-8b-continual"].preemptible
+
+
+@pytest.mark.parametrize("preemptible", [False, True])
+def test_the_variants_are_registered_in_this_process_only(five, preemptible):
     scn, _, _ = five
-    cb.register()
+    names = cb.variants(preemptible)
+    assert len(names) == 2 and all(n.endswith("-preemptible") == preemptible for n in names)
+    cb.register(preemptible)
     try:
-        for name, guarded in zip(cb.VARIANTS, (True, False), strict=True):
+        for name, guarded in zip(names, (True, False), strict=True):
             policy = make_policy(name, scn.weights)
             assert isinstance(policy, cb.AsksCross) and policy.guarded is guarded
-            assert policy.name == name
+            assert policy.name == name and policy.preemptible is preemptible
     finally:
-        for name in cb.VARIANTS:
+        for name in names:
             cb.policies.POLICIES.pop(name, None)
+
+
+def test_an_unknown_wan_is_refused_with_what_is_accepted(monkeypatch, capsys):
+    monkeypatch.setattr("sys.argv", ["crossing_bound", "--wan", "leased,fast"])
+    with pytest.raises(SystemExit) as exit_:
+        cb.main()
+    assert exit_.value.code == 2 and "accepted are leased, free" in capsys.readouterr().err
 
 
 def test_the_table_reads_the_paired_changes_and_says_when_a_class_is_empty():
