@@ -70,11 +70,8 @@ class AsksCross(policies.PlannerPolicy):
     guarded: bool = True  # keep KEEP_MFU of the job's efficiency inside one domain
     preemptible: bool = False  # its spreads give their accelerators back to jobs that fit
 
-    def decide(self, queue: list[JobSpec], view: ClusterView, now_s: float) -> list[Placement]:
-        jobs = {j.name: j for j in queue}
-        return [self._yielding(p, jobs[p.job], view) for p in super().decide(queue, view, now_s)]
-
     def _best(self, job, view, modest=False, now_s=None) -> Placement | None:
+        # every placement passes here: the queue pass, re-plans and yields
         p = super()._best(job, view, modest, now_s)
         return p if p is None else self._yielding(p, job, view)
 

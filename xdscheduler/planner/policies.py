@@ -197,8 +197,9 @@ def queue_pass(
     """The planner's pass over the queue, with `place(job, view, modest, now_s)` deciding each job:
     by response ratio, the first `lookahead` jobs one domain can hold, on a view where what
     the giants hold is free (they are preempted for it), then the giants (unless not
-    `giants`), preemptibly, on what is really free; `modest` when more jobs wait behind. A job
-    is skipped while nothing has changed since it last did not fit (`decisions`)."""
+    `giants`), preemptibly (as is any placement `place` made so), on what is really free;
+    `modest` when more jobs wait behind. A job is skipped while nothing has changed since it
+    last did not fit (`decisions`)."""
     out, most = [], largest_domain(view)
     ordered = by_response_ratio(queue, view, now_s)
     fitting = [j for j in ordered if j.gpus_min <= most][: decisions.lookahead]
@@ -213,7 +214,7 @@ def queue_pass(
         if placement is None:
             decisions.did_not_fit(job, seen, now_s)
             continue  # backfill: a later job may fit where this one does not
-        out.append(replace(placement, preemptible=giant))
+        out.append(replace(placement, preemptible=placement.preemptible or giant))
         taken = {i: -n for i, n in placement.taken.items()}
         view, reclaim = view.adjust_free(taken), reclaim.adjust_free(taken)
     return out
