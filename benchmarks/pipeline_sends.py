@@ -13,7 +13,7 @@ and the simulation is measured on each link first, alone; nothing is fitted. Som
 every link alike; in others one link is slow among fast ones (a pipeline crossing the WAN
 once), at the first or the last boundary: the fill and drain depend on where it sits.
 
-The model's waits come from `steptime.pipeline_exchange_wait`, the function `estimate` calls,
+The model's waits come from `exchanges.PipelineExchanges`, what `estimate` calls,
 with the compute and bubble of uniform stages (`schedules.Pipeline.modelled_s`); the simulation
 (`Pipeline.simulated_s`) has transfers wait for both ends, as NCCL's do (it has no eager
 protocol: a send waits for the receiver's buffer). Two ways this transport differs, both

@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
+from xdscheduler.costmodel.exchanges import PipelineExchanges
 from xdscheduler.costmodel.schedules import STYLES, Compute, Exchange, Pipeline, program
-from xdscheduler.costmodel.steptime import pipeline_exchange_wait
 
 FWD, BWD = 1 / 3, 2 / 3  # a micro-batch's compute on a stage: 1 s
 
@@ -137,9 +137,9 @@ def test_an_interleaved_schedule_with_its_exchanges_on_their_own_stream_hides_th
     """Megatron's overlap_p2p_comm posts the next exchange before this micro-batch's compute:
     only what outlasts the compute waits; every virtual stage crosses the link."""
     transfer = np.array(0.6)  # 0.6 s a transfer, two virtual stages a rank: 1.2 s a micro-batch
-    exposed, hidden = pipeline_exchange_wait(
-        np.array(4), np.array(2), 8, np.array(0), transfer, transfer, 1.0, True
-    )
+    exposed, hidden = PipelineExchanges(
+        np.array(4), np.array(2), 8, np.array(0), transfer, transfer, t_mb=1.0, overlap=True
+    ).wait()
     fill = 2 * 3 * 0.6  # in and out over the three links
     assert float(exposed) == pytest.approx(8 * 0.2 + fill)  # what outlasts 1 s, and the fill
     assert float(hidden) == pytest.approx(8 * 1.0)
@@ -171,18 +171,18 @@ def test_a_crossing_without_bandwidth_leaves_the_step_infinite_not_undefined():
     """A link that carries nothing takes forever a transfer: the wait is infinite, wherever
     the crossing sits, never NaN (which would poison every comparison of plans)."""
     for style, after in itertools.product(STYLES, range(3)):
-        exposed, _ = pipeline_exchange_wait(
+        exposed, _ = PipelineExchanges(
             np.array(4),
             np.array(1),
             8,
             np.array(1),
-            np.inf,
-            0.05,
-            1.0,
-            style == "batched",
-            FWD,
-            after,
-        )
+            wan_s=np.inf,
+            intra_s=0.05,
+            t_mb=1.0,
+            overlap=style == "batched",
+            fwd_s=FWD,
+            after=after,
+        ).wait()
         assert np.isposinf(exposed)
 
 
@@ -202,19 +202,18 @@ def test_with_two_crossings_a_stage_between_them_sets_the_wait_a_micro_batch(sty
         between = int(counts[1] == 1)
         model = [
             float(
-                pipeline_exchange_wait(
+                PipelineExchanges(
                     np.array(stages),
                     np.array(1),
                     m,
                     np.array(2),
-                    max(slow),
-                    fast,
-                    1.0,
-                    style == "batched",
-                    FWD,
-                    -1,
-                    between,
-                )[0]
+                    wan_s=max(slow),
+                    intra_s=fast,
+                    t_mb=1.0,
+                    overlap=style == "batched",
+                    fwd_s=FWD,
+                    between=between,
+                ).wait()[0]
             )
             for m in (32, 33)
         ]

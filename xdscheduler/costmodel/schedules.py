@@ -26,7 +26,7 @@ from typing import Literal
 
 import numpy as np
 
-from xdscheduler.costmodel.steptime import pipeline_exchange_wait
+from xdscheduler.costmodel.exchanges import PipelineExchanges
 
 Style = Literal["blocking", "batched"]
 STYLES: tuple[Style, ...] = ("blocking", "batched")
@@ -149,7 +149,7 @@ class Pipeline:
 
     def modelled_s(self, placed: bool = True) -> float:
         """What the step-time model gives it: the compute and bubble and
-        `steptime.pipeline_exchange_wait`, the slowest link a WAN crossing where it is slower
+        `exchanges.PipelineExchanges`, the slowest link a WAN crossing where it is slower
         than the others (a stage beside it waits on a fast link on its other side), its place
         told to the model where it is the only one (and `placed`)."""
         links = self.links
@@ -158,18 +158,18 @@ class Pipeline:
         crossings = int(slowest > intra)
         one_slow = links.count(slowest) == 1 and links.count(intra) == len(links) - 1
         after = len(links) - 1 - links.index(slowest) if crossings and one_slow and placed else -1
-        exposed, _ = pipeline_exchange_wait(
+        exposed, _ = PipelineExchanges(
             np.array(self.stages),
             np.array(1),
             m,
             np.array(crossings),
-            slowest,
-            intra,
-            t_mb,
-            self.style == "batched",
-            self.forward_s,
-            after,
-        )
+            wan_s=slowest,
+            intra_s=intra,
+            t_mb=t_mb,
+            overlap=self.style == "batched",
+            fwd_s=self.forward_s,
+            after=after,
+        ).wait()
         return (m + self.stages - 1) * t_mb + float(exposed)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from xdscheduler.catalog import ModelArch
 from xdscheduler.costmodel.constants import DEFAULT, Calibration
+from xdscheduler.costmodel.exchanges import PipelineExchanges
 from xdscheduler.costmodel.layers import TIMES, MeasuredLayers, applicable, member_codes
 from xdscheduler.costmodel.messages import MessageCurve, connection_bps, ring_s
 from xdscheduler.costmodel.plan import DTYPES, OPERAND_BYTES, Hardware, PlanBatch, Stack, WanUse
@@ -506,19 +507,19 @@ def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, st
             hops_bps, wan.pp_flow_gbps, wan.pp_per_node, boundary / pp_lanes, gpn, calib
         )
     )
-    exposed, hidden = pipeline_exchange_wait(
+    exposed, hidden = PipelineExchanges(
         pp,
         vp,
         micro_batches,
         crossings,
-        p2p_wan,
-        p2p_intra,
-        stage.per_micro_batch,
-        stack.overlap_p2p,
-        stage.forward,
-        _f(wan.pp_after_crossing),
-        _f(wan.pp_stage_between_crossings),
-    )
+        wan_s=p2p_wan,
+        intra_s=p2p_intra,
+        t_mb=stage.per_micro_batch,
+        overlap=stack.overlap_p2p,
+        fwd_s=stage.forward,
+        after=_f(wan.pp_after_crossing),
+        between=_f(wan.pp_stage_between_crossings),
+    ).wait()
     has_pp = pp > 1
     exposed = exposed + np.where(has_pp, 2 * _f(wan.pp_latency_s), 0.0)  # the fill's round trip
     if arch.tied_embeddings:
@@ -536,116 +537,6 @@ def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, st
             0.0,
         )
     return exposed, hidden
-
-
-def pipeline_exchange_wait(
-    pp,
-    vp,
-    micro_batches,
-    crossings,
-    wan_s,
-    intra_s,
-    t_mb,
-    overlap,
-    fwd_s=None,
-    after=-1,
-    between=1,
-):
-    """Seconds a step's busiest stage waits for its neighbours' activations and gradients, and
-    the seconds of them hidden behind compute: a micro-batch's transfer takes `wan_s` over each
-    of the pipeline's `crossings` of the WAN and `intra_s` inside a domain, once for each of
-    `vp` virtual stages. The counts are those of the schedules in `costmodel.schedules`, whose
-    event simulation the tests check them against.
-
-    - Interleaved (`vp` > 1) with the exchanges on their own stream (`overlap`, Megatron's
-      overlap_p2p_comm): the next exchange is posted before this micro-batch's compute, so only
-      what outlasts it waits.
-    - Megatron's 1F1B without interleaving (`overlap`, `vp` == 1): each exchange sends and
-      receives at once, and the next pass needs what it receives, so a stage waits for one
-      exchange a micro-batch with each neighbour: one link at the ends of a two-stage pipeline,
-      both sides in the middle of a longer one.
-    - Blocking calls (DeepSpeed's engine): each send and receive waits on its own, two a
-      micro-batch on each side.
-
-    The fill and drain: where the schedule's step has a closed form (`_exact_fill`, and
-    `_crossing_hidden` for one WAN crossing among more stages), that; else once over every
-    link, each way (where the forms hold, that is off by up to several transfers). A single
-    micro-batch waits for every link twice, and for nothing else. `fwd_s` is the forward share
-    of `t_mb` (a third if not given: backward twice forward); `after`, the links after a
-    pipeline's one WAN crossing (-1: not known), which its fill depends on; `between`, 0 where
-    no stage sits between two crossings (each domain of the pipeline's middle holds two
-    stages or more), 1 where one may.
-    """
-    has_pp = pp > 1
-    zero = 0.0 * pp
-    intra = vp * intra_s
-    link = vp * np.where(crossings > 0, wan_s, intra_s)  # the slowest link
-    # Beside a pipeline's one WAN crossing, a stage's other side is inside its domain; with
-    # more, a stage may sit between two (`between`), and the slowest stands for both.
-    beside = np.where((crossings == 1) | (between == 0), intra, link)
-    every_link_twice = 2 * ((pp - 1 - crossings) * intra_s + crossings * wan_s)
-    fwd = t_mb / 3 if fwd_s is None else fwd_s
-    exact, known = _exact_fill(pp, vp, micro_batches, crossings, link, t_mb, fwd, overlap)
-    overlapped, crossing = _crossing_hidden(
-        pp, vp, micro_batches, crossings, after, wan_s, intra_s, t_mb, fwd, overlap
-    )
-    fill = np.where(known, exact, every_link_twice - np.where(crossing, overlapped, 0.0))
-    if overlap:
-        interleaved = vp > 1
-        plain = np.where(pp > 2, link + beside, link)
-        per_mb = np.where(interleaved, np.maximum(0.0, link - t_mb), plain)
-        hidden = np.where(has_pp & interleaved, micro_batches * np.minimum(link, t_mb), zero)
-    else:
-        per_mb = np.where(pp > 2, np.maximum(2 * (link + beside), 4 * intra), 2 * link)
-        hidden = zero
-    # one micro-batch goes down the pipeline and back: every link twice, nothing overlaps
-    alone = (micro_batches == 1) & (vp == 1)
-    waits = np.where(alone, every_link_twice, micro_batches * per_mb + fill)
-    return np.where(has_pp, waits, zero), hidden
-
-
-def _exact_fill(pp, vp, micro_batches, crossings, link, t_mb, fwd, overlap):
-    """What a step of uniform stages waits for its transfers beyond `micro_batches` times
-    their count a micro-batch, and where that is exact: without interleaving, two stages (one
-    link, whatever it crosses), or more stages whose links all take `link` (none crosses the
-    WAN) and at least two micro-batches. Derived from the schedules' programs and equal to
-    their event simulation (`costmodel.schedules`; the tests check it), for a backward pass at
-    least as long as the forward one."""
-    two = pp == 2
-    if overlap:  # 1F1B, exchanges both ways at once: (m + 1)(t + L) with two stages
-        wait = np.where(
-            two, link, 2 * link * (pp - 2) - np.minimum(np.minimum(link, fwd), t_mb - link)
-        )
-    else:  # blocking calls: (m + 1)t + 2mL with two stages
-        edge = np.maximum(np.maximum(0.0, link - fwd), 2 * link - t_mb)
-        wait = np.where(two, 0.0, 2 * link * (pp - 4) + edge)
-    known = (vp == 1) & (two | ((crossings == 0) & (micro_batches >= 2)))
-    return wait, known
-
-
-def _crossing_hidden(pp, vp, micro_batches, crossings, after, wan, intra, t, f, overlap):
-    """Of every link's two transfers, what the fill hides in a pipeline of uniform stages over
-    fast links of `intra` and one slower WAN crossing of `wan` (a micro-batch's transfer each)
-    with `after` links past it, and where that is exact: without interleaving, three stages
-    or more, two micro-batches or more. Derived from the schedules' programs and equal to
-    their event simulation (the tests check it): each further link after the crossing hides
-    the same step more, up to one fewer links than micro-batches."""
-    d = wan - intra
-    if overlap:  # 1F1B
-        at_last = wan + intra + np.minimum(np.minimum(intra, f), t - intra)
-        one_after = np.minimum(np.minimum(at_last + d, wan + intra + f), intra + t)
-        each_further = np.minimum(np.minimum(d, f), t - d)
-    else:  # blocking calls
-        at_last = 2 * wan + 4 * intra - np.maximum(np.maximum(0.0, intra - f), 2 * intra - t)
-        one_after = np.minimum(
-            np.minimum(at_last + 2 * d, 3 * wan + 2 * intra + f), 2 * wan + t + 2 * intra
-        )
-        each_further = np.minimum(np.minimum(2 * d, wan + f), t + 2 * intra)
-    reach = np.minimum(after, micro_batches - 1)
-    hidden = np.where(reach <= 0, at_last, one_after + np.maximum(reach - 1, 0) * each_further)
-    known = (vp == 1) & (pp > 2) & (crossings == 1) & (micro_batches >= 2) & (after >= 0)
-    # a link that carries nothing (no bandwidth) leaves the step infinite, as the old count does
-    return hidden, known & (d >= 0) & np.isfinite(wan) & np.isfinite(intra)
 
 
 def _grad_elem(rates: _Rates, stack: Stack) -> np.ndarray:
