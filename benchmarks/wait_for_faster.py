@@ -57,10 +57,8 @@ def soonest_finish_s(
     the job's minimum; `limit_s` where none finishes sooner."""
     best = limit_s
     for d, domain in enumerate(view.domains):
-        have, looked = domain.available, 0
-        ends = [(t, n) for t, i, n in view.releases if i == d] if domain.up else []
-        for t, n in ends:
-            have += n
+        looked = 0
+        for t, have in view.freeing(d, domain.available):
             if have < job.gpus_min or t - now_s >= best:
                 continue
             looked += 1

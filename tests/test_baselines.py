@@ -47,6 +47,17 @@ def job(name: str, gpus_min: int, gpus_max: int, hours: float, view: ClusterView
     return replace(spec, tokens=p.estimate.tokens_per_s * hours * 3600)
 
 
+def test_a_domain_frees_what_its_running_jobs_hold_as_they_end_and_nothing_when_down():
+    view = (
+        two_domains()
+        .with_free({"east": 4, "west": 8})
+        .with_releases([(3000.0, 1, 8), (1000.0, 0, 12), (2000.0, 0, 2)])
+    )
+    assert list(view.freeing(0, 4)) == [(1000.0, 16), (2000.0, 18)]
+    assert list(view.freeing(1, 8)) == [(3000.0, 16)]
+    assert list(view.with_down({"east"}).freeing(0, 4)) == []
+
+
 def test_easy_backfill_reserves_for_the_head_and_lets_only_harmless_jobs_by():
     # east: 4 free now, 12 more when a running job ends at 1,000 s; west: 8 free, 8 more at
     # 3,000 s. The head asks for a whole domain: east holds it first, at 1,000 s.

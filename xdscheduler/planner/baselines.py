@@ -9,6 +9,7 @@ Megatron's default plan, as most submissions do today. None of them re-plans run
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, replace
 
@@ -194,13 +195,9 @@ def _reserve(
     for d in range(len(view.domains)):
         if not view.domains[d].up:
             continue
-        have, at = int(free[d]), now_s
-        for t, dom, gpus in view.releases:
-            if have >= want:
-                break
-            if dom == d:
-                have, at = have + gpus, t
-        if have >= want and (best is None or at < best[1]):
+        points = itertools.chain([(now_s, int(free[d]))], view.freeing(d, int(free[d])))
+        at, have = next(((t, n) for t, n in points if n >= want), (None, 0))
+        if at is not None and (best is None or at < best[1]):
             best = (d, at, have - want)
     return best
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -212,6 +213,16 @@ class ClusterView:
 
     def with_releases(self, releases: list[tuple[float, int, int]]) -> ClusterView:
         return replace(self, releases=tuple(sorted(releases)))
+
+    def freeing(self, d: int, have: int) -> Iterator[tuple[float, int]]:
+        """When the running jobs of domain `d` are expected to end, soonest first, each with
+        what the domain holds free then, counted from `have` now; none where it is down."""
+        if not self.domains[d].up:
+            return
+        for t, i, gpus in self.releases:
+            if i == d:
+                have += gpus
+                yield t, have
 
     def with_indicators(self, indicators: np.ndarray) -> ClusterView:
         return replace(self, indicators=np.asarray(indicators, dtype=float))
