@@ -227,6 +227,33 @@ def test_admission_keeps_tenants_within_their_quota():
     assert 0 < peak <= 24
 
 
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_a_job_its_quota_caps_below_its_memory_waits_and_the_rest_run(policy):
+    """Quota 1: llama3-8b's training state needs more than one H100, so the job asking 1-8 waits
+    (capped to 1 it has no plan), and a smaller model's job on 1 finishes; no policy stops."""
+    eng = engine(
+        scenario(
+            [{"name": "a", "quota": {"all": 1}}],
+            [
+                {"name": "big", "tenant": "a", "tokens": 1e8, "gpus": {"min": 1, "max": 8}},
+                {
+                    "name": "small",
+                    "model": "gpt3-1.3b",
+                    "tenant": "a",
+                    "tokens": 1e8,
+                    "arrival_s": 60.0,
+                    "gpus": {"min": 1, "max": 1},
+                },
+            ],
+        ),
+        policy=policy,
+    )
+    res = eng.run(until_s=4 * HOUR)
+    by_name = {r.name: r for r in res.jobs}
+    assert by_name["big"].start_s is None
+    assert by_name["small"].end_s is not None
+
+
 def test_three_tenant_study_reports_every_tenant(tmp_path, capsys):
     out = tmp_path / "study"
     code, _, err = run(

@@ -38,12 +38,13 @@ ONLINE = replace(even_grid(SearchOptions(diloco_h=(0, 100))), micro_batch=(1, 2)
 def megatron_default(
     job: JobSpec, gpus: int, hw: Hardware, stack: Stack | None = None
 ) -> Plan | None:
-    """TP 8 inside a node, the least PP that fits memory, the rest DP (Megatron's recipe)."""
+    """TP 8 inside a node (fewer where the node or the job has fewer accelerators), the least
+    PP that fits memory, the rest DP (Megatron's recipe)."""
     arch = job.arch
     tp = next(
         t
         for t in (8, 4, 2, 1)
-        if t <= hw.gpus_per_node and arch.heads % t == 0 and arch.kv_heads % t == 0
+        if t <= min(hw.gpus_per_node, gpus) and arch.heads % t == 0 and arch.kv_heads % t == 0
     )
     for recompute in ("none", "full"):
         for pp in (p for p in range(1, arch.layers + 1) if arch.layers % p == 0):

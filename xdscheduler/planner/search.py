@@ -98,6 +98,16 @@ def ideal_tokens_per_s(job: JobSpec, view: ClusterView) -> float:
     return _ideal(job, view)[0]
 
 
+def plannable(job: JobSpec, view: ClusterView) -> bool:
+    """Whether any plan runs `job`, within its range of accelerators, on the whole cluster
+    free (a quota's cap on that range can leave it none: too few for its memory)."""
+    try:
+        _ideal(job, view)
+    except UserError:
+        return False
+    return True
+
+
 def uneven_if_needed(job: JobSpec, view: ClusterView, opts: SearchOptions) -> SearchOptions:
     """`opts`, with uneven degrees too where no even plan runs `job` even on the whole cluster
     free (a prime number of layers, a batch no accelerator count divides): the plans `xds plan`

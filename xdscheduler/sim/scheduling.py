@@ -14,6 +14,7 @@ import math
 from typing import TYPE_CHECKING
 
 from xdscheduler.planner.policy import Policy
+from xdscheduler.planner.search import plannable
 from xdscheduler.planner.view import ClusterView
 
 if TYPE_CHECKING:
@@ -53,6 +54,8 @@ def _admitted(eng: Engine, policy: Policy, jobs: list, view: ClusterView, t: flo
     if eng.tenancy is None:
         return policy.decide([r.spec for r in jobs], view, t)
     specs, used = eng.tenancy.admissible(jobs, eng.active)
+    # a job its tenant's room caps below what its memory needs waits, as one with no room
+    specs = [s for s in specs if s.gpus_max == by_name[s.name].spec.gpus_max or plannable(s, view)]
     return [
         p
         for p in policy.decide(specs, view, t)
