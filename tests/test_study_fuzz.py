@@ -1,9 +1,11 @@
 """Studies on clusters nobody here wrote. Hypothesis draws small scenarios (domains of any
 catalog accelerator, links of any bandwidth, some pairs unlinked, some lopsided, tenants with
 quotas that preempt and borrow or none), listed jobs and a generated workload at any load, and
-every policy runs a short study of each cell, as `xds compare` does. A study must end: no
-policy may place more than a domain holds or stop on an error; a cell the scenario cannot make
-(no job fits the cluster) is refused with a clear message instead.
+every policy runs a short study of each cell, as `xds compare` does, sometimes with faults at
+many times the published rates and injected swings of load and latency, as `xds study` may. A
+study must end: no policy may place more than a domain holds or stop on an error, and every job
+is accounted for; a cell the scenario cannot make (no job fits the cluster) is refused with a
+clear message instead.
 
 `XDS_FUZZ_EXAMPLES` draws more scenarios than CI's few (the draws are derandomised: the same
 every run)."""
@@ -17,14 +19,21 @@ import pytest
 
 from xdscheduler.errors import UserError
 from xdscheduler.planner.policies import POLICIES
+from xdscheduler.registry import make_policy
 from xdscheduler.runtime.compare import run_cell
+from xdscheduler.runtime.study import run_here
 from xdscheduler.scenario import parse_scenario
 from xdscheduler.sim.cell import cell_workload
+from xdscheduler.sim.inputs import StudyInputs, study_dynamics
+from xdscheduler.sim.recovery import study_faults
+from xdscheduler.sim.swings import inject_swings
+from xdscheduler.sim.truth import Truth
 
 hypothesis = pytest.importorskip("hypothesis")
 st = pytest.importorskip("hypothesis.strategies")
 
 EXAMPLES = int(os.environ.get("XDS_FUZZ_EXAMPLES", "3"))
+HOURS = 3.0
 ACCELERATORS = ("H100-SXM", "H800", "H20", "A100-80GB", "A100-40GB", "A800", "Ascend-910B", "L40S")
 MODELS = ("gpt3-1.3b", "llama3-8b", "llama2-13b", "llama2-70b", "gpt3-175b")
 NAMES = ("ash", "birch", "cedar", "dogwood", "elm")
@@ -134,17 +143,40 @@ def scenarios(draw) -> dict:
     derandomize=True,
     suppress_health_check=list(hypothesis.HealthCheck),
 )
-@hypothesis.given(doc=scenarios(), load=st.sampled_from([0.4, 1.0, 1.6]))
-def test_every_policy_ends_a_study_on_a_drawn_cluster(doc, load):
+@hypothesis.given(
+    doc=scenarios(),
+    load=st.sampled_from([0.4, 1.0, 1.6]),
+    fault_scale=st.sampled_from([0.0, 30.0, 300.0]),
+    swings=st.booleans(),
+)
+def test_every_policy_ends_a_study_on_a_drawn_cluster(doc, load, fault_scale, swings):
     try:
         scn = parse_scenario(doc, "drawn")
-        cell = cell_workload(scn, 3.0, scn.seed, load)
+        cell = cell_workload(scn, HOURS, scn.seed, load)
     except UserError as e:  # a cluster no drawn job runs on: said, not crashed
         assert str(e)
         return
     for policy in POLICIES:
-        figures = run_cell(scn, cell.jobs, policy, scn.seed, 3.0)
+        if fault_scale or swings:
+            troubled(scn, cell.jobs, policy, fault_scale, swings)
+            continue
+        figures = run_cell(scn, cell.jobs, policy, scn.seed, HOURS)
         assert figures["jobs_total"] == len(cell.jobs), (policy, figures)
         assert figures["jobs_completed"] <= figures["jobs_total"], (policy, figures)
         assert 0.0 <= figures["useful_utilization"] <= 1.0 + 1e-9, (policy, figures)
         assert math.isfinite(figures["mean_jct_s"]), (policy, figures)
+
+
+def troubled(scn, jobs, policy: str, fault_scale: float, swings: bool) -> None:
+    """One policy's study with faults (`fault_scale` times the published rates) and swings."""
+    seed = scn.seed
+    dynamics = study_dynamics(scn, seed, HOURS)
+    if swings:
+        dynamics, _ = inject_swings(dynamics, seed, 900.0, until_s=HOURS * 3600)
+    faults = study_faults(scn, seed, HOURS, fault_scale) if fault_scale else None
+    truth = Truth.draw(scn, jobs, seed)
+    inputs = StudyInputs(scn, jobs, dynamics, HOURS, faults=faults, truth=truth)
+    res = run_here(inputs, make_policy(policy, scn.weights))
+    assert sorted(r.name for r in res.jobs) == sorted(j.name for j in jobs), policy
+    for r in res.jobs:
+        assert r.end_s is None or (r.start_s is not None and r.start_s <= r.end_s), (policy, r)

@@ -338,3 +338,21 @@ def test_injected_swings_reproduce_with_their_seed():
     assert [(s.job, s.cause, s.start_s, s.end_s) for s in runs[0].swings] == [
         (s.job, s.cause, s.start_s, s.end_s) for s in runs[1].swings
     ]
+
+
+def test_a_lone_domain_gets_load_swings_only():
+    """No link to slow: every injected swing is a load swing (it used to fail drawing one)."""
+    one = parse_scenario(
+        {
+            "name": "one",
+            "domains": [
+                {
+                    "name": "east",
+                    "location": {"city": "e"},
+                    "nodes": [{"accelerator": "H100-SXM", "count": 1}],
+                }
+            ],
+        }
+    )
+    _, swings = inject_swings(study_dynamics(one, 1, 3.0), 4, 600.0, until_s=3 * 3600)
+    assert swings and {s["kind"] for s in swings} == {"load"}

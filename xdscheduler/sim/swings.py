@@ -29,7 +29,7 @@ def inject_swings(
         a = int(t // dyn.step_s)
         b = min(steps, a + max(1, round(rng.uniform(*LASTS_S) / dyn.step_s)))
         where: int | tuple[int, int]  # a domain's load, or a link's RTT
-        if rng.random() < 0.5:
+        if not len(links) or rng.random() < 0.5:  # a lone domain has no link to slow
             kind, where = "load", int(rng.integers(k))
             factor = 1 + rng.choice([-1, 1]) * rng.uniform(*LOAD_FACTOR)
             load[a:b, where] *= factor
