@@ -1,0 +1,49 @@
+"""The drawn-scenarios benchmark: what it draws is a valid, connected cluster, and a point
+counts as lost only where another policy is significantly better than the planner."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from benchmarks.drawn_scenarios import FIGURES, draw_scenario, losses
+from xdscheduler.planner.view import ClusterView
+from xdscheduler.scenario import parse_scenario
+
+
+def test_drawn_clusters_are_valid_scenarios_and_every_domain_is_reachable():
+    rng = np.random.default_rng(3)
+    for i in range(20):
+        doc = draw_scenario(rng, i)
+        view = ClusterView.from_scenario(parse_scenario(doc, "drawn"))
+        linked = np.asarray(view.bandwidth_gbps) > 0
+        reach = np.eye(len(view.domains), dtype=bool) | linked
+        for _ in range(len(view.domains)):
+            reach = reach | ((reach.astype(int) @ linked.astype(int)) > 0)
+        assert reach.all(), doc["name"]
+
+
+def row(policy: str, figure: str, mean: float, significant: bool) -> dict:
+    return {
+        "scenario": "s",
+        "load": 0.9,
+        "policy": policy,
+        "figure": figure,
+        "mean": mean,
+        "half_width": 0.01,
+        "significant": significant,
+    }
+
+
+def test_a_point_is_lost_only_to_a_significantly_better_policy():
+    doc = {
+        "paired": [
+            row("a", "mean_jct_s", -0.10, False),  # better, not significantly
+            row("b", "mean_jct_s", +0.20, True),  # significantly worse
+            row("a", "objective_work", +0.05, True),  # significantly better R
+            row("b", "objective_work", -0.01, False),
+        ]
+    }
+    (point,) = losses(doc)
+    assert set(FIGURES) <= set(point)
+    assert point["mean_jct_s"][0] == "a" and not point["mean_jct_s"][2]
+    assert point["objective_work"][0] == "a" and point["objective_work"][2]
