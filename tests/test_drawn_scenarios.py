@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.drawn_scenarios import FIGURES, draw_scenario, losses
+from benchmarks.drawn_scenarios import OURS_CONFINED, draw_scenario, points
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import parse_scenario
 
@@ -34,16 +34,22 @@ def row(policy: str, figure: str, mean: float, significant: bool) -> dict:
     }
 
 
-def test_a_point_is_lost_only_to_a_significantly_better_policy():
+def test_a_point_is_lost_only_to_a_significantly_better_policy_and_peers_leave_ours_out():
     doc = {
         "paired": [
             row("a", "mean_jct_s", -0.10, False),  # better, not significantly
             row("b", "mean_jct_s", +0.20, True),  # significantly worse
+            row(OURS_CONFINED, "mean_jct_s", -0.02, False),
             row("a", "objective_work", +0.05, True),  # significantly better R
             row("b", "objective_work", -0.01, False),
+            row(OURS_CONFINED, "objective_work", +0.08, False),
         ]
     }
-    (point,) = losses(doc)
-    assert set(FIGURES) <= set(point)
-    assert point["mean_jct_s"][0] == "a" and not point["mean_jct_s"][2]
-    assert point["objective_work"][0] == "a" and point["objective_work"][2]
+    (point,) = points(doc)
+    best, beaten = point["best"]["mean_jct_s"]
+    assert best["policy"] == "a" and beaten is None
+    best, beaten = point["best"]["objective_work"]
+    assert best["policy"] == OURS_CONFINED  # the best, but within its interval
+    assert beaten["policy"] == "a"  # significantly better: a loss
+    assert point["peer"]["objective_work"]["policy"] == "a"
+    assert not point["tie"]
