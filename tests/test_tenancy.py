@@ -254,6 +254,31 @@ def test_a_job_its_quota_caps_below_its_memory_waits_and_the_rest_run(policy):
     assert by_name["small"].end_s is not None
 
 
+def test_whether_a_capped_job_has_a_plan_is_the_same_asked_in_any_order():
+    """`plannable` keeps, per job and cluster, the largest cap known too small and the least
+    known enough; its answers equal a fresh search's, whatever the order of the caps."""
+    from dataclasses import replace
+
+    from xdscheduler.planner import search
+    from xdscheduler.planner.search import JobSpec, plannable
+    from xdscheduler.planner.view import ClusterView
+
+    data = scenario(
+        [{"name": "a", "quota": {"all": 64}}], [{"name": "j", "tenant": "a", "tokens": 1e9}]
+    )
+    scn = parse_scenario(data)
+    view, job = ClusterView.from_scenario(scn), JobSpec.of(scn.jobs[0])
+    job = replace(job, gpus_min=1)
+    fresh = {}
+    for cap in (1, 2, 3, 8):
+        search._PLANNABLE.clear()
+        fresh[cap] = plannable(replace(job, gpus_max=cap), view)
+    assert not fresh[1] and fresh[8]
+    search._PLANNABLE.clear()
+    for cap in (8, 1, 3, 2, 1, 8):
+        assert plannable(replace(job, gpus_max=cap), view) == fresh[cap]
+
+
 def test_three_tenant_study_reports_every_tenant(tmp_path, capsys):
     out = tmp_path / "study"
     code, _, err = run(

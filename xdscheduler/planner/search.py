@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, replace
 
@@ -90,6 +91,9 @@ THROUGHPUT_ONLY = Weights(efficiency=1.0, utilization=0.0, cost=0.0)
 # The yardstick's plan space: every plan a policy may run, low-communication ones included.
 IDEAL_OPTIONS = even_grid(SearchOptions(diloco_h=(0, 100)))
 _IDEAL: dict[tuple, tuple[float, bool]] = {}  # -> tokens/s, and whether an even plan ran
+# a job's shape but its largest size, and a cluster -> the largest cap known to leave it no
+# plan, and the least known to give it one
+_PLANNABLE: dict[tuple, tuple[float, float]] = {}
 
 
 def ideal_tokens_per_s(job: JobSpec, view: ClusterView) -> float:
@@ -101,10 +105,18 @@ def ideal_tokens_per_s(job: JobSpec, view: ClusterView) -> float:
 def plannable(job: JobSpec, view: ClusterView) -> bool:
     """Whether any plan runs `job`, within its range of accelerators, on the whole cluster
     free (a quota's cap on that range can leave it none: too few for its memory)."""
+    # Asked at every decision with whatever cap a tenant's room gives: a plan within a cap
+    # is one within any larger cap, so per job and cluster two bounds settle most caps.
+    key = (job.arch, job.global_batch, job.seq, job.gpus_min, job.dtype, _cluster_key(view))
+    too_few, enough = _PLANNABLE.get(key, (job.gpus_min - 1, math.inf))
+    if job.gpus_max >= enough or job.gpus_max <= too_few:
+        return job.gpus_max >= enough
     try:
         _ideal(job, view)
     except UserError:
+        _PLANNABLE[key] = (job.gpus_max, enough)
         return False
+    _PLANNABLE[key] = (too_few, job.gpus_max)
     return True
 
 
@@ -116,10 +128,10 @@ def uneven_if_needed(job: JobSpec, view: ClusterView, opts: SearchOptions) -> Se
     return opts if opts.uneven or _ideal(job, view)[1] else replace(opts, uneven=True)
 
 
-def _ideal(job: JobSpec, view: ClusterView) -> tuple[float, bool]:
+def _cluster_key(view: ClusterView) -> tuple:
+    """What the whole cluster free, as leased, depends on."""
     leased = view.leased
-    key = (
-        job.shape_key,
+    return (
         tuple(
             (d.name, d.accelerator.name, d.total_gpus, d.scaleup_gbs, d.scaleout_gbps)
             for d in view.domains
@@ -127,6 +139,10 @@ def _ideal(job: JobSpec, view: ClusterView) -> tuple[float, bool]:
         leased[0].tobytes(),
         leased[1].tobytes(),
     )
+
+
+def _ideal(job: JobSpec, view: ClusterView) -> tuple[float, bool]:
+    key = (job.shape_key, _cluster_key(view))
     if key not in _IDEAL:  # asked every decision and for every job of a rollout: search once
         try:
             _IDEAL[key] = _fastest(job, view.empty(), IDEAL_OPTIONS), True
