@@ -1,5 +1,5 @@
-"""Studies on clusters nobody here wrote. Hypothesis draws small scenarios (domains of any
-catalog accelerator, links of any bandwidth, some pairs unlinked, some lopsided, tenants with
+"""Studies on clusters nobody here wrote. Hypothesis draws small scenarios (domains of eight
+catalog accelerators, links of 0.1-100 Gbit/s, some pairs unlinked, some lopsided, tenants with
 quotas that preempt and borrow or none), listed jobs and a generated workload at any load, and
 every policy runs a short study of each cell, as `xds compare` does, sometimes with faults at
 many times the published rates and injected swings of load and latency, as `xds study` may. A

@@ -91,8 +91,8 @@ THROUGHPUT_ONLY = Weights(efficiency=1.0, utilization=0.0, cost=0.0)
 # The yardstick's plan space: every plan a policy may run, low-communication ones included.
 IDEAL_OPTIONS = even_grid(SearchOptions(diloco_h=(0, 100)))
 _IDEAL: dict[tuple, tuple[float, bool]] = {}  # -> tokens/s, and whether an even plan ran
-# a job's shape but its largest size, and a cluster -> the largest cap known to leave it no
-# plan, and the least known to give it one
+# a job's shape without its largest size, and a cluster -> the largest cap known to leave it
+# no plan, and the least known to give it one
 _PLANNABLE: dict[tuple, tuple[float, float]] = {}
 
 
