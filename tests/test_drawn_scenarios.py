@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.drawn_scenarios import OURS_CONFINED, draw_scenario, points
+from benchmarks.drawn_scenarios import GIANT_ROOM, OURS_CONFINED, draw_scenario, points, with_giants
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import parse_scenario
 
@@ -53,3 +53,19 @@ def test_a_point_is_lost_only_to_a_significantly_better_policy_and_peers_leave_o
     assert beaten["policy"] == "a"  # significantly better: a loss
     assert point["peer"]["objective_work"]["policy"] == "a"
     assert not point["tie"]
+
+
+def test_listed_giants_outgrow_every_domain_and_only_where_the_rest_can_hold_them():
+    rng = np.random.default_rng(0)
+    added = 0
+    for i in range(12):
+        doc = draw_scenario(rng, i)
+        sizes = [8 * d["nodes"][0]["count"] for d in doc["domains"]]
+        giants = with_giants(doc, 2, 6.0).get("jobs", [])
+        added += bool(giants)
+        for job in giants:
+            assert max(sizes) < job["gpus"]["min"] <= GIANT_ROOM * sum(sizes)
+            assert job["arrival_s"] < 6.0 * 3600 / 2
+        if not giants:
+            assert max(sizes) + 8 > GIANT_ROOM * sum(sizes)
+    assert 0 < added < 12  # seed 0 draws both kinds
