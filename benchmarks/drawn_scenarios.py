@@ -35,8 +35,6 @@ from benchmarks._table import print_table
 from xdscheduler.cli import main as xds
 from xdscheduler.planner.policies import POLICIES
 
-log = logging.getLogger("benchmarks.drawn_scenarios")
-
 OURS = "planner"
 OURS_CONFINED = "planner-single-domain"  # the same search held to one domain
 ACCELERATORS = ("H100-SXM", "H800", "H20", "A100-80GB", "A800", "Ascend-910B", "L40S", "MI300X")
@@ -183,14 +181,15 @@ def main() -> None:
             run(args, out)
         try:
             doc = json.loads((out / "compare" / "compare.json").read_text())
-        except (OSError, ValueError) as err:
+            docs = {
+                (d := yaml.safe_load(Path(path).read_text()))["name"]: d
+                for path in doc["grid"]["scenarios"]
+            }
+        except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as err:
             raise SystemExit(
-                f"error: {out}: no comparison of drawn scenarios to read ({err})"
+                f"error: {out}: no comparison of drawn scenarios to read "
+                f"({type(err).__name__}: {err})"
             ) from None
-        docs = {
-            (d := yaml.safe_load(Path(path).read_text()))["name"]: d
-            for path in doc["grid"]["scenarios"]
-        }
     report(points(doc), docs, doc, time.perf_counter() - start)
 
 
@@ -237,6 +236,8 @@ def giants_line(doc: dict, listed: list[str]) -> str:
 
 
 def report(found: list[dict], docs: dict, compared: dict, took_s: float) -> None:
+    """The first line (who led, by how much), the giants' line where some are listed, the
+    table."""
     grid = compared["grid"]
     lost = [p for p in found if any(beaten for _, beaten in p["best"].values())]
     # where another policy is significantly better: by how much, at most
