@@ -33,12 +33,14 @@ import yaml
 from benchmarks._compare import change_cell
 from benchmarks._table import print_table
 from xdscheduler.cli import main as xds
+from xdscheduler.network.geography import great_circle_km
 from xdscheduler.planner.policies import POLICIES
 
 OURS = "planner"
 OURS_CONFINED = "planner-single-domain"  # the same search held to one domain
 ACCELERATORS = ("H100-SXM", "H800", "H20", "A100-80GB", "A800", "Ascend-910B", "L40S", "MI300X")
-NODES = (2, 4, 8, 16, 32, 64)  # nodes of 8 a domain
+NODES = (2, 4, 8, 16, 32, 64)  # nodes a domain
+GPUS_PER_NODE = 8  # every drawn accelerator's usual node
 KM_PER_MS = 100.0  # light in fibre, there and back (200 km/ms one way), plus routing
 FIGURES = {"mean_jct_s": -1, "objective_work": +1}  # better when lower / higher
 GIANT_ROOM = 0.6  # a giant needing most of the cluster would wait for it all to empty
@@ -68,7 +70,7 @@ def draw_scenario(rng: np.random.Generator, index: int) -> dict:
         for j in range(i + 1, n):
             if j > i + 1 and rng.random() < 0.2:  # neighbours in the list always linked
                 continue
-            km = _km(lat[i], lon[i], lat[j], lon[j])
+            km = great_circle_km(lat[i], lon[i], lat[j], lon[j])
             links.append(
                 {
                     "a": f"d{i}",
@@ -93,9 +95,9 @@ def with_giants(doc: dict, count: int, hours: float) -> dict:
     least one node more than the largest domain has), arriving evenly over the first half of
     the study; unchanged where the cluster beside its largest domain is too small to give one
     room (a giant's minimum at most GIANT_ROOM of all its accelerators)."""
-    sizes = [8 * d["nodes"][0]["count"] for d in doc["domains"]]
-    least = max(sizes) + 8
-    if count == 0 or least > GIANT_ROOM * sum(sizes):
+    held = sizes(doc)
+    least = max(held) + GPUS_PER_NODE
+    if count == 0 or least > GIANT_ROOM * sum(held):
         return doc
     giants = [
         {
@@ -111,16 +113,15 @@ def with_giants(doc: dict, count: int, hours: float) -> dict:
     return {**doc, "jobs": [*doc.get("jobs", []), *giants]}
 
 
-def _km(lat1, lon1, lat2, lon2) -> float:
-    """Great-circle distance."""
-    p1, p2, dl = np.radians(lat1), np.radians(lat2), np.radians(lon2 - lon1)
-    c = np.sin(p1) * np.sin(p2) + np.cos(p1) * np.cos(p2) * np.cos(dl)
-    return float(6371 * np.arccos(np.clip(c, -1, 1)))
+def sizes(doc: dict) -> list[int]:
+    """Each drawn domain's accelerators (one node group of GPUS_PER_NODE a node)."""
+    return [GPUS_PER_NODE * d["nodes"][0]["count"] for d in doc["domains"]]
 
 
 def describe(doc: dict) -> str:
     """`3 x H100-SXM 128, ...; WAN 1-80 Gbit/s`."""
-    parts = [f"{d['nodes'][0]['accelerator']} {8 * d['nodes'][0]['count']}" for d in doc["domains"]]
+    kinds = (d["nodes"][0]["accelerator"] for d in doc["domains"])
+    parts = [f"{kind} {n}" for kind, n in zip(kinds, sizes(doc), strict=True)]
     bw = [link["bandwidth_gbps"] for link in doc["links"]]
     return f"{', '.join(parts)}; WAN {min(bw):g}-{max(bw):g} Gbit/s"
 

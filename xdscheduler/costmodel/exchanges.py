@@ -58,9 +58,10 @@ class PipelineExchanges:
         # more, a stage may sit between two (`between`), and the slowest stands for both.
         beside = np.where((crossings == 1) | (self.between == 0), intra, link)
         fwd = self.t_mb / 3 if self.fwd_s is None else self.fwd_s
+        every_link_twice = self._every_link_twice()
         exact, known = self._exact_fill(link, fwd)
         overlapped, crossing = self._crossing_hidden(fwd)
-        fill = np.where(known, exact, self._every_link_twice - np.where(crossing, overlapped, 0.0))
+        fill = np.where(known, exact, every_link_twice - np.where(crossing, overlapped, 0.0))
         if self.overlap:
             interleaved = vp > 1
             plain = np.where(pp > 2, link + beside, link)
@@ -71,10 +72,9 @@ class PipelineExchanges:
             hidden = zero
         # one micro-batch goes down the pipeline and back: every link twice, nothing overlaps
         alone = (m == 1) & (vp == 1)
-        waits = np.where(alone, self._every_link_twice, m * per_mb + fill)
+        waits = np.where(alone, every_link_twice, m * per_mb + fill)
         return np.where(has_pp, waits, zero), hidden
 
-    @property
     def _every_link_twice(self) -> Seconds:
         inside = self.pp - 1 - self.crossings
         return 2 * (inside * self.intra_s + self.crossings * self.wan_s)
