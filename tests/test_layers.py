@@ -48,8 +48,9 @@ FORBIDDEN = (
 # Layers, bottom up: a folder may import only from its own layer or below (docs/architecture.md
 # draws them and says why).
 LAYERS = [
-    # leaves: errors for users, joining a Ray cluster, reading a user's files and arguments, timing
-    {"errors", "ray_cluster", "textfile", "yamlfile", "arguments", "schema", "timing"},
+    # leaves: errors for users, joining a Ray cluster, reading a user's files and arguments, timing,
+    # bounded caches
+    {"errors", "ray_cluster", "textfile", "yamlfile", "arguments", "schema", "timing", "cache"},
     {"catalog", "scenario", "tenants", "costmodel", "network", "workload", "datamove"},
     {"planner", "forecast", "faults", "perception"},
     {"sim"},

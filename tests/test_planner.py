@@ -1252,3 +1252,25 @@ def test_the_model_is_told_whether_a_stage_sits_between_two_crossings():
     wan = with_stage_counts(WanUse(), kind, stages)
     assert list(wan.pp_stage_between_crossings) == [1.0, 0.0, 0.0, 1.0]
     assert list(wan.pp_after_crossing) == [-1.0, -1.0, 3.0, -1.0]
+
+
+def test_a_job_queued_again_is_tried_afresh_and_the_jobs_gone_are_forgotten():
+    """The backfill rule skips a job while nothing changed since it last did not fit. Once
+    it has left the queue (started), that is forgotten: queued again (preempted, or its
+    domain lost), it is tried at once even where the free accelerators are as they were."""
+    from xdscheduler.planner.policies import DecisionQueue, queue_pass
+
+    busy, job, tried = pair().with_free({"east": 0, "west": 0}), eight_b(), []
+
+    def place(j, view, modest, now_s):
+        tried.append(j.name)
+        return None  # nothing free: it does not fit
+
+    decisions = DecisionQueue()
+    queue_pass([job], busy, 0.0, place, decisions)
+    queue_pass([job], busy, 1.0, place, decisions)  # nothing changed: skipped
+    assert tried == ["j"]
+    queue_pass([], busy, 2.0, place, decisions)  # it started, and left the queue
+    assert decisions.no_fit == {}
+    queue_pass([job], busy, 3.0, place, decisions)  # queued again, free as before
+    assert tried == ["j", "j"]

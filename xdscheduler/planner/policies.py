@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from xdscheduler.cache import BoundedCache
 from xdscheduler.planner.baselines import (
     ONLINE,
     BackfillSingleDomain,
@@ -25,6 +26,7 @@ from xdscheduler.planner.objective import TypicalWork, study_weights
 from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.policy import Policy
 from xdscheduler.planner.search import (
+    MEMO_SIZE,
     Evaluated,
     JobSpec,
     candidate_key,
@@ -42,7 +44,7 @@ from xdscheduler.scenario import Weights
 # accelerator-second the job reaches inside one empty domain: it must not spend accelerators the
 # jobs behind it would use better (slow links, slower accelerators).
 KEEP_MFU = 0.8
-_BEST_MFU: dict[tuple, float] = {}  # job shape and cluster -> its best MFU inside one domain
+_BEST_MFU: BoundedCache[float] = BoundedCache(MEMO_SIZE)  # job shape, cluster -> best MFU in one
 
 
 @dataclass
@@ -59,6 +61,12 @@ class DecisionQueue:
 
     def did_not_fit(self, job: JobSpec, view: ClusterView, now_s: float) -> None:
         self.no_fit[job.name] = _tried(job, view, now_s)
+
+    def waiting(self, queue: list[JobSpec]) -> None:
+        """Forget the jobs not in `queue`: one that started and was queued again is tried
+        afresh, and a long-lived controller keeps nothing of the jobs it no longer has."""
+        names = {job.name for job in queue}
+        self.no_fit = {name: t for name, t in self.no_fit.items() if name in names}
 
 
 def _tried(job: JobSpec, view: ClusterView, now_s: float) -> tuple:
@@ -200,6 +208,7 @@ def queue_pass(
     `giants`), preemptibly (as is any placement `place` made so), on what is really free;
     `modest` when more jobs wait behind. A job is skipped while nothing has changed since it
     last did not fit (`decisions`)."""
+    decisions.waiting(queue)
     out, most = [], largest_domain(view)
     ordered = by_response_ratio(queue, view, now_s)
     fitting = [j for j in ordered if j.gpus_min <= most][: decisions.lookahead]

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from xdscheduler.cache import BoundedCache
 from xdscheduler.costmodel.layers import coverage
 from xdscheduler.costmodel.plan import PlanBatch
 from xdscheduler.costmodel.steptime import StepEstimate, estimate
@@ -90,10 +91,13 @@ def in_precision(opts: SearchOptions, job: JobSpec) -> SearchOptions:
 THROUGHPUT_ONLY = Weights(efficiency=1.0, utilization=0.0, cost=0.0)
 # The yardstick's plan space: every plan a policy may run, low-communication ones included.
 IDEAL_OPTIONS = even_grid(SearchOptions(diloco_h=(0, 100)))
-_IDEAL: dict[tuple, tuple[float, bool]] = {}  # -> tokens/s, and whether an even plan ran
+# Memos per job shape and cluster, bounded: a service meets job shapes without end. Each
+# holds far more shapes than one study or rollout has.
+MEMO_SIZE = 4096
+_IDEAL: BoundedCache[tuple[float, bool]] = BoundedCache(MEMO_SIZE)  # tokens/s, an even plan?
 # a job's shape without its largest size, and a cluster -> the largest cap known to leave it
 # no plan, and the least known to give it one
-_PLANNABLE: dict[tuple, tuple[float, float]] = {}
+_PLANNABLE: BoundedCache[tuple[float, float]] = BoundedCache(MEMO_SIZE)
 
 
 def ideal_tokens_per_s(job: JobSpec, view: ClusterView) -> float:
