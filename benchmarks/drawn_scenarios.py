@@ -4,15 +4,16 @@
         [--loads 0.9,1.2] [--hours 6] [--out DIR] [--local] [--giants K] [--from DIR]
 
 Draws `--scenarios` clusters from `--seed` (2-6 domains of catalog accelerators, 16-512 each;
-cities over a continent, each pair linked at 1-100 Gbit/s with the RTT its distance gives, a few
-pairs unlinked; the default workload generator's jobs, giants among them), writes them as
-scenario files, and runs `xds compare` of every policy against `planner` on them: each other
-policy's change in mean JCT and in R (work), paired by seed. A point (scenario x load) where
-some policy is significantly better than `planner` on either is a loss, printed with by how
-much. The first line says on how many points `planner` led or tied. `--giants K` lists K jobs
-larger than any domain in each cluster that can hold one across domains (Llama 3 70B asking one
-node more than its largest domain): what crossing buys them on clusters nobody wrote. Nothing
-here was tuned on these draws: they are new at every `--seed`.
+cities over a continent, each pair linked at 1-100 Gbit/s with the RTT of a fibre route over its
+distance, a few pairs unlinked; the default workload generator's jobs, giants among them),
+writes them as scenario files, and runs `xds compare` of every policy against `planner` on
+them: each other policy's change in mean JCT and in R (work), paired by seed. A point
+(scenario x load) where some policy is significantly better than `planner` on either is a
+loss, printed with by how much. The first line says on how many points `planner` led or tied.
+`--giants K` lists K jobs larger than any domain in each cluster that can hold one across
+domains (drawn: a model of 8B to 405B, one node more than the largest domain up to 60% of the
+cluster, 1-4 h of work, arriving in the first half): what crossing buys them on clusters nobody
+wrote. Nothing here was tuned on these draws: they are new at every `--seed`.
 """
 
 from __future__ import annotations
@@ -32,18 +33,24 @@ import yaml
 
 from benchmarks._compare import change_cell
 from benchmarks._table import print_table
+from xdscheduler.catalog import MODELS, accelerator
 from xdscheduler.cli import main as xds
-from xdscheduler.network.geography import great_circle_km
+from xdscheduler.network.geography import fibre_rtt_ms
 from xdscheduler.planner.policies import POLICIES
+from xdscheduler.scenario import parse_scenario
+from xdscheduler.sim.inputs import unplannable
 
 OURS = "planner"
 OURS_CONFINED = "planner-single-domain"  # the same search held to one domain
 ACCELERATORS = ("H100-SXM", "H800", "H20", "A100-80GB", "A800", "Ascend-910B", "L40S", "MI300X")
 NODES = (2, 4, 8, 16, 32, 64)  # nodes a domain
 GPUS_PER_NODE = 8  # every drawn accelerator's usual node
-KM_PER_MS = 100.0  # light in fibre, there and back (200 km/ms one way), plus routing
 FIGURES = {"mean_jct_s": -1, "objective_work": +1}  # better when lower / higher
 GIANT_ROOM = 0.6  # a giant needing most of the cluster would wait for it all to empty
+GIANT_MODELS = ("llama3-8b", "llama2-70b", "llama3-70b", "gpt3-175b", "llama3.1-405b")
+GIANT_HOURS = (1.0, 4.0)  # a giant's work: hours on its minimum at GIANT_MFU of the peak
+GIANT_MFU = 0.4  # sizes the drawn work only; the studies time it with the step-time model
+GIANT_TRIES = 5  # draws of a giant before a cluster goes without it
 
 
 def draw_scenario(rng: np.random.Generator, index: int) -> dict:
@@ -70,13 +77,12 @@ def draw_scenario(rng: np.random.Generator, index: int) -> dict:
         for j in range(i + 1, n):
             if j > i + 1 and rng.random() < 0.2:  # neighbours in the list always linked
                 continue
-            km = great_circle_km(lat[i], lon[i], lat[j], lon[j])
             links.append(
                 {
                     "a": f"d{i}",
                     "b": f"d{j}",
                     "bandwidth_gbps": round(float(10 ** rng.uniform(0, 2)), 1),
-                    "rtt_ms": round(2 + km / KM_PER_MS, 1),
+                    "rtt_ms": round(fibre_rtt_ms(lat[i], lon[i], lat[j], lon[j]), 1),
                     "price_per_gb": round(float(rng.uniform(0.0, 0.05)), 3),
                     "fluctuation": round(float(rng.uniform(0.1, 0.4)), 2),
                 }
@@ -90,27 +96,49 @@ def draw_scenario(rng: np.random.Generator, index: int) -> dict:
     }
 
 
-def with_giants(doc: dict, count: int, hours: float) -> dict:
-    """`doc` with `count` listed Llama 3 70B jobs that no domain can hold (each asks for at
-    least one node more than the largest domain has), arriving evenly over the first half of
-    the study; unchanged where the cluster beside its largest domain is too small to give one
-    room (a giant's minimum at most GIANT_ROOM of all its accelerators)."""
+def with_giants(doc: dict, count: int, hours: float, rng: np.random.Generator) -> dict:
+    """`doc` with `count` listed jobs that no domain can hold, drawn from `rng`: a model of
+    GIANT_MODELS, asking for at least one node more than the largest domain has and up to
+    GIANT_ROOM of the cluster (at most twice that minimum), work for GIANT_HOURS on its
+    minimum at the cluster's mean peak and GIANT_MFU, arriving at random over the first half
+    of the study. A draw no plan could run on the whole cluster (too little memory) is drawn
+    again, up to GIANT_TRIES times. Unchanged where the cluster beside its largest domain is
+    too small to give one room."""
     held = sizes(doc)
     least = max(held) + GPUS_PER_NODE
-    if count == 0 or least > GIANT_ROOM * sum(held):
+    most = GPUS_PER_NODE * int(GIANT_ROOM * sum(held) / GPUS_PER_NODE)  # whole nodes
+    if count == 0 or least > most:
         return doc
-    giants = [
-        {
-            "name": f"giant-{k}",
-            "model": "llama3-70b",
-            "global_batch": 1024,
-            "tokens": 2e9,
-            "arrival_s": round((k + 0.5) * hours * 1800 / count),
-            "gpus": {"min": least, "max": 2 * least},
-        }
-        for k in range(count)
-    ]
-    return {**doc, "jobs": [*doc.get("jobs", []), *giants]}
+    giants = []
+    for k, arrival_s in enumerate(np.sort(rng.uniform(0, hours * 1800, count))):
+        for _ in range(GIANT_TRIES):
+            job = draw_giant(rng, doc, f"giant-{k}", least, most, round(float(arrival_s)))
+            scn = parse_scenario({**doc, "jobs": [job]}, doc["name"])
+            if not unplannable(scn, scn.jobs):
+                giants.append(job)
+                break
+    return {**doc, "jobs": [*doc.get("jobs", []), *giants]} if giants else doc
+
+
+def draw_giant(
+    rng: np.random.Generator, doc: dict, name: str, least: int, most: int, arrival_s: int
+) -> dict:
+    """One job larger than any domain of `doc` (see `with_giants`)."""
+    arch = MODELS[str(rng.choice(GIANT_MODELS))]
+    nodes = int(rng.integers(least // GPUS_PER_NODE, most // GPUS_PER_NODE + 1))
+    gpus_min = nodes * GPUS_PER_NODE
+    gpus_max = max(gpus_min, min(most, GPUS_PER_NODE * int(nodes * rng.uniform(1, 2))))
+    peaks = [accelerator(d["nodes"][0]["accelerator"]).half_tflops for d in doc["domains"]]
+    rate = gpus_min * 1e12 * float(np.average(peaks, weights=sizes(doc))) * GIANT_MFU
+    tokens = float(rng.uniform(*GIANT_HOURS)) * 3600 * rate / (6 * arch.params)
+    return {
+        "name": name,
+        "model": arch.name,
+        "global_batch": 1024,
+        "tokens": float(f"{tokens:.3g}"),
+        "arrival_s": arrival_s,
+        "gpus": {"min": gpus_min, "max": gpus_max},
+    }
 
 
 def sizes(doc: dict) -> list[int]:
@@ -200,7 +228,9 @@ def run(args, out: Path) -> None:
     rng = np.random.default_rng(args.seed)
     paths = []
     for i in range(args.scenarios):
-        doc = with_giants(draw_scenario(rng, i), args.giants, args.hours)
+        # the giants from a stream of their own: the clusters are the same with or without
+        giants = np.random.default_rng([args.seed, i])
+        doc = with_giants(draw_scenario(rng, i), args.giants, args.hours, giants)
         paths.append(out / f"{doc['name']}.yaml")
         paths[-1].write_text(yaml.safe_dump(doc, sort_keys=False))
     argv = ["compare", *map(str, paths), "--policies", ",".join(POLICIES)]

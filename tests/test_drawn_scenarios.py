@@ -8,6 +8,7 @@ import numpy as np
 from benchmarks.drawn_scenarios import GIANT_ROOM, OURS_CONFINED, draw_scenario, points, with_giants
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import parse_scenario
+from xdscheduler.sim.inputs import unplannable
 
 
 def test_drawn_clusters_are_valid_scenarios_and_every_domain_is_reachable():
@@ -57,15 +58,21 @@ def test_a_point_is_lost_only_to_a_significantly_better_policy_and_peers_leave_o
 
 def test_listed_giants_outgrow_every_domain_and_only_where_the_rest_can_hold_them():
     rng = np.random.default_rng(0)
-    added = 0
+    added, models = 0, set()
     for i in range(12):
         doc = draw_scenario(rng, i)
         sizes = [8 * d["nodes"][0]["count"] for d in doc["domains"]]
-        giants = with_giants(doc, 2, 6.0).get("jobs", [])
+        giants = with_giants(doc, 2, 6.0, np.random.default_rng([0, i])).get("jobs", [])
         added += bool(giants)
         for job in giants:
-            assert max(sizes) < job["gpus"]["min"] <= GIANT_ROOM * sum(sizes)
-            assert job["arrival_s"] < 6.0 * 3600 / 2
-        if not giants:
+            assert max(sizes) < job["gpus"]["min"] <= job["gpus"]["max"] <= GIANT_ROOM * sum(sizes)
+            assert job["gpus"]["min"] % 8 == job["gpus"]["max"] % 8 == 0  # whole nodes
+            assert 0 <= job["arrival_s"] < 6.0 * 3600 / 2
+            models.add(job["model"])
+        if giants:  # every one a plan can run on the whole cluster
+            scn = parse_scenario({**doc, "jobs": giants}, "drawn")
+            assert not unplannable(scn, scn.jobs)
+        else:
             assert max(sizes) + 8 > GIANT_ROOM * sum(sizes)
     assert 0 < added < 12  # seed 0 draws both kinds
+    assert len(models) >= 3  # not one kind of giant
