@@ -514,6 +514,19 @@ def test_a_jobs_cost_weight_grows_with_its_work_over_the_typical_jobs_worked_by_
     assert study_weights(weights, replace(big, tokens=0.0), seen) is weights  # work unknown
 
 
+def test_the_typical_work_keeps_a_bounded_memory_and_counts_a_queued_job_once(monkeypatch):
+    from xdscheduler.planner import objective
+
+    monkeypatch.setattr(objective, "SEEN_NAMES", 3)
+    small = eight_b()
+    seen = objective.TypicalWork()
+    waiting = replace(small, name="waiting")
+    for k in range(10):  # a job waits through ten decisions while others come and go
+        seen.record([waiting, replace(small, name=f"passing-{k}")])
+    assert len(seen.seen) == 3 and seen.count == 11
+    assert seen.mean == pytest.approx(small.work_flops)
+
+
 def test_a_giant_with_more_work_than_the_typical_job_pays_for_its_traffic_as_the_study_does():
     from xdscheduler.planner.policies import PlannerPolicy
 

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from xdscheduler.cache import BoundedCache
 from xdscheduler.scenario import Weights
 
 __all__ = ["Objective", "TypicalWork", "Weights", "pareto_mask", "score", "study_weights"]
@@ -71,22 +72,30 @@ def pareto_mask(throughput: np.ndarray, utilization: np.ndarray, cost: np.ndarra
     return ~np.any(ge & gt, axis=1)
 
 
+# The names of the jobs a policy has seen, the most recent kept: a long-lived controller
+# keeps no more. A queued job is seen at every decision and stays among them; one queued
+# again after this many others came would count twice in a mean over thousands.
+SEEN_NAMES = 4096
+
+
 @dataclass
 class TypicalWork:
     """The mean work (model FLOPs to train) of the jobs a policy has seen."""
 
-    seen: set[str] = field(default_factory=set)
+    seen: BoundedCache[None] = field(default_factory=lambda: BoundedCache(SEEN_NAMES))
+    count: int = 0
     total: float = 0.0  # their FLOPs together: the mean is asked for at every decision
 
     def record(self, jobs) -> None:
-        for job in jobs:
-            if job.tokens > 0 and job.name not in self.seen:
-                self.seen.add(job.name)
+        for job in (j for j in jobs if j.tokens > 0):
+            if job.name not in self.seen:
+                self.count += 1
                 self.total += job.work_flops
+            self.seen[job.name] = None  # seen now: the most recent
 
     @property
     def mean(self) -> float | None:
-        return self.total / len(self.seen) if self.seen else None
+        return self.total / self.count if self.count else None
 
 
 def study_weights(weights: Weights, job, typical: TypicalWork) -> Weights:
