@@ -102,8 +102,8 @@ def with_giants(doc: dict, count: int, hours: float, rng: np.random.Generator) -
     GIANT_ROOM of the cluster (at most twice that minimum), work for GIANT_HOURS on its
     minimum at the cluster's mean peak and GIANT_MFU, arriving at random over the first half
     of the study. A draw no plan could run on the whole cluster (too little memory) is drawn
-    again, up to GIANT_TRIES times. Unchanged where the cluster beside its largest domain is
-    too small to give one room."""
+    again, up to GIANT_TRIES times, then left out. Unchanged where the cluster beside its
+    largest domain is too small to give one room."""
     held = sizes(doc)
     least = max(held) + GPUS_PER_NODE
     most = GPUS_PER_NODE * int(GIANT_ROOM * sum(held) / GPUS_PER_NODE)  # whole nodes

@@ -62,7 +62,7 @@ class DecisionQueue:
     def did_not_fit(self, job: JobSpec, view: ClusterView, now_s: float) -> None:
         self.no_fit[job.name] = _tried(job, view, now_s)
 
-    def waiting(self, queue: list[JobSpec]) -> None:
+    def forget_all_but(self, queue: list[JobSpec]) -> None:
         """Forget the jobs not in `queue`: one that started and was queued again is tried
         afresh, and a long-lived controller keeps nothing of the jobs it no longer has."""
         names = {job.name for job in queue}
@@ -207,8 +207,8 @@ def queue_pass(
     the giants hold is free (they are preempted for it), then the giants (unless not
     `giants`), preemptibly (as is any placement `place` made so), on what is really free;
     `modest` when more jobs wait behind. A job is skipped while nothing has changed since it
-    last did not fit (`decisions`)."""
-    decisions.waiting(queue)
+    last did not fit (`decisions`, which keeps only the jobs in `queue`)."""
+    decisions.forget_all_but(queue)
     out, most = [], largest_domain(view)
     ordered = by_response_ratio(queue, view, now_s)
     fitting = [j for j in ordered if j.gpus_min <= most][: decisions.lookahead]
