@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator, MutableMapping
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 V = TypeVar("V")
 
 
-class BoundedCache(MutableMapping[Hashable, V], Generic[V]):
+class BoundedCache(MutableMapping[Hashable, V]):
     """At most `size` entries; reading or writing one makes it the most recent, and a write
     beyond `size` drops the least recent."""
 
