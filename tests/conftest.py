@@ -82,6 +82,7 @@ BY_NAME |= dict.fromkeys(
         "test_phases.py::test_recognition_accuracy_on_held_out_curves",
         "test_recovery.py::test_faulty_run_reports_faults",
         "test_rl.py::test_study_reward_is_the_decisions_advantage_over_the_planners_in_a_rollout",
+        "test_rl.py::test_building_the_encoder_leaves_nothing_in_the_temp_folder",
         "test_study_folder.py::test_a_finished_study_is_kept_unless_forced",
         "test_study_folder.py::test_resume_needs_a_journal_and_takes_nothing_else",
         "test_tenancy.py::test_three_tenant_study_reports_every_tenant",

@@ -394,3 +394,45 @@ def test_a_randomised_environment_draws_a_cluster_per_episode_in_fixed_spaces():
         for agent, o in obs.items():
             assert env.observation_spaces[agent].contains(o), agent
     assert len(seen) == 4
+
+
+# a fresh process (torch_geometric writes its generated code once a process), its temp folder
+# TMPDIR: how many files are there after building the layers
+TEMP_FILES = """
+import os, sys, torch
+from torch_geometric.nn import GATv2Conv
+from xdscheduler.rl.module import graph_layers
+if sys.argv[1] == "bare":
+    GATv2Conv(8, 8, heads=2, concat=False, edge_dim=3)
+    print(len(os.listdir(os.environ["TMPDIR"])))
+else:
+    convs = graph_layers(8, 2, 3, 2)
+    x, index, attr = torch.randn(4, 8), torch.tensor([[0, 1, 2], [1, 2, 3]]), torch.randn(3, 3)
+    out = convs[1](convs[0](x, index, attr), index, attr)
+    print(len(os.listdir(os.environ["TMPDIR"])), tuple(out.shape))
+"""
+
+
+@pytest.mark.parametrize("how", ["bare", "encoder"])
+def test_building_the_encoder_leaves_nothing_in_the_temp_folder(tmp_path, how):
+    """torch_geometric writes each GATv2 layer's generated code into the temp folder and leaves
+    it (a bare layer: files left, so this test sees the behaviour it works around); the
+    encoder's layers remove it once imported, and still run."""
+    import os
+    import subprocess
+    import sys
+
+    folder = tmp_path / how
+    folder.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", TEMP_FILES, how],
+        env={**os.environ, "TMPDIR": str(folder)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    if how == "bare":
+        assert int(done.stdout) > 0
+    else:
+        assert done.stdout.split() == ["0", "(4,", "8)"]

@@ -8,6 +8,10 @@ graph and the job's context, so the same network ranks any number of allocations
 
 from __future__ import annotations
 
+import sys
+import tempfile
+from pathlib import Path
+
 import torch
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
@@ -32,6 +36,27 @@ def graph_data(view: ClusterView) -> Data:
     )
 
 
+def graph_layers(hidden: int, heads: int, edge_features: int, layers: int) -> nn.ModuleList:
+    """The encoder's message-passing rounds: GATv2 layers of `hidden` features."""
+    convs = nn.ModuleList(
+        GATv2Conv(hidden, hidden, heads=heads, concat=False, edge_dim=edge_features)
+        for _ in range(layers)
+    )
+    _drop_generated_sources()
+    return convs
+
+
+def _drop_generated_sources() -> None:
+    """torch_geometric writes each layer type's generated `propagate` into the system temp
+    folder to import it, once a process, and leaves the file there: every Ray worker, Serve
+    replica and test process would leave two. Imported, they are not read again."""
+    tmp = Path(tempfile.gettempdir())
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if name.startswith("torch_geometric.") and path and Path(path).parent == tmp:
+            Path(path).unlink(missing_ok=True)
+
+
 class GraphChoiceModule(TorchRLModule, ValueFunctionAPI):
     """model_config: hidden (width, default 64), layers (message-passing rounds, 2), heads (2),
     prior_feature and prior_scale (the choice feature the untrained policy ranks by, and how
@@ -44,10 +69,7 @@ class GraphChoiceModule(TorchRLModule, ValueFunctionAPI):
         node_f, edge_f = space["nodes"].shape[-1], space["edges"].shape[-1]
         choice_f, context_f = space["choices"].shape[-1], space["context"].shape[-1]
         self.node_in = nn.Linear(node_f, hidden)
-        self.convs = nn.ModuleList(
-            GATv2Conv(hidden, hidden, heads=heads, concat=False, edge_dim=edge_f)
-            for _ in range(int(cfg.get("layers", 2)))
-        )
+        self.convs = graph_layers(hidden, heads, edge_f, int(cfg.get("layers", 2)))
         self.score = nn.Sequential(
             nn.Linear(choice_f + 2 * hidden + context_f, hidden),
             nn.Tanh(),
