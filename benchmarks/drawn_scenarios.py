@@ -109,10 +109,12 @@ def with_giants(doc: dict, count: int, hours: float, rng: np.random.Generator) -
     most = GPUS_PER_NODE * int(GIANT_ROOM * sum(held) / GPUS_PER_NODE)  # whole nodes
     if count == 0 or least > most:
         return doc
+    peaks = [accelerator(d["nodes"][0]["accelerator"]).half_tflops for d in doc["domains"]]
+    tflops = float(np.average(peaks, weights=held))  # the cluster's mean peak
     giants = []
     for k, arrival_s in enumerate(np.sort(rng.uniform(0, hours * 1800, count))):
         for _ in range(GIANT_TRIES):
-            job = draw_giant(rng, doc, f"giant-{k}", least, most, round(float(arrival_s)))
+            job = draw_giant(rng, f"giant-{k}", least, most, round(float(arrival_s)), tflops)
             scn = parse_scenario({**doc, "jobs": [job]}, doc["name"])
             if not unplannable(scn, scn.jobs):
                 giants.append(job)
@@ -121,15 +123,15 @@ def with_giants(doc: dict, count: int, hours: float, rng: np.random.Generator) -
 
 
 def draw_giant(
-    rng: np.random.Generator, doc: dict, name: str, least: int, most: int, arrival_s: int
+    rng: np.random.Generator, name: str, least: int, most: int, arrival_s: int, tflops: float
 ) -> dict:
-    """One job larger than any domain of `doc` (see `with_giants`)."""
+    """One job asking for `least` to `most` accelerators of `tflops` peak each (see
+    `with_giants`)."""
     arch = MODELS[str(rng.choice(GIANT_MODELS))]
     nodes = int(rng.integers(least // GPUS_PER_NODE, most // GPUS_PER_NODE + 1))
     gpus_min = nodes * GPUS_PER_NODE
     gpus_max = max(gpus_min, min(most, GPUS_PER_NODE * int(nodes * rng.uniform(1, 2))))
-    peaks = [accelerator(d["nodes"][0]["accelerator"]).half_tflops for d in doc["domains"]]
-    rate = gpus_min * 1e12 * float(np.average(peaks, weights=sizes(doc))) * GIANT_MFU
+    rate = gpus_min * 1e12 * tflops * GIANT_MFU
     tokens = float(rng.uniform(*GIANT_HOURS)) * 3600 * rate / (6 * arch.params)
     return {
         "name": name,

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.drawn_scenarios import GIANT_ROOM, OURS_CONFINED, draw_scenario, points, with_giants
+from benchmarks.drawn_scenarios import (
+    GIANT_ROOM,
+    GPUS_PER_NODE,
+    OURS_CONFINED,
+    draw_scenario,
+    points,
+    sizes,
+    with_giants,
+)
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.scenario import parse_scenario
 from xdscheduler.sim.inputs import unplannable
@@ -61,18 +69,18 @@ def test_listed_giants_outgrow_every_domain_and_only_where_the_rest_can_hold_the
     added, models = 0, set()
     for i in range(12):
         doc = draw_scenario(rng, i)
-        sizes = [8 * d["nodes"][0]["count"] for d in doc["domains"]]
+        held = sizes(doc)
         giants = with_giants(doc, 2, 6.0, np.random.default_rng([0, i])).get("jobs", [])
         added += bool(giants)
         for job in giants:
-            assert max(sizes) < job["gpus"]["min"] <= job["gpus"]["max"] <= GIANT_ROOM * sum(sizes)
-            assert job["gpus"]["min"] % 8 == job["gpus"]["max"] % 8 == 0  # whole nodes
+            assert max(held) < job["gpus"]["min"] <= job["gpus"]["max"] <= GIANT_ROOM * sum(held)
+            assert job["gpus"]["min"] % GPUS_PER_NODE == job["gpus"]["max"] % GPUS_PER_NODE == 0
             assert 0 <= job["arrival_s"] < 6.0 * 3600 / 2
             models.add(job["model"])
         if giants:  # every one a plan can run on the whole cluster
             scn = parse_scenario({**doc, "jobs": giants}, "drawn")
             assert not unplannable(scn, scn.jobs)
         else:
-            assert max(sizes) + 8 > GIANT_ROOM * sum(sizes)
+            assert max(held) + GPUS_PER_NODE > GIANT_ROOM * sum(held)
     assert 0 < added < 12  # seed 0 draws both kinds
     assert len(models) >= 3  # not one kind of giant

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import replace
 
 import numpy as np
@@ -418,15 +421,9 @@ def test_building_the_encoder_leaves_nothing_in_the_temp_folder(tmp_path, how):
     """torch_geometric writes each GATv2 layer's generated code into the temp folder and leaves
     it (a bare layer: files left, so this test sees the behaviour it works around); the
     encoder's layers remove it once imported, and still run."""
-    import os
-    import subprocess
-    import sys
-
-    folder = tmp_path / how
-    folder.mkdir()
     done = subprocess.run(
         [sys.executable, "-c", TEMP_FILES, how],
-        env={**os.environ, "TMPDIR": str(folder)},
+        env={**os.environ, "TMPDIR": str(tmp_path)},
         capture_output=True,
         text=True,
         timeout=300,
