@@ -151,6 +151,19 @@ def test_waiting_costs_the_best_objective_per_decision():
     assert rew[UPPER] == pytest.approx(-10 * best)
 
 
+def test_the_environment_forgets_the_jobs_that_left_its_queue():
+    """As the planner's pass: a job that did not fit, started later and came back is tried
+    afresh, so the backfill memory keeps only the jobs queued now."""
+    env = PlacementEnv({"seed": 9, "hours": 1.0, "max_decisions": 50, "reward": "decision"})
+    obs, _ = env.reset(seed=9)
+    env.queue.no_fit["left-long-ago"] = ((0,), 0)
+    started = env.engine.now
+    while env.engine.now == started:  # to the next moment jobs may be placed
+        obs, _, term, trunc, _ = env.step({a: 0 for a in obs})
+        assert not (term["__all__"] or trunc["__all__"]), "the episode ended at its first moment"
+    assert "left-long-ago" not in env.queue.no_fit
+
+
 def big_job_decision(seed: int = 2) -> PlacementEnv:
     """An environment on the study reward, stopped at a decision its upper agent is asked."""
     env = PlacementEnv(

@@ -165,6 +165,8 @@ class PlacementEnv(MultiAgentEnv):
             if point is None:
                 self.over = eng.finished or eng.next_event() > eng.end_limit_s
                 return None
+            # as the planner's pass does: a job that left the queue and came back is tried afresh
+            self.queue.forget_all_but([run.spec for run in point.queue])
             self.todo = point.queue[: self.queue.lookahead]
 
     def _remember(self, agent: str, obs: dict) -> dict:
