@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,21 @@ SCENARIOS = REPO / "scenarios"
 # controllers that call the apps) have it too.
 API_TOKEN = os.environ.setdefault("XDS_API_TOKEN", "tests-" + secrets.token_hex(12))
 AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
+
+
+def pytest_configure(config):
+    """Every Ray this test run starts (the shared cluster, `xds serve`, a notebook's Tune) keeps
+    its session folders (logs, sockets) in a folder of the run's own, removed at its end: Ray's
+    default, /tmp/ray, keeps every session's for good. Made in the run's first process, before
+    the xdist workers start, so that they and their subprocesses inherit it; short, as Ray's
+    socket paths live under it."""
+    if "RAY_TMPDIR" not in os.environ:
+        config.own_ray_tmpdir = os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="xds-tests-")
+
+
+def pytest_unconfigure(config):
+    if own := getattr(config, "own_ray_tmpdir", None):
+        shutil.rmtree(own, ignore_errors=True)
 
 
 def shared_data_dir() -> Path | None:

@@ -37,6 +37,7 @@ def head(tmp_path):
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
         "RAY_USAGE_STATS_ENABLED": "0",
         "TMPDIR": own_tmp,
+        "RAY_TMPDIR": own_tmp,  # over the test run's own (conftest)
     }
     ray_bin = Path(sys.executable).with_name("ray")
     proc = subprocess.Popen(

@@ -1262,6 +1262,7 @@ def existing_cluster(tmp_path_factory):
     # would point the shared ray_current_cluster at this cluster and leave it there
     # (short: Ray's socket paths live under it)
     own_tmp = tempfile.mkdtemp(prefix="xds-ray-")
+    env["RAY_TMPDIR"] = own_tmp  # over the test run's own (conftest)
     started = []
     pids = logs / "pids"  # what a reaper stops, should this test session be killed
     pids.touch()

@@ -4,6 +4,7 @@ token."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -66,6 +67,13 @@ def test_a_ray_started_here_listens_on_loopback_only(ray_session):
     assert listening_sockets(os.getpid()), "no listening socket of the Ray this session started"
     wide = [s for s in beyond_loopback(os.getpid()) if not s[0].startswith(SERVE_REPLICA)]
     assert not wide, f"Ray listens beyond 127.0.0.1: {wide}"
+
+
+def test_the_test_runs_ray_keeps_its_session_in_the_runs_own_folder(ray_session):
+    """Not in Ray's default /tmp/ray, which keeps every session's logs and sockets for good:
+    in the folder the test run removes at its end (conftest)."""
+    session = ray_session._private.worker.global_worker.node.get_session_dir_path()
+    assert Path(session).is_relative_to(os.environ["RAY_TMPDIR"])
 
 
 def test_its_grpc_ports_ask_for_the_clusters_token(ray_session):
