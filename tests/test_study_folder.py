@@ -115,10 +115,10 @@ def test_a_study_killed_mid_way_resumes_to_the_report_of_an_uninterrupted_run(
         "--policies",
         "planner-single-domain,planner",
         "--hours",
-        "12",
+        "6",
         "--realtime",
         "--speed",
-        "7200",
+        "14400",
     ]
     out = tmp_path / "killed"
     # its own driver and local Ray, interrupted as a user would (Ctrl-C)
