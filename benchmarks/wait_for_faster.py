@@ -8,22 +8,27 @@ and start on a slow one at several times its ideal time. `planner-waits-for-fast
 releases, at their speed now) free a domain on which it would finish sooner than here, by
 WAIT_GAIN at least: the time until then plus its run there, against its run here now. Nothing
 is reserved: when that domain frees, the job is decided first only if its response ratio
-puts it first.
+puts it first. `planner-reserves-faster` waits alike and reserves what the job will need of
+that domain at its expected release: until then a job is placed there only where it ends
+before the release or takes no more than the release spares (Slurm's EASY backfill, one
+reservation per waiting job).
 
     python -m benchmarks.wait_for_faster [--scenarios scenarios/five_domains.yaml,...]
         [--seeds 10] [--loads 0.9,1.2] [--hours 12] [--out DIR]
+    python -m benchmarks.wait_for_faster --from DIR[,DIR...]   # report kept runs, together
 
-Each scenario's `planner` and the variant, paired by seed (`xds compare --local`, the variant
-registered in this process only); ~12 min for the defaults on one core.
+Each scenario's `planner` and the variants, paired by seed (`xds compare --local`, the variant
+registered in this process only); ~20 min for the defaults on one core.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -34,10 +39,11 @@ from xdscheduler.planner import policies
 from xdscheduler.planner.search import JobSpec, evaluate_space
 from xdscheduler.planner.space import SearchOptions
 from xdscheduler.planner.view import ClusterView
+from xdscheduler.report.compare import mean_ci
 from xdscheduler.scenario import Weights
 
 log = logging.getLogger("benchmarks.wait_for_faster")
-BASELINE, VARIANT = "planner", "planner-waits-for-faster"
+BASELINE, VARIANT, RESERVING = "planner", "planner-waits-for-faster", "planner-reserves-faster"
 WAIT_GAIN = 0.9  # wait only to finish in at most 90% of the time it would take here now
 RELEASES_LOOKED_AT = 2  # per domain: the first points at which it holds the job's minimum
 SCENARIOS = "scenarios/five_domains.yaml,scenarios/skyplane_six_regions.yaml"
@@ -51,11 +57,12 @@ def soonest_finish_s(
     options: SearchOptions,
     now_s: float,
     limit_s: float,
-) -> float:
+) -> tuple[float, int | None, float, int]:
     """The soonest the job could finish (from `now_s`) on one domain freed by the running
     jobs' expected ends, each domain at the first RELEASES_LOOKED_AT points at which it holds
-    the job's minimum; `limit_s` where none finishes sooner."""
-    best = limit_s
+    the job's minimum: (that time, the domain, when it frees, the accelerators it would take
+    there); `limit_s` where none finishes sooner, with no domain."""
+    best, where, at, need = limit_s, None, now_s, 0
     for d, domain in enumerate(view.domains):
         looked = 0
         for t, have in view.freeing(d, domain.available):
@@ -66,9 +73,10 @@ def soonest_finish_s(
                 break
             ev = evaluate_space(job, only(view, d, have), weights, options)
             if ev is not None:
-                speed = float(ev.terms["tokens_per_s"][int(np.argmax(ev.terms["objective"]))])
-                best = min(best, t - now_s + job.tokens / speed)
-    return best
+                i = int(np.argmax(ev.terms["objective"]))
+                if (finish := t - now_s + job.tokens / float(ev.terms["tokens_per_s"][i])) < best:
+                    best, where, at, need = finish, d, t, int(ev.gpus[i].sum())
+    return best, where, at, need
 
 
 def only(view: ClusterView, d: int, have: int) -> ClusterView:
@@ -93,22 +101,123 @@ class WaitsForFaster(policies.PlannerPolicy):
             return i
         here_s = job.tokens / float(ev.terms["tokens_per_s"][i])
         single = replace(options, max_domains=1)
-        there_s = soonest_finish_s(job, view, weights, single, now_s, here_s)
-        return None if there_s < WAIT_GAIN * here_s else i
+        there_s, where, at, need = soonest_finish_s(job, view, weights, single, now_s, here_s)
+        if there_s >= WAIT_GAIN * here_s or where is None:
+            return i
+        self.waiting_for(job, Hold(where, at, need))
+        return None
+
+    def waiting_for(self, job: JobSpec, hold: Hold) -> None:
+        """`job` waits for a domain, expected to free what it needs at a time (`hold`)."""
+
+
+@dataclass(frozen=True)
+class Hold:
+    """What a waiting job expects: `need` accelerators of `domain` at `until_s`."""
+
+    domain: int
+    until_s: float
+    need: int
+
+    def spare(self, view: ClusterView) -> int:
+        """What a job placed now may take of the domain and still run at `until_s` without
+        delaying the hold: what the domain frees by then beyond `need` (EASY backfill)."""
+        free = view.domains[self.domain].available
+        then = max(
+            (h for t, h in view.freeing(self.domain, free) if t <= self.until_s), default=free
+        )
+        return max(0, min(free, then - self.need))
+
+
+@dataclass
+class ReservesFaster(WaitsForFaster):
+    """`planner-waits-for-faster`, holding for the waiting job what it will need of the
+    domain it waits for, until its expected release: a job placed there meanwhile takes only
+    what the hold spares, unless it is expected to end before the release (EASY backfill)."""
+
+    held: dict[str, Hold] = field(default_factory=dict)  # waiting job -> its hold
+
+    def decide(self, queue: list[JobSpec], view: ClusterView, now_s: float):
+        queued = {job.name for job in queue}
+        kept = {n: h for n, h in self.held.items() if n in queued and h.until_s >= now_s}
+        if kept != self.held:  # a hold lapsed: the jobs it kept out are tried again
+            self.queue.no_fit.clear()
+        self.held = kept
+        return super().decide(queue, view, now_s)
+
+    def waiting_for(self, job: JobSpec, hold: Hold) -> None:
+        self.held[job.name] = hold
+
+    def _best(
+        self, job: JobSpec, view: ClusterView, modest: bool = False, now_s: float | None = None
+    ):
+        holds = [h for n, h in self.held.items() if n != job.name]
+        placed = super()._best(job, view, modest, now_s)
+        if placed is not None and holds and not self._keeps(placed, job, holds, view, now_s):
+            spare: dict[str, int] = {}
+            for h in holds:  # two jobs waiting for one domain: the smaller spare
+                name = view.names[h.domain]
+                spare[name] = min(spare.get(name, h.spare(view)), h.spare(view))
+            placed = super()._best(job, view.with_free(spare), modest, now_s)
+        if placed is not None:
+            self.held.pop(job.name, None)
+        return placed
+
+    @staticmethod
+    def _keeps(placed, job: JobSpec, holds: list[Hold], view: ClusterView, now_s) -> bool:
+        """Whether `placed` delays no hold: it ends before each release of a domain it
+        takes, or takes no more there than the hold spares."""
+        taken = placed.taken
+        ends_s = (now_s or 0.0) + job.tokens / placed.estimate.tokens_per_s
+        return all(
+            h.domain not in taken or ends_s <= h.until_s or taken[h.domain] <= h.spare(view)
+            for h in holds
+        )
 
 
 def register() -> None:
-    """The variant, in this process's registry only."""
+    """The variants, in this process's registry only."""
     policies.POLICIES[VARIANT] = lambda w, o: WaitsForFaster(w, VARIANT)
+    policies.POLICIES[RESERVING] = lambda w, o: ReservesFaster(w, RESERVING)
+
+
+def cells_of(doc: dict) -> list[tuple[float, str, list[dict]]]:
+    """Per load and variant: its paired change against `planner` in each of FIGURES."""
+    paired, _ = by_cell(doc)
+    return [
+        (load, v, [paired[(load, v, f)] for f in FIGURES])
+        for load in doc["grid"]["loads"]
+        for v in (VARIANT, RESERVING)
+    ]
 
 
 def rows_of(doc: dict, scenario: str) -> list[list]:
-    """Per load: the variant's change against `planner` in each of FIGURES."""
-    paired, _ = by_cell(doc)
+    """Per load and variant: its change against `planner` in each of FIGURES."""
     return [
-        [scenario, f"{load:g}", *(change_cell(paired[(load, VARIANT, f)]) for f in FIGURES)]
-        for load in doc["grid"]["loads"]
+        [scenario, f"{load:g}", v, *map(change_cell, cells)] for load, v, cells in cells_of(doc)
     ]
+
+
+def pooled_rows(points: list[tuple[str, list[dict]]]) -> list[list]:
+    """Per variant, over every scenario x load point: the mean of the points' changes with a
+    95% interval over points, and how many points were significantly lower and higher."""
+    rows = []
+    for v in (VARIANT, RESERVING):
+        mine = [cells for policy, cells in points if policy == v]
+        row = ["all points", f"{len(mine)}", v]
+        for f in range(len(FIGURES)):
+            means = [c[f]["mean"] for c in mine if c[f]["mean"] is not None]
+            est = mean_ci(means)
+            lower = sum(c[f]["significant"] and c[f]["mean"] < 0 for c in mine)
+            higher = sum(c[f]["significant"] and c[f]["mean"] > 0 for c in mine)
+            cell = {
+                "mean": est.mean if est.n else None,  # – where no point has the class
+                "half_width": est.half_width,
+                "significant": est.significant,
+            }
+            row.append(f"{change_cell(cell)} ({lower} lower, {higher} higher)")
+        rows.append(row)
+    return rows
 
 
 def main() -> None:
@@ -118,17 +227,32 @@ def main() -> None:
     ap.add_argument("--loads", default="0.9,1.2")
     ap.add_argument("--hours", type=float, default=12.0)
     ap.add_argument("--out", help="keep the comparisons here (default: a temporary folder)")
+    ap.add_argument(
+        "--from",
+        dest="again",
+        help="run nothing: report the comparisons kept in these comma-separated --out folders",
+    )
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    start = time.perf_counter()
+    if args.again:
+        docs = kept(Path(f.strip()) for f in args.again.split(",") if f.strip())
+    else:
+        docs = compared(args)
+    report(docs, time.perf_counter() - start)
+
+
+def compared(args: argparse.Namespace) -> dict[str, dict]:
+    """Each scenario's comparison of `planner` and the variants, by scenario."""
     register()
-    start, rows = time.perf_counter(), []
+    docs: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.out or tmp)
         for scenario in (Path(s.strip()) for s in args.scenarios.split(",") if s.strip()):
             log.info("%s", scenario)
-            doc = run_compare(
+            docs[scenario.stem] = run_compare(
                 scenario,
-                [BASELINE, VARIANT],
+                [BASELINE, VARIANT, RESERVING],
                 args.seeds,
                 args.loads,
                 args.hours,
@@ -136,14 +260,35 @@ def main() -> None:
                 local=True,
                 baseline=BASELINE,
             )
-            rows += rows_of(doc, scenario.stem)
+    return docs
+
+
+def kept(folders) -> dict[str, dict]:
+    """The comparisons an earlier run kept (its --out folders), by scenario."""
+    docs: dict[str, dict] = {}
+    for folder in folders:
+        found = sorted(folder.glob("*/compare.json"))
+        if not found:
+            raise SystemExit(f"error: no comparison (*/compare.json) in {folder}")
+        docs |= {path.parent.name: json.loads(path.read_text()) for path in found}
+    return docs
+
+
+def report(docs: dict[str, dict], took_s: float) -> None:
+    """The table: each scenario's points, then the points pooled where there are several
+    scenarios."""
+    rows = [row for name, doc in docs.items() for row in rows_of(doc, name)]
+    points = [(v, cells) for doc in docs.values() for _, v, cells in cells_of(doc)]
+    seeds = sorted({len(doc["grid"]["seeds"]) for doc in docs.values()})
     print_table(
-        f"{VARIANT} against {BASELINE}, paired by seed, ± 95% CI over {args.seeds} seeds "
-        f"(* significant); {time.perf_counter() - start:.0f} s",
-        ["scenario", "load", "all JCT", "giants' JCT", "fits' JCT", "useful util."],
-        rows,
+        f"Waiting for a faster domain, against {BASELINE}, paired by seed, ± 95% CI over "
+        f"{'/'.join(map(str, seeds))} seeds (* significant); {took_s:.0f} s",
+        ["scenario", "load", "policy", "all JCT", "giants' JCT", "fits' JCT", "useful util."],
+        rows + (pooled_rows(points) if len(docs) > 1 else []),
         f"waits where a domain freeing soon would finish the job in <= {WAIT_GAIN:.0%} of its "
-        "time here; giants: jobs asking for more than the largest domain's free share",
+        f"time here ({RESERVING}: reserving there what it needs, EASY backfill); giants: jobs "
+        "asking for more than the largest domain's free share; all points: the mean of the "
+        "points' changes, ± 95% CI over points, and the points significantly lower / higher",
     )
 
 
