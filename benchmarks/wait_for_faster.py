@@ -236,10 +236,10 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     start = time.perf_counter()
     if args.again:
-        docs = kept(Path(f.strip()) for f in args.again.split(",") if f.strip())
+        report(kept(Path(f.strip()) for f in args.again.split(",") if f.strip()), "kept runs")
     else:
         docs = compared(args)
-    report(docs, time.perf_counter() - start)
+        report(docs, f"{time.perf_counter() - start:.0f} s")
 
 
 def compared(args: argparse.Namespace) -> dict[str, dict]:
@@ -274,7 +274,7 @@ def kept(folders) -> dict[str, dict]:
     return docs
 
 
-def report(docs: dict[str, dict], took_s: float) -> None:
+def report(docs: dict[str, dict], how: str) -> None:
     """The table: each scenario's points, then the points pooled where there are several
     scenarios."""
     rows = [row for name, doc in docs.items() for row in rows_of(doc, name)]
@@ -282,7 +282,7 @@ def report(docs: dict[str, dict], took_s: float) -> None:
     seeds = sorted({len(doc["grid"]["seeds"]) for doc in docs.values()})
     print_table(
         f"Waiting for a faster domain, against {BASELINE}, paired by seed, ± 95% CI over "
-        f"{'/'.join(map(str, seeds))} seeds (* significant); {took_s:.0f} s",
+        f"{'/'.join(map(str, seeds))} seeds (* significant); {how}",
         ["scenario", "load", "policy", "all JCT", "giants' JCT", "fits' JCT", "useful util."],
         rows + (pooled_rows(points) if len(docs) > 1 else []),
         f"waits where a domain freeing soon would finish the job in <= {WAIT_GAIN:.0%} of its "
