@@ -36,6 +36,7 @@ import numpy as np
 from benchmarks._compare import by_cell, change_cell, run_compare
 from benchmarks._table import print_table
 from xdscheduler.planner import policies
+from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.search import JobSpec, evaluate_space
 from xdscheduler.planner.space import SearchOptions
 from xdscheduler.planner.view import ClusterView
@@ -141,7 +142,7 @@ class ReservesFaster(WaitsForFaster):
         queued = {job.name for job in queue}
         kept = {n: h for n, h in self.held.items() if n in queued and h.until_s >= now_s}
         if kept != self.held:  # a hold lapsed: the jobs it kept out are tried again
-            self.queue.no_fit.clear()
+            self.queue.forget_all_but([])
         self.held = kept
         return super().decide(queue, view, now_s)
 
@@ -156,19 +157,22 @@ class ReservesFaster(WaitsForFaster):
         if placed is not None and holds and not self._keeps(placed, job, holds, view, now_s):
             spare: dict[str, int] = {}
             for h in holds:  # two jobs waiting for one domain: the smaller spare
-                name = view.names[h.domain]
-                spare[name] = min(spare.get(name, h.spare(view)), h.spare(view))
+                name, room = view.names[h.domain], h.spare(view)
+                spare[name] = min(spare.get(name, room), room)
             placed = super()._best(job, view.with_free(spare), modest, now_s)
         if placed is not None:
             self.held.pop(job.name, None)
         return placed
 
     @staticmethod
-    def _keeps(placed, job: JobSpec, holds: list[Hold], view: ClusterView, now_s) -> bool:
+    def _keeps(
+        placed: Placement, job: JobSpec, holds: list[Hold], view: ClusterView, now_s: float | None
+    ) -> bool:
         """Whether `placed` delays no hold: it ends before each release of a domain it
         takes, or takes no more there than the hold spares."""
-        taken = placed.taken
-        ends_s = (now_s or 0.0) + job.tokens / placed.estimate.tokens_per_s
+        taken, estimate = placed.taken, placed.estimate
+        assert estimate is not None  # the planner's placements carry theirs
+        ends_s = (now_s or 0.0) + job.tokens / estimate.tokens_per_s
         return all(
             h.domain not in taken or ends_s <= h.until_s or taken[h.domain] <= h.spare(view)
             for h in holds
