@@ -106,23 +106,26 @@ def test_the_variant_is_registered_in_this_process_only():
 def test_the_table_reads_the_variants_changes():
     doc: dict = {"grid": {"loads": [0.9]}, "paired": [], "summary": []}
     for policy, sign in ((wf.VARIANT, 1), (wf.RESERVING, -1)):
-        for figure, mean in zip(wf.FIGURES, (-0.033, -0.1, None, 0.001), strict=True):
+        for figure, mean in zip(wf.FIGURES, (-0.033, -0.1, None, 0.001, 0.02, -0.05), strict=True):
             cell = {"load": 0.9, "policy": policy, "figure": figure}
             doc["paired"].append(
                 cell
                 | {"mean": mean and sign * mean, "half_width": 0.048}
                 | {"significant": figure == "giant_mean_jct_s"}
             )
+    waits = ["-3.3% ± 4.8%", "-10.0% ± 4.8%*", "–", "+0.1% ± 4.8%", "+2.0% ± 4.8%", "-5.0% ± 4.8%"]
+    reserves = ["+3.3% ± 4.8%", "+10.0% ± 4.8%*", "–", "-0.1% ± 4.8%", "-2.0% ± 4.8%"]
     assert wf.rows_of(doc, "five") == [
-        ["five", "0.9", wf.VARIANT, "-3.3% ± 4.8%", "-10.0% ± 4.8%*", "–", "+0.1% ± 4.8%"],
-        ["five", "0.9", wf.RESERVING, "+3.3% ± 4.8%", "+10.0% ± 4.8%*", "–", "-0.1% ± 4.8%"],
+        ["five", "0.9", wf.VARIANT, *waits],
+        ["five", "0.9", wf.RESERVING, *reserves, "+5.0% ± 4.8%"],
     ]
 
 
 def test_the_points_pooled_average_their_changes_and_count_the_significant():
     def cells(all_jct: float, significant: bool) -> list[dict]:
         first = {"mean": all_jct, "half_width": 0.01, "significant": significant}
-        return [first] + [{"mean": None, "half_width": None, "significant": False}] * 3
+        none = {"mean": None, "half_width": None, "significant": False}
+        return [first] + [none] * (len(wf.FIGURES) - 1)
 
     points = [(wf.VARIANT, cells(m, s)) for m, s in ((-0.1, True), (-0.02, False), (0.03, True))]
     points += [(wf.RESERVING, cells(0.0, False))] * 2
