@@ -59,6 +59,24 @@ COLUMNS = {  # figure -> its column in the table
 FIGURES = tuple(COLUMNS)
 
 
+@dataclass(frozen=True)
+class Hold:
+    """What a waiting job expects: `need` accelerators of `domain` at `until_s`."""
+
+    domain: int
+    until_s: float
+    need: int
+
+    def spare(self, view: ClusterView) -> int:
+        """What a job placed now may take of the domain and still run at `until_s` without
+        delaying the hold: what the domain frees by then beyond `need` (EASY backfill)."""
+        free = view.domains[self.domain].available
+        then = max(
+            (h for t, h in view.freeing(self.domain, free) if t <= self.until_s), default=free
+        )
+        return max(0, min(free, then - self.need))
+
+
 def soonest_finish_s(
     job: JobSpec,
     view: ClusterView,
@@ -66,12 +84,12 @@ def soonest_finish_s(
     options: SearchOptions,
     now_s: float,
     limit_s: float,
-) -> tuple[float, int | None, float, int]:
+) -> tuple[float, Hold | None]:
     """The soonest the job could finish (from `now_s`) on one domain freed by the running
     jobs' expected ends, each domain at the first RELEASES_LOOKED_AT points at which it holds
-    the job's minimum: (that time, the domain, when it frees, the accelerators it would take
-    there); `limit_s` where none finishes sooner, with no domain."""
-    best, where, at, need = limit_s, None, now_s, 0
+    the job's minimum, and what it would wait for there; `limit_s` where none finishes sooner,
+    with nothing to wait for."""
+    best, hold = limit_s, None
     for d, domain in enumerate(view.domains):
         looked = 0
         for t, have in view.freeing(d, domain.available):
@@ -84,8 +102,8 @@ def soonest_finish_s(
             if ev is not None:
                 i = int(np.argmax(ev.terms["objective"]))
                 if (finish := t - now_s + job.tokens / float(ev.terms["tokens_per_s"][i])) < best:
-                    best, where, at, need = finish, d, t, int(ev.gpus[i].sum())
-    return best, where, at, need
+                    best, hold = finish, Hold(d, t, int(ev.gpus[i].sum()))
+    return best, hold
 
 
 def only(view: ClusterView, d: int, have: int) -> ClusterView:
@@ -110,32 +128,14 @@ class WaitsForFaster(policies.PlannerPolicy):
             return i
         here_s = job.tokens / float(ev.terms["tokens_per_s"][i])
         single = replace(options, max_domains=1)
-        there_s, where, at, need = soonest_finish_s(job, view, weights, single, now_s, here_s)
-        if there_s >= WAIT_GAIN * here_s or where is None:
+        there_s, hold = soonest_finish_s(job, view, weights, single, now_s, here_s)
+        if there_s >= WAIT_GAIN * here_s or hold is None:
             return i
-        self.waiting_for(job, Hold(where, at, need))
+        self.waiting_for(job, hold)
         return None
 
     def waiting_for(self, job: JobSpec, hold: Hold) -> None:
         """`job` waits for a domain, expected to free what it needs at a time (`hold`)."""
-
-
-@dataclass(frozen=True)
-class Hold:
-    """What a waiting job expects: `need` accelerators of `domain` at `until_s`."""
-
-    domain: int
-    until_s: float
-    need: int
-
-    def spare(self, view: ClusterView) -> int:
-        """What a job placed now may take of the domain and still run at `until_s` without
-        delaying the hold: what the domain frees by then beyond `need` (EASY backfill)."""
-        free = view.domains[self.domain].available
-        then = max(
-            (h for t, h in view.freeing(self.domain, free) if t <= self.until_s), default=free
-        )
-        return max(0, min(free, then - self.need))
 
 
 @dataclass

@@ -27,11 +27,11 @@ def test_the_soonest_finish_is_on_the_domain_that_frees_or_the_limit():
     job = eight_b(gpus_min=8, gpus_max=16)
     here = PlannerPolicy(Weights())._best(job, held(1e9))
     here_s = job.tokens / here.estimate.tokens_per_s
-    soon, where, at, need = wf.soonest_finish_s(job, held(600.0), Weights(), SINGLE, 0.0, here_s)
+    soon, hold = wf.soonest_finish_s(job, held(600.0), Weights(), SINGLE, 0.0, here_s)
     assert 600.0 < soon < 0.6 * here_s  # twice the accelerators, ten minutes from now
-    assert (where, at, need) == (1, 600.0, 16)  # all of west, once it frees
+    assert hold == wf.Hold(1, 600.0, 16)  # all of west, once it frees
     late = wf.soonest_finish_s(job, held(here_s), Weights(), SINGLE, 0.0, here_s)
-    assert late == (here_s, None, 0.0, 0)
+    assert late == (here_s, None)
     # a release the job's minimum does not fit into is not looked at
     too_few = pair().with_free({"east": 8, "west": 0}).with_releases([(600.0, 1, 4)])
     assert wf.soonest_finish_s(job, too_few, Weights(), SINGLE, 0.0, here_s)[0] == here_s
