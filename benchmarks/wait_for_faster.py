@@ -1,24 +1,21 @@
-"""Would a job gain by waiting for a better domain instead of starting on the one free now?
+"""Does a job gain by waiting for a faster domain instead of starting on the one free now?
 
-`planner` starts a job that one domain can hold on the best placement free now, however slow,
-and a re-plan when a faster domain frees up did not pay (docs/policies.md). Followed job by job
-on five_domains, a giant asking for more than a domain's share may find the fast domains held
-and start on a slow one at several times its ideal time. `planner-waits-for-faster` is
-`planner`, except that such a job waits where the running jobs' expected ends (the view's
-releases, at their speed now) free a domain on which it would finish sooner than here, by
-WAIT_GAIN at least: the time until then plus its run there, against its run here now. Nothing
-is reserved: when that domain frees, the job is decided first only if its response ratio
-puts it first. `planner-reserves-faster` waits alike and reserves what the job will need of
-that domain at its expected release: until then a job is placed there only where it ends
-before the release or takes no more than the release spares (Slurm's EASY backfill, one
-reservation per waiting job).
+`planner` starts a job that one domain holds on the best placement free now, however slow;
+`planner-waits` (`xdscheduler.planner.waiting`) lets it wait where the running jobs' expected
+ends free a domain on which it would finish in at most WAIT_GAIN of its time here, at most
+until the release it first waited for. Beside them, two variants of this benchmark only:
+`planner-waits-unbounded` waits alike for as long as a domain frees soon, and
+`planner-reserves-faster` waits alike and reserves what the job will need of that domain at
+its expected release: until then a job is placed there only where it ends before the release
+or takes no more than the release spares (Slurm's EASY backfill, one reservation per waiting
+job).
 
     python -m benchmarks.wait_for_faster [--scenarios scenarios/five_domains.yaml,...]
         [--seeds 10] [--loads 0.9,1.2] [--hours 12] [--out DIR]
     python -m benchmarks.wait_for_faster --from DIR[,DIR...]   # report kept runs, together
 
-Each scenario's `planner` and the variants, paired by seed (`xds compare --local`, the variant
-registered in this process only); ~20 min for the defaults on one core.
+Each scenario's `planner`, `planner-waits` and the variants, paired by seed (`xds compare
+--local`, the variants registered in this process only); ~25 min for the defaults on one core.
 """
 
 from __future__ import annotations
@@ -28,25 +25,22 @@ import json
 import logging
 import tempfile
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
 
 from benchmarks._compare import by_cell, change_cell, run_compare
 from benchmarks._table import print_table
 from xdscheduler.planner import policies
 from xdscheduler.planner.placement import Placement
-from xdscheduler.planner.search import JobSpec, evaluate_space
-from xdscheduler.planner.space import SearchOptions
+from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.view import ClusterView
+from xdscheduler.planner.waiting import WAIT_GAIN, Hold, WaitsForFaster
 from xdscheduler.report.compare import mean_ci
-from xdscheduler.scenario import Weights
 
 log = logging.getLogger("benchmarks.wait_for_faster")
-BASELINE, VARIANT, RESERVING = "planner", "planner-waits-for-faster", "planner-reserves-faster"
-WAIT_GAIN = 0.9  # wait only to finish in at most 90% of the time it would take here now
-RELEASES_LOOKED_AT = 2  # per domain: the first points at which it holds the job's minimum
+BASELINE, SHIPPED = "planner", "planner-waits"
+UNBOUNDED, RESERVING = "planner-waits-unbounded", "planner-reserves-faster"
+VARIANTS = (SHIPPED, UNBOUNDED, RESERVING)
 SCENARIOS = "scenarios/five_domains.yaml,scenarios/skyplane_six_regions.yaml"
 COLUMNS = {  # figure -> its column in the table
     "mean_jct_s": "all JCT",
@@ -59,88 +53,17 @@ COLUMNS = {  # figure -> its column in the table
 FIGURES = tuple(COLUMNS)
 
 
-@dataclass(frozen=True)
-class Hold:
-    """What a waiting job expects: `need` accelerators of `domain` at `until_s`."""
-
-    domain: int
-    until_s: float
-    need: int
-
-    def spare(self, view: ClusterView) -> int:
-        """What a job placed now may take of the domain and still run at `until_s` without
-        delaying the hold: what the domain frees by then beyond `need` (EASY backfill)."""
-        free = view.domains[self.domain].available
-        then = max(
-            (h for t, h in view.freeing(self.domain, free) if t <= self.until_s), default=free
-        )
-        return max(0, min(free, then - self.need))
-
-
-def soonest_finish_s(
-    job: JobSpec,
-    view: ClusterView,
-    weights: Weights,
-    options: SearchOptions,
-    now_s: float,
-    limit_s: float,
-) -> tuple[float, Hold | None]:
-    """The soonest the job could finish (from `now_s`) on one domain freed by the running
-    jobs' expected ends, each domain at the first RELEASES_LOOKED_AT points at which it holds
-    the job's minimum, and what it would wait for there; `limit_s` where none finishes sooner,
-    with nothing to wait for."""
-    best, hold = limit_s, None
-    for d, domain in enumerate(view.domains):
-        looked = 0
-        for t, have in view.freeing(d, domain.available):
-            if have < job.gpus_min or t - now_s >= best:
-                continue
-            looked += 1
-            if looked > RELEASES_LOOKED_AT:
-                break
-            ev = evaluate_space(job, only(view, d, have), weights, options)
-            if ev is not None:
-                i = int(np.argmax(ev.terms["objective"]))
-                if (finish := t - now_s + job.tokens / float(ev.terms["tokens_per_s"][i])) < best:
-                    best, hold = finish, Hold(d, t, int(ev.gpus[i].sum()))
-    return best, hold
-
-
-def only(view: ClusterView, d: int, have: int) -> ClusterView:
-    """The view with `have` accelerators free in domain `d` (at most what it can hold), none
-    elsewhere."""
-    return view.with_free(
-        {x.name: min(have, x.schedulable) if i == d else 0 for i, x in enumerate(view.domains)}
-    )
-
-
-@dataclass
-class WaitsForFaster(policies.PlannerPolicy):
-    """`planner`, letting a job that one domain holds wait for a domain that frees soon. A job
-    that waits is decided again when the free accelerators change (the planner's
-    `DecisionQueue`), not when the expected ends move."""
-
-    def pick(self, ev, job, view, weights, options, modest=False, now_s=None) -> int | None:
-        i = super().pick(ev, job, view, weights, options, modest, now_s)
-        if i is None or ev is None or now_s is None or not view.releases:
-            return i
-        if policies.is_giant(job, view):  # a giant runs across domains: it has none to wait for
-            return i
-        here_s = job.tokens / float(ev.terms["tokens_per_s"][i])
-        single = replace(options, max_domains=1)
-        there_s, hold = soonest_finish_s(job, view, weights, single, now_s, here_s)
-        if there_s >= WAIT_GAIN * here_s or hold is None:
-            return i
-        self.waiting_for(job, hold)
-        return None
-
-    def waiting_for(self, job: JobSpec, hold: Hold) -> None:
-        """`job` waits for a domain, expected to free what it needs at a time (`hold`)."""
+def spare(hold: Hold, view: ClusterView) -> int:
+    """What a job placed now may take of the held domain and still run at the hold's time
+    without delaying it: what the domain frees by then beyond the hold's need (EASY backfill)."""
+    free = view.domains[hold.domain].available
+    then = max((h for t, h in view.freeing(hold.domain, free) if t <= hold.until_s), default=free)
+    return max(0, min(free, then - hold.need))
 
 
 @dataclass
 class ReservesFaster(WaitsForFaster):
-    """`planner-waits-for-faster`, holding for the waiting job what it will need of the
+    """`planner-waits-unbounded`, holding for the waiting job what it will need of the
     domain it waits for, until its expected release: a job placed there meanwhile takes only
     what the hold spares, unless it is expected to end before the release (EASY backfill)."""
 
@@ -163,11 +86,11 @@ class ReservesFaster(WaitsForFaster):
         holds = [h for n, h in self.held.items() if n != job.name]
         placed = super()._best(job, view, modest, now_s)
         if placed is not None and holds and not self._keeps(placed, job, holds, view, now_s):
-            spare: dict[str, int] = {}
+            rooms: dict[str, int] = {}
             for h in holds:  # two jobs waiting for one domain: the smaller spare
-                name, room = view.names[h.domain], h.spare(view)
-                spare[name] = min(spare.get(name, room), room)
-            placed = super()._best(job, view.with_free(spare), modest, now_s)
+                name, room = view.names[h.domain], spare(h, view)
+                rooms[name] = min(rooms.get(name, room), room)
+            placed = super()._best(job, view.with_free(rooms), modest, now_s)
         if placed is not None:
             self.held.pop(job.name, None)
         return placed
@@ -182,15 +105,20 @@ class ReservesFaster(WaitsForFaster):
         assert estimate is not None  # the planner's placements carry theirs
         ends_s = (now_s or 0.0) + job.tokens / estimate.tokens_per_s
         return all(
-            h.domain not in taken or ends_s <= h.until_s or taken[h.domain] <= h.spare(view)
+            h.domain not in taken or ends_s <= h.until_s or taken[h.domain] <= spare(h, view)
             for h in holds
         )
 
 
 def register() -> None:
-    """The variants, in this process's registry only."""
-    policies.POLICIES[VARIANT] = lambda w, o: WaitsForFaster(w, VARIANT)
-    policies.POLICIES[RESERVING] = lambda w, o: ReservesFaster(w, RESERVING)
+    """The benchmark's own variants, in this process's registry only."""
+    policies.POLICIES[UNBOUNDED] = lambda w, o: WaitsForFaster(w, UNBOUNDED, once=False)
+    policies.POLICIES[RESERVING] = lambda w, o: ReservesFaster(w, RESERVING, once=False)
+
+
+def variants_of(doc: dict) -> list[str]:
+    """The policies a comparison ran beside `planner` (a kept run's, whatever their names)."""
+    return [p for p in doc["grid"]["policies"] if p != BASELINE]
 
 
 def cells_of(doc: dict) -> list[tuple[float, str, list[dict]]]:
@@ -199,7 +127,7 @@ def cells_of(doc: dict) -> list[tuple[float, str, list[dict]]]:
     return [
         (load, v, [paired[(load, v, f)] for f in FIGURES])
         for load in doc["grid"]["loads"]
-        for v in (VARIANT, RESERVING)
+        for v in variants_of(doc)
     ]
 
 
@@ -214,7 +142,7 @@ def pooled_rows(points: list[tuple[str, list[dict]]]) -> list[list]:
     """Per variant, over every scenario x load point: the mean of the points' changes with a
     95% interval over points, and how many points were significantly lower and higher."""
     rows = []
-    for v in (VARIANT, RESERVING):
+    for v in dict.fromkeys(policy for policy, _ in points):
         mine = [cells for policy, cells in points if policy == v]
         row = ["all points", f"{len(mine)}", v]
         for f in range(len(FIGURES)):
@@ -264,7 +192,7 @@ def compared(args: argparse.Namespace) -> dict[str, dict]:
             log.info("%s", scenario)
             docs[scenario.stem] = run_compare(
                 scenario,
-                [BASELINE, VARIANT, RESERVING],
+                [BASELINE, *VARIANTS],
                 args.seeds,
                 args.loads,
                 args.hours,
@@ -298,7 +226,8 @@ def report(docs: dict[str, dict], how: str) -> None:
         ["scenario", "load", "policy", *COLUMNS.values()],
         rows + (pooled_rows(points) if len(docs) > 1 else []),
         f"waits where a domain freeing soon would finish the job in <= {WAIT_GAIN:.0%} of its "
-        f"time here ({RESERVING}: reserving there what it needs, EASY backfill); giants: jobs "
+        f"time here ({SHIPPED}: at most until the release it first waited for; {RESERVING}: "
+        "reserving there what it needs, EASY backfill); giants: jobs "
         "asking for more than the largest domain's free share; R (work): the scenario's "
         "objective, higher is better; all points: the mean of the "
         "points' changes, ± 95% CI over points, and the points significantly lower / higher",

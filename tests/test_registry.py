@@ -12,6 +12,7 @@ from xdscheduler.planner.baselines import (
     GreedyCrossDomain,
 )
 from xdscheduler.planner.policies import PlannerPolicy
+from xdscheduler.planner.waiting import WaitsForFaster
 from xdscheduler.registry import PolicyOptions, make_policy, names, parse_policies
 from xdscheduler.scenario import Weights
 
@@ -24,6 +25,7 @@ def test_each_layer_registers_its_own_policies_in_order():
         "planner-single-domain",
         "greedy-cross-domain",
         "planner",
+        "planner-waits",
         "ppo",
     ]
     made = {n: make_policy(n, Weights()) for n in names()[:-1]}
@@ -34,10 +36,12 @@ def test_each_layer_registers_its_own_policies_in_order():
         "planner-single-domain": PlannerPolicy,
         "greedy-cross-domain": GreedyCrossDomain,
         "planner": PlannerPolicy,
+        "planner-waits": WaitsForFaster,
     }
     assert all(isinstance(made[n], k) for n, k in kinds.items())
     assert all(p.name == n for n, p in made.items())
-    assert [n for n, p in made.items() if not p.single_domain] == ["greedy-cross-domain", "planner"]
+    crossing = [n for n, p in made.items() if not p.single_domain]
+    assert crossing == ["greedy-cross-domain", "planner", "planner-waits"]
 
 
 def test_a_serve_url_makes_the_served_policy_where_there_is_one():

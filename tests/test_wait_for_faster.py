@@ -1,4 +1,5 @@
-"""The planner variant that waits for a better domain (benchmarks/wait_for_faster.py)."""
+"""The benchmark of waiting for a faster domain: its own variants and its table
+(benchmarks/wait_for_faster.py)."""
 
 from __future__ import annotations
 
@@ -9,45 +10,9 @@ import pytest
 from benchmarks import wait_for_faster as wf
 from tests.test_planner import eight_b, pair
 from xdscheduler.errors import UserError
-from xdscheduler.planner.baselines import ONLINE
-from xdscheduler.planner.policies import PlannerPolicy
+from xdscheduler.planner.waiting import Hold, WaitsForFaster
 from xdscheduler.registry import make_policy
 from xdscheduler.scenario import Weights
-
-SINGLE = replace(ONLINE, max_domains=1)
-
-
-def held(west_frees_at_s: float):
-    """east: 8 of 16 free now; west: all 16 held, given back at `west_frees_at_s`."""
-    view = pair().with_free({"east": 8, "west": 0})
-    return view.with_releases([(west_frees_at_s, 1, 16)])
-
-
-def test_the_soonest_finish_is_on_the_domain_that_frees_or_the_limit():
-    job = eight_b(gpus_min=8, gpus_max=16)
-    here = PlannerPolicy(Weights())._best(job, held(1e9))
-    here_s = job.tokens / here.estimate.tokens_per_s
-    soon, hold = wf.soonest_finish_s(job, held(600.0), Weights(), SINGLE, 0.0, here_s)
-    assert 600.0 < soon < 0.6 * here_s  # twice the accelerators, ten minutes from now
-    assert hold == wf.Hold(1, 600.0, 16)  # all of west, once it frees
-    late = wf.soonest_finish_s(job, held(here_s), Weights(), SINGLE, 0.0, here_s)
-    assert late == (here_s, None)
-    # a release the job's minimum does not fit into is not looked at
-    too_few = pair().with_free({"east": 8, "west": 0}).with_releases([(600.0, 1, 4)])
-    assert wf.soonest_finish_s(job, too_few, Weights(), SINGLE, 0.0, here_s)[0] == here_s
-
-
-def test_a_job_waits_only_where_waiting_finishes_it_sooner():
-    job = eight_b(gpus_min=8, gpus_max=16)
-    waits = wf.WaitsForFaster(Weights(), wf.VARIANT)
-    assert waits.decide([job], held(600.0), 0.0) == []  # west frees soon: it waits
-    # west frees too late: it starts on east (a fresh policy: the one above skips the job
-    # until the free accelerators change)
-    (p,) = wf.WaitsForFaster(Weights(), wf.VARIANT).decide([job], held(1e9), 0.0)
-    assert set(p.domains) == {0}  # east
-    (same,) = PlannerPolicy(Weights()).decide([job], held(600.0), 0.0)  # planner never waits
-    assert set(same.domains) == {0}
-
 
 WEST_FREES = pair().with_free({"east": 0, "west": 8}).with_releases([(600.0, 1, 8)])
 
@@ -58,14 +23,14 @@ def test_the_reserving_variant_holds_what_a_waiting_job_needs_until_it_frees():
     (eight, for seconds) ends before the release, so it may (EASY backfill)."""
     a, b = replace(eight_b(8, 16), name="a"), replace(eight_b(8, 8), name="b")
     c = replace(eight_b(8, 8), name="c", tokens=1e6)
-    waits = wf.WaitsForFaster(Weights(), wf.VARIANT)
-    reserves = wf.ReservesFaster(Weights(), wf.RESERVING)
+    waits = WaitsForFaster(Weights(), wf.UNBOUNDED, once=False)
+    reserves = wf.ReservesFaster(Weights(), wf.RESERVING, once=False)
     for policy in (waits, reserves):
         assert policy.decide([a], WEST_FREES, 0.0) == []  # `a` waits for west's release
     (p,) = waits.decide([a, b], WEST_FREES, 1.0)
     assert p.job == "b" and set(p.domains) == {1}  # nothing held: `b` takes west's eight
     assert reserves.decide([a, b], WEST_FREES, 1.0) == []
-    assert reserves.held == {"a": wf.Hold(1, 600.0, 16)}
+    assert reserves.held == {"a": Hold(1, 600.0, 16)}
     (p,) = reserves.decide([a, b, c], WEST_FREES, 1.0)
     assert p.job == "c" and set(p.domains) == {1}
     # once `a` left the queue (or past the release it expected), the hold lapses
@@ -74,38 +39,33 @@ def test_the_reserving_variant_holds_what_a_waiting_job_needs_until_it_frees():
 
 
 def test_a_hold_spares_what_the_domain_frees_beyond_the_waiting_jobs_need():
-    assert wf.Hold(1, 600.0, 16).spare(WEST_FREES) == 0
-    assert wf.Hold(1, 600.0, 12).spare(WEST_FREES) == 4
-    assert wf.Hold(1, 300.0, 4).spare(WEST_FREES) == 4  # nothing freed by then
-    assert wf.Hold(1, 600.0, 2).spare(WEST_FREES) == 8  # no more than is free now
-
-
-def test_a_giant_never_waits_for_one_domain():
-    giant = eight_b(gpus_min=24, gpus_max=32)  # more than a domain holds
-    view = pair().with_releases([(600.0, 1, 16)])
-    waits = wf.WaitsForFaster(Weights(), wf.VARIANT)
-    (p,) = waits.decide([giant], view, 0.0)
-    assert len(p.domains) == 2
+    assert wf.spare(Hold(1, 600.0, 16), WEST_FREES) == 0
+    assert wf.spare(Hold(1, 600.0, 12), WEST_FREES) == 4
+    assert wf.spare(Hold(1, 300.0, 4), WEST_FREES) == 4  # nothing freed by then
+    assert wf.spare(Hold(1, 600.0, 2), WEST_FREES) == 8  # no more than is free now
 
 
 def test_the_variant_is_registered_in_this_process_only():
     wf.register()
     try:
-        policy = make_policy(wf.VARIANT, Weights())
-        assert isinstance(policy, wf.WaitsForFaster) and policy.name == wf.VARIANT
+        policy = make_policy(wf.UNBOUNDED, Weights())
+        assert isinstance(policy, WaitsForFaster) and policy.name == wf.UNBOUNDED
+        assert not policy.once
         policy = make_policy(wf.RESERVING, Weights())
         assert isinstance(policy, wf.ReservesFaster) and policy.name == wf.RESERVING
     finally:
-        for name in (wf.VARIANT, wf.RESERVING):
+        for name in (wf.UNBOUNDED, wf.RESERVING):
             wf.policies.POLICIES.pop(name, None)
-    for name in (wf.VARIANT, wf.RESERVING):
+    for name in (wf.UNBOUNDED, wf.RESERVING):
         with pytest.raises(UserError, match=name):
             make_policy(name, Weights())
 
 
-def test_the_table_reads_the_variants_changes():
-    doc: dict = {"grid": {"loads": [0.9]}, "paired": [], "summary": []}
-    for policy, sign in ((wf.VARIANT, 1), (wf.RESERVING, -1)):
+def test_the_table_reads_the_changes_of_the_variants_the_run_had():
+    old = "planner-waits-for-faster"  # a kept run's variant, by the name it had then
+    grid = {"loads": [0.9], "policies": [wf.BASELINE, old, wf.RESERVING]}
+    doc: dict = {"grid": grid, "paired": [], "summary": []}
+    for policy, sign in ((old, 1), (wf.RESERVING, -1)):
         for figure, mean in zip(wf.FIGURES, (-0.033, -0.1, None, 0.001, 0.02, -0.05), strict=True):
             cell = {"load": 0.9, "policy": policy, "figure": figure}
             doc["paired"].append(
@@ -116,7 +76,7 @@ def test_the_table_reads_the_variants_changes():
     waits = ["-3.3% ± 4.8%", "-10.0% ± 4.8%*", "–", "+0.1% ± 4.8%", "+2.0% ± 4.8%", "-5.0% ± 4.8%"]
     reserves = ["+3.3% ± 4.8%", "+10.0% ± 4.8%*", "–", "-0.1% ± 4.8%", "-2.0% ± 4.8%"]
     assert wf.rows_of(doc, "five") == [
-        ["five", "0.9", wf.VARIANT, *waits],
+        ["five", "0.9", old, *waits],
         ["five", "0.9", wf.RESERVING, *reserves, "+5.0% ± 4.8%"],
     ]
 
@@ -127,10 +87,10 @@ def test_the_points_pooled_average_their_changes_and_count_the_significant():
         none = {"mean": None, "half_width": None, "significant": False}
         return [first] + [none] * (len(wf.FIGURES) - 1)
 
-    points = [(wf.VARIANT, cells(m, s)) for m, s in ((-0.1, True), (-0.02, False), (0.03, True))]
+    points = [(wf.SHIPPED, cells(m, s)) for m, s in ((-0.1, True), (-0.02, False), (0.03, True))]
     points += [(wf.RESERVING, cells(0.0, False))] * 2
     waits, reserves = wf.pooled_rows(points)
-    assert waits[:3] == ["all points", "3", wf.VARIANT]
+    assert waits[:3] == ["all points", "3", wf.SHIPPED]
     assert waits[3].startswith("-3.0% ± ") and waits[3].endswith("(1 lower, 1 higher)")
     assert waits[4] == "– (0 lower, 0 higher)"  # no point has a giant
     assert reserves[3] == "+0.0% ± 0.0% (0 lower, 0 higher)"

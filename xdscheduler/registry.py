@@ -1,10 +1,10 @@
 """The policy registry: every scheduling policy by name, from the layer that owns it.
 
 Each layer lists its own policies in a `POLICIES` dict (name -> factory(weights, options)): the
-rule-based ones in `planner.policies`, the trained agents in `rl.agents`; `serving.client` lists
-in `SERVED_POLICIES` the ones that can decide through an HTTP endpoint instead. The registry
-sits above them all and the engine below: it receives a policy and never imports one. The
-providers load no torch and no Ray until one of their policies is made.
+rule-based ones in `planner.policies` and `planner.waiting`, the trained agents in `rl.agents`;
+`serving.client` lists in `SERVED_POLICIES` the ones that can decide through an HTTP endpoint
+instead. The registry sits above them all and the engine below: it receives a policy and never
+imports one. The providers load no torch and no Ray until one of their policies is made.
 """
 
 from __future__ import annotations
@@ -21,7 +21,11 @@ from xdscheduler.scenario import Weights
 from xdscheduler.schema import Strict
 
 # Provider modules, in the order their policies are listed; each has a `POLICIES` dict.
-PROVIDERS = ("xdscheduler.planner.policies", "xdscheduler.rl.agents")
+PROVIDERS = (
+    "xdscheduler.planner.policies",
+    "xdscheduler.planner.waiting",
+    "xdscheduler.rl.agents",
+)
 SERVED = "xdscheduler.serving.client"  # its `SERVED_POLICIES` decide through `serve_url`
 
 

@@ -21,6 +21,7 @@ DEFAULT_SEEDS = "10"
 # 12 h of arrivals: the default grid (2 scenarios × 7 policies × 10 seeds × 4 loads) was
 # extrapolated from timed cells to about 25 minutes on 2 cores (24 h: about 40 minutes, too
 # close to an hour once the cores are shared); docs/results.md, "Comparing policies".
+# `planner-waits` made it 8 policies: 640 studies, about a seventh longer.
 DEFAULT_HOURS = 12.0
 DEFAULT_BASELINE = "planner-single-domain"  # the strongest single-domain scheduler
 MAX_SEEDS = 1000

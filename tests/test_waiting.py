@@ -1,0 +1,80 @@
+"""`planner-waits`: the planner letting a job wait for a domain that frees soon."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tests.test_planner import eight_b, pair
+from xdscheduler.planner.baselines import ONLINE
+from xdscheduler.planner.policies import PlannerPolicy
+from xdscheduler.planner.waiting import Hold, WaitsForFaster, soonest_finish_s
+from xdscheduler.registry import make_policy
+from xdscheduler.scenario import Weights
+
+SINGLE = replace(ONLINE, max_domains=1)
+
+
+def held(west_frees_at_s: float, east_free: int = 8):
+    """east: `east_free` of 16 free now; west: all 16 held, given back at `west_frees_at_s`."""
+    view = pair().with_free({"east": east_free, "west": 0})
+    return view.with_releases([(west_frees_at_s, 1, 16)])
+
+
+def test_the_soonest_finish_is_on_the_domain_that_frees_or_the_limit():
+    job = eight_b(gpus_min=8, gpus_max=16)
+    here = PlannerPolicy(Weights())._best(job, held(1e9))
+    here_s = job.tokens / here.estimate.tokens_per_s
+    soon, hold = soonest_finish_s(job, held(600.0), Weights(), SINGLE, 0.0, here_s)
+    assert 600.0 < soon < 0.6 * here_s  # twice the accelerators, ten minutes from now
+    assert hold == Hold(1, 600.0, 16)  # all of west, once it frees
+    late = soonest_finish_s(job, held(here_s), Weights(), SINGLE, 0.0, here_s)
+    assert late == (here_s, None)
+    # a release the job's minimum does not fit into is not looked at
+    too_few = pair().with_free({"east": 8, "west": 0}).with_releases([(600.0, 1, 4)])
+    assert soonest_finish_s(job, too_few, Weights(), SINGLE, 0.0, here_s)[0] == here_s
+
+
+def test_a_job_waits_only_where_waiting_finishes_it_sooner():
+    job = eight_b(gpus_min=8, gpus_max=16)
+    waits = WaitsForFaster(Weights())
+    assert waits.decide([job], held(600.0), 0.0) == []  # west frees soon: it waits
+    # west frees too late: it starts on east (a fresh policy: the one above skips the job
+    # until the free accelerators change)
+    (p,) = WaitsForFaster(Weights()).decide([job], held(1e9), 0.0)
+    assert set(p.domains) == {0}  # east
+    (same,) = PlannerPolicy(Weights()).decide([job], held(600.0), 0.0)  # planner never waits
+    assert set(same.domains) == {0}
+
+
+def test_a_giant_never_waits_for_one_domain():
+    giant = eight_b(gpus_min=24, gpus_max=32)  # more than a domain holds
+    view = pair().with_releases([(600.0, 1, 16)])
+    waits = WaitsForFaster(Weights())
+    (p,) = waits.decide([giant], view, 0.0)
+    assert len(p.domains) == 2
+
+
+def test_a_job_waits_at_most_until_the_release_it_first_waited_for():
+    """It waits for west's release; past it, west still held (its expected end moved later),
+    it takes east, where the unbounded variant waits on."""
+    job = eight_b(gpus_min=8, gpus_max=16)
+    here_s = job.tokens / PlannerPolicy(Weights())._best(job, held(1e9)).estimate.tokens_per_s
+    first, later = 0.05 * here_s, 0.1 * here_s
+    once, unbounded = WaitsForFaster(Weights()), WaitsForFaster(Weights(), once=False)
+    for policy in (once, unbounded):
+        assert policy.decide([job], held(first), 0.0) == []
+    assert once.waits_until == {job.name: first}
+    # past the release, west expected to free a little later; east frees one more (the
+    # planner decides a job again when the free accelerators change)
+    again = held(1.5 * later, east_free=9)
+    assert unbounded.decide([job], again, later) == []
+    (p,) = once.decide([job], again, later)
+    assert set(p.domains) == {0}  # east
+    # a job no longer queued is forgotten: queued again after a start, it waits afresh
+    assert once.decide([], again, later) == [] and once.waits_until == {}
+
+
+def test_planner_waits_is_registered_beside_the_planner():
+    policy = make_policy("planner-waits", Weights())
+    assert isinstance(policy, WaitsForFaster) and policy.name == "planner-waits"
+    assert policy.once and not policy.single_domain
