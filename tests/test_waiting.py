@@ -78,3 +78,17 @@ def test_planner_waits_is_registered_beside_the_planner():
     policy = make_policy("planner-waits", Weights())
     assert isinstance(policy, WaitsForFaster) and policy.name == "planner-waits"
     assert policy.once and not policy.single_domain
+
+
+def test_the_bound_holds_whatever_a_variant_does_on_a_wait():
+    """A variant's `waiting_for` (a log, a reservation) that does not call the policy's own
+    keeps the bound all the same."""
+
+    class Quiet(WaitsForFaster):
+        def waiting_for(self, job, hold):
+            pass
+
+    job = eight_b(gpus_min=8, gpus_max=16)
+    quiet = Quiet(Weights())
+    assert quiet.decide([job], held(600.0), 0.0) == []
+    assert quiet.waits_until == {job.name: 600.0}

@@ -106,13 +106,14 @@ class WaitsForFaster(PlannerPolicy):
         there_s, hold = soonest_finish_s(job, view, weights, single, now_s, here_s)
         if there_s >= WAIT_GAIN * here_s or hold is None:
             return i
+        if self.once:
+            self.waits_until.setdefault(job.name, hold.until_s)
         self.waiting_for(job, hold)
         return None
 
     def waiting_for(self, job: JobSpec, hold: Hold) -> None:
-        """`job` waits for a domain, expected to free what it needs at a time (`hold`)."""
-        if self.once:
-            self.waits_until.setdefault(job.name, hold.until_s)
+        """`job` waits for a domain, expected to free what it needs at a time (`hold`): a
+        hook for variants (a reservation, a log); the bound is kept whatever it does."""
 
 
 # The registry's entries from this module: name -> factory(weights, options).
