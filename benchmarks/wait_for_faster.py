@@ -204,13 +204,16 @@ def compared(args: argparse.Namespace) -> dict[str, dict]:
 
 
 def kept(folders) -> dict[str, dict]:
-    """The comparisons an earlier run kept (its --out folders), by scenario."""
+    """The comparisons an earlier run kept (its --out folders), by scenario; a scenario kept in
+    two folders (two draws name their clusters alike) under FOLDER/SCENARIO, each once."""
     docs: dict[str, dict] = {}
     for folder in folders:
         found = sorted(folder.glob("*/compare.json"))
         if not found:
             raise SystemExit(f"error: no comparison (*/compare.json) in {folder}")
-        docs |= {path.parent.name: json.loads(path.read_text()) for path in found}
+        for path in found:
+            name = path.parent.name
+            docs[f"{folder.name}/{name}" if name in docs else name] = json.loads(path.read_text())
     return docs
 
 

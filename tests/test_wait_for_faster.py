@@ -99,3 +99,11 @@ def test_the_points_pooled_average_their_changes_and_count_the_significant():
 def test_a_folder_without_a_kept_comparison_is_a_clear_exit(tmp_path):
     with pytest.raises(SystemExit, match="no comparison"):
         wf.kept([tmp_path])
+
+
+def test_two_draws_kept_apart_report_every_cluster(tmp_path):
+    for draw in ("w0", "w1"):
+        (tmp_path / draw / "drawn_00").mkdir(parents=True)
+        (tmp_path / draw / "drawn_00" / "compare.json").write_text(f'{{"draw": "{draw}"}}')
+    docs = wf.kept([tmp_path / "w0", tmp_path / "w1"])
+    assert docs == {"drawn_00": {"draw": "w0"}, "w1/drawn_00": {"draw": "w1"}}
