@@ -28,7 +28,7 @@ from xdscheduler.planner.search import JobSpec
 from xdscheduler.planner.view import ClusterView
 from xdscheduler.planner.waiting import Hold, WaitsForFaster
 from xdscheduler.runtime.study import run_here
-from xdscheduler.scenario import load_scenario
+from xdscheduler.scenario import Scenario, load_scenario
 from xdscheduler.sim.cell import cell_workload
 from xdscheduler.sim.inputs import StudyInputs, study_dynamics
 from xdscheduler.sim.metrics import free_share, is_giant
@@ -59,18 +59,17 @@ class Outcome:
     waiting_jct_s: float  # under the waiting policy
 
 
-def outcomes(scenario: Path, seed: int, load: float, hours: float, unbounded: bool, late_s: float):
+def outcomes(scn: Scenario, seed: int, load: float, hours: float, unbounded: bool, late_s: float):
     """The jobs of one cell finished under both policies."""
-    scn = load_scenario(scenario)
     cell = cell_workload(scn, hours, seed, load)
     dynamics = study_dynamics(scn, seed, hours)
     share = free_share(dynamics, ClusterView.from_scenario(scn), hours * 3600)
+    # one truth for both policies, as a study draws it
+    inputs = StudyInputs(scn, cell.jobs, dynamics, hours, truth=Truth.draw(scn, cell.jobs, seed))
     waits = Logged(scn.weights, once=not unbounded)
     ends = {}
     for policy in (PlannerPolicy(scn.weights), waits):
-        truth = Truth.draw(scn, cell.jobs, seed)
-        res = run_here(StudyInputs(scn, cell.jobs, dynamics, hours, truth=truth), policy)
-        ends[policy.name] = {r.name: r for r in res.jobs}
+        ends[policy.name] = {r.name: r for r in run_here(inputs, policy).jobs}
     out = []
     for name, job in ends["planner"].items():
         other = ends[waits.name][name]
@@ -119,13 +118,14 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     start = time.perf_counter()
     jobs: list[Outcome] = []
+    late_s = args.late_min * 60
     try:
-        for scenario in (Path(s.strip()) for s in args.scenarios.split(",") if s.strip()):
+        for path in (Path(s.strip()) for s in args.scenarios.split(",") if s.strip()):
+            scn = load_scenario(path)
             for load in (float(x) for x in args.loads.split(",")):
                 for seed in range(args.seeds):
-                    log.info("%s, load %g, seed %d", scenario.stem, load, seed)
-                    late_s = args.late_min * 60
-                    jobs += outcomes(scenario, seed, load, args.hours, args.unbounded, late_s)
+                    log.info("%s, load %g, seed %d", path.stem, load, seed)
+                    jobs += outcomes(scn, seed, load, args.hours, args.unbounded, late_s)
     except (UserError, ValueError) as err:  # a scenario or a load that is not one
         raise SystemExit(f"error: {err}") from None
     policy = "waiting unbounded" if args.unbounded else "planner-waits"

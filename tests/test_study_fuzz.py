@@ -18,8 +18,8 @@ import os
 import pytest
 
 from xdscheduler.errors import UserError
-from xdscheduler.planner import policies, waiting
-from xdscheduler.registry import make_policy
+from xdscheduler.registry import make_policy, names
+from xdscheduler.rl.agents import POLICIES as AGENTS
 from xdscheduler.runtime.compare import run_cell
 from xdscheduler.runtime.study import run_here
 from xdscheduler.scenario import parse_scenario
@@ -37,7 +37,7 @@ HOURS = 3.0
 ACCELERATORS = ("H100-SXM", "H800", "H20", "A100-80GB", "A100-40GB", "A800", "Ascend-910B", "L40S")
 MODELS = ("gpt3-1.3b", "llama3-8b", "llama2-13b", "llama2-70b", "gpt3-175b")
 NAMES = ("ash", "birch", "cedar", "dogwood", "elm")
-RULE_BASED = [*policies.POLICIES, *waiting.POLICIES]  # every policy but the trained agents
+RULE_BASED = [n for n in names() if n not in AGENTS]  # every policy but the trained agents
 
 
 @st.composite

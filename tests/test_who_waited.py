@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import who_waited as ww
+from xdscheduler.scenario import load_scenario
 
 
 def test_the_table_sums_each_class_by_whether_it_waited():
@@ -27,7 +28,8 @@ def test_the_table_sums_each_class_by_whether_it_waited():
 
 @pytest.mark.parametrize("unbounded", [False, True])
 def test_a_cell_pairs_every_job_finished_under_both(unbounded):
-    jobs = ww.outcomes(ww.Path("scenarios/three_domains.yaml"), 1, 0.9, 1.0, unbounded, 600.0)
+    scn = load_scenario("scenarios/three_domains.yaml")
+    jobs = ww.outcomes(scn, 1, 0.9, 1.0, unbounded, 600.0)
     assert jobs and all(o.jct_s > 0 and o.waiting_jct_s > 0 for o in jobs)
     assert all(o.waited for o in jobs if o.late)  # only a job that waited can start late
 
