@@ -30,9 +30,8 @@ from xdscheduler.planner.waiting import Hold, WaitsForFaster
 from xdscheduler.runtime.study import run_here
 from xdscheduler.scenario import Scenario, load_scenario
 from xdscheduler.sim.cell import cell_workload
-from xdscheduler.sim.inputs import StudyInputs, study_dynamics
+from xdscheduler.sim.inputs import StudyInputs
 from xdscheduler.sim.metrics import free_share, is_giant
-from xdscheduler.sim.truth import Truth
 
 log = logging.getLogger("benchmarks.who_waited")
 
@@ -62,10 +61,8 @@ class Outcome:
 def outcomes(scn: Scenario, seed: int, load: float, hours: float, unbounded: bool, late_s: float):
     """The jobs of one cell finished under both policies."""
     cell = cell_workload(scn, hours, seed, load)
-    dynamics = study_dynamics(scn, seed, hours)
-    share = free_share(dynamics, ClusterView.from_scenario(scn), hours * 3600)
-    # one truth for both policies, as a study draws it
-    inputs = StudyInputs(scn, cell.jobs, dynamics, hours, truth=Truth.draw(scn, cell.jobs, seed))
+    inputs = StudyInputs.of_cell(scn, cell.jobs, seed, hours)  # one for both policies
+    share = free_share(inputs.dynamics, ClusterView.from_scenario(scn), hours * 3600)
     waits = Logged(scn.weights, once=not unbounded)
     ends = {}
     for policy in (PlannerPolicy(scn.weights), waits):

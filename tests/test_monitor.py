@@ -25,7 +25,6 @@ from xdscheduler.monitor.views import fragments, graph_svg, link_color
 from xdscheduler.registry import make_policy
 from xdscheduler.sim.engine import Engine
 from xdscheduler.sim.inputs import StudyInputs, study_dynamics, study_jobs
-from xdscheduler.sim.truth import Truth
 
 ARTIFACTS = REPO / "test-artifacts"
 REPLICA_SIDE = {"xds_endpoint_latency_seconds"}  # measured by the Serve replica, not the board
@@ -49,7 +48,7 @@ def families(text: str) -> dict:
 def engine():
     scn = small_scenario()
     jobs = study_jobs(scn, 2, 3)
-    inputs = StudyInputs(scn, jobs, study_dynamics(scn, 3, 2), 2, truth=Truth.draw(scn, jobs, 3))
+    inputs = StudyInputs.of_cell(scn, jobs, 3, 2)
     eng = Engine(inputs, make_policy("planner", scn.weights))
     eng.run(until_s=3600)
     return eng

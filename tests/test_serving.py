@@ -24,8 +24,7 @@ from xdscheduler.runtime.study import run_here, run_study
 from xdscheduler.scenario import default_scenario_path, load_scenario
 from xdscheduler.serving.schemas import DecideRequest, job_in, state_of
 from xdscheduler.serving.schemas import act_body as step_body
-from xdscheduler.sim.inputs import StudyInputs, study_dynamics, study_jobs
-from xdscheduler.sim.truth import Truth
+from xdscheduler.sim.inputs import StudyInputs, study_jobs
 
 PORT = 0  # the session's Serve port, set by `served`
 
@@ -221,12 +220,8 @@ def test_a_controller_deciding_over_http_matches_the_agents_in_process(served, t
         scn, ["ppo"], hours, seed, tmp_path, policy_options={"serve_url": url}, show_progress=False
     )
     jobs = study_jobs(scn, hours, seed)
-    here = run_here(
-        StudyInputs(
-            scn, jobs, study_dynamics(scn, seed, hours), hours, truth=Truth.draw(scn, jobs, seed)
-        ),
-        local_policy(scn.weights),
-    )  # the study's own truth
+    # the study's own network and truth
+    here = run_here(StudyInputs.of_cell(scn, jobs, seed, hours), local_policy(scn.weights))
     decisions = [
         json.loads(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()
     ]

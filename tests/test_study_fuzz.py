@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -24,10 +25,9 @@ from xdscheduler.runtime.compare import run_cell
 from xdscheduler.runtime.study import run_here
 from xdscheduler.scenario import parse_scenario
 from xdscheduler.sim.cell import cell_workload
-from xdscheduler.sim.inputs import StudyInputs, study_dynamics
+from xdscheduler.sim.inputs import StudyInputs
 from xdscheduler.sim.recovery import study_faults
 from xdscheduler.sim.swings import inject_swings
-from xdscheduler.sim.truth import Truth
 
 hypothesis = pytest.importorskip("hypothesis")
 st = pytest.importorskip("hypothesis.strategies")
@@ -171,12 +171,12 @@ def test_every_policy_ends_a_study_on_a_drawn_cluster(doc, load, fault_scale, sw
 def troubled(scn, jobs, policy: str, fault_scale: float, swings: bool) -> None:
     """One policy's study with faults (`fault_scale` times the published rates) and swings."""
     seed = scn.seed
-    dynamics = study_dynamics(scn, seed, HOURS)
+    inputs = StudyInputs.of_cell(scn, jobs, seed, HOURS)
     if swings:
-        dynamics, _ = inject_swings(dynamics, seed, 900.0, until_s=HOURS * 3600)
-    faults = study_faults(scn, seed, HOURS, fault_scale) if fault_scale else None
-    truth = Truth.draw(scn, jobs, seed)
-    inputs = StudyInputs(scn, jobs, dynamics, HOURS, faults=faults, truth=truth)
+        dynamics, _ = inject_swings(inputs.dynamics, seed, 900.0, until_s=HOURS * 3600)
+        inputs = replace(inputs, dynamics=dynamics)
+    if fault_scale:
+        inputs = replace(inputs, faults=study_faults(scn, seed, HOURS, fault_scale))
     res = run_here(inputs, make_policy(policy, scn.weights))
     assert sorted(r.name for r in res.jobs) == sorted(j.name for j in jobs), policy
     for r in res.jobs:

@@ -25,9 +25,8 @@ from xdscheduler.scenario import MAX_LOAD, Job, Scenario, load_scenario
 from xdscheduler.schema import Strict, said
 from xdscheduler.sim.arrivals import ARRIVALS, load_replay
 from xdscheduler.sim.cell import CellWorkload, cell_workload
-from xdscheduler.sim.inputs import StudyInputs, study_dynamics
+from xdscheduler.sim.inputs import StudyInputs
 from xdscheduler.sim.metrics import background_load, free_share, ideal_rates, summarise
-from xdscheduler.sim.truth import Truth
 
 log = logging.getLogger(__name__)
 LOG_EVERY_S = 30.0  # without a terminal, a progress line at most this often (and at the end)
@@ -125,13 +124,9 @@ def run_cell(scn: Scenario, jobs: list[Job], policy: str, seed: int, hours: floa
     """One policy over one cell's jobs and network, in this process: its figures by name, a
     class's as `fit_...` and `giant_...`."""
     view, horizon_s = ClusterView.from_scenario(scn), hours * 3600
-    dynamics = study_dynamics(scn, seed, hours)
-    # Jobs run at a truth drawn from the seed, the same for every policy of the cell; the
-    # policies decide with the nominal model and correct it from the rates they observe.
-    truth = Truth.draw(scn, jobs, seed)
-    res = run_here(
-        StudyInputs(scn, jobs, dynamics, hours, truth=truth), make_policy(policy, scn.weights)
-    )
+    inputs = StudyInputs.of_cell(scn, jobs, seed, hours)
+    dynamics = inputs.dynamics
+    res = run_here(inputs, make_policy(policy, scn.weights))
     metrics = summarise(
         res,
         scn.weights,

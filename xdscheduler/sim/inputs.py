@@ -202,6 +202,16 @@ class StudyInputs:
             scn, study_jobs(scn, hours, seed), study_dynamics(scn, seed, hours), hours, **extras
         )
 
+    @classmethod
+    def of_cell(cls, scn: Scenario, jobs: list[Job], seed: int, hours: float) -> StudyInputs:
+        """A comparison cell's `jobs` on the network and ground truth seed `seed` draws: the
+        same for every policy of the cell, which decides with the nominal model and corrects
+        it from the rates it observes."""
+        from xdscheduler.sim.truth import Truth  # imports the planner, which imports this
+
+        dynamics = study_dynamics(scn, seed, hours)
+        return cls(scn, jobs, dynamics, hours, truth=Truth.draw(scn, jobs, seed))
+
     def for_policy(self, demand: DemandPlanner | None) -> StudyInputs:
         """A copy for one policy: faults of its own to use up, the same otherwise."""
         return replace(self, faults=copy.deepcopy(self.faults), demand=demand)
