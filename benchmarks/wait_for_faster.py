@@ -131,11 +131,9 @@ def cells_of(doc: dict) -> list[tuple[float, str, list[dict]]]:
     ]
 
 
-def rows_of(doc: dict, scenario: str) -> list[list]:
-    """Per load and variant: its change against `planner` in each of FIGURES."""
-    return [
-        [scenario, f"{load:g}", v, *map(change_cell, cells)] for load, v, cells in cells_of(doc)
-    ]
+def rows_of(scenario: str, cells: list[tuple[float, str, list[dict]]]) -> list[list]:
+    """Per load and variant (`cells_of`): its change against `planner` in each of FIGURES."""
+    return [[scenario, f"{load:g}", v, *map(change_cell, changes)] for load, v, changes in cells]
 
 
 def pooled_rows(points: list[tuple[str, list[dict]]]) -> list[list]:
@@ -220,8 +218,9 @@ def kept(folders) -> dict[str, dict]:
 def report(docs: dict[str, dict], how: str) -> None:
     """The table: each scenario's points, then the points pooled where there are several
     scenarios."""
-    rows = [row for name, doc in docs.items() for row in rows_of(doc, name)]
-    points = [(v, cells) for doc in docs.values() for _, v, cells in cells_of(doc)]
+    cells = {name: cells_of(doc) for name, doc in docs.items()}
+    rows = [row for name, per in cells.items() for row in rows_of(name, per)]
+    points = [(v, changes) for per in cells.values() for _, v, changes in per]
     seeds = sorted({len(doc["grid"]["seeds"]) for doc in docs.values()})
     print_table(
         f"Waiting for a faster domain, against {BASELINE}, paired by seed, ± 95% CI over "

@@ -75,7 +75,7 @@ def test_the_table_reads_the_changes_of_the_variants_the_run_had():
             )
     waits = ["-3.3% ± 4.8%", "-10.0% ± 4.8%*", "–", "+0.1% ± 4.8%", "+2.0% ± 4.8%", "-5.0% ± 4.8%"]
     reserves = ["+3.3% ± 4.8%", "+10.0% ± 4.8%*", "–", "-0.1% ± 4.8%", "-2.0% ± 4.8%"]
-    assert wf.rows_of(doc, "five") == [
+    assert wf.rows_of("five", wf.cells_of(doc)) == [
         ["five", "0.9", old, *waits],
         ["five", "0.9", wf.RESERVING, *reserves, "+5.0% ± 4.8%"],
     ]
