@@ -259,6 +259,36 @@ def test_a_saved_comparison_is_written_again_against_another_baseline(local_grid
     assert code == 2 and "holds no saved comparison" in err
 
 
+def test_a_policy_run_later_joins_a_saved_comparison(local_grid, small_file, tmp_path, capsys):
+    _, first, _ = local_grid
+    later = tmp_path / "later"
+    alone = [*TINY[2:], "--policies", "greedy-cross-domain", "--baseline", "greedy-cross-domain"]
+    assert run(capsys, "compare", small_file, *alone, "--local", "--out", later)[0] == 0
+    joined = tmp_path / "joined"
+    code, text, _ = run(capsys, "compare", "--from", f"{later},{first}", "--out", joined, "--json")
+    doc = json.loads(text)
+    assert code == 0 and doc["grid"]["policies"] == [  # the registry's order
+        "fifo-single-domain",
+        "planner-single-domain",
+        "greedy-cross-domain",
+    ]
+    assert doc["grid"]["baseline"] == "greedy-cross-domain"  # the first's
+    assert doc["cells_run"] == 6 and "--policies fifo-single-domain," in doc["command"]
+    earlier = json.loads((first / "compare.json").read_text())["cells"]
+    assert [c for c in doc["cells"] if c["policy"] != "greedy-cross-domain"] == earlier
+    assert {p["policy"] for p in doc["paired"]} == {"fifo-single-domain", "planner-single-domain"}
+    # the same policy twice, or another grid, is refused; nothing is written over
+    code, _, err = run(capsys, "compare", "--from", f"{first},{first}", "--out", tmp_path / "x")
+    assert code == 2 and "fifo-single-domain, planner-single-domain ran in comparison 2" in err
+    other = tmp_path / "other"
+    one_seed = [alone[0], "1", *alone[2:]]  # --seeds 1
+    assert run(capsys, "compare", small_file, *one_seed, "--local", "--out", other)[0] == 0
+    code, _, err = run(capsys, "compare", "--from", f"{first},{other}", "--out", tmp_path / "y")
+    assert code == 2 and "comparison 2 ran another grid than the first (seeds differ)" in err
+    code, _, err = run(capsys, "compare", "--from", f"{later},{first}", "--out", joined)
+    assert code == 2 and "holds an earlier comparison" in err
+
+
 def test_tiny_grid_on_ray_matches_the_local_run(
     ray_session, local_grid, small_file, tmp_path, capsys
 ):

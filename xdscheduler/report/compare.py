@@ -677,3 +677,39 @@ def load(folder: Path) -> tuple[pd.DataFrame, dict]:
             f"with this version's `xds compare`"
         )
     return cells, {k: saved[k] for k in META}
+
+
+def join(saved: list[tuple[pd.DataFrame, dict]], order: list[str]) -> tuple[pd.DataFrame, dict]:
+    """Comparisons of one grid, each of its own policies (a policy added later, run alone),
+    as one: their cells together, the policies in `order` (the registry's) where it names
+    them, the first's baseline, the time and studies summed. UserError where the grids differ
+    in anything but their policies, or a policy is in two."""
+    (_, meta), *rest = saved
+    grid = {k: v for k, v in meta["grid"].items() if k not in ("policies", "baseline")}
+    policies = list(meta["grid"]["policies"])
+    for i, (_, other) in enumerate(rest, 2):
+        theirs = {k: v for k, v in other["grid"].items() if k not in ("policies", "baseline")}
+        if theirs != grid:
+            differ = sorted(k for k in grid.keys() | theirs.keys() if grid.get(k) != theirs.get(k))
+            raise UserError(
+                f"--from: comparison {i} ran another grid than the first ({', '.join(differ)} "
+                "differ); only comparisons of the same scenarios, loads, seeds and hours join"
+            )
+        twice = [p for p in other["grid"]["policies"] if p in policies]
+        if twice:
+            raise UserError(
+                f"--from: {', '.join(twice)} ran in comparison {i} and in an earlier one; "
+                "join comparisons of different policies"
+            )
+        policies += other["grid"]["policies"]
+    rank = {p: i for i, p in enumerate(order)}
+    policies.sort(key=lambda p: rank.get(p, len(rank)))
+    metas = [m for _, m in saved]
+    return pd.concat([c for c, _ in saved], ignore_index=True), {
+        **meta,
+        "grid": {**meta["grid"], "policies": policies},
+        "wall_s": sum(m["wall_s"] for m in metas),
+        "runtime": "+".join(dict.fromkeys(m["runtime"] for m in metas)),
+        "cpus": max(m["cpus"] for m in metas),
+        "cells_run": sum(m["cells_run"] for m in metas),
+    }

@@ -9,11 +9,15 @@ import logging
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from xdscheduler.arguments import SEED_LIMIT, number, seed
 from xdscheduler.errors import UserError
 from xdscheduler.scenario import MAX_LOAD
 from xdscheduler.textfile import unclaimed
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_SCENARIOS = ("five_domains.yaml", "skyplane_six_regions.yaml")
 DEFAULT_LOADS = "0.6,0.8,1.0,1.2"
@@ -98,9 +102,10 @@ def register(subparsers) -> None:
     p.add_argument(
         "--from",
         dest="saved",
-        metavar="DIR",
+        metavar="DIR[,DIR...]",
         help="run nothing: write the tables, plots (and --readme) again from the "
-        "studies saved in DIR by an earlier run, into DIR",
+        "studies saved in DIR by an earlier run, into DIR; several DIRs, runs of one grid "
+        "each with its own policies (one added later), joined into --out",
     )
     p.set_defaults(fn=cmd_compare)
 
@@ -156,24 +161,24 @@ def _scenario_paths(given: list[str]) -> list[Path]:
 
 
 def cmd_compare(args) -> None:
-    from xdscheduler.report.compare import check_out, load, write
+    from xdscheduler.report.compare import check_out, write
     from xdscheduler.report.readme import check_readme, splice_readme
     from xdscheduler.runtime.compare import Grid
 
-    saved = load(Path(args.saved)) if args.saved else None
+    if args.saved:
+        out, cells, meta = _saved(args)
     # the curve along the giants' share has a section of its own beside the table by load
-    shares = saved[1]["grid"].get("giant_shares") if saved else args.giant_shares
+    shares = meta["grid"].get("giant_shares") if args.saved else args.giant_shares
     section = "compare" if shares is None else "giants"
     if args.readme:
         check_readme(Path(args.readme), section)  # before the grid, not after it
-    if saved:
-        out, (cells, meta) = Path(args.saved), saved
+    if args.saved:
         Grid.of(**meta["grid"])  # what the tables say of it: as a run would check it
         if args.baseline:
             if args.baseline not in set(cells["policy"]):
                 raise UserError(
                     f"baseline {args.baseline!r} is not among the policies saved "
-                    f"in {out}: {', '.join(sorted(set(cells['policy'])))}"
+                    f"in {args.saved}: {', '.join(sorted(set(cells['policy'])))}"
                 )
             meta["grid"]["baseline"] = args.baseline
     else:
@@ -191,6 +196,23 @@ def cmd_compare(args) -> None:
         f"CPUs ({meta['runtime']}); files in {out}/",
         file=sys.stderr,
     )
+
+
+def _saved(args) -> tuple[Path, pd.DataFrame, dict]:
+    """Where the tables go and the saved cells and meta they read: one folder's, written into
+    it again, or several runs' of one grid joined, written into --out."""
+    from xdscheduler.registry import names
+    from xdscheduler.report.compare import join, load
+    from xdscheduler.runtime.compare import Grid
+
+    folders = [Path(f.strip()) for f in args.saved.split(",") if f.strip()]
+    if len(folders) == 1:
+        return folders[0], *load(folders[0])
+    cells, meta = join([load(f) for f in folders], names())
+    if args.baseline in set(cells["policy"]):  # one saved elsewhere: cmd_compare says so
+        meta["grid"]["baseline"] = args.baseline
+    meta["command"] = command_line(Grid.of(**meta["grid"]), args)
+    return _unclaimed(Path(args.out), args.force), cells, meta
 
 
 def _unclaimed(out: Path, force: bool) -> Path:
