@@ -274,6 +274,8 @@ def test_a_policy_run_later_joins_a_saved_comparison(local_grid, small_file, tmp
     ]
     assert doc["grid"]["baseline"] == "greedy-cross-domain"  # the first's
     assert doc["cells_run"] == 6 and "--policies fifo-single-domain," in doc["command"]
+    # in a run's order, the tables' (seed by seed, each seed's policies in the grid's order)
+    assert [c["policy"] for c in doc["cells"]] == doc["grid"]["policies"] * 2
     earlier = json.loads((first / "compare.json").read_text())["cells"]
     assert [c for c in doc["cells"] if c["policy"] != "greedy-cross-domain"] == earlier
     assert {p["policy"] for p in doc["paired"]} == {"fifo-single-domain", "planner-single-domain"}

@@ -705,7 +705,7 @@ def join(saved: list[tuple[pd.DataFrame, dict]], order: list[str]) -> tuple[pd.D
     rank = {p: i for i, p in enumerate(order)}
     policies.sort(key=lambda p: rank.get(p, len(rank)))
     metas = [m for _, m in saved]
-    return pd.concat([c for c, _ in saved], ignore_index=True), {
+    return _in_run_order(pd.concat([c for c, _ in saved], ignore_index=True), policies), {
         **meta,
         "grid": {**meta["grid"], "policies": policies},
         "wall_s": sum(m["wall_s"] for m in metas),
@@ -713,3 +713,18 @@ def join(saved: list[tuple[pd.DataFrame, dict]], order: list[str]) -> tuple[pd.D
         "cpus": max(m["cpus"] for m in metas),
         "cells_run": sum(m["cells_run"] for m in metas),
     }
+
+
+def _in_run_order(cells: pd.DataFrame, policies: list[str]) -> pd.DataFrame:
+    """Cells in the order one run of all `policies` gives them (scenario, giant share, load,
+    seed, then policy), which the tables keep: scenarios, shares and loads as first met."""
+
+    def met(column: str) -> pd.Series:
+        values = cells[column].fillna(-1.0) if column == "giant_share" else cells[column]
+        return values.map({v: i for i, v in enumerate(dict.fromkeys(values))})
+
+    keys = pd.DataFrame({c: met(c) for c in ("scenario", "giant_share", "load")})
+    keys["seed"], keys["policy"] = cells["seed"], cells["policy"].map(policies.index)
+    return cells.loc[keys.sort_values(list(keys.columns), kind="stable").index].reset_index(
+        drop=True
+    )
