@@ -14,5 +14,5 @@ def test_the_busy_cluster_makes_planner_waits_look_at_every_release():
     assert all(600 <= t <= 7200 for t, _, _ in view.releases)
     job = waiting_job()
     # the timed decision is the one that costs: planner places, planner-waits waits
-    assert decided(PlannerPolicy, job, view)[1] == "1 domain(s)"
-    assert decided(WaitsForFaster, job, view)[1] == "waits"
+    assert decided(PlannerPolicy, [job], view)[1] == "1 placed"
+    assert decided(WaitsForFaster, [job], view)[1] == "all wait"

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
+import numpy as np
+import pytest
+
+from benchmarks.bench_planner import busy, waiting_job
 from tests.test_planner import eight_b, pair
 from xdscheduler.planner.baselines import ONLINE
 from xdscheduler.planner.policies import PlannerPolicy
-from xdscheduler.planner.waiting import Hold, WaitsForFaster, soonest_finish_s
+from xdscheduler.planner.search import evaluate_space
+from xdscheduler.planner.waiting import (
+    RELEASES_LOOKED_AT,
+    Hold,
+    WaitsForFaster,
+    picks,
+    soonest_finish_s,
+)
 from xdscheduler.registry import make_policy
 from xdscheduler.scenario import Weights
 
@@ -92,3 +104,57 @@ def test_the_bound_holds_whatever_a_variant_does_on_a_wait():
     quiet = Quiet(Weights())
     assert quiet.decide([job], held(600.0), 0.0) == []
     assert quiet.waits_until == {job.name: 600.0}
+
+
+def one_domain_at_a_time(job, view, weights, options, now_s, limit_s):
+    """The look-ahead as first written: a search of each domain alone at each release, in
+    order, skipping what cannot beat the best so far. `soonest_finish_s` must agree."""
+    best, hold = limit_s, None
+    for d, domain in enumerate(view.domains):
+        looked = 0
+        for t, have in view.freeing(d, domain.available):
+            if have < job.gpus_min or t - now_s >= best:
+                continue
+            looked += 1
+            if looked > RELEASES_LOOKED_AT:
+                break
+            alone = {
+                x.name: min(have, x.schedulable) if i == d else 0
+                for i, x in enumerate(view.domains)
+            }
+            ev = evaluate_space(job, view.with_free(alone), weights, options)
+            if ev is not None:
+                i = int(np.argmax(ev.terms["objective"]))
+                if (finish := t - now_s + job.tokens / float(ev.terms["tokens_per_s"][i])) < best:
+                    best, hold = finish, Hold(d, t, int(ev.gpus[i].sum()))
+    return best, hold
+
+
+@pytest.mark.parametrize("domains", [3, 8, 16])
+def test_searching_a_rounds_domains_together_finds_what_each_alone_would(domains):
+    """Alike domains (16: two of each accelerator, some equally free) are searched apart, and
+    the first domain of equal finishes wins, as one domain at a time."""
+    rng = np.random.default_rng(domains)
+    jobs = (waiting_job(), replace(waiting_job(), gpus_min=8, tokens=2e9), eight_b(8, 128))
+    for seed in range(3):
+        view = busy(domains, seed)
+        free = {x.name: int(rng.choice([0, 16, 32, 64])) for x in view.domains}
+        for v in (view, view.with_free(free)):
+            for job, limit_s in itertools.product(jobs, (3600.0, 86400.0, 1e7)):
+                want = one_domain_at_a_time(job, v, Weights(), SINGLE, 0.0, limit_s)
+                assert soonest_finish_s(job, v, Weights(), SINGLE, 0.0, limit_s) == want
+
+
+def test_each_domain_searched_together_gets_the_plan_it_would_get_alone():
+    """With a slow fabric in every other domain and utilisation weighed high, a plan's R
+    depends on the fastest plan it is scored against: each domain's among its own."""
+    view = busy(8)
+    slow = tuple(replace(x, scaleout_gbps=5.0) if i % 2 else x for i, x in enumerate(view.domains))
+    view, have = replace(view, domains=slow), dict.fromkeys(range(8), 64)
+    weights, job = Weights(efficiency=0.3, utilization=1.0, cost=0.3), eight_b(8, 128)
+    together = picks(job, view, have, weights, SINGLE)
+    for d in have:
+        alone = {x.name: 64 if i == d else 0 for i, x in enumerate(view.domains)}
+        ev = evaluate_space(job, view.with_free(alone), weights, SINGLE)
+        i = int(np.argmax(ev.terms["objective"]))
+        assert together[d] == (float(ev.terms["tokens_per_s"][i]), int(ev.gpus[i].sum()))

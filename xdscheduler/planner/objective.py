@@ -19,7 +19,15 @@ import numpy as np
 from xdscheduler.cache import BoundedCache
 from xdscheduler.scenario import Weights
 
-__all__ = ["Objective", "TypicalWork", "Weights", "pareto_mask", "score", "study_weights"]
+__all__ = [
+    "Objective",
+    "TypicalWork",
+    "Weights",
+    "pareto_mask",
+    "score",
+    "study_weights",
+    "weighed",
+]
 
 
 @dataclass(frozen=True)
@@ -47,13 +55,10 @@ def score(
     accelerators each holds."""
     step = est.step_time_s
     tokens_per_s = job.global_batch * job.seq / step
-    efficiency = tokens_per_s / tokens_per_s.max()
     utilization = est.model_flops / step / held_flops
     wan_cost = est.cross_domain_bytes / 1e9 * wan_price_per_gb * 3600 / step
     cost = wan_cost / np.maximum(gpu_cost, 1e-9)
-    objective = (
-        weights.efficiency * efficiency + weights.utilization * utilization - weights.cost * cost
-    )
+    efficiency, objective = weighed(tokens_per_s, utilization, cost, weights)
     return {
         "tokens_per_s": tokens_per_s,
         "efficiency": efficiency,
@@ -62,6 +67,17 @@ def score(
         "wan_cost_per_hour": wan_cost,
         "objective": objective,
     }
+
+
+def weighed(
+    tokens_per_s: np.ndarray, utilization: np.ndarray, cost: np.ndarray, weights: Weights
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each candidate's efficiency, against the fastest of those given, and its R."""
+    efficiency = tokens_per_s / tokens_per_s.max()
+    objective = (
+        weights.efficiency * efficiency + weights.utilization * utilization - weights.cost * cost
+    )
+    return efficiency, objective
 
 
 def pareto_mask(throughput: np.ndarray, utilization: np.ndarray, cost: np.ndarray) -> np.ndarray:
