@@ -207,7 +207,7 @@ class StudyInputs:
         """A comparison cell's `jobs` on the network and ground truth seed `seed` draws: the
         same for every policy of the cell, which decides with the nominal model and corrects
         it from the rates it observes."""
-        from xdscheduler.sim.truth import Truth  # imports the planner, which imports this
+        from xdscheduler.sim.truth import Truth  # loads the plan search: 0.1 s, only here
 
         dynamics = study_dynamics(scn, seed, hours)
         return cls(scn, jobs, dynamics, hours, truth=Truth.draw(scn, jobs, seed))
