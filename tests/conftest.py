@@ -6,6 +6,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,11 @@ def pytest_configure(config):
     socket paths live under it."""
     if "RAY_TMPDIR" not in os.environ:
         config.own_ray_tmpdir = os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="xds-tests-")
+    # A run started in the background of a script (`pytest &`) ignores Ctrl-C, and so would
+    # every process it starts: the tests that press Ctrl-C on `xds` need it as a terminal
+    # sends it to a command in the foreground.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_unconfigure(config):
