@@ -24,7 +24,7 @@ from xdscheduler.report.compare import (
     summary,
 )
 from xdscheduler.report.readme import splice_readme
-from xdscheduler.runtime.cli import parse_seeds
+from xdscheduler.runtime.cli import parse_seeds, provenance
 from xdscheduler.scenario import default_scenario_path, load_scenario, parse_scenario
 from xdscheduler.sim.arrivals import Replay, arrival_times_s, load_replay, window
 from xdscheduler.sim.cell import cell_workload
@@ -274,6 +274,9 @@ def test_a_policy_run_later_joins_a_saved_comparison(local_grid, small_file, tmp
     ]
     assert doc["grid"]["baseline"] == "greedy-cross-domain"  # the first's
     assert doc["cells_run"] == 6 and "--policies fifo-single-domain," in doc["command"]
+    assert provenance(doc).endswith("in 2 runs joined (--from).")
+    again = json.loads(run(capsys, "compare", "--from", joined, "--json")[1])
+    assert again["runs"] == 2 and again["cells"] == doc["cells"]  # written again, still joined
     # in a run's order, the tables' (seed by seed, each seed's policies in the grid's order)
     assert [c["policy"] for c in doc["cells"]] == doc["grid"]["policies"] * 2
     earlier = json.loads((first / "compare.json").read_text())["cells"]

@@ -676,7 +676,8 @@ def load(folder: Path) -> tuple[pd.DataFrame, dict]:
             f"{folder}/compare.json lacks {', '.join(missing)}: write it again "
             f"with this version's `xds compare`"
         )
-    return cells, {k: saved[k] for k in META}
+    runs = {"runs": saved["runs"]} if "runs" in saved else {}  # a join's, of earlier runs
+    return cells, {k: saved[k] for k in META} | runs
 
 
 def join(saved: list[tuple[pd.DataFrame, dict]], order: list[str]) -> tuple[pd.DataFrame, dict]:
@@ -712,6 +713,7 @@ def join(saved: list[tuple[pd.DataFrame, dict]], order: list[str]) -> tuple[pd.D
         "runtime": "+".join(dict.fromkeys(m["runtime"] for m in metas)),
         "cpus": max(m["cpus"] for m in metas),
         "cells_run": sum(m["cells_run"] for m in metas),
+        "runs": sum(m.get("runs", 1) for m in metas),
     }
 
 

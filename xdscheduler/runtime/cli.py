@@ -274,7 +274,8 @@ def provenance(meta: dict) -> str:
         f"{', '.join(map(str, grid['loads']))}, {len(grid['seeds'])} seeds, "
         f"{grid['hours']:g} h of {grid['arrivals']} arrivals per study, "
         f"{meta['cells_run']} studies in {meta['wall_s'] / 60:.0f} min on {meta['cpus']} "
-        f"CPUs ({meta['runtime']})."
+        f"CPUs ({meta['runtime']})"
+        + (f", in {meta['runs']} runs joined (--from)." if meta.get("runs", 1) > 1 else ".")
     )
 
 
