@@ -683,8 +683,9 @@ def load(folder: Path) -> tuple[pd.DataFrame, dict]:
 def join(saved: list[tuple[pd.DataFrame, dict]], order: list[str]) -> tuple[pd.DataFrame, dict]:
     """Comparisons of one grid, each of its own policies (a policy added later, run alone),
     as one: their cells together, the policies in `order` (the registry's) where it names
-    them, the first's baseline, the time and studies summed. UserError where the grids differ
-    in anything but their policies, or a policy is in two."""
+    them, the first's baseline, the time and studies summed, and no command yet (the report
+    names the one that runs them as one). UserError where the grids differ in anything but
+    their policies, or a policy is in two."""
     (_, meta), *rest = saved
     grid = {k: v for k, v in meta["grid"].items() if k not in ("policies", "baseline")}
     policies = list(meta["grid"]["policies"])
@@ -709,6 +710,7 @@ def join(saved: list[tuple[pd.DataFrame, dict]], order: list[str]) -> tuple[pd.D
     return _in_run_order(pd.concat([c for c, _ in saved], ignore_index=True), policies), {
         **meta,
         "grid": {**meta["grid"], "policies": policies},
+        "command": None,
         "wall_s": sum(m["wall_s"] for m in metas),
         "runtime": "+".join(dict.fromkeys(m["runtime"] for m in metas)),
         "cpus": max(m["cpus"] for m in metas),
@@ -726,7 +728,8 @@ def _in_run_order(cells: pd.DataFrame, policies: list[str]) -> pd.DataFrame:
         return values.map({v: i for i, v in enumerate(dict.fromkeys(values))})
 
     keys = pd.DataFrame({c: met(c) for c in ("scenario", "giant_share", "load")})
-    keys["seed"], keys["policy"] = cells["seed"], cells["policy"].map(policies.index)
+    rank = {p: i for i, p in enumerate(policies)}
+    keys["seed"], keys["policy"] = cells["seed"], cells["policy"].map(rank)
     return cells.loc[keys.sort_values(list(keys.columns), kind="stable").index].reset_index(
         drop=True
     )

@@ -173,7 +173,6 @@ def cmd_compare(args) -> None:
     if args.readme:
         check_readme(Path(args.readme), section)  # before the grid, not after it
     if args.saved:
-        Grid.of(**meta["grid"])  # what the tables say of it: as a run would check it
         if args.baseline:
             if args.baseline not in set(cells["policy"]):
                 raise UserError(
@@ -181,6 +180,9 @@ def cmd_compare(args) -> None:
                     f"in {args.saved}: {', '.join(sorted(set(cells['policy'])))}"
                 )
             meta["grid"]["baseline"] = args.baseline
+        grid = Grid.of(**meta["grid"])  # what the tables say of it: as a run would check it
+        if meta["command"] is None:  # runs joined: the command that runs them as one
+            meta["command"] = command_line(grid, args)
     else:
         grid = _grid(args)  # every argument checked, then the output, before any study runs
         out, (cells, meta) = check_out(_unclaimed(Path(args.out), args.force)), _run(args, grid)
@@ -203,15 +205,11 @@ def _saved(args) -> tuple[Path, pd.DataFrame, dict]:
     it again, or several runs' of one grid joined, written into --out."""
     from xdscheduler.registry import names
     from xdscheduler.report.compare import join, load
-    from xdscheduler.runtime.compare import Grid
 
     folders = [Path(f.strip()) for f in args.saved.split(",") if f.strip()]
     if len(folders) == 1:
         return folders[0], *load(folders[0])
     cells, meta = join([load(f) for f in folders], names())
-    if args.baseline in set(cells["policy"]):  # one saved elsewhere: cmd_compare says so
-        meta["grid"]["baseline"] = args.baseline
-    meta["command"] = command_line(Grid.of(**meta["grid"]), args)
     return _unclaimed(Path(args.out), args.force), cells, meta
 
 
