@@ -12,7 +12,7 @@ On a machine with a CUDA GPU (writes the measurements to OUT):
      matmuls; each run's median step time and peak memory go to OUT/steps.json.
 
 Anywhere (reads a folder of such measurements; default benchmarks/gpu_runs, measured on one
-H100 and committed):
+H100 and committed; benchmarks/gpu_runs/h200 on one H200):
 
     python -m benchmarks.gpu_steps [DIR]
 
@@ -29,13 +29,13 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from benchmarks._table import print_table
 
 RUNS = Path(__file__).parent / "gpu_runs"
-ACCELERATOR = "H100-SXM"  # the catalog's name for the GPU the committed runs were measured on
 STACK = "plain-dp"  # one process, the whole optimizer state, no recomputation
 # (model, dtype): the micro-batches and accumulation counts trained
 CASES = {
@@ -47,12 +47,23 @@ CASES = {
 WARMUP, TIMED = 3, 6
 
 
-# whose layers the profile times: our Megatron-like block, or transformers' GPT-2 modules
-IMPLEMENTATIONS = {"xds": "our block", "hf-gpt2": "transformers' GPT-2 modules"}
+class Profiled(NamedTuple):
+    """A kind of layer profile: whose layers it times, and how many run at once."""
+
+    implementation: str  # xds: our Megatron-like block; hf-gpt2: transformers' GPT-2 modules
+    chain: int
+    label: str
 
 
-def profile_name(model: str, dtype: str, implementation: str) -> str:
-    return f"profile-{model}-{dtype}-{implementation}.yaml"
+PROFILES = {
+    "xds": Profiled("xds", 1, "our block"),
+    "hf-gpt2": Profiled("hf-gpt2", 1, "transformers' GPT-2 modules"),
+    "hf-gpt2-chain4": Profiled("hf-gpt2", 4, "transformers' GPT-2 modules, 4 run at once"),
+}
+
+
+def profile_name(model: str, dtype: str, kind: str) -> str:
+    return f"profile-{model}-{dtype}-{kind}.yaml"
 
 
 # ------------------------------------------------------------------------------ measure
@@ -74,11 +85,12 @@ def measure(out: Path, quick: bool) -> None:
             continue
         if quick:
             mbs, accums = mbs[:1], (1, 2)
-        for implementation in IMPLEMENTATIONS:
-            name = profile_name(model, dtype, implementation)
+        for kind, profiled in PROFILES.items():
+            name = profile_name(model, dtype, kind)
             argv = ["layers", "measure", "--model", model, "--dtype", dtype, "--force"]
             argv += ["--micro-batch", ",".join(map(str, mbs)), "--attention", "fused"]
-            argv += ["--implementation", implementation, "--stack", STACK]
+            argv += ["--implementation", profiled.implementation, "--stack", STACK]
+            argv += ["--chain", str(profiled.chain)]
             argv += ["--out", str(out / name)]
             argv += [] if cuda else ["--device", "cpu", "--accelerator", "H100-SXM"]
             argv += ["--seq", str(seq)] if seq else []
@@ -181,11 +193,11 @@ def compare(folder: Path) -> None:
     from xdscheduler.costmodel.steptime import estimate
 
     found = json.loads((folder / "steps.json").read_text())
-    kinds = {i: f"ours, a profile of {what}" for i, what in IMPLEMENTATIONS.items()}
+    kinds = {k: f"ours, a profile of {p.label}" for k, p in PROFILES.items()}
     kinds["roofline"] = "ours, roofline alone"
     rows, left_out = [], []
     errs: dict[str, list[float]] = {k: [] for k in kinds}
-    hw, stack = Hardware.of(catalog.accelerator(ACCELERATOR)), Stack.preset(STACK)
+    hw, stack = Hardware.of(catalog.accelerator(accelerator_of(folder))), Stack.preset(STACK)
     for run in found["runs"]:
         if run.get("out_of_memory"):
             left_out.append(
@@ -241,6 +253,16 @@ def compare(folder: Path) -> None:
     )
     if left_out:
         print(f"left out, out of memory when measured: {', '.join(left_out)}")
+
+
+def accelerator_of(folder: Path) -> str:
+    """The catalog accelerator the folder's profiles were measured as (a CPU's quick try
+    names one)."""
+    from xdscheduler.costmodel.layers import LayerProfile
+
+    for path in sorted(folder.glob(profile_name("*", "*", "*"))):
+        return LayerProfile.load(path).accelerator
+    sys.exit(f"no layer profiles in {folder}: measure them with --measure")
 
 
 def main(argv: list[str] | None = None) -> None:

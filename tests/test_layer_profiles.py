@@ -513,6 +513,76 @@ def test_the_gpu_steps_benchmark_reads_the_committed_h100_runs(capsys):
     first = out.splitlines()[0]
     assert "training steps of a Hugging Face GPT-2 measured on NVIDIA H100" in first
     assert "ours, a profile of transformers' GPT-2 modules" in out and "roofline alone" in out
+    assert gpu_steps.accelerator_of(gpu_steps.RUNS) == "H100-SXM"
+
+
+def test_the_gpu_steps_benchmark_reads_the_committed_h200_runs(capsys):
+    """One H200's measurements, with profiles of layers timed alone and four at once: each
+    estimate is made on the H200's own figures, and the chained profile leads."""
+    from benchmarks import gpu_steps
+
+    folder = gpu_steps.RUNS / "h200"
+    assert gpu_steps.accelerator_of(folder) == "H200"
+    gpu_steps.main([str(folder)])
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("ours, a profile of transformers' GPT-2 modules, 4 run at once:")
+    assert "20 training steps of a Hugging Face GPT-2 measured on NVIDIA H200" in first
+
+
+class CountingClock:
+    """One second a timed call, whatever it is: what a layer is charged is then its share."""
+
+    cuda = False
+
+    def __init__(self, device):
+        pass
+
+    def __call__(self, fn) -> float:
+        fn()
+        return 1.0
+
+
+@pytest.mark.parametrize("implementation", ["xds", "hf-gpt2"])
+def test_a_layer_is_timed_as_its_share_of_layers_run_at_once(monkeypatch, implementation):
+    """`--chain N`: N distinct blocks run back to back, each layer charged 1/N of the run (a
+    whole step hides the launch latency a block timed alone pays); the embedding and the
+    output block are timed once."""
+    if implementation == "hf-gpt2":
+        pytest.importorskip("transformers", reason="the hf extra is not installed")
+    import torch
+
+    from xdscheduler.live import layer_timer
+
+    arch = catalog.ModelArch("tiny", 2, 64, 256, 4, 4, 128, 32, False, True)
+    shape = Shape.of(arch, 32)
+    cpu = torch.device("cpu")
+    one, three = (
+        layer_timer._blocks(shape, 1, "fp32", cpu, True, implementation, chain)[0]["layer"]
+        for chain in (1, 3)
+    )
+    params = [{id(p) for p in m.parameters()} for m in (one, three)]
+    assert len(params[1]) == 3 * len(params[0])  # three blocks of their own, not one reused
+    monkeypatch.setattr(layer_timer, "Clock", CountingClock)
+    got = {
+        chain: layer_timer.measure(
+            arch,
+            micro_batches=[1],
+            tp=1,
+            dtype="fp32",
+            accelerator="H100-SXM",
+            device="cpu",
+            repeats=1,
+            fused_attention=True,
+            implementation=implementation,
+            chain=chain,
+        )
+        for chain in (1, 3)
+    }
+    (alone,), (chained,) = got[1].timings, got[3].timings
+    assert alone.layer_fwd_s == alone.layer_bwd_s == 1.0
+    assert chained.layer_fwd_s == chained.layer_bwd_s == pytest.approx(1 / 3)
+    assert chained.first_fwd_s == chained.last_bwd_s == 1.0
+    assert "a share of 3 run at once" in got[3].source and "share" not in got[1].source
 
 
 def scaled(p: LayerProfile, k: float, accelerator: str) -> LayerProfile:

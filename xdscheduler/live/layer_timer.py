@@ -12,6 +12,10 @@ without the all-reduces: the profile says so and the model adds its own. The opt
 is AdamW over a known number of parameters; the memory a block keeps for its backward pass is
 what the allocator holds after its forward (GPU only).
 
+`chain` layers are timed as one run of that many distinct blocks, each layer's time the run's
+share: a block timed alone between two synchronisations pays the kernel-launch latency that a
+whole model's step hides behind the previous block's kernels, and so overstates small shapes.
+
 `implementation="hf-gpt2"` times Hugging Face transformers' own GPT-2 modules of the model's
 shape instead (its block, its token and position tables, its final norm, output layer and
 loss), with fp32 weights under autocast in 16-bit, as its Trainer runs them: a profile of
@@ -138,13 +142,15 @@ def hf_gpt2_config(shape: Shape, layers: int, fused_attention: bool = True, tp: 
     )
 
 
-def hf_gpt2_blocks(shape: Shape, tp: int, fused_attention: bool) -> dict[str, nn.Module]:
-    """transformers' GPT-2 modules of `shape`: embedding, one block, output and loss."""
-    config = hf_gpt2_config(shape, 1, fused_attention, tp)
+def hf_gpt2_blocks(
+    shape: Shape, tp: int, fused_attention: bool, chain: int = 1
+) -> dict[str, nn.Module]:
+    """transformers' GPT-2 modules of `shape`: embedding, `chain` blocks, output and loss."""
+    config = hf_gpt2_config(shape, chain, fused_attention, tp)
     from transformers import GPT2LMHeadModel
 
     net = GPT2LMHeadModel(config)
-    return {"first": HFEmbedding(net), "layer": HFBlock(net), "last": HFOutput(net)}
+    return {"first": HFEmbedding(net), "layer": HFBlocks(net), "last": HFOutput(net)}
 
 
 class HFEmbedding(nn.Module):
@@ -161,14 +167,16 @@ class HFEmbedding(nn.Module):
         return self.drop(self.wte(ids) + self.wpe(pos))
 
 
-class HFBlock(nn.Module):
+class HFBlocks(nn.Module):
     def __init__(self, net: Any):  # a GPT2LMHeadModel (transformers: untyped here)
         super().__init__()
-        self.block = net.transformer.h[0]
+        self.blocks = net.transformer.h
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.block(x)  # causal, as in the whole model: no mask to pad
-        return out[0] if isinstance(out, tuple) else out
+        for block in self.blocks:
+            out = block(x)  # causal, as in the whole model: no mask to pad
+            x = out[0] if isinstance(out, tuple) else out
+        return x
 
 
 class HFOutput(nn.Module):
@@ -273,8 +281,10 @@ def measure(
     stack: str = "megatron-2021",
     seq: int | None = None,
     implementation: str = "xds",
+    chain: int = 4,
 ) -> LayerProfile:
-    """The layer profile of `arch` on this machine's device."""
+    """The layer profile of `arch` on this machine's device, each layer timed as a share of a
+    run of `chain` blocks."""
     dev = _device(device)
     if arch.heads % tp or arch.ffn_hidden % tp:
         raise UserError(
@@ -286,7 +296,7 @@ def measure(
     shape = Shape.of(arch, seq)
     clock = Clock(dev)
     torch.manual_seed(0)
-    blocks, torch_dtype = _blocks(shape, tp, dtype, dev, fused_attention, implementation)
+    blocks, torch_dtype = _blocks(shape, tp, dtype, dev, fused_attention, implementation, chain)
     vocab = -(-shape.vocab // tp)  # one TP shard's rows
     warm_up(dev)
     timings: list[LayerTiming] = []
@@ -305,7 +315,8 @@ def measure(
 
         t = {}
         for key, make in (("first", ids), ("layer", hidden), ("last", head)):
-            t[key] = time_block(blocks[key], make, clock, repeats)
+            share = chain if key == "layer" else 1
+            t[key] = tuple(x / share for x in time_block(blocks[key], make, clock, repeats))
             kept.setdefault(key, []).append(t[key][2] / mb)
         timings.append(
             LayerTiming(
@@ -335,7 +346,8 @@ def measure(
             f"allow_tf32={torch.backends.cuda.matmul.allow_tf32}; "
             f"{_what(implementation, dtype)}; "
             f"{'fused' if fused_attention else 'unfused'} attention; {repeats} repeats, "
-            f"median; TP {tp} timed as one rank's shard without its all-reduces)"
+            f"median; {_chained(chain)}TP {tp} timed as one rank's shard without its "
+            "all-reduces)"
         ),
         optimizer_s_per_param=time_optimizer(dev, clock, repeats),
         tp_comm_timed=tp == 1,
@@ -366,12 +378,17 @@ def _set_precision(dev: torch.device, dtype: str) -> str:
     return "tf32" if dev.type == "cuda" and torch.backends.cuda.matmul.allow_tf32 else "fp32"
 
 
-def _blocks(shape, tp, dtype, dev, fused_attention, implementation):
-    """The three blocks to time on `dev`, and the dtype of the activations they take."""
+def _chained(chain: int) -> str:
+    return f"a layer's time a share of {chain} run at once; " if chain > 1 else ""
+
+
+def _blocks(shape, tp, dtype, dev, fused_attention, implementation, chain):
+    """The three blocks to time on `dev` (the middle one `chain` layers), and the dtype of
+    the activations they take."""
     if implementation == "xds":
         made = {
             "first": Embedding(shape, tp),
-            "layer": Block(shape, tp, fused_attention),
+            "layer": nn.Sequential(*(Block(shape, tp, fused_attention) for _ in range(chain))),
             "last": Output(shape, tp),
         }
         return {k: m.to(dev, TORCH_DTYPES[dtype]) for k, m in made.items()}, TORCH_DTYPES[dtype]
@@ -379,7 +396,7 @@ def _blocks(shape, tp, dtype, dev, fused_attention, implementation):
         raise UserError(
             f"unknown implementation {implementation!r}; one of {', '.join(IMPLEMENTATIONS)}"
         )
-    made = {k: m.to(dev) for k, m in hf_gpt2_blocks(shape, tp, fused_attention).items()}
+    made = {k: m.to(dev) for k, m in hf_gpt2_blocks(shape, tp, fused_attention, chain).items()}
     if dtype in ("bf16", "fp16"):  # fp32 weights and residual stream, 16-bit matmuls
         made = {k: Autocast(m, dev, TORCH_DTYPES[dtype]) for k, m in made.items()}
     return made, torch.float32

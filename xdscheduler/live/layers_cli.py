@@ -85,6 +85,14 @@ def register(subparsers) -> None:
     )
     m.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     m.add_argument("--repeats", type=number(int, 1, 1000), default=5)
+    m.add_argument(
+        "--chain",
+        type=number(int, 1, 64),
+        default=4,
+        metavar="N",
+        help="time N layers run at once, each its share: a whole step hides the launch "
+        "latency a block timed alone pays (default 4)",
+    )
     _output(m)
     m.set_defaults(fn=cmd_measure)
 
@@ -180,6 +188,7 @@ def cmd_measure(args) -> None:
         stack=_stack(args.stack),
         seq=args.seq,
         implementation=args.implementation,
+        chain=args.chain,
     )
     profile.save(out)
     _report(profile, out, args.json)
