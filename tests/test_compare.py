@@ -292,6 +292,13 @@ def test_a_policy_run_later_joins_a_saved_comparison(local_grid, small_file, tmp
     assert code == 2 and "comparison 2 ran another grid than the first (seeds differ)" in err
     code, _, err = run(capsys, "compare", "--from", f"{later},{first}", "--out", joined)
     assert code == 2 and "holds an earlier comparison" in err
+    edited = tmp_path / "edited"  # its scenario file listed other jobs when it ran
+    shutil.copytree(later, edited)
+    meta = json.loads((edited / "compare.json").read_text())
+    meta["listed_jobs"] = {s: n + 1 for s, n in meta["listed_jobs"].items()} or {"small": 1}
+    (edited / "compare.json").write_text(json.dumps(meta))
+    code, _, err = run(capsys, "compare", "--from", f"{edited},{first}", "--out", tmp_path / "z")
+    assert code == 2 and "(listed jobs differ)" in err
 
 
 def test_tiny_grid_on_ray_matches_the_local_run(

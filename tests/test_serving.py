@@ -417,7 +417,7 @@ def test_xds_serve_serves_until_stopped(tmp_path):
         time.sleep(3)
         assert answers_within(proc, port, 60), "xds serve stopped serving on its own"
         proc.send_signal(signal.SIGINT)
-        assert stopped(proc, 60) == 0, f"xds serve did not end cleanly on Ctrl-C: {said(proc)}"
+        assert stopped(proc, 60) == 0, f"xds serve did not end cleanly on Ctrl-C: {proc.said()}"
         assert not healthy(port)
     finally:
         if proc.poll() is None:
@@ -441,7 +441,7 @@ def test_xds_serve_with_replicas_answers_through_haproxy_and_leaves_nothing():
         assert os.path.isdir(folder) and "xds-haproxy-" in folder
         time.sleep(5)  # past its own wait for the app: serving
         proc.send_signal(signal.SIGTERM)
-        assert stopped(proc, 90) == 0, f"xds serve did not end cleanly on SIGTERM: {said(proc)}"
+        assert stopped(proc, 90) == 0, f"xds serve did not end cleanly on SIGTERM: {proc.said()}"
         assert not healthy(port)
         assert not [p for p in haproxies if haproxy_cmdline(p)], "HAProxy outlived xds serve"
         assert not os.path.exists(folder)
@@ -461,22 +461,34 @@ def haproxy_cmdline(p) -> list[str]:
         return []
 
 
-def xds_serve(port: int, *flags: str, timeout_s: float = 180) -> subprocess.Popen:
-    """`xds serve` on `port` (with `flags`) in a process of its own, once it answers; what it
-    said in the failure's message when it does not."""
-    log = tempfile.TemporaryFile()  # noqa: SIM115  (written by the process while it serves)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "xdscheduler.cli", "serve", "--port", str(port), *flags],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    proc.said = log  # type: ignore[attr-defined]
+class Served(subprocess.Popen):
+    """`xds serve` on `port` (with `flags`) in a process of its own, what it writes kept in a
+    file for a failure's message."""
+
+    def __init__(self, port: int, *flags: str):
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115  (written while it serves)
+        super().__init__(
+            [sys.executable, "-m", "xdscheduler.cli", "serve", "--port", str(port), *flags],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def said(self) -> str:
+        """The last of what it wrote."""
+        self.log.seek(0)
+        return "it said:\n" + self.log.read().decode(errors="replace")[-3000:]
+
+
+def xds_serve(port: int, *flags: str, timeout_s: float = 180) -> Served:
+    """`xds serve` on `port` (with `flags`), once it answers; what it said in the failure's
+    message when it does not."""
+    proc = Served(port, *flags)
     if not answers_within(proc, port, timeout_s):
         proc.kill()
         proc.wait()
         pytest.fail(
             f"xds serve {' '.join(flags)} did not answer within {timeout_s:.0f} s "
-            f"(exit {proc.returncode}); {said(proc)}"
+            f"(exit {proc.returncode}); {proc.said()}"
         )
     return proc
 
@@ -487,12 +499,6 @@ def stopped(proc: subprocess.Popen, patience_s: float) -> int | None:
         return proc.wait(timeout=patience_s)
     except subprocess.TimeoutExpired:
         return None
-
-
-def said(proc: subprocess.Popen) -> str:
-    """The last of what an `xds_serve` process wrote, for a failure's message."""
-    proc.said.seek(0)  # type: ignore[attr-defined]
-    return "it said:\n" + proc.said.read().decode(errors="replace")[-3000:]  # type: ignore[attr-defined]
 
 
 def answers_within(proc: subprocess.Popen, port: int, patience_s: float) -> bool:

@@ -687,11 +687,9 @@ def join(saved: list[tuple[pd.DataFrame, dict]], order: list[str]) -> tuple[pd.D
     names the one that runs them as one). UserError where the grids differ in anything but
     their policies, or a policy is in two."""
     (_, meta), *rest = saved
-    grid = {k: v for k, v in meta["grid"].items() if k not in ("policies", "baseline")}
-    policies = list(meta["grid"]["policies"])
+    grid, policies = _grid_of(meta), list(meta["grid"]["policies"])
     for i, (_, other) in enumerate(rest, 2):
-        theirs = {k: v for k, v in other["grid"].items() if k not in ("policies", "baseline")}
-        if theirs != grid:
+        if (theirs := _grid_of(other)) != grid:
             differ = sorted(k for k in grid.keys() | theirs.keys() if grid.get(k) != theirs.get(k))
             raise UserError(
                 f"--from: comparison {i} ran another grid than the first ({', '.join(differ)} "
@@ -717,6 +715,13 @@ def join(saved: list[tuple[pd.DataFrame, dict]], order: list[str]) -> tuple[pd.D
         "cells_run": sum(m["cells_run"] for m in metas),
         "runs": sum(m.get("runs", 1) for m in metas),
     }
+
+
+def _grid_of(meta: dict) -> dict:
+    """What two runs must share to join: their grid but the policies, and the jobs their
+    scenarios listed (a scenario file edited between the runs lists others)."""
+    grid = {k: v for k, v in meta["grid"].items() if k not in ("policies", "baseline")}
+    return grid | {"listed jobs": meta["listed_jobs"]}
 
 
 def _in_run_order(cells: pd.DataFrame, policies: list[str]) -> pd.DataFrame:
