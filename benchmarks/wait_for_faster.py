@@ -3,19 +3,22 @@
 `planner` starts a job that one domain holds on the best placement free now, however slow;
 `planner-waits` (`xdscheduler.planner.waiting`) lets it wait where the running jobs' expected
 ends free a domain on which it would finish in at most WAIT_GAIN of its time here, at most
-until the release it first waited for. Beside them, two variants of this benchmark only:
-`planner-waits-unbounded` waits alike for as long as a domain frees soon, and
+until the release it first waited for. Beside them, three variants of this benchmark only:
+`planner-waits-unbounded` waits alike for as long as a domain frees soon;
 `planner-reserves-faster` waits alike and reserves what the job will need of that domain at
 its expected release: until then a job is placed there only where it ends before the release
 or takes no more than the release spares (Slurm's EASY backfill, one reservation per waiting
-job).
+job); `planner-waits-reserves-largest` is `planner-waits` with one reservation, for the largest
+queued job that nothing free holds now: no other job bets on the domain expected to free it
+first.
 
     python -m benchmarks.wait_for_faster [--scenarios scenarios/five_domains.yaml,...]
-        [--seeds 10] [--loads 0.9,1.2] [--hours 12] [--out DIR]
+        [--seeds 10] [--loads 0.9,1.2] [--hours 12] [--variants NAME,...] [--out DIR]
     python -m benchmarks.wait_for_faster --from DIR[,DIR...]   # report kept runs, together
 
-Each scenario's `planner`, `planner-waits` and the variants, paired by seed (`xds compare
---local`, the variants registered in this process only); ~25 min for the defaults on one core.
+Each scenario's `planner`, `planner-waits` and the variants (`--variants`: those named),
+paired by seed (`xds compare --local`, the variants registered in this process only); ~30 min
+for the defaults on one core.
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ from xdscheduler.report.compare import mean_ci
 log = logging.getLogger("benchmarks.wait_for_faster")
 BASELINE, SHIPPED = "planner", "planner-waits"
 UNBOUNDED, RESERVING = "planner-waits-unbounded", "planner-reserves-faster"
-VARIANTS = (SHIPPED, UNBOUNDED, RESERVING)
+FOR_LARGEST = "planner-waits-reserves-largest"
+VARIANTS = (SHIPPED, UNBOUNDED, RESERVING, FOR_LARGEST)
 SCENARIOS = "scenarios/five_domains.yaml,scenarios/skyplane_six_regions.yaml"
 COLUMNS = {  # figure -> its column in the table
     "mean_jct_s": "all JCT",
@@ -110,10 +114,48 @@ class ReservesFaster(WaitsForFaster):
         )
 
 
+@dataclass
+class ReservesForLargest(WaitsForFaster):
+    """`planner-waits`, keeping for the largest queued job that one domain holds but none has
+    free now the domain expected to free its minimum first: no other job bets on that domain
+    (EASY backfill's one reservation, for the job that the smaller jobs' bets would delay)."""
+
+    reserved: tuple[str, int] | None = None  # (the job, its domain)
+
+    def decide(self, queue: list[JobSpec], view: ClusterView, now_s: float):
+        self.reserved = largest_blocked(queue, view)
+        return super().decide(queue, view, now_s)
+
+    def may_bet(self, job: JobSpec, hold: Hold) -> bool:
+        if self.reserved is None:
+            return True
+        name, domain = self.reserved
+        return job.name == name or hold.domain != domain
+
+
+def largest_blocked(queue: list[JobSpec], view: ClusterView) -> tuple[str, int] | None:
+    """The largest queued job that one domain holds but none has free now (the first queued
+    of equals), and the domain whose running jobs' expected ends free its minimum first (the
+    first of equals); None where there is none."""
+    most = policies.largest_domain(view)
+    free = max((d.available for d in view.domains), default=0)
+    blocked = [j for j in queue if free < j.gpus_min <= most]
+    if not blocked:
+        return None
+    head = max(blocked, key=lambda j: (j.gpus_min, -j.arrival_s))
+    firsts = (
+        (next((t for t, have in view.freeing(d, x.available) if have >= head.gpus_min), None), d)
+        for d, x in enumerate(view.domains)
+    )
+    soonest = min(((t, d) for t, d in firsts if t is not None), default=None)
+    return None if soonest is None else (head.name, soonest[1])
+
+
 def register() -> None:
     """The benchmark's own variants, in this process's registry only."""
     policies.POLICIES[UNBOUNDED] = lambda w, o: WaitsForFaster(w, UNBOUNDED, once=False)
     policies.POLICIES[RESERVING] = lambda w, o: ReservesFaster(w, RESERVING, once=False)
+    policies.POLICIES[FOR_LARGEST] = lambda w, o: ReservesForLargest(w, FOR_LARGEST)
 
 
 def variants_of(doc: dict) -> list[str]:
@@ -164,6 +206,11 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--loads", default="0.9,1.2")
     ap.add_argument("--hours", type=float, default=12.0)
+    ap.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help=f"the policies run beside {BASELINE}, comma-separated (default: all of them)",
+    )
     ap.add_argument("--out", help="keep the comparisons here (default: a temporary folder)")
     ap.add_argument(
         "--from",
@@ -171,6 +218,9 @@ def main() -> None:
         help="run nothing: report the comparisons kept in these comma-separated --out folders",
     )
     args = ap.parse_args()
+    unknown = set(args.variants.split(",")) - set(VARIANTS)
+    if unknown:
+        ap.error(f"--variants: {', '.join(sorted(unknown))} not among {', '.join(VARIANTS)}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     start = time.perf_counter()
     if args.again:
@@ -190,7 +240,7 @@ def compared(args: argparse.Namespace) -> dict[str, dict]:
             log.info("%s", scenario)
             docs[scenario.stem] = run_compare(
                 scenario,
-                [BASELINE, *VARIANTS],
+                [BASELINE, *args.variants.split(",")],
                 args.seeds,
                 args.loads,
                 args.hours,

@@ -161,12 +161,17 @@ class WaitsForFaster(PlannerPolicy):
         here_s = job.tokens / float(ev.terms["tokens_per_s"][i])
         single = replace(options, max_domains=1)
         there_s, hold = soonest_finish_s(job, view, weights, single, now_s, here_s)
-        if there_s >= WAIT_GAIN * here_s or hold is None:
+        if there_s >= WAIT_GAIN * here_s or hold is None or not self.may_bet(job, hold):
             return i
         if self.once:
             self.waits_until.setdefault(job.name, hold.until_s)
         self.waiting_for(job, hold)
         return None
+
+    def may_bet(self, job: JobSpec, hold: Hold) -> bool:
+        """Whether `job` may wait for `hold`, one it would gain by: a hook for variants (a
+        reservation for another job); this policy lets every such job bet."""
+        return True
 
     def waiting_for(self, job: JobSpec, hold: Hold) -> None:
         """`job` waits for a domain, expected to free what it needs at a time (`hold`): a
