@@ -61,6 +61,8 @@ PROFILES = {
     "hf-gpt2-chain4": Profiled("hf-gpt2", 4, "transformers' GPT-2 modules, 4 run at once"),
 }
 
+MEMORY_READ = ("hf-gpt2", "hf-gpt2-chain4")  # profiles of the code trained: their memory too
+
 
 def profile_name(model: str, dtype: str, kind: str) -> str:
     return f"profile-{model}-{dtype}-{kind}.yaml"
@@ -197,6 +199,7 @@ def compare(folder: Path) -> None:
     kinds["roofline"] = "ours, roofline alone"
     rows, left_out = [], []
     errs: dict[str, list[float]] = {k: [] for k in kinds}
+    memory_errs: dict[str, list[float]] = {k: [] for k in MEMORY_READ}
     hw, stack = Hardware.of(catalog.accelerator(accelerator_of(folder))), Stack.preset(STACK)
     for run in found["runs"]:
         if run.get("out_of_memory"):
@@ -211,7 +214,7 @@ def compare(folder: Path) -> None:
         batch = run["micro_batch"] * run["accumulation"]
         row = [run["model"], run["dtype"], run["micro_batch"], run["accumulation"]]
         row.append(f"{run['step_s']:.4f}")
-        memory = 0.0
+        memory = dict.fromkeys(MEMORY_READ, "-")
         for kind in kinds:
             path = folder / profile_name(run["model"], run["dtype"], kind)
             if kind != "roofline" and not path.is_file():
@@ -222,9 +225,10 @@ def compare(folder: Path) -> None:
             step = float(got.step_time_s[0])
             errs[kind].append(step / run["step_s"] - 1)
             row += [f"{step:.4f}", f"{errs[kind][-1]:+.1%}"]
-            if kind == "hf-gpt2":  # the activation bytes the profile read, where it did
-                memory = float(got.memory_gib[0])
-        rows.append([*row, f"{run['peak_gib']:.1f}", f"{memory:.1f}"])
+            if kind in MEMORY_READ:  # the activation bytes the profile read, where it did
+                memory[kind] = f"{got.memory_gib[0]:.1f}"
+                memory_errs[kind].append(float(got.memory_gib[0]) / run["peak_gib"] - 1)
+        rows.append([*row, f"{run['peak_gib']:.1f}", *memory.values()])
     summary = [
         [label, f"{np.median(np.abs(errs[k])):.1%}", f"{np.max(np.abs(errs[k])):.1%}"]
         for k, label in kinds.items()
@@ -248,8 +252,14 @@ def compare(folder: Path) -> None:
     print_table(
         f"Training steps on {found['device']} (torch {found['torch']}), seconds, measured and "
         "modelled",
-        [*heads, "peak GiB", "ours GiB (hf-gpt2)"],
+        [*heads, "peak GiB", *(f"ours GiB ({k})" for k in MEMORY_READ)],
         rows,
+        "memory, ours against torch's peak allocation: "
+        + "; ".join(
+            f"{k} median {np.median(np.abs(e)):.1%}, max {np.max(np.abs(e)):.1%}"
+            for k, e in memory_errs.items()
+            if e
+        ),
     )
     if left_out:
         print(f"left out, out of memory when measured: {', '.join(left_out)}")
