@@ -134,9 +134,9 @@ class ReservesForLargest(WaitsForFaster):
 
 
 def largest_blocked(queue: list[JobSpec], view: ClusterView) -> tuple[str, int] | None:
-    """The largest queued job that one domain holds but none has free now (the first queued
-    of equals), and the domain whose running jobs' expected ends free its minimum first (the
-    first of equals); None where there is none."""
+    """The largest queued job that one domain holds but none has free now (of equals, the one
+    that arrived first), and the domain whose running jobs' expected ends free its minimum
+    first (of equals, the first listed); None where there is none."""
     most = policies.largest_domain(view)
     free = max((d.available for d in view.domains), default=0)
     blocked = [j for j in queue if free < j.gpus_min <= most]

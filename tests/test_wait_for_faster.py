@@ -50,7 +50,7 @@ def test_the_largest_job_nothing_holds_now_keeps_its_domain_from_the_others_bets
     (p,) = reserving.decide([big, a], WEST_FREES, 0.0)
     assert p.job == "a" and set(p.domains) == {1} and p.total_gpus == 8
     assert wf.ReservesForLargest(Weights(), wf.FOR_LARGEST).decide([a], WEST_FREES, 0.0) == []
-    # `big` itself may bet on its domain; of two such jobs, the first queued is kept for
+    # of two such jobs, the one that arrived first is kept for
     later = replace(eight_b(16, 16), name="later", arrival_s=60.0)
     assert wf.largest_blocked([later, big], WEST_FREES) == ("big", 1)
 

@@ -685,7 +685,7 @@ def join(saved: list[tuple[pd.DataFrame, dict]], order: list[str]) -> tuple[pd.D
     as one: their cells together, the policies in `order` (the registry's) where it names
     them, the first's baseline, the time and studies summed, and no command yet (the report
     names the one that runs them as one). UserError where the grids differ in anything but
-    their policies, or a policy is in two."""
+    their policies (the jobs their scenarios listed included), or a policy is in two."""
     (_, meta), *rest = saved
     grid, policies = _grid_of(meta), list(meta["grid"]["policies"])
     for i, (_, other) in enumerate(rest, 2):
@@ -693,7 +693,8 @@ def join(saved: list[tuple[pd.DataFrame, dict]], order: list[str]) -> tuple[pd.D
             differ = sorted(k for k in grid.keys() | theirs.keys() if grid.get(k) != theirs.get(k))
             raise UserError(
                 f"--from: comparison {i} ran another grid than the first ({', '.join(differ)} "
-                "differ); only comparisons of the same scenarios, loads, seeds and hours join"
+                "differ); only comparisons of the same scenarios, listed jobs, loads, seeds and "
+                "hours join"
             )
         twice = [p for p in other["grid"]["policies"] if p in policies]
         if twice:
