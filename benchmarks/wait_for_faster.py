@@ -3,14 +3,14 @@
 `planner` starts a job that one domain holds on the best placement free now, however slow;
 `planner-waits` (`xdscheduler.planner.waiting`) lets it wait where the running jobs' expected
 ends free a domain on which it would finish in at most WAIT_GAIN of its time here, at most
-until the release it first waited for. Beside them, three variants of this benchmark only:
-`planner-waits-unbounded` waits alike for as long as a domain frees soon;
+until the release it first waited for, and never for the domain kept for the largest queued
+job that nothing free holds now. Beside them, three variants of this benchmark only, none of
+which keeps that domain: `planner-waits-unreserved` is `planner-waits` without it (the rule
+before); `planner-waits-unbounded` waits as long as a domain frees soon;
 `planner-reserves-faster` waits alike and reserves what the job will need of that domain at
 its expected release: until then a job is placed there only where it ends before the release
 or takes no more than the release spares (Slurm's EASY backfill, one reservation per waiting
-job); `planner-waits-reserves-largest` is `planner-waits` with one reservation, for the largest
-queued job that nothing free holds now: no other job bets on the domain expected to free it
-first.
+job).
 
     python -m benchmarks.wait_for_faster [--scenarios scenarios/five_domains.yaml,...]
         [--seeds 10] [--loads 0.9,1.2] [--hours 12] [--variants NAME,...] [--out DIR]
@@ -43,8 +43,8 @@ from xdscheduler.report.compare import mean_ci
 log = logging.getLogger("benchmarks.wait_for_faster")
 BASELINE, SHIPPED = "planner", "planner-waits"
 UNBOUNDED, RESERVING = "planner-waits-unbounded", "planner-reserves-faster"
-FOR_LARGEST = "planner-waits-reserves-largest"
-VARIANTS = (SHIPPED, UNBOUNDED, RESERVING, FOR_LARGEST)
+UNRESERVED = "planner-waits-unreserved"
+VARIANTS = (SHIPPED, UNRESERVED, UNBOUNDED, RESERVING)
 SCENARIOS = "scenarios/five_domains.yaml,scenarios/skyplane_six_regions.yaml"
 COLUMNS = {  # figure -> its column in the table
     "mean_jct_s": "all JCT",
@@ -114,48 +114,17 @@ class ReservesFaster(WaitsForFaster):
         )
 
 
-@dataclass
-class ReservesForLargest(WaitsForFaster):
-    """`planner-waits`, keeping for the largest queued job that one domain holds but none has
-    free now the domain expected to free its minimum first: no other job bets on that domain
-    (EASY backfill's one reservation, for the job that the smaller jobs' bets would delay)."""
-
-    reserved: tuple[str, int] | None = None  # (the job, its domain)
-
-    def decide(self, queue: list[JobSpec], view: ClusterView, now_s: float):
-        self.reserved = largest_blocked(queue, view)
-        return super().decide(queue, view, now_s)
-
-    def may_bet(self, job: JobSpec, hold: Hold) -> bool:
-        if self.reserved is None:
-            return True
-        name, domain = self.reserved
-        return job.name == name or hold.domain != domain
-
-
-def largest_blocked(queue: list[JobSpec], view: ClusterView) -> tuple[str, int] | None:
-    """The largest queued job that one domain holds but none has free now (of equals, the one
-    that arrived first), and the domain whose running jobs' expected ends free its minimum
-    first (of equals, the first listed); None where there is none."""
-    most = policies.largest_domain(view)
-    free = max((d.available for d in view.domains), default=0)
-    blocked = [j for j in queue if free < j.gpus_min <= most]
-    if not blocked:
-        return None
-    head = max(blocked, key=lambda j: (j.gpus_min, -j.arrival_s))
-    firsts = (
-        (next((t for t, have in view.freeing(d, x.available) if have >= head.gpus_min), None), d)
-        for d, x in enumerate(view.domains)
-    )
-    soonest = min(((t, d) for t, d in firsts if t is not None), default=None)
-    return None if soonest is None else (head.name, soonest[1])
-
-
 def register() -> None:
     """The benchmark's own variants, in this process's registry only."""
-    policies.POLICIES[UNBOUNDED] = lambda w, o: WaitsForFaster(w, UNBOUNDED, once=False)
-    policies.POLICIES[RESERVING] = lambda w, o: ReservesFaster(w, RESERVING, once=False)
-    policies.POLICIES[FOR_LARGEST] = lambda w, o: ReservesForLargest(w, FOR_LARGEST)
+    policies.POLICIES[UNRESERVED] = lambda w, o: WaitsForFaster(
+        w, UNRESERVED, reserve_largest=False
+    )
+    policies.POLICIES[UNBOUNDED] = lambda w, o: WaitsForFaster(
+        w, UNBOUNDED, once=False, reserve_largest=False
+    )
+    policies.POLICIES[RESERVING] = lambda w, o: ReservesFaster(
+        w, RESERVING, once=False, reserve_largest=False
+    )
 
 
 def variants_of(doc: dict) -> list[str]:

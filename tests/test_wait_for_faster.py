@@ -38,23 +38,6 @@ def test_the_reserving_variant_holds_what_a_waiting_job_needs_until_it_frees():
     assert p.job == "b" and reserves.held == {}
 
 
-def test_the_largest_job_nothing_holds_now_keeps_its_domain_from_the_others_bets():
-    """west: 8 free now, 8 more in ten minutes; east all held. `big` needs west's sixteen and
-    nothing holds it now, so west is kept for it: `a`, which bets on west's sixteen under
-    `planner-waits`, takes west's eight now instead. Without `big` queued, `a` bets."""
-    big, a = replace(eight_b(16, 16), name="big"), replace(eight_b(8, 16), name="a")
-    assert wf.largest_blocked([a, big], WEST_FREES) == ("big", 1)
-    assert wf.largest_blocked([a], WEST_FREES) is None  # west's eight hold `a` now
-    assert WaitsForFaster(Weights()).decide([big, a], WEST_FREES, 0.0) == []
-    reserving = wf.ReservesForLargest(Weights(), wf.FOR_LARGEST)
-    (p,) = reserving.decide([big, a], WEST_FREES, 0.0)
-    assert p.job == "a" and set(p.domains) == {1} and p.total_gpus == 8
-    assert wf.ReservesForLargest(Weights(), wf.FOR_LARGEST).decide([a], WEST_FREES, 0.0) == []
-    # of two such jobs, the one that arrived first is kept for
-    later = replace(eight_b(16, 16), name="later", arrival_s=60.0)
-    assert wf.largest_blocked([later, big], WEST_FREES) == ("big", 1)
-
-
 def test_a_hold_spares_what_the_domain_frees_beyond_the_waiting_jobs_need():
     assert wf.spare(Hold(1, 600.0, 16), WEST_FREES) == 0
     assert wf.spare(Hold(1, 600.0, 12), WEST_FREES) == 4
@@ -70,12 +53,13 @@ def test_the_variant_is_registered_in_this_process_only():
         assert not policy.once
         policy = make_policy(wf.RESERVING, Weights())
         assert isinstance(policy, wf.ReservesFaster) and policy.name == wf.RESERVING
-        policy = make_policy(wf.FOR_LARGEST, Weights())
-        assert isinstance(policy, wf.ReservesForLargest) and policy.once
+        assert not policy.reserve_largest
+        policy = make_policy(wf.UNRESERVED, Weights())
+        assert isinstance(policy, WaitsForFaster) and policy.once and not policy.reserve_largest
     finally:
-        for name in (wf.UNBOUNDED, wf.RESERVING, wf.FOR_LARGEST):
+        for name in (wf.UNBOUNDED, wf.RESERVING, wf.UNRESERVED):
             wf.policies.POLICIES.pop(name, None)
-    for name in (wf.UNBOUNDED, wf.RESERVING, wf.FOR_LARGEST):
+    for name in (wf.UNBOUNDED, wf.RESERVING, wf.UNRESERVED):
         with pytest.raises(UserError, match=name):
             make_policy(name, Weights())
 

@@ -17,6 +17,7 @@ from xdscheduler.planner.waiting import (
     RELEASES_LOOKED_AT,
     Hold,
     WaitsForFaster,
+    largest_blocked,
     picks,
     soonest_finish_s,
 )
@@ -158,3 +159,21 @@ def test_each_domain_searched_together_gets_the_plan_it_would_get_alone():
         ev = evaluate_space(job, view.with_free(alone), weights, SINGLE)
         i = int(np.argmax(ev.terms["objective"]))
         assert together[d] == (float(ev.terms["tokens_per_s"][i]), int(ev.gpus[i].sum()))
+
+
+def test_the_largest_job_nothing_holds_now_keeps_its_domain_from_the_others_bets():
+    """west: 8 free now, 8 more in ten minutes; east all held. `big` needs west's sixteen and
+    nothing holds it now, so west is kept for it: `a`, which would bet on west's sixteen,
+    takes west's eight now instead. Without `big` queued, or without the reservation, `a`
+    bets."""
+    west_frees = pair().with_free({"east": 0, "west": 8}).with_releases([(600.0, 1, 8)])
+    big, a = replace(eight_b(16, 16), name="big"), replace(eight_b(8, 16), name="a")
+    assert largest_blocked([a, big], west_frees) == ("big", 1)
+    assert largest_blocked([a], west_frees) is None  # west's eight hold `a` now
+    later = replace(eight_b(16, 16), name="later", arrival_s=60.0)
+    assert largest_blocked([later, big], west_frees) == ("big", 1)  # the first arrived
+    (p,) = WaitsForFaster(Weights()).decide([big, a], west_frees, 0.0)
+    assert p.job == "a" and set(p.domains) == {1} and p.total_gpus == 8
+    assert WaitsForFaster(Weights()).decide([a], west_frees, 0.0) == []
+    unreserved = WaitsForFaster(Weights(), reserve_largest=False)
+    assert unreserved.decide([big, a], west_frees, 0.0) == [] and unreserved.reserved is None

@@ -9,8 +9,12 @@ in at most WAIT_GAIN of its time here: the time until then plus its run there, a
 here now. Nothing is reserved: when the domain frees, the job is decided first only if its
 response ratio puts it first, and the smaller jobs decided before it may take what freed. So
 a wait is a bet on one release, made once: a job waits at most until the release it first
-waited for, and past it takes the best placement free. Measured in docs/policies.md (waiting
-without that bound cost the largest jobs that one domain holds; `benchmarks.wait_for_faster`).
+waited for, and past it takes the best placement free. And one domain is kept out of the bets:
+the largest queued job that one domain holds but none has free now keeps the domain expected
+to free its minimum first, so the smaller jobs' bets do not take piece by piece what it needs
+all at once (the one reservation of EASY backfill, for that job alone). Measured in
+docs/policies.md (waiting without the bound, or without the reservation, cost the largest jobs
+that one domain holds; `benchmarks.wait_for_faster`).
 
 Looking ahead is one plan search per round of releases (each domain's first, then its second)
 over the domains that round frees, not one per domain and release: the same plans, at a
@@ -27,7 +31,7 @@ import numpy as np
 
 from xdscheduler.planner.objective import weighed
 from xdscheduler.planner.placement import Placement
-from xdscheduler.planner.policies import PlannerPolicy, is_giant
+from xdscheduler.planner.policies import PlannerPolicy, is_giant, largest_domain
 from xdscheduler.planner.search import JobSpec, evaluate_space
 from xdscheduler.planner.space import SearchOptions
 from xdscheduler.planner.view import ClusterView
@@ -134,20 +138,42 @@ def picks(
     return out
 
 
+def largest_blocked(queue: list[JobSpec], view: ClusterView) -> tuple[str, int] | None:
+    """The largest queued job that one domain holds but none has free now (of equals, the one
+    that arrived first), and the domain whose running jobs' expected ends free its minimum
+    first (of equals, the first listed); None where there is none."""
+    most = largest_domain(view)
+    free = max((d.available for d in view.domains), default=0)
+    blocked = [j for j in queue if free < j.gpus_min <= most]
+    if not blocked:
+        return None
+    head = max(blocked, key=lambda j: (j.gpus_min, -j.arrival_s))
+    firsts = (
+        (next((t for t, have in view.freeing(d, x.available) if have >= head.gpus_min), None), d)
+        for d, x in enumerate(view.domains)
+    )
+    soonest = min(((t, d) for t, d in firsts if t is not None), default=None)
+    return None if soonest is None else (head.name, soonest[1])
+
+
 @dataclass
 class WaitsForFaster(PlannerPolicy):
     """`planner`, letting a job that one domain holds wait for a domain that frees soon, at
     most until the release it first waited for (`once`; without it, for as long as one
-    frees soon). A job that waits is decided again when the free accelerators change (the
-    planner's `DecisionQueue`), not when the expected ends move."""
+    frees soon), and never for the domain kept for the largest job that nothing free holds
+    now (`reserve_largest`). A job that waits is decided again when the free accelerators
+    change (the planner's `DecisionQueue`), not when the expected ends move."""
 
     name: str = "planner-waits"
     once: bool = True
+    reserve_largest: bool = True
     waits_until: dict[str, float] = field(default_factory=dict)  # job -> its first release
+    reserved: tuple[str, int] | None = None  # (the largest blocked job, the domain kept for it)
 
     def decide(self, queue: list[JobSpec], view: ClusterView, now_s: float) -> list[Placement]:
         queued = {job.name for job in queue}  # a job queued again after a start waits afresh
         self.waits_until = {n: t for n, t in self.waits_until.items() if n in queued}
+        self.reserved = largest_blocked(queue, view) if self.reserve_largest else None
         return super().decide(queue, view, now_s)
 
     def pick(self, ev, job, view, weights, options, modest=False, now_s=None) -> int | None:
@@ -169,9 +195,12 @@ class WaitsForFaster(PlannerPolicy):
         return None
 
     def may_bet(self, job: JobSpec, hold: Hold) -> bool:
-        """Whether `job` may wait for `hold`, one it would gain by: a hook for variants (a
-        reservation for another job); this policy lets every such job bet."""
-        return True
+        """Whether `job` may wait for `hold`, one it would gain by: not on the domain kept for
+        the largest blocked job (`largest_blocked`), unless it is that job."""
+        if self.reserved is None:
+            return True
+        name, domain = self.reserved
+        return job.name == name or hold.domain != domain
 
     def waiting_for(self, job: JobSpec, hold: Hold) -> None:
         """`job` waits for a domain, expected to free what it needs at a time (`hold`): a
