@@ -50,7 +50,7 @@ def test_the_variant_is_registered_in_this_process_only():
     try:
         policy = make_policy(wf.UNBOUNDED, Weights())
         assert isinstance(policy, WaitsForFaster) and policy.name == wf.UNBOUNDED
-        assert not policy.once
+        assert not policy.once and not policy.reserve_largest  # as it was measured
         policy = make_policy(wf.RESERVING, Weights())
         assert isinstance(policy, wf.ReservesFaster) and policy.name == wf.RESERVING
         assert not policy.reserve_largest

@@ -6,10 +6,10 @@ clusters of mixed accelerators that start can take several times the job's ideal
 fast domain frees minutes later. `planner-waits` lets such a job wait where the running jobs'
 expected ends (the view's releases, at their speed now) free a domain on which it would finish
 in at most WAIT_GAIN of its time here: the time until then plus its run there, against its run
-here now. Nothing is reserved: when the domain frees, the job is decided first only if its
-response ratio puts it first, and the smaller jobs decided before it may take what freed. So
-a wait is a bet on one release, made once: a job waits at most until the release it first
-waited for, and past it takes the best placement free. And one domain is kept out of the bets:
+here now. Nothing is held for the waiting job: when the domain frees, it is decided first only
+if its response ratio puts it first, and the smaller jobs decided before it may take what
+freed. So a wait is a bet on one release, made once: a job waits at most until the release it
+first waited for, and past it takes the best placement free. And one domain is kept out of the bets:
 the largest queued job that one domain holds but none has free now keeps the domain expected
 to free its minimum first, so the smaller jobs' bets do not take piece by piece what it needs
 all at once (the one reservation of EASY backfill, for that job alone). Measured in
