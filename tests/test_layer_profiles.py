@@ -330,34 +330,27 @@ def test_the_search_plans_only_what_a_profile_of_its_accelerator_timed():
     assert set(ev.plans.tp) == {4} and set(ev.plans.micro_batch) == {8}
 
 
+SMALLEST = catalog.ModelArch("tiny", 2, 64, 256, 4, 4, 128, 32, False, True)  # to time
+
+
+def on_the_cpu(**given) -> LayerProfile:
+    """`SMALLEST` measured on the CPU, one micro-batch of one repeat at TP 1 as an H100's
+    profile, unless `given` says otherwise."""
+    from xdscheduler.live import layer_timer
+
+    tried = {"micro_batches": [1], "tp": 1, "accelerator": "H100-SXM", "device": "cpu"}
+    return layer_timer.measure(SMALLEST, **(tried | {"repeats": 1} | given))
+
+
 def test_layer_timer_measures_a_tiny_model_on_the_cpu():
     import torch
-
-    from xdscheduler.live.layer_timer import measure
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a loaded machine: one thread times steadier
     try:
-        arch = catalog.ModelArch("tiny", 2, 64, 256, 4, 4, 128, 32, False, True)
-        p = measure(
-            arch,
-            micro_batches=[1, 2],
-            tp=2,
-            dtype="tf32",
-            accelerator="A100-40GB",
-            device="cpu",
-            repeats=1,
-        )
-        fused = measure(
-            arch,
-            micro_batches=[1],
-            tp=1,
-            dtype="bf16",
-            accelerator="A100-40GB",
-            device="cpu",
-            repeats=1,
-            fused_attention=True,
-        )
+        arch = SMALLEST
+        p = on_the_cpu(micro_batches=[1, 2], tp=2, dtype="tf32", accelerator="A100-40GB")
+        fused = on_the_cpu(dtype="bf16", accelerator="A100-40GB", fused_attention=True)
     finally:
         torch.set_num_threads(threads)
     assert [t.micro_batch for t in p.timings] == [1, 2]
@@ -469,33 +462,13 @@ def test_layer_timer_times_transformers_own_gpt2_modules():
     pytest.importorskip("transformers", reason="the hf extra is not installed")
     import torch
 
-    from xdscheduler.live.layer_timer import measure
-
-    arch = catalog.ModelArch("tiny", 2, 64, 256, 4, 4, 128, 32, False, True)
+    arch = SMALLEST
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        half = measure(
-            arch,
-            micro_batches=[1],
-            tp=1,
-            dtype="bf16",
-            accelerator="H100-SXM",
-            device="cpu",
-            repeats=1,
-            fused_attention=True,
-            implementation="hf-gpt2",
-        )
+        half = on_the_cpu(dtype="bf16", fused_attention=True, implementation="hf-gpt2")
         with pytest.raises(UserError, match="TP 1"):
-            measure(
-                arch,
-                micro_batches=[1],
-                tp=2,
-                dtype="bf16",
-                accelerator="H100-SXM",
-                device="cpu",
-                implementation="hf-gpt2",
-            )
+            on_the_cpu(tp=2, dtype="bf16", implementation="hf-gpt2")
     finally:
         torch.set_num_threads(threads)
     (t,) = half.timings
@@ -553,8 +526,7 @@ def test_a_layer_is_timed_as_its_share_of_layers_run_at_once(monkeypatch, implem
 
     from xdscheduler.live import layer_timer
 
-    arch = catalog.ModelArch("tiny", 2, 64, 256, 4, 4, 128, 32, False, True)
-    shape = Shape.of(arch, 32)
+    shape = Shape.of(SMALLEST, 32)
     cpu = torch.device("cpu")
     one, three = (
         layer_timer._blocks(shape, 1, "fp32", cpu, True, implementation, chain)[0]["layer"]
@@ -564,17 +536,8 @@ def test_a_layer_is_timed_as_its_share_of_layers_run_at_once(monkeypatch, implem
     assert len(params[1]) == 3 * len(params[0])  # three blocks of their own, not one reused
     monkeypatch.setattr(layer_timer, "Clock", CountingClock)
     got = {
-        chain: layer_timer.measure(
-            arch,
-            micro_batches=[1],
-            tp=1,
-            dtype="fp32",
-            accelerator="H100-SXM",
-            device="cpu",
-            repeats=1,
-            fused_attention=True,
-            implementation=implementation,
-            chain=chain,
+        chain: on_the_cpu(
+            dtype="fp32", fused_attention=True, implementation=implementation, chain=chain
         )
         for chain in (1, 3)
     }

@@ -143,7 +143,7 @@ def hf_gpt2_config(shape: Shape, layers: int, fused_attention: bool = True, tp: 
 
 
 def hf_gpt2_blocks(
-    shape: Shape, tp: int, fused_attention: bool, chain: int = 1
+    shape: Shape, tp: int, fused_attention: bool, chain: int
 ) -> dict[str, nn.Module]:
     """transformers' GPT-2 modules of `shape`: embedding, `chain` blocks, output and loss."""
     config = hf_gpt2_config(shape, chain, fused_attention, tp)

@@ -148,11 +148,8 @@ def largest_blocked(queue: list[JobSpec], view: ClusterView) -> tuple[str, int] 
     if not blocked:
         return None
     head = max(blocked, key=lambda j: (j.gpus_min, -j.arrival_s))
-    firsts = (
-        (next((t for t, have in view.freeing(d, x.available) if have >= head.gpus_min), None), d)
-        for d, x in enumerate(view.domains)
-    )
-    soonest = min(((t, d) for t, d in firsts if t is not None), default=None)
+    firsts = releases_looked_at(head, view, 0.0, math.inf)  # no limit: `now` does not matter
+    soonest = min(((t, d) for (d, r), (t, _) in firsts.items() if r == 0), default=None)
     return None if soonest is None else (head.name, soonest[1])
 
 
