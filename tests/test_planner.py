@@ -1018,6 +1018,30 @@ def test_sailors_mixed_gpu_runs_read_as_our_placements_with_their_layer_split():
     assert as_placement(mixed, job, view) is None
 
 
+def test_the_mixed_gpu_benchmark_reads_a_server_pairs_link_as_measured_or_at_its_best():
+    """benchmarks/sailor_mixed_gpus: a link between two kinds of server is Sailor's entry for
+    as many GPUs a side as the run took; at its best, the most measured between those kinds
+    at any count (counts measured for other kinds only are passed over)."""
+    from benchmarks.sailor_mixed_gpus import measured_peak
+
+    def entry(gbps: float) -> list:
+        return [[0.0, 0.0, 0.0], gbps * 1e9 / 8]
+
+    z = "zone"
+    het = {
+        z: {
+            "RTX-2080": {
+                "1": {z: {"Titan-RTX": {"1": entry(0.9)}}},
+                "2": {z: {"Titan-RTX": {"2": entry(23.0)}}},
+                "4": {z: {"RTX-2080": {"4": entry(40.0)}}},
+                "8": {z: {"Titan-RTX": {"8": entry(0.9)}}},
+            }
+        }
+    }
+    assert measured_peak(het, z, "RTX-2080", "Titan-RTX", 8) == pytest.approx(0.9)
+    assert measured_peak(het, z, "RTX-2080", "Titan-RTX", 8, best=True) == pytest.approx(23.0)
+
+
 def test_the_sailor_benchmarks_skip_with_a_reason_without_a_checkout(tmp_path, monkeypatch, capsys):
     """Without a checkout of Sailor (none named, or a folder that is not one) both benchmarks
     say so in one line and stop: nothing of Sailor's is shipped here to fall back on."""
@@ -1257,14 +1281,56 @@ def test_a_pipeline_over_two_domains_is_timed_where_its_crossing_sits():
 
 def test_the_model_is_told_whether_a_stage_sits_between_two_crossings():
     """A pipeline over three domains: a middle domain of one stage puts it between two WAN
-    crossings; of two or more, no stage is; other kinds leave it as not known (1)."""
+    crossings, and the model is told the links on its two sides (each the slower way; of two
+    such stages, the one slower over both); of two or more, no stage is; other kinds leave it
+    as not known (1, and no links)."""
     from xdscheduler.planner.space import PIPELINE, with_stage_counts
 
-    kind = np.array([PIPELINE, PIPELINE, PIPELINE, DATA], dtype=object)
-    stages = np.array([[2, 1, 2], [2, 2, 2], [3, 4, 0], [0, 0, 0]])
-    wan = with_stage_counts(WanUse(), kind, stages)
-    assert list(wan.pp_stage_between_crossings) == [1.0, 0.0, 0.0, 1.0]
-    assert list(wan.pp_after_crossing) == [-1.0, -1.0, 3.0, -1.0]
+    h = catalog.accelerator("H100-SXM")
+    doms = tuple(DomainView(n, h, 16, h.scaleup_gbs, 400, 2.5) for n in "abcd")
+    bw = np.zeros((4, 4))
+    for (x, y), gbps in {(0, 1): 10.0, (1, 2): 40.0, (2, 3): 20.0}.items():
+        bw[x, y] = bw[y, x] = gbps
+    bw[1, 0] = 8.0  # a to b is slower one way
+    view = ClusterView(doms, bw, np.full((4, 4), 20.0), np.zeros((4, 4)))
+    kind = np.array([PIPELINE, PIPELINE, PIPELINE, PIPELINE, DATA], dtype=object)
+    members = np.array([[0, 1, 2, -1], [0, 1, 2, -1], [0, 1, -1, -1], [0, 1, 2, 3], [0, 1, 2, 3]])
+    stages = np.array([[2, 1, 2, 0], [2, 2, 2, 0], [3, 4, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
+    wan = with_stage_counts(WanUse(), kind, stages, view, members)
+    assert list(wan.pp_stage_between_crossings) == [1.0, 0.0, 0.0, 1.0, 1.0]
+    assert list(wan.pp_after_crossing) == [-1.0, -1.0, 3.0, -1.0, -1.0]
+    sides = np.asarray(wan.pp_between_gbps)
+    assert sides[[0, 3]].tolist() == [[8.0, 40.0], [8.0, 40.0]]  # b, not c (40 and 20)
+    assert np.isnan(sides[[1, 2, 4]]).all()
+    assert np.isinf(wan.pp_between_flow_gbps[0]).all()  # the view rates no flows
+
+
+def test_a_stage_between_two_crossings_waits_on_each_at_its_own_speed():
+    """One stage a domain over three H100 domains joined at 10 and 40 Gbit/s: the middle stage
+    waits on both crossings, the fast one at its own speed, so the step is shorter than with
+    the slow one standing for both, and longer than with the middle link free."""
+    h = catalog.accelerator("H100-SXM")
+    doms = tuple(DomainView(n, h, 8, h.scaleup_gbs, 400, 2.5) for n in "abc")
+
+    def step(fast: float, known: bool = True) -> float:
+        bw = np.array([[0, 10.0, 0], [10.0, 0, fast], [0, fast, 0]])
+        view = ClusterView(doms, bw, np.full((3, 3), 20.0), np.zeros((3, 3)))
+        plan = Plan(dp=1, tp=8, pp=3, micro_batch=1, zero=0, dtype="bf16")
+        placed = Placement("p", "pipeline", (0, 1, 2), (8, 8, 8), plan, ("a", "b", "c"))
+        est = estimate_placement(placed, job, view, SearchOptions(kinds=("pipeline",)))
+        if known:
+            return est.breakdown_s["pp_comm"]
+        pl = describe_placements(view, np.array(["pipeline"], dtype=object), np.array([[0, 1, 2]]))
+        return float(
+            estimate(
+                arch, job.global_batch, PlanBatch.of([plan]), pl.hardware, pl.wan, seq=job.seq
+            ).breakdown_s["pp_comm"][0]
+        )
+
+    arch = catalog.model("gpt3-1.3b")
+    job = JobSpec("p", arch, 64, arch.seq_len, 24, 24)
+    assert step(10.0, known=False) == pytest.approx(step(10.0))  # equal links: as before
+    assert step(1e6) < step(40.0) < step(40.0, known=False) == pytest.approx(step(10.0))
 
 
 def test_a_job_queued_again_is_tried_afresh_and_the_jobs_gone_are_forgotten():

@@ -169,55 +169,93 @@ def test_both_schedules_run_to_the_end_over_a_real_transport(tmp_path):
 
 def test_a_crossing_without_bandwidth_leaves_the_step_infinite_not_undefined():
     """A link that carries nothing takes forever a transfer: the wait is infinite, wherever
-    the crossing sits, never NaN (which would poison every comparison of plans)."""
-    for style, after in itertools.product(STYLES, range(3)):
-        exposed, _ = PipelineExchanges(
-            np.array(4),
+    the crossing sits (or beside a stage between two crossings), never NaN (which would
+    poison every comparison of plans)."""
+    shapes = [(4, 1, after, np.nan) for after in range(3)] + [(3, 2, -1, np.inf)]
+    for style, (stages, crossings, after, between_s) in itertools.product(STYLES, shapes):
+        wait = modelled_wait(style, stages, 8, crossings, np.inf, 1, between_s, after)
+        assert np.isposinf(wait)
+
+
+def modelled_wait(style, stages, m, crossings, wan_s, between, between_s, after=-1) -> float:
+    """The model's wait for exchanges over a step of `m` micro-batches of 1 s, links inside a
+    domain at 0.05 s."""
+    return float(
+        PipelineExchanges(
+            np.array(stages),
             np.array(1),
-            8,
-            np.array(1),
-            wan_s=np.inf,
+            m,
+            np.array(crossings),
+            wan_s=wan_s,
             intra_s=0.05,
             t_mb=1.0,
             overlap=style == "batched",
             fwd_s=FWD,
             after=after,
-        ).wait()
-        assert np.isposinf(exposed)
+            between=between,
+            between_s=between_s,
+        ).wait()[0]
+    )
+
+
+def modelled_slope(style, stages, crossings, wan_s, between, between_s) -> float:
+    """What the model charges a 33rd micro-batch over a 32nd."""
+    args = (crossings, wan_s, between, between_s)
+    return modelled_wait(style, stages, 33, *args) - modelled_wait(style, stages, 32, *args)
+
+
+def simulated_slope(style, links) -> float:
+    """What the schedule waits a 33rd micro-batch over a 32nd, beyond its compute."""
+    sim = [
+        Pipeline(style, len(links) + 1, m, FWD, BWD, tuple(links)).simulated_s() for m in (32, 33)
+    ]
+    return sim[1] - sim[0] - 1.0
+
+
+def chained(counts, crossings) -> list[float]:
+    """The links of a pipeline over domains of `counts` stages: 0.05 inside, `crossings` between."""
+    links: list[float] = []
+    for i, c in enumerate(counts):
+        links += [0.05] * (c - 1) + ([crossings[i]] if i < len(crossings) else [])
+    return links
 
 
 @pytest.mark.parametrize("style", STYLES)
 def test_with_two_crossings_a_stage_between_them_sets_the_wait_a_micro_batch(style):
-    """Three domains, two WAN crossings: where every middle domain holds two stages or more,
-    the busiest stage waits on the slowest crossing and a link inside its domain each
-    micro-batch, exactly as the schedule does; where one holds a single stage, on both
-    crossings, which the model (told a stage may sit between them) never undercounts."""
-    fast, slow = 0.05, (0.5, 0.9)
-    for counts in ((2, 3, 2), (1, 2, 3), (3, 2, 1), (2, 1, 2)):
-        links: list[float] = []
-        for i, c in enumerate(counts):
-            links += [fast] * (c - 1) + ([slow[i]] if i < 2 else [])
-        stages = sum(counts)
-        sim = [Pipeline(style, stages, m, FWD, BWD, tuple(links)).simulated_s() for m in (32, 33)]
-        between = int(counts[1] == 1)
-        model = [
-            float(
-                PipelineExchanges(
-                    np.array(stages),
-                    np.array(1),
-                    m,
-                    np.array(2),
-                    wan_s=max(slow),
-                    intra_s=fast,
-                    t_mb=1.0,
-                    overlap=style == "batched",
-                    fwd_s=FWD,
-                    between=between,
-                ).wait()[0]
-            )
-            for m in (32, 33)
-        ]
+    """Three domains, two WAN crossings of unlike speed: where every middle domain holds two
+    stages or more, the busiest stage waits on the slowest crossing and a link inside its
+    domain each micro-batch; where one holds a single stage, on both crossings beside it,
+    each at its own speed (`between_s`), exactly as the schedule does. Told only that a stage
+    may sit between them, the model charges the slowest twice and never undercounts."""
+    slow = (0.5, 0.9)
+    for counts in ((2, 3, 2), (1, 2, 3), (3, 2, 1), (2, 1, 2), (1, 1, 1)):
+        stages, between = sum(counts), int(counts[1] == 1)
+        sim = simulated_slope(style, chained(counts, slow))
+        known = modelled_slope(
+            style, stages, 2, max(slow), between, sum(slow) if between else np.nan
+        )
+        assert known == pytest.approx(sim, rel=1e-9), counts
         if between:
-            assert model[1] - model[0] >= sim[1] - sim[0] - 1.0
-        else:
-            assert model[1] - model[0] == pytest.approx(sim[1] - sim[0] - 1.0, rel=1e-9)
+            assert modelled_slope(style, stages, 2, max(slow), between, np.nan) > sim
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_crossings_of_random_speeds_are_charged_as_the_schedule_waits_on_them(style):
+    """Pipelines over two to four domains of one to three stages each, every crossing at its
+    own speed: told the links beside the lone stage that waits longest (as the planner tells
+    it), the model's wait a micro-batch is the schedule's, or over it by at most the links
+    inside a domain it also charges, never under."""
+    rng = np.random.default_rng(7)
+    exact = 0
+    for _ in range(40):
+        counts = rng.integers(1, 4, size=rng.integers(2, 5))
+        crossings = rng.uniform(0.2, 0.9, size=len(counts) - 1)
+        lone = [i for i in range(1, len(counts) - 1) if counts[i] == 1]
+        between_s = max((crossings[i - 1] + crossings[i] for i in lone), default=np.nan)
+        model = modelled_slope(
+            style, int(counts.sum()), len(crossings), crossings.max(), int(bool(lone)), between_s
+        )
+        over = model - simulated_slope(style, chained(counts, crossings))
+        assert -1e-9 <= over <= 2 * 0.05 + 1e-9, (counts, crossings)
+        exact += abs(over) < 1e-9
+    assert exact >= 36  # all 40 here; a stage beside the slowest may add a link inside

@@ -45,6 +45,9 @@ class PipelineExchanges:
     # 0 where no stage sits between two crossings (each domain of the pipeline's middle holds
     # two stages or more), 1 where one may
     between: Seconds = 1
+    # a micro-batch's transfers over both crossings beside the stage between two that waits
+    # longest (nan: not known, twice the slowest crossing)
+    between_s: Seconds = np.nan
 
     def wait(self) -> tuple[np.ndarray, np.ndarray]:
         """Seconds the busiest stage waits for its exchanges a step, and the seconds of them
@@ -55,8 +58,10 @@ class PipelineExchanges:
         intra = vp * self.intra_s
         link = vp * np.where(crossings > 0, self.wan_s, self.intra_s)  # the slowest link
         # Beside a pipeline's one WAN crossing, a stage's other side is inside its domain; with
-        # more, a stage may sit between two (`between`), and the slowest stands for both.
-        beside = np.where((crossings == 1) | (self.between == 0), intra, link)
+        # more, a stage may sit between two (`between`): the busiest waits on both its sides
+        # (`between_s`) or, where a stage beside the slowest has a link inside its domain on
+        # its other side, on those two.
+        beside = np.where((crossings == 1) | (self.between == 0), intra, self._other_side(link))
         fwd = self.t_mb / 3 if self.fwd_s is None else self.fwd_s
         every_link_twice = self._every_link_twice()
         exact, known = self._exact_fill(link, fwd)
@@ -74,6 +79,16 @@ class PipelineExchanges:
         alone = (m == 1) & (vp == 1)
         waits = np.where(alone, every_link_twice, m * per_mb + fill)
         return np.where(has_pp, waits, zero), hidden
+
+    def _other_side(self, link: Seconds) -> Seconds:
+        """What a stage between two crossings waits for beyond the slowest, a micro-batch: the
+        other side of the busiest such stage, at least a link inside a domain; the slowest
+        again where that stage is not known."""
+        both = self.vp * np.asarray(self.between_s, dtype=float)
+        intra = self.vp * np.asarray(self.intra_s, dtype=float)
+        with np.errstate(invalid="ignore"):  # a link that carries nothing: inf - inf
+            other = np.where(np.isposinf(both), np.inf, np.maximum(both - link, intra))
+        return np.where(np.isnan(both), link, other)
 
     def _every_link_twice(self) -> Seconds:
         inside = self.pp - 1 - self.crossings

@@ -163,6 +163,11 @@ class WanUse:
     # known), 0 where every stage beside a crossing has a link inside its domain on its other
     # side: the busiest stage's per-micro-batch wait depends on it
     pp_stage_between_crossings: np.ndarray | float = 1.0
+    # (plans, 2): the links on either side of the stage that sits alone in its domain between
+    # two crossings and waits longest on them (each the narrower direction), and their flow
+    # rates; nan where none is known: the slowest crossing then stands for both sides
+    pp_between_gbps: np.ndarray | float = np.nan
+    pp_between_flow_gbps: np.ndarray | float = np.nan
     dp_domains: np.ndarray | float = 1.0  # domains each data-parallel group spans
     dp_gbps: np.ndarray | float = np.inf  # narrowest link of the cross-domain ring
     dp_rtt_s: np.ndarray | float = 0.0  # largest RTT on that ring
