@@ -161,31 +161,16 @@ def _scenario_paths(given: list[str]) -> list[Path]:
 
 
 def cmd_compare(args) -> None:
-    from xdscheduler.report.compare import check_out, write
+    from xdscheduler.report.compare import write
     from xdscheduler.report.readme import check_readme, splice_readme
-    from xdscheduler.runtime.compare import Grid
 
-    if args.saved:
-        out, cells, meta = _saved(args)
+    saved = _saved(args) if args.saved else None
     # the curve along the giants' share has a section of its own beside the table by load
-    shares = meta["grid"].get("giant_shares") if args.saved else args.giant_shares
+    shares = saved[2]["grid"].get("giant_shares") if saved else args.giant_shares
     section = "compare" if shares is None else "giants"
     if args.readme:
         check_readme(Path(args.readme), section)  # before the grid, not after it
-    if args.saved:
-        if args.baseline:
-            if args.baseline not in set(cells["policy"]):
-                raise UserError(
-                    f"baseline {args.baseline!r} is not among the policies saved "
-                    f"in {args.saved}: {', '.join(sorted(set(cells['policy'])))}"
-                )
-            meta["grid"]["baseline"] = args.baseline
-        grid = Grid.of(**meta["grid"])  # what the tables say of it: as a run would check it
-        if meta["command"] is None:  # runs joined: the command that runs them as one
-            meta["command"] = command_line(grid, args)
-    else:
-        grid = _grid(args)  # every argument checked, then the output, before any study runs
-        out, (cells, meta) = check_out(_unclaimed(Path(args.out), args.force)), _run(args, grid)
+    out, cells, meta = _rejoined(args, *saved) if saved else _fresh(args)
     doc = write(out, cells, meta)
     if args.readme:
         splice_readme(Path(args.readme), section, doc["markdown"], provenance(meta))
@@ -198,6 +183,34 @@ def cmd_compare(args) -> None:
         f"CPUs ({meta['runtime']}); files in {out}/",
         file=sys.stderr,
     )
+
+
+def _fresh(args) -> tuple[Path, pd.DataFrame, dict]:
+    """The grid the arguments ask for, run: every argument checked, then the output, before
+    any study runs."""
+    from xdscheduler.report.compare import check_out
+
+    grid = _grid(args)
+    out = check_out(_unclaimed(Path(args.out), args.force))
+    return out, *_run(args, grid)
+
+
+def _rejoined(args, out: Path, cells: pd.DataFrame, meta: dict) -> tuple[Path, pd.DataFrame, dict]:
+    """Saved cells with the baseline asked for, and the command that runs the joined runs as
+    one, the grid checked as a run would check it."""
+    from xdscheduler.runtime.compare import Grid
+
+    if args.baseline:
+        if args.baseline not in set(cells["policy"]):
+            raise UserError(
+                f"baseline {args.baseline!r} is not among the policies saved "
+                f"in {args.saved}: {', '.join(sorted(set(cells['policy'])))}"
+            )
+        meta["grid"]["baseline"] = args.baseline
+    grid = Grid.of(**meta["grid"])  # what the tables say of it: as a run would check it
+    if meta["command"] is None:  # runs joined: the command that runs them as one
+        meta["command"] = command_line(grid, args)
+    return out, cells, meta
 
 
 def _saved(args) -> tuple[Path, pd.DataFrame, dict]:
