@@ -1,7 +1,7 @@
 """Pipeline schedules run over shaped links, against the step-time model's count of the waits
 they make a stage take.
 
-    python -m benchmarks.pipeline_sends [--quick]     # as root: namespaces and tc (~3 min)
+    python -m benchmarks.pipeline_sends [--quick]     # as root: namespaces and tc (~8 min)
 
 Each stage is a process in its own network namespace, joined to the next by a link shaped
 with a token bucket (the live cluster's fabric), and runs `costmodel.schedules.program` with
@@ -11,7 +11,9 @@ channels). A pass is a sleep of fixed length: what is measured is how the schedu
 its transfers, not how fast this CPU multiplies. The transfer time each row feeds the model
 and the simulation is measured on each link first, alone; nothing is fitted. Some rows have
 every link alike; in others one link is slow among fast ones (a pipeline crossing the WAN
-once), at the first or the last boundary: the fill and drain depend on where it sits.
+once), at the first or the last boundary: the fill and drain depend on where it sits. In the
+last, three stages each in a domain of its own cross two links of unlike speed, and the
+middle stage waits on both, each at its own rate.
 
 The model's waits come from `exchanges.PipelineExchanges`, what `estimate` calls,
 with the compute and bubble of uniform stages (`schedules.Pipeline.modelled_s`); the simulation
@@ -49,6 +51,8 @@ from xdscheduler.costmodel.schedules import STYLES, Compute, Pipeline, program
 REPO = Path(__file__).resolve().parents[1]
 LINK_MBIT = 100.0
 FAST_MBIT = 1000.0  # the other links of a pipeline crossing one slow link
+SECOND_MBIT = 250.0  # the second crossing beside a stage that sits between two
+WORLD = 4  # namespaces: the longest pipeline's stages
 FORWARD_S, BACKWARD_S = 0.05, 0.10
 MICRO_BATCHES = 8
 PORT = 29500  # in a namespace of its own: free
@@ -70,12 +74,16 @@ HEADER = [
 
 def grid(quick: bool) -> list[dict]:
     """Each row's schedule, stages, one transfer's share of a micro-batch's compute over the
-    slow link, and which link is slow (None: every link alike; else one crossing among links
-    `FAST_MBIT / LINK_MBIT` times as fast, at the first or the last boundary)."""
+    slow link, which link is slow (None: every link alike; else one crossing among links
+    `FAST_MBIT / LINK_MBIT` times as fast, at the first or the last boundary), and each link's
+    rate. The last rows have a stage to a domain and two crossings, at `LINK_MBIT` and
+    `SECOND_MBIT`: the middle stage sits between them."""
     ratios = (0.25, 1.0) if quick else (0.25, 1.0, 2.0)
     t_mb = FORWARD_S + BACKWARD_S
 
-    def row(style, stages, ratio, slow_at=None) -> dict:
+    def row(style, stages, ratio, slow_at=None, mbit=None, domains=None) -> dict:
+        if mbit is None:
+            mbit = [LINK_MBIT if slow_at in (None, i) else FAST_MBIT for i in range(WORLD - 1)]
         return {
             "style": style,
             "stages": stages,
@@ -83,11 +91,15 @@ def grid(quick: bool) -> list[dict]:
             "bytes": int(ratio * t_mb * LINK_MBIT * 1e6 / 8) // 4 * 4,
             "steps": 2 if quick else 3,
             "slow_at": slow_at,
+            "mbit": list(mbit),
+            "domains": domains,
         }
 
     alike = [row(s, p, r) for s in STYLES for p in (2, 4) for r in ratios]
     crossing = [row(s, 4, r, at) for at in (0, 2) for s in STYLES for r in ratios[1:]]
-    return alike + crossing
+    two = (LINK_MBIT, SECOND_MBIT, FAST_MBIT)
+    between = [row(s, 3, r, 0, two, [1, 1, 1]) for s in STYLES for r in ratios[1:]]
+    return alike + crossing + between
 
 
 def main() -> int:
@@ -115,16 +127,16 @@ def main() -> int:
 def _run(fab, rows: list[dict]) -> dict:
     """Each set of rows with the same slow link (consecutive in the grid) on a fabric of its
     own, of as many namespaces as the longest pipeline."""
-    world = max(r["stages"] for r in rows)
+    world = WORLD
     done: dict = {"rows": []}
-    for slow_at in dict.fromkeys(r["slow_at"] for r in rows):
-        mbit = np.full((world, world), LINK_MBIT if slow_at is None else FAST_MBIT)
-        if slow_at is not None:
-            mbit[slow_at, slow_at + 1] = mbit[slow_at + 1, slow_at] = LINK_MBIT
+    for rates in dict.fromkeys(tuple(r["mbit"]) for r in rows):
+        mbit = np.full((world, world), FAST_MBIT)
+        for i, rate in enumerate(rates):
+            mbit[i, i + 1] = mbit[i + 1, i] = rate
         np.fill_diagonal(mbit, 0.0)
         fabric = fab.Fabric.plan([f"stage{i}" for i in range(world)], mbit / 1000, *fab.new_tag())
-        these = [r for r in rows if r["slow_at"] == slow_at]
-        log.info("%d rows, slow link %s", len(these), "none" if slow_at is None else slow_at)
+        these = [r for r in rows if tuple(r["mbit"]) == rates]
+        log.info("%d rows, links of %s Mbit/s", len(these), "/".join(f"{x:g}" for x in rates))
         with tempfile.TemporaryDirectory(prefix="pipeline-sends-") as folder:
             path = Path(folder) / "grid.json"
             path.write_text(json.dumps(these))
@@ -267,30 +279,33 @@ def _report(rows: list[dict], duplex: float) -> None:
     table, model_err, sim_err = [], [], []
     unplaced_err: list[float] = []
     for r in rows:
-        links, slow_at = r["link_s"], r["slow_at"]
-        if slow_at is None:  # every link alike: the first one's, as measured
-            timed: float | list[float] = links[0]
+        links, slow_at, domains = r["link_s"], r["slow_at"], r.get("domains") or ()
+        if domains:  # every link a crossing of its own: each as measured
+            timed: float | list[float] = links
+            slow = links[slow_at]
+        elif slow_at is None:  # every link alike: the first one's, as measured
+            timed = links[0]
             slow = links[0]
         else:  # the slow one, and the others' median for each of them
             slow = links[slow_at]
             fast = statistics.median(x for i, x in enumerate(links) if i != slow_at)
             timed = [slow if i == slow_at else fast for i in range(len(links))]
         pipeline = Pipeline(r["style"], r["stages"], MICRO_BATCHES, FORWARD_S, BACKWARD_S, timed)
-        model, sim = pipeline.modelled_s(), pipeline.simulated_s()
+        model, sim = pipeline.modelled_s(domains=domains), pipeline.simulated_s()
         model_err.append(model / r["step_s"] - 1)
         sim_err.append(sim / r["step_s"] - 1)
         table.append(
             [
                 "DeepSpeed (blocking)" if r["style"] == "blocking" else "Megatron 1F1B",
                 r["stages"],
-                "-" if slow_at is None else f"{slow_at + 1} of {r['stages'] - 1}",
+                _which(r),
                 f"{slow / (FORWARD_S + BACKWARD_S):.2f}",
                 r["step_s"],
                 model,
                 f"{model_err[-1]:+.1%}",
                 sim,
                 f"{sim_err[-1]:+.1%}",
-                *_unplaced(pipeline, r["step_s"], slow_at, unplaced_err),
+                *_unplaced(pipeline, r["step_s"], slow_at, domains, unplaced_err),
             ]
         )
     med = np.median(np.abs(model_err))
@@ -301,16 +316,28 @@ def _report(rows: list[dict], duplex: float) -> None:
         f"schedule's simulation {np.median(np.abs(sim_err)):.1%} and "
         f"{np.max(np.abs(sim_err)):.1%}."
     )
-    if unplaced_err:
-        placed = np.abs(
-            [e for e, r in zip(model_err, rows, strict=True) if r["slow_at"] is not None]
-        )
-        print(
-            f"With one slow link: {np.median(placed):.1%} (median) and {np.max(placed):.1%} "
-            f"(max); {np.median(np.abs(unplaced_err)):.1%} and "
-            f"{np.max(np.abs(unplaced_err)):.1%} when the model is not told where it sits (its "
-            "fill then charged over every link each way)."
-        )
+    slow = [i for i, r in enumerate(rows) if r["slow_at"] is not None]
+    for label, told, untold in (
+        (
+            "With one slow link",
+            "",
+            "where it sits (its fill then charged over every link each way)",
+        ),
+        (
+            f"With a stage between two crossings ({LINK_MBIT:g} and {SECOND_MBIT:g} Mbit/s)",
+            "told both",
+            "the faster one (the slowest then standing for both)",
+        ),
+    ):
+        at = [k for k, i in enumerate(slow) if bool(rows[i].get("domains")) == bool(told)]
+        if at:
+            known = np.abs([model_err[slow[k]] for k in at])
+            unknown = np.abs([unplaced_err[k] for k in at])
+            print(
+                f"{label}: {np.median(known):.1%} (median) and {known.max():.1%} (max); "
+                f"{np.median(unknown):.1%} and {unknown.max():.1%} when the model is not told "
+                f"{untold}."
+            )
     print(
         f"{MICRO_BATCHES} micro-batches, {FORWARD_S * 1e3:g} + {BACKWARD_S * 1e3:g} ms a pass "
         f"pair; an exchange both ways took {duplex:.2f}x one way alone on these links.\n"
@@ -325,11 +352,19 @@ def _report(rows: list[dict], duplex: float) -> None:
     )
 
 
-def _unplaced(pipeline: Pipeline, step_s: float, slow_at, errs: list) -> list:
-    """The model not told where the slow link sits, and its error; blank where none is."""
+def _which(r: dict) -> str:
+    """Which boundary is the slow link (or both crossings' rates), '-' where none is."""
+    if r.get("domains"):
+        return "both: " + " + ".join(f"{x:g}" for x in r["mbit"][: r["stages"] - 1])
+    return "-" if r["slow_at"] is None else f"{r['slow_at'] + 1} of {r['stages'] - 1}"
+
+
+def _unplaced(pipeline: Pipeline, step_s: float, slow_at, domains, errs: list) -> list:
+    """The model not told where the slow link sits (nor, between two crossings, the faster
+    one: the slowest stands for both), and its error; blank where no link is slow."""
     if slow_at is None:
         return ["", ""]
-    model = pipeline.modelled_s(placed=False)
+    model = pipeline.modelled_s(placed=False, domains=domains)
     errs.append(model / step_s - 1)
     return [model, f"{errs[-1]:+.1%}"]
 

@@ -46,8 +46,9 @@ class PipelineExchanges:
     # two stages or more), 1 where one may
     between: Seconds = 1
     # a micro-batch's transfers over both crossings beside the stage between two that waits
-    # longest (nan: not known, twice the slowest crossing)
+    # longest (nan: not known, twice the slowest crossing), and over the first of them
     between_s: Seconds = np.nan
+    between_first_s: Seconds = np.nan
 
     def wait(self) -> tuple[np.ndarray, np.ndarray]:
         """Seconds the busiest stage waits for its exchanges a step, and the seconds of them
@@ -91,26 +92,40 @@ class PipelineExchanges:
         return np.where(np.isnan(both), link, other)
 
     def _every_link_twice(self) -> Seconds:
+        """Every link's transfer each way: the crossings at the slowest's time, or where there
+        are two beside a stage between them, each at its own."""
         inside = self.pp - 1 - self.crossings
-        return 2 * (inside * self.intra_s + self.crossings * self.wan_s)
+        both = np.asarray(self.between_s, dtype=float)
+        pair = (self.crossings == 2) & ~np.isnan(both)
+        crossed = np.where(pair, both, self.crossings * self.wan_s)
+        return 2 * (inside * self.intra_s + crossed)
 
     def _exact_fill(self, link: Seconds, fwd: Seconds) -> tuple[np.ndarray, np.ndarray]:
         """What a step of uniform stages waits for its transfers beyond `micro_batches` times
         their count a micro-batch, and where that is exact: without interleaving, two stages
-        (one link, whatever it crosses), or more stages whose links all take `link` (none
-        crosses the WAN) and at least two micro-batches. Derived from the schedules' programs
-        and equal to their event simulation (`costmodel.schedules`; the tests check it), for a
-        backward pass at least as long as the forward one."""
+        (one link, whatever it crosses), more stages whose links all take `link` (none
+        crosses the WAN), or three stages a domain each whose two crossings are known (`a` the
+        first, `both` the two), with at least two micro-batches. Derived from the schedules'
+        programs and equal to their event simulation (`costmodel.schedules`; the tests check
+        it), for a backward pass at least as long as the forward one."""
         pp, t_mb = self.pp, self.t_mb
         two = pp == 2
+        a = np.asarray(self.between_first_s, dtype=float)
+        both = np.asarray(self.between_s, dtype=float)
+        three = (pp == 3) & (self.crossings == 2) & ~np.isnan(a)
         if self.overlap:  # 1F1B, exchanges both ways at once: (m + 1)(t + L) with two stages
             wait = np.where(
                 two, link, 2 * link * (pp - 2) - np.minimum(np.minimum(link, fwd), t_mb - link)
             )
+            wait = np.where(three, both - np.minimum(np.minimum(a, fwd), t_mb - a), wait)
         else:  # blocking calls: (m + 1)t + 2mL with two stages
             edge = np.maximum(np.maximum(0.0, link - fwd), 2 * link - t_mb)
             wait = np.where(two, 0.0, 2 * link * (pp - 4) + edge)
-        known = (self.vp == 1) & (two | ((self.crossings == 0) & (self.micro_batches >= 2)))
+            first = np.maximum(np.maximum(0.0, a - fwd), 2 * a - t_mb)
+            with np.errstate(invalid="ignore"):  # a link that carries nothing: inf - inf
+                wait = np.where(three, np.where(np.isposinf(a), np.inf, first - 2 * a), wait)
+        many = (self.crossings == 0) | three
+        known = (self.vp == 1) & (two | (many & (self.micro_batches >= 2)))
         return wait, np.asarray(known)
 
     def _crossing_hidden(self, f: Seconds) -> tuple[np.ndarray, np.ndarray]:

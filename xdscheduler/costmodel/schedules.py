@@ -147,17 +147,25 @@ class Pipeline:
         ]
         return _Run(programs, self.links, self.forward_s, self.backward_s).step_s()
 
-    def modelled_s(self, placed: bool = True) -> float:
+    def modelled_s(self, placed: bool = True, domains: Sequence[int] = ()) -> float:
         """What the step-time model gives it: the compute and bubble and
-        `exchanges.PipelineExchanges`, the slowest link a WAN crossing where it is slower
-        than the others (a stage beside it waits on a fast link on its other side), its place
-        told to the model where it is the only one (and `placed`)."""
+        `exchanges.PipelineExchanges`. `domains`: the stages each domain holds, the links
+        between them the WAN crossings; without, the slowest link is a crossing where it is
+        slower than the others (a stage beside it waits on a fast link on its other side).
+        Told (`placed`) what the planner tells it: where one crossing sits, and the crossings
+        beside the stage between two that waits longest."""
         links = self.links
-        slowest, intra = max(links, default=0.0), min(links, default=0.0)
+        if domains:
+            ends = set(np.cumsum(domains)[:-1] - 1)
+            cross = [x for i, x in enumerate(links) if i in ends]
+            inside = [x for i, x in enumerate(links) if i not in ends]
+        else:
+            cross, inside = [max(links, default=0.0)], links
+        slowest, intra = max(cross, default=0.0), min(inside, default=0.0)
+        crossings = len(cross) if domains else int(slowest > intra)
+        lone = [k for k in range(1, len(domains) - 1) if domains[k] == 1]
+        pair = max(((cross[k - 1] + cross[k], cross[k - 1]) for k in lone), default=(np.nan,) * 2)
         t_mb, m = self.forward_s + self.backward_s, self.micro_batches
-        crossings = int(slowest > intra)
-        one_slow = links.count(slowest) == 1 and links.count(intra) == len(links) - 1
-        after = len(links) - 1 - links.index(slowest) if crossings and one_slow and placed else -1
         exposed, _ = PipelineExchanges(
             np.array(self.stages),
             np.array(1),
@@ -168,9 +176,24 @@ class Pipeline:
             t_mb=t_mb,
             overlap=self.style == "batched",
             fwd_s=self.forward_s,
-            after=after,
+            after=self._after(crossings, domains) if placed else -1,
+            between=int(bool(lone)) if domains else 1,
+            between_s=pair[0] if placed else np.nan,
+            between_first_s=pair[1] if placed else np.nan,
         ).wait()
         return (m + self.stages - 1) * t_mb + float(exposed)
+
+    def _after(self, crossings: int, domains: Sequence[int]) -> int:
+        """The links after a pipeline's one crossing (-1: not one crossing, or it is not the
+        only slow link)."""
+        if crossings != 1:
+            return -1
+        if domains:
+            return domains[-1] - 1
+        links = self.links
+        slowest, intra = max(links), min(links)
+        one_slow = links.count(slowest) == 1 and links.count(intra) == len(links) - 1
+        return len(links) - 1 - links.index(slowest) if one_slow else -1
 
 
 class _Run:

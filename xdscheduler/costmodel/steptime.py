@@ -506,10 +506,11 @@ def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, st
     p2p_wan = over(hops_bps, wan.pp_flow_gbps)
     # the two crossings beside the stage between two that waits longest, each at its own rate
     sides, side_flows = _f(wan.pp_between_gbps), _f(wan.pp_between_flow_gbps)
-    between_s = np.nan
+    first_s = second_s = np.nan
     if sides.ndim == 2:
         side_bps = sides[..., None] * 1e9 / 8 * calib.wan_efficiency
-        between_s = over(side_bps[:, 0], side_flows[:, 0]) + over(side_bps[:, 1], side_flows[:, 1])
+        first_s = over(side_bps[:, 0], side_flows[:, 0])
+        second_s = over(side_bps[:, 1], side_flows[:, 1])
     exposed, hidden = PipelineExchanges(
         pp,
         vp,
@@ -522,7 +523,8 @@ def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, st
         fwd_s=stage.forward,
         after=_f(wan.pp_after_crossing),
         between=_f(wan.pp_stage_between_crossings),
-        between_s=between_s,
+        between_s=first_s + second_s,
+        between_first_s=first_s,
     ).wait()
     has_pp = pp > 1
     exposed = exposed + np.where(has_pp, 2 * _f(wan.pp_latency_s), 0.0)  # the fill's round trip
