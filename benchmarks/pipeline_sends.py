@@ -1,7 +1,8 @@
 """Pipeline schedules run over shaped links, against the step-time model's count of the waits
 they make a stage take.
 
-    python -m benchmarks.pipeline_sends [--quick]     # as root: namespaces and tc (~8 min)
+    python -m benchmarks.pipeline_sends [--quick] [--out F]   # as root: namespaces, tc (~8 min)
+    python -m benchmarks.pipeline_sends --from benchmarks/shaped_runs/pipeline_sends.json
 
 Each stage is a process in its own network namespace, joined to the next by a link shaped
 with a token bucket (the live cluster's fabric), and runs `costmodel.schedules.program` with
@@ -53,6 +54,7 @@ LINK_MBIT = 100.0
 FAST_MBIT = 1000.0  # the other links of a pipeline crossing one slow link
 SECOND_MBIT = 250.0  # the second crossing beside a stage that sits between two
 WORLD = 4  # namespaces: the longest pipeline's stages
+KEPT = Path(__file__).parent / "shaped_runs" / "pipeline_sends.json"  # a run's measurements
 FORWARD_S, BACKWARD_S = 0.05, 0.10
 MICRO_BATCHES = 8
 PORT = 29500  # in a namespace of its own: free
@@ -106,22 +108,41 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="two link loads, two steps a row")
+    parser.add_argument("--out", type=Path, help="also write the measurements here (JSON)")
+    parser.add_argument(
+        "--from", dest="saved", type=Path, help=f"report measurements kept (e.g. {KEPT})"
+    )
     parser.add_argument("--worker", nargs=4, metavar=("RANK", "WORLD", "HOST:PORT", "GRID"))
     args = parser.parse_args()
     if args.worker:
         rank, world, address, path = args.worker
         _worker(int(rank), int(world), address, json.loads(Path(path).read_text()))
         return 0
-    from xdscheduler.live import fabric as fab
+    if args.saved:
+        measured = _kept(args.saved)
+    else:
+        from xdscheduler.live import fabric as fab
 
-    why = fab.available()
-    if why:
-        print(f"skipped: {why}")
-        return 0
-    rows = grid(args.quick)
-    measured = _run(fab, rows)
+        why = fab.available()
+        if why:
+            print(f"skipped: {why}; --from {KEPT} reports the measurements kept")
+            return 0
+        measured = _run(fab, grid(args.quick))
+        if args.out:
+            args.out.write_text(json.dumps(measured, indent=1) + "\n")
     _report(measured["rows"], measured["duplex"])
     return 0
+
+
+def _kept(path: Path) -> dict:
+    """Measurements a run wrote with --out; exits with what is wrong where they do not read."""
+    try:
+        measured = json.loads(path.read_text())
+        if not measured["rows"] or not all("step_s" in r for r in measured["rows"]):
+            raise ValueError("no measured rows")
+        return measured
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"--from {path}: not measurements this benchmark wrote ({e})") from None
 
 
 def _run(fab, rows: list[dict]) -> dict:

@@ -278,3 +278,30 @@ def test_the_benchmark_times_a_stage_between_two_crossings_at_each_ones_speed(ca
     assert found, out
     told, untold = float(found[2]), float(found[4])  # the max of each
     assert told == 0.0 < untold, out
+
+
+def test_the_kept_run_over_shaped_links_reports_without_root(capsys, tmp_path, monkeypatch):
+    """benchmarks/pipeline_sends --from: the measurements kept from a run over shaped links
+    report again without root. On them the model is the schedules' simulation on every row,
+    and told both crossings it is nearer the measured steps than with the slowest for both.
+    A file it did not write is refused in one line."""
+    import sys
+
+    from benchmarks import pipeline_sends
+
+    monkeypatch.setattr(sys, "argv", ["pipeline_sends", "--from", str(pipeline_sends.KEPT)])
+    assert pipeline_sends.main() == 0
+    out = capsys.readouterr().out
+    model, sim = re.search(r"model is ([\d.]+%) .*simulation ([\d.]+%)", out).groups()
+    assert model == sim, out
+    found = re.search(
+        r"two crossings .*?: [\d.]+% \(median\) and ([\d.]+)% \(max\); "
+        r"[\d.]+% and ([\d.]+)%",
+        out,
+    )
+    assert found and float(found[1]) < float(found[2]), out
+    bad = tmp_path / "other.json"
+    bad.write_text('{"rows": [{"style": "blocking"}]}')
+    monkeypatch.setattr(sys, "argv", ["pipeline_sends", "--from", str(bad)])
+    with pytest.raises(SystemExit, match="not measurements this benchmark wrote"):
+        pipeline_sends.main()
