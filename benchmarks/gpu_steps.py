@@ -267,12 +267,17 @@ def compare(folder: Path) -> None:
 
 def accelerator_of(folder: Path) -> str:
     """The catalog accelerator the folder's profiles were measured as (a CPU's quick try
-    names one)."""
+    names one); exits where there is none, or profiles of several (one machine's run a
+    folder)."""
     from xdscheduler.costmodel.layers import LayerProfile
 
-    for path in sorted(folder.glob(profile_name("*", "*", "*"))):
-        return LayerProfile.load(path).accelerator
-    sys.exit(f"no layer profiles in {folder}: measure them with --measure")
+    paths = sorted(folder.glob(profile_name("*", "*", "*")))
+    kinds = sorted({LayerProfile.load(path).accelerator for path in paths})
+    if not kinds:
+        sys.exit(f"no layer profiles in {folder}: measure them with --measure")
+    if len(kinds) > 1:
+        sys.exit(f"{folder} holds profiles of {', '.join(kinds)}: keep one machine's a folder")
+    return kinds[0]
 
 
 def main(argv: list[str] | None = None) -> None:

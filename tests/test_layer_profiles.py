@@ -502,6 +502,22 @@ def test_the_gpu_steps_benchmark_reads_the_committed_h200_runs(capsys):
     assert "20 training steps of a Hugging Face GPT-2 measured on NVIDIA H200" in first
 
 
+def test_a_folder_of_two_machines_profiles_is_refused_in_one_line(tmp_path):
+    """Profiles of an H100 and an H200 in one folder: which machine its steps ran on cannot
+    be told, so the benchmark stops naming both (and a folder of none, saying so)."""
+    import shutil
+
+    from benchmarks import gpu_steps
+
+    for folder in (gpu_steps.RUNS, gpu_steps.RUNS / "h200"):
+        first = sorted(folder.glob("profile-*.yaml"))[0]
+        shutil.copy(first, tmp_path / first.name.replace("profile-", f"profile-{folder.name}-"))
+    with pytest.raises(SystemExit, match="holds profiles of H100-SXM, H200"):
+        gpu_steps.accelerator_of(tmp_path)
+    with pytest.raises(SystemExit, match="no layer profiles"):
+        gpu_steps.accelerator_of(tmp_path / "none")
+
+
 class CountingClock:
     """One second a timed call, whatever it is: what a layer is charged is then its share."""
 
