@@ -138,16 +138,17 @@ def _kept(path: Path) -> dict:
     """Measurements a run wrote with --out; exits with what is wrong where they do not read."""
     try:
         measured = json.loads(path.read_text())
-        if not measured["rows"] or not all("step_s" in r for r in measured["rows"]):
-            raise ValueError("no measured rows")
+        needed = {"style", "stages", "slow_at", "link_s", "step_s"}
+        if not measured["rows"] or not all(needed <= r.keys() for r in measured["rows"]):
+            raise ValueError(f"no rows of {', '.join(sorted(needed))}")
         return measured
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SystemExit(f"--from {path}: not measurements this benchmark wrote ({e})") from None
 
 
 def _run(fab, rows: list[dict]) -> dict:
-    """Each set of rows with the same slow link (consecutive in the grid) on a fabric of its
-    own, of as many namespaces as the longest pipeline."""
+    """Each set of rows with the same links (consecutive in the grid) on a fabric of its own,
+    of `WORLD` namespaces, each link at its row's rate."""
     world = WORLD
     done: dict = {"rows": []}
     for rates in dict.fromkeys(tuple(r["mbit"]) for r in rows):
@@ -338,19 +339,19 @@ def _report(rows: list[dict], duplex: float) -> None:
         f"{np.max(np.abs(sim_err)):.1%}."
     )
     slow = [i for i, r in enumerate(rows) if r["slow_at"] is not None]
-    for label, told, untold in (
+    for label, between, untold in (
         (
             "With one slow link",
-            "",
+            False,
             "where it sits (its fill then charged over every link each way)",
         ),
         (
             f"With a stage between two crossings ({LINK_MBIT:g} and {SECOND_MBIT:g} Mbit/s)",
-            "told both",
+            True,
             "the faster one (the slowest then standing for both)",
         ),
     ):
-        at = [k for k, i in enumerate(slow) if bool(rows[i].get("domains")) == bool(told)]
+        at = [k for k, i in enumerate(slow) if bool(rows[i].get("domains")) == between]
         if at:
             known = np.abs([model_err[slow[k]] for k in at])
             unknown = np.abs([unplaced_err[k] for k in at])
