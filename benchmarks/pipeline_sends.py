@@ -338,7 +338,7 @@ def _report(rows: list[dict], duplex: float) -> None:
         f"schedule's simulation {np.median(np.abs(sim_err)):.1%} and "
         f"{np.max(np.abs(sim_err)):.1%}."
     )
-    slow = [i for i, r in enumerate(rows) if r["slow_at"] is not None]
+    slow_rows = [i for i, r in enumerate(rows) if r["slow_at"] is not None]
     for label, between, untold in (
         (
             "With one slow link",
@@ -351,9 +351,9 @@ def _report(rows: list[dict], duplex: float) -> None:
             "the faster one (the slowest then standing for both)",
         ),
     ):
-        at = [k for k, i in enumerate(slow) if bool(rows[i].get("domains")) == between]
+        at = [k for k, i in enumerate(slow_rows) if bool(rows[i].get("domains")) == between]
         if at:
-            known = np.abs([model_err[slow[k]] for k in at])
+            known = np.abs([model_err[slow_rows[k]] for k in at])
             unknown = np.abs([unplaced_err[k] for k in at])
             print(
                 f"{label}: {np.median(known):.1%} (median) and {known.max():.1%} (max); "

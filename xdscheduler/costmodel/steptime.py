@@ -507,7 +507,7 @@ def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, st
     # the two crossings beside the stage between two that waits longest, each at its own rate
     sides, side_flows = _f(wan.pp_between_gbps), _f(wan.pp_between_flow_gbps)
     first_s = second_s = np.nan
-    if sides.ndim == 2:
+    if sides.ndim == 2 and not np.isnan(sides).all():  # a lone stage among these plans
         side_bps = sides[..., None] * 1e9 / 8 * calib.wan_efficiency
         first_s = over(side_bps[:, 0], side_flows[:, 0])
         second_s = over(side_bps[:, 1], side_flows[:, 1])

@@ -378,7 +378,8 @@ def _between_links(
         wait = 1.0 / left + 1.0 / right
     first = _first_of_rows(row, wait == _row_max(row, wait))  # each row's slowest
     gbps[row[first]] = np.stack([left[first], right[first]], axis=-1)
-    flows[row[first]] = np.stack([flow[before, at][first], flow[at, after][first]], axis=-1)
+    b, a, n = before[first], at[first], after[first]
+    flows[row[first]] = np.stack([flow[b, a], flow[a, n]], axis=-1)
     return gbps, flows
 
 
