@@ -11,7 +11,13 @@ from xdscheduler.costmodel.steptime import estimate
 from xdscheduler.errors import UserError
 from xdscheduler.planner.baselines import ONLINE
 from xdscheduler.planner.placement import Placement
-from xdscheduler.planner.search import JobSpec, estimate_placement, ideal_tokens_per_s, search
+from xdscheduler.planner.search import (
+    JobSpec,
+    described,
+    estimate_placement,
+    ideal_tokens_per_s,
+    search,
+)
 from xdscheduler.planner.space import (
     DATA,
     MEMORY_LADDER,
@@ -1283,7 +1289,7 @@ def test_the_model_is_told_whether_a_stage_sits_between_two_crossings():
     """A pipeline over three domains: a middle domain of one stage puts it between two WAN
     crossings, and the model is told the links on its two sides (each the slower way; of two
     such stages, the one slower over both); of two or more, no stage is; other kinds leave it
-    as not known (1, and no links)."""
+    as not known (1, and no links). It is told the stage boundaries after each crossing."""
     from xdscheduler.planner.space import PIPELINE, with_stage_counts
 
     h = catalog.accelerator("H100-SXM")
@@ -1298,7 +1304,14 @@ def test_the_model_is_told_whether_a_stage_sits_between_two_crossings():
     stages = np.array([[2, 1, 2, 0], [2, 2, 2, 0], [3, 4, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
     wan = with_stage_counts(WanUse(), kind, stages, view, members)
     assert list(wan.pp_stage_between_crossings) == [1.0, 0.0, 0.0, 1.0, 1.0]
-    assert list(wan.pp_after_crossing) == [-1.0, -1.0, 3.0, -1.0, -1.0]
+    # the stage boundaries after each crossing, in the pipeline's order
+    assert np.asarray(wan.pp_after_crossings).tolist() == [
+        [2.0, 1.0, -1.0],
+        [3.0, 1.0, -1.0],
+        [3.0, -1.0, -1.0],
+        [2.0, 1.0, 0.0],
+        [-1.0, -1.0, -1.0],
+    ]
     sides = np.asarray(wan.pp_between_gbps)
     assert sides[[0, 3]].tolist() == [[8.0, 40.0], [8.0, 40.0]]  # b, not c (40 and 20)
     assert np.isnan(sides[[1, 2, 4]]).all()
@@ -1322,17 +1335,49 @@ def test_a_stage_between_two_crossings_waits_on_each_at_its_own_speed():
         if known:
             return est.breakdown_s["pp_comm"]
         pl = describe_placements(view, np.array(["pipeline"], dtype=object), np.array([[0, 1, 2]]))
+        untold = pl.wan.with_(pp_crossing_gbps=np.nan, pp_crossing_flow_gbps=np.nan)
         return float(
             estimate(
-                arch, job.global_batch, PlanBatch.of([plan]), pl.hardware, pl.wan, seq=job.seq
+                arch, job.global_batch, PlanBatch.of([plan]), pl.hardware, untold, seq=job.seq
             ).breakdown_s["pp_comm"][0]
         )
 
     arch = catalog.model("gpt3-1.3b")
     job = JobSpec("p", arch, 64, arch.seq_len, 24, 24)
-    # not told the lone stage's links, the slowest stands for both, whatever the other's speed
+    # not told the lone stage's links nor each crossing's, the slowest stands for both,
+    # whatever the other's speed
     assert step(40.0, known=False) == pytest.approx(step(10.0, known=False))
     assert step(1e6) < step(40.0) < step(10.0) <= step(10.0, known=False)
+
+
+def test_a_pipeline_over_three_domains_times_each_crossing_at_its_own_speed():
+    """Llama 2 70B, two stages a domain over three H100 domains joined at 10 Gbit/s and then
+    at a faster link: the fill sends each micro-batch over each crossing at its own speed and
+    hides part of it behind the links after each, so the step falls as the second link gets
+    faster; told neither the links after each crossing nor each crossing's speed, the count
+    is higher, and does not see the second link at all."""
+    h = catalog.accelerator("H100-SXM")
+    doms = tuple(DomainView(n, h, 16, h.scaleup_gbs, 400, 2.5) for n in "abc")
+    arch = catalog.model("llama2-70b")
+    job = JobSpec("p", arch, 64, arch.seq_len, 48, 48)
+    plan = Plan(dp=1, tp=8, pp=6, micro_batch=1, zero=0, dtype="bf16")
+    placed = Placement("p", "pipeline", (0, 1, 2), (16, 16, 16), plan, ("a", "b", "c"))
+
+    def step(second: float, told: str = "all") -> float:
+        bw = np.array([[0, 10.0, 0], [10.0, 0, second], [0, second, 0]])
+        view = ClusterView(doms, bw, np.full((3, 3), 20.0), np.zeros((3, 3)))
+        wan = described(view, [placed]).wan
+        if told != "all":
+            wan = wan.with_(pp_after_crossings=-1.0)
+        if told == "nothing":
+            wan = wan.with_(pp_crossing_gbps=np.nan)
+        hw = described(view, [placed]).hardware
+        est = estimate(arch, job.global_batch, PlanBatch.of([plan]), hw, wan, seq=job.seq)
+        return float(est.breakdown_s["pp_comm"][0])
+
+    assert step(40.0, "nothing") == pytest.approx(step(10.0, "nothing"))
+    assert step(1e6) < step(40.0) < step(10.0)
+    assert step(40.0) < step(40.0, "speeds") < step(40.0, "nothing")
 
 
 def test_a_job_queued_again_is_tried_afresh_and_the_jobs_gone_are_forgotten():

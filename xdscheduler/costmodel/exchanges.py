@@ -41,7 +41,9 @@ class PipelineExchanges:
     t_mb: Seconds  # a micro-batch's forward and backward on the busiest stage
     overlap: bool  # Megatron's exchanges both ways at once; False: blocking calls
     fwd_s: Seconds | None = None  # the forward share of `t_mb` (None: a third)
-    after: Seconds = -1  # links after a pipeline's one WAN crossing (-1: not known)
+    # links after each WAN crossing, (plans, crossings) in the pipeline's order, -1 past its
+    # last; or one number a plan, its one crossing's (-1: not known)
+    after: Seconds = -1
     # 0 where no stage sits between two crossings (each domain of the pipeline's middle holds
     # two stages or more), 1 where one may
     between: Seconds = 1
@@ -49,6 +51,9 @@ class PipelineExchanges:
     # longest (nan: not known, twice the slowest crossing), and over the first of them
     between_s: Seconds = np.nan
     between_first_s: Seconds = np.nan
+    # a micro-batch's transfer over each crossing, in the order of `after` (nan past the
+    # last; None: not known, the slowest's for each)
+    crossing_s: np.ndarray | None = None
 
     def wait(self) -> tuple[np.ndarray, np.ndarray]:
         """Seconds the busiest stage waits for its exchanges a step, and the seconds of them
@@ -66,8 +71,8 @@ class PipelineExchanges:
         fwd = self.t_mb / 3 if self.fwd_s is None else self.fwd_s
         every_link_twice = self._every_link_twice()
         exact, known = self._exact_fill(link, fwd)
-        overlapped, crossing = self._crossing_hidden(fwd)
-        fill = np.where(known, exact, every_link_twice - np.where(crossing, overlapped, 0.0))
+        paced, crossing = self._paced_by_a_crossing(fwd)
+        fill = np.where(known, exact, every_link_twice)
         if self.overlap:
             interleaved = vp > 1
             plain = np.where(pp > 2, link + beside, link)
@@ -78,7 +83,8 @@ class PipelineExchanges:
             hidden = zero
         # one micro-batch goes down the pipeline and back: every link twice, nothing overlaps
         alone = (m == 1) & (vp == 1)
-        waits = np.where(alone, every_link_twice, m * per_mb + fill)
+        waits = np.where(crossing & ~known, every_link_twice + paced, m * per_mb + fill)
+        waits = np.where(alone, every_link_twice, waits)
         return np.where(has_pp, waits, zero), hidden
 
     def _other_side(self, link: Seconds) -> Seconds:
@@ -97,7 +103,11 @@ class PipelineExchanges:
         inside = self.pp - 1 - self.crossings
         both = np.asarray(self.between_s, dtype=float)
         pair = (self.crossings == 2) & ~np.isnan(both)
-        crossed = np.where(pair, both, self.crossings * self.wan_s)
+        if self.crossing_s is None:
+            crossed = self.crossings * self.wan_s
+        else:
+            crossed = np.nansum(self.crossing_s, axis=-1)
+        crossed = np.where(pair, both, crossed)
         return 2 * (inside * self.intra_s + crossed)
 
     def _exact_fill(self, link: Seconds, fwd: Seconds) -> tuple[np.ndarray, np.ndarray]:
@@ -128,30 +138,115 @@ class PipelineExchanges:
         known = (self.vp == 1) & (two | (many & (self.micro_batches >= 2)))
         return wait, np.asarray(known)
 
-    def _crossing_hidden(self, f: Seconds) -> tuple[np.ndarray, np.ndarray]:
-        """Of every link's two transfers, what the fill hides in a pipeline of uniform stages
-        over fast links of `intra_s` and one slower WAN crossing of `wan_s` with `after` links
-        past it, and where that is exact: without interleaving, three stages or more, two
-        micro-batches or more. Derived from the schedules' programs and equal to their event
-        simulation (the tests check it): each further link after the crossing hides the same
-        step more, up to one fewer links than micro-batches."""
-        wan, intra, t, m = self.wan_s, self.intra_s, self.t_mb, self.micro_batches
-        d = wan - intra
-        if self.overlap:  # 1F1B
-            at_last = wan + intra + np.minimum(np.minimum(intra, f), t - intra)
-            one_after = np.minimum(np.minimum(at_last + d, wan + intra + f), intra + t)
-            each_further = np.minimum(np.minimum(d, f), t - d)
-        else:  # blocking calls
-            at_last = 2 * wan + 4 * intra - np.maximum(np.maximum(0.0, intra - f), 2 * intra - t)
-            one_after = np.minimum(
-                np.minimum(at_last + 2 * d, 3 * wan + 2 * intra + f), 2 * wan + t + 2 * intra
-            )
-            each_further = np.minimum(np.minimum(2 * d, wan + f), t + 2 * intra)
-        reach = np.minimum(self.after, m - 1)
-        hidden = np.where(reach <= 0, at_last, one_after + np.maximum(reach - 1, 0) * each_further)
-        known = (
-            (self.vp == 1) & (self.pp > 2) & (self.crossings == 1) & (m >= 2) & (self.after >= 0)
+    def _paced_by_a_crossing(self, f: Seconds) -> tuple[np.ndarray, np.ndarray]:
+        """What a pipeline of uniform stages over fast links of `intra_s` and WAN crossings,
+        none with a stage alone between two, waits beyond every link's two transfers, and
+        where that is known: without interleaving, three stages or more, two micro-batches or
+        more. Exact with one crossing; with more, within a few percent (`_paced`)."""
+        cross, after = self._crossings()
+        pp, vp, m, crossings, between, intra, t, fwd, _ = np.broadcast_arrays(
+            self.pp,
+            self.vp,
+            self.micro_batches,
+            self.crossings,
+            self.between,
+            self.intra_s,
+            self.t_mb,
+            f,
+            cross[..., 0],
         )
-        # a link that carries nothing (no bandwidth) leaves the step infinite, as the old count
-        # does
-        return hidden, known & (d >= 0) & np.isfinite(wan) & np.isfinite(intra)
+        cross = np.broadcast_to(cross, pp.shape + cross.shape[-1:])
+        after = np.broadcast_to(after, cross.shape)
+        told = (crossings == 1) | ((between == 0) & (self.crossing_s is not None))
+        known = np.array(
+            (vp == 1) & (pp > 2) & (m >= 2) & told & np.isfinite(intra) & (after[..., 0] >= 0)
+        )
+        paced = np.zeros(pp.shape)
+        if not known.any():
+            return paced, known
+        k = np.flatnonzero((after[known] >= 0).any(axis=0)).max() + 1  # crossings come first
+        cross, after = cross[known][:, :k], after[known][:, :k]
+        valid = after >= 0
+        finite = np.where(valid, np.isfinite(cross), True).all(axis=-1)
+        paces = (valid & (cross >= intra[known][:, None])).any(axis=-1)
+        t_known = t[known]
+        paced[known] = _paced(
+            cross, after, intra[known], t_known, m[known], fwd[known], self.overlap
+        )
+        # not known: a link that carries nothing; no crossing slower than the links inside
+        # (a link inside then paces); with 1F1B over several, one longer than two
+        # micro-batches' compute (there the form strays up to 18% over)
+        several = valid.sum(axis=-1) > 1
+        slow = several & np.where(valid, cross > 2 * t_known[:, None], False).any(axis=-1)
+        known[known] = finite & paces & ~(slow & self.overlap)
+        return paced, known
+
+    def _crossings(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each crossing's transfer time and the links after it, (plans, crossings): as told,
+        or the one crossing at `wan_s`."""
+        after = np.asarray(self.after, dtype=float)
+        if self.crossing_s is None:  # the first crossing's, as one crossing's
+            first = after[..., 0] if after.ndim > 1 and after.shape[-1] else after
+            wan, one = np.broadcast_arrays(np.asarray(self.wan_s, dtype=float), first)
+            return wan[..., None], one[..., None]
+        cross = np.asarray(self.crossing_s, dtype=float)
+        if not cross.shape[-1]:  # no crossing a plan
+            none = (*cross.shape[:-1], 1)
+            return np.full(none, np.nan), np.full(none, -1.0)
+        return cross, np.where(np.isnan(cross), -1.0, np.broadcast_to(after, cross.shape))
+
+
+def _paced(cross, after, intra, t, m, f, overlap: bool) -> np.ndarray:
+    """Rows of pipelines over WAN crossings (`cross`, each one's transfer, and `after`, the
+    links after it, (rows, crossings), -1 past the last) and fast links of `intra` between:
+    the largest over the crossings of what the step waits, beyond every link's two
+    transfers, paced by the stage beside that crossing. The fill hides part of its transfers
+    behind each link after it, up to one fewer links than micro-batches; a link hides the
+    less the nearer its own time is to the crossing's, and the first link after a crossing is
+    inside a domain (no stage sits alone between two crossings). Derived from the schedules'
+    programs: equal to their event simulation with one crossing; with more, within a few
+    percent of it (the tests check both)."""
+    valid = after >= 0
+    # the rows by their crossings, most first: the rows with a j-th are the first `rows[j]`
+    count = valid.sum(axis=1)
+    order = np.argsort(-count, kind="stable")
+    rows = np.cumsum(np.bincount(count, minlength=cross.shape[1] + 1)[::-1])[::-1]
+    cross, after, valid = cross[order], after[order], valid[order]
+    intra, t, m, f = (np.asarray(x, dtype=float)[order, None] for x in (intra, t, m, f))
+    if overlap:  # 1F1B
+
+        def further(d, c, n=None):
+            return np.minimum(np.minimum(d, f[:n]), t[:n] - d)
+
+        at_last = cross + intra + np.minimum(np.minimum(intra, f), t - intra)
+        one_after = np.minimum(np.minimum(at_last + cross - intra, cross + intra + f), intra + t)
+        per_mb = cross + intra
+    else:  # blocking calls
+
+        def further(d, c, n=None):
+            return np.minimum(np.minimum(2 * d, c + f[:n]), t[:n] + 2 * intra[:n])
+
+        at_last = 2 * cross + 4 * intra - np.maximum(np.maximum(0.0, intra - f), 2 * intra - t)
+        one_after = np.minimum(
+            np.minimum(at_last + 2 * (cross - intra), 3 * cross + 2 * intra + f),
+            2 * cross + t + 2 * intra,
+        )
+        per_mb = np.maximum(2 * (cross + intra), 4 * intra)
+    reach = np.minimum(after, m - 1)
+    crossed, near = np.zeros(cross.shape), np.zeros(cross.shape)
+    for j in range(1, cross.shape[1]):  # a later crossing within reach of each before it
+        n = rows[j + 1]
+        at = after[:n, :j] - after[:n, j, None]  # its place among the links after each
+        seen = at <= reach[:n, :j]
+        gap = cross[:n, :j] - cross[:n, j, None]
+        crossed[:n, :j] += np.where(seen, further(gap, cross[:n, :j], n), 0.0)
+        near[:n, :j] += seen
+    inside = np.maximum(reach - 1 - near, 0)  # links inside domains, past the first
+    hidden = one_after + crossed + inside * further(cross - intra, cross)
+    hidden = np.where(reach <= 0, at_last, hidden)
+    # a crossing faster than the links inside paces nothing (its form does not hold there)
+    paces = valid & (cross >= intra)
+    paced = np.empty(len(order))
+    with np.errstate(invalid="ignore"):  # a link that carries nothing: inf - inf
+        paced[order] = np.where(paces, m * per_mb - hidden, -np.inf).max(axis=1)
+    return paced

@@ -68,6 +68,8 @@ def connection_bps(pair_bps, flow_bps, flows, gpn):
     pair_bps, flow_bps = np.asarray(pair_bps, float), np.asarray(flow_bps, float)
     flows, gpn = np.maximum(np.asarray(flows, float), 1.0), np.asarray(gpn, float)
     measured = np.isfinite(flow_bps) & (gpn > 1)
+    if not measured.any():  # one connection's rate, or no rate known: the power is 1
+        return np.minimum(flow_bps, pair_bps / flows)
     with np.errstate(divide="ignore", invalid="ignore"):
         power = np.log(pair_bps / flow_bps) / np.log(gpn)
     power = np.where(measured, np.clip(power, 0.0, 1.0), 1.0)

@@ -156,9 +156,9 @@ class WanUse:
     pp_crossings: np.ndarray | float = 0.0  # pipeline boundaries that cross a WAN link
     pp_gbps: np.ndarray | float = np.inf  # narrowest of those links, per direction
     pp_latency_s: np.ndarray | float = 0.0  # sum of one-way latencies over those boundaries
-    # stage boundaries after a pipeline's one WAN crossing (its last domain's stages less
-    # one), which its fill and drain depend on; -1: not known
-    pp_after_crossing: np.ndarray | float = -1.0
+    # (plans, hops): the stage boundaries after each WAN crossing of a pipeline, in its order
+    # (-1 past its last), which its fill and drain depend on; -1: not known
+    pp_after_crossings: np.ndarray | float = -1.0
     # 1 where a stage may sit between two WAN crossings (a middle domain of one stage; or not
     # known), 0 where every stage beside a crossing has a link inside its domain on its other
     # side: the busiest stage's per-micro-batch wait depends on it
@@ -168,6 +168,11 @@ class WanUse:
     # rates; nan where none is known: the slowest crossing then stands for both sides
     pp_between_gbps: np.ndarray | float = np.nan
     pp_between_flow_gbps: np.ndarray | float = np.nan
+    # (plans, hops): every crossing of a pipeline (each link's narrower direction) and its flow
+    # rate, padded with inf; the fill and drain send a micro-batch over each at its own rate.
+    # nan where not known: the slowest crossing then stands for each
+    pp_crossing_gbps: np.ndarray | float = np.nan
+    pp_crossing_flow_gbps: np.ndarray | float = np.nan
     dp_domains: np.ndarray | float = 1.0  # domains each data-parallel group spans
     dp_gbps: np.ndarray | float = np.inf  # narrowest link of the cross-domain ring
     dp_rtt_s: np.ndarray | float = 0.0  # largest RTT on that ring

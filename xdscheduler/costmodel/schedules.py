@@ -180,16 +180,17 @@ class Pipeline:
             between=int(bool(lone)) if domains else 1,
             between_s=pair[0] if placed else np.nan,
             between_first_s=pair[1] if placed else np.nan,
+            crossing_s=np.array(cross) if placed and domains else None,
         ).wait()
         return (m + self.stages - 1) * t_mb + float(exposed)
 
-    def _after(self, crossings: int, domains: Sequence[int]) -> int:
-        """The links after a pipeline's one crossing (-1: not one crossing, or it is not the
-        only slow link)."""
+    def _after(self, crossings: int, domains: Sequence[int]) -> int | np.ndarray:
+        """The links after each crossing of the domains' pipeline; without domains, after
+        its one crossing (-1: not one crossing, or it is not the only slow link)."""
+        if domains:
+            return np.cumsum(domains[::-1])[::-1][1:] - 1.0
         if crossings != 1:
             return -1
-        if domains:
-            return domains[-1] - 1
         links = self.links
         slowest, intra = max(links), min(links)
         one_slow = links.count(slowest) == 1 and links.count(intra) == len(links) - 1

@@ -498,10 +498,13 @@ def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, st
     boundary = dp * tp * cp
     share = dp * mb * shape.s * h * elem / boundary
 
-    def over(bps, flow_gbps):
-        return share / _wan_connection_bps(
-            bps, flow_gbps, wan.pp_per_node, boundary / pp_lanes, gpn, calib
+    def over(bps, flow_gbps, each: bool = False):
+        """A transfer's seconds over the slowest of the hops (`bps`, hops last), or over
+        each."""
+        conns = _wan_connection_bps(
+            bps, flow_gbps, wan.pp_per_node, boundary / pp_lanes, gpn, calib, each
         )
+        return (share[..., None] if each else share) / conns
 
     p2p_wan = over(hops_bps, wan.pp_flow_gbps)
     # the two crossings beside the stage between two that waits longest, each at its own rate
@@ -521,10 +524,11 @@ def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, st
         t_mb=stage.per_micro_batch,
         overlap=stack.overlap_p2p,
         fwd_s=stage.forward,
-        after=_f(wan.pp_after_crossing),
+        after=_f(wan.pp_after_crossings),
         between=_f(wan.pp_stage_between_crossings),
         between_s=first_s + second_s,
         between_first_s=first_s,
+        crossing_s=_each_crossing_s(wan, over, calib),
     ).wait()
     has_pp = pp > 1
     exposed = exposed + np.where(has_pp, 2 * _f(wan.pp_latency_s), 0.0)  # the fill's round trip
@@ -744,14 +748,28 @@ def _one_kind(measured: tuple[MeasuredLayers, ...], plans: PlanBatch, code, cp) 
     return out
 
 
-def _wan_connection_bps(hops_bps, flow_gbps, per_node, flows, gpn, calib: Calibration):
-    """Bytes/s each of `flows` connections gets across the slowest of the WAN hops it crosses,
-    each at its own bandwidth `hops_bps` and flow rate (hops on the last axis; `flows` per
-    node pair where the links are rated per node pair, whose node's `gpn` accelerators fill
-    them together)."""
+def _each_crossing_s(wan: WanUse, over, calib: Calibration) -> np.ndarray | None:
+    """A micro-batch's transfer over each crossing of each plan's pipeline at its own rate
+    (`over`: a transfer's seconds at a link's rate), (plans, hops), nan past the last
+    crossing; None where not known."""
+    links, flows = _f(wan.pp_crossing_gbps), _f(wan.pp_crossing_flow_gbps)
+    if links.ndim != 2 or np.isnan(links).any():
+        return None
+    each = over(links * 1e9 / 8 * calib.wan_efficiency, flows, each=True)
+    return np.where(np.isposinf(links), np.nan, each)
+
+
+def _wan_connection_bps(
+    hops_bps, flow_gbps, per_node, flows, gpn, calib: Calibration, each: bool = False
+):
+    """Bytes/s each of `flows` connections gets across the slowest of the WAN hops it crosses
+    (or, `each`, across each), each at its own bandwidth `hops_bps` and flow rate (hops on the
+    last axis; `flows` per node pair where the links are rated per node pair, whose node's
+    `gpn` accelerators fill them together)."""
     flow_bps = _hops(flow_gbps) * 1e9 / 8 * calib.wan_efficiency
     gpn = np.where(_f(per_node) > 0, gpn, 1.0)
-    return connection_bps(hops_bps, flow_bps, _f(flows)[..., None], gpn[..., None]).min(axis=-1)
+    bps = connection_bps(hops_bps, flow_bps, _f(flows)[..., None], gpn[..., None])
+    return bps if each else bps.min(axis=-1)
 
 
 def _hops(gbps) -> np.ndarray:

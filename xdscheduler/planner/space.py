@@ -311,10 +311,10 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
     pp_offsite = (hop & offsite[a, b]).sum(axis=1)
     dp_offsite = (ring & offsite[safe, nxt]).sum(axis=1)
     ring_price = np.where(ring, price[safe, nxt], 0.0).sum(axis=1) / np.maximum(dp_offsite, 1)
-    pp_gbps, pp_flow_gbps = _pacing_hops(
-        np.where(hop & is_pp[:, None], np.minimum(bw[a, b], bw[b, a]), np.inf),
-        np.where(hop & is_pp[:, None], flow[a, b], np.inf),
-    )
+    crossing = hop & is_pp[:, None]
+    crossing_gbps = np.where(crossing, np.minimum(bw[a, b], bw[b, a]), np.inf)
+    crossing_flow_gbps = np.where(crossing, flow[a, b], np.inf)
+    pp_gbps, pp_flow_gbps = _pacing_hops(crossing_gbps, crossing_flow_gbps)
     dp_gbps, dp_flow_gbps = _pacing_hops(
         np.where(ring & is_dp[:, None], bw[safe, nxt], np.inf),
         np.where(ring & is_dp[:, None], flow[safe, nxt], np.inf),
@@ -330,6 +330,8 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
         dp_per_node=(is_dp & np.where(ring, per_node[safe, nxt], True).all(axis=1)).astype(float),
         pp_flow_gbps=pp_flow_gbps,
         dp_flow_gbps=dp_flow_gbps,
+        pp_crossing_gbps=crossing_gbps,
+        pp_crossing_flow_gbps=crossing_flow_gbps,
         offsite_share=np.where(
             is_pp, pp_offsite / np.maximum(n_dom - 1, 1), dp_offsite / np.maximum(n_dom, 1)
         ),
@@ -344,17 +346,18 @@ def with_stage_counts(
 ) -> WanUse:
     """`wan` with what a pipeline's waits depend on where it crosses the WAN, from `stages`,
     the stages each member domain (`doms`) holds (0 past the last member): the stage
-    boundaries after its one crossing, whether a stage sits between two crossings, and the
+    boundaries after each crossing, whether a stage sits between two crossings, and the
     links beside the one of those that waits longest."""
     members = (stages > 0).sum(axis=1)
-    last = stages[np.arange(len(stages)), np.maximum(members - 1, 0)]
-    once = (kind == PIPELINE) & (members == 2)
     column = np.arange(stages.shape[1])
+    # a crossing after each member but the last: the stages of the members past it, less one
+    past = stages.sum(axis=1, keepdims=True) - np.cumsum(stages[:, :-1], axis=1) - 1.0
+    crossing = (column[1:] < members[:, None]) & (kind == PIPELINE)[:, None]
     middle = (column > 0) & (column < members[:, None] - 1)
     lone = middle & (stages == 1) & (kind == PIPELINE)[:, None]
     between_gbps, between_flow_gbps = _between_links(view, doms, lone)
     return wan.with_(
-        pp_after_crossing=np.where(once, last - 1, -1.0),
+        pp_after_crossings=np.where(crossing, past, -1.0),
         pp_stage_between_crossings=np.where(kind == PIPELINE, lone.any(axis=1), True).astype(float),
         pp_between_gbps=between_gbps,
         pp_between_flow_gbps=between_flow_gbps,
