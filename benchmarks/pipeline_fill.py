@@ -19,13 +19,13 @@ import argparse
 import numpy as np
 
 from benchmarks._table import print_table
-from xdscheduler.costmodel.schedules import STYLES, Pipeline
+from xdscheduler.costmodel.schedules import STYLES, Pipeline, Style
 
 RANGES = ((0.05, 1.0), (1.0, 2.0), (2.0, 3.5))  # a crossing's transfer over t
 INSIDE = 0.05  # a link inside a domain, over t
 
 
-def drawn(rng: np.random.Generator, low: float, high: float, style: str):
+def drawn(rng: np.random.Generator, low: float, high: float, style: Style):
     """One random pipeline and the stages each domain holds."""
     n = int(rng.integers(3, 6))
     middle = tuple(int(c) for c in rng.integers(2, 5, size=n - 2))
@@ -37,11 +37,11 @@ def drawn(rng: np.random.Generator, low: float, high: float, style: str):
     links: list[float] = []
     for i, c in enumerate(counts):
         links += [INSIDE * t] * (c - 1) + ([crossings[i]] if i < n - 1 else [])
-    pipe = Pipeline(style, sum(counts), int(rng.integers(2, 17)), fwd, bwd, links)  # type: ignore[arg-type]
+    pipe = Pipeline(style, sum(counts), int(rng.integers(2, 17)), fwd, bwd, links)
     return pipe, counts
 
 
-def errors(pipelines: int, seed: int, low: float, high: float, style: str):
+def errors(pipelines: int, seed: int, low: float, high: float, style: Style):
     """The model's error against the simulation, told each crossing and not."""
     rng = np.random.default_rng(seed)
     told, untold = [], []

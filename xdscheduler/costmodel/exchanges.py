@@ -27,8 +27,9 @@ class PipelineExchanges:
       own, two a micro-batch on each side.
 
     The fill and drain: where the schedule's step has a closed form (`_exact_fill`, and
-    `_crossing_hidden` for one WAN crossing among more stages), that; else once over every
-    link, each way (where the forms hold, that is off by up to several transfers). A single
+    `_paced_by_a_crossing` for WAN crossings among more stages, none with a stage alone
+    between two), that; else once over every link, each way, each crossing at its own time
+    where told (where the forms hold, that is off by up to several transfers). A single
     micro-batch waits for every link twice, and for nothing else.
     """
 

@@ -755,8 +755,8 @@ def _each_crossing_s(wan: WanUse, over, calib: Calibration) -> np.ndarray | None
     links, flows = _f(wan.pp_crossing_gbps), _f(wan.pp_crossing_flow_gbps)
     if links.ndim != 2 or np.isnan(links).any():
         return None
-    each = over(links * 1e9 / 8 * calib.wan_efficiency, flows, each=True)
-    return np.where(np.isposinf(links), np.nan, each)
+    seconds = over(links * 1e9 / 8 * calib.wan_efficiency, flows, each=True)
+    return np.where(np.isposinf(links), np.nan, seconds)
 
 
 def _wan_connection_bps(
