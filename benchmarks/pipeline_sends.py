@@ -1,7 +1,7 @@
 """Pipeline schedules run over shaped links, against the step-time model's count of the waits
 they make a stage take.
 
-    python -m benchmarks.pipeline_sends [--quick] [--out F]   # as root: namespaces, tc (~8 min)
+    python -m benchmarks.pipeline_sends [--quick] [--out F]   # as root: namespaces, tc (~10 min)
     python -m benchmarks.pipeline_sends --from benchmarks/shaped_runs/pipeline_sends.json
 
 Each stage is a process in its own network namespace, joined to the next by a link shaped
@@ -12,9 +12,11 @@ channels). A pass is a sleep of fixed length: what is measured is how the schedu
 its transfers, not how fast this CPU multiplies. The transfer time each row feeds the model
 and the simulation is measured on each link first, alone; nothing is fitted. Some rows have
 every link alike; in others one link is slow among fast ones (a pipeline crossing the WAN
-once), at the first or the last boundary: the fill and drain depend on where it sits. In the
-last, three stages each in a domain of its own cross two links of unlike speed, and the
-middle stage waits on both, each at its own rate.
+once), at the first or the last boundary: the fill and drain depend on where it sits. Then
+three stages each in a domain of its own cross two links of unlike speed, and the middle stage
+waits on both, each at its own rate. In the last, four stages in three domains (one, two, one)
+cross two links of unlike speed with a fast link between them: no stage sits between two
+crossings, and the fill times each at its own rate.
 
 The model's waits come from `exchanges.PipelineExchanges`, what `estimate` calls,
 with the compute and bubble of uniform stages (`schedules.Pipeline.modelled_s`); the simulation
@@ -78,8 +80,9 @@ def grid(quick: bool) -> list[dict]:
     """Each row's schedule, stages, one transfer's share of a micro-batch's compute over the
     slow link, which link is slow (None: every link alike; else one crossing among links
     `FAST_MBIT / LINK_MBIT` times as fast, at the first or the last boundary), and each link's
-    rate. The last rows have a stage to a domain and two crossings, at `LINK_MBIT` and
-    `SECOND_MBIT`: the middle stage sits between them."""
+    rate. Then rows of a stage to a domain and two crossings, at `LINK_MBIT` and
+    `SECOND_MBIT`: the middle stage sits between them; the last, the same crossings with two
+    stages in the middle domain, joined by a fast link."""
     ratios = (0.25, 1.0) if quick else (0.25, 1.0, 2.0)
     t_mb = FORWARD_S + BACKWARD_S
 
@@ -101,7 +104,9 @@ def grid(quick: bool) -> list[dict]:
     crossing = [row(s, 4, r, at) for at in (0, 2) for s in STYLES for r in ratios[1:]]
     two = (LINK_MBIT, SECOND_MBIT, FAST_MBIT)
     between = [row(s, 3, r, 0, two, [1, 1, 1]) for s in STYLES for r in ratios[1:]]
-    return alike + crossing + between
+    apart = (LINK_MBIT, FAST_MBIT, SECOND_MBIT)
+    several = [row(s, 4, r, 0, apart, [1, 2, 1]) for s in STYLES for r in ratios[1:]]
+    return alike + crossing + between + several
 
 
 def main() -> int:
@@ -339,19 +344,25 @@ def _report(rows: list[dict], duplex: float) -> None:
         f"{np.max(np.abs(sim_err)):.1%}."
     )
     slow_rows = [i for i, r in enumerate(rows) if r["slow_at"] is not None]
-    for label, between, untold in (
+    crossings = f"({LINK_MBIT:g} and {SECOND_MBIT:g} Mbit/s)"
+    for label, kind, untold in (
         (
             "With one slow link",
-            False,
+            "one",
             "where it sits (its fill then charged over every link each way)",
         ),
         (
-            f"With a stage between two crossings ({LINK_MBIT:g} and {SECOND_MBIT:g} Mbit/s)",
-            True,
+            f"With a stage between two crossings {crossings}",
+            "between",
             "the faster one (the slowest then standing for both)",
         ),
+        (
+            f"With two crossings apart {crossings}",
+            "apart",
+            "each crossing and the links after it (the slowest then standing for both)",
+        ),
     ):
-        at = [k for k, i in enumerate(slow_rows) if bool(rows[i].get("domains")) == between]
+        at = [k for k, i in enumerate(slow_rows) if _kind(rows[i]) == kind]
         if at:
             known = np.abs([model_err[slow_rows[k]] for k in at])
             unknown = np.abs([unplaced_err[k] for k in at])
@@ -374,16 +385,25 @@ def _report(rows: list[dict], duplex: float) -> None:
     )
 
 
+def _kind(r: dict) -> str:
+    """A row's crossings: one slow link, two with a stage between them, or two apart."""
+    domains = r.get("domains") or ()
+    if not domains:
+        return "one"
+    return "between" if 1 in domains[1:-1] else "apart"
+
+
 def _which(r: dict) -> str:
-    """Which boundary is the slow link (or both crossings' rates), '-' where none is."""
-    if r.get("domains"):
-        return "both: " + " + ".join(f"{x:g}" for x in r["mbit"][: r["stages"] - 1])
+    """Which boundary is the slow link (or the crossings' rates), '-' where none is."""
+    if domains := r.get("domains"):
+        ends = np.cumsum(domains)[:-1] - 1
+        return "crossings: " + " + ".join(f"{r['mbit'][i]:g}" for i in ends)
     return "-" if r["slow_at"] is None else f"{r['slow_at'] + 1} of {r['stages'] - 1}"
 
 
 def _unplaced(pipeline: Pipeline, step_s: float, slow_at, domains, errs: list) -> list:
-    """The model not told where the slow link sits (nor, between two crossings, the faster
-    one: the slowest stands for both), and its error; blank where no link is slow."""
+    """The model not told where the slow link sits (nor, of two crossings, each one's rate:
+    the slowest stands for both), and its error; blank where no link is slow."""
     if slow_at is None:
         return ["", ""]
     model = pipeline.modelled_s(placed=False, domains=domains)
