@@ -27,10 +27,10 @@ class PipelineExchanges:
       own, two a micro-batch on each side.
 
     The fill and drain: where the schedule's step has a closed form (`_exact_fill`, and
-    `_paced_by_a_crossing` for WAN crossings among more stages, none with a stage alone
-    between two), that; else once over every link, each way, each crossing at its own time
-    where told (where the forms hold, that is off by up to several transfers). A single
-    micro-batch waits for every link twice, and for nothing else.
+    `_paced_by_a_crossing` for WAN crossings among more stages), that; else once over every
+    link, each way, each crossing at its own time where told (where the forms hold, that is
+    off by up to several transfers). A single micro-batch waits for every link twice, and for
+    nothing else.
     """
 
     pp: Seconds  # stages
@@ -140,17 +140,17 @@ class PipelineExchanges:
         return wait, np.asarray(known)
 
     def _paced_by_a_crossing(self, f: Seconds) -> tuple[np.ndarray, np.ndarray]:
-        """What a pipeline of uniform stages over fast links of `intra_s` and WAN crossings,
-        none with a stage alone between two, waits beyond every link's two transfers, and
-        where that is known: without interleaving, three stages or more, two micro-batches or
-        more. Exact with one crossing; with more, within a few percent (`_paced`)."""
+        """What a pipeline of uniform stages over fast links of `intra_s` and WAN crossings
+        waits beyond every link's two transfers, and where that is known: without
+        interleaving, three stages or more, two micro-batches or more, no stage alone between
+        two crossings (with 1F1B: none whose two crossings outlast a micro-batch's compute).
+        Exact with one crossing; with more, within a few percent (`_paced`)."""
         cross, after = self._crossings()
-        pp, vp, m, crossings, between, intra, t, fwd, _ = np.broadcast_arrays(
+        pp, vp, m, crossings, intra, t, fwd, _ = np.broadcast_arrays(
             self.pp,
             self.vp,
             self.micro_batches,
             self.crossings,
-            self.between,
             self.intra_s,
             self.t_mb,
             f,
@@ -158,7 +158,7 @@ class PipelineExchanges:
         )
         cross = np.broadcast_to(cross, pp.shape + cross.shape[-1:])
         after = np.broadcast_to(after, cross.shape)
-        told = (crossings == 1) | ((between == 0) & (self.crossing_s is not None))
+        told = (crossings == 1) | (self.crossing_s is not None)
         known = np.array(
             (vp == 1) & (pp > 2) & (m >= 2) & told & np.isfinite(intra) & (after[..., 0] >= 0)
         )
@@ -166,20 +166,25 @@ class PipelineExchanges:
         if not known.any():
             return paced, known
         k = np.flatnonzero((after[known] >= 0).any(axis=0)).max() + 1  # crossings come first
-        cross, after = cross[known][:, :k], after[known][:, :k]
+        cross, after, t_known = cross[known][:, :k], after[known][:, :k], t[known][:, None]
         valid = after >= 0
+        # Not known: a link that carries nothing; no crossing slower than the links inside (a
+        # link inside then paces); with 1F1B over several, one longer than two micro-batches'
+        # compute (there the form strays up to 18% over); a stage alone between two
+        # crossings, but with 1F1B where its two take at most a micro-batch's compute
+        # (beyond, or with blocking calls, the form strays by up to half the step).
         finite = np.where(valid, np.isfinite(cross), True).all(axis=-1)
         paces = (valid & (cross >= intra[known][:, None])).any(axis=-1)
-        t_known = t[known]
-        paced[known] = _paced(
-            cross, after, intra[known], t_known, m[known], fwd[known], self.overlap
-        )
-        # not known: a link that carries nothing; no crossing slower than the links inside
-        # (a link inside then paces); with 1F1B over several, one longer than two
-        # micro-batches' compute (there the form strays up to 18% over)
-        several = valid.sum(axis=-1) > 1
-        slow = several & np.where(valid, cross > 2 * t_known[:, None], False).any(axis=-1)
-        known[known] = finite & paces & ~(slow & self.overlap)
+        slow = (valid.sum(axis=-1) > 1) & np.where(valid, cross > 2 * t_known, False).any(axis=-1)
+        lone = _alone_before(after)
+        with np.errstate(invalid="ignore"):  # past the last crossing: nan
+            long = np.where(lone, cross + np.roll(cross, 1, axis=-1) > t_known, False)
+        fits = ~lone.any(axis=-1) | (self.overlap & ~long.any(axis=-1))
+        ok = finite & paces & ~(slow & self.overlap) & fits
+        rows = np.flatnonzero(known)[ok]
+        i, tt, mm, ff = (x.reshape(-1)[rows] for x in (intra, t, m, fwd))
+        paced.reshape(-1)[rows] = _paced(cross[ok], after[ok], i, tt, mm, ff, self.overlap)
+        known[known] = ok
         return paced, known
 
     def _crossings(self) -> tuple[np.ndarray, np.ndarray]:
@@ -203,10 +208,10 @@ def _paced(cross, after, intra, t, m, f, overlap: bool) -> np.ndarray:
     the largest over the crossings of what the step waits, beyond every link's two
     transfers, paced by the stage beside that crossing. The fill hides part of its transfers
     behind each link after it, up to one fewer links than micro-batches; a link hides the
-    less the nearer its own time is to the crossing's, and the first link after a crossing is
-    inside a domain (no stage sits alone between two crossings). Derived from the schedules'
-    programs: equal to their event simulation with one crossing; with more, within a few
-    percent of it (the tests check both)."""
+    less the nearer its own time is to the crossing's. With 1F1B, the stage before a crossing
+    that sits alone between it and the crossing before waits on that one too. Derived from
+    the schedules' programs: equal to their event simulation with one crossing; with more,
+    within a few percent of it (the tests check both)."""
     valid = after >= 0
     # the rows by their crossings, most first: the rows with a j-th are the first `rows[j]`
     count = valid.sum(axis=1)
@@ -214,14 +219,22 @@ def _paced(cross, after, intra, t, m, f, overlap: bool) -> np.ndarray:
     rows = np.cumsum(np.bincount(count, minlength=cross.shape[1] + 1)[::-1])[::-1]
     cross, after, valid = cross[order], after[order], valid[order]
     intra, t, m, f = (np.asarray(x, dtype=float)[order, None] for x in (intra, t, m, f))
+    # the first link after each crossing: the next crossing where a stage sits alone between
+    # them, else one inside a domain
+    lone = _alone_before(after)
+    first = np.where(np.roll(lone, -1, axis=-1), np.roll(cross, -1, axis=-1), intra)
+    first[:, -1] = intra[:, 0]
     if overlap:  # 1F1B
+        # the stage before a crossing waits on its other side too: the crossing before it
+        # where it sits alone between two, else a link inside its domain
+        side = np.where(lone, np.roll(cross, 1, axis=-1), intra)
 
         def further(d, c, n=None):
             return np.minimum(np.minimum(d, f[:n]), t[:n] - d)
 
-        at_last = cross + intra + np.minimum(np.minimum(intra, f), t - intra)
-        one_after = np.minimum(np.minimum(at_last + cross - intra, cross + intra + f), intra + t)
-        per_mb = cross + intra
+        at_last = cross + side + np.minimum(np.minimum(side, f), t - side)
+        one_after = np.minimum(np.minimum(at_last + cross - first, cross + side + f), side + t)
+        per_mb = cross + side
     else:  # blocking calls
 
         def further(d, c, n=None):
@@ -238,7 +251,7 @@ def _paced(cross, after, intra, t, m, f, overlap: bool) -> np.ndarray:
     for j in range(1, cross.shape[1]):  # a later crossing within reach of each before it
         n = rows[j + 1]
         at = after[:n, :j] - after[:n, j, None]  # its place among the links after each
-        seen = at <= reach[:n, :j]
+        seen = (at >= 2) & (at <= reach[:n, :j])  # the first link after is `first`'s
         gap = cross[:n, :j] - cross[:n, j, None]
         crossed[:n, :j] += np.where(seen, further(gap, cross[:n, :j], n), 0.0)
         near[:n, :j] += seen
@@ -248,6 +261,13 @@ def _paced(cross, after, intra, t, m, f, overlap: bool) -> np.ndarray:
     # a crossing faster than the links inside paces nothing (its form does not hold there)
     paces = valid & (cross >= intra)
     paced = np.empty(len(order))
-    with np.errstate(invalid="ignore"):  # a link that carries nothing: inf - inf
-        paced[order] = np.where(paces, m * per_mb - hidden, -np.inf).max(axis=1)
+    paced[order] = np.where(paces, m * per_mb - hidden, -np.inf).max(axis=1, initial=-np.inf)
     return paced
+
+
+def _alone_before(after: np.ndarray) -> np.ndarray:
+    """(rows, crossings): where the stage before each crossing sits alone in its domain
+    between it and the crossing before (the two one link apart)."""
+    lone = np.zeros(after.shape, dtype=bool)
+    lone[:, 1:] = (after[:, 1:] >= 0) & (after[:, :-1] - after[:, 1:] == 1)
+    return lone

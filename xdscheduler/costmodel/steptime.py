@@ -504,7 +504,8 @@ def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, st
         conns = _wan_connection_bps(
             bps, flow_gbps, wan.pp_per_node, boundary / pp_lanes, gpn, calib, each
         )
-        return (share[..., None] if each else share) / conns
+        with np.errstate(divide="ignore"):  # a link that carries nothing: forever
+            return (share[..., None] if each else share) / conns
 
     p2p_wan = over(hops_bps, wan.pp_flow_gbps)
     # the two crossings beside the stage between two that waits longest, each at its own rate
