@@ -1366,13 +1366,13 @@ def test_a_pipeline_over_three_domains_times_each_crossing_at_its_own_speed():
     def step(second: float, told: str = "all") -> float:
         bw = np.array([[0, 10.0, 0], [10.0, 0, second], [0, second, 0]])
         view = ClusterView(doms, bw, np.full((3, 3), 20.0), np.zeros((3, 3)))
-        wan = described(view, [placed]).wan
+        pl = described(view, [placed])
+        wan = pl.wan
         if told != "all":
             wan = wan.with_(pp_after_crossings=-1.0)
         if told == "nothing":
             wan = wan.with_(pp_crossing_gbps=np.nan)
-        hw = described(view, [placed]).hardware
-        est = estimate(arch, job.global_batch, PlanBatch.of([plan]), hw, wan, seq=job.seq)
+        est = estimate(arch, job.global_batch, PlanBatch.of([plan]), pl.hardware, wan, seq=job.seq)
         return float(est.breakdown_s["pp_comm"][0])
 
     assert step(40.0, "nothing") == pytest.approx(step(10.0, "nothing"))

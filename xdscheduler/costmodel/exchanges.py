@@ -183,7 +183,9 @@ class PipelineExchanges:
         ok = finite & paces & ~(slow & self.overlap) & fits
         rows = np.flatnonzero(known)[ok]
         i, tt, mm, ff = (x.reshape(-1)[rows] for x in (intra, t, m, fwd))
-        paced.reshape(-1)[rows] = _paced(cross[ok], after[ok], i, tt, mm, ff, self.overlap)
+        paced.reshape(-1)[rows] = _paced(
+            cross[ok], after[ok], lone[ok], i, tt, mm, ff, self.overlap
+        )
         known[known] = ok
         return paced, known
 
@@ -202,9 +204,10 @@ class PipelineExchanges:
         return cross, np.where(np.isnan(cross), -1.0, np.broadcast_to(after, cross.shape))
 
 
-def _paced(cross, after, intra, t, m, f, overlap: bool) -> np.ndarray:
-    """Rows of pipelines over WAN crossings (`cross`, each one's transfer, and `after`, the
-    links after it, (rows, crossings), -1 past the last) and fast links of `intra` between:
+def _paced(cross, after, lone, intra, t, m, f, overlap: bool) -> np.ndarray:
+    """Rows of pipelines over WAN crossings (`cross`, each one's transfer, `after`, the links
+    after it, (rows, crossings), -1 past the last, and `lone`, `_alone_before(after)`) and
+    fast links of `intra` between:
     the largest over the crossings of what the step waits, beyond every link's two
     transfers, paced by the stage beside that crossing. The fill hides part of its transfers
     behind each link after it, up to one fewer links than micro-batches; a link hides the
@@ -217,17 +220,16 @@ def _paced(cross, after, intra, t, m, f, overlap: bool) -> np.ndarray:
     count = valid.sum(axis=1)
     order = np.argsort(-count, kind="stable")
     rows = np.cumsum(np.bincount(count, minlength=cross.shape[1] + 1)[::-1])[::-1]
-    cross, after, valid = cross[order], after[order], valid[order]
+    cross, after, valid, lone = cross[order], after[order], valid[order], lone[order]
     intra, t, m, f = (np.asarray(x, dtype=float)[order, None] for x in (intra, t, m, f))
-    # the first link after each crossing: the next crossing where a stage sits alone between
-    # them, else one inside a domain
-    lone = _alone_before(after)
-    first = np.where(np.roll(lone, -1, axis=-1), np.roll(cross, -1, axis=-1), intra)
-    first[:, -1] = intra[:, 0]
-    if overlap:  # 1F1B
+    if overlap:  # 1F1B, where a stage may sit alone between two crossings
         # the stage before a crossing waits on its other side too: the crossing before it
         # where it sits alone between two, else a link inside its domain
         side = np.where(lone, np.roll(cross, 1, axis=-1), intra)
+        # and the first link after a crossing is the next crossing where a stage sits alone
+        # between them, else one inside a domain
+        first = np.where(np.roll(lone, -1, axis=-1), np.roll(cross, -1, axis=-1), intra)
+        first[:, -1] = intra[:, 0]
 
         def further(d, c, n=None):
             return np.minimum(np.minimum(d, f[:n]), t[:n] - d)

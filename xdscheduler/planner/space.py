@@ -349,16 +349,17 @@ def with_stage_counts(
     boundaries after each crossing, whether a stage sits between two crossings, and the
     links beside the one of those that waits longest."""
     members = (stages > 0).sum(axis=1)
+    pipe = kind == PIPELINE
     column = np.arange(stages.shape[1])
     # a crossing after each member but the last: the stages of the members past it, less one
     past = stages.sum(axis=1, keepdims=True) - np.cumsum(stages[:, :-1], axis=1) - 1.0
-    crossing = (column[1:] < members[:, None]) & (kind == PIPELINE)[:, None]
+    crossing = (column[1:] < members[:, None]) & pipe[:, None]
     middle = (column > 0) & (column < members[:, None] - 1)
-    lone = middle & (stages == 1) & (kind == PIPELINE)[:, None]
+    lone = middle & (stages == 1) & pipe[:, None]
     between_gbps, between_flow_gbps = _between_links(view, doms, lone)
     return wan.with_(
         pp_after_crossings=np.where(crossing, past, -1.0),
-        pp_stage_between_crossings=np.where(kind == PIPELINE, lone.any(axis=1), True).astype(float),
+        pp_stage_between_crossings=np.where(pipe, lone.any(axis=1), True).astype(float),
         pp_between_gbps=between_gbps,
         pp_between_flow_gbps=between_flow_gbps,
     )
