@@ -142,8 +142,8 @@ class PipelineExchanges:
     def _paced_by_a_crossing(self, f: Seconds) -> tuple[np.ndarray, np.ndarray]:
         """What a pipeline of uniform stages over fast links of `intra_s` and WAN crossings
         waits beyond every link's two transfers, and where that is known: without
-        interleaving, three stages or more, two micro-batches or more, no stage alone between
-        two crossings (with 1F1B: none whose two crossings outlast a micro-batch's compute).
+        interleaving, three stages or more, two micro-batches or more, and with 1F1B no stage
+        alone between two crossings that outlast a micro-batch's compute.
         Exact with one crossing; with more, within a few percent (`_paced`)."""
         cross, after = self._crossings()
         pp, vp, m, crossings, intra, t, fwd, _ = np.broadcast_arrays(
@@ -170,17 +170,16 @@ class PipelineExchanges:
         valid = after >= 0
         # Not known: a link that carries nothing; no crossing slower than the links inside (a
         # link inside then paces); with 1F1B over several, one longer than two micro-batches'
-        # compute (there the form strays up to 18% over); a stage alone between two
-        # crossings, but with 1F1B where its two take at most a micro-batch's compute
-        # (beyond, or with blocking calls, the form strays by up to half the step).
+        # compute (there the form strays up to 18% over), or a stage alone between two
+        # crossings that take more than a micro-batch's compute (the form strays by up to
+        # half the step there; with blocking calls it holds).
         finite = np.where(valid, np.isfinite(cross), True).all(axis=-1)
         paces = (valid & (cross >= intra[known][:, None])).any(axis=-1)
         slow = (valid.sum(axis=-1) > 1) & np.where(valid, cross > 2 * t_known, False).any(axis=-1)
         lone = _alone_before(after)
         with np.errstate(invalid="ignore"):  # past the last crossing: nan
             long = np.where(lone, cross + np.roll(cross, 1, axis=-1) > t_known, False)
-        fits = ~lone.any(axis=-1) | (self.overlap & ~long.any(axis=-1))
-        ok = finite & paces & ~(slow & self.overlap) & fits
+        ok = finite & paces & ~(self.overlap & (slow | long.any(axis=-1)))
         rows = np.flatnonzero(known)[ok]
         i, tt, mm, ff = (x.reshape(-1)[rows] for x in (intra, t, m, fwd))
         paced.reshape(-1)[rows] = _paced(
@@ -211,8 +210,9 @@ def _paced(cross, after, lone, intra, t, m, f, overlap: bool) -> np.ndarray:
     the largest over the crossings of what the step waits, beyond every link's two
     transfers, paced by the stage beside that crossing. The fill hides part of its transfers
     behind each link after it, up to one fewer links than micro-batches; a link hides the
-    less the nearer its own time is to the crossing's. With 1F1B, the stage before a crossing
-    that sits alone between it and the crossing before waits on that one too. Derived from
+    less the nearer its own time is to the crossing's. The stage before a crossing that sits
+    alone between it and the crossing before waits on that one too; with blocking calls, its
+    second crossing takes one of the fill's micro-batches. Derived from
     the schedules' programs: equal to their event simulation with one crossing; with more,
     within a few percent of it (the tests check both)."""
     valid = after >= 0
@@ -222,40 +222,46 @@ def _paced(cross, after, lone, intra, t, m, f, overlap: bool) -> np.ndarray:
     rows = np.cumsum(np.bincount(count, minlength=cross.shape[1] + 1)[::-1])[::-1]
     cross, after, valid, lone = cross[order], after[order], valid[order], lone[order]
     intra, t, m, f = (np.asarray(x, dtype=float)[order, None] for x in (intra, t, m, f))
-    if overlap:  # 1F1B, where a stage may sit alone between two crossings
-        # the stage before a crossing waits on its other side too: the crossing before it
-        # where it sits alone between two, else a link inside its domain
-        side = np.where(lone, np.roll(cross, 1, axis=-1), intra)
+    # the stage before a crossing waits on its other side too: the crossing before it where it
+    # sits alone between two, else a link inside its domain
+    side = np.where(lone, np.roll(cross, 1, axis=-1), intra)
+    if overlap:  # 1F1B
         # and the first link after a crossing is the next crossing where a stage sits alone
         # between them, else one inside a domain
         first = np.where(np.roll(lone, -1, axis=-1), np.roll(cross, -1, axis=-1), intra)
         first[:, -1] = intra[:, 0]
 
-        def further(d, c, n=None):
+        def further(d, c, n=None, j=None):
             return np.minimum(np.minimum(d, f[:n]), t[:n] - d)
 
         at_last = cross + side + np.minimum(np.minimum(side, f), t - side)
         one_after = np.minimum(np.minimum(at_last + cross - first, cross + side + f), side + t)
         per_mb = cross + side
+        reach = np.minimum(after, m - 1)
     else:  # blocking calls
+        s = side - intra  # a lone stage's first crossing beyond a link inside: as one
+        # crossing of the two's time less a link inside, `cross + s`, over one link fewer
 
-        def further(d, c, n=None):
-            return np.minimum(np.minimum(2 * d, c + f[:n]), t[:n] + 2 * intra[:n])
+        def further(d, c, n=None, j=None):
+            o = s[:n, :j]
+            return np.minimum(np.minimum(2 * (d + o), c + o + f[:n]), t[:n] + 2 * intra[:n])
 
-        at_last = 2 * cross + 4 * intra - np.maximum(np.maximum(0.0, intra - f), 2 * intra - t)
+        base = 2 * cross + 4 * side
+        e = np.maximum(np.maximum(0.0, side - f), 2 * side - t)
+        at_last = base - e
         one_after = np.minimum(
-            np.minimum(at_last + 2 * (cross - intra), 3 * cross + 2 * intra + f),
-            2 * cross + t + 2 * intra,
+            np.minimum(at_last + 2 * (cross - intra + s), base + cross + side - 3 * intra + f),
+            at_last + t + np.where(lone, 0.0, e - 2 * intra),
         )
-        per_mb = np.maximum(2 * (cross + intra), 4 * intra)
-    reach = np.minimum(after, m - 1)
+        per_mb = np.maximum(2 * (cross + side), 4 * intra)
+        reach = np.minimum(after, m - 1 - lone)
     crossed, near = np.zeros(cross.shape), np.zeros(cross.shape)
     for j in range(1, cross.shape[1]):  # a later crossing within reach of each before it
         n = rows[j + 1]
         at = after[:n, :j] - after[:n, j, None]  # its place among the links after each
         seen = (at >= 2) & (at <= reach[:n, :j])  # the first link after is `first`'s
         gap = cross[:n, :j] - cross[:n, j, None]
-        crossed[:n, :j] += np.where(seen, further(gap, cross[:n, :j], n), 0.0)
+        crossed[:n, :j] += np.where(seen, further(gap, cross[:n, :j], n, j), 0.0)
         near[:n, :j] += seen
     inside = np.maximum(reach - 1 - near, 0)  # links inside domains, past the first
     hidden = one_after + crossed + inside * further(cross - intra, cross)
