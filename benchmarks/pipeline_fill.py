@@ -5,11 +5,12 @@ the fill).
 
     python -m benchmarks.pipeline_fill [--pipelines 300] [--seed 9]
 
-Random pipelines over 3-5 domains, the middle ones of 2-4 stages (no stage alone between two
-crossings; those have their own forms), the ends of 1-3; forward 0.3-1 s, backward 1-3 times
-it, links inside a domain a twentieth of a micro-batch's compute, 2-16 micro-batches. Each
-crossing is drawn in one of three ranges of a micro-batch's compute. Nothing is fitted: the
-forms were derived from the schedules' programs (`costmodel/exchanges.py`). A second or so.
+Random pipelines over 3-5 domains, the middle ones of 2-4 stages, the ends of 1-3; forward
+0.3-1 s, backward 1-3 times it, links inside a domain a twentieth of a micro-batch's compute,
+2-16 micro-batches. Each crossing is drawn in one of three ranges of a micro-batch's compute.
+A second table draws middles of 1-4 stages, one of them a single stage alone between two
+crossings. Nothing is fitted: the forms were derived from the schedules' programs
+(`costmodel/exchanges.py`). Ten seconds or so.
 """
 
 from __future__ import annotations
@@ -25,10 +26,13 @@ RANGES = ((0.05, 1.0), (1.0, 2.0), (2.0, 3.5))  # a crossing's transfer over t
 INSIDE = 0.05  # a link inside a domain, over t
 
 
-def drawn(rng: np.random.Generator, low: float, high: float, style: Style):
-    """One random pipeline and the stages each domain holds."""
+def drawn(rng: np.random.Generator, low: float, high: float, style: Style, lone: bool = False):
+    """One random pipeline and the stages each domain holds; `lone`: one middle domain (or
+    more) holds a single stage."""
     n = int(rng.integers(3, 6))
-    middle = tuple(int(c) for c in rng.integers(2, 5, size=n - 2))
+    middle = [int(c) for c in rng.integers(1 if lone else 2, 5, size=n - 2)]
+    if lone:
+        middle[int(rng.integers(0, n - 2))] = 1
     counts = (int(rng.integers(1, 4)), *middle, int(rng.integers(1, 4)))
     fwd = rng.uniform(0.3, 1.0)
     bwd = fwd * rng.uniform(1.0, 3.0)
@@ -41,12 +45,12 @@ def drawn(rng: np.random.Generator, low: float, high: float, style: Style):
     return pipe, counts
 
 
-def errors(pipelines: int, seed: int, low: float, high: float, style: Style):
+def errors(pipelines: int, seed: int, low: float, high: float, style: Style, lone: bool = False):
     """The model's error against the simulation, told each crossing and not."""
     rng = np.random.default_rng(seed)
     told, untold = [], []
     for _ in range(pipelines):
-        pipe, counts = drawn(rng, low, high, style)
+        pipe, counts = drawn(rng, low, high, style, lone)
         simulated = pipe.simulated_s()
         told.append(pipe.modelled_s(domains=counts) / simulated - 1)
         untold.append(pipe.modelled_s(domains=counts, placed=False) / simulated - 1)
@@ -58,39 +62,38 @@ def main() -> None:
     parser.add_argument("--pipelines", type=int, default=300, help="pipelines a row")
     parser.add_argument("--seed", type=int, default=9)
     args = parser.parse_args()
-    rows = []
-    for style in STYLES:
-        for low, high in RANGES:
-            told, untold = errors(args.pipelines, args.seed, low, high, style)
-            rows.append(
-                [
-                    "DeepSpeed (blocking)" if style == "blocking" else "Megatron 1F1B",
-                    f"{low:g}-{high:g}",
-                    f"{np.mean(np.abs(told) < 1e-9):.0%}",
-                    f"{np.median(np.abs(told)):.1%}",
-                    f"{told.min():+.1%} / {told.max():+.1%}",
-                    f"{np.median(np.abs(untold)):.1%}",
-                    f"{untold.min():+.1%} / {untold.max():+.1%}",
-                    f"{np.mean(np.abs(untold)) / np.mean(np.abs(told)):.1f}x",
-                ]
-            )
-    print_table(
-        f"Pipelines over several WAN crossings: the model against the schedules' simulation "
-        f"({args.pipelines} random pipelines a row, seed {args.seed})",
-        [
-            "schedule",
-            "crossing / compute",
-            "exact",
-            "median |error|",
-            "min / max",
-            "slowest for all: median",
-            "min / max",
-            "mean |error|: slowest for all / model",
-        ],
-        rows,
-        note="error: model / simulation - 1. 'slowest for all': told only the slowest "
-        "crossing, every link twice in the fill (the count before).",
-    )
+    for lone, what in ((False, "several WAN crossings"), (True, "a stage alone between two")):
+        print_table(
+            f"Pipelines over {what}: the model against the schedules' simulation "
+            f"({args.pipelines} random pipelines a row, seed {args.seed})",
+            [
+                "schedule",
+                "crossing / compute",
+                "exact",
+                "median |error|",
+                "min / max",
+                "slowest for all: median",
+                "min / max",
+                "mean |error|: slowest for all / model",
+            ],
+            [row(args.pipelines, args.seed, r, style, lone) for style in STYLES for r in RANGES],
+            note="error: model / simulation - 1. 'slowest for all': told only the slowest "
+            "crossing, every link twice in the fill (the count before).",
+        )
+
+
+def row(pipelines: int, seed: int, crossing: tuple[float, float], style: Style, lone: bool):
+    told, untold = errors(pipelines, seed, *crossing, style, lone)
+    return [
+        "DeepSpeed (blocking)" if style == "blocking" else "Megatron 1F1B",
+        f"{crossing[0]:g}-{crossing[1]:g}",
+        f"{np.mean(np.abs(told) < 1e-9):.0%}",
+        f"{np.median(np.abs(told)):.1%}",
+        f"{told.min():+.1%} / {told.max():+.1%}",
+        f"{np.median(np.abs(untold)):.1%}",
+        f"{untold.min():+.1%} / {untold.max():+.1%}",
+        f"{np.mean(np.abs(untold)) / np.mean(np.abs(told)):.1f}x",
+    ]
 
 
 if __name__ == "__main__":

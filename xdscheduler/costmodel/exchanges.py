@@ -142,9 +142,8 @@ class PipelineExchanges:
     def _paced_by_a_crossing(self, f: Seconds) -> tuple[np.ndarray, np.ndarray]:
         """What a pipeline of uniform stages over fast links of `intra_s` and WAN crossings
         waits beyond every link's two transfers, and where that is known: without
-        interleaving, three stages or more, two micro-batches or more, and with 1F1B no stage
-        alone between two crossings that outlast a micro-batch's compute.
-        Exact with one crossing; with more, within a few percent (`_paced`)."""
+        interleaving, three stages or more, two micro-batches or more. Exact with one
+        crossing; with more, within a few percent (`_paced`)."""
         cross, after = self._crossings()
         pp, vp, m, crossings, intra, t, fwd, _ = np.broadcast_arrays(
             self.pp,
@@ -169,17 +168,14 @@ class PipelineExchanges:
         cross, after, t_known = cross[known][:, :k], after[known][:, :k], t[known][:, None]
         valid = after >= 0
         # Not known: a link that carries nothing; no crossing slower than the links inside (a
-        # link inside then paces); with 1F1B over several, one longer than two micro-batches'
-        # compute (there the form strays up to 18% over), or a stage alone between two
-        # crossings that take more than a micro-batch's compute (the form strays by up to
-        # half the step there; with blocking calls it holds).
+        # link inside then paces); with 1F1B over several and no stage alone between two, one
+        # longer than two micro-batches' compute (there the form strays up to 19% over; a lone
+        # stage's two crossings pace such a step, and its form holds).
         finite = np.where(valid, np.isfinite(cross), True).all(axis=-1)
         paces = (valid & (cross >= intra[known][:, None])).any(axis=-1)
         slow = (valid.sum(axis=-1) > 1) & np.where(valid, cross > 2 * t_known, False).any(axis=-1)
         lone = _alone_before(after)
-        with np.errstate(invalid="ignore"):  # past the last crossing: nan
-            long = np.where(lone, cross + np.roll(cross, 1, axis=-1) > t_known, False)
-        ok = finite & paces & ~(self.overlap & (slow | long.any(axis=-1)))
+        ok = finite & paces & ~(self.overlap & slow & ~lone.any(axis=-1))
         rows = np.flatnonzero(known)[ok]
         i, tt, mm, ff = (x.reshape(-1)[rows] for x in (intra, t, m, fwd))
         paced.reshape(-1)[rows] = _paced(
@@ -211,10 +207,10 @@ def _paced(cross, after, lone, intra, t, m, f, overlap: bool) -> np.ndarray:
     transfers, paced by the stage beside that crossing. The fill hides part of its transfers
     behind each link after it, up to one fewer links than micro-batches; a link hides the
     less the nearer its own time is to the crossing's. The stage before a crossing that sits
-    alone between it and the crossing before waits on that one too; with blocking calls, its
-    second crossing takes one of the fill's micro-batches. Derived from
-    the schedules' programs: equal to their event simulation with one crossing; with more,
-    within a few percent of it (the tests check both)."""
+    alone between it and the crossing before waits on that one too: behind the links after,
+    the two are as one crossing of their time less a link inside a domain. Derived from the
+    schedules' programs: equal to their event simulation with one crossing; with more, within
+    a few percent of it (the tests check both)."""
     valid = after >= 0
     # the rows by their crossings, most first: the rows with a j-th are the first `rows[j]`
     count = valid.sum(axis=1)
@@ -225,6 +221,7 @@ def _paced(cross, after, lone, intra, t, m, f, overlap: bool) -> np.ndarray:
     # the stage before a crossing waits on its other side too: the crossing before it where it
     # sits alone between two, else a link inside its domain
     side = np.where(lone, np.roll(cross, 1, axis=-1), intra)
+    s = side - intra  # what a lone stage's first crossing adds to the second's time
     if overlap:  # 1F1B
         # and the first link after a crossing is the next crossing where a stage sits alone
         # between them, else one inside a domain
@@ -232,15 +229,17 @@ def _paced(cross, after, lone, intra, t, m, f, overlap: bool) -> np.ndarray:
         first[:, -1] = intra[:, 0]
 
         def further(d, c, n=None, j=None):
+            d = d + s[:n, :j]
             return np.minimum(np.minimum(d, f[:n]), t[:n] - d)
 
         at_last = cross + side + np.minimum(np.minimum(side, f), t - side)
         one_after = np.minimum(np.minimum(at_last + cross - first, cross + side + f), side + t)
+        # a lone stage's crossings hide behind the first link after as behind the others,
+        # less a link inside
+        one_after = np.where(lone, at_last + further(cross - first, cross) - intra, one_after)
         per_mb = cross + side
         reach = np.minimum(after, m - 1)
     else:  # blocking calls
-        s = side - intra  # a lone stage's first crossing beyond a link inside: as one
-        # crossing of the two's time less a link inside, `cross + s`, over one link fewer
 
         def further(d, c, n=None, j=None):
             o = s[:n, :j]
@@ -254,7 +253,7 @@ def _paced(cross, after, lone, intra, t, m, f, overlap: bool) -> np.ndarray:
             at_last + t + np.where(lone, 0.0, e - 2 * intra),
         )
         per_mb = np.maximum(2 * (cross + side), 4 * intra)
-        reach = np.minimum(after, m - 1 - lone)
+        reach = np.minimum(after, m - 1 - lone)  # a lone stage spends one micro-batch
     crossed, near = np.zeros(cross.shape), np.zeros(cross.shape)
     for j in range(1, cross.shape[1]):  # a later crossing within reach of each before it
         n = rows[j + 1]
