@@ -146,6 +146,32 @@ def test_an_interleaved_schedule_with_its_exchanges_on_their_own_stream_hides_th
     assert float(hidden) == pytest.approx(8 * 1.0)
 
 
+def test_of_two_lone_stages_the_one_slower_over_its_crossings_sets_the_wait():
+    """Blocking calls, interleaved (where no closed form holds), one stage a domain over four:
+    the two middle stages each sit alone between two crossings, and the one whose two take
+    longer sets the busiest stage's wait, wherever it sits. Its two crossings are found from
+    the links after each crossing (one link apart); not told them, the slowest stands for
+    both sides, a higher count."""
+
+    def wait(cross, told: bool = True) -> float:
+        exposed, _ = PipelineExchanges(
+            np.array(4),
+            np.array(2),
+            8,
+            np.array(3),
+            wan_s=max(cross),
+            intra_s=0.05,
+            t_mb=1.0,
+            overlap=False,
+            after=np.array([[2.0, 1.0, 0.0]]) if told else -1,
+            crossing_s=np.array([cross]) if told else None,
+        ).wait()
+        return np.asarray(exposed).item()
+
+    assert wait([1.0, 3.0, 0.5]) == pytest.approx(wait([0.5, 3.0, 1.0]))
+    assert wait([1.0, 3.0, 0.5]) < wait([1.0, 3.0, 2.0]) < wait([1.0, 3.0, 2.0], told=False)
+
+
 @pytest.mark.integration  # three processes join a gloo group: seconds of imports
 def test_both_schedules_run_to_the_end_over_a_real_transport(tmp_path):
     """The programs the benchmark runs match every send with a receive on gloo too (a

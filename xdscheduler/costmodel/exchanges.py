@@ -6,6 +6,7 @@ the tied embedding's exchange."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -45,16 +46,13 @@ class PipelineExchanges:
     # links after each WAN crossing, (plans, crossings) in the pipeline's order, -1 past its
     # last; or one number a plan, its one crossing's (-1: not known)
     after: Seconds = -1
-    # 0 where no stage sits between two crossings (each domain of the pipeline's middle holds
-    # two stages or more), 1 where one may
-    between: Seconds = 1
-    # a micro-batch's transfers over both crossings beside the stage between two that waits
-    # longest (nan: not known, twice the slowest crossing), and over the first of them
-    between_s: Seconds = np.nan
-    between_first_s: Seconds = np.nan
     # a micro-batch's transfer over each crossing, in the order of `after` (nan past the
     # last; None: not known, the slowest's for each)
     crossing_s: np.ndarray | None = None
+    # where the crossings are not told (`after` one number a plan): 0 where no stage sits
+    # alone between two crossings (each domain of the pipeline's middle holds two stages or
+    # more), 1 where one may
+    between: Seconds = 1
 
     def wait(self) -> tuple[np.ndarray, np.ndarray]:
         """Seconds the busiest stage waits for its exchanges a step, and the seconds of them
@@ -65,10 +63,11 @@ class PipelineExchanges:
         intra = vp * self.intra_s
         link = vp * np.where(crossings > 0, self.wan_s, self.intra_s)  # the slowest link
         # Beside a pipeline's one WAN crossing, a stage's other side is inside its domain; with
-        # more, a stage may sit between two (`between`): the busiest waits on both its sides
-        # (`between_s`) or, where a stage beside the slowest has a link inside its domain on
-        # its other side, on those two.
-        beside = np.where((crossings == 1) | (self.between == 0), intra, self._other_side(link))
+        # more, a stage may sit alone between two: the busiest waits on both its sides or,
+        # where a stage beside the slowest has a link inside its domain on its other side, on
+        # those two.
+        between, _ = self._lone_pair
+        beside = np.where((crossings == 1) | (between == 0), intra, self._other_side(link))
         fwd = self.t_mb / 3 if self.fwd_s is None else self.fwd_s
         every_link_twice = self._every_link_twice()
         exact, known = self._exact_fill(link, fwd)
@@ -92,38 +91,52 @@ class PipelineExchanges:
         """What a stage between two crossings waits for beyond the slowest, a micro-batch: the
         other side of the busiest such stage, at least a link inside a domain; the slowest
         again where that stage is not known."""
-        both = self.vp * np.asarray(self.between_s, dtype=float)
+        both = self.vp * self._lone_pair[1]
         intra = self.vp * np.asarray(self.intra_s, dtype=float)
         with np.errstate(invalid="ignore"):  # a link that carries nothing: inf - inf
             other = np.where(np.isposinf(both), np.inf, np.maximum(both - link, intra))
         return np.where(np.isnan(both), link, other)
 
     def _every_link_twice(self) -> Seconds:
-        """Every link's transfer each way: the crossings at the slowest's time, or where there
-        are two beside a stage between them, each at its own."""
+        """Every link's transfer each way, each crossing at its own time where told, else at
+        the slowest's."""
         inside = self.pp - 1 - self.crossings
-        both = np.asarray(self.between_s, dtype=float)
-        pair = (self.crossings == 2) & ~np.isnan(both)
         if self.crossing_s is None:
             crossed = self.crossings * self.wan_s
         else:
             crossed = np.nansum(self.crossing_s, axis=-1)
-        crossed = np.where(pair, both, crossed)
         return 2 * (inside * self.intra_s + crossed)
+
+    @cached_property
+    def _lone_pair(self) -> tuple[Seconds, np.ndarray]:
+        """Where a stage may sit alone between two crossings (as `between` where the links
+        after each crossing are not told), and a micro-batch's transfers over both crossings
+        beside the one that waits longest (nan: none, or not told)."""
+        if self.crossing_s is None:
+            after = np.asarray(self.after, dtype=float)
+            if after.ndim < 2 or not after.shape[-1]:
+                return self.between, np.asarray(np.nan)
+            return np.asarray(_lone(after).any(axis=-1)), np.asarray(np.nan)
+        cross, _, lone = self._crossings
+        pair = np.where(lone[..., 1:], cross[..., 1:] + cross[..., :-1], -np.inf)
+        both = pair.max(axis=-1, initial=-np.inf)
+        return np.asarray(lone.any(axis=-1)), np.where(np.isneginf(both), np.nan, both)
 
     def _exact_fill(self, link: Seconds, fwd: Seconds) -> tuple[np.ndarray, np.ndarray]:
         """What a step of uniform stages waits for its transfers beyond `micro_batches` times
         their count a micro-batch, and where that is exact: without interleaving, two stages
         (one link, whatever it crosses), more stages whose links all take `link` (none
-        crosses the WAN), or three stages a domain each whose two crossings are known (`a` the
+        crosses the WAN), or three stages a domain each whose two crossings are told (`a` the
         first, `both` the two), with at least two micro-batches. Derived from the schedules'
         programs and equal to their event simulation (`costmodel.schedules`; the tests check
         it), for a backward pass at least as long as the forward one."""
         pp, t_mb = self.pp, self.t_mb
         two = pp == 2
-        a = np.asarray(self.between_first_s, dtype=float)
-        both = np.asarray(self.between_s, dtype=float)
-        three = (pp == 3) & (self.crossings == 2) & ~np.isnan(a)
+        a = both = np.asarray(np.nan)
+        if self.crossing_s is not None and np.shape(self.crossing_s)[-1] >= 2:
+            cross = np.asarray(self.crossing_s, dtype=float)
+            a, both = cross[..., 0], cross[..., 0] + cross[..., 1]
+        three = (pp == 3) & (self.crossings == 2) & ~np.isnan(both)
         if self.overlap:  # 1F1B, exchanges both ways at once: (m + 1)(t + L) with two stages
             wait = np.where(
                 two, link, 2 * link * (pp - 2) - np.minimum(np.minimum(link, fwd), t_mb - link)
@@ -144,7 +157,7 @@ class PipelineExchanges:
         waits beyond every link's two transfers, and where that is known: without
         interleaving, three stages or more, two micro-batches or more. Exact with one
         crossing; with more, within a few percent (`_paced`)."""
-        cross, after = self._crossings()
+        cross, after, lone = self._crossings
         pp, vp, m, crossings, intra, t, fwd, _ = np.broadcast_arrays(
             self.pp,
             self.vp,
@@ -157,6 +170,7 @@ class PipelineExchanges:
         )
         cross = np.broadcast_to(cross, pp.shape + cross.shape[-1:])
         after = np.broadcast_to(after, cross.shape)
+        lone = np.broadcast_to(lone, cross.shape)
         told = (crossings == 1) | (self.crossing_s is not None)
         known = np.array(
             (vp == 1) & (pp > 2) & (m >= 2) & told & np.isfinite(intra) & (after[..., 0] >= 0)
@@ -165,7 +179,8 @@ class PipelineExchanges:
         if not known.any():
             return paced, known
         k = np.flatnonzero((after[known] >= 0).any(axis=0)).max() + 1  # crossings come first
-        cross, after, t_known = cross[known][:, :k], after[known][:, :k], t[known][:, None]
+        cross, after, lone = (x[known][:, :k] for x in (cross, after, lone))
+        t_known = t[known][:, None]
         valid = after >= 0
         # Not known: a link that carries nothing; no crossing slower than the links inside (a
         # link inside then paces); with 1F1B over several and no stage alone between two, one
@@ -174,7 +189,6 @@ class PipelineExchanges:
         finite = np.where(valid, np.isfinite(cross), True).all(axis=-1)
         paces = (valid & (cross >= intra[known][:, None])).any(axis=-1)
         slow = (valid.sum(axis=-1) > 1) & np.where(valid, cross > 2 * t_known, False).any(axis=-1)
-        lone = _alone_before(after)
         ok = finite & paces & ~(self.overlap & slow & ~lone.any(axis=-1))
         rows = np.flatnonzero(known)[ok]
         i, tt, mm, ff = (x.reshape(-1)[rows] for x in (intra, t, m, fwd))
@@ -184,19 +198,22 @@ class PipelineExchanges:
         known[known] = ok
         return paced, known
 
-    def _crossings(self) -> tuple[np.ndarray, np.ndarray]:
-        """Each crossing's transfer time and the links after it, (plans, crossings): as told,
-        or the one crossing at `wan_s`."""
+    @cached_property
+    def _crossings(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each crossing's transfer time, the links after it and whether the stage before it
+        sits alone between it and the crossing before (`_alone_before`), (plans, crossings):
+        as told, or the one crossing at `wan_s`."""
         after = np.asarray(self.after, dtype=float)
         if self.crossing_s is None:  # the first crossing's, as one crossing's
             first = after[..., 0] if after.ndim > 1 and after.shape[-1] else after
             wan, one = np.broadcast_arrays(np.asarray(self.wan_s, dtype=float), first)
-            return wan[..., None], one[..., None]
+            return wan[..., None], one[..., None], np.zeros((*one.shape, 1), dtype=bool)
         cross = np.asarray(self.crossing_s, dtype=float)
         if not cross.shape[-1]:  # no crossing a plan
             none = (*cross.shape[:-1], 1)
-            return np.full(none, np.nan), np.full(none, -1.0)
-        return cross, np.where(np.isnan(cross), -1.0, np.broadcast_to(after, cross.shape))
+            return np.full(none, np.nan), np.full(none, -1.0), np.zeros(none, dtype=bool)
+        after = np.where(np.isnan(cross), -1.0, np.broadcast_to(after, cross.shape))
+        return cross, after, _lone(after)
 
 
 def _paced(cross, after, lone, intra, t, m, f, overlap: bool) -> np.ndarray:
@@ -270,6 +287,11 @@ def _paced(cross, after, lone, intra, t, m, f, overlap: bool) -> np.ndarray:
     paced = np.empty(len(order))
     paced[order] = np.where(paces, m * per_mb - hidden, -np.inf).max(axis=1, initial=-np.inf)
     return paced
+
+
+def _lone(after: np.ndarray) -> np.ndarray:
+    """`_alone_before` over any leading axes."""
+    return _alone_before(after.reshape(-1, after.shape[-1])).reshape(after.shape)
 
 
 def _alone_before(after: np.ndarray) -> np.ndarray:

@@ -159,15 +159,6 @@ class WanUse:
     # (plans, hops): the stage boundaries after each WAN crossing of a pipeline, in its order
     # (-1 past its last), which its fill and drain depend on; -1: not known
     pp_after_crossings: np.ndarray | float = -1.0
-    # 1 where a stage may sit between two WAN crossings (a middle domain of one stage; or not
-    # known), 0 where every stage beside a crossing has a link inside its domain on its other
-    # side: the busiest stage's per-micro-batch wait depends on it
-    pp_stage_between_crossings: np.ndarray | float = 1.0
-    # (plans, 2): the links on either side of the stage that sits alone in its domain between
-    # two crossings and waits longest on them (each the narrower direction), and their flow
-    # rates; nan where none is known: the slowest crossing then stands for both sides
-    pp_between_gbps: np.ndarray | float = np.nan
-    pp_between_flow_gbps: np.ndarray | float = np.nan
     # (plans, hops): every crossing of a pipeline (each link's narrower direction) and its flow
     # rate, padded with inf; the fill and drain send a micro-batch over each at its own rate.
     # nan where not known: the slowest crossing then stands for each

@@ -152,8 +152,8 @@ class Pipeline:
         `exchanges.PipelineExchanges`. `domains`: the stages each domain holds, the links
         between them the WAN crossings; without, the slowest link is a crossing where it is
         slower than the others (a stage beside it waits on a fast link on its other side).
-        Told (`placed`) what the planner tells it: where one crossing sits, and the crossings
-        beside the stage between two that waits longest."""
+        Told (`placed`) what the planner tells it: each crossing's time and the links after
+        each."""
         links = self.links
         if domains:
             ends = set(np.cumsum(domains)[:-1] - 1)
@@ -163,8 +163,7 @@ class Pipeline:
             cross, inside = [max(links, default=0.0)], links
         slowest, intra = max(cross, default=0.0), min(inside, default=0.0)
         crossings = len(cross) if domains else int(slowest > intra)
-        lone = [k for k in range(1, len(domains) - 1) if domains[k] == 1]
-        pair = max(((cross[k - 1] + cross[k], cross[k - 1]) for k in lone), default=(np.nan,) * 2)
+        lone = any(domains[k] == 1 for k in range(1, len(domains) - 1))
         t_mb, m = self.forward_s + self.backward_s, self.micro_batches
         exposed, _ = PipelineExchanges(
             np.array(self.stages),
@@ -177,10 +176,8 @@ class Pipeline:
             overlap=self.style == "batched",
             fwd_s=self.forward_s,
             after=self._after(crossings, domains) if placed else -1,
-            between=int(bool(lone)) if domains else 1,
-            between_s=pair[0] if placed else np.nan,
-            between_first_s=pair[1] if placed else np.nan,
             crossing_s=np.array(cross) if placed and domains else None,
+            between=int(lone) if domains else 1,
         ).wait()
         return (m + self.stages - 1) * t_mb + float(exposed)
 

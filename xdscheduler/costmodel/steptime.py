@@ -508,13 +508,6 @@ def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, st
             return (share[..., None] if each else share) / conns
 
     p2p_wan = over(hops_bps, wan.pp_flow_gbps)
-    # the two crossings beside the stage between two that waits longest, each at its own rate
-    sides, side_flows = _f(wan.pp_between_gbps), _f(wan.pp_between_flow_gbps)
-    first_s = second_s = np.nan
-    if sides.ndim == 2 and not np.isnan(sides).all():  # a lone stage among these plans
-        side_bps = sides[..., None] * 1e9 / 8 * calib.wan_efficiency
-        first_s = over(side_bps[:, 0], side_flows[:, 0])
-        second_s = over(side_bps[:, 1], side_flows[:, 1])
     exposed, hidden = PipelineExchanges(
         pp,
         vp,
@@ -526,9 +519,6 @@ def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, st
         overlap=stack.overlap_p2p,
         fwd_s=stage.forward,
         after=_f(wan.pp_after_crossings),
-        between=_f(wan.pp_stage_between_crossings),
-        between_s=first_s + second_s,
-        between_first_s=first_s,
         crossing_s=_each_crossing_s(wan, over, calib),
     ).wait()
     has_pp = pp > 1

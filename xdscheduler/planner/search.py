@@ -242,7 +242,7 @@ def evaluate_space(
         job.global_batch,
         plans,
         cand_hw,
-        with_stage_counts(take_rows(pl.wan, p_idx), kind, parts, view, slots),
+        with_stage_counts(take_rows(pl.wan, p_idx), kind, parts),
         opts.stack,
         opts.calibration,
         seq=job.seq,
@@ -523,7 +523,7 @@ def described(view: ClusterView, placements: list[Placement]) -> Placements:
     kind = np.array([p.kind for p in placements], dtype=object)
     pl = describe_placements(view, kind, padded((p.domains for p in placements), -1))
     stages = padded((p.stages_per_domain for p in placements), 0)
-    return replace(pl, wan=with_stage_counts(pl.wan, kind, stages, view, pl.domains))
+    return replace(pl, wan=with_stage_counts(pl.wan, kind, stages))
 
 
 def estimate_placement(

@@ -341,64 +341,16 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
     return Placements(kind, doms, hw, wan, wan_price)
 
 
-def with_stage_counts(
-    wan: WanUse, kind: np.ndarray, stages: np.ndarray, view: ClusterView, doms: np.ndarray
-) -> WanUse:
+def with_stage_counts(wan: WanUse, kind: np.ndarray, stages: np.ndarray) -> WanUse:
     """`wan` with what a pipeline's waits depend on where it crosses the WAN, from `stages`,
-    the stages each member domain (`doms`) holds (0 past the last member): the stage
-    boundaries after each crossing, whether a stage sits between two crossings, and the
-    links beside the one of those that waits longest."""
+    the stages each member domain holds (0 past the last member): the stage boundaries after
+    each crossing (where one domain holds a single stage, two crossings are one link apart)."""
     members = (stages > 0).sum(axis=1)
-    pipe = kind == PIPELINE
     column = np.arange(stages.shape[1])
     # a crossing after each member but the last: the stages of the members past it, less one
     past = stages.sum(axis=1, keepdims=True) - np.cumsum(stages[:, :-1], axis=1) - 1.0
-    crossing = (column[1:] < members[:, None]) & pipe[:, None]
-    middle = (column > 0) & (column < members[:, None] - 1)
-    lone = middle & (stages == 1) & pipe[:, None]
-    between_gbps, between_flow_gbps = _between_links(view, doms, lone)
-    return wan.with_(
-        pp_after_crossings=np.where(crossing, past, -1.0),
-        pp_stage_between_crossings=np.where(pipe, lone.any(axis=1), True).astype(float),
-        pp_between_gbps=between_gbps,
-        pp_between_flow_gbps=between_flow_gbps,
-    )
-
-
-def _between_links(
-    view: ClusterView, doms: np.ndarray, lone: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Of each row's members that hold one stage between two crossings (`lone`), the links on
-    the two sides of the one whose transfers take longest at their bandwidth, (rows, 2), each
-    link its narrower direction, and their flow rates; nan where no member is lone."""
-    gbps, flows = np.full((len(doms), 2), np.nan), np.full((len(doms), 2), np.nan)
-    row, col = np.nonzero(lone)  # a lone member has a member on each side
-    bw = view.goodput_gbps
-    flow = view.flow_gbps if view.flow_gbps is not None else np.full(bw.shape, np.inf)
-    before, at, after = doms[row, col - 1], doms[row, col], doms[row, col + 1]
-    left = np.minimum(bw[before, at], bw[at, before])
-    right = np.minimum(bw[at, after], bw[after, at])
-    with np.errstate(divide="ignore"):
-        wait = 1.0 / left + 1.0 / right
-    first = _first_of_rows(row, wait == _row_max(row, wait))  # each row's slowest
-    gbps[row[first]] = np.stack([left[first], right[first]], axis=-1)
-    b, a, n = before[first], at[first], after[first]
-    flows[row[first]] = np.stack([flow[b, a], flow[a, n]], axis=-1)
-    return gbps, flows
-
-
-def _row_max(row: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Each value's row's largest, `row` sorted (as `np.nonzero` gives it)."""
-    if not row.size:
-        return values
-    starts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
-    return np.repeat(np.maximum.reduceat(values, starts), np.diff(np.r_[starts, row.size]))
-
-
-def _first_of_rows(row: np.ndarray, where: np.ndarray) -> np.ndarray:
-    """The first index in each row (`row` sorted) at which `where` holds."""
-    at = np.flatnonzero(where)
-    return at[np.r_[True, row[at][1:] != row[at][:-1]]] if at.size else at
+    crossing = (column[1:] < members[:, None]) & (kind == PIPELINE)[:, None]
+    return wan.with_(pp_after_crossings=np.where(crossing, past, -1.0))
 
 
 def _pacing_hops(pair: np.ndarray, flow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
