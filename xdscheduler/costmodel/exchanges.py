@@ -225,9 +225,10 @@ def _paced(cross, after, lone, intra, t, m, f, overlap: bool) -> np.ndarray:
     behind each link after it, up to one fewer links than micro-batches; a link hides the
     less the nearer its own time is to the crossing's. The stage before a crossing that sits
     alone between it and the crossing before waits on that one too: behind the links after,
-    the two are as one crossing of their time less a link inside a domain. Derived from the
-    schedules' programs: equal to their event simulation with one crossing; with more, within
-    a few percent of it (the tests check both)."""
+    the two are as one crossing of their time less a link inside a domain. The one-crossing
+    form is derived from the schedules' programs and equal to their event simulation; the
+    several-crossings and lone-stage terms were found on that simulation, and are within a few
+    percent of it (the tests check both)."""
     valid = after >= 0
     # the rows by their crossings, most first: the rows with a j-th are the first `rows[j]`
     count = valid.sum(axis=1)
@@ -270,7 +271,8 @@ def _paced(cross, after, lone, intra, t, m, f, overlap: bool) -> np.ndarray:
             at_last + t + np.where(lone, 0.0, e - 2 * intra),
         )
         per_mb = np.maximum(2 * (cross + side), 4 * intra)
-        reach = np.minimum(after, m - 1 - lone)  # a lone stage spends one micro-batch
+        # a lone stage's second crossing takes one of the fill's micro-batches
+        reach = np.minimum(after, m - 1 - lone)
     crossed, near = np.zeros(cross.shape), np.zeros(cross.shape)
     for j in range(1, cross.shape[1]):  # a later crossing within reach of each before it
         n = rows[j + 1]
