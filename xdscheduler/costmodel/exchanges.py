@@ -180,16 +180,12 @@ class PipelineExchanges:
             return paced, known
         k = np.flatnonzero((after[known] >= 0).any(axis=0)).max() + 1  # crossings come first
         cross, after, lone = (x[known][:, :k] for x in (cross, after, lone))
-        t_known = t[known][:, None]
         valid = after >= 0
         # Not known: a link that carries nothing; no crossing slower than the links inside (a
-        # link inside then paces); with 1F1B over several and no stage alone between two, one
-        # longer than two micro-batches' compute (there the form strays up to 19% over; a lone
-        # stage's two crossings pace such a step, and its form holds).
+        # link inside then paces).
         finite = np.where(valid, np.isfinite(cross), True).all(axis=-1)
         paces = (valid & (cross >= intra[known][:, None])).any(axis=-1)
-        slow = (valid.sum(axis=-1) > 1) & np.where(valid, cross > 2 * t_known, False).any(axis=-1)
-        ok = finite & paces & ~(self.overlap & slow & ~lone.any(axis=-1))
+        ok = finite & paces
         rows = np.flatnonzero(known)[ok]
         i, tt, mm, ff = (x.reshape(-1)[rows] for x in (intra, t, m, fwd))
         paced.reshape(-1)[rows] = _paced(
@@ -257,6 +253,19 @@ def _paced(cross, after, lone, intra, t, m, f, overlap: bool) -> np.ndarray:
         one_after = np.where(lone, at_last + further(cross - first, cross) - intra, one_after)
         per_mb = cross + side
         reach = np.minimum(after, m - 1)
+
+        def later(n, j):
+            """What the j-th crossing hides among the links after each before it (rows `:n`):
+            as a link by its gap to that crossing; where neither stage beside them sits alone,
+            at least what a crossing that outlasts the compute leaves it (found on the
+            simulation)."""
+            cq, cr, i, tt = cross[:n, :j], cross[:n, j, None], intra[:n], t[:n]
+            slower = np.minimum(
+                np.minimum(2 * cr - cq + tt - i, 3 * cq - 2 * cr - tt + i), cq - f[:n] - 2 * i
+            )
+            plain = ~lone[:n, :j] & ~lone[:n, j, None]
+            gap = further(cq - cr, cq, n, j)
+            return np.where(plain, np.maximum(gap, slower), gap)
     else:  # blocking calls
 
         def further(d, c, n=None, j=None):
@@ -273,13 +282,18 @@ def _paced(cross, after, lone, intra, t, m, f, overlap: bool) -> np.ndarray:
         per_mb = np.maximum(2 * (cross + side), 4 * intra)
         # a lone stage's second crossing takes one of the fill's micro-batches
         reach = np.minimum(after, m - 1 - lone)
+
+        def later(n, j):
+            """What the j-th crossing hides among the links after each before it (rows `:n`):
+            as a link by its gap to that crossing."""
+            return further(cross[:n, :j] - cross[:n, j, None], cross[:n, :j], n, j)
+
     crossed, near = np.zeros(cross.shape), np.zeros(cross.shape)
     for j in range(1, cross.shape[1]):  # a later crossing within reach of each before it
         n = rows[j + 1]
         at = after[:n, :j] - after[:n, j, None]  # its place among the links after each
         seen = (at >= 2) & (at <= reach[:n, :j])  # the first link after is `first`'s
-        gap = cross[:n, :j] - cross[:n, j, None]
-        crossed[:n, :j] += np.where(seen, further(gap, cross[:n, :j], n, j), 0.0)
+        crossed[:n, :j] += np.where(seen, later(n, j), 0.0)
         near[:n, :j] += seen
     inside = np.maximum(reach - 1 - near, 0)  # links inside domains, past the first
     hidden = one_after + crossed + inside * further(cross - intra, cross)
