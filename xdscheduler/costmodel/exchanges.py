@@ -156,7 +156,9 @@ class PipelineExchanges:
         """What a pipeline of uniform stages over fast links of `intra_s` and WAN crossings
         waits beyond every link's two transfers, and where that is known: without
         interleaving, three stages or more, two micro-batches or more. Exact with one
-        crossing; with more, within a few percent (`_paced`)."""
+        crossing; with more, within a few percent where the pipeline has more micro-batches
+        than links after its first crossing (`_paced`; with fewer, 1F1B over crossings longer
+        than the compute can be up to a fifth over)."""
         cross, after, lone = self._crossings
         pp, vp, m, crossings, intra, t, fwd, _ = np.broadcast_arrays(
             self.pp,
@@ -264,8 +266,8 @@ def _paced(cross, after, lone, intra, t, m, f, overlap: bool) -> np.ndarray:
                 np.minimum(2 * cr - cq + tt - i, 3 * cq - 2 * cr - tt + i), cq - f[:n] - 2 * i
             )
             plain = ~lone[:n, :j] & ~lone[:n, j, None]
-            gap = further(cq - cr, cq, n, j)
-            return np.where(plain, np.maximum(gap, slower), gap)
+            by_gap = further(cq - cr, cq, n, j)
+            return np.where(plain, np.maximum(by_gap, slower), by_gap)
     else:  # blocking calls
 
         def further(d, c, n=None, j=None):
