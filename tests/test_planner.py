@@ -1367,6 +1367,53 @@ def test_a_pipeline_over_three_domains_times_each_crossing_at_its_own_speed():
     assert step(40.0) < step(40.0, "speeds") < step(40.0, "nothing")
 
 
+@pytest.mark.parametrize("gbps", [4.0, 1.0])
+def test_a_pipeline_over_slow_crossings_waits_as_its_schedule_does(gbps, monkeypatch):
+    """Llama 2 70B, two stages a domain over four H100 domains joined at about 4 or 1 Gbit/s
+    (a micro-batch's crossing 1.6-11 times its compute, 64 micro-batches), planned with
+    Megatron's 1F1B: the wait the planner's estimate charges, its stage and link times put
+    into the schedule's event simulation, gives the simulation's step. The code before the
+    later-crossing term was 0.38% and 0.12% over here (every link twice, where a crossing
+    took more than two micro-batches' compute)."""
+    import xdscheduler.costmodel.steptime as steptime
+    from xdscheduler.costmodel.exchanges import PipelineExchanges
+    from xdscheduler.costmodel.schedules import Pipeline
+    from xdscheduler.planner.search import estimate_placement
+
+    told: list[PipelineExchanges] = []
+
+    class Recorded(PipelineExchanges):
+        def wait(self):
+            told.append(self)
+            return super().wait()
+
+    monkeypatch.setattr(steptime, "PipelineExchanges", Recorded)
+    h = catalog.accelerator("H100-SXM")
+    doms = tuple(DomainView(n, h, 16, h.scaleup_gbs, 400, 2.5) for n in "abcd")
+    bw = np.zeros((4, 4))
+    for (a, b), scale in zip(itertools.pairwise(range(4)), (1.0, 1.4, 0.8), strict=True):
+        bw[a, b] = bw[b, a] = gbps * scale
+    view = ClusterView(doms, bw, np.full((4, 4), 20.0), np.zeros((4, 4)))
+    arch = catalog.model("llama2-70b")
+    job = JobSpec("p", arch, 64, arch.seq_len, 64, 64)
+    plan = Plan(dp=1, tp=8, pp=8, micro_batch=1, zero=0, dtype="bf16")
+    placed = Placement("p", "pipeline", (0, 1, 2, 3), (16, 16, 16, 16), plan, tuple("abcd"))
+    estimate_placement(placed, job, view)
+    e = told[-1]
+
+    def one(x) -> float:
+        return float(np.asarray(x).reshape(-1)[0])
+
+    fwd, t_mb, m = one(e.fwd_s), one(e.t_mb), int(one(e.micro_batches))
+    cross = np.asarray(e.crossing_s, dtype=float).reshape(-1)[:3]
+    assert m == 64 and (cross > t_mb).all() and cross.max() > 2 * t_mb
+    intra = one(e.intra_s)  # two stages a domain: a link inside, then a crossing
+    links = [x for c in cross for x in (intra, c)] + [intra]
+    schedule = Pipeline("batched", 8, m, fwd, t_mb - fwd, links)
+    modelled = (m + 7) * t_mb + one(e.wait()[0])
+    assert modelled == pytest.approx(schedule.simulated_s(), rel=1e-6)
+
+
 def test_a_job_queued_again_is_tried_afresh_and_the_jobs_gone_are_forgotten():
     """The backfill rule skips a job while nothing changed since it last did not fit. Once
     it has left the queue (started), that is forgotten: queued again (preempted, or its
