@@ -9,8 +9,8 @@ Random pipelines over 3-5 domains, the middle ones of 2-4 stages, the ends of 1-
 0.3-1 s, backward 1-3 times it, links inside a domain a twentieth of a micro-batch's compute,
 2-16 micro-batches. Each crossing is drawn in one of three ranges of a micro-batch's compute.
 A second table draws middles of 1-4 stages, one of them a single stage alone between two
-crossings. Nothing is fitted: the forms were derived from the schedules' programs
-(`costmodel/exchanges.py`). Ten seconds or so.
+crossings. Nothing is fitted: the forms were derived from the schedules' programs or found on
+their simulation (`costmodel/exchanges.py`). Ten seconds or so.
 """
 
 from __future__ import annotations
@@ -62,9 +62,13 @@ def main() -> None:
     parser.add_argument("--pipelines", type=int, default=300, help="pipelines a row")
     parser.add_argument("--seed", type=int, default=9)
     args = parser.parse_args()
-    for lone, what in ((False, "several WAN crossings"), (True, "a stage alone between two")):
+    kinds = (
+        (False, "over several WAN crossings"),
+        (True, "with a stage alone between two crossings"),
+    )
+    for lone, what in kinds:
         print_table(
-            f"Pipelines over {what}: the model against the schedules' simulation "
+            f"Pipelines {what}: the model against the schedules' simulation "
             f"({args.pipelines} random pipelines a row, seed {args.seed})",
             [
                 "schedule",
