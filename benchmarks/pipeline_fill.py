@@ -3,7 +3,7 @@ crossings: told each crossing's time and the links after it, as the planner tell
 only the slowest (the count before, every crossing at the slowest's time, every link twice in
 the fill).
 
-    python -m benchmarks.pipeline_fill [--pipelines 300] [--seed 9]
+    python -m benchmarks.pipeline_fill [--pipelines 300] [--seed 9] [--inside 0.05]
 
 Random pipelines over 3-5 domains, the middle ones of 2-4 stages, the ends of 1-3; forward
 0.3-1 s, backward 1-3 times it, links inside a domain a twentieth of a micro-batch's compute,
@@ -26,7 +26,14 @@ RANGES = ((0.05, 1.0), (1.0, 2.0), (2.0, 3.5))  # a crossing's transfer over t
 INSIDE = 0.05  # a link inside a domain, over t
 
 
-def drawn(rng: np.random.Generator, low: float, high: float, style: Style, lone: bool = False):
+def drawn(
+    rng: np.random.Generator,
+    low: float,
+    high: float,
+    style: Style,
+    lone: bool = False,
+    inside: float = INSIDE,
+):
     """One random pipeline and the stages each domain holds; `lone`: one middle domain (or
     more) holds a single stage."""
     n = int(rng.integers(3, 6))
@@ -40,17 +47,25 @@ def drawn(rng: np.random.Generator, low: float, high: float, style: Style, lone:
     crossings = rng.uniform(low, high, size=n - 1) * t
     links: list[float] = []
     for i, c in enumerate(counts):
-        links += [INSIDE * t] * (c - 1) + ([crossings[i]] if i < n - 1 else [])
+        links += [inside * t] * (c - 1) + ([crossings[i]] if i < n - 1 else [])
     pipe = Pipeline(style, sum(counts), int(rng.integers(2, 17)), fwd, bwd, links)
     return pipe, counts
 
 
-def errors(pipelines: int, seed: int, low: float, high: float, style: Style, lone: bool = False):
+def errors(
+    pipelines: int,
+    seed: int,
+    low: float,
+    high: float,
+    style: Style,
+    lone: bool = False,
+    inside: float = INSIDE,
+):
     """The model's error against the simulation, told each crossing and not."""
     rng = np.random.default_rng(seed)
     told, untold = [], []
     for _ in range(pipelines):
-        pipe, counts = drawn(rng, low, high, style, lone)
+        pipe, counts = drawn(rng, low, high, style, lone, inside)
         simulated = pipe.simulated_s()
         told.append(pipe.modelled_s(domains=counts) / simulated - 1)
         untold.append(pipe.modelled_s(domains=counts, placed=False) / simulated - 1)
@@ -61,6 +76,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pipelines", type=int, default=300, help="pipelines a row")
     parser.add_argument("--seed", type=int, default=9)
+    parser.add_argument(
+        "--inside", type=float, default=INSIDE, help="a link inside a domain, over the compute"
+    )
     args = parser.parse_args()
     kinds = (
         (False, "over several WAN crossings"),
@@ -69,7 +87,8 @@ def main() -> None:
     for lone, what in kinds:
         print_table(
             f"Pipelines {what}: the model against the schedules' simulation "
-            f"({args.pipelines} random pipelines a row, seed {args.seed})",
+            f"({args.pipelines} random pipelines a row, seed {args.seed}, links inside a domain "
+            f"{args.inside:g} of the compute)",
             [
                 "schedule",
                 "crossing / compute",
@@ -80,14 +99,14 @@ def main() -> None:
                 "min / max",
                 "mean |error|: slowest for all / model",
             ],
-            [row(args.pipelines, args.seed, r, style, lone) for style in STYLES for r in RANGES],
+            [row(args, r, style, lone) for style in STYLES for r in RANGES],
             note="error: model / simulation - 1. 'slowest for all': told only the slowest "
             "crossing, every link twice in the fill (the count before).",
         )
 
 
-def row(pipelines: int, seed: int, crossing: tuple[float, float], style: Style, lone: bool):
-    told, untold = errors(pipelines, seed, *crossing, style, lone)
+def row(args: argparse.Namespace, crossing: tuple[float, float], style: Style, lone: bool):
+    told, untold = errors(args.pipelines, args.seed, *crossing, style, lone, args.inside)
     return [
         "DeepSpeed (blocking)" if style == "blocking" else "Megatron 1F1B",
         f"{crossing[0]:g}-{crossing[1]:g}",
