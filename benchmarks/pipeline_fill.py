@@ -4,6 +4,7 @@ only the slowest (the count before, every crossing at the slowest's time, every 
 the fill).
 
     python -m benchmarks.pipeline_fill [--pipelines 300] [--seed 9] [--inside 0.05]
+                                       [--micro-batches 2-16]
 
 Random pipelines over 3-5 domains, the middle ones of 2-4 stages, the ends of 1-3; forward
 0.3-1 s, backward 1-3 times it, links inside a domain a twentieth of a micro-batch's compute,
@@ -16,6 +17,7 @@ their simulation (`costmodel/exchanges.py`). Ten seconds or so.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,7 +25,14 @@ from benchmarks._table import print_table
 from xdscheduler.costmodel.schedules import STYLES, Pipeline, Style
 
 RANGES = ((0.05, 1.0), (1.0, 2.0), (2.0, 3.5))  # a crossing's transfer over t
-INSIDE = 0.05  # a link inside a domain, over t
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """How the pipelines are drawn beyond their crossings."""
+
+    inside: float = 0.05  # a link inside a domain, over t
+    micro_batches: tuple[int, int] = (2, 16)  # the fewest and the most
 
 
 def drawn(
@@ -32,7 +41,7 @@ def drawn(
     high: float,
     style: Style,
     lone: bool = False,
-    inside: float = INSIDE,
+    how: Drawn = Drawn(),
 ):
     """One random pipeline and the stages each domain holds; `lone`: one middle domain (or
     more) holds a single stage."""
@@ -47,8 +56,9 @@ def drawn(
     crossings = rng.uniform(low, high, size=n - 1) * t
     links: list[float] = []
     for i, c in enumerate(counts):
-        links += [inside * t] * (c - 1) + ([crossings[i]] if i < n - 1 else [])
-    pipe = Pipeline(style, sum(counts), int(rng.integers(2, 17)), fwd, bwd, links)
+        links += [how.inside * t] * (c - 1) + ([crossings[i]] if i < n - 1 else [])
+    fewest, most = how.micro_batches
+    pipe = Pipeline(style, sum(counts), int(rng.integers(fewest, most + 1)), fwd, bwd, links)
     return pipe, counts
 
 
@@ -59,13 +69,13 @@ def errors(
     high: float,
     style: Style,
     lone: bool = False,
-    inside: float = INSIDE,
+    how: Drawn = Drawn(),
 ):
     """The model's error against the simulation, told each crossing and not."""
     rng = np.random.default_rng(seed)
     told, untold = [], []
     for _ in range(pipelines):
-        pipe, counts = drawn(rng, low, high, style, lone, inside)
+        pipe, counts = drawn(rng, low, high, style, lone, how)
         simulated = pipe.simulated_s()
         told.append(pipe.modelled_s(domains=counts) / simulated - 1)
         untold.append(pipe.modelled_s(domains=counts, placed=False) / simulated - 1)
@@ -77,9 +87,13 @@ def main() -> None:
     parser.add_argument("--pipelines", type=int, default=300, help="pipelines a row")
     parser.add_argument("--seed", type=int, default=9)
     parser.add_argument(
-        "--inside", type=float, default=INSIDE, help="a link inside a domain, over the compute"
+        "--inside", type=float, default=0.05, help="a link inside a domain, over the compute"
+    )
+    parser.add_argument(
+        "--micro-batches", type=_span, default=(2, 16), help="the fewest and the most, as 2-16"
     )
     args = parser.parse_args()
+    how = Drawn(args.inside, args.micro_batches)
     kinds = (
         (False, "over several WAN crossings"),
         (True, "with a stage alone between two crossings"),
@@ -88,7 +102,8 @@ def main() -> None:
         print_table(
             f"Pipelines {what}: the model against the schedules' simulation "
             f"({args.pipelines} random pipelines a row, seed {args.seed}, links inside a domain "
-            f"{args.inside:g} of the compute)",
+            f"{how.inside:g} of the compute, {how.micro_batches[0]}-{how.micro_batches[1]} "
+            f"micro-batches)",
             [
                 "schedule",
                 "crossing / compute",
@@ -99,14 +114,33 @@ def main() -> None:
                 "min / max",
                 "mean |error|: slowest for all / model",
             ],
-            [row(args, r, style, lone) for style in STYLES for r in RANGES],
+            [
+                row(args.pipelines, args.seed, how, r, style, lone)
+                for style in STYLES
+                for r in RANGES
+            ],
             note="error: model / simulation - 1. 'slowest for all': told only the slowest "
             "crossing, every link twice in the fill (the count before).",
         )
 
 
-def row(args: argparse.Namespace, crossing: tuple[float, float], style: Style, lone: bool):
-    told, untold = errors(args.pipelines, args.seed, *crossing, style, lone, args.inside)
+def _span(text: str) -> tuple[int, int]:
+    """'2-16' as (2, 16)."""
+    try:
+        fewest, most = (int(x) for x in text.split("-"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give the fewest and the most, as 2-16"
+        ) from None
+    if not 1 <= fewest <= most:
+        raise argparse.ArgumentTypeError(f"{text!r}: need 1 <= fewest <= most")
+    return fewest, most
+
+
+def row(
+    pipelines: int, seed: int, how: Drawn, crossing: tuple[float, float], style: Style, lone: bool
+):
+    told, untold = errors(pipelines, seed, *crossing, style, lone, how)
     return [
         "DeepSpeed (blocking)" if style == "blocking" else "Megatron 1F1B",
         f"{crossing[0]:g}-{crossing[1]:g}",

@@ -441,14 +441,16 @@ def test_the_fill_benchmark_prints_the_model_nearer_the_simulation_than_the_old_
     """benchmarks/pipeline_fill: for crossings shorter than a micro-batch's compute the model
     is the simulation at the median, the slowest-for-all count well over it, with a stage
     alone between two crossings or none; each of the two tables has a row for each schedule
-    and range, and says how fast the links inside a domain were drawn."""
+    and range, and says how the links inside a domain and the micro-batches were drawn."""
     from benchmarks import pipeline_fill
 
     for style, lone in itertools.product(STYLES, (False, True)):
         told, untold = pipeline_fill.errors(40, 3, *pipeline_fill.RANGES[0], style, lone)
         assert np.median(np.abs(told)) < 0.01 < np.median(untold)
-    monkeypatch.setattr("sys.argv", ["pipeline_fill", "--pipelines", "10", "--inside", "0.2"])
+    argv = ["pipeline_fill", "--pipelines", "10", "--inside", "0.2", "--micro-batches", "3-4"]
+    monkeypatch.setattr("sys.argv", argv)
     pipeline_fill.main()
     out = capsys.readouterr().out
     assert out.count("DeepSpeed (blocking)") == out.count("Megatron 1F1B") == 6
-    assert "a stage alone between two" in out and "0.2 of the compute" in out
+    assert "a stage alone between two" in out
+    assert "0.2 of the compute, 3-4 micro-batches" in out
