@@ -84,10 +84,10 @@ def errors(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pipelines", type=int, default=300, help="pipelines a row")
+    parser.add_argument("--pipelines", type=_positive(int), default=300, help="pipelines a row")
     parser.add_argument("--seed", type=int, default=9)
     parser.add_argument(
-        "--inside", type=float, default=0.05, help="a link inside a domain, over the compute"
+        "--inside", type=_positive(float), default=0.05, help="a link inside, over the compute"
     )
     parser.add_argument(
         "--micro-batches", type=_span, default=(2, 16), help="the fewest and the most, as 2-16"
@@ -122,6 +122,21 @@ def main() -> None:
             note="error: model / simulation - 1. 'slowest for all': told only the slowest "
             "crossing, every link twice in the fill (the count before).",
         )
+
+
+def _positive(kind):
+    """`kind` of the text, refused unless above zero."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: need a number above zero")
+        return value
+
+    return parse
 
 
 def _span(text: str) -> tuple[int, int]:

@@ -435,6 +435,21 @@ def test_the_kept_run_over_shaped_links_reports_without_root(capsys, tmp_path, m
         pipeline_sends.main()
 
 
+@pytest.mark.parametrize(
+    "argv", [["--inside", "-1"], ["--micro-batches", "5-2"], ["--micro-batches", "x"]]
+)
+def test_the_fill_benchmark_refuses_a_draw_it_cannot_make(argv, capsys, monkeypatch):
+    """A share of the compute at or below zero, or a span of micro-batches that is none, is
+    refused with what it takes and a usage error's exit, before anything runs."""
+    from benchmarks import pipeline_fill
+
+    monkeypatch.setattr("sys.argv", ["pipeline_fill", *argv])
+    with pytest.raises(SystemExit) as exited:
+        pipeline_fill.main()
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and argv[0] in err and ("need" in err or "give" in err)
+
+
 def test_the_fill_benchmark_prints_the_model_nearer_the_simulation_than_the_old_count(
     capsys, monkeypatch
 ):
