@@ -133,8 +133,8 @@ class PipelineExchanges:
         pp, t_mb = self.pp, self.t_mb
         two = pp == 2
         a = both = np.asarray(np.nan)
-        if self.crossing_s is not None and np.shape(self.crossing_s)[-1] >= 2:
-            cross = np.asarray(self.crossing_s, dtype=float)
+        cross = self._crossings[0]
+        if self.crossing_s is not None and cross.shape[-1] >= 2:
             a, both = cross[..., 0], cross[..., 0] + cross[..., 1]
         three = (pp == 3) & (self.crossings == 2) & ~np.isnan(both)
         if self.overlap:  # 1F1B, exchanges both ways at once: (m + 1)(t + L) with two stages
@@ -255,19 +255,6 @@ def _paced(cross, after, lone, intra, t, m, f, overlap: bool) -> np.ndarray:
         one_after = np.where(lone, at_last + further(cross - first, cross) - intra, one_after)
         per_mb = cross + side
         reach = np.minimum(after, m - 1)
-
-        def later(n, j):
-            """What the j-th crossing hides among the links after each before it (rows `:n`):
-            as a link by its gap to that crossing; where neither stage beside them sits alone,
-            at least what a crossing that outlasts the compute leaves it (found on the
-            simulation)."""
-            cq, cr, i, tt = cross[:n, :j], cross[:n, j, None], intra[:n], t[:n]
-            slower = np.minimum(
-                np.minimum(2 * cr - cq + tt - i, 3 * cq - 2 * cr - tt + i), cq - f[:n] - 2 * i
-            )
-            plain = ~lone[:n, :j] & ~lone[:n, j, None]
-            by_gap = further(cq - cr, cq, n, j)
-            return np.where(plain, np.maximum(by_gap, slower), by_gap)
     else:  # blocking calls
 
         def further(d, c, n=None, j=None):
@@ -285,10 +272,21 @@ def _paced(cross, after, lone, intra, t, m, f, overlap: bool) -> np.ndarray:
         # a lone stage's second crossing takes one of the fill's micro-batches
         reach = np.minimum(after, m - 1 - lone)
 
-        def later(n, j):
-            """What the j-th crossing hides among the links after each before it (rows `:n`):
-            as a link by its gap to that crossing."""
-            return further(cross[:n, :j] - cross[:n, j, None], cross[:n, :j], n, j)
+    def later(n, j):
+        """What the j-th crossing hides among the links after each before it (rows `:n`):
+        as a link by its gap to that crossing; with 1F1B, where neither stage beside them
+        sits alone, at least what a crossing that outlasts the compute leaves it (found on
+        the simulation)."""
+        cq, cr = cross[:n, :j], cross[:n, j, None]
+        by_gap = further(cq - cr, cq, n, j)
+        if not overlap:
+            return by_gap
+        i, tt = intra[:n], t[:n]
+        slower = np.minimum(
+            np.minimum(2 * cr - cq + tt - i, 3 * cq - 2 * cr - tt + i), cq - f[:n] - 2 * i
+        )
+        plain = ~lone[:n, :j] & ~lone[:n, j, None]
+        return np.where(plain, np.maximum(by_gap, slower), by_gap)
 
     crossed, near = np.zeros(cross.shape), np.zeros(cross.shape)
     for j in range(1, cross.shape[1]):  # a later crossing within reach of each before it
