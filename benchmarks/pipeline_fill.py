@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchmarks._table import print_table
+from xdscheduler.arguments import number, seed
 from xdscheduler.costmodel.schedules import STYLES, Pipeline, Style
 
 RANGES = ((0.05, 1.0), (1.0, 2.0), (2.0, 3.5))  # a crossing's transfer over t
@@ -84,10 +85,13 @@ def errors(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pipelines", type=_positive(int), default=300, help="pipelines a row")
-    parser.add_argument("--seed", type=int, default=9)
+    parser.add_argument("--pipelines", type=number(int, 1), default=300, help="pipelines a row")
+    parser.add_argument("--seed", type=seed, default=9)
     parser.add_argument(
-        "--inside", type=_positive(float), default=0.05, help="a link inside, over the compute"
+        "--inside",
+        type=number(float, 0, above=True),
+        default=0.05,
+        help="a link inside, over the compute",
     )
     parser.add_argument(
         "--micro-batches", type=_span, default=(2, 16), help="the fewest and the most, as 2-16"
@@ -122,21 +126,6 @@ def main() -> None:
             note="error: model / simulation - 1. 'slowest for all': told only the slowest "
             "crossing, every link twice in the fill (the count before).",
         )
-
-
-def _positive(kind):
-    """`kind` of the text, refused unless above zero."""
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{text!r}: need a number above zero")
-        return value
-
-    return parse
 
 
 def _span(text: str) -> tuple[int, int]:

@@ -436,18 +436,22 @@ def test_the_kept_run_over_shaped_links_reports_without_root(capsys, tmp_path, m
 
 
 @pytest.mark.parametrize(
-    "argv", [["--inside", "-1"], ["--micro-batches", "5-2"], ["--micro-batches", "x"]]
+    "argv",
+    [["--inside", "-1"], ["--seed", "-1"], ["--micro-batches", "5-2"], ["--micro-batches", "x"]],
 )
 def test_the_fill_benchmark_refuses_a_draw_it_cannot_make(argv, capsys, monkeypatch):
-    """A share of the compute at or below zero, or a span of micro-batches that is none, is
-    refused with what it takes and a usage error's exit, before anything runs."""
+    """A share of the compute at or below zero, a seed numpy cannot take (it raised a traceback
+    from the generator before), or a span of micro-batches that is none, is refused in one
+    line naming the option and what it takes, with a usage error's exit, before anything
+    runs."""
     from benchmarks import pipeline_fill
 
     monkeypatch.setattr("sys.argv", ["pipeline_fill", *argv])
     with pytest.raises(SystemExit) as exited:
         pipeline_fill.main()
     err = capsys.readouterr().err
-    assert exited.value.code == 2 and argv[0] in err and ("need" in err or "give" in err)
+    assert exited.value.code == 2 and f"argument {argv[0]}:" in err and argv[1] in err
+    assert any(w in err for w in ("outside", "need", "give")) and "Traceback" not in err
 
 
 def test_the_fill_benchmark_prints_the_model_nearer_the_simulation_than_the_old_count(
