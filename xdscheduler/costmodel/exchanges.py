@@ -116,7 +116,7 @@ class PipelineExchanges:
             after = np.asarray(self.after, dtype=float)
             if after.ndim < 2 or not after.shape[-1]:
                 return self.between, np.asarray(np.nan)
-            return np.asarray(_lone(after).any(axis=-1)), np.asarray(np.nan)
+            return np.asarray(_alone_before(after).any(axis=-1)), np.asarray(np.nan)
         cross, _, lone = self._crossings
         pair = np.where(lone[..., 1:], cross[..., 1:] + cross[..., :-1], -np.inf)
         both = pair.max(axis=-1, initial=-np.inf)
@@ -211,7 +211,7 @@ class PipelineExchanges:
             none = (*cross.shape[:-1], 1)
             return np.full(none, np.nan), np.full(none, -1.0), np.zeros(none, dtype=bool)
         after = np.where(np.isnan(cross), -1.0, np.broadcast_to(after, cross.shape))
-        return cross, after, _lone(after)
+        return cross, after, _alone_before(after)
 
 
 def _paced(cross, after, lone, intra, t, m, f, overlap: bool) -> np.ndarray:
@@ -305,14 +305,9 @@ def _paced(cross, after, lone, intra, t, m, f, overlap: bool) -> np.ndarray:
     return paced
 
 
-def _lone(after: np.ndarray) -> np.ndarray:
-    """`_alone_before` over any leading axes."""
-    return _alone_before(after.reshape(-1, after.shape[-1])).reshape(after.shape)
-
-
 def _alone_before(after: np.ndarray) -> np.ndarray:
-    """(rows, crossings): where the stage before each crossing sits alone in its domain
-    between it and the crossing before (the two one link apart)."""
+    """(..., crossings): where the stage before each crossing sits alone in its domain between
+    it and the crossing before (the two one link apart)."""
     lone = np.zeros(after.shape, dtype=bool)
-    lone[:, 1:] = (after[:, 1:] >= 0) & (after[:, :-1] - after[:, 1:] == 1)
+    lone[..., 1:] = (after[..., 1:] >= 0) & (after[..., :-1] - after[..., 1:] == 1)
     return lone
