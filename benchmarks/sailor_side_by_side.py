@@ -47,7 +47,8 @@ from xdscheduler import catalog
 from xdscheduler.costmodel.layers import MeasuredLayers, from_sailor, read_json
 from xdscheduler.costmodel.messages import from_sailor as network_from_sailor
 from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch, Stack
-from xdscheduler.costmodel.steptime import estimate, replica_micro_batches, stage_layers
+from xdscheduler.costmodel.shape import replica_micro_batches, stage_layers
+from xdscheduler.costmodel.steptime import estimate
 from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.search import THROUGHPUT_ONLY, estimate_placement, search
 from xdscheduler.planner.space import DATA, PIPELINE, SINGLE, SearchOptions

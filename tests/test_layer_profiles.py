@@ -111,7 +111,7 @@ def test_what_a_profile_left_untimed_the_model_adds():
 
 def test_measured_activations_replace_the_count_and_stages_hold_what_1f1b_keeps():
     from xdscheduler.costmodel.layers import LayerMemory
-    from xdscheduler.costmodel.steptime import memory_gib
+    from xdscheduler.costmodel.memory import memory_gib
 
     m = MeasuredLayers.of(
         profile(memory=[LayerMemory(tp=1, first_bytes=1e6, layer_bytes=2e7, last_bytes=3e7)])

@@ -259,7 +259,7 @@ def test_chunked_evaluation_matches_one_pass(monkeypatch):
 
 def test_uneven_stages_take_the_shortfall_off_the_last_stage_first():
     """By hand: 126 layers over 16 stages are 7 + 14 x 8 + 7; the heaviest has 8, the last 7."""
-    from xdscheduler.costmodel.steptime import stage_layers
+    from xdscheduler.costmodel.shape import stage_layers
 
     assert [tuple(map(int, stage_layers(126, p))) for p in (16, 8, 9, 1)] == [
         (8, 7),
@@ -281,7 +281,7 @@ def test_an_uneven_pipeline_runs_at_the_pace_of_its_heaviest_stage():
 
 def test_an_uneven_data_parallel_split_waits_for_the_busiest_replica():
     """1024 samples over 147 or over 160 replicas: 7 on the busiest either way."""
-    from xdscheduler.costmodel.steptime import replica_micro_batches
+    from xdscheduler.costmodel.shape import replica_micro_batches
 
     assert replica_micro_batches(1024, 160, 1) == 7 == replica_micro_batches(1024, 147, 1)
     assert replica_micro_batches(1024, 128, 8) == 1
@@ -460,7 +460,7 @@ def test_unfused_fp32_softmax_passes_over_the_scores_more_than_the_fused_kernel(
 
 
 def test_deepspeed_keeps_its_buffers_and_a_pipeline_keeps_logits_on_its_last_stage():
-    from xdscheduler.costmodel.steptime import memory_gib
+    from xdscheduler.costmodel.memory import memory_gib
 
     arch = catalog.model("opt-350m")
     plans = PlanBatch.of(

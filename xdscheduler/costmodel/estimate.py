@@ -6,7 +6,8 @@ from xdscheduler import catalog
 from xdscheduler.costmodel.constants import DEFAULT, Calibration
 from xdscheduler.costmodel.layers import coverage
 from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch, Stack
-from xdscheduler.costmodel.steptime import estimate, replica_micro_batches, stage_layers
+from xdscheduler.costmodel.shape import replica_micro_batches, stage_layers
+from xdscheduler.costmodel.steptime import estimate
 from xdscheduler.errors import UserError
 
 

@@ -1,4 +1,4 @@
-"""Step time and memory of a dense transformer job under arrays of plans and placements.
+"""Step time of a dense transformer job under arrays of plans and placements.
 
 Every quantity is an array over plans; nothing loops per plan. Time per micro-batch and
 pipeline stage is built from GEMMs (additive roofline over each matrix shape), attention,
@@ -11,7 +11,6 @@ replicas span domains and hidden behind the last backward pass where the stack a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
@@ -19,13 +18,18 @@ from xdscheduler.catalog import ModelArch
 from xdscheduler.costmodel.constants import DEFAULT, Calibration
 from xdscheduler.costmodel.exchanges import PipelineExchanges
 from xdscheduler.costmodel.layers import TIMES, MeasuredLayers, applicable, member_codes
+from xdscheduler.costmodel.memory import (
+    activation_bytes_per_token,
+    memory_gib,
+    stage_params,
+    wide_precision,
+)
 from xdscheduler.costmodel.messages import MessageCurve, connection_bps, ring_s
 from xdscheduler.costmodel.plan import DTYPES, OPERAND_BYTES, Hardware, PlanBatch, Stack, WanUse
+from xdscheduler.costmodel.shape import Shape, floats, stage_layers
 
-GIB = 2**30
 ADAM_BYTES_PER_PARAM = 30  # read fp32 master, m, v, grad; write master, m, v, bf16 weight
 FLASH_BACKWARD_FACTOR = 2.5  # FlashAttention-2 backward recomputes QK^T: 2.5x forward FLOPs
-RUNTIME_OVERHEAD_GIB = 3.0  # CUDA context, NCCL buffers, allocator fragmentation
 
 BREAKDOWN_KEYS = (
     "compute",
@@ -76,10 +80,6 @@ def model_flops_per_step(arch: ModelArch, global_batch, seq=None) -> float:
     )
     per_token = arch.layers * per_token_layer + 2 * h * arch.vocab
     return 3.0 * per_token * global_batch * s
-
-
-def _f(x) -> np.ndarray:
-    return np.asarray(x, dtype=np.float64)
 
 
 CHUNK = 32768  # plans per block: the block's arrays stay in cache, ~1.5x faster than one pass
@@ -162,36 +162,6 @@ def _concat(blocks: list[StepEstimate]) -> StepEstimate:
 
 
 @dataclass(frozen=True)
-class _Shape:
-    """A plan batch's degrees and batch as float arrays, and what follows from them."""
-
-    dp: np.ndarray
-    tp: np.ndarray
-    pp: np.ndarray
-    cp: np.ndarray
-    vp: np.ndarray
-    mb: np.ndarray
-    batch: np.ndarray
-    s: float  # sequence length
-
-    @classmethod
-    def of(cls, plans: PlanBatch, global_batch, s: float) -> _Shape:
-        dp, tp, pp, cp, vp, mb = (
-            _f(x) for x in (plans.dp, plans.tp, plans.pp, plans.cp, plans.vp, plans.micro_batch)
-        )
-        return cls(dp, tp, pp, cp, vp, mb, _f(global_batch), s)
-
-    @cached_property  # asked by every part of an estimate
-    def micro_batches(self) -> np.ndarray:
-        return replica_micro_batches(self.batch, self.dp, self.mb)
-
-    @cached_property
-    def tok(self) -> np.ndarray:
-        """Tokens of one micro-batch on one GPU."""
-        return self.mb * self.s / self.cp
-
-
-@dataclass(frozen=True)
 class _Rates:
     """What each plan's precision gets of its accelerator: peaks, bytes an element."""
 
@@ -210,14 +180,14 @@ class _Rates:
     @classmethod
     def of(cls, plans: PlanBatch, hw: Hardware, calib: Calibration) -> _Rates:
         precision = np.asarray(plans.precision)
-        fp8, wide = precision == DTYPES.index("fp8"), _wide(plans)
-        half_peak = _f(hw.peak_tflops) * 1e12
+        fp8, wide = precision == DTYPES.index("fp8"), wide_precision(plans)
+        half_peak = floats(hw.peak_tflops) * 1e12
         own_peak = np.select(
             [fp8, precision == DTYPES.index("tf32"), precision == DTYPES.index("fp32")],
             [
-                _f(hw.peak_fp8_tflops) * 1e12,
-                _f(hw.peak_tf32_tflops) * 1e12,
-                _f(hw.peak_fp32_tflops) * 1e12,
+                floats(hw.peak_fp8_tflops) * 1e12,
+                floats(hw.peak_tf32_tflops) * 1e12,
+                floats(hw.peak_fp32_tflops) * 1e12,
             ],
             half_peak,
         )
@@ -226,7 +196,7 @@ class _Rates:
             half_peak=half_peak,
             own_peak=own_peak,
             gemm_peak=own_peak * np.where(fp8, calib.fp8_gemm_efficiency, calib.gemm_efficiency),
-            mem_bw=_f(hw.memory_gbs) * 1e9,
+            mem_bw=floats(hw.memory_gbs) * 1e9,
             operand_bytes=np.asarray(OPERAND_BYTES)[precision],
             elem=np.where(wide, 4.0, 2.0),
             attn_base=np.where(wide, own_peak, half_peak),
@@ -262,7 +232,7 @@ def _estimate(
 ) -> StepEstimate:
     """`estimate` of one block of plans: a layer's times, the stage that sets the pace, the
     pipeline's and the data-parallel exchanges' waits, DiLoCo's sync, the optimizer step."""
-    shape = _Shape.of(plans, global_batch, float(seq or arch.seq_len))
+    shape = Shape.of(plans, global_batch, float(seq or arch.seq_len))
     rates = _Rates.of(plans, hw, calib)
     block = _measured_blocks(measured, plans, hw, shape.cp)
     layer = _with_measured(_layer_times(arch, shape, rates, hw, stack, calib, plans), block)
@@ -303,7 +273,7 @@ def _estimate(
     tokens = shape.batch * shape.s
     mflops = model_flops_per_step(arch, shape.batch, int(shape.s))
     pp_bytes = (
-        2 * _f(wan.pp_crossings) * shape.batch * shape.s * arch.hidden * rates.elem * shape.vp
+        2 * floats(wan.pp_crossings) * shape.batch * shape.s * arch.hidden * rates.elem * shape.vp
     )
 
     def full(x):
@@ -315,21 +285,21 @@ def _estimate(
         overlapped_s={k: full(v) for k, v in overlapped.items()},
         memory_gib=full(total_mem),
         memory_parts_gib={k: full(v) for k, v in memory.items()},
-        fits=full(total_mem) <= _f(hw.memory_gib),
+        fits=full(total_mem) <= floats(hw.memory_gib),
         model_flops=mflops,
         hardware_flops=full(
             mflops + _recompute_flops(arch, shape.s, plans, mflops, tokens) * tokens
         ),
         tokens=tokens,
-        cross_domain_bytes=full((pp_bytes + dp.cross_domain_bytes()) * _f(wan.offsite_share)),
+        cross_domain_bytes=full((pp_bytes + dp.cross_domain_bytes()) * floats(wan.offsite_share)),
     )
 
 
-def _layer_times(arch, shape: _Shape, rates: _Rates, hw, stack: Stack, calib, plans) -> _Layer:
+def _layer_times(arch, shape: Shape, rates: _Rates, hw, stack: Stack, calib, plans) -> _Layer:
     """A layer's GEMMs, attention, element-wise kernels and tensor- and context-parallel
     collectives, by the roofline."""
     tok, tp, cp = shape.tok, shape.tp, shape.cp
-    gpn = _f(hw.gpus_per_node)
+    gpn = floats(hw.gpus_per_node)
     h, ffn, heads, vocab = float(arch.hidden), float(arch.ffn_hidden), arch.heads, arch.vocab
     kv_frac = arch.kv_heads / heads
     elem, mem_bw, gemm = rates.elem, rates.mem_bw, rates.gemm
@@ -344,7 +314,7 @@ def _layer_times(arch, shape: _Shape, rates: _Rates, hw, stack: Stack, calib, pl
     half_eff_peak = rates.attn_base * calib.gemm_efficiency
     attn_fwd, attn_bwd, score_fwd, score_bwd = _attention_s(arch, shape, rates, stack, calib)
 
-    act_bytes_per_token = _activation_bytes_per_token(arch, tp, stack) * elem / 2
+    act_bytes_per_token = activation_bytes_per_token(arch, tp, stack) * elem / 2
     # The element-wise kernels (norms, activations, dropout, residuals) move their bytes
     # `memory_passes` times; the attention scores between the two batched GEMMs, as many
     # times as the softmax's kernels pass over them (_score_traffic).
@@ -352,7 +322,7 @@ def _layer_times(arch, shape: _Shape, rates: _Rates, hw, stack: Stack, calib, pl
     elem_bwd = 2 * (elem_fwd - score_fwd) + score_bwd
 
     # Tensor-parallel all-reduce (or reduce-scatter + all-gather): two per layer each way.
-    tp_link = np.where(tp <= gpn, _f(hw.scaleup_gbs) * 1e9, _f(hw.scaleout_gbps) * 1e9 / 8)
+    tp_link = np.where(tp <= gpn, floats(hw.scaleup_gbs) * 1e9, floats(hw.scaleout_gbps) * 1e9 / 8)
     coll = np.where(
         tp > 1, 2 * (tp - 1) / tp * tok * h * elem / (calib.collective_efficiency * tp_link), 0.0
     )
@@ -365,14 +335,16 @@ def _layer_times(arch, shape: _Shape, rates: _Rates, hw, stack: Stack, calib, pl
 
     # Context parallelism passes K and V blocks round a ring of CP ranks while attention runs
     # (and dK, dV back in the backward pass): only what attention cannot cover is exposed.
-    cp_link = np.where(tp * cp <= gpn, _f(hw.scaleup_gbs) * 1e9, _f(hw.scaleout_gbps) * 1e9 / 8)
+    cp_link = np.where(
+        tp * cp <= gpn, floats(hw.scaleup_gbs) * 1e9, floats(hw.scaleout_gbps) * 1e9 / 8
+    )
     kv_ring = (cp - 1) * 2 * tok * h * kv_frac / tp * elem / (calib.collective_efficiency * cp_link)
     cp_fwd = np.maximum(0.0, kv_ring - attn_fwd)
     cp_bwd = np.maximum(0.0, 2 * kv_ring - attn_bwd)
 
     layer_fwd = gemm_fwd + attn_fwd + elem_fwd + cp_fwd + calib.kernel_overhead_s
     layer_bwd = 2 * gemm_fwd + attn_bwd + elem_bwd + cp_bwd + 2 * calib.kernel_overhead_s
-    recompute = _f(plans.recompute)
+    recompute = floats(plans.recompute)
     layer_rec = np.where(
         recompute == 2,
         layer_fwd + tp_fwd_exposed,
@@ -392,7 +364,7 @@ def _layer_times(arch, shape: _Shape, rates: _Rates, hw, stack: Stack, calib, pl
     )
 
 
-def _attention_s(arch, shape: _Shape, rates: _Rates, stack: Stack, calib):
+def _attention_s(arch, shape: Shape, rates: _Rates, stack: Stack, calib):
     """A layer's attention on one micro-batch, forward and backward, and the passes of the
     softmax's kernels over the scores forward and backward (none with FlashAttention, which
     keeps them on chip)."""
@@ -477,23 +449,23 @@ class _Stage:
         return self.compute + self.rec + self.tp
 
 
-def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, stage: _Stage):
+def _pipeline_comm(arch, shape: Shape, rates: _Rates, hw, wan, stack, calib, stage: _Stage):
     """Seconds a step waits for activations and their gradients between stages (and the tied
     embedding's gradients between the ends), and the seconds of them hidden."""
     dp, tp, pp, cp, vp, mb = shape.dp, shape.tp, shape.pp, shape.cp, shape.vp, shape.mb
-    gpn = _f(hw.gpus_per_node)
+    gpn = floats(hw.gpus_per_node)
     h, elem, micro_batches = float(arch.hidden), rates.elem, shape.micro_batches
-    scaleout = _f(hw.scaleout_gbps) * 1e9 / 8
+    scaleout = floats(hw.scaleout_gbps) * 1e9 / 8
     hops_bps = _hops(wan.pp_gbps) * 1e9 / 8 * calib.wan_efficiency
     wan_bps = hops_bps.min(axis=-1)
-    flow = _f(hw.flow_gbps) * 1e9 / 8  # one connection between two nodes' accelerators
+    flow = floats(hw.flow_gbps) * 1e9 / 8  # one connection between two nodes' accelerators
     p2p_intra = (
         shape.tok * h * elem / tp / (calib.collective_efficiency * np.minimum(scaleout, flow))
     )
-    crossings = _f(wan.pp_crossings)
+    crossings = floats(wan.pp_crossings)
     # All replicas share the link; where it is rated per node pair, each of the boundary
     # stage's nodes (dp·tp·cp ranks) streams to its peer at that rate.
-    pp_lanes = np.where(_f(wan.pp_per_node) > 0, _lanes(dp * tp * cp, gpn), 1.0)
+    pp_lanes = np.where(floats(wan.pp_per_node) > 0, _lanes(dp * tp * cp, gpn), 1.0)
     # each rank of the boundary stage streams its share on its own connection
     boundary = dp * tp * cp
     share = dp * mb * shape.s * h * elem / boundary
@@ -518,11 +490,11 @@ def _pipeline_comm(arch, shape: _Shape, rates: _Rates, hw, wan, stack, calib, st
         t_mb=stage.per_micro_batch,
         overlap=stack.overlap_p2p,
         fwd_s=stage.forward,
-        after=_f(wan.pp_after_crossings),
+        after=floats(wan.pp_after_crossings),
         crossing_s=_each_crossing_s(wan, over, calib),
     ).wait()
     has_pp = pp > 1
-    exposed = exposed + np.where(has_pp, 2 * _f(wan.pp_latency_s), 0.0)  # the fill's round trip
+    exposed = exposed + np.where(has_pp, 2 * floats(wan.pp_latency_s), 0.0)  # the fill's round trip
     if arch.tied_embeddings:
         # The first and last stages both hold the tied embedding: they all-reduce its
         # gradients once a step, over the WAN where the pipeline crosses one.
@@ -565,25 +537,25 @@ class _DataParallel:
         return self.domains > 1
 
     @classmethod
-    def of(cls, arch, shape: _Shape, rates, hw, wan, stack, calib, network, plans):
+    def of(cls, arch, shape: Shape, rates, hw, wan, stack, calib, network, plans):
         dp, tp, pp, cp = shape.dp, shape.tp, shape.pp, shape.cp
-        gpn = _f(hw.gpus_per_node)
+        gpn = floats(hw.gpus_per_node)
         grad_elem = _grad_elem(rates, stack)
-        gpu_params = _stage_params(arch, pp) / tp
-        domains = _f(wan.dp_domains)
+        gpu_params = stage_params(arch, pp) / tp
+        domains = floats(wan.dp_domains)
         local = np.maximum(dp / domains, 1.0)
-        flat = (_f(wan.dp_flat) > 0) | (not stack.hierarchical_dp)
+        flat = (floats(wan.dp_flat) > 0) | (not stack.hierarchical_dp)
         bucket = stack.grad_bucket_elems * grad_elem
         intra = _allreduce_s(
             gpu_params * grad_elem,
             local,
             tp * cp,
             gpn,
-            _f(hw.scaleup_gbs) * 1e9,
-            _f(hw.scaleout_gbps) * 1e9 / 8,
+            floats(hw.scaleup_gbs) * 1e9,
+            floats(hw.scaleout_gbps) * 1e9 / 8,
             calib.collective_efficiency,
             flat,
-            _f(hw.flow_gbps) * 1e9 / 8,
+            floats(hw.flow_gbps) * 1e9 / 8,
             bucket,
             network,
         )
@@ -596,7 +568,7 @@ class _DataParallel:
         # every node of a domain's replicas in the hierarchical exchange, one replica's nodes
         # where a flat ring crosses.
         dp_lanes = np.where(
-            _f(wan.dp_per_node) > 0, _lanes(np.where(flat, 1.0, local) * tp * cp * pp, gpn), 1.0
+            floats(wan.dp_per_node) > 0, _lanes(np.where(flat, 1.0, local) * tp * cp * pp, gpn), 1.0
         )
         # Each rank crossing streams on its own connection: a flat ring's one replica's ranks,
         # every rank of a domain's replicas in the hierarchical exchange.
@@ -609,17 +581,17 @@ class _DataParallel:
         flat_wan = ring_s(model_grad_bytes / flows, dp, wan_conn_bps, bucket, network)
         ring = np.where(
             flat, flat_wan, wan_share * model_grad_bytes / (flows * wan_conn_bps)
-        ) + np.where(flat, dp - 1, domains - 1) * _f(wan.dp_rtt_s)  # a step a hop: 2(n-1)·rtt/2
+        ) + np.where(flat, dp - 1, domains - 1) * floats(wan.dp_rtt_s)  # a step a hop: 2(n-1)·rtt/2
         return cls(
             intra,
             ring,
             flat,
             domains,
-            _f(plans.diloco_h),
+            floats(plans.diloco_h),
             gpu_params,
             model_grad_bytes,
             shape.micro_batches,
-            _f(plans.zero),
+            floats(plans.zero),
         )
 
     def exposed(self, stage: _Stage, layer: _Layer, busy, stack: Stack):
@@ -688,7 +660,7 @@ def _recompute_flops(arch, s: float, plans, mflops, tokens) -> np.ndarray:
     """FLOPs a token recomputes: a whole forward of the layers, or selective's attention."""
     h = float(arch.hidden)
     layer_fwd_flops = (mflops / tokens - 6 * h * arch.vocab) / 3  # one forward of all layers
-    recompute = _f(plans.recompute)
+    recompute = floats(plans.recompute)
     return np.where(
         recompute == 2, layer_fwd_flops, np.where(recompute == 1, 4 * s * h * arch.layers, 0.0)
     )
@@ -743,7 +715,7 @@ def _each_crossing_s(wan: WanUse, over, calib: Calibration) -> np.ndarray | None
     """A micro-batch's transfer over each crossing of each plan's pipeline at its own rate
     (`over`: a transfer's seconds at a link's rate), (plans, hops), nan past the last
     crossing; None where not known."""
-    links, flows = _f(wan.pp_crossing_gbps), _f(wan.pp_crossing_flow_gbps)
+    links, flows = floats(wan.pp_crossing_gbps), floats(wan.pp_crossing_flow_gbps)
     if links.ndim != 2 or np.isnan(links).any():
         return None
     seconds = over(links * 1e9 / 8 * calib.wan_efficiency, flows, each=True)
@@ -758,15 +730,15 @@ def _wan_connection_bps(
     last axis; `flows` per node pair where the links are rated per node pair, whose node's
     `gpn` accelerators fill them together)."""
     flow_bps = _hops(flow_gbps) * 1e9 / 8 * calib.wan_efficiency
-    gpn = np.where(_f(per_node) > 0, gpn, 1.0)
-    bps = connection_bps(hops_bps, flow_bps, _f(flows)[..., None], gpn[..., None])
+    gpn = np.where(floats(per_node) > 0, gpn, 1.0)
+    bps = connection_bps(hops_bps, flow_bps, floats(flows)[..., None], gpn[..., None])
     return bps if each else bps.min(axis=-1)
 
 
 def _hops(gbps) -> np.ndarray:
     """A WanUse rate with its hops on the last axis: (plans, hops) as placements describe
     them, or one hop (a scalar, or one a plan)."""
-    gbps = _f(gbps)
+    gbps = floats(gbps)
     return gbps if gbps.ndim == 2 else gbps[..., None]
 
 
@@ -807,19 +779,6 @@ def _allreduce_s(
     return np.where(flat, ring, inside + across) / efficiency
 
 
-def _activation_bytes_per_token(arch: ModelArch, tp, stack: Stack):
-    """Stored activation bytes per token and layer, without the attention-score matrices.
-
-    Korthikanti et al. 2022, eq. 2: 10 bytes·h replicated across tensor ranks (norms, dropout
-    masks, block inputs) unless sequence parallel splits them, and 24 bytes·h split; here the
-    split part is rebuilt from the shapes so that GQA and gated MLPs count right.
-    """
-    h = float(arch.hidden)
-    sp_div = tp if stack.sequence_parallel else 1.0
-    mlp = (6.0 if arch.gated_mlp else 4.0) * arch.ffn_hidden / h
-    return h * (10.0 / sp_div + (4 + 4 * arch.kv_heads / arch.heads + mlp) / tp)
-
-
 def _score_traffic(fused, elem) -> tuple[np.ndarray, np.ndarray]:
     """Bytes moved per attention score between the two batched GEMMs, forward and backward
     (the GEMMs' own reads and writes are in their roofline).
@@ -830,119 +789,3 @@ def _score_traffic(fused, elem) -> tuple[np.ndarray, np.ndarray]:
     softmax and dropout are a kernel each: 6·e + 1 bytes forward, 7·e + 1 back (e bytes a
     score: the masking's gradient is another pass)."""
     return (np.where(fused, 9.0, 6 * elem + 1), np.where(fused, 11.0, 7 * elem + 1))
-
-
-def _score_bytes_per_token(arch: ModelArch, tp, s: float, stack: Stack):
-    """Bytes of attention scores, softmax and dropout per token and layer: 5·a·s (Korthikanti).
-    The same in fp32: Sailor's fp32 runs on GH200 (max_mem of its 27 measured runs) keep about
-    this much, not twice it."""
-    return 0.0 if stack.flash_attention else 5.0 * arch.heads * s / tp
-
-
-def memory_gib(
-    arch: ModelArch,
-    global_batch,
-    plans: PlanBatch,
-    stack: Stack | None = None,
-    seq: int | None = None,
-    measured: tuple[MeasuredLayers, ...] = (),
-) -> dict[str, np.ndarray]:
-    """Per-GPU memory of the fullest stage: states sharded by ZeRO, activations in flight.
-
-    1F1B keeps up to `pp` micro-batches of activations on the first stage (with the
-    embedding's) and one on the last (with the output layer's logits); one stage holds all
-    without a pipeline. A profile's measured activation bytes replace the count where it
-    covers the plan's TP degree and precision (no recomputation, no context parallelism).
-    """
-    stack = stack or Stack()
-    shape = _Shape.of(plans, global_batch, float(seq or arch.seq_len))
-    dp, tp, pp, cp, vp, mb, s, tok = (
-        shape.dp,
-        shape.tp,
-        shape.pp,
-        shape.cp,
-        shape.vp,
-        shape.mb,
-        shape.s,
-        shape.tok,
-    )
-    zero, recompute = _f(plans.zero), _f(plans.recompute)
-    gpu_params = _stage_params(arch, pp) / tp
-    wide = _wide(plans)
-    # 16-bit plans keep bf16 weights beside an fp32 master copy; fp32 plans' weights are it
-    weights = gpu_params * np.where(wide, 4.0, 2.0) / np.where(zero >= 3, dp, 1.0)
-    grads = gpu_params * 4 / np.where(zero >= 2, dp, 1.0)  # fp32 main gradients
-    optimizer = gpu_params * np.where(wide, 8.0, 12.0) / np.where(zero >= 1, dp, 1.0)
-
-    act = tok * _activation_bytes_per_token(arch, tp, stack) * np.where(wide, 2.0, 1.0)
-    full_layer = act + tok * _score_bytes_per_token(arch, tp, s, stack)
-    sp_div = tp if stack.sequence_parallel else 1.0
-    per_layer = np.where(
-        recompute == 2,
-        tok * np.where(wide, 4, 2) * arch.hidden / sp_div,
-        np.where(recompute == 1, act, full_layer),
-    )
-    logits = tok * arch.vocab / tp * 4 * 2  # fp32 logits and their gradient, last stage
-    embed = 0.0 * tok
-    for m in applicable(measured, arch, int(s)):
-        kept = (
-            m.activation_bytes(
-                np.broadcast_to(tp, tok.shape), np.broadcast_to(plans.precision, tok.shape)
-            )
-            * mb[..., None]
-        )
-        use = ~np.isnan(kept[..., 1]) & (recompute == 0) & (cp == 1)
-        embed, per_layer, logits = (
-            np.where(use, kept[..., i], x) for i, x in enumerate((embed, per_layer, logits))
-        )
-    micro_batches = shape.micro_batches
-    in_flight = np.minimum(micro_batches, pp) * np.where(vp > 1, 1 + (pp - 1) / (pp * vp), 1.0)
-    heaviest, last = stage_layers(arch.layers, pp)
-    first_stage = (per_layer * heaviest + embed) * in_flight
-    last_stage = (
-        per_layer * last * np.where(vp > 1, in_flight, 1.0) + logits + np.where(pp > 1, 0.0, embed)
-    )
-    last_fuller = (pp == 1) | (last_stage > first_stage)
-    activations = np.where(last_fuller, last_stage - logits, first_stage)
-    activations = activations + np.where(recompute == 2, full_layer, 0.0)  # one layer rebuilt
-    return {
-        "weights": weights / GIB,
-        "gradients": grads / GIB,
-        "optimizer": optimizer / GIB,
-        "buffers": gpu_params * stack.extra_state_bytes / GIB,
-        "activations": activations / GIB,
-        "logits": np.where(last_fuller, logits, 0.0) / GIB,
-        "overhead": RUNTIME_OVERHEAD_GIB + 0 * dp,
-    }
-
-
-def _wide(plans: PlanBatch) -> np.ndarray:
-    """Plans that compute in 32 bits (TF32 or FP32): 4-byte weights, activations, gradients."""
-    return np.asarray(plans.precision) >= DTYPES.index("tf32")
-
-
-def _stage_params(arch: ModelArch, pp):
-    """Parameters of the heaviest pipeline stage: its layers plus one embedding table."""
-    return stage_layers(arch.layers, pp)[0] * arch.params_per_layer + np.where(
-        pp > 1, arch.vocab * arch.hidden, arch.embedding_params
-    )
-
-
-def stage_layers(layers: int, pp) -> tuple[np.ndarray, np.ndarray]:
-    """Layers of the heaviest pipeline stage and of the last one.
-
-    Where `pp` divides the layers every stage has as many. Otherwise, as Megatron's
-    first/last-stage options allow, stages get ceil(layers/pp) and the shortfall comes off the
-    ends, the last stage (which also computes the output layer) first: 126 layers over 16
-    stages are 7 + 14 x 8 + 7.
-    """
-    pp = _f(pp)
-    heaviest = np.ceil(layers / pp - 1e-9)
-    return heaviest, np.where(heaviest * pp > layers, heaviest - 1, heaviest)
-
-
-def replica_micro_batches(batch, dp, mb):
-    """Micro-batches of the busiest data-parallel replica: a global batch that `dp` does not
-    divide leaves some replicas one sample more (ceil(batch/dp)), and the step waits for
-    them."""
-    return np.ceil(np.ceil(batch / dp - 1e-9) / mb - 1e-9)

@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from xdscheduler.costmodel.memory import memory_gib
 from xdscheduler.costmodel.plan import Hardware, Plan, PlanBatch, Stack
-from xdscheduler.costmodel.steptime import memory_gib
 from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.search import (
     THROUGHPUT_ONLY,

@@ -22,9 +22,9 @@ import numpy as np
 from xdscheduler.catalog import ModelArch, accelerator_code
 from xdscheduler.costmodel.constants import DEFAULT, Calibration
 from xdscheduler.costmodel.layers import MeasuredLayers
+from xdscheduler.costmodel.memory import memory_gib
 from xdscheduler.costmodel.messages import MessageCurve
 from xdscheduler.costmodel.plan import DTYPES, Hardware, PlanBatch, Stack, WanUse
-from xdscheduler.costmodel.steptime import memory_gib
 from xdscheduler.planner.view import ClusterView
 
 SINGLE, PIPELINE, DATA = "single", "pipeline", "data"
