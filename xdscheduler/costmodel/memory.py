@@ -7,8 +7,8 @@ import numpy as np
 
 from xdscheduler.catalog import ModelArch
 from xdscheduler.costmodel.layers import MeasuredLayers, applicable
-from xdscheduler.costmodel.plan import DTYPES, PlanBatch, Stack
-from xdscheduler.costmodel.shape import Shape, floats, stage_layers
+from xdscheduler.costmodel.plan import PlanBatch, Stack
+from xdscheduler.costmodel.shape import Shape, floats, stage_layers, stage_params, wide_precision
 
 GIB = 2**30
 RUNTIME_OVERHEAD_GIB = 3.0  # CUDA context, NCCL buffers, allocator fragmentation
@@ -109,15 +109,3 @@ def score_bytes_per_token(arch: ModelArch, tp, s: float, stack: Stack):
     The same in fp32: Sailor's fp32 runs on GH200 (max_mem of its 27 measured runs) keep about
     this much, not twice it."""
     return 0.0 if stack.flash_attention else 5.0 * arch.heads * s / tp
-
-
-def wide_precision(plans: PlanBatch) -> np.ndarray:
-    """Plans that compute in 32 bits (TF32 or FP32): 4-byte weights, activations, gradients."""
-    return np.asarray(plans.precision) >= DTYPES.index("tf32")
-
-
-def stage_params(arch: ModelArch, pp):
-    """Parameters of the heaviest pipeline stage: its layers plus one embedding table."""
-    return stage_layers(arch.layers, pp)[0] * arch.params_per_layer + np.where(
-        pp > 1, arch.vocab * arch.hidden, arch.embedding_params
-    )

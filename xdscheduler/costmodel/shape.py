@@ -1,5 +1,5 @@
 """A plan batch's degrees as float arrays, and the counts both the step time and the memory
-follow from: micro-batches a replica, layers a stage."""
+follow from: micro-batches a replica, layers and parameters a stage, the width of its numbers."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from functools import cached_property
 
 import numpy as np
 
-from xdscheduler.costmodel.plan import PlanBatch
+from xdscheduler.catalog import ModelArch
+from xdscheduler.costmodel.plan import DTYPES, PlanBatch
 
 
 def floats(x) -> np.ndarray:
@@ -63,3 +64,15 @@ def replica_micro_batches(batch, dp, mb):
     divide leaves some replicas one sample more (ceil(batch/dp)), and the step waits for
     them."""
     return np.ceil(np.ceil(batch / dp - 1e-9) / mb - 1e-9)
+
+
+def wide_precision(plans: PlanBatch) -> np.ndarray:
+    """Plans that compute in 32 bits (TF32 or FP32): 4-byte weights, activations, gradients."""
+    return np.asarray(plans.precision) >= DTYPES.index("tf32")
+
+
+def stage_params(arch: ModelArch, pp):
+    """Parameters of the heaviest pipeline stage: its layers plus one embedding table."""
+    return stage_layers(arch.layers, pp)[0] * arch.params_per_layer + np.where(
+        pp > 1, arch.vocab * arch.hidden, arch.embedding_params
+    )

@@ -5,7 +5,8 @@ pipeline stage is built from GEMMs (additive roofline over each matrix shape), a
 element-wise kernels (memory bound, proportional to the activations they produce, after
 Korthikanti et al. 2022) and tensor-parallel collectives; the pipeline adds its bubble and
 point-to-point transfers; data parallelism adds the gradient reduction, hierarchical when
-replicas span domains and hidden behind the last backward pass where the stack allows.
+replicas span domains and hidden behind the last backward pass where the stack allows. The
+memory of each plan's fullest GPU comes from `costmodel.memory`.
 """
 
 from __future__ import annotations
@@ -18,15 +19,10 @@ from xdscheduler.catalog import ModelArch
 from xdscheduler.costmodel.constants import DEFAULT, Calibration
 from xdscheduler.costmodel.exchanges import PipelineExchanges
 from xdscheduler.costmodel.layers import TIMES, MeasuredLayers, applicable, member_codes
-from xdscheduler.costmodel.memory import (
-    activation_bytes_per_token,
-    memory_gib,
-    stage_params,
-    wide_precision,
-)
+from xdscheduler.costmodel.memory import activation_bytes_per_token, memory_gib
 from xdscheduler.costmodel.messages import MessageCurve, connection_bps, ring_s
 from xdscheduler.costmodel.plan import DTYPES, OPERAND_BYTES, Hardware, PlanBatch, Stack, WanUse
-from xdscheduler.costmodel.shape import Shape, floats, stage_layers
+from xdscheduler.costmodel.shape import Shape, floats, stage_layers, stage_params, wide_precision
 
 ADAM_BYTES_PER_PARAM = 30  # read fp32 master, m, v, grad; write master, m, v, bf16 weight
 FLASH_BACKWARD_FACTOR = 2.5  # FlashAttention-2 backward recomputes QK^T: 2.5x forward FLOPs
