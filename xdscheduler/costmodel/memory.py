@@ -22,35 +22,43 @@ def memory_gib(
     seq: int | None = None,
     measured: tuple[MeasuredLayers, ...] = (),
 ) -> dict[str, np.ndarray]:
-    """Per-GPU memory of the fullest stage: states sharded by ZeRO, activations in flight.
-
-    1F1B keeps up to `pp` micro-batches of activations on the first stage (with the
-    embedding's) and one on the last (with the output layer's logits); one stage holds all
-    without a pipeline. A profile's measured activation bytes replace the count where it
-    covers the plan's TP degree and precision (no recomputation, no context parallelism).
-    """
+    """Per-GPU memory of the fullest stage: states sharded by ZeRO, activations in flight."""
     stack = stack or Stack()
     shape = Shape.of(plans, global_batch, float(seq or arch.seq_len))
-    dp, tp, pp, cp, vp, mb, s, tok = (
-        shape.dp,
-        shape.tp,
-        shape.pp,
-        shape.cp,
-        shape.vp,
-        shape.mb,
-        shape.s,
-        shape.tok,
-    )
-    zero, recompute = floats(plans.zero), floats(plans.recompute)
-    gpu_params = stage_params(arch, pp) / tp
-    wide = wide_precision(plans)
-    # 16-bit plans keep bf16 weights beside an fp32 master copy; fp32 plans' weights are it
-    weights = gpu_params * np.where(wide, 4.0, 2.0) / np.where(zero >= 3, dp, 1.0)
-    grads = gpu_params * 4 / np.where(zero >= 2, dp, 1.0)  # fp32 main gradients
-    optimizer = gpu_params * np.where(wide, 8.0, 12.0) / np.where(zero >= 1, dp, 1.0)
+    gpu_params = stage_params(arch, shape.pp) / shape.tp
+    kept = _kept_per_micro_batch(arch, plans, shape, stack, measured)
+    activations, logits = _in_flight(arch, plans, shape, *kept)
+    return {
+        **{k: v / GIB for k, v in _states(plans, shape, gpu_params).items()},
+        "buffers": gpu_params * stack.extra_state_bytes / GIB,
+        "activations": activations / GIB,
+        "logits": logits / GIB,
+        "overhead": RUNTIME_OVERHEAD_GIB + 0 * shape.dp,
+    }
 
+
+def _states(plans: PlanBatch, shape: Shape, gpu_params) -> dict[str, np.ndarray]:
+    """Bytes of weights, gradients and Adam's states a GPU holds, as ZeRO's stage shards them
+    over the data-parallel replicas."""
+    zero, wide, dp = floats(plans.zero), wide_precision(plans), shape.dp
+    # 16-bit plans keep bf16 weights beside an fp32 master copy; fp32 plans' weights are it
+    return {
+        "weights": gpu_params * np.where(wide, 4.0, 2.0) / np.where(zero >= 3, dp, 1.0),
+        "gradients": gpu_params * 4 / np.where(zero >= 2, dp, 1.0),  # fp32 main gradients
+        "optimizer": gpu_params * np.where(wide, 8.0, 12.0) / np.where(zero >= 1, dp, 1.0),
+    }
+
+
+def _kept_per_micro_batch(arch: ModelArch, plans: PlanBatch, shape: Shape, stack: Stack, measured):
+    """Bytes one micro-batch keeps until its backward pass: of the embedding, of a layer as the
+    plan's recomputation keeps it, of the output layer's logits, and of a layer in full (what
+    full recomputation rebuilds). A profile's measured activation bytes replace the count
+    where it covers the plan's TP degree and precision (no recomputation, no context
+    parallelism)."""
+    tp, tok, wide = shape.tp, shape.tok, wide_precision(plans)
+    recompute = floats(plans.recompute)
     act = tok * activation_bytes_per_token(arch, tp, stack) * np.where(wide, 2.0, 1.0)
-    full_layer = act + tok * score_bytes_per_token(arch, tp, s, stack)
+    full_layer = act + tok * score_bytes_per_token(arch, tp, shape.s, stack)
     sp_div = tp if stack.sequence_parallel else 1.0
     per_layer = np.where(
         recompute == 2,
@@ -59,19 +67,31 @@ def memory_gib(
     )
     logits = tok * arch.vocab / tp * 4 * 2  # fp32 logits and their gradient, last stage
     embed = 0.0 * tok
-    for m in applicable(measured, arch, int(s)):
+    for m in applicable(measured, arch, int(shape.s)):
         kept = (
             m.activation_bytes(
                 np.broadcast_to(tp, tok.shape), np.broadcast_to(plans.precision, tok.shape)
             )
-            * mb[..., None]
+            * shape.mb[..., None]
         )
-        use = ~np.isnan(kept[..., 1]) & (recompute == 0) & (cp == 1)
+        use = ~np.isnan(kept[..., 1]) & (recompute == 0) & (shape.cp == 1)
         embed, per_layer, logits = (
             np.where(use, kept[..., i], x) for i, x in enumerate((embed, per_layer, logits))
         )
-    micro_batches = shape.micro_batches
-    in_flight = np.minimum(micro_batches, pp) * np.where(vp > 1, 1 + (pp - 1) / (pp * vp), 1.0)
+    return embed, per_layer, logits, full_layer
+
+
+def _in_flight(
+    arch: ModelArch, plans: PlanBatch, shape: Shape, embed, per_layer, logits, full_layer
+):
+    """Activation bytes of the fuller of the first and last stages, and its logits' (0 where
+    the first is fuller). 1F1B keeps up to `pp` micro-batches on the first stage (with the
+    embedding's) and one on the last (with the output layer's logits); one stage holds all
+    without a pipeline."""
+    pp, vp = shape.pp, shape.vp
+    in_flight = np.minimum(shape.micro_batches, pp) * np.where(
+        vp > 1, 1 + (pp - 1) / (pp * vp), 1.0
+    )
     heaviest, last = stage_layers(arch.layers, pp)
     first_stage = (per_layer * heaviest + embed) * in_flight
     last_stage = (
@@ -79,16 +99,8 @@ def memory_gib(
     )
     last_fuller = (pp == 1) | (last_stage > first_stage)
     activations = np.where(last_fuller, last_stage - logits, first_stage)
-    activations = activations + np.where(recompute == 2, full_layer, 0.0)  # one layer rebuilt
-    return {
-        "weights": weights / GIB,
-        "gradients": grads / GIB,
-        "optimizer": optimizer / GIB,
-        "buffers": gpu_params * stack.extra_state_bytes / GIB,
-        "activations": activations / GIB,
-        "logits": np.where(last_fuller, logits, 0.0) / GIB,
-        "overhead": RUNTIME_OVERHEAD_GIB + 0 * dp,
-    }
+    rebuilt = np.where(floats(plans.recompute) == 2, full_layer, 0.0)  # one layer rebuilt
+    return activations + rebuilt, np.where(last_fuller, logits, 0.0)
 
 
 def activation_bytes_per_token(arch: ModelArch, tp, stack: Stack):
