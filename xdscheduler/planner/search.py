@@ -201,13 +201,35 @@ def evaluate_space(
         pl = placements(view, opts, job.gpus_min, job.gpus_max)
     if len(pl) == 0 or len(grid.plans) == 0:
         return None
-    g, hw = grid.plans, pl.hardware
+    cand = _candidates(job, view, grid, pl, opts)
+    return None if cand is None else _evaluated(job, view, weights, opts, pl, cand)
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    """The (placement, plan) pairs that fit, each plan at its memory rung: what each slot of
+    its placement holds, and the rated peak and price of what it holds."""
+
+    plans: PlanBatch
+    plan_id: np.ndarray  # the grid's plan at its memory rung
+    place: np.ndarray  # index into the placements
+    kind: np.ndarray
+    unit: np.ndarray  # accelerators a part takes
+    parts: np.ndarray  # (candidates, slots): parts each slot holds
+    peak: np.ndarray  # FLOP/s of the accelerators held
+    price: np.ndarray  # $/h of them
+
+
+def _candidates(
+    job: JobSpec, view: ClusterView, grid: ParallelGrid, pl: Placements, opts: SearchOptions
+) -> _Candidates | None:
+    """The pairs with room for them, split over their placements' domains; None if none."""
+    g = grid.plans
     free = np.array([d.available for d in view.domains])
     c_idx, p_idx, rung = _feasible_pairs(job, view, grid, pl, free, opts)
     if not len(c_idx):
         return None
     kind = pl.kind[p_idx]
-
     is_pp, single = kind == PIPELINE, kind == SINGLE
     dp, tp, pp, cp = g.dp[c_idx], g.tp[c_idx], g.pp[c_idx], g.cp[c_idx]
     unit = np.where(is_pp, dp * tp * cp, np.where(single, dp * tp * pp * cp, tp * pp * cp))
@@ -222,20 +244,38 @@ def evaluate_space(
     if not ok.any():
         return None
     c_idx, p_idx, rung, unit, back = c_idx[ok], p_idx[ok], rung[ok], unit[ok], back[ok]
-    kind = kind[ok]
-    parts = split.parts[back]
-
     ladder = memory_ladder(opts.stack)
+    plans = g.take(c_idx)
     zero = np.array([z for z, _ in ladder])[rung]
     recompute = np.array([r for _, r in ladder])[rung]
-    plans = g.take(c_idx)
-    plans = PlanBatch(**{**plans.__dict__, "zero": zero, "recompute": recompute})
+    return _Candidates(
+        PlanBatch(**{**plans.__dict__, "zero": zero, "recompute": recompute}),
+        c_idx * len(ladder) + rung,
+        p_idx,
+        kind[ok],
+        unit,
+        split.parts[back],
+        unit * split.peak[back],
+        unit * split.price[back],
+    )
+
+
+def _evaluated(
+    job: JobSpec,
+    view: ClusterView,
+    weights: Weights,
+    opts: SearchOptions,
+    pl: Placements,
+    cand: _Candidates,
+) -> Evaluated | None:
+    """The candidates estimated and scored, those that fit kept; None if none does."""
+    plans, p_idx, kind, parts = cand.plans, cand.place, cand.kind, cand.parts
     slots = pl.domains[p_idx]
-    cand_hw, shares, mixed = take_rows(hw, p_idx), np.zeros(parts.shape), np.zeros(0, dtype=int)
+    cand_hw, shares = take_rows(pl.hardware, p_idx), np.zeros(parts.shape)
+    mixed = np.zeros(0, dtype=int)
     if opts.balance:
-        plan_id = c_idx * len(ladder) + rung  # the grid's plan at its memory rung
         cand_hw, shares, mixed = balanced(
-            job, view, kind == PIPELINE, plans, plan_id, slots, parts, cand_hw, opts
+            job, view, kind == PIPELINE, plans, cand.plan_id, slots, parts, cand_hw, opts
         )
     est = estimate(
         job.arch,
@@ -249,15 +289,7 @@ def evaluate_space(
         measured=opts.layers,
         network=opts.network,
     )
-    gpus = parts * unit[:, None]
-    terms = score(
-        job,
-        est,
-        unit * split.peak[back],
-        unit * split.price[back],
-        pl.wan_price_per_gb[p_idx],
-        weights,
-    )
+    terms = score(job, est, cand.peak, cand.price, pl.wan_price_per_gb[p_idx], weights)
     keep = est.fits.copy()  # the ladder chose by memory; the estimate confirms it
     if len(mixed):  # each stage's own layers against its own accelerator's memory
         keep[mixed] = stages_fit(
@@ -272,7 +304,7 @@ def evaluate_space(
         pl,
         plans.take(keep),
         p_idx[keep],
-        gpus[keep],
+        (parts * cand.unit[:, None])[keep],
         _take_est(est, keep),
         {k: v[keep] for k, v in terms.items()},
         pl.wan_price_per_gb[p_idx[keep]],
