@@ -13,6 +13,7 @@ from xdscheduler.costmodel.plan import DTYPES, PlanBatch
 
 
 def floats(x) -> np.ndarray:
+    """A count or array of counts as float64, as every quantity of the models is."""
     return np.asarray(x, dtype=np.float64)
 
 

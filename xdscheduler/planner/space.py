@@ -264,6 +264,13 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
     """The hardware and WAN use of each placement: its slowest member and narrowest links, at
     the view's speed and goodput factors; a data placement's ring visits its members in the
     order given (`in_rings` orders the search's), as a running job's ranks do."""
+    wan, wan_price = _wan_use(view, kind, doms)
+    return Placements(kind, doms, _slowest_member(view, doms), wan, wan_price)
+
+
+def _slowest_member(view: ClusterView, doms: np.ndarray) -> Hardware:
+    """Each placement's hardware: its slowest member's, at the view's speed; the accelerator's
+    code where all members have one kind (-1: mixed), and each member's."""
     accs = [d.accelerator for d in view.domains]
     valid = doms >= 0
     safe = np.where(valid, doms, 0)
@@ -274,7 +281,7 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
 
     code = np.array([accelerator_code(a.name) for a in accs], dtype=float)[safe]
     alike = np.ptp(np.where(valid, code, code[:, :1]), axis=1) == 0
-    hw = Hardware(
+    return Hardware(
         **{k: slowest(v) for k, v in domain_speeds(view).items()},
         memory_gib=slowest([a.memory_gib for a in accs]),
         scaleup_gbs=slowest([d.scaleup_gbs for d in view.domains]),
@@ -285,6 +292,13 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
         members=np.where(valid, code, -1.0),
         measured_scale=1.0 / slowest(view.speed),  # a profile was measured at full speed
     )
+
+
+def _wan_use(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -> tuple[WanUse, np.ndarray]:
+    """Each placement's WAN use (its narrowest links, at the view's goodput) and the price a
+    GB of its cross-domain traffic pays."""
+    valid = doms >= 0
+    safe = np.where(valid, doms, 0)
     n_dom = valid.sum(axis=1)
     bw, rtt, price = view.goodput_gbps, view.rtt_ms / 1000.0, view.price_per_gb
     is_pp = kind == PIPELINE
@@ -338,8 +352,7 @@ def describe_placements(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -
         ),
     )
     hop_price = np.where(hop, price[a, b], 0.0).sum(axis=1) / np.maximum(pp_offsite, 1)
-    wan_price = np.where(is_pp, hop_price, np.where(is_dp, ring_price, 0.0))
-    return Placements(kind, doms, hw, wan, wan_price)
+    return wan, np.where(is_pp, hop_price, np.where(is_dp, ring_price, 0.0))
 
 
 def with_stage_counts(wan: WanUse, kind: np.ndarray, stages: np.ndarray) -> WanUse:
