@@ -109,7 +109,7 @@ def test_a_log_that_lost_its_last_commits_resumes_like_one_never_stopped(study, 
 def test_only_logs_a_resume_makes_again_commit_lazily(tmp_path):
     """A study's journal and ledger (remade by a resume) skip the flush to disk; the live
     plane's job book, whose jobs really ran, keeps it."""
-    from xdscheduler.live.controller import JobBook
+    from xdscheduler.live.jobbook import JobBook
     from xdscheduler.runtime.ledger import Ledger
 
     normal, full = 1, 2  # PRAGMA synchronous

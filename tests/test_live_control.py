@@ -176,7 +176,7 @@ def test_a_runs_wall_step_counts_what_it_does_between_steps(monkeypatch):
 def test_a_job_cancelled_while_running_ends_when_a_new_controller_replays_the_journal(tmp_path):
     """Its run stops at its next question, but the controller is lost first: the run dies with
     it, and the controller started after must end the job, not queue it for ever."""
-    from xdscheduler.live.controller import JobBook
+    from xdscheduler.live.jobbook import JobBook
 
     book = JobBook(tmp_path / "journal.sqlite")
     book.submit({"name": "j"})

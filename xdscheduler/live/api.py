@@ -117,7 +117,7 @@ def _ask(state: ClusterState, method: str, *args):
 @serve.ingress(app)
 class JobsService:
     def __init__(self, state: str, token: str, book=None):
-        """The cluster's jobs; those of `book` (a `controller.JobBook` in this process, e.g. a
+        """The cluster's jobs; those of `book` (a `jobbook.JobBook` in this process, e.g. a
         test's) instead of its controller's where given."""
         configure(token)
         self.state = ClusterState.model_validate_json(state)

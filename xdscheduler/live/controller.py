@@ -12,7 +12,6 @@ its workers at once (`live.runs`)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -28,9 +27,10 @@ from xdscheduler.errors import UserError
 from xdscheduler.live.agent import DomainAgent, indicators
 from xdscheduler.live.board import LIVE, LiveBoard, domains_state, job_state, links_state
 from xdscheduler.live.health import DomainHealth
+from xdscheduler.live.jobbook import JobBook
 from xdscheduler.live.jobs import LiveJob
 from xdscheduler.live.planning import domain_batches, live_policy, options
-from xdscheduler.live.records import FINAL, WARMUP_STEPS, JobRecord, Rounds
+from xdscheduler.live.records import WARMUP_STEPS, JobRecord, Rounds
 from xdscheduler.live.runs import (
     make_placement_group,
     placement_group_name,
@@ -44,7 +44,6 @@ from xdscheduler.perception.indicators import checked
 from xdscheduler.planner.placement import Placement
 from xdscheduler.planner.search import estimate_placement
 from xdscheduler.planner.view import ClusterView
-from xdscheduler.runtime.journal import open_log
 from xdscheduler.scenario import load_scenario
 from xdscheduler.sim.correction import Correction
 
@@ -75,11 +74,6 @@ MAX_FAILED_RUNS = 3  # runs in a row that fail (an error, the watchdog) before t
 # A domain's agent that is dead, or that has not answered this long on a domain not found down
 # (hung), is replaced, at most every RESPAWN_S
 AGENT_STUCK_S, RESPAWN_S = 10.0, 5.0
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS events (
-    idx INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, job TEXT NOT NULL,
-    kind TEXT NOT NULL, record TEXT NOT NULL);
-"""
 
 
 def move_gain_s(now_s: float, then_s: float, steps_left: int) -> float:
@@ -90,107 +84,6 @@ def move_gain_s(now_s: float, then_s: float, steps_left: int) -> float:
     if then_s > (1 - MOVE_MIN_SPEEDUP) * now_s:
         return 0.0
     return min(steps_left, MOVE_HORIZON_S / now_s) * (now_s - then_s)
-
-
-class JobBook:
-    """The live jobs as the CLI and the jobs API see them: the job table, and the journal of
-    their events that a controller started later replays. The controller is one (it also
-    places and runs what it holds); a JobBook alone answers the API in a process of its own."""
-
-    def __init__(self, journal: Path):
-        self.db = open_log(journal, SCHEMA, threads=True)
-        self.lock = threading.RLock()
-        self.jobs: dict[str, JobRecord] = {}
-
-    def submit(self, spec: dict) -> dict:
-        job = LiveJob.model_validate(spec)
-        with self.lock:
-            if job.name in self.jobs:
-                raise UserError(f"a job named {job.name!r} exists already; pick another name")
-            self.jobs[job.name] = self._admitted(job)
-            self._event(job.name, "submitted", job.model_dump())
-        return self.jobs[job.name].row()
-
-    def _admitted(self, job: LiveJob) -> JobRecord:
-        """The job's record, once it may queue (a controller checks its tenant and plans)."""
-        return self._record(job, time.time())
-
-    def list_jobs(self) -> list[dict]:
-        with self.lock:
-            return [r.row() for r in self.jobs.values()]
-
-    def job(self, name: str) -> dict | None:
-        with self.lock:
-            rec = self.jobs.get(name)
-            return rec.row() if rec else None
-
-    def events(self, name: str) -> list[dict]:
-        with self.lock:
-            rows = self.db.execute(
-                "SELECT time, kind, record FROM events WHERE job = ? ORDER BY idx", (name,)
-            ).fetchall()
-        return [{**json.loads(r), "time": t, "event": k} for t, k, r in rows]
-
-    def cancel_job(self, name: str) -> dict | None:
-        """Cancel a job in any state: a queued one, or one still starting, ends now (its
-        placement group removed); a running one at its next question, or by force after
-        CANCEL_GRACE_S. Its row."""
-        with self.lock:
-            rec = self.jobs.get(name)
-            if rec is None:
-                return None
-            if rec.status in FINAL or rec.cancel:
-                return rec.row()
-            rec.cancel, rec.cancel_at = True, time.time()
-            self._event(name, "cancel", {"status": rec.shown})
-            if rec.status == "queued" or rec.stepped_at is None:
-                self._end(rec, "cancelled", {"while": "queued" if rec.run is None else "starting"})
-            return rec.row()
-
-    def _end(self, rec: JobRecord, status: str, record: dict) -> None:
-        rec.status = status
-        self._event(rec.job.name, status, {"step": rec.step, **record})
-
-    def _record(self, job: LiveJob, submitted: float) -> JobRecord:
-        """A replayed job's record (a controller adds its tenant's priority)."""
-        return JobRecord(job, submitted)
-
-    def replay(self) -> None:
-        """Rebuild the job table from the journal (a controller started after a lost one): a
-        job that was running queues again and resumes from its last checkpoint when placed;
-        one cancelled before the loss ends now: its run died with the controller."""
-        rows = self.db.execute("SELECT time, job, kind, record FROM events ORDER BY idx")
-        for t, name, kind, record in rows.fetchall():
-            self._replay_event(t, name, kind, json.loads(record))
-        for rec in self.jobs.values():
-            if rec.status != "queued":
-                continue
-            rec.placement, rec.stepped_at = {}, None
-            if rec.cancel:
-                done = rec.step >= rec.job.steps
-                self._end(rec, "done" if done else "cancelled", {"while": "replayed"})
-
-    def _replay_event(self, t: float, name: str, kind: str, data: dict) -> None:
-        if kind == "submitted":
-            self.jobs[name] = self._record(LiveJob.model_validate(data), t)
-        elif name in self.jobs:
-            rec = self.jobs[name]
-            if kind == "step":
-                rec.hear(data)
-            elif kind == "placed":
-                rec.placement, rec.attempts = data, int(data["attempt"])
-                rec.status = "queued"  # its run died with the controller before this one
-            elif kind in FINAL:
-                rec.status, rec.step = kind, max(rec.step, int(data.get("step") or 0))
-            elif kind == "cancel":
-                rec.cancel, rec.cancel_at = True, t
-
-    def _event(self, job: str, kind: str, record: dict) -> None:
-        with self.lock:
-            self.db.execute(
-                "INSERT INTO events (time, job, kind, record) VALUES (?, ?, ?, ?)",
-                (time.time(), job, kind, json.dumps(record, default=str)),
-            )
 
 
 # Ray's stubs type the options of a remote function, not an actor's (max_concurrency)
@@ -246,7 +139,6 @@ class LiveController(JobBook):
         """ValueError saying why, when no plan of the live runner trains the job even on the
         whole idle cluster (its batch does not divide over its workers, say): it would wait
         in the queue for ever."""
-        from xdscheduler.errors import UserError
         from xdscheduler.planner.search import search
 
         try:
@@ -816,7 +708,6 @@ class LiveController(JobBook):
         """The policy's placements; a job it cannot plan at all (a spec that passed the
         check at submission, but not on a cluster changed since) fails alone, with the
         planner's reason, instead of holding up every other."""
-        from xdscheduler.errors import UserError
 
         try:
             return self.policy.decide(specs, view, now - self.started)
@@ -910,7 +801,6 @@ class LiveController(JobBook):
         ).remote(name, self.names, self.state.api, self.state.api_token)
 
     def _path(self, name: str):
-        from pathlib import Path
 
         folder = Path(self.storage)
         folder.mkdir(parents=True, exist_ok=True)
@@ -1001,7 +891,6 @@ def controller(state: ClusterState):
 def ask(method, *args, timeout_s: float = 120.0):
     """A controller call's answer; UserError with the controller's own message when it
     refuses, or when it does not answer in time."""
-    from xdscheduler.errors import UserError
 
     try:
         return ray.get(method.remote(*args), timeout=timeout_s)
