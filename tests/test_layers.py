@@ -32,7 +32,15 @@ PURE = (
     "scenario",
     "workload",
 )
-ABOVE = ("rl", "serving", "runtime", "live", "registry", "cli")  # the pure layers never reach
+ABOVE = (
+    "rl",
+    "serving",
+    "runtime",
+    "live",
+    "registry",
+    "cli",
+    "model_cli",
+)  # the pure layers never reach
 FORBIDDEN = (
     "ray",
     "torch",
@@ -59,7 +67,8 @@ LAYERS = [
     {"serving"},
     {"registry"},
     {"runtime", "live", "report", "sharing"},  # live: the live control plane on Ray
-    {"cli", "entry", "__main__"},  # the `xds` command and its entry points
+    # the `xds` command (the models' and the search's commands in model_cli) and its entry points
+    {"cli", "model_cli", "entry", "__main__"},
 ]
 
 
