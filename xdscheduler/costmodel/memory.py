@@ -27,7 +27,7 @@ def memory_gib(
     shape = Shape.of(plans, global_batch, float(seq or arch.seq_len))
     gpu_params = stage_params(arch, shape.pp) / shape.tp
     kept = _kept_per_micro_batch(arch, plans, shape, stack, measured)
-    activations, logits = _in_flight(arch, plans, shape, *kept)
+    activations, logits = _in_flight(arch, shape, *kept)
     return {
         **{k: v / GIB for k, v in _states(plans, shape, gpu_params).items()},
         "buffers": gpu_params * stack.extra_state_bytes / GIB,
@@ -51,8 +51,8 @@ def _states(plans: PlanBatch, shape: Shape, gpu_params) -> dict[str, np.ndarray]
 
 def _kept_per_micro_batch(arch: ModelArch, plans: PlanBatch, shape: Shape, stack: Stack, measured):
     """Bytes one micro-batch keeps until its backward pass: of the embedding, of a layer as the
-    plan's recomputation keeps it, of the output layer's logits, and of a layer in full (what
-    full recomputation rebuilds). A profile's measured activation bytes replace the count
+    plan's recomputation keeps it, of the output layer's logits, and of the layer full recomputation
+    rebuilds (0 under any other). A profile's measured activation bytes replace the count
     where it covers the plan's TP degree and precision (no recomputation, no context
     parallelism)."""
     tp, tok, wide = shape.tp, shape.tok, wide_precision(plans)
@@ -78,12 +78,11 @@ def _kept_per_micro_batch(arch: ModelArch, plans: PlanBatch, shape: Shape, stack
         embed, per_layer, logits = (
             np.where(use, kept[..., i], x) for i, x in enumerate((embed, per_layer, logits))
         )
-    return embed, per_layer, logits, full_layer
+    rebuilt = np.where(recompute == 2, full_layer, 0.0)  # full recomputation rebuilds one layer
+    return embed, per_layer, logits, rebuilt
 
 
-def _in_flight(
-    arch: ModelArch, plans: PlanBatch, shape: Shape, embed, per_layer, logits, full_layer
-):
+def _in_flight(arch: ModelArch, shape: Shape, embed, per_layer, logits, rebuilt):
     """Activation bytes of the fuller of the first and last stages, and its logits' (0 where
     the first is fuller). 1F1B keeps up to `pp` micro-batches on the first stage (with the
     embedding's) and one on the last (with the output layer's logits); one stage holds all
@@ -99,7 +98,6 @@ def _in_flight(
     )
     last_fuller = (pp == 1) | (last_stage > first_stage)
     activations = np.where(last_fuller, last_stage - logits, first_stage)
-    rebuilt = np.where(floats(plans.recompute) == 2, full_layer, 0.0)  # one layer rebuilt
     return activations + rebuilt, np.where(last_fuller, logits, 0.0)
 
 
