@@ -40,6 +40,41 @@ assert set(INDICATOR_METRICS) == set(INDICATORS), "one metric per indicator"
 LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
+# label sets
+DOMAIN, LINK = ["policy", "domain"], ["policy", "a", "b"]
+JOB, TENANT = ["policy", "job", "tenant"], ["policy", "tenant"]
+# (name, help, labels) of the gauges and counters beside the indicators'
+GAUGES: tuple[tuple[str, str, list[str]], ...] = (
+    (
+        "xds_domain_up",
+        "1 while the domain reports, 0 while it is down",
+        ["policy", "domain", "accelerator"],
+    ),
+    ("xds_domain_capacity_accelerators", "accelerators of the domain", DOMAIN),
+    ("xds_domain_allocated_accelerators", "accelerators held by this scheduler's jobs", DOMAIN),
+    ("xds_link_bandwidth_bytes_per_second", "WAN bandwidth per direction now", LINK),
+    ("xds_link_leased_bandwidth_bytes_per_second", "WAN bandwidth as leased", LINK),
+    ("xds_link_rtt_seconds", "round-trip time of the WAN link now", LINK),
+    ("xds_job_steps_per_second", "training steps per second now (0 while not running)", JOB),
+    ("xds_job_predicted_step_seconds", "step time the policy predicted for the plan", JOB),
+    ("xds_job_measured_step_seconds", "step time the job runs at", JOB),
+    ("xds_job_progress_ratio", "share of the job's tokens trained", JOB),
+    (
+        "xds_job_info",
+        "1 per job: its state, plan and domains",
+        ["policy", "job", "tenant", "state", "plan", "domains"],
+    ),
+    ("xds_queue_jobs", "jobs waiting", TENANT),
+    ("xds_queue_oldest_wait_seconds", "how long the longest-waiting job has waited", TENANT),
+    ("xds_study_time_seconds", "the study's clock", ["policy"]),
+)
+COUNTERS: tuple[tuple[str, str, list[str]], ...] = (
+    ("xds_fault_detections", "faults detected so far", ["policy", "kind"]),
+    ("xds_fault_recoveries", "jobs resumed after a fault", ["policy", "kind"]),
+    ("xds_domain_outages", "times a domain stopped reporting", DOMAIN),
+)
+
+
 class StudyCollector(Collector):
     """Gauges and counters from the latest state of each policy's study."""
 
@@ -48,83 +83,12 @@ class StudyCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         families = {
-            name: GaugeMetricFamily(name, _help(ind), labels=["policy", "domain"])
+            name: GaugeMetricFamily(name, _help(ind), labels=DOMAIN)
             for ind, (name, _) in INDICATOR_METRICS.items()
         }
-        g = {
-            name: GaugeMetricFamily(name, text, labels=labels)
-            for name, text, labels in (
-                (
-                    "xds_domain_up",
-                    "1 while the domain reports, 0 while it is down",
-                    ["policy", "domain", "accelerator"],
-                ),
-                (
-                    "xds_domain_capacity_accelerators",
-                    "accelerators of the domain",
-                    ["policy", "domain"],
-                ),
-                (
-                    "xds_domain_allocated_accelerators",
-                    "accelerators held by this scheduler's jobs",
-                    ["policy", "domain"],
-                ),
-                (
-                    "xds_link_bandwidth_bytes_per_second",
-                    "WAN bandwidth per direction now",
-                    ["policy", "a", "b"],
-                ),
-                (
-                    "xds_link_leased_bandwidth_bytes_per_second",
-                    "WAN bandwidth as leased",
-                    ["policy", "a", "b"],
-                ),
-                (
-                    "xds_link_rtt_seconds",
-                    "round-trip time of the WAN link now",
-                    ["policy", "a", "b"],
-                ),
-                (
-                    "xds_job_steps_per_second",
-                    "training steps per second now (0 while not running)",
-                    ["policy", "job", "tenant"],
-                ),
-                (
-                    "xds_job_predicted_step_seconds",
-                    "step time the policy predicted for the plan",
-                    ["policy", "job", "tenant"],
-                ),
-                (
-                    "xds_job_measured_step_seconds",
-                    "step time the job runs at",
-                    ["policy", "job", "tenant"],
-                ),
-                (
-                    "xds_job_progress_ratio",
-                    "share of the job's tokens trained",
-                    ["policy", "job", "tenant"],
-                ),
-                (
-                    "xds_job_info",
-                    "1 per job: its state, plan and domains",
-                    ["policy", "job", "tenant", "state", "plan", "domains"],
-                ),
-                ("xds_queue_jobs", "jobs waiting", ["policy", "tenant"]),
-                (
-                    "xds_queue_oldest_wait_seconds",
-                    "how long the longest-waiting job has waited",
-                    ["policy", "tenant"],
-                ),
-                ("xds_study_time_seconds", "the study's clock", ["policy"]),
-            )
-        }
+        g = {name: GaugeMetricFamily(name, text, labels=labels) for name, text, labels in GAUGES}
         c = {
-            name: CounterMetricFamily(name, text, labels=labels)
-            for name, text, labels in (
-                ("xds_fault_detections", "faults detected so far", ["policy", "kind"]),
-                ("xds_fault_recoveries", "jobs resumed after a fault", ["policy", "kind"]),
-                ("xds_domain_outages", "times a domain stopped reporting", ["policy", "domain"]),
-            )
+            name: CounterMetricFamily(name, text, labels=labels) for name, text, labels in COUNTERS
         }
         for policy, s in self.states.items():
             self._domains(policy, s, families, g)
