@@ -298,61 +298,97 @@ def _wan_use(view: ClusterView, kind: np.ndarray, doms: np.ndarray) -> tuple[Wan
     """Each placement's WAN use (its narrowest links, at the view's goodput) and the price a
     GB of its cross-domain traffic pays."""
     valid = doms >= 0
-    safe = np.where(valid, doms, 0)
-    n_dom = valid.sum(axis=1)
-    bw, rtt, price = view.goodput_gbps, view.rtt_ms / 1000.0, view.price_per_gb
-    is_pp = kind == PIPELINE
-    is_dp = kind == DATA
-    # Pipeline: consecutive stage domains; activations go one way, gradients the other.
+    safe, n_dom, links = np.where(valid, doms, 0), valid.sum(axis=1), _Links.of(view)
+    is_pp, is_dp = kind == PIPELINE, kind == DATA
+    pp, pp_offsite, pp_price = _chain_use(links, safe, valid, is_pp, n_dom)
+    dp, dp_offsite, dp_price = _ring_use(links, safe, valid, is_dp, n_dom)
+    offsite_share = np.where(
+        is_pp, pp_offsite / np.maximum(n_dom - 1, 1), dp_offsite / np.maximum(n_dom, 1)
+    )
+    price = np.where(is_pp, pp_price, np.where(is_dp, dp_price, 0.0))
+    return WanUse(**pp, **dp, offsite_share=offsite_share), price
+
+
+@dataclass(frozen=True)
+class _Links:
+    """The view's domain-pair tables a placement's WAN use reads."""
+
+    gbps: np.ndarray  # goodput per direction
+    rtt_s: np.ndarray
+    price: np.ndarray  # a GB's
+    # links rated per node pair: a placement counts them so only where all its links are,
+    # its narrowest link then standing for each of its node pairs
+    per_node: np.ndarray
+    flow_gbps: np.ndarray  # one connection's rate
+    # hops that leave the data centre (a mixed domain's pools are joined by its own network,
+    # which carries no WAN traffic and has no price)
+    offsite: np.ndarray
+
+    @classmethod
+    def of(cls, view: ClusterView) -> _Links:
+        bw = view.goodput_gbps
+        return cls(
+            gbps=bw,
+            rtt_s=view.rtt_ms / 1000.0,
+            price=view.price_per_gb,
+            per_node=(
+                view.per_node_pair
+                if view.per_node_pair is not None
+                else np.zeros(bw.shape, dtype=bool)
+            ),
+            flow_gbps=view.flow_gbps if view.flow_gbps is not None else np.full(bw.shape, np.inf),
+            offsite=~view.fabric if view.fabric is not None else np.ones(bw.shape, dtype=bool),
+        )
+
+
+def _chain_use(links: _Links, safe, valid, is_pp, n_dom) -> tuple[dict, np.ndarray, np.ndarray]:
+    """A pipeline's WAN fields, its offsite hops and a GB's price: consecutive stage domains,
+    activations one way, gradients the other."""
     a, b = safe[:, :-1], safe[:, 1:]
     hop = valid[:, 1:]
-    # Data: a ring over the members in their order, each sending to the next (the last to the
-    # first): its narrowest hop and largest RTT bound the all-reduce, each hop carries as much.
-    nxt = np.where(
-        np.arange(doms.shape[1]) + 1 < n_dom[:, None], np.roll(safe, -1, axis=1), safe[:, :1]
-    )
-    # Links rated per node pair: a placement counts them so only where all its links are,
-    # its narrowest link then standing for each of its node pairs.
-    per_node = (
-        view.per_node_pair if view.per_node_pair is not None else np.zeros(bw.shape, dtype=bool)
-    )
-    flow = view.flow_gbps if view.flow_gbps is not None else np.full(bw.shape, np.inf)
-    pp_per_node = np.where(hop, per_node[a, b], True).all(axis=1)
-    ring = valid & (n_dom[:, None] > 1)
-    # hops that leave the data centre: every hop carries as much, so their share of the hops
-    # is the share of the bytes on the WAN (a mixed domain's pools are joined by its own
-    # network, which carries no WAN traffic and has no price)
-    offsite = ~view.fabric if view.fabric is not None else np.ones(bw.shape, dtype=bool)
-    pp_offsite = (hop & offsite[a, b]).sum(axis=1)
-    dp_offsite = (ring & offsite[safe, nxt]).sum(axis=1)
-    ring_price = np.where(ring, price[safe, nxt], 0.0).sum(axis=1) / np.maximum(dp_offsite, 1)
     crossing = hop & is_pp[:, None]
-    crossing_gbps = np.where(crossing, np.minimum(bw[a, b], bw[b, a]), np.inf)
-    crossing_flow_gbps = np.where(crossing, flow[a, b], np.inf)
+    crossing_gbps = np.where(crossing, np.minimum(links.gbps[a, b], links.gbps[b, a]), np.inf)
+    crossing_flow_gbps = np.where(crossing, links.flow_gbps[a, b], np.inf)
     pp_gbps, pp_flow_gbps = _pacing_hops(crossing_gbps, crossing_flow_gbps)
+    per_node = np.where(hop, links.per_node[a, b], True).all(axis=1)
+    # every hop carries as much: the offsite hops' share is the WAN's share of the bytes
+    offsite = (hop & links.offsite[a, b]).sum(axis=1)
+    fields = {
+        "pp_crossings": np.where(is_pp, n_dom - 1, 0.0),
+        "pp_gbps": pp_gbps,
+        "pp_latency_s": np.where(is_pp, np.where(hop, links.rtt_s[a, b] / 2, 0.0).sum(axis=1), 0.0),
+        "pp_per_node": (is_pp & per_node).astype(float),
+        "pp_flow_gbps": pp_flow_gbps,
+        "pp_crossing_gbps": crossing_gbps,
+        "pp_crossing_flow_gbps": crossing_flow_gbps,
+    }
+    price = np.where(hop, links.price[a, b], 0.0).sum(axis=1) / np.maximum(offsite, 1)
+    return fields, offsite, price
+
+
+def _ring_use(links: _Links, safe, valid, is_dp, n_dom) -> tuple[dict, np.ndarray, np.ndarray]:
+    """Data parallelism's WAN fields, its offsite hops and a GB's price: a ring over the
+    members in their order, each sending to the next (the last to the first); its narrowest
+    hop and largest RTT bound the all-reduce, each hop carries as much."""
+    nxt = np.where(
+        np.arange(safe.shape[1]) + 1 < n_dom[:, None], np.roll(safe, -1, axis=1), safe[:, :1]
+    )
+    ring = valid & (n_dom[:, None] > 1)
     dp_gbps, dp_flow_gbps = _pacing_hops(
-        np.where(ring & is_dp[:, None], bw[safe, nxt], np.inf),
-        np.where(ring & is_dp[:, None], flow[safe, nxt], np.inf),
+        np.where(ring & is_dp[:, None], links.gbps[safe, nxt], np.inf),
+        np.where(ring & is_dp[:, None], links.flow_gbps[safe, nxt], np.inf),
     )
-    wan = WanUse(
-        pp_crossings=np.where(is_pp, n_dom - 1, 0.0),
-        pp_gbps=pp_gbps,
-        pp_latency_s=np.where(is_pp, np.where(hop, rtt[a, b] / 2, 0.0).sum(axis=1), 0.0),
-        dp_domains=np.where(is_dp, n_dom, 1.0),
-        dp_gbps=dp_gbps,
-        dp_rtt_s=np.where(is_dp, np.where(ring, rtt[safe, nxt], 0.0).max(axis=1), 0.0),
-        pp_per_node=(is_pp & pp_per_node).astype(float),
-        dp_per_node=(is_dp & np.where(ring, per_node[safe, nxt], True).all(axis=1)).astype(float),
-        pp_flow_gbps=pp_flow_gbps,
-        dp_flow_gbps=dp_flow_gbps,
-        pp_crossing_gbps=crossing_gbps,
-        pp_crossing_flow_gbps=crossing_flow_gbps,
-        offsite_share=np.where(
-            is_pp, pp_offsite / np.maximum(n_dom - 1, 1), dp_offsite / np.maximum(n_dom, 1)
-        ),
-    )
-    hop_price = np.where(hop, price[a, b], 0.0).sum(axis=1) / np.maximum(pp_offsite, 1)
-    return wan, np.where(is_pp, hop_price, np.where(is_dp, ring_price, 0.0))
+    offsite = (ring & links.offsite[safe, nxt]).sum(axis=1)
+    per_node = np.where(ring, links.per_node[safe, nxt], True).all(axis=1)
+    fields = {
+        "dp_domains": np.where(is_dp, n_dom, 1.0),
+        "dp_gbps": dp_gbps,
+        "dp_rtt_s": np.where(is_dp, np.where(ring, links.rtt_s[safe, nxt], 0.0).max(axis=1), 0.0),
+        "dp_per_node": (is_dp & per_node).astype(float),
+        "dp_flow_gbps": dp_flow_gbps,
+    }
+    price = np.where(ring, links.price[safe, nxt], 0.0).sum(axis=1) / np.maximum(offsite, 1)
+    return fields, offsite, price
 
 
 def with_stage_counts(wan: WanUse, kind: np.ndarray, stages: np.ndarray) -> WanUse:
