@@ -219,84 +219,69 @@ class Stack:
 
     @classmethod
     def preset(cls, name: str) -> Stack:
-        if name == "megatron-2021":
-            # Narayanan et al. 2021: fused softmax but no flash attention, no sequence
-            # parallelism, gradient all-reduce after the backward pass.
-            return cls(
-                flash_attention=False,
-                sequence_parallel=False,
-                overlap_grad_reduce=False,
-                overlap_param_gather=False,
-            )
-        if name == "megatron-2022":
-            # Korthikanti et al. 2022: sequence parallelism added, still no flash attention.
-            return cls(
-                flash_attention=False,
-                sequence_parallel=True,
-                overlap_grad_reduce=False,
-                overlap_param_gather=False,
-            )
-        if name == "megatron-core":
-            return cls()
-        if name == "megatron-core-tp-overlap":
-            return cls(tp_comm_overlap=True)
-        if name == "fsdp":
-            # PyTorch FSDP (ZeRO-3) with flash attention, no tensor parallelism to split by.
-            return cls(sequence_parallel=False, sharded=True)
-        if name in ("fsdp2", "fsdp2-eager"):
-            # PyTorch FSDP2 as TorchTitan runs it: per-parameter sharding (ZeRO-3), sequence
-            # parallelism with its tensor parallelism, gradients reduced in fp32 (its default
-            # mixed-precision policy); compiled (torch.compile) or eager, which differ in their
-            # constants, not their mechanisms.
-            return cls(grad_reduce_bytes=4, sharded=True)
-        if name == "fsdp2-async-tp":
-            # with asynchronous tensor parallelism: TP communication overlapped with its GEMMs
-            return cls(grad_reduce_bytes=4, tp_comm_overlap=True, sharded=True)
-        if name == "megatron-deepspeed":
-            # Megatron-DeepSpeed with DeepSpeed's engine and ZeRO-0, as Sailor trains (its
-            # ae_scripts/clariden_scripts/run_opt.slurm): no flash attention or sequence
-            # parallelism, one fp32 all-reduce after the last backward pass over a flat ring,
-            # blocking pipeline sends, every state on every rank, no recomputation.
-            return cls(
-                flash_attention=False,
-                sequence_parallel=False,
-                overlap_grad_reduce=False,
-                overlap_param_gather=False,
-                grad_reduce_bytes=4,
-                memory_savers=False,
-                overlap_outer_sync=False,
-                overlap_p2p=False,
-                hierarchical_dp=False,
-                extra_state_bytes=8.0,
-                grad_bucket_elems=5e8,
-            )  # allreduce_bucket_size
-        if name == "plain-dp":
-            # A plain data-parallel loop, as the live runner trains: whole optimizer state on
-            # every rank, no recomputation, one fp32 gradient reduction after the backward pass,
-            # DiLoCo's outer average in the step that syncs.
-            return cls(
-                sequence_parallel=False,
-                overlap_grad_reduce=False,
-                overlap_param_gather=False,
-                grad_reduce_bytes=4,
-                memory_savers=False,
-                overlap_outer_sync=False,
-            )
-        raise ValueError(f"unknown software stack {name!r}; known: {', '.join(STACKS)}")
+        if name not in PRESETS:
+            raise ValueError(f"unknown software stack {name!r}; known: {', '.join(STACKS)}")
+        return PRESETS[name]
 
 
 # Stacks that differ from another only by a mechanism the model has (TP communication
 # overlapped): they share its constants, and calibrate with it.
 VARIANT_OF = {"megatron-core-tp-overlap": "megatron-core", "fsdp2-async-tp": "fsdp2"}
-STACKS = (
-    "megatron-core",
-    "megatron-core-tp-overlap",
-    "megatron-2022",
-    "megatron-2021",
-    "fsdp",
-    "fsdp2",
-    "fsdp2-eager",
-    "fsdp2-async-tp",
-    "megatron-deepspeed",
-    "plain-dp",
-)
+# Each stack, by what it does unlike Megatron-Core's defaults (Stack's)
+PRESETS: dict[str, Stack] = {
+    "megatron-core": Stack(),
+    "megatron-core-tp-overlap": Stack(tp_comm_overlap=True),
+    # Korthikanti et al. 2022: sequence parallelism added, still no flash attention.
+    "megatron-2022": Stack(
+        flash_attention=False,
+        overlap_grad_reduce=False,
+        overlap_param_gather=False,
+    ),
+    # Narayanan et al. 2021: fused softmax but no flash attention, no sequence parallelism,
+    # gradient all-reduce after the backward pass.
+    "megatron-2021": Stack(
+        flash_attention=False,
+        sequence_parallel=False,
+        overlap_grad_reduce=False,
+        overlap_param_gather=False,
+    ),
+    # PyTorch FSDP (ZeRO-3) with flash attention, no tensor parallelism to split by.
+    "fsdp": Stack(sequence_parallel=False, sharded=True),
+    # PyTorch FSDP2 as TorchTitan runs it: per-parameter sharding (ZeRO-3), sequence
+    # parallelism with its tensor parallelism, gradients reduced in fp32 (its default
+    # mixed-precision policy); compiled (torch.compile) or eager, which differ in their
+    # constants, not their mechanisms.
+    "fsdp2": Stack(grad_reduce_bytes=4, sharded=True),
+    "fsdp2-eager": Stack(grad_reduce_bytes=4, sharded=True),
+    # with asynchronous tensor parallelism: TP communication overlapped with its GEMMs
+    "fsdp2-async-tp": Stack(grad_reduce_bytes=4, tp_comm_overlap=True, sharded=True),
+    # Megatron-DeepSpeed with DeepSpeed's engine and ZeRO-0, as Sailor trains (its
+    # ae_scripts/clariden_scripts/run_opt.slurm): no flash attention or sequence parallelism,
+    # one fp32 all-reduce after the last backward pass over a flat ring, blocking pipeline
+    # sends, every state on every rank, no recomputation.
+    "megatron-deepspeed": Stack(
+        flash_attention=False,
+        sequence_parallel=False,
+        overlap_grad_reduce=False,
+        overlap_param_gather=False,
+        grad_reduce_bytes=4,
+        memory_savers=False,
+        overlap_outer_sync=False,
+        overlap_p2p=False,
+        hierarchical_dp=False,
+        extra_state_bytes=8.0,
+        grad_bucket_elems=5e8,  # allreduce_bucket_size
+    ),
+    # A plain data-parallel loop, as the live runner trains: whole optimizer state on every
+    # rank, no recomputation, one fp32 gradient reduction after the backward pass, DiLoCo's
+    # outer average in the step that syncs.
+    "plain-dp": Stack(
+        sequence_parallel=False,
+        overlap_grad_reduce=False,
+        overlap_param_gather=False,
+        grad_reduce_bytes=4,
+        memory_savers=False,
+        overlap_outer_sync=False,
+    ),
+}
+STACKS = tuple(PRESETS)
