@@ -341,59 +341,60 @@ class Replanning:
 
         def move(
             how: Relocate,
+            charge: tuple[float, float],
+            *,
+            before_s: float,
+            extra_s: float,
             at_s: float,
             transfer_s: float,
             hold_s: float,
             pause_s: float,
-            charge: tuple[float, float],
-            before_s: float,
-            extra_s: float,
         ) -> Relocation:
             """`charge`: its (finish s, idle accelerator-s); `before_s` from now to the switch,
             `extra_s` of it with the target's new accelerators held."""
             finish, idle = charge
             return Relocation(
-                r.name,
-                cause,
-                how,
-                t,
-                p,
-                at_s,
-                transfer_s,
-                hold_s,
-                pause_s,
-                cost.wan_gb,
-                cost.wan_cost,
-                reconfig.charge_s(finish, idle, gpus) + wan_s,
-                stay_s,
-                reconfig.gpu_seconds(finish, before_s, held, extra, extra_s, gpus),
-                stay_gpu_s,
+                job=r.name,
+                cause=cause,
+                how=how,
+                start_s=t,
+                target=p,
+                wan_gb=cost.wan_gb,
+                wan_cost=cost.wan_cost,
+                charge_s=reconfig.charge_s(finish, idle, gpus) + wan_s,
+                stay_s=stay_s,
+                gpu_s=reconfig.gpu_seconds(finish, before_s, held, extra, extra_s, gpus),
+                stay_gpu_s=stay_gpu_s,
+                at_s=at_s,
+                transfer_s=transfer_s,
+                hold_s=hold_s,
+                pause_s=pause_s,
             )
 
         before = cost.prepare_s + cost.pause_s
         transfer = move(
             Relocate.TRANSFER,
-            t,
-            cost.pause_s,
-            cost.prepare_s,
-            cost.pause_s,
             reconfig.switch_charge(
                 left, base_rate, rate, held, extra, cost.prepare_s, cost.pause_s
             ),
-            before,
-            before,
+            before_s=before,
+            extra_s=before,
+            at_s=t,
+            transfer_s=cost.pause_s,
+            hold_s=cost.prepare_s,
+            pause_s=cost.pause_s,
         )
         wait = max(r.next_checkpoint_s - t, 0.0)
         hold = max(restore_s(eng.scn, r, p), COMM_INIT_S)
         copy = move(
             Relocate.CHECKPOINT,
-            t + wait,
-            cost.wan_s,
-            hold,
-            0.0,
             reconfig.checkpoint_charge(left, base_rate, rate, held, extra, wait, cost.wan_s, hold),
-            wait + cost.wan_s + hold,
-            hold,
+            before_s=wait + cost.wan_s + hold,
+            extra_s=hold,
+            at_s=t + wait,
+            transfer_s=cost.wan_s,
+            hold_s=hold,
+            pause_s=0.0,
         )
         return [transfer, copy]
 
