@@ -78,6 +78,28 @@ def test_calibrate_writes_a_profile_and_reports_held_out_error(capsys, tmp_path)
     assert code == 2 and "--force" in err  # a profile is not replaced by accident
 
 
+def test_calibrate_names_the_rows_it_leaves_out_and_why(capsys, tmp_path):
+    """A row of a configuration the model lacks (here a recomputation it does not know) is
+    left out, not fitted: the summary names it and its reason, in text and in JSON."""
+    with open(PUBLISHED, newline="") as f:
+        rows = list(csv.DictReader(f))
+    nemo = [r for r in rows if "nemo" in r["source"].lower() and r["layers"]][:6]
+    odd = {**nemo[0], "model": "GPT3-odd", "recompute": "sometimes"}
+    path = tmp_path / "runs.csv"
+    with open(path, "w", newline="") as f:
+        out = csv.DictWriter(f, list(rows[0]))
+        out.writeheader()
+        out.writerows([*nemo, odd])
+    argv = ("calibrate", str(path), "--stack", "megatron-core", "--force")
+    code, text, err = run(capsys, *argv, "--out", str(tmp_path / "p.yaml"), "--json")
+    assert code == 0, err
+    (left,) = json.loads(text)["left_out"]
+    assert left["model"] == "GPT3-odd" and "recompute 'sometimes'" in left["reason"]
+    code, text, err = run(capsys, *argv, "--out", str(tmp_path / "p.yaml"))
+    assert code == 0, err
+    assert "left out, not modelled: 1 row\n" in text and "GPT3-odd on H100" in text
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

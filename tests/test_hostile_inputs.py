@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import SCENARIOS, catalog_kept
 from xdscheduler.cli import main
+from xdscheduler.live.profile import RUN_COLUMNS
 from xdscheduler.yamlfile import read_yaml
 
 BASE = read_yaml(SCENARIOS / "five_domains.yaml")
@@ -652,28 +653,7 @@ CELL = st.one_of(
 
 @settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=[FIXTURES])
 @given(
-    column=st.sampled_from(
-        [
-            "gpu_count",
-            "layers",
-            "hidden",
-            "ffn_hidden",
-            "heads",
-            "kv_heads",
-            "vocab",
-            "seq",
-            "global_batch",
-            "micro_batch",
-            "tp",
-            "pp",
-            "dp",
-            "value",
-            "metric",
-            "dtype",
-            "gpu",
-            "source",
-        ]
-    ),
+    column=st.sampled_from(RUN_COLUMNS),
     cell=CELL,
 )
 def test_any_runs_csv_is_calibrated_or_refused_cleanly(capsys, tmp_path, column, cell):

@@ -61,7 +61,8 @@ def cmd_calibrate(args) -> None:
     if out.exists() and not args.force:
         raise UserError(f"{out} exists: --force to replace it")
     output_file(out, "profile")  # before the fit
-    runs = [r for r in _runs(args.csv) if of_stack(r, args.stack)]
+    modelled, left_out = _runs(args.csv)
+    runs = [r for r in modelled if of_stack(r, args.stack)]
     if not runs:
         raise UserError(f"{args.csv} has no modelled runs of stack {args.stack!r}")
     held = _held_out(runs, args.hold_out)
@@ -76,6 +77,7 @@ def cmd_calibrate(args) -> None:
         "held_out": len(profile.held_out),
         "median_abs_error_fitted": median_error(profile.fitted),
         "median_abs_error_held_out": median_error(profile.held_out),
+        "left_out": left_out,
     }
     if args.json:
         print(json.dumps({**summary, "rows": profile.model_dump(mode="json")}, indent=2))
@@ -83,11 +85,21 @@ def cmd_calibrate(args) -> None:
     _print(profile, summary)
 
 
-def _runs(path: str):
+def _runs(path: str) -> tuple[list, list[dict]]:
+    """The CSV's modelled runs, and the rows left out, each with its reason."""
     from xdscheduler.costmodel.calibration import load_runs
 
-    runs, _ = load_runs(Path(path))
-    return runs
+    runs, skipped = load_runs(Path(path))
+    left_out = [
+        {
+            "source": row.get("source"),
+            "model": row.get("model"),
+            "gpu": row.get("gpu"),
+            "reason": why,
+        }
+        for row, why in skipped
+    ]
+    return runs, left_out
 
 
 def _held_out(runs, pattern: str | None) -> list[bool]:
@@ -122,3 +134,8 @@ def _print(profile, summary) -> None:
         f"median |error|: fitted {summary['median_abs_error_fitted']:.1%}, held out "
         f"{summary['median_abs_error_held_out']:.1%}"
     )
+    if summary["left_out"]:
+        n = len(summary["left_out"])
+        print(f"left out, not modelled: {n} row{'s' * (n != 1)}")
+        for row in summary["left_out"]:
+            print(f"  {row['source']}, {row['model']} on {row['gpu']}: {row['reason']}")

@@ -30,6 +30,12 @@ class Plan:
     dtype: str = "bf16"
     diloco_h: int = 0  # outer synchronisation every H steps across domains; 0 = every step
 
+    def __post_init__(self) -> None:
+        if self.recompute not in RECOMPUTE:
+            raise ValueError(f"recompute {self.recompute!r}: one of {', '.join(RECOMPUTE)}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"precision {self.dtype!r}: one of {', '.join(DTYPES)}")
+
     @property
     def gpus(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
